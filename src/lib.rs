@@ -1,0 +1,12 @@
+//! rollsafe: Postgres schema migrations that are proven safe to roll out.
+//!
+//! The library does the work; `main.rs` only parses arguments, calls in here
+//! and maps errors to exit codes. The library never prints or exits.
+//!
+//! - [`sandbox`]: throwaway PostgreSQL (docker, local binaries, existing server).
+//! - [`db`]: connecting, URL redaction.
+//! - [`dao`]: the attached-functions DAO and its named statement sets.
+
+pub mod dao;
+pub mod db;
+pub mod sandbox;

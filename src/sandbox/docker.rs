@@ -1,0 +1,162 @@
+//! The docker backend: a PostgreSQL container through testcontainers.
+//!
+//! The image follows the official `postgres` image's contract
+//! (POSTGRES_USER / POSTGRES_PASSWORD / POSTGRES_DB, port 5432, arguments
+//! passed to `postgres`). Where a registry is reachable the official image is
+//! pulled on first use; where none is, `ci/build-postgres-image.sh` builds an
+//! equivalent image under the same name, and testcontainers uses a present
+//! image as is. One code path serves both.
+//!
+//! The container is removed when the backend is dropped (testcontainers'
+//! RAII handle), also on panic.
+
+use std::process::Command;
+use std::time::Duration;
+
+use testcontainers::runners::SyncRunner;
+use testcontainers::{Container, ImageExt};
+use testcontainers_modules::postgres::Postgres;
+
+use super::{random_password, run_with_timeout, Backend, BackendKind, SandboxError};
+
+/// Label on every container rollsafe starts, so leftovers can be found
+/// (`docker ps -a --filter label=rollsafe.sandbox`).
+pub const LABEL: &str = "rollsafe.sandbox";
+
+pub struct DockerBackend {
+    image: String,
+    admin_url: String,
+    host_port: u16,
+    // Dropping the container removes it.
+    _container: Container<Postgres>,
+}
+
+/// `repo[:tag]` → (repo, tag); a port in a registry host is not a tag.
+fn split_image(image: &str) -> (&str, &str) {
+    match image.rsplit_once(':') {
+        Some((repo, tag)) if !tag.contains('/') => (repo, tag),
+        _ => (image, "latest"),
+    }
+}
+
+/// Whether a Docker engine answers, as the `docker` CLI sees it.
+fn engine_answers() -> Result<(), SandboxError> {
+    let out = run_with_timeout(
+        Command::new("docker").args(["info", "--format", "{{.ServerVersion}}"]),
+        Duration::from_secs(15),
+    );
+    match out {
+        None => Err(SandboxError::DockerUnavailable(
+            "`docker info` could not run or timed out".into(),
+        )),
+        Some(o) if !o.status.success() => {
+            let msg = String::from_utf8_lossy(&o.stderr);
+            let line = msg
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("no message");
+            Err(SandboxError::DockerUnavailable(line.trim().to_string()))
+        }
+        Some(_) => Ok(()),
+    }
+}
+
+fn image_present(image: &str) -> bool {
+    run_with_timeout(
+        Command::new("docker").args(["image", "inspect", "--format", "{{.Id}}", image]),
+        Duration::from_secs(15),
+    )
+    .is_some_and(|o| o.status.success())
+}
+
+impl DockerBackend {
+    /// Starts a container from `image` and waits until it accepts
+    /// connections.
+    pub fn start(image: &str) -> Result<DockerBackend, SandboxError> {
+        engine_answers()?;
+        let present = image_present(image);
+        let (repo, tag) = split_image(image);
+        let password = random_password();
+        let request = Postgres::default()
+            .with_password(&password)
+            .with_name(repo)
+            .with_tag(tag)
+            // fsync off: a throwaway server; enough connections for parallel
+            // tests and concurrency scenarios.
+            .with_cmd([
+                "-c",
+                "fsync=off",
+                "-c",
+                "full_page_writes=off",
+                "-c",
+                "max_connections=300",
+            ])
+            .with_label(LABEL, std::process::id().to_string())
+            .with_startup_timeout(Duration::from_secs(120));
+        let container = request.start().map_err(|e| {
+            let detail = e.to_string();
+            if present {
+                SandboxError::DockerStart {
+                    image: image.to_string(),
+                    detail,
+                }
+            } else {
+                SandboxError::ImageUnavailable {
+                    image: image.to_string(),
+                    detail,
+                }
+            }
+        })?;
+        let docker_err = |e: testcontainers::TestcontainersError| SandboxError::DockerStart {
+            image: image.to_string(),
+            detail: e.to_string(),
+        };
+        let host = container.get_host().map_err(docker_err)?;
+        let host_port = container.get_host_port_ipv4(5432).map_err(docker_err)?;
+        let admin_url = format!("postgres://postgres:{password}@{host}:{host_port}/postgres");
+        Ok(DockerBackend {
+            image: image.to_string(),
+            admin_url,
+            host_port,
+            _container: container,
+        })
+    }
+}
+
+impl Backend for DockerBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Docker
+    }
+
+    fn admin_url(&self) -> &str {
+        &self.admin_url
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "docker container {} (image {}) on port {}",
+            &self._container.id()[..12.min(self._container.id().len())],
+            self.image,
+            self.host_port
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_image;
+
+    #[test]
+    fn splits_image_names() {
+        assert_eq!(split_image("postgres:15"), ("postgres", "15"));
+        assert_eq!(split_image("postgres"), ("postgres", "latest"));
+        assert_eq!(
+            split_image("registry:5000/pg/postgres:15-alpine"),
+            ("registry:5000/pg/postgres", "15-alpine")
+        );
+        assert_eq!(
+            split_image("registry:5000/postgres"),
+            ("registry:5000/postgres", "latest")
+        );
+    }
+}

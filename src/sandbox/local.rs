@@ -1,0 +1,355 @@
+//! The local backend: `initdb` + `postgres` from the binaries on this
+//! machine, for machines without a container engine.
+//!
+//! The server listens on a free loopback port only (no Unix socket), runs
+//! with `fsync=off`, and lives in a temporary directory that is removed on
+//! drop. PostgreSQL refuses to run as root, so as root the binaries run as
+//! the `postgres` OS user.
+//!
+//! `postgres` is started directly as a child (not through `pg_ctl`) with a
+//! parent-death signal, so that even a test process killed with SIGKILL does
+//! not leave a server behind. The parent-death signal fires when the
+//! *thread* that started the server exits: start sandboxes on a thread that
+//! outlives them (the main thread, or the thread that also drops them).
+
+use std::fs;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::{Pid, User};
+
+use super::{random_password, run_with_timeout, Backend, BackendKind, SandboxError, ENV_BINDIR};
+use crate::db;
+
+/// Prefix of every data directory under the temp dir, so leftovers from a
+/// killed run can be found and removed (`ci/test.sh` does).
+pub const DIR_PREFIX: &str = "rollsafe-local-";
+
+pub struct LocalBackend {
+    admin_url: String,
+    port: u16,
+    bindir: PathBuf,
+    child: Option<Child>,
+    // Removed on drop, after the server has stopped.
+    dir: tempfile::TempDir,
+}
+
+/// The directory holding `initdb` and `postgres`: the explicit one, else
+/// `pg_config --bindir`, else `initdb` on PATH, else the distributions'
+/// usual places (newest version first).
+pub fn find_bindir(explicit: Option<&Path>) -> Result<PathBuf, SandboxError> {
+    let mut searched = Vec::new();
+    let usable = |dir: &Path| dir.join("initdb").is_file() && dir.join("postgres").is_file();
+
+    if let Some(dir) = explicit {
+        if usable(dir) {
+            return Ok(dir.to_path_buf());
+        }
+        return Err(SandboxError::BinariesNotFound {
+            searched: format!("{} (given explicitly)", dir.display()),
+        });
+    }
+
+    searched.push("pg_config --bindir".to_string());
+    if let Some(out) = run_with_timeout(
+        Command::new("pg_config").arg("--bindir"),
+        Duration::from_secs(10),
+    ) {
+        let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if out.status.success() && usable(&dir) {
+            return Ok(dir);
+        }
+    }
+
+    searched.push("PATH".to_string());
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            let initdb = dir.join("initdb");
+            if initdb.is_file() {
+                // Distributions link initdb into PATH; `postgres` sits next
+                // to the real file.
+                let real = fs::canonicalize(&initdb).unwrap_or(initdb);
+                if let Some(parent) = real.parent() {
+                    if usable(parent) {
+                        return Ok(parent.to_path_buf());
+                    }
+                }
+            }
+        }
+    }
+
+    for pattern in ["/usr/lib/postgresql", "/usr/pgsql-", "/usr/local/pgsql/bin"] {
+        searched.push(format!("{pattern}*"));
+    }
+    let mut candidates: Vec<(u32, PathBuf)> = Vec::new();
+    if let Ok(entries) = fs::read_dir("/usr/lib/postgresql") {
+        for e in entries.flatten() {
+            if let Ok(v) = e.file_name().to_string_lossy().parse::<u32>() {
+                candidates.push((v, e.path().join("bin")));
+            }
+        }
+    }
+    if let Ok(entries) = fs::read_dir("/usr") {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if let Some(v) = name
+                .strip_prefix("pgsql-")
+                .and_then(|v| v.parse::<u32>().ok())
+            {
+                candidates.push((v, e.path().join("bin")));
+            }
+        }
+    }
+    candidates.sort_by_key(|c| std::cmp::Reverse(c.0));
+    candidates.push((0, PathBuf::from("/usr/local/pgsql/bin")));
+    if let Some((_, dir)) = candidates.into_iter().find(|(_, d)| usable(d)) {
+        return Ok(dir);
+    }
+    Err(SandboxError::BinariesNotFound {
+        searched: format!("{}, and {ENV_BINDIR} is not set", searched.join(", ")),
+    })
+}
+
+/// The OS user to run the server as: None when not root.
+fn server_user() -> Result<Option<User>, SandboxError> {
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(None);
+    }
+    match User::from_name("postgres") {
+        Ok(Some(u)) => Ok(Some(u)),
+        _ => Err(SandboxError::NoPostgresUser),
+    }
+}
+
+fn free_loopback_port() -> Result<u16, SandboxError> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| SandboxError::LocalStart {
+            detail: format!("no free loopback port: {e}"),
+        })
+}
+
+fn local_err(what: &str, e: impl std::fmt::Display) -> SandboxError {
+    SandboxError::LocalStart {
+        detail: format!("{what}: {e}"),
+    }
+}
+
+/// The last lines of a log file, for error messages.
+fn log_tail(path: &Path, lines: usize) -> String {
+    let mut text = String::new();
+    if let Ok(mut f) = fs::File::open(path) {
+        let _ = f.read_to_string(&mut text);
+    }
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join(" | ")
+}
+
+impl LocalBackend {
+    /// Initialises a cluster in a new temporary directory and starts it.
+    pub fn start(bindir: Option<&Path>) -> Result<LocalBackend, SandboxError> {
+        let bindir = find_bindir(bindir)?;
+        let user = server_user()?;
+        let dir = tempfile::Builder::new()
+            .prefix(DIR_PREFIX)
+            .tempdir()
+            .map_err(|e| local_err("creating a temporary directory", e))?;
+        let data = dir.path().join("data");
+        let pwfile = dir.path().join("pwfile");
+        let password = random_password();
+        {
+            let mut f = fs::OpenOptions::new()
+                .create_new(true)
+                .write(true)
+                .mode(0o600)
+                .open(&pwfile)
+                .map_err(|e| local_err("writing the password file", e))?;
+            f.write_all(password.as_bytes())
+                .map_err(|e| local_err("writing the password file", e))?;
+        }
+        let as_user = |cmd: &mut Command| {
+            if let Some(u) = &user {
+                cmd.uid(u.uid.as_raw()).gid(u.gid.as_raw());
+            }
+        };
+        if let Some(u) = &user {
+            for p in [dir.path(), pwfile.as_path()] {
+                std::os::unix::fs::chown(p, Some(u.uid.as_raw()), Some(u.gid.as_raw()))
+                    .map_err(|e| local_err("handing the directory to the postgres user", e))?;
+            }
+            fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700))
+                .map_err(|e| local_err("setting directory permissions", e))?;
+        }
+
+        let mut initdb = Command::new(bindir.join("initdb"));
+        initdb
+            .arg("-D")
+            .arg(&data)
+            .args(["-U", "postgres", "-A", "scram-sha-256", "-E", "UTF8"])
+            .args(["--locale=C", "--no-sync", "--no-instructions"])
+            .arg(format!("--pwfile={}", pwfile.display()))
+            .current_dir(dir.path())
+            .env("LC_ALL", "C");
+        as_user(&mut initdb);
+        let out = initdb
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| local_err(&format!("running {}", bindir.join("initdb").display()), e))?;
+        if !out.status.success() {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            return Err(local_err(
+                "initdb failed",
+                stderr.lines().last().unwrap_or("no message").trim(),
+            ));
+        }
+        let _ = fs::remove_file(&pwfile);
+
+        // A port can be taken between finding and binding it; try a few.
+        let log = dir.path().join("server.log");
+        let mut last_err = None;
+        for _ in 0..3 {
+            let port = free_loopback_port()?;
+            let admin_url = format!("postgres://postgres:{password}@127.0.0.1:{port}/postgres");
+            let mut child = spawn_server(&bindir, &data, dir.path(), port, &as_user)?;
+            match wait_ready(&mut child, &admin_url, &log, Duration::from_secs(60)) {
+                Ok(()) => {
+                    return Ok(LocalBackend {
+                        admin_url,
+                        port,
+                        bindir,
+                        child: Some(child),
+                        dir,
+                    })
+                }
+                Err(e) => {
+                    stop_child(child);
+                    last_err = Some(e);
+                }
+            }
+        }
+        Err(last_err.unwrap_or_else(|| local_err("server did not start", "unknown")))
+    }
+
+    fn stop(&mut self) {
+        if let Some(child) = self.child.take() {
+            stop_child(child);
+        }
+    }
+}
+
+/// Polls until the server accepts connections, the child exits, or time is up.
+fn wait_ready(
+    child: &mut Child,
+    url: &str,
+    log: &Path,
+    timeout: Duration,
+) -> Result<(), SandboxError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(local_err(
+                &format!("postgres exited ({status})"),
+                log_tail(log, 3),
+            ));
+        }
+        match db::connect(url) {
+            Ok(_) => return Ok(()),
+            Err(e) if Instant::now() >= deadline => {
+                return Err(local_err(
+                    "postgres did not accept connections in time",
+                    format!("{e}; log: {}", log_tail(log, 3)),
+                ))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// Fast shutdown (SIGINT), then SIGKILL if it takes too long.
+fn stop_child(mut child: Child) {
+    let pid = Pid::from_raw(child.id() as i32);
+    let _ = kill(pid, Signal::SIGINT);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn spawn_server(
+    bindir: &Path,
+    data: &Path,
+    dir: &Path,
+    port: u16,
+    as_user: &dyn Fn(&mut Command),
+) -> Result<Child, SandboxError> {
+    let log = fs::File::create(dir.join("server.log"))
+        .map_err(|e| local_err("creating the server log", e))?;
+    let log2 = log
+        .try_clone()
+        .map_err(|e| local_err("creating the server log", e))?;
+    let mut cmd = Command::new(bindir.join("postgres"));
+    cmd.arg("-D")
+        .arg(data)
+        .args(["-p", &port.to_string()])
+        .args(["-c", "listen_addresses=127.0.0.1"])
+        .args(["-c", "unix_socket_directories="])
+        .args(["-c", "fsync=off", "-c", "full_page_writes=off"])
+        .args(["-c", "synchronous_commit=off", "-c", "max_connections=300"])
+        .current_dir(dir)
+        .env("LC_ALL", "C")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log))
+        .stderr(Stdio::from(log2));
+    as_user(&mut cmd);
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork
+    // and exec here.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGQUIT).map_err(std::io::Error::from)
+        });
+    }
+    cmd.spawn().map_err(|e| {
+        local_err(
+            &format!("starting {}", bindir.join("postgres").display()),
+            e,
+        )
+    })
+}
+
+impl Backend for LocalBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Local
+    }
+
+    fn admin_url(&self) -> &str {
+        &self.admin_url
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "local postgres ({}) on 127.0.0.1:{} in {}",
+            self.bindir.display(),
+            self.port,
+            self.dir.path().display()
+        )
+    }
+}
+
+impl Drop for LocalBackend {
+    fn drop(&mut self) {
+        self.stop();
+        // TempDir's own drop removes the directory next.
+    }
+}

@@ -1,0 +1,446 @@
+//! Throwaway PostgreSQL: one API over three backends.
+//!
+//! Everything rollsafe proves happens here. A [`Sandbox`] is a running
+//! server that rollsafe may do anything to; it hands out isolated databases
+//! ([`Sandbox::fresh_database`]) quickly, so that many tests or rehearsal
+//! scenarios share one server instead of starting one each.
+//!
+//! Backends, one file each, behind the [`Backend`] trait:
+//! - [`docker`]: a container through testcontainers (image `postgres:15` by
+//!   default; the official image's contract).
+//! - [`local`]: `initdb` + `postgres` from the binaries on this machine, on a
+//!   free loopback port (as the `postgres` OS user when run as root).
+//! - [`server`]: an existing server given by URL; only databases are created
+//!   and dropped there.
+//!
+//! Cleanup is RAII: dropping a [`Database`] drops it; dropping the last
+//! handle to a sandbox (the [`Sandbox`] and every [`Database`] it handed out
+//! share the server) removes the container, or stops the server and deletes
+//! its data directory. That also happens when a test panics.
+//!
+//! Not here: migrations, verification, anything that prints.
+
+pub mod docker;
+pub mod local;
+pub mod server;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use postgres::Client;
+use thiserror::Error;
+
+use crate::db::{self, quote_ident, ConnectError};
+
+/// Environment variable choosing the backend: `auto`, `docker`, `local`, or
+/// a `postgres://` URL (the server backend).
+pub const ENV_BACKEND: &str = "ROLLSAFE_POSTGRES";
+/// Environment variable naming the container image (`postgres:15`).
+pub const ENV_IMAGE: &str = "ROLLSAFE_POSTGRES_IMAGE";
+/// Environment variable naming the directory of the PostgreSQL binaries.
+pub const ENV_BINDIR: &str = "ROLLSAFE_PG_BINDIR";
+/// The image used when none is configured.
+pub const DEFAULT_IMAGE: &str = "postgres:15";
+
+/// A running throwaway server, as the sandbox sees it.
+///
+/// Implementations clean up in their own `Drop`.
+pub trait Backend: Send + Sync {
+    /// `docker`, `local` or `server`.
+    fn kind(&self) -> BackendKind;
+    /// A superuser URL to the maintenance database (`postgres`).
+    fn admin_url(&self) -> &str;
+    /// One line for humans: what runs where (no password).
+    fn describe(&self) -> String;
+    /// Whether rollsafe owns the whole server (docker, local) or only the
+    /// databases it creates (server). Owned servers may be tuned freely.
+    fn owns_server(&self) -> bool {
+        self.kind() != BackendKind::Server
+    }
+}
+
+/// Which backend a sandbox runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    Docker,
+    Local,
+    Server,
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BackendKind::Docker => "docker",
+            BackendKind::Local => "local",
+            BackendKind::Server => "server",
+        })
+    }
+}
+
+/// What the user asked for: `auto` picks docker when it works, else local.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendChoice {
+    Auto,
+    Docker,
+    Local,
+    Server(String),
+}
+
+impl std::str::FromStr for BackendChoice {
+    type Err = SandboxError;
+    fn from_str(s: &str) -> Result<Self, SandboxError> {
+        match s.trim() {
+            "" | "auto" => Ok(BackendChoice::Auto),
+            "docker" => Ok(BackendChoice::Docker),
+            "local" => Ok(BackendChoice::Local),
+            url if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                Ok(BackendChoice::Server(url.to_string()))
+            }
+            other => Err(SandboxError::InvalidChoice(db::redact_url(other))),
+        }
+    }
+}
+
+/// Why no sandbox could be had. Every message says what to do next.
+#[derive(Debug, Error)]
+pub enum SandboxError {
+    #[error("unknown Postgres backend `{0}`: use auto, docker, local, or a postgres:// URL")]
+    InvalidChoice(String),
+    #[error("the docker backend needs a Docker engine, but none answers ({0}); start Docker, or use --postgres local")]
+    DockerUnavailable(String),
+    #[error("image {image} is not present and could not be pulled ({detail}); build it with `ci/build-postgres-image.sh {image}`, pull it with `docker pull {image}`, or use --postgres local")]
+    ImageUnavailable { image: String, detail: String },
+    #[error("container from image {image} did not start: {detail}")]
+    DockerStart { image: String, detail: String },
+    #[error("PostgreSQL binaries not found (looked in: {searched}); install PostgreSQL (e.g. apt-get install postgresql) or set {ENV_BINDIR} to the directory holding initdb and postgres")]
+    BinariesNotFound { searched: String },
+    #[error("initdb and postgres refuse to run as root and there is no `postgres` OS user to run them as; create one (useradd --system postgres) or run rollsafe as a non-root user")]
+    NoPostgresUser,
+    #[error("local PostgreSQL did not start: {detail}")]
+    LocalStart { detail: String },
+    #[error("no throwaway Postgres available; tried:\n{}", .tried.iter().map(|t| format!("  - {t}")).collect::<Vec<_>>().join("\n"))]
+    NoBackend { tried: Vec<String> },
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    #[error("{context}: {detail}")]
+    Sql { context: String, detail: String },
+}
+
+impl SandboxError {
+    fn sql(context: impl Into<String>, e: postgres::Error) -> SandboxError {
+        let detail = match e.as_db_error() {
+            Some(db) => db.message().to_string(),
+            None => e.to_string(),
+        };
+        SandboxError::Sql {
+            context: context.into(),
+            detail,
+        }
+    }
+}
+
+/// Options for starting a sandbox: a small builder (refinery's `Runner`
+/// style), filled from flags or from the environment.
+#[derive(Debug, Clone)]
+pub struct SandboxBuilder {
+    choice: BackendChoice,
+    image: String,
+    bindir: Option<PathBuf>,
+}
+
+impl Default for SandboxBuilder {
+    fn default() -> Self {
+        SandboxBuilder {
+            choice: BackendChoice::Auto,
+            image: DEFAULT_IMAGE.to_string(),
+            bindir: None,
+        }
+    }
+}
+
+impl SandboxBuilder {
+    /// Defaults overridden by `ROLLSAFE_POSTGRES`, `ROLLSAFE_POSTGRES_IMAGE`
+    /// and `ROLLSAFE_PG_BINDIR` when set.
+    pub fn from_env() -> Result<SandboxBuilder, SandboxError> {
+        let mut b = SandboxBuilder::default();
+        if let Ok(v) = std::env::var(ENV_BACKEND) {
+            b.choice = v.parse()?;
+        }
+        if let Ok(v) = std::env::var(ENV_IMAGE) {
+            if !v.trim().is_empty() {
+                b.image = v.trim().to_string();
+            }
+        }
+        if let Ok(v) = std::env::var(ENV_BINDIR) {
+            if !v.trim().is_empty() {
+                b.bindir = Some(PathBuf::from(v.trim()));
+            }
+        }
+        Ok(b)
+    }
+
+    pub fn backend(mut self, choice: BackendChoice) -> Self {
+        self.choice = choice;
+        self
+    }
+
+    pub fn image(mut self, image: impl Into<String>) -> Self {
+        self.image = image.into();
+        self
+    }
+
+    pub fn bindir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.bindir = Some(dir.into());
+        self
+    }
+
+    pub fn choice(&self) -> &BackendChoice {
+        &self.choice
+    }
+
+    /// Starts (or, for `server`, attaches to) the server.
+    pub fn start(&self) -> Result<Sandbox, SandboxError> {
+        let backend: Box<dyn Backend> = match &self.choice {
+            BackendChoice::Docker => Box::new(docker::DockerBackend::start(&self.image)?),
+            BackendChoice::Local => Box::new(local::LocalBackend::start(self.bindir.as_deref())?),
+            BackendChoice::Server(url) => Box::new(server::ServerBackend::attach(url)?),
+            BackendChoice::Auto => self.start_auto()?,
+        };
+        Sandbox::new(backend)
+    }
+
+    /// Docker when an engine answers and the image can be had, else local
+    /// binaries; one error listing both attempts when neither works.
+    fn start_auto(&self) -> Result<Box<dyn Backend>, SandboxError> {
+        let mut tried = Vec::new();
+        match docker::DockerBackend::start(&self.image) {
+            Ok(b) => return Ok(Box::new(b)),
+            Err(e) => {
+                log::info!("docker backend unavailable, trying local binaries: {e}");
+                tried.push(format!("docker: {e}"));
+            }
+        }
+        match local::LocalBackend::start(self.bindir.as_deref()) {
+            Ok(b) => Ok(Box::new(b)),
+            Err(e) => {
+                tried.push(format!("local: {e}"));
+                Err(SandboxError::NoBackend { tried })
+            }
+        }
+    }
+}
+
+/// The shared state behind a sandbox and every database it handed out: the
+/// server lives until the last of them is dropped.
+struct Shared {
+    backend: Box<dyn Backend>,
+    /// Unique prefix of this sandbox's database names (pid + random), so
+    /// that two sandboxes on one server never collide.
+    prefix: String,
+    counter: AtomicU64,
+    /// `STRATEGY = FILE_COPY` on servers we own (PostgreSQL 15+): copying
+    /// the template's files beats WAL-logging every block of it.
+    file_copy: bool,
+}
+
+/// A running throwaway PostgreSQL server. See the module docs.
+#[derive(Clone)]
+pub struct Sandbox {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+impl Sandbox {
+    /// A builder with defaults (auto backend, `postgres:15`).
+    pub fn builder() -> SandboxBuilder {
+        SandboxBuilder::default()
+    }
+
+    fn new(backend: Box<dyn Backend>) -> Result<Sandbox, SandboxError> {
+        let mut client = db::connect(backend.admin_url())?;
+        let version_num: i32 = client
+            .query_one("SELECT current_setting('server_version_num')::int", &[])
+            .map_err(|e| SandboxError::sql("reading the server version", e))?
+            .get(0);
+        let prefix = format!("rs_{}_{:04x}", std::process::id(), rand::random::<u16>());
+        Ok(Sandbox {
+            shared: Arc::new(Shared {
+                file_copy: backend.owns_server() && version_num >= 150000,
+                backend,
+                prefix,
+                counter: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    pub fn kind(&self) -> BackendKind {
+        self.shared.backend.kind()
+    }
+
+    /// One line: backend, where it runs (no password).
+    pub fn describe(&self) -> String {
+        self.shared.backend.describe()
+    }
+
+    /// Superuser URL to the maintenance database. Contains a password.
+    pub fn admin_url(&self) -> &str {
+        self.shared.backend.admin_url()
+    }
+
+    /// A superuser connection to the maintenance database.
+    pub fn connect_admin(&self) -> Result<Client, SandboxError> {
+        Ok(db::connect(self.admin_url())?)
+    }
+
+    /// `SELECT version()`.
+    pub fn server_version(&self) -> Result<String, SandboxError> {
+        let mut c = self.connect_admin()?;
+        let row = c
+            .query_one("SELECT version()", &[])
+            .map_err(|e| SandboxError::sql("reading the server version", e))?;
+        Ok(row.get(0))
+    }
+
+    fn next_name(&self) -> String {
+        let n = self.shared.counter.fetch_add(1, Ordering::Relaxed);
+        format!("{}_{n}", self.shared.prefix)
+    }
+
+    /// A new, empty database of its own, dropped when the handle is.
+    pub fn fresh_database(&self) -> Result<Database, SandboxError> {
+        // template0 on shared servers: template1 there may carry whatever
+        // its owners added. On our own servers template1 is pristine.
+        let template = if self.shared.backend.owns_server() {
+            "template1"
+        } else {
+            "template0"
+        };
+        self.create_from(template)
+    }
+
+    /// A copy of `source` (schema and rows), dropped when the handle is.
+    /// `source` must have no open connections (a PostgreSQL rule for
+    /// templates): close clients on it first.
+    pub fn clone_database(&self, source: &Database) -> Result<Database, SandboxError> {
+        self.create_from(&source.name)
+    }
+
+    fn create_from(&self, template: &str) -> Result<Database, SandboxError> {
+        let name = self.next_name();
+        let strategy = if self.shared.file_copy {
+            " STRATEGY = FILE_COPY"
+        } else {
+            ""
+        };
+        let sql = format!(
+            "CREATE DATABASE {} TEMPLATE {}{strategy}",
+            quote_ident(&name),
+            quote_ident(template)
+        );
+        let mut admin = self.connect_admin()?;
+        admin.batch_execute(&sql).map_err(|e| {
+            SandboxError::sql(format!("creating database {name} from {template}"), e)
+        })?;
+        Ok(Database {
+            url: db::with_database(self.admin_url(), &name),
+            name,
+            shared: Arc::clone(&self.shared),
+        })
+    }
+}
+
+/// A database of a sandbox, dropped (with `FORCE`) when this is dropped.
+pub struct Database {
+    name: String,
+    url: String,
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Database {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Database({} on {})",
+            self.name,
+            self.shared.backend.describe()
+        )
+    }
+}
+
+impl Database {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Superuser URL of this database. Contains a password.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// A new superuser connection to this database.
+    pub fn connect(&self) -> Result<Client, ConnectError> {
+        db::connect(&self.url)
+    }
+
+    /// Which backend serves it.
+    pub fn kind(&self) -> BackendKind {
+        self.shared.backend.kind()
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        let sql = format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            quote_ident(&self.name)
+        );
+        let result = db::connect(self.shared.backend.admin_url())
+            .map_err(|e| e.to_string())
+            .and_then(|mut c| c.batch_execute(&sql).map_err(|e| e.to_string()));
+        if let Err(e) = result {
+            log::warn!("could not drop sandbox database {}: {e}", self.name);
+        }
+    }
+}
+
+/// Runs `cmd` with a deadline; None when it did not finish in time (it is
+/// killed) or could not be started. Used to probe `docker` and `pg_config`.
+pub(crate) fn run_with_timeout(
+    cmd: &mut std::process::Command,
+    timeout: std::time::Duration,
+) -> Option<std::process::Output> {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .ok()?;
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => return child.wait_with_output().ok(),
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+}
+
+/// A random password for servers we start; never printed.
+pub(crate) fn random_password() -> String {
+    use rand::distr::{Alphanumeric, SampleString};
+    Alphanumeric.sample_string(&mut rand::rng(), 24)
+}

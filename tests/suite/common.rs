@@ -1,0 +1,74 @@
+//! The test environment: one sandbox server for the whole run, a fresh
+//! database per test, and the glue that turns `fn(&TestEnv) -> Result` into
+//! libtest-mimic trials.
+//!
+//! The backend comes from `ROLLSAFE_POSTGRES` (auto, docker, local, or a
+//! URL), exactly as the product reads it; `ci/test.sh` runs the suite once
+//! per backend present on the machine.
+
+use std::path::PathBuf;
+
+use libtest_mimic::{Failed, Trial};
+use rollsafe::sandbox::{Database, Sandbox, SandboxBuilder};
+
+pub struct TestEnv {
+    pub sandbox: Sandbox,
+    pub builder: SandboxBuilder,
+}
+
+impl TestEnv {
+    /// Starts the run's sandbox; a suite that cannot get one fails loudly.
+    pub fn start() -> TestEnv {
+        let builder = SandboxBuilder::from_env().expect("ROLLSAFE_POSTGRES is invalid");
+        let sandbox = builder
+            .start()
+            .unwrap_or_else(|e| panic!("test suite: no sandbox: {e}"));
+        eprintln!(
+            "test suite: sandbox = {} ({})",
+            sandbox.describe(),
+            sandbox.server_version().unwrap_or_default()
+        );
+        TestEnv { sandbox, builder }
+    }
+
+    /// A fresh database of the run's server, dropped with the handle.
+    pub fn fresh_database(&self) -> Database {
+        self.sandbox
+            .fresh_database()
+            .expect("creating a fresh test database")
+    }
+}
+
+/// The path of the built `rollsafe` binary, for CLI tests.
+pub fn rollsafe_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_rollsafe"))
+}
+
+/// The repository root (for `migrations/`, fixtures).
+#[allow(dead_code)]
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub type TestFn = fn(&TestEnv) -> anyhow::Result<()>;
+
+/// One trial per (name, fn); the env is shared (it is behind an Arc).
+pub fn trials(module: &str, env: &std::sync::Arc<TestEnv>, tests: &[(&str, TestFn)]) -> Vec<Trial> {
+    tests
+        .iter()
+        .map(|&(name, f)| {
+            let env = std::sync::Arc::clone(env);
+            Trial::test(format!("{module}::{name}"), move || {
+                f(&env).map_err(|e| Failed::from(format!("{e:#}")))
+            })
+        })
+        .collect()
+}
+
+/// `trials!(module, env, [fn_a, fn_b])` names each trial after its fn.
+#[macro_export]
+macro_rules! trials {
+    ($module:expr, $env:expr, [$($f:ident),* $(,)?]) => {
+        $crate::common::trials($module, $env, &[$((stringify!($f), $f as $crate::common::TestFn)),*])
+    };
+}

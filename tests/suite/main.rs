@@ -1,0 +1,23 @@
+//! The integration suite: real PostgreSQL through the product's own sandbox.
+//!
+//! One server for the run (dropped at the end, so nothing is left behind),
+//! a fresh database per test, tests in parallel. Each area registers its
+//! tests in its own module.
+
+mod common;
+mod sandbox;
+
+use std::sync::Arc;
+
+use libtest_mimic::Arguments;
+
+fn main() {
+    let args = Arguments::from_args();
+    let env = Arc::new(common::TestEnv::start());
+    let mut trials = Vec::new();
+    trials.extend(sandbox::tests(&env));
+    let conclusion = libtest_mimic::run(&args, trials);
+    // Drop the shared server before exiting (exit skips destructors).
+    drop(env);
+    conclusion.exit();
+}
