@@ -3,10 +3,12 @@
 //! The library does the work; `main.rs` only parses arguments, calls in here
 //! and maps errors to exit codes. The library never prints or exits.
 //!
+//! - [`catalog`]: the migration files, embedded or from a directory.
 //! - [`sandbox`]: throwaway PostgreSQL (docker, local binaries, existing server).
 //! - [`db`]: connecting, URL redaction.
 //! - [`dao`]: the attached-functions DAO and its named statement sets.
 
+pub mod catalog;
 pub mod dao;
 pub mod db;
 pub mod sandbox;
