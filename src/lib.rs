@@ -7,8 +7,14 @@
 //! - [`sandbox`]: throwaway PostgreSQL (docker, local binaries, existing server).
 //! - [`db`]: connecting, URL redaction.
 //! - [`dao`]: the attached-functions DAO and its named statement sets.
+//! - [`schema`]: schema snapshots (introspection, comparison).
+//! - [`verify`]: the rehearsal pipeline and its checks.
+//! - [`report`]: findings and their text / JSON / JUnit renderings.
 
 pub mod catalog;
 pub mod dao;
 pub mod db;
+pub mod report;
 pub mod sandbox;
+pub mod schema;
+pub mod verify;

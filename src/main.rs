@@ -5,10 +5,17 @@
 //! 1 error findings or a refused/failed migration, 2 could not run (usage,
 //! connection, sandbox).
 
+use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
+use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
+use rollsafe::catalog::Catalog;
+use rollsafe::report::{render, Format};
 use rollsafe::sandbox::{BackendChoice, SandboxBuilder, DEFAULT_IMAGE, ENV_BACKEND, ENV_IMAGE};
+use rollsafe::verify::{Verify, DEFAULT_ROWS};
 
 #[derive(Parser)]
 #[command(
@@ -51,6 +58,53 @@ impl SandboxArgs {
 struct VerifyArgs {
     #[command(flatten)]
     sandbox: SandboxArgs,
+    /// Directory of V<n>__<name>.sql files to rehearse instead of the embedded migrations (e.g. a proposed change).
+    #[arg(long, value_name = "DIR")]
+    migrations: Option<PathBuf>,
+    /// Rows seeded per rehearsal (written like the live app versions write them).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_ROWS)]
+    rows: u64,
+    /// Report format: text, json or junit.
+    #[arg(long, default_value = "text", value_parser = clap::value_parser!(FormatArg))]
+    format: FormatArg,
+    /// Write the report to FILE instead of standard output.
+    #[arg(long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Lock timeout a migration must give up within behind a long transaction (e.g. 5s, 500ms).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    lock_timeout: Duration,
+}
+
+/// `--format`, parsed by the library's [`Format`].
+#[derive(Clone)]
+struct FormatArg(Format);
+
+impl std::str::FromStr for FormatArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        s.parse().map(FormatArg)
+    }
+}
+
+/// `5s`, `500ms`, `2m`, or plain seconds.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let bad = || format!("`{s}` is not a duration; use e.g. 5s, 500ms or 1m");
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: f64 = num.parse().map_err(|_| bad())?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        _ => return Err(bad()),
+    };
+    if secs <= 0.0 {
+        return Err(format!("`{s}`: the lock timeout must be positive"));
+    }
+    Ok(Duration::from_secs_f64(secs))
 }
 
 /// An error that means "could not run" (exit 2) rather than "found problems".
@@ -60,10 +114,42 @@ fn could_not_run(e: anyhow::Error) -> ExitCode {
 }
 
 fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
-    let sandbox = args.sandbox.builder()?.start()?;
-    println!("sandbox: {}", sandbox.describe());
-    println!("server:  {}", sandbox.server_version()?);
-    Ok(ExitCode::SUCCESS)
+    let catalog = Catalog::load(args.migrations.as_deref())?;
+    let mut verify = Verify::new(catalog)?
+        .rows(args.rows)
+        .lock_timeout(args.lock_timeout);
+    // Progress only for a human watching; CI logs stay clean.
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.enable_steady_tick(Duration::from_millis(120));
+        bar.set_message("starting throwaway Postgres");
+        bar
+    });
+    if let Some(bar) = &bar {
+        let bar = bar.clone();
+        verify = verify.progress(move |s| bar.set_message(s.to_string()));
+    }
+    let result = args
+        .sandbox
+        .builder()?
+        .start()
+        .map_err(anyhow::Error::from)
+        .and_then(|sandbox| Ok(verify.run(&sandbox)?));
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    let report = result?;
+    let text = render(&report, args.format.0);
+    match &args.output {
+        Some(path) => std::fs::write(path, &text)
+            .with_context(|| format!("cannot write the report to {}", path.display()))?,
+        None => print!("{text}"),
+    }
+    Ok(if report.passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn main() -> ExitCode {

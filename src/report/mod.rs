@@ -1,0 +1,302 @@
+//! Findings and the reports that carry them, rendered as text, JSON or JUnit.
+//!
+//! A [`Finding`] is one thing a check established: a stable id (the check's
+//! name is its prefix, e.g. `rewrite.table-rewritten`, so a reader finds the
+//! module from the id), a severity, the migration it is about, a one-line
+//! message, the numbers it measured (`evidence`) and what to do (`advice`).
+//! Passing checks report too (severity `info`, with their measurements): a
+//! green run shows *why* it is green.
+//!
+//! A [`Report`] is the findings plus what was rehearsed (server, migrations,
+//! app versions, the safe deploy order). `passed` is "no error finding".
+//! Shared by `rollsafe verify` and `rollsafe check`; nothing here knows how a
+//! finding was produced.
+
+mod json;
+mod junit;
+mod text;
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+pub use json::render_json;
+pub use junit::render_junit;
+pub use text::render_text;
+
+/// How bad a finding is. Only `Error` fails a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Info,
+    Warn,
+    Error,
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Severity::Info => "info",
+            Severity::Warn => "warn",
+            Severity::Error => "error",
+        })
+    }
+}
+
+/// Measured numbers and facts behind a finding (JSON object).
+pub type Evidence = serde_json::Map<String, serde_json::Value>;
+
+/// One result of one check.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    /// The check that produced it (`rewrite`), also the id's prefix.
+    pub check: String,
+    /// Stable identifier, `<check>.<what>` (`rewrite.table-rewritten`).
+    pub id: String,
+    pub severity: Severity,
+    /// The migration version it is about; None for run-wide findings.
+    pub migration: Option<i32>,
+    /// One line: what was established.
+    pub message: String,
+    pub evidence: Evidence,
+    /// What to do about it (empty for plain measurements).
+    pub advice: String,
+}
+
+impl Finding {
+    /// A finding of `check` with id `<check>.<name>`.
+    pub fn new(
+        check: &str,
+        name: &str,
+        severity: Severity,
+        migration: Option<i32>,
+        message: impl Into<String>,
+    ) -> Finding {
+        Finding {
+            check: check.to_string(),
+            id: format!("{check}.{name}"),
+            severity,
+            migration,
+            message: message.into(),
+            evidence: Evidence::new(),
+            advice: String::new(),
+        }
+    }
+
+    /// Adds one measured value.
+    pub fn evidence(mut self, key: &str, value: impl Into<serde_json::Value>) -> Finding {
+        self.evidence.insert(key.to_string(), value.into());
+        self
+    }
+
+    /// Adds every entry of `more`.
+    pub fn evidence_map(mut self, more: &Evidence) -> Finding {
+        for (k, v) in more {
+            self.evidence.insert(k.clone(), v.clone());
+        }
+        self
+    }
+
+    pub fn advice(mut self, advice: impl Into<String>) -> Finding {
+        self.advice = advice.into();
+        self
+    }
+}
+
+/// A migration that was rehearsed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RehearsedMigration {
+    pub version: i32,
+    pub file: String,
+}
+
+/// An application version whose statements were replayed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RehearsedApp {
+    pub name: String,
+    /// First schema version it needs.
+    pub needs: i32,
+    pub statements: usize,
+}
+
+/// One (check, migration) pair that ran; JUnit gets one test case each,
+/// including those that found nothing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckRun {
+    pub check: String,
+    pub migration: Option<i32>,
+    pub description: String,
+}
+
+/// Everything a run established.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// True when no finding is an error.
+    pub passed: bool,
+    /// The tool and command (`rollsafe verify`).
+    pub tool: String,
+    /// Where it ran (no password).
+    pub sandbox: String,
+    pub server_version: String,
+    /// Where the migrations came from.
+    pub source: String,
+    pub migrations: Vec<RehearsedMigration>,
+    pub apps: Vec<RehearsedApp>,
+    /// Rows seeded per migration rehearsal.
+    pub rows: u64,
+    /// The deploy order that the run proved safe, one step per line.
+    pub safe_order: Vec<String>,
+    pub checks: Vec<CheckRun>,
+    pub findings: Vec<Finding>,
+    pub duration_ms: u64,
+}
+
+impl Report {
+    /// An empty report for `tool`; fill in and call [`Report::finish`].
+    pub fn new(tool: &str) -> Report {
+        Report {
+            passed: true,
+            tool: tool.to_string(),
+            sandbox: String::new(),
+            server_version: String::new(),
+            source: String::new(),
+            migrations: Vec::new(),
+            apps: Vec::new(),
+            rows: 0,
+            safe_order: Vec::new(),
+            checks: Vec::new(),
+            findings: Vec::new(),
+            duration_ms: 0,
+        }
+    }
+
+    /// Recomputes `passed` and orders findings (by migration, then
+    /// severity, worst first, then check order of appearance).
+    pub fn finish(&mut self) {
+        self.passed = !self.findings.iter().any(|f| f.severity == Severity::Error);
+        self.findings.sort_by(|a, b| {
+            a.migration
+                .unwrap_or(i32::MAX)
+                .cmp(&b.migration.unwrap_or(i32::MAX))
+                .then(b.severity.cmp(&a.severity))
+        });
+    }
+
+    pub fn errors(&self) -> impl Iterator<Item = &Finding> {
+        self.findings
+            .iter()
+            .filter(|f| f.severity == Severity::Error)
+    }
+
+    pub fn count(&self, severity: Severity) -> usize {
+        self.findings
+            .iter()
+            .filter(|f| f.severity == severity)
+            .count()
+    }
+}
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Json,
+    Junit,
+}
+
+impl std::str::FromStr for Format {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Format, String> {
+        match s {
+            "text" => Ok(Format::Text),
+            "json" => Ok(Format::Json),
+            "junit" => Ok(Format::Junit),
+            other => Err(format!(
+                "unknown format `{other}`: use text, json or junit"
+            )),
+        }
+    }
+}
+
+/// Renders `report` in `format`.
+pub fn render(report: &Report, format: Format) -> String {
+    match format {
+        Format::Text => render_text(report),
+        Format::Json => render_json(report),
+        Format::Junit => render_junit(report),
+    }
+}
+
+#[cfg(test)]
+pub(crate) fn sample_report() -> Report {
+    let mut r = Report::new("rollsafe verify");
+    r.sandbox = "local server 127.0.0.1:5555".into();
+    r.server_version = "PostgreSQL 15".into();
+    r.source = "the migrations embedded in rollsafe".into();
+    r.migrations = vec![
+        RehearsedMigration {
+            version: 2,
+            file: "V2__a.sql".into(),
+        },
+        RehearsedMigration {
+            version: 3,
+            file: "V3__b.sql".into(),
+        },
+    ];
+    r.apps = vec![RehearsedApp {
+        name: "legacy".into(),
+        needs: 2,
+        statements: 4,
+    }];
+    r.rows = 10;
+    r.safe_order = vec!["apply V3, then roll out the current app".into()];
+    for check in ["rewrite", "locks"] {
+        for m in [2, 3] {
+            r.checks.push(CheckRun {
+                check: check.into(),
+                migration: Some(m),
+                description: format!("{check} description"),
+            });
+        }
+    }
+    r.findings = vec![
+        Finding::new("rewrite", "measured", Severity::Info, Some(2), "no rewrite")
+            .evidence("wal_bytes", 1234),
+        Finding::new(
+            "rewrite",
+            "table-rewritten",
+            Severity::Error,
+            Some(3),
+            "attached_functions rewritten <&>",
+        )
+        .evidence("rows", 10)
+        .advice("use a constant default"),
+        Finding::new("locks", "lock-modes", Severity::Warn, Some(3), "scan"),
+    ];
+    r.finish();
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passed_means_no_error_and_findings_are_ordered() {
+        let r = sample_report();
+        assert!(!r.passed);
+        assert_eq!(r.findings[0].migration, Some(2));
+        assert_eq!(r.findings[1].severity, Severity::Error);
+        let mut ok = r.clone();
+        ok.findings.retain(|f| f.severity != Severity::Error);
+        ok.finish();
+        assert!(ok.passed);
+    }
+
+    #[test]
+    fn ids_carry_the_check_prefix() {
+        let f = Finding::new("locks", "long-blocking-lock", Severity::Error, None, "x");
+        assert_eq!(f.id, "locks.long-blocking-lock");
+        assert_eq!(f.check, "locks");
+    }
+}

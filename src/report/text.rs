@@ -1,0 +1,125 @@
+//! Human-readable rendering: what was rehearsed, then the findings grouped
+//! per migration (errors first), then the safe deploy order and a verdict.
+
+use std::fmt::Write;
+
+use super::{Finding, Report, Severity};
+
+fn evidence_line(f: &Finding) -> String {
+    f.evidence
+        .iter()
+        .map(|(k, v)| match v {
+            serde_json::Value::String(s) => format!("{k}={s}"),
+            other => format!("{k}={other}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn tag(s: Severity) -> &'static str {
+    match s {
+        Severity::Error => "ERROR",
+        Severity::Warn => "warn ",
+        Severity::Info => "ok   ",
+    }
+}
+
+pub fn render_text(report: &Report) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", report.tool);
+    let _ = writeln!(out, "  sandbox:    {}", report.sandbox);
+    if !report.server_version.is_empty() {
+        let _ = writeln!(out, "  server:     {}", report.server_version);
+    }
+    let _ = writeln!(out, "  migrations: {}", report.source);
+    if !report.apps.is_empty() {
+        let apps: Vec<String> = report
+            .apps
+            .iter()
+            .map(|a| {
+                format!(
+                    "{} (needs V{}, {} statements)",
+                    a.name, a.needs, a.statements
+                )
+            })
+            .collect();
+        let _ = writeln!(out, "  apps:       {}", apps.join(", "));
+    }
+    if report.rows > 0 {
+        let _ = writeln!(out, "  rows:       {} per seeded rehearsal", report.rows);
+    }
+
+    let mut groups: Vec<Option<i32>> = report.migrations.iter().map(|m| Some(m.version)).collect();
+    groups.push(None);
+    for group in groups {
+        let findings: Vec<&Finding> = report
+            .findings
+            .iter()
+            .filter(|f| f.migration == group)
+            .collect();
+        if findings.is_empty() {
+            continue;
+        }
+        let title = match group {
+            Some(v) => report
+                .migrations
+                .iter()
+                .find(|m| m.version == v)
+                .map(|m| format!("V{v} {}", m.file))
+                .unwrap_or_else(|| format!("V{v}")),
+            None => "whole run".to_string(),
+        };
+        let _ = writeln!(out, "\n{title}");
+        let mut sorted = findings;
+        sorted.sort_by(|a, b| b.severity.cmp(&a.severity));
+        for f in sorted {
+            let _ = writeln!(out, "  {} {:<36} {}", tag(f.severity), f.id, f.message);
+            let ev = evidence_line(f);
+            if !ev.is_empty() && f.severity != Severity::Info {
+                let _ = writeln!(out, "        evidence: {ev}");
+            } else if !ev.is_empty() {
+                let _ = writeln!(out, "        {ev}");
+            }
+            if !f.advice.is_empty() && f.severity != Severity::Info {
+                let _ = writeln!(out, "        advice:   {}", f.advice);
+            }
+        }
+    }
+
+    if !report.safe_order.is_empty() {
+        let _ = writeln!(out, "\nsafe deploy order");
+        for (i, step) in report.safe_order.iter().enumerate() {
+            let _ = writeln!(out, "  {}. {step}", i + 1);
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\n{}: {} error(s), {} warning(s), {} check(s) run, {:.1} s",
+        if report.passed { "PASSED" } else { "FAILED" },
+        report.count(Severity::Error),
+        report.count(Severity::Warn),
+        report.checks.len(),
+        report.duration_ms as f64 / 1000.0
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_per_migration_and_states_order_and_verdict() {
+        let text = render_text(&super::super::sample_report());
+        let v2 = text.find("\nV2 V2__a.sql").unwrap();
+        let v3 = text.find("\nV3 V3__b.sql").unwrap();
+        let err = text.find("ERROR rewrite.table-rewritten").unwrap();
+        assert!(v2 < v3 && v3 < err, "{text}");
+        assert!(text.contains("advice:   use a constant default"), "{text}");
+        assert!(
+            text.contains("1. apply V3, then roll out the current app"),
+            "{text}"
+        );
+        assert!(text.contains("FAILED: 1 error(s), 1 warning(s)"), "{text}");
+    }
+}

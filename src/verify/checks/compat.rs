@@ -1,0 +1,267 @@
+//! `compat`: the rolling-deploy matrix.
+//!
+//! While migration k rolls out, every app version still running (needs ≤
+//! k−1) must work on k−1 and on k, and every app version that needs ≤ k
+//! must work on k. "Work" is measured two ways:
+//! - every named statement of the app is prepared and executed (inside a
+//!   rolled-back transaction) on a database at that version with rows in it
+//!   ([`crate::verify::replay`]);
+//! - cross-version behaviour, through the apps' drivers, on one database at
+//!   k: rows the older app writes are visible to the newer app's readers;
+//!   the newer app's not-ready rows are invisible to its own readers and
+//!   (a warning) visible to the older app's; after rolling the app back,
+//!   the older app still reads the newer app's rows and still writes.
+//!
+//! It also derives the safe deploy order from the windows.
+
+use postgres::Client;
+
+use crate::report::{Finding, Severity};
+use crate::verify::apps::{AppVersion, NewFunction};
+use crate::verify::replay::Outcome;
+
+pub const CHECK: &str = "compat";
+pub const DESCRIPTION: &str =
+    "every live app version's statements run on the schema before and after, and old and new apps read each other's rows correctly";
+
+/// Findings for one replay of `app` on schema version `schema` during the
+/// rollout of migration `v`.
+pub fn replay_findings(v: i32, app: &AppVersion, schema: i32, outcomes: &[Outcome]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for o in outcomes {
+        if let Some((step, msg)) = &o.failure {
+            out.push(
+                Finding::new(
+                    CHECK,
+                    "statement-fails",
+                    Severity::Error,
+                    Some(v),
+                    format!(
+                        "the {} app's `{}` fails on V{schema} at {step}: {msg}",
+                        app.name, o.statement
+                    ),
+                )
+                .evidence("app", app.name.clone())
+                .evidence("statement", o.statement.clone())
+                .evidence("schema_version", schema)
+                .evidence("step", step.to_string())
+                .evidence("error", msg.clone())
+                .advice(format!(
+                    "the {} app runs on V{schema} during the rollout: keep what it uses (columns, tables, types) and give new NOT NULL columns defaults; drop or rename only after no running version uses it (expand, migrate, contract)",
+                    app.name
+                )),
+            );
+        }
+    }
+    if out.is_empty() {
+        out.push(
+            Finding::new(
+                CHECK,
+                "statements-run",
+                Severity::Info,
+                Some(v),
+                format!(
+                    "all {} statements of the {} app prepare and execute on V{schema}",
+                    outcomes.len(),
+                    app.name
+                ),
+            )
+            .evidence("app", app.name.clone())
+            .evidence("schema_version", schema)
+            .evidence("statements", outcomes.len()),
+        );
+    }
+    out
+}
+
+fn fail(v: i32, name: &str, sev: Severity, msg: String, advice: &str) -> Finding {
+    Finding::new(CHECK, name, sev, Some(v), msg).advice(advice)
+}
+
+/// Cross-version behaviour of `older` and `newer` on the database `c` (at
+/// migration `v`'s schema; it is written to).
+pub fn cross_version(
+    v: i32,
+    c: &mut Client,
+    older: &AppVersion,
+    newer: &AppVersion,
+) -> anyhow::Result<Vec<Finding>> {
+    let (Some(old), Some(new)) = (older.driver(), newer.driver()) else {
+        return Ok(vec![Finding::new(
+            CHECK,
+            "cross-version-skipped",
+            Severity::Info,
+            Some(v),
+            format!(
+                "no driver for {} or {}: cross-version behaviour not exercised",
+                older.name, newer.name
+            ),
+        )]);
+    };
+    let (o, n) = (&older.name, &newer.name);
+    let mut out = Vec::new();
+    let mut ok = Vec::new();
+
+    // Rows the older app writes during the rollout.
+    let req = NewFunction::with_new_collection(c, &format!("{o}_during_rollout"))?;
+    match old.create_complete(c, &req) {
+        Err(e) => out.push(fail(
+            v,
+            "old-app-cannot-write",
+            Severity::Error,
+            format!("the {o} app cannot create on V{v}: {e:#}"),
+            "the older app keeps running during the rollout; its writes must still succeed",
+        )),
+        Ok(id) => {
+            if new.sees(c, id)? {
+                ok.push(format!("rows the {o} app writes are visible to the {n} app"));
+            } else {
+                out.push(
+                    fail(
+                        v,
+                        "old-writes-invisible-to-new",
+                        Severity::Error,
+                        format!("a row the {o} app created during the rollout is invisible to the {n} app's readers"),
+                        "rows written by the older app are complete: the new column's default must make them visible (is_ready DEFAULT true)",
+                    )
+                    .evidence("row", id.to_string()),
+                );
+            }
+        }
+    }
+
+    // The newer app's creations in flight.
+    let req = NewFunction::with_new_collection(c, &format!("{n}_in_flight"))?;
+    if let Some(id) = new.begin_create(c, &req)? {
+        if new.sees(c, id)? {
+            out.push(
+                fail(
+                    v,
+                    "not-ready-visible-to-new",
+                    Severity::Error,
+                    format!("a not-ready row of the {n} app is visible to its own readers"),
+                    "readers must filter on readiness (is_ready) so half-built rows stay hidden",
+                )
+                .evidence("row", id.to_string()),
+            );
+        } else {
+            ok.push(format!("not-ready rows are invisible to the {n} app"));
+        }
+        if old.sees(c, id)? {
+            out.push(
+                fail(
+                    v,
+                    "not-ready-visible-to-old",
+                    Severity::Warn,
+                    format!("a not-ready row of the {n} app is visible to the {o} app's readers while both run"),
+                    "expected while the older app runs (it does not know readiness); keep the rollout short and make the older app tolerate a missing output collection",
+                )
+                .evidence("row", id.to_string()),
+            );
+        }
+    }
+
+    // Rolling the app back: the older app reads the newer app's rows and
+    // still writes.
+    let req = NewFunction::with_new_collection(c, &format!("{n}_before_rollback"))?;
+    let id = new.create_complete(c, &req)?;
+    let reads = old.sees(c, id)?;
+    let req = NewFunction::with_new_collection(c, &format!("{o}_after_rollback"))?;
+    let writes = old.create_complete(c, &req);
+    if !reads || writes.is_err() {
+        out.push(fail(
+            v,
+            "rollback-breaks-old-app",
+            Severity::Error,
+            format!(
+                "after rolling back to the {o} app: {}{}",
+                if reads { "" } else { "it does not see rows the newer app created; " },
+                writes.err().map(|e| format!("its create fails: {e:#}")).unwrap_or_default()
+            ),
+            "an app rollback must keep working on the new schema: do not make the old app's rows or writes invalid",
+        ));
+    } else {
+        ok.push(format!("rolling back to the {o} app keeps working"));
+    }
+
+    if !ok.is_empty() {
+        out.push(
+            Finding::new(
+                CHECK,
+                "cross-version",
+                Severity::Info,
+                Some(v),
+                format!("{o} and {n} on V{v}: {}", ok.join("; ")),
+            )
+            .evidence("older", o.clone())
+            .evidence("newer", n.clone()),
+        );
+    }
+    Ok(out)
+}
+
+/// The deploy order the windows imply, one step per migration: which app
+/// versions may roll out after it, and which keep working throughout.
+pub fn safe_order(versions: &[i32], apps: &[AppVersion]) -> Vec<String> {
+    let mut steps = Vec::new();
+    let mut prev = 0;
+    for &v in versions {
+        let newly: Vec<&str> = apps
+            .iter()
+            .filter(|a| a.needs > prev && a.needs <= v)
+            .map(|a| a.name.as_str())
+            .collect();
+        let running: Vec<&str> = apps
+            .iter()
+            .filter(|a| a.needs <= prev)
+            .map(|a| a.name.as_str())
+            .collect();
+        let mut s = format!("apply V{v}");
+        if !newly.is_empty() {
+            s.push_str(&format!(", then roll out the {} app", newly.join(" and ")));
+        }
+        if !running.is_empty() {
+            s.push_str(&format!(
+                "; the {} app keeps working throughout",
+                running.join(" and ")
+            ));
+        }
+        steps.push(s);
+        prev = v;
+    }
+    steps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verify::apps::embedded_apps;
+
+    #[test]
+    fn safe_order_of_the_shipped_windows() {
+        let apps = embedded_apps().unwrap();
+        assert_eq!(
+            safe_order(&[1, 2, 3], &apps),
+            [
+                "apply V1",
+                "apply V2, then roll out the legacy app",
+                "apply V3, then roll out the current app; the legacy app keeps working throughout",
+            ]
+        );
+    }
+
+    #[test]
+    fn failing_statement_is_an_error_naming_app_statement_and_version() {
+        let apps = embedded_apps().unwrap();
+        let o = Outcome {
+            statement: "insert".into(),
+            failure: Some((
+                crate::verify::replay::Step::Execute,
+                "null value in column \"x\"".into(),
+            )),
+        };
+        let f = replay_findings(3, &apps[0], 3, &[o]);
+        assert_eq!(f[0].id, "compat.statement-fails");
+        assert!(f[0].message.contains("legacy app's `insert` fails on V3 at EXECUTE"));
+    }
+}

@@ -1,0 +1,29 @@
+//! The rehearsal's checks, one module each. Every check has a stable name
+//! (the prefix of its finding ids: `rewrite.table-rewritten` lives in
+//! `rewrite.rs`), a one-line description, and turns measurements into
+//! findings with evidence and advice. The pipeline (`verify/mod.rs`) runs
+//! the scenarios; the checks judge.
+
+pub mod apply;
+pub mod backfill;
+pub mod compat;
+pub mod dao;
+pub mod locks;
+pub mod post;
+pub mod rewrite;
+
+/// (name, description) of every check, in the order they run.
+pub const ALL: &[(&str, &str)] = &[
+    (apply::CHECK, apply::DESCRIPTION),
+    (rewrite::CHECK, rewrite::DESCRIPTION),
+    (locks::CHECK, locks::DESCRIPTION),
+    (backfill::CHECK, backfill::DESCRIPTION),
+    (compat::CHECK, compat::DESCRIPTION),
+    (dao::CHECK, dao::DESCRIPTION),
+    (post::CHECK, post::DESCRIPTION),
+];
+
+/// Milliseconds with one decimal, for evidence.
+pub(crate) fn ms(d: std::time::Duration) -> f64 {
+    (d.as_secs_f64() * 10_000.0).round() / 10.0
+}

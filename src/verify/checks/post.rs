@@ -1,0 +1,109 @@
+//! `post`: the final schema is sound and is the one expected.
+//!
+//! No invalid index (`pg_index.indisvalid`: a failed concurrent build leaves
+//! one that costs writes and serves no read), no constraint left NOT VALID
+//! (`pg_constraint.convalidated`: existing rows were never checked), and the
+//! final schema equal to the expected snapshot — both the one reached on
+//! the seeded path (each migration applied onto the live apps' rows) and the
+//! one reached on an empty database.
+
+use crate::report::{Finding, Severity};
+use crate::schema::Snapshot;
+
+pub const CHECK: &str = "post";
+pub const DESCRIPTION: &str =
+    "no invalid indexes, no NOT VALID constraints, final schema equal to the expected snapshot";
+
+/// Where the expected snapshot came from, for the message.
+pub enum Expected<'a> {
+    /// A checked-in snapshot (`migrations/schema.json`).
+    Snapshot(&'a Snapshot, String),
+    /// None checked in: the schema the migrations build on an empty
+    /// database is the reference.
+    Derived,
+}
+
+pub fn evaluate(v: i32, seeded: &Snapshot, empty: &Snapshot, expected: Expected<'_>) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let invalid = seeded.invalid_indexes();
+    if !invalid.is_empty() {
+        out.push(
+            Finding::new(CHECK, "invalid-index", Severity::Error, Some(v), format!("invalid indexes remain: {}", invalid.join(", ")))
+                .evidence("indexes", invalid.join(", "))
+                .advice("drop the invalid index and build it again (CREATE INDEX CONCURRENTLY), then check pg_index.indisvalid"),
+        );
+    }
+    let unvalidated = seeded.unvalidated_constraints();
+    if !unvalidated.is_empty() {
+        out.push(
+            Finding::new(CHECK, "not-valid-constraint", Severity::Error, Some(v), format!("constraints left NOT VALID: {}", unvalidated.join(", ")))
+                .evidence("constraints", unvalidated.join(", "))
+                .advice("add a migration that runs ALTER TABLE … VALIDATE CONSTRAINT (SHARE UPDATE EXCLUSIVE: does not block the app)"),
+        );
+    }
+    let paths = seeded.diff(empty);
+    if !paths.is_empty() {
+        out.push(
+            Finding::new(
+                CHECK,
+                "paths-differ",
+                Severity::Error,
+                Some(v),
+                format!("the schema built on the live apps' rows differs from the one built on an empty database: {}", paths.join("; ")),
+            )
+            .evidence("differences", paths.len())
+            .advice("a migration must not depend on the data it meets"),
+        );
+    }
+    match expected {
+        Expected::Snapshot(want, source) => {
+            let d = seeded.diff(want);
+            if d.is_empty() {
+                out.push(
+                    Finding::new(CHECK, "schema-as-expected", Severity::Info, Some(v), format!("final schema equals {source}"))
+                        .evidence("tables", want.tables.len()),
+                );
+            } else {
+                out.push(
+                    Finding::new(CHECK, "schema-differs", Severity::Error, Some(v), format!("final schema differs from {source}: {}", d.join("; ")))
+                        .evidence("differences", d.len())
+                        .advice(format!("if the change is intended, regenerate {source} (see src/schema.rs)")),
+                );
+            }
+        }
+        Expected::Derived => out.push(
+            Finding::new(
+                CHECK,
+                "schema-derived",
+                Severity::Info,
+                Some(v),
+                "no schema.json next to the migrations: the schema they build on an empty database is the reference",
+            )
+            .evidence("tables", empty.tables.len()),
+        ),
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{Index, Table};
+
+    #[test]
+    fn invalid_index_and_difference_are_errors() {
+        let mut s = Snapshot::default();
+        s.tables.insert(
+            "t".into(),
+            Table {
+                columns: vec![],
+                constraints: vec![],
+                indexes: vec![Index { name: "ix".into(), definition: "CREATE INDEX ix ON t".into(), valid: false }],
+            },
+        );
+        let empty = Snapshot::default();
+        let f = evaluate(3, &s, &empty, Expected::Snapshot(&empty, "schema.json".into()));
+        let ids: Vec<&str> = f.iter().map(|f| f.id.as_str()).collect();
+        assert_eq!(ids, ["post.invalid-index", "post.paths-differ", "post.schema-differs"]);
+    }
+}

@@ -1,0 +1,215 @@
+//! Replaying an app version's named statements against a database: each is
+//! `PREPARE`d (the server reports its parameter types), then `EXECUTE`d
+//! with values, inside a transaction that is rolled back.
+//!
+//! Executing matters: `PREPARE` alone accepts an `INSERT` that leaves out a
+//! new NOT NULL column, or a value a CHECK refuses; only running it shows.
+//! Values come from the statement's `-- param: $N = <SQL expression>` lines
+//! (data that must exist, e.g. a live collection's id) or are generated from
+//! the parameter's type ([`generated_value`]).
+
+use std::collections::BTreeMap;
+
+use postgres::Client;
+
+use super::apps::AppVersion;
+
+/// How one statement fared.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub statement: String,
+    /// None when it prepared and executed; else the step and the server's
+    /// message.
+    pub failure: Option<(Step, String)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Prepare,
+    Params,
+    Execute,
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Step::Prepare => "PREPARE",
+            Step::Params => "evaluating its declared parameters",
+            Step::Execute => "EXECUTE",
+        })
+    }
+}
+
+/// `-- param: $N = expr` lines of a statement, by N.
+pub fn declared_params<'a>(meta: impl Iterator<Item = &'a str>) -> BTreeMap<usize, String> {
+    let mut out = BTreeMap::new();
+    for value in meta {
+        if let Some((lhs, rhs)) = value.split_once('=') {
+            if let Some(n) = lhs.trim().strip_prefix('$').and_then(|n| n.parse().ok()) {
+                out.insert(n, rhs.trim().to_string());
+            }
+        }
+    }
+    out
+}
+
+/// A SQL expression producing a plausible value of `type_name` (as
+/// `format_type`/regtype spells it); `NULL` for types rollsafe does not
+/// know (declare those with `-- param:`).
+pub fn generated_value(type_name: &str) -> &'static str {
+    match type_name {
+        "uuid" => "gen_random_uuid()",
+        "text" | "character varying" | "name" | "character" => {
+            "'rollsafe_' || substr(md5(random()::text), 1, 12)"
+        }
+        "boolean" => "true",
+        "smallint" | "integer" | "bigint" | "numeric" | "real" | "double precision" => "1",
+        "jsonb" | "json" => "'{}'",
+        "timestamp with time zone" | "timestamp without time zone" | "date" => "now()",
+        "bytea" => "'\\x00'::bytea",
+        _ => "NULL",
+    }
+}
+
+/// A statement prepared on one connection, with the expressions for its
+/// parameters.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub statement: String,
+    /// The server-side name (`rs_<n>`).
+    pub handle: String,
+    /// (type, SQL expression) per parameter.
+    pub params: Vec<(String, String)>,
+    pub is_read: bool,
+}
+
+/// `PREPARE`s `sql` as `handle` on `c` and reads its parameter types.
+pub fn prepare(
+    c: &mut Client,
+    app: &AppVersion,
+    statement: &str,
+    handle: &str,
+) -> Result<Prepared, postgres::Error> {
+    let st = app.set.get(statement).expect("statement of this app");
+    c.batch_execute(&format!("PREPARE {handle} AS {}", st.sql))?;
+    let types: Vec<String> = c
+        .query_one(
+            "SELECT parameter_types::text[] FROM pg_prepared_statements WHERE name = $1",
+            &[&handle],
+        )?
+        .get(0);
+    let declared = declared_params(st.meta_values("param"));
+    let params = types
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let t = t.clone();
+            let expr = declared
+                .get(&(i + 1))
+                .cloned()
+                .unwrap_or_else(|| generated_value(&t).to_string());
+            (t, expr)
+        })
+        .collect();
+    let first = st
+        .sql
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with("--"))
+        .unwrap_or("")
+        .to_ascii_uppercase();
+    Ok(Prepared {
+        statement: statement.to_string(),
+        handle: handle.to_string(),
+        params,
+        is_read: first.starts_with("SELECT") || first.starts_with("WITH"),
+    })
+}
+
+fn quote_literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// Evaluates the parameter expressions (subqueries are not allowed in
+/// `EXECUTE`'s arguments, so they are computed first) and executes.
+pub fn execute(c: &mut Client, p: &Prepared) -> Result<(), (Step, postgres::Error)> {
+    let mut args = Vec::new();
+    if !p.params.is_empty() {
+        let select = p
+            .params
+            .iter()
+            .map(|(t, e)| format!("(({e})::{t})::text"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let row = c
+            .query_one(&format!("SELECT {select}"), &[])
+            .map_err(|e| (Step::Params, e))?;
+        for (i, (t, _)) in p.params.iter().enumerate() {
+            let v: Option<String> = row.get(i);
+            args.push(match v {
+                Some(v) => format!("{}::{t}", quote_literal(&v)),
+                None => format!("NULL::{t}"),
+            });
+        }
+    }
+    let call = if args.is_empty() {
+        format!("EXECUTE {}", p.handle)
+    } else {
+        format!("EXECUTE {}({})", p.handle, args.join(", "))
+    };
+    c.batch_execute(&call).map_err(|e| (Step::Execute, e))
+}
+
+/// The server's message of an error (without the driver's prefix).
+pub fn message(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => db.message().to_string(),
+        None => e.to_string(),
+    }
+}
+
+/// Every statement of `app` prepared and executed on `c`, each inside a
+/// savepoint of one transaction that is rolled back: the database is left
+/// as it was.
+pub fn replay_all(c: &mut Client, app: &AppVersion) -> Result<Vec<Outcome>, postgres::Error> {
+    let mut out = Vec::new();
+    c.batch_execute("BEGIN")?;
+    for (i, st) in app.set.statements().iter().enumerate() {
+        let handle = format!("rs_replay_{i}");
+        c.batch_execute("SAVEPOINT rollsafe_replay")?;
+        let failure = match prepare(c, app, &st.name, &handle) {
+            Err(e) => Some((Step::Prepare, message(&e))),
+            Ok(p) => execute(c, &p).err().map(|(step, e)| (step, message(&e))),
+        };
+        c.batch_execute("ROLLBACK TO SAVEPOINT rollsafe_replay")?;
+        out.push(Outcome {
+            statement: st.name.clone(),
+            failure,
+        });
+    }
+    c.batch_execute("ROLLBACK; DEALLOCATE ALL")?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn declared_params_are_read_by_number() {
+        let p = declared_params(
+            ["$1 = (SELECT id FROM t LIMIT 1)", "$12= 'x'", "nonsense"].into_iter(),
+        );
+        assert_eq!(p[&1], "(SELECT id FROM t LIMIT 1)");
+        assert_eq!(p[&12], "'x'");
+        assert_eq!(p.len(), 2);
+    }
+
+    #[test]
+    fn generated_values_cover_the_schema_types() {
+        for t in ["uuid", "text", "boolean", "bigint", "jsonb", "timestamp with time zone"] {
+            assert_ne!(generated_value(t), "NULL", "{t}");
+        }
+        assert_eq!(generated_value("tsvector"), "NULL");
+    }
+}
