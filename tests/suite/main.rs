@@ -6,6 +6,7 @@
 
 mod common;
 mod sandbox;
+mod verify;
 
 use std::sync::Arc;
 
@@ -16,6 +17,7 @@ fn main() {
     let env = Arc::new(common::TestEnv::start());
     let mut trials = Vec::new();
     trials.extend(sandbox::tests(&env));
+    trials.extend(verify::tests(&env));
     let conclusion = libtest_mimic::run(&args, trials);
     // Drop the shared server before exiting (exit skips destructors).
     drop(env);

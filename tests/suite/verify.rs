@@ -1,0 +1,542 @@
+//! `rollsafe verify` end to end: the shipped migrations pass with zero
+//! errors (and so do equivalent spellings of a correct V3), and each kind
+//! of unsafe migration — written into a temporary directory on top of the
+//! real V1 and V2 — is caught by the check that owns it, with an error.
+//!
+//! Rehearsals run on the suite's server (the server backend of the product
+//! is what a CI service container would use); `--rows 2000` and a 1 s lock
+//! timeout keep each rehearsal to seconds. Assertions are on behaviour
+//! (finding ids, rows updated, relfilenode) except the 3 s `pg_sleep` lock,
+//! judged against a 1 s budget.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{ensure, Context};
+use rollsafe::catalog::Catalog;
+use rollsafe::report::{Report, Severity};
+use rollsafe::schema::{expected_embedded, Snapshot};
+use rollsafe::verify::Verify;
+
+use crate::common::{repo_root, rollsafe_bin, TestEnv};
+
+pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
+    crate::trials!(
+        "verify",
+        env,
+        [
+            shipped_migrations_pass_with_measured_evidence,
+            shipped_schema_snapshot_is_current,
+            equivalent_spellings_of_v3_pass,
+            default_false_hides_legacy_rows,
+            default_flipped_to_false_hides_rows_legacy_inserts_during_rollout,
+            not_null_without_default_fails_on_seeded_database,
+            update_backfill_under_exclusive_lock_is_caught,
+            volatile_default_rewrites_the_table,
+            clock_timestamp_default_rewrites_the_table,
+            dropping_a_column_the_legacy_app_uses_breaks_it,
+            renaming_a_column_the_legacy_app_uses_breaks_it,
+            blocking_index_build_is_caught,
+            exclusive_lock_held_for_seconds_is_caught,
+            migration_ignoring_its_lock_timeout_is_caught,
+            non_transactional_statement_fails_to_apply,
+            cli_exit_0_with_json_matching_the_findings,
+            cli_exit_1_with_junit_matching_the_findings,
+            cli_exit_2_when_it_cannot_run,
+        ]
+    )
+}
+
+const ROWS: u64 = 2000;
+const LOCK_TIMEOUT: Duration = Duration::from_secs(1);
+const SHIPPED_V3: &str = "V3__attached_functions_is_ready.sql";
+
+/// A migrations directory: the real V1 and V2, then `v3` (None: the
+/// shipped V3), then an optional V4. With `snapshot`, the shipped
+/// `schema.json` is copied in (the final schema must equal the shipped one).
+fn migrations_dir(v3: Option<&str>, v4: Option<&str>, snapshot: bool) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let src = repo_root().join("migrations");
+    for f in [
+        "V1__collections_and_functions.sql",
+        "V2__attached_functions.sql",
+    ] {
+        std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
+    }
+    match v3 {
+        None => {
+            std::fs::copy(src.join(SHIPPED_V3), dir.path().join(SHIPPED_V3)).unwrap();
+        }
+        Some(sql) => std::fs::write(dir.path().join("V3__variant.sql"), sql).unwrap(),
+    }
+    if let Some(sql) = v4 {
+        std::fs::write(dir.path().join("V4__proposed.sql"), sql).unwrap();
+    }
+    if snapshot {
+        std::fs::copy(src.join("schema.json"), dir.path().join("schema.json")).unwrap();
+    }
+    dir
+}
+
+fn rehearse(env: &TestEnv, dir: &Path) -> anyhow::Result<Report> {
+    let catalog = Catalog::from_dir(dir)?;
+    Ok(Verify::new(catalog)?
+        .rows(ROWS)
+        .lock_timeout(LOCK_TIMEOUT)
+        .run(&env.sandbox)?)
+}
+
+fn error_ids(r: &Report) -> Vec<String> {
+    r.errors()
+        .map(|f| format!("V{}:{}", f.migration.unwrap_or(0), f.id))
+        .collect()
+}
+
+/// The report has an error `id` for migration `v`; returns it.
+fn expect_error<'r>(
+    r: &'r Report,
+    v: i32,
+    id: &str,
+) -> anyhow::Result<&'r rollsafe::report::Finding> {
+    ensure!(!r.passed, "expected the rehearsal to fail");
+    r.findings
+        .iter()
+        .find(|f| f.id == id && f.migration == Some(v) && f.severity == Severity::Error)
+        .with_context(|| {
+            format!(
+                "no error {id} for V{v}; errors: {:?}",
+                error_ids(r)
+            )
+        })
+}
+
+fn expect_pass(r: &Report) -> anyhow::Result<()> {
+    ensure!(
+        r.passed && r.errors().count() == 0,
+        "expected no errors, got {:?}",
+        r.errors()
+            .map(|f| format!("{}: {}", f.id, f.message))
+            .collect::<Vec<_>>()
+    );
+    Ok(())
+}
+
+fn shipped_migrations_pass_with_measured_evidence(env: &TestEnv) -> anyhow::Result<()> {
+    let r = Verify::new(Catalog::embedded()?)?
+        .rows(ROWS)
+        .lock_timeout(LOCK_TIMEOUT)
+        .run(&env.sandbox)?;
+    expect_pass(&r)?;
+    let find = |id: &str| {
+        r.findings
+            .iter()
+            .find(|f| f.id == id && f.migration == Some(3))
+            .with_context(|| format!("no {id} for V3"))
+    };
+    // V3 is catalog-only on ~2000 rows: no row updated, no new file.
+    let rw = find("rewrite.measured")?;
+    ensure!(rw.evidence["rows_updated"] == 0, "{:?}", rw.evidence);
+    ensure!(rw.evidence["tables_rewritten"] == 0, "{:?}", rw.evidence);
+    ensure!(rw.evidence["rows"].as_i64().unwrap() >= ROWS as i64);
+    let bf = find("backfill.rows-backfilled")?;
+    ensure!(bf.evidence["violating"] == 0 && bf.evidence["rows"].as_i64().unwrap() >= ROWS as i64);
+    find("backfill.readers-agree")?;
+    find("compat.cross-version")?;
+    find("dao.two-phase-create")?;
+    find("post.schema-as-expected")?;
+    find("locks.gives-up-within-lock-timeout")?;
+    let locks = find("locks.measured")?;
+    ensure!(
+        locks.message.contains("attached_functions: AccessExclusiveLock"),
+        "{}",
+        locks.message
+    );
+    // The legacy app's rows written during the rollout stay visible; its
+    // view of in-flight rows is the one expected warning.
+    ensure!(
+        r.findings
+            .iter()
+            .any(|f| f.id == "compat.not-ready-visible-to-old" && f.severity == Severity::Warn),
+        "expected the not-ready-visible-to-old warning"
+    );
+    ensure!(
+        r.safe_order.last().map(String::as_str)
+            == Some("apply V3, then roll out the current app; the legacy app keeps working throughout"),
+        "{:?}",
+        r.safe_order
+    );
+    Ok(())
+}
+
+/// `ROLLSAFE_BLESS=1` rewrites `migrations/schema.json` from the real
+/// migrations (the documented way to regenerate it).
+fn shipped_schema_snapshot_is_current(env: &TestEnv) -> anyhow::Result<()> {
+    let db = env.migrated_database(Catalog::embedded()?.latest());
+    let actual = Snapshot::read(&mut db.connect()?)?;
+    if std::env::var_os("ROLLSAFE_BLESS").is_some() {
+        std::fs::write(repo_root().join("migrations/schema.json"), actual.to_json())?;
+        return Ok(());
+    }
+    let diff = actual.diff(&expected_embedded());
+    ensure!(
+        diff.is_empty(),
+        "migrations/schema.json is stale (regenerate: ROLLSAFE_BLESS=1 cargo test --test suite -- verify::shipped_schema_snapshot_is_current): {diff:?}"
+    );
+    Ok(())
+}
+
+fn equivalent_spellings_of_v3_pass(env: &TestEnv) -> anyhow::Result<()> {
+    let directive = "-- rollsafe:backfill attached_functions is_ready = true\n";
+    for sql in [
+        "ALTER TABLE attached_functions ADD COLUMN IF NOT EXISTS is_ready bool NOT NULL DEFAULT TRUE;",
+        "ALTER TABLE attached_functions ADD COLUMN is_ready boolean NOT NULL DEFAULT 't';",
+        "ALTER TABLE attached_functions ADD COLUMN is_ready boolean DEFAULT true;\n\
+         ALTER TABLE attached_functions ALTER COLUMN is_ready SET NOT NULL;",
+    ] {
+        let dir = migrations_dir(Some(&format!("{directive}{sql}")), None, true);
+        let r = rehearse(env, dir.path())?;
+        expect_pass(&r).with_context(|| sql.to_string())?;
+        ensure!(
+            r.findings.iter().any(|f| f.id == "post.schema-as-expected"),
+            "{sql}: final schema not compared with the shipped one"
+        );
+        if sql.contains("SET NOT NULL") {
+            // Not free: SET NOT NULL reads every row under ACCESS EXCLUSIVE.
+            let scan = r
+                .findings
+                .iter()
+                .find(|f| f.id == "rewrite.full-scan-under-lock")
+                .context("SET NOT NULL scan not reported")?;
+            ensure!(scan.severity == Severity::Warn);
+            ensure!(scan.evidence["rows_scanned"].as_i64().unwrap() >= ROWS as i64);
+        }
+    }
+    Ok(())
+}
+
+fn default_false_hides_legacy_rows(env: &TestEnv) -> anyhow::Result<()> {
+    // The bug that started rollsafe, without the directive: measurement
+    // alone must catch it.
+    let dir = migrations_dir(
+        Some("ALTER TABLE attached_functions ADD COLUMN is_ready boolean NOT NULL DEFAULT false;"),
+        None,
+        false,
+    );
+    let r = rehearse(env, dir.path())?;
+    let f = expect_error(&r, 3, "backfill.new-readers-miss-rows")?;
+    ensure!(f.evidence["visible_rows"] == 0, "{:?}", f.evidence);
+    ensure!(f.evidence["expected_rows"].as_i64().unwrap() > 0);
+    expect_error(&r, 3, "compat.old-writes-invisible-to-new")?;
+    // With the directive, the promise itself is checked against every row.
+    let dir = migrations_dir(
+        Some("-- rollsafe:backfill attached_functions is_ready = true\nALTER TABLE attached_functions ADD COLUMN is_ready boolean NOT NULL DEFAULT false;"),
+        None,
+        false,
+    );
+    let r = rehearse(env, dir.path())?;
+    let f = expect_error(&r, 3, "backfill.rows-not-backfilled")?;
+    ensure!(f.evidence["violating"] == f.evidence["rows"], "{:?}", f.evidence);
+    Ok(())
+}
+
+fn default_flipped_to_false_hides_rows_legacy_inserts_during_rollout(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    // Existing rows become ready, but rows the legacy app inserts during the
+    // rollout get false and vanish from the current app's readers.
+    let dir = migrations_dir(
+        Some(
+            "-- rollsafe:backfill attached_functions is_ready = true\n\
+             ALTER TABLE attached_functions ADD COLUMN is_ready boolean NOT NULL DEFAULT true;\n\
+             ALTER TABLE attached_functions ALTER COLUMN is_ready SET DEFAULT false;",
+        ),
+        None,
+        false,
+    );
+    let r = rehearse(env, dir.path())?;
+    expect_error(&r, 3, "compat.old-writes-invisible-to-new")?;
+    ensure!(
+        !r.errors().any(|f| f.check == "backfill"),
+        "existing rows are fine here: {:?}",
+        error_ids(&r)
+    );
+    Ok(())
+}
+
+fn not_null_without_default_fails_on_seeded_database(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = migrations_dir(
+        Some("ALTER TABLE attached_functions ADD COLUMN is_ready boolean NOT NULL;"),
+        None,
+        false,
+    );
+    let r = rehearse(env, dir.path())?;
+    let f = expect_error(&r, 3, "apply.fails-on-seeded")?;
+    ensure!(f.message.contains("contains null values"), "{}", f.message);
+    ensure!(f.evidence["rows"].as_i64().unwrap() >= ROWS as i64);
+    Ok(())
+}
+
+fn update_backfill_under_exclusive_lock_is_caught(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = migrations_dir(
+        Some(
+            "-- rollsafe:backfill attached_functions is_ready = true\n\
+             ALTER TABLE attached_functions ADD COLUMN is_ready boolean;\n\
+             UPDATE attached_functions SET is_ready = true;\n\
+             ALTER TABLE attached_functions ALTER COLUMN is_ready SET NOT NULL;\n\
+             ALTER TABLE attached_functions ALTER COLUMN is_ready SET DEFAULT true;",
+        ),
+        None,
+        false,
+    );
+    let r = rehearse(env, dir.path())?;
+    let f = expect_error(&r, 3, "rewrite.rows-updated-under-lock")?;
+    // Every existing row updated, not a new file: the UPDATE signature.
+    ensure!(f.evidence["rows_updated"] == f.evidence["rows"], "{:?}", f.evidence);
+    ensure!(f.evidence["relfilenode_changed"] == false, "{:?}", f.evidence);
+    ensure!(f.evidence["lock"] == "AccessExclusiveLock", "{:?}", f.evidence);
+    Ok(())
+}
+
+fn volatile_default_rewrites_the_table(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = migrations_dir(
+        Some("ALTER TABLE attached_functions ADD COLUMN is_ready boolean NOT NULL DEFAULT (random() > 2);"),
+        None,
+        false,
+    );
+    let r = rehearse(env, dir.path())?;
+    let f = expect_error(&r, 3, "rewrite.table-rewritten")?;
+    ensure!(f.evidence["relfilenode_changed"] == true, "{:?}", f.evidence);
+    Ok(())
+}
+
+fn clock_timestamp_default_rewrites_the_table(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = migrations_dir(
+        None,
+        Some("ALTER TABLE attached_functions ADD COLUMN checked_at timestamptz DEFAULT clock_timestamp();"),
+        false,
+    );
+    let r = rehearse(env, dir.path())?;
+    let f = expect_error(&r, 4, "rewrite.table-rewritten")?;
+    ensure!(f.evidence["table"] == "attached_functions", "{:?}", f.evidence);
+    ensure!(
+        !r.errors().any(|f| f.migration == Some(3)),
+        "the shipped V3 must stay clean: {:?}",
+        error_ids(&r)
+    );
+    Ok(())
+}
+
+fn dropping_a_column_the_legacy_app_uses_breaks_it(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = migrations_dir(
+        None,
+        Some("ALTER TABLE attached_functions DROP COLUMN last_run;"),
+        false,
+    );
+    let r = rehearse(env, dir.path())?;
+    let f = expect_error(&r, 4, "compat.statement-fails")?;
+    ensure!(f.evidence["app"] == "legacy" && f.evidence["schema_version"] == 4, "{:?}", f.evidence);
+    ensure!(f.message.contains("last_run"), "{}", f.message);
+    Ok(())
+}
+
+fn renaming_a_column_the_legacy_app_uses_breaks_it(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = migrations_dir(
+        None,
+        Some("ALTER TABLE attached_functions RENAME COLUMN output_collection_id TO output_id;"),
+        false,
+    );
+    let r = rehearse(env, dir.path())?;
+    let broken: Vec<_> = r
+        .errors()
+        .filter(|f| f.id == "compat.statement-fails" && f.migration == Some(4))
+        .map(|f| f.evidence["app"].as_str().unwrap_or("").to_string())
+        .collect();
+    // Both live apps name the column.
+    ensure!(
+        broken.contains(&"legacy".to_string()) && broken.contains(&"current".to_string()),
+        "{broken:?} / {:?}",
+        error_ids(&r)
+    );
+    Ok(())
+}
+
+fn blocking_index_build_is_caught(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = migrations_dir(
+        None,
+        Some("CREATE INDEX attached_functions_name ON attached_functions (name);"),
+        false,
+    );
+    let r = rehearse(env, dir.path())?;
+    let f = expect_error(&r, 4, "locks.blocking-index-build")?;
+    ensure!(f.evidence["rows"].as_i64().unwrap() >= ROWS as i64, "{:?}", f.evidence);
+    ensure!(f.message.contains("ShareLock"), "{}", f.message);
+    Ok(())
+}
+
+fn exclusive_lock_held_for_seconds_is_caught(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = migrations_dir(
+        None,
+        Some("LOCK TABLE attached_functions IN ACCESS EXCLUSIVE MODE;\nSELECT pg_sleep(3);"),
+        false,
+    );
+    let r = rehearse(env, dir.path())?;
+    let f = expect_error(&r, 4, "locks.long-blocking-lock")?;
+    ensure!(f.evidence["held_ms"].as_f64().unwrap() >= 3000.0, "{:?}", f.evidence);
+    // The live workload really stalled behind it (well above the budget;
+    // generous margin for a loaded machine).
+    ensure!(
+        f.evidence["workload_max_stall_ms"].as_f64().unwrap() >= 1000.0,
+        "{:?}",
+        f.evidence
+    );
+    Ok(())
+}
+
+fn migration_ignoring_its_lock_timeout_is_caught(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = migrations_dir(
+        None,
+        Some("SET LOCAL lock_timeout = 0;\nALTER TABLE attached_functions ADD COLUMN note text;"),
+        false,
+    );
+    let r = rehearse(env, dir.path())?;
+    let f = expect_error(&r, 4, "locks.ignores-lock-timeout")?;
+    ensure!(
+        f.evidence["waited_ms"].as_f64().unwrap() > 1000.0 * LOCK_TIMEOUT.as_secs_f64(),
+        "{:?}",
+        f.evidence
+    );
+    Ok(())
+}
+
+fn non_transactional_statement_fails_to_apply(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = migrations_dir(
+        None,
+        Some("CREATE INDEX CONCURRENTLY attached_functions_name ON attached_functions (name);"),
+        false,
+    );
+    let r = rehearse(env, dir.path())?;
+    let f = expect_error(&r, 4, "apply.fails-on-empty")?;
+    ensure!(f.message.contains("transaction block"), "{}", f.message);
+    Ok(())
+}
+
+/// Runs the real binary against the suite's server.
+fn run_verify(env: &TestEnv, extra: &[&str]) -> anyhow::Result<(i32, String, String)> {
+    let rows = ROWS.to_string();
+    let out = Command::new(rollsafe_bin())
+        .args([
+            "verify",
+            "--postgres",
+            env.sandbox.admin_url(),
+            "--rows",
+            &rows,
+            "--lock-timeout",
+            "1s",
+        ])
+        .args(extra)
+        .env_remove("ROLLSAFE_POSTGRES")
+        .output()?;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+fn cli_exit_0_with_json_matching_the_findings(env: &TestEnv) -> anyhow::Result<()> {
+    let (code, stdout, stderr) = run_verify(env, &["--format", "json"])?;
+    ensure!(code == 0, "exit {code}: {stderr}{stdout}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).context("JSON report")?;
+    ensure!(v["passed"] == true);
+    let findings = v["findings"].as_array().context("findings array")?;
+    ensure!(!findings.is_empty());
+    for f in findings {
+        for key in ["check", "id", "severity", "migration", "message", "evidence", "advice"] {
+            ensure!(f.get(key).is_some(), "finding without {key}: {f}");
+        }
+        ensure!(f["severity"] != "error", "error in a passing run: {f}");
+        ensure!(
+            f["id"].as_str().unwrap().starts_with(&format!("{}.", f["check"].as_str().unwrap())),
+            "id without its check's prefix: {f}"
+        );
+    }
+    // The same as the library's report (minus timings).
+    let report: Report = serde_json::from_value(v.clone())?;
+    ensure!(report.migrations.len() == 3 && report.apps.len() == 2);
+    let password = url::Url::parse(env.sandbox.admin_url())?
+        .password()
+        .map(str::to_string);
+    if let Some(pw) = password {
+        ensure!(!stdout.contains(&pw) && !stderr.contains(&pw), "password leaked");
+    }
+    Ok(())
+}
+
+fn cli_exit_1_with_junit_matching_the_findings(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = migrations_dir(
+        Some("ALTER TABLE attached_functions ADD COLUMN is_ready boolean NOT NULL DEFAULT false;"),
+        None,
+        false,
+    );
+    let out_dir = tempfile::tempdir()?;
+    let junit = out_dir.path().join("report.xml");
+    let json = out_dir.path().join("report.json");
+    let m = dir.path().to_str().unwrap();
+    let (code, _, stderr) = run_verify(
+        env,
+        &["--migrations", m, "--format", "junit", "--output", junit.to_str().unwrap()],
+    )?;
+    ensure!(code == 1, "exit {code}: {stderr}");
+    let (code, _, stderr) = run_verify(
+        env,
+        &["--migrations", m, "--format", "json", "--output", json.to_str().unwrap()],
+    )?;
+    ensure!(code == 1, "exit {code}: {stderr}");
+    let report: Report = serde_json::from_str(&std::fs::read_to_string(&json)?)?;
+    let xml = std::fs::read_to_string(&junit)?;
+    let parsed = quick_junit::Report::deserialize_from_str(&xml).context("JUnit XML parses")?;
+    ensure!(parsed.failures > 0);
+    // Every error finding of the JSON report is a failure message in the
+    // JUnit case of its check and migration.
+    for f in report.errors() {
+        let case_name = format!("{} V{}", f.check, f.migration.unwrap());
+        let case = parsed
+            .test_suites
+            .iter()
+            .filter(|s| s.name.as_str() == f.check)
+            .flat_map(|s| s.test_cases.iter())
+            .find(|c| c.name.as_str() == case_name)
+            .with_context(|| format!("no JUnit case {case_name}"))?;
+        match &case.status {
+            quick_junit::TestCaseStatus::NonSuccess { message, .. } => {
+                let msg = message.as_ref().map(|m| m.as_str()).unwrap_or("");
+                ensure!(msg.contains(&f.id), "{case_name}: {msg} lacks {}", f.id);
+            }
+            other => anyhow::bail!("{case_name} should fail: {other:?}"),
+        }
+    }
+    ensure!(report.errors().any(|f| f.id == "backfill.new-readers-miss-rows"));
+    Ok(())
+}
+
+fn cli_exit_2_when_it_cannot_run(env: &TestEnv) -> anyhow::Result<()> {
+    let (code, stdout, stderr) = run_verify(env, &["--migrations", "/nonexistent/migrations"])?;
+    ensure!(code == 2, "exit {code}: {stdout}{stderr}");
+    ensure!(
+        stderr.contains("does not exist") && stderr.trim().lines().count() == 1,
+        "{stderr}"
+    );
+    let (code, _, stderr) = run_verify(env, &["--format", "xml"])?;
+    ensure!(code == 2 && stderr.contains("text, json or junit"), "exit {code}: {stderr}");
+    let (code, _, stderr) = run_verify(env, &["--lock-timeout", "soon"])?;
+    ensure!(code == 2 && stderr.contains("not a duration"), "exit {code}: {stderr}");
+    let out = Command::new(rollsafe_bin())
+        .args(["verify", "--postgres", "postgres://u:Secr3tPw@127.0.0.1:1/x"])
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stderr);
+    ensure!(out.status.code() == Some(2), "{text}");
+    ensure!(!text.contains("Secr3tPw") && text.contains("cannot connect"), "{text}");
+    Ok(())
+}
