@@ -56,7 +56,7 @@ pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 /// need existing data find some.
 const COMPAT_ROWS: u64 = 50;
 /// How long the live workload runs before and after the migration.
-const WORKLOAD_MARGIN: Duration = Duration::from_millis(200);
+const WORKLOAD_MARGIN: Duration = Duration::from_millis(100);
 
 /// Why a rehearsal could not run at all (as opposed to findings).
 #[derive(Debug, Error)]
@@ -326,10 +326,15 @@ impl Run<'_> {
             let seeded_rows = {
                 let mut c = step("connecting", seeded.connect())?;
                 let s = step("seeding", seed::seed(&mut c, &live, self.v.rows))?;
+                if let Some((app, e)) = s.failed.first() {
+                    return Err(VerifyError::Rehearsal {
+                        step: format!("seeding rows shaped like the {app} app at V{prev}"),
+                        detail: e.clone(),
+                    });
+                }
                 s.per_app.iter().map(|(_, n, k)| *n as i64 + *k as i64).sum::<i64>()
             };
             let applied_db = self.clone_db(&seeded)?;
-            let load_db = self.clone_db(&seeded)?;
             if prev > 0 {
                 let probe_db = self.clone_db(&seeded)?;
                 let tables = {
@@ -351,11 +356,25 @@ impl Run<'_> {
                 self.probes.push((v, handle));
             }
 
-            self.v.say(&format!("V{v}: applying on {} seeded rows (measured)", seeded_rows));
-            let at_n = step(
-                "applying on a seeded database",
-                rehearsal::apply_measured(applied_db.url(), &m.sql, None, End::Commit),
-            )?;
+            // The measured apply, with the live apps' workload running
+            // against the same database (its writes are rolled back; the
+            // measurements are per backend, so they stay the migration's).
+            self.v.say(&format!(
+                "V{v}: applying on {seeded_rows} seeded rows under the live apps' workload"
+            ));
+            let workload = if live.is_empty() {
+                None
+            } else {
+                let w = step("starting the workload", rehearsal::Workload::start(applied_db.url(), &live))?;
+                std::thread::sleep(WORKLOAD_MARGIN);
+                Some(w)
+            };
+            let at_n = rehearsal::apply_measured(applied_db.url(), &m.sql, None, End::Commit);
+            let workload = workload.map(|w| {
+                std::thread::sleep(WORKLOAD_MARGIN);
+                w.stop()
+            });
+            let at_n = step("applying on a seeded database", at_n)?;
             self.report
                 .findings
                 .extend(apply::evaluate(v, &at_zero, Some((&at_n, seeded_rows)), &trace));
@@ -364,27 +383,12 @@ impl Run<'_> {
             }
             self.ran(rewrite::CHECK, Some(v));
             self.report.findings.extend(rewrite::evaluate(v, &at_zero, &at_n));
-
-            // Locks under a live workload.
-            self.v.say(&format!("V{v}: applying under the live apps' workload"));
-            let workload = if live.is_empty() {
-                None
-            } else {
-                let w = step("starting the workload", rehearsal::Workload::start(load_db.url(), &live))?;
-                std::thread::sleep(WORKLOAD_MARGIN);
-                let r = rehearsal::apply_measured(load_db.url(), &m.sql, None, End::Commit);
-                std::thread::sleep(WORKLOAD_MARGIN);
-                let stats = w.stop();
-                step("applying under the workload", r)?;
-                Some(stats)
-            };
-            drop(load_db);
             self.ran(locks::CHECK, Some(v));
             self.report
                 .findings
                 .extend(locks::evaluate(v, &at_n, workload.as_ref(), None, self.v.lock_timeout));
 
-            // Backfill.
+            // Backfill: right after the migration, every row existed before.
             self.v.say(&format!("V{v}: backfill and readers"));
             self.ran(backfill::CHECK, Some(v));
             {
@@ -398,7 +402,10 @@ impl Run<'_> {
                 .findings
                 .extend(backfill::compare_readers(v, &before, &after, &live_names, &newly));
 
-            // Compat.
+            // Compat: the running apps on the schema before, every app
+            // that may run on the schema after, then cross-version
+            // behaviour (which writes; the applied database is not needed
+            // unchanged any more: only its schema is, for post).
             self.v.say(&format!("V{v}: replaying the apps' statements"));
             self.ran(compat::CHECK, Some(v));
             {
@@ -411,9 +418,15 @@ impl Run<'_> {
                 }
             }
             if !runnable.is_empty() {
-                let compat_db = self.clone_db(&applied_db)?;
-                let mut c = step("connecting", compat_db.connect())?;
-                step("seeding the compat database", seed::seed(&mut c, &runnable, COMPAT_ROWS))?;
+                let mut c = step("connecting", applied_db.connect())?;
+                let seeded_now = step("seeding the compat database", seed::seed(&mut c, &runnable, COMPAT_ROWS))?;
+                for (app, e) in &seeded_now.failed {
+                    self.report.findings.push(
+                        Finding::new(compat::CHECK, "rows-cannot-be-written", Severity::Warn, Some(v), format!("rows shaped like the {app} app's cannot be written on V{v}: {e}"))
+                            .evidence("app", app.clone())
+                            .advice("see the statement failures of this app on this version"),
+                    );
+                }
                 for app in &runnable {
                     let outcomes = step("replaying statements", replay::replay_all(&mut c, app))?;
                     self.report
@@ -424,8 +437,9 @@ impl Run<'_> {
                 // one that may run on this schema.
                 for older in &live {
                     for newer in runnable.iter().filter(|a| a.needs > older.needs) {
-                        let f = step("cross-version scenario", compat::cross_version(v, &mut c, older, newer))?;
-                        self.report.findings.extend(f);
+                        self.report
+                            .findings
+                            .extend(compat::cross_version(v, &mut c, older, newer));
                     }
                 }
             }

@@ -32,6 +32,9 @@ pub struct Seeded {
     pub per_app: Vec<(String, u64, usize)>,
     /// Live apps rollsafe has no seed for.
     pub unseeded: Vec<String>,
+    /// (app, message) of apps whose rows could not be written (the schema
+    /// no longer fits them); the database is as if they had not tried.
+    pub failed: Vec<(String, String)>,
 }
 
 /// Seeds `rows` rows split between `live` apps.
@@ -51,21 +54,26 @@ pub fn seed(c: &mut Client, live: &[&AppVersion], rows: u64) -> anyhow::Result<S
         } else {
             share
         };
+        // One transaction per app: a schema the app's rows no longer fit
+        // leaves nothing half-written.
+        let mut tx = c.transaction()?;
         if n > 0 {
-            c.batch_execute(&sql.replace("{rows}", &n.to_string()))
-                .map_err(|e| {
-                    anyhow::anyhow!(
-                        "seeding rows shaped like the {} app: {}",
-                        app.name,
-                        super::replay::message(&e)
-                    )
-                })?;
+            if let Err(e) = tx.batch_execute(&sql.replace("{rows}", &n.to_string())) {
+                drop(tx);
+                out.failed
+                    .push((app.name.clone(), super::replay::message(&e)));
+                continue;
+            }
         }
+        tx.commit()?;
         let mut through_app = 0;
         if let Some(driver) = app.driver() {
             for k in 0..ROWS_THROUGH_APP {
                 let req = NewFunction::with_new_collection(c, &format!("seed_{}_{k}", app.name))?;
-                driver.create_complete(c, &req)?;
+                if let Err(e) = driver.create_complete(c, &req) {
+                    out.failed.push((app.name.clone(), format!("{e:#}")));
+                    break;
+                }
                 through_app += 1;
             }
         }

@@ -80,7 +80,7 @@ pub fn check_directives(c: &mut Client, m: &Migration) -> Vec<Finding> {
 
 /// The input collections whose rows the reader comparison lists: a
 /// deterministic sample, so `--rows 1000000` stays fast.
-pub const SAMPLE_COLLECTIONS: i64 = 200;
+pub const SAMPLE_COLLECTIONS: i64 = 100;
 
 pub fn sample_collections(c: &mut Client) -> Result<Vec<Uuid>, postgres::Error> {
     Ok(c.query(

@@ -79,8 +79,27 @@ fn fail(v: i32, name: &str, sev: Severity, msg: String, advice: &str) -> Finding
 }
 
 /// Cross-version behaviour of `older` and `newer` on the database `c` (at
-/// migration `v`'s schema; it is written to).
-pub fn cross_version(
+/// migration `v`'s schema; it is written to). An app operation that fails
+/// outright is an error finding too.
+pub fn cross_version(v: i32, c: &mut Client, older: &AppVersion, newer: &AppVersion) -> Vec<Finding> {
+    cross_version_scenario(v, c, older, newer).unwrap_or_else(|e| {
+        vec![Finding::new(
+            CHECK,
+            "cross-version-fails",
+            Severity::Error,
+            Some(v),
+            format!(
+                "the {} and {} apps cannot run side by side on V{v}: {e:#}",
+                older.name, newer.name
+            ),
+        )
+        .evidence("older", older.name.clone())
+        .evidence("newer", newer.name.clone())
+        .advice("both app versions run during the rollout: keep everything either of them uses")]
+    })
+}
+
+fn cross_version_scenario(
     v: i32,
     c: &mut Client,
     older: &AppVersion,
