@@ -238,7 +238,13 @@ impl Snapshot {
                 &want.indexes,
                 &actual.indexes,
                 |i| &i.name,
-                |i| format!("{}{}", i.definition, if i.valid { "" } else { " (INVALID)" }),
+                |i| {
+                    format!(
+                        "{}{}",
+                        i.definition,
+                        if i.valid { "" } else { " (INVALID)" }
+                    )
+                },
             );
         }
         out

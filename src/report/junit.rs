@@ -134,7 +134,10 @@ mod tests {
         match &failed.status {
             TestCaseStatus::NonSuccess { message, .. } => {
                 let m = message.as_ref().unwrap().as_str();
-                assert!(m.contains("rewrite.table-rewritten") && m.contains("<&>"), "{m}");
+                assert!(
+                    m.contains("rewrite.table-rewritten") && m.contains("<&>"),
+                    "{m}"
+                );
             }
             other => panic!("expected a failure, got {other:?}"),
         }

@@ -211,9 +211,7 @@ impl std::str::FromStr for Format {
             "text" => Ok(Format::Text),
             "json" => Ok(Format::Json),
             "junit" => Ok(Format::Junit),
-            other => Err(format!(
-                "unknown format `{other}`: use text, json or junit"
-            )),
+            other => Err(format!("unknown format `{other}`: use text, json or junit")),
         }
     }
 }

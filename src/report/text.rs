@@ -71,7 +71,7 @@ pub fn render_text(report: &Report) -> String {
         };
         let _ = writeln!(out, "\n{title}");
         let mut sorted = findings;
-        sorted.sort_by(|a, b| b.severity.cmp(&a.severity));
+        sorted.sort_by_key(|f| std::cmp::Reverse(f.severity));
         for f in sorted {
             let _ = writeln!(out, "  {} {:<36} {}", tag(f.severity), f.id, f.message);
             let ev = evidence_line(f);

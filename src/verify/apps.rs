@@ -160,11 +160,7 @@ impl StatementDriver {
         let id = Uuid::new_v4();
         tx.execute(
             self.set.sql("create_output_collection"),
-            &[
-                &id,
-                &format!("{}_output_{af}", req.name),
-                &req.database_id,
-            ],
+            &[&id, &format!("{}_output_{af}", req.name), &req.database_id],
         )?;
         Ok(id)
     }

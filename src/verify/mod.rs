@@ -107,14 +107,16 @@ impl Verify {
             Source::Dir(d) => {
                 let path = d.join("schema.json");
                 if path.is_file() {
-                    let text = std::fs::read_to_string(&path).map_err(|e| VerifyError::BadSnapshot {
-                        path: path.clone(),
-                        detail: e.to_string(),
-                    })?;
-                    let snap = Snapshot::from_json(&text).map_err(|e| VerifyError::BadSnapshot {
-                        path: path.clone(),
-                        detail: e.to_string(),
-                    })?;
+                    let text =
+                        std::fs::read_to_string(&path).map_err(|e| VerifyError::BadSnapshot {
+                            path: path.clone(),
+                            detail: e.to_string(),
+                        })?;
+                    let snap =
+                        Snapshot::from_json(&text).map_err(|e| VerifyError::BadSnapshot {
+                            path: path.clone(),
+                            detail: e.to_string(),
+                        })?;
                     ExpectedSchema::Snapshot(snap, path.display().to_string())
                 } else {
                     ExpectedSchema::Derived
@@ -197,16 +199,25 @@ impl Verify {
                 statements: a.set.statements().len(),
             })
             .collect();
-        let versions: Vec<i32> = self.catalog.migrations().iter().map(|m| m.version).collect();
+        let versions: Vec<i32> = self
+            .catalog
+            .migrations()
+            .iter()
+            .map(|m| m.version)
+            .collect();
         run.report.safe_order = compat::safe_order(&versions, &self.apps);
         let result = run.all();
         // Collect background probes even when the rehearsal stopped early.
         for (v, handle) in std::mem::take(&mut run.probes) {
             match handle.join() {
                 Ok(Ok(probe)) => run.locks_probe_findings(v, &probe),
-                Ok(Err(e)) => run.report.findings.push(
-                    Finding::new(locks::CHECK, "probe-failed", Severity::Warn, Some(v), format!("long-transaction probe could not run: {e:#}")),
-                ),
+                Ok(Err(e)) => run.report.findings.push(Finding::new(
+                    locks::CHECK,
+                    "probe-failed",
+                    Severity::Warn,
+                    Some(v),
+                    format!("long-transaction probe could not run: {e:#}"),
+                )),
                 Err(_) => {}
             }
         }
@@ -311,17 +322,26 @@ impl Run<'_> {
                 "{}\n;\nDO $rollsafe$ BEGIN RAISE EXCEPTION 'rollsafe: injected failure'; END $rollsafe$",
                 m.sql
             );
-            step("forcing a failure", rehearsal::apply_measured(empty.url(), &injected, None, End::Commit))?;
+            step(
+                "forcing a failure",
+                rehearsal::apply_measured(empty.url(), &injected, None, End::Commit),
+            )?;
             let trace = Self::snapshot(&empty)?.diff(&before);
-            let at_zero = step("applying on an empty database", rehearsal::apply_measured(empty.url(), &m.sql, None, End::Commit))?;
+            let at_zero = step(
+                "applying on an empty database",
+                rehearsal::apply_measured(empty.url(), &m.sql, None, End::Commit),
+            )?;
             self.ran(apply::CHECK, Some(v));
             if !at_zero.ok() {
-                self.report.findings.extend(apply::evaluate(v, &at_zero, None, &trace));
+                self.report
+                    .findings
+                    .extend(apply::evaluate(v, &at_zero, None, &trace));
                 return Ok(());
             }
 
             // Seeded path.
-            self.v.say(&format!("V{v}: seeding {} rows at V{prev}", self.v.rows));
+            self.v
+                .say(&format!("V{v}: seeding {} rows at V{prev}", self.v.rows));
             let seeded = self.clone_db(&empty_prev)?;
             let seeded_rows = {
                 let mut c = step("connecting", seeded.connect())?;
@@ -332,7 +352,10 @@ impl Run<'_> {
                         detail: e.clone(),
                     });
                 }
-                s.per_app.iter().map(|(_, n, k)| *n as i64 + *k as i64).sum::<i64>()
+                s.per_app
+                    .iter()
+                    .map(|(_, n, k)| *n as i64 + *k as i64)
+                    .sum::<i64>()
             };
             let applied_db = self.clone_db(&seeded)?;
             if prev > 0 {
@@ -365,7 +388,10 @@ impl Run<'_> {
             let workload = if live.is_empty() {
                 None
             } else {
-                let w = step("starting the workload", rehearsal::Workload::start(applied_db.url(), &live))?;
+                let w = step(
+                    "starting the workload",
+                    rehearsal::Workload::start(applied_db.url(), &live),
+                )?;
                 std::thread::sleep(WORKLOAD_MARGIN);
                 Some(w)
             };
@@ -375,32 +401,47 @@ impl Run<'_> {
                 w.stop()
             });
             let at_n = step("applying on a seeded database", at_n)?;
-            self.report
-                .findings
-                .extend(apply::evaluate(v, &at_zero, Some((&at_n, seeded_rows)), &trace));
+            self.report.findings.extend(apply::evaluate(
+                v,
+                &at_zero,
+                Some((&at_n, seeded_rows)),
+                &trace,
+            ));
             if !at_n.ok() {
                 return Ok(());
             }
             self.ran(rewrite::CHECK, Some(v));
-            self.report.findings.extend(rewrite::evaluate(v, &at_zero, &at_n));
-            self.ran(locks::CHECK, Some(v));
             self.report
                 .findings
-                .extend(locks::evaluate(v, &at_n, workload.as_ref(), None, self.v.lock_timeout));
+                .extend(rewrite::evaluate(v, &at_zero, &at_n));
+            self.ran(locks::CHECK, Some(v));
+            self.report.findings.extend(locks::evaluate(
+                v,
+                &at_n,
+                workload.as_ref(),
+                None,
+                self.v.lock_timeout,
+            ));
 
             // Backfill: right after the migration, every row existed before.
             self.v.say(&format!("V{v}: backfill and readers"));
             self.ran(backfill::CHECK, Some(v));
             {
                 let mut c = step("connecting", applied_db.connect())?;
-                self.report.findings.extend(backfill::check_directives(&mut c, m));
+                self.report
+                    .findings
+                    .extend(backfill::check_directives(&mut c, m));
             }
             let before = Self::visible(&seeded, &live)?;
             let after = Self::visible(&applied_db, &runnable)?;
             let live_names: Vec<String> = live.iter().map(|a| a.name.clone()).collect();
-            self.report
-                .findings
-                .extend(backfill::compare_readers(v, &before, &after, &live_names, &newly));
+            self.report.findings.extend(backfill::compare_readers(
+                v,
+                &before,
+                &after,
+                &live_names,
+                &newly,
+            ));
 
             // Compat: the running apps on the schema before, every app
             // that may run on the schema after, then cross-version
@@ -419,12 +460,23 @@ impl Run<'_> {
             }
             if !runnable.is_empty() {
                 let mut c = step("connecting", applied_db.connect())?;
-                let seeded_now = step("seeding the compat database", seed::seed(&mut c, &runnable, COMPAT_ROWS))?;
+                let seeded_now = step(
+                    "seeding the compat database",
+                    seed::seed(&mut c, &runnable, COMPAT_ROWS),
+                )?;
                 for (app, e) in &seeded_now.failed {
                     self.report.findings.push(
-                        Finding::new(compat::CHECK, "rows-cannot-be-written", Severity::Warn, Some(v), format!("rows shaped like the {app} app's cannot be written on V{v}: {e}"))
-                            .evidence("app", app.clone())
-                            .advice("see the statement failures of this app on this version"),
+                        Finding::new(
+                            compat::CHECK,
+                            "rows-cannot-be-written",
+                            Severity::Warn,
+                            Some(v),
+                            format!(
+                                "rows shaped like the {app} app's cannot be written on V{v}: {e}"
+                            ),
+                        )
+                        .evidence("app", app.clone())
+                        .advice("see the statement failures of this app on this version"),
                     );
                 }
                 for app in &runnable {
@@ -456,7 +508,7 @@ impl Run<'_> {
         {
             let mut c = step("connecting", final_db.connect())?;
             for app in self.v.apps.iter().filter(|a| a.needs <= prev) {
-                let f = step("dao scenario", dao::run(prev, &mut c, app))?;
+                let f = dao::run(prev, &mut c, app);
                 if !f.is_empty() {
                     self.ran(dao::CHECK, Some(prev));
                     self.report.findings.extend(f);
@@ -484,7 +536,13 @@ impl Run<'_> {
     }
 
     fn locks_probe_findings(&mut self, v: i32, probe: &LockTimeoutProbe) {
-        let f = locks::evaluate(v, &rehearsal::Applied::default(), None, Some(probe), self.v.lock_timeout);
+        let f = locks::evaluate(
+            v,
+            &rehearsal::Applied::default(),
+            None,
+            Some(probe),
+            self.v.lock_timeout,
+        );
         // Only the probe's own finding: the measured one was reported already.
         self.report
             .findings

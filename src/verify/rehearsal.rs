@@ -56,10 +56,14 @@ pub struct TableWork {
 
 impl TableWork {
     pub fn blocks_writes(&self) -> bool {
-        self.locks.iter().any(|l| BLOCKS_WRITES.contains(&l.as_str()))
+        self.locks
+            .iter()
+            .any(|l| BLOCKS_WRITES.contains(&l.as_str()))
     }
     pub fn blocks_reads(&self) -> bool {
-        self.locks.iter().any(|l| BLOCKS_READS.contains(&l.as_str()))
+        self.locks
+            .iter()
+            .any(|l| BLOCKS_READS.contains(&l.as_str()))
     }
     /// The strongest lock held, for messages.
     pub fn strongest_lock(&self) -> Option<&str> {
@@ -113,8 +117,10 @@ pub enum End {
 }
 
 fn wal_lsn(c: &mut Client) -> Result<String, postgres::Error> {
-    Ok(c.query_one("SELECT pg_current_wal_insert_lsn()::text", &[])?
-        .get(0))
+    Ok(
+        c.query_one("SELECT pg_current_wal_insert_lsn()::text", &[])?
+            .get(0),
+    )
 }
 
 /// Applies `sql` to the database at `url` in one transaction, measuring.
@@ -148,7 +154,10 @@ pub fn apply_measured(
             .collect();
         for (name, oid, filenode) in tables {
             let rows: i64 = c
-                .query_one(&format!("SELECT count(*) FROM {}", db::quote_ident(&name)), &[])?
+                .query_one(
+                    &format!("SELECT count(*) FROM {}", db::quote_ident(&name)),
+                    &[],
+                )?
                 .get(0);
             before.insert(name, (oid, rows, filenode));
         }
@@ -181,7 +190,10 @@ pub fn apply_measured(
         &[],
     )?;
     let after: BTreeMap<u32, u32> = c
-        .query("SELECT oid, relfilenode FROM pg_class WHERE relkind = 'r'", &[])?
+        .query(
+            "SELECT oid, relfilenode FROM pg_class WHERE relkind = 'r'",
+            &[],
+        )?
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
@@ -387,10 +399,8 @@ pub fn probe_lock_timeout(
             while !stop.load(Ordering::Relaxed) {
                 for t in &tables {
                     let t0 = Instant::now();
-                    let _ = c.batch_execute(&format!(
-                        "SELECT 1 FROM {} LIMIT 1",
-                        db::quote_ident(t)
-                    ));
+                    let _ =
+                        c.batch_execute(&format!("SELECT 1 FROM {} LIMIT 1", db::quote_ident(t)));
                     worst = worst.max(t0.elapsed());
                     n += 1;
                 }
@@ -400,9 +410,7 @@ pub fn probe_lock_timeout(
         })
     };
     let mut migrator = db::connect(url)?;
-    let pid: i32 = migrator
-        .query_one("SELECT pg_backend_pid()", &[])?
-        .get(0);
+    let pid: i32 = migrator.query_one("SELECT pg_backend_pid()", &[])?.get(0);
     // The watchdog cancels a migration that ignores its lock timeout (e.g.
     // its SQL sets lock_timeout = 0), so a rehearsal always ends.
     let deadline = lock_timeout + Duration::from_secs(5);

@@ -207,7 +207,14 @@ mod tests {
 
     #[test]
     fn generated_values_cover_the_schema_types() {
-        for t in ["uuid", "text", "boolean", "bigint", "jsonb", "timestamp with time zone"] {
+        for t in [
+            "uuid",
+            "text",
+            "boolean",
+            "bigint",
+            "jsonb",
+            "timestamp with time zone",
+        ] {
             assert_ne!(generated_value(t), "NULL", "{t}");
         }
         assert_eq!(generated_value("tsvector"), "NULL");

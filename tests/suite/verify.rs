@@ -104,12 +104,7 @@ fn expect_error<'r>(
     r.findings
         .iter()
         .find(|f| f.id == id && f.migration == Some(v) && f.severity == Severity::Error)
-        .with_context(|| {
-            format!(
-                "no error {id} for V{v}; errors: {:?}",
-                error_ids(r)
-            )
-        })
+        .with_context(|| format!("no error {id} for V{v}; errors: {:?}", error_ids(r)))
 }
 
 fn expect_pass(r: &Report) -> anyhow::Result<()> {
@@ -149,7 +144,9 @@ fn shipped_migrations_pass_with_measured_evidence(env: &TestEnv) -> anyhow::Resu
     find("locks.gives-up-within-lock-timeout")?;
     let locks = find("locks.measured")?;
     ensure!(
-        locks.message.contains("attached_functions: AccessExclusiveLock"),
+        locks
+            .message
+            .contains("attached_functions: AccessExclusiveLock"),
         "{}",
         locks.message
     );
@@ -163,7 +160,9 @@ fn shipped_migrations_pass_with_measured_evidence(env: &TestEnv) -> anyhow::Resu
     );
     ensure!(
         r.safe_order.last().map(String::as_str)
-            == Some("apply V3, then roll out the current app; the legacy app keeps working throughout"),
+            == Some(
+                "apply V3, then roll out the current app; the legacy app keeps working throughout"
+            ),
         "{:?}",
         r.safe_order
     );
@@ -237,7 +236,11 @@ fn default_false_hides_legacy_rows(env: &TestEnv) -> anyhow::Result<()> {
     );
     let r = rehearse(env, dir.path())?;
     let f = expect_error(&r, 3, "backfill.rows-not-backfilled")?;
-    ensure!(f.evidence["violating"] == f.evidence["rows"], "{:?}", f.evidence);
+    ensure!(
+        f.evidence["violating"] == f.evidence["rows"],
+        "{:?}",
+        f.evidence
+    );
     Ok(())
 }
 
@@ -293,9 +296,21 @@ fn update_backfill_under_exclusive_lock_is_caught(env: &TestEnv) -> anyhow::Resu
     let r = rehearse(env, dir.path())?;
     let f = expect_error(&r, 3, "rewrite.rows-updated-under-lock")?;
     // Every existing row updated, not a new file: the UPDATE signature.
-    ensure!(f.evidence["rows_updated"] == f.evidence["rows"], "{:?}", f.evidence);
-    ensure!(f.evidence["relfilenode_changed"] == false, "{:?}", f.evidence);
-    ensure!(f.evidence["lock"] == "AccessExclusiveLock", "{:?}", f.evidence);
+    ensure!(
+        f.evidence["rows_updated"] == f.evidence["rows"],
+        "{:?}",
+        f.evidence
+    );
+    ensure!(
+        f.evidence["relfilenode_changed"] == false,
+        "{:?}",
+        f.evidence
+    );
+    ensure!(
+        f.evidence["lock"] == "AccessExclusiveLock",
+        "{:?}",
+        f.evidence
+    );
     Ok(())
 }
 
@@ -307,7 +322,11 @@ fn volatile_default_rewrites_the_table(env: &TestEnv) -> anyhow::Result<()> {
     );
     let r = rehearse(env, dir.path())?;
     let f = expect_error(&r, 3, "rewrite.table-rewritten")?;
-    ensure!(f.evidence["relfilenode_changed"] == true, "{:?}", f.evidence);
+    ensure!(
+        f.evidence["relfilenode_changed"] == true,
+        "{:?}",
+        f.evidence
+    );
     Ok(())
 }
 
@@ -319,7 +338,11 @@ fn clock_timestamp_default_rewrites_the_table(env: &TestEnv) -> anyhow::Result<(
     );
     let r = rehearse(env, dir.path())?;
     let f = expect_error(&r, 4, "rewrite.table-rewritten")?;
-    ensure!(f.evidence["table"] == "attached_functions", "{:?}", f.evidence);
+    ensure!(
+        f.evidence["table"] == "attached_functions",
+        "{:?}",
+        f.evidence
+    );
     ensure!(
         !r.errors().any(|f| f.migration == Some(3)),
         "the shipped V3 must stay clean: {:?}",
@@ -336,7 +359,11 @@ fn dropping_a_column_the_legacy_app_uses_breaks_it(env: &TestEnv) -> anyhow::Res
     );
     let r = rehearse(env, dir.path())?;
     let f = expect_error(&r, 4, "compat.statement-fails")?;
-    ensure!(f.evidence["app"] == "legacy" && f.evidence["schema_version"] == 4, "{:?}", f.evidence);
+    ensure!(
+        f.evidence["app"] == "legacy" && f.evidence["schema_version"] == 4,
+        "{:?}",
+        f.evidence
+    );
     ensure!(f.message.contains("last_run"), "{}", f.message);
     Ok(())
 }
@@ -370,7 +397,11 @@ fn blocking_index_build_is_caught(env: &TestEnv) -> anyhow::Result<()> {
     );
     let r = rehearse(env, dir.path())?;
     let f = expect_error(&r, 4, "locks.blocking-index-build")?;
-    ensure!(f.evidence["rows"].as_i64().unwrap() >= ROWS as i64, "{:?}", f.evidence);
+    ensure!(
+        f.evidence["rows"].as_i64().unwrap() >= ROWS as i64,
+        "{:?}",
+        f.evidence
+    );
     ensure!(f.message.contains("ShareLock"), "{}", f.message);
     Ok(())
 }
@@ -383,7 +414,11 @@ fn exclusive_lock_held_for_seconds_is_caught(env: &TestEnv) -> anyhow::Result<()
     );
     let r = rehearse(env, dir.path())?;
     let f = expect_error(&r, 4, "locks.long-blocking-lock")?;
-    ensure!(f.evidence["held_ms"].as_f64().unwrap() >= 3000.0, "{:?}", f.evidence);
+    ensure!(
+        f.evidence["held_ms"].as_f64().unwrap() >= 3000.0,
+        "{:?}",
+        f.evidence
+    );
     // The live workload really stalled behind it (well above the budget;
     // generous margin for a loaded machine).
     ensure!(
@@ -453,12 +488,23 @@ fn cli_exit_0_with_json_matching_the_findings(env: &TestEnv) -> anyhow::Result<(
     let findings = v["findings"].as_array().context("findings array")?;
     ensure!(!findings.is_empty());
     for f in findings {
-        for key in ["check", "id", "severity", "migration", "message", "evidence", "advice"] {
+        for key in [
+            "check",
+            "id",
+            "severity",
+            "migration",
+            "message",
+            "evidence",
+            "advice",
+        ] {
             ensure!(f.get(key).is_some(), "finding without {key}: {f}");
         }
         ensure!(f["severity"] != "error", "error in a passing run: {f}");
         ensure!(
-            f["id"].as_str().unwrap().starts_with(&format!("{}.", f["check"].as_str().unwrap())),
+            f["id"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("{}.", f["check"].as_str().unwrap())),
             "id without its check's prefix: {f}"
         );
     }
@@ -469,7 +515,10 @@ fn cli_exit_0_with_json_matching_the_findings(env: &TestEnv) -> anyhow::Result<(
         .password()
         .map(str::to_string);
     if let Some(pw) = password {
-        ensure!(!stdout.contains(&pw) && !stderr.contains(&pw), "password leaked");
+        ensure!(
+            !stdout.contains(&pw) && !stderr.contains(&pw),
+            "password leaked"
+        );
     }
     Ok(())
 }
@@ -486,12 +535,26 @@ fn cli_exit_1_with_junit_matching_the_findings(env: &TestEnv) -> anyhow::Result<
     let m = dir.path().to_str().unwrap();
     let (code, _, stderr) = run_verify(
         env,
-        &["--migrations", m, "--format", "junit", "--output", junit.to_str().unwrap()],
+        &[
+            "--migrations",
+            m,
+            "--format",
+            "junit",
+            "--output",
+            junit.to_str().unwrap(),
+        ],
     )?;
     ensure!(code == 1, "exit {code}: {stderr}");
     let (code, _, stderr) = run_verify(
         env,
-        &["--migrations", m, "--format", "json", "--output", json.to_str().unwrap()],
+        &[
+            "--migrations",
+            m,
+            "--format",
+            "json",
+            "--output",
+            json.to_str().unwrap(),
+        ],
     )?;
     ensure!(code == 1, "exit {code}: {stderr}");
     let report: Report = serde_json::from_str(&std::fs::read_to_string(&json)?)?;
@@ -517,7 +580,9 @@ fn cli_exit_1_with_junit_matching_the_findings(env: &TestEnv) -> anyhow::Result<
             other => anyhow::bail!("{case_name} should fail: {other:?}"),
         }
     }
-    ensure!(report.errors().any(|f| f.id == "backfill.new-readers-miss-rows"));
+    ensure!(report
+        .errors()
+        .any(|f| f.id == "backfill.new-readers-miss-rows"));
     Ok(())
 }
 
@@ -529,7 +594,10 @@ fn cli_exit_2_when_it_cannot_run(env: &TestEnv) -> anyhow::Result<()> {
         "{stderr}"
     );
     let (code, _, stderr) = run_verify(env, &["--format", "xml"])?;
-    ensure!(code == 2 && stderr.contains("text, json or junit"), "exit {code}: {stderr}");
+    ensure!(
+        code == 2 && stderr.contains("text, json or junit"),
+        "exit {code}: {stderr}"
+    );
     let out = Command::new(rollsafe_bin())
         .args(["verify", "--lock-timeout", "soon"])
         .output()?;
@@ -539,10 +607,17 @@ fn cli_exit_2_when_it_cannot_run(env: &TestEnv) -> anyhow::Result<()> {
         "{text}"
     );
     let out = Command::new(rollsafe_bin())
-        .args(["verify", "--postgres", "postgres://u:Secr3tPw@127.0.0.1:1/x"])
+        .args([
+            "verify",
+            "--postgres",
+            "postgres://u:Secr3tPw@127.0.0.1:1/x",
+        ])
         .output()?;
     let text = String::from_utf8_lossy(&out.stderr);
     ensure!(out.status.code() == Some(2), "{text}");
-    ensure!(!text.contains("Secr3tPw") && text.contains("cannot connect"), "{text}");
+    ensure!(
+        !text.contains("Secr3tPw") && text.contains("cannot connect"),
+        "{text}"
+    );
     Ok(())
 }

@@ -76,7 +76,9 @@ pub fn evaluate(
                 ),
             )
             .evidence("differences", failure_trace.len())
-            .advice("keep every statement transactional so a failed migration rolls back completely"),
+            .advice(
+                "keep every statement transactional so a failed migration rolls back completely",
+            ),
         );
     }
     // TODO(migrate): "a second run is a no-op" needs the real migrator

@@ -107,7 +107,11 @@ pub fn compare_readers(
 ) -> Vec<Finding> {
     let mut out = Vec::new();
     let mut compared = 0;
-    let mut pair = |app: &str, expected: &BTreeSet<Uuid>, seen: &BTreeSet<Uuid>, name: &str, what: String| {
+    let mut pair = |app: &str,
+                    expected: &BTreeSet<Uuid>,
+                    seen: &BTreeSet<Uuid>,
+                    name: &str,
+                    what: String| {
         compared += 1;
         let missing = expected.difference(seen).count();
         let extra = seen.difference(expected).count();
@@ -135,7 +139,13 @@ pub fn compare_readers(
     };
     for app in live_before {
         if let (Some(b), Some(a)) = (before.get(app), after.get(app)) {
-            pair(app, b, a, "rows-lost-for-app", format!("the {app} app's readers see other rows after the migration than before"));
+            pair(
+                app,
+                b,
+                a,
+                "rows-lost-for-app",
+                format!("the {app} app's readers see other rows after the migration than before"),
+            );
         }
     }
     if let Some(reference) = live_before.last() {
@@ -161,7 +171,12 @@ pub fn compare_readers(
                 Some(v),
                 format!(
                     "after the migration {} see exactly the rows {} saw before",
-                    live_before.iter().chain(newly).cloned().collect::<Vec<_>>().join(" and "),
+                    live_before
+                        .iter()
+                        .chain(newly)
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(" and "),
                     live_before.last().cloned().unwrap_or_default()
                 ),
             )
@@ -189,8 +204,18 @@ mod tests {
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].id, "backfill.new-readers-miss-rows");
         assert_eq!(f[0].evidence["missing"], 5);
-        let after_ok: Visible = [("legacy".to_string(), ids.clone()), ("current".to_string(), ids)].into();
-        let f = compare_readers(3, &before, &after_ok, &["legacy".into()], &["current".into()]);
+        let after_ok: Visible = [
+            ("legacy".to_string(), ids.clone()),
+            ("current".to_string(), ids),
+        ]
+        .into();
+        let f = compare_readers(
+            3,
+            &before,
+            &after_ok,
+            &["legacy".into()],
+            &["current".into()],
+        );
         assert_eq!(f[0].id, "backfill.readers-agree");
     }
 }

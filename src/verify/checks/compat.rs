@@ -26,7 +26,12 @@ pub const DESCRIPTION: &str =
 
 /// Findings for one replay of `app` on schema version `schema` during the
 /// rollout of migration `v`.
-pub fn replay_findings(v: i32, app: &AppVersion, schema: i32, outcomes: &[Outcome]) -> Vec<Finding> {
+pub fn replay_findings(
+    v: i32,
+    app: &AppVersion,
+    schema: i32,
+    outcomes: &[Outcome],
+) -> Vec<Finding> {
     let mut out = Vec::new();
     for o in outcomes {
         if let Some((step, msg)) = &o.failure {
@@ -81,7 +86,12 @@ fn fail(v: i32, name: &str, sev: Severity, msg: String, advice: &str) -> Finding
 /// Cross-version behaviour of `older` and `newer` on the database `c` (at
 /// migration `v`'s schema; it is written to). An app operation that fails
 /// outright is an error finding too.
-pub fn cross_version(v: i32, c: &mut Client, older: &AppVersion, newer: &AppVersion) -> Vec<Finding> {
+pub fn cross_version(
+    v: i32,
+    c: &mut Client,
+    older: &AppVersion,
+    newer: &AppVersion,
+) -> Vec<Finding> {
     cross_version_scenario(v, c, older, newer).unwrap_or_else(|e| {
         vec![Finding::new(
             CHECK,
@@ -133,7 +143,9 @@ fn cross_version_scenario(
         )),
         Ok(id) => {
             if new.sees(c, id)? {
-                ok.push(format!("rows the {o} app writes are visible to the {n} app"));
+                ok.push(format!(
+                    "rows the {o} app writes are visible to the {n} app"
+                ));
             } else {
                 out.push(
                     fail(
@@ -281,6 +293,8 @@ mod tests {
         };
         let f = replay_findings(3, &apps[0], 3, &[o]);
         assert_eq!(f[0].id, "compat.statement-fails");
-        assert!(f[0].message.contains("legacy app's `insert` fails on V3 at EXECUTE"));
+        assert!(f[0]
+            .message
+            .contains("legacy app's `insert` fails on V3 at EXECUTE"));
     }
 }

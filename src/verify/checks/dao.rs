@@ -16,7 +16,23 @@ pub const CHECK: &str = "dao";
 pub const DESCRIPTION: &str =
     "two-phase create on the final schema: in-flight rows hidden, finished rows visible, retries idempotent, never ready → not ready";
 
-pub fn run(v: i32, c: &mut Client, app: &AppVersion) -> anyhow::Result<Vec<Finding>> {
+/// Runs the scenario; an app operation that fails outright is an error
+/// finding.
+pub fn run(v: i32, c: &mut Client, app: &AppVersion) -> Vec<Finding> {
+    scenario(v, c, app).unwrap_or_else(|e| {
+        vec![Finding::new(
+            CHECK,
+            "operation-fails",
+            Severity::Error,
+            Some(v),
+            format!("the {} app fails on V{v}: {e:#}", app.name),
+        )
+        .evidence("app", app.name.clone())
+        .advice("the app's statements must match the final schema")]
+    })
+}
+
+fn scenario(v: i32, c: &mut Client, app: &AppVersion) -> anyhow::Result<Vec<Finding>> {
     let Some(d) = app.driver() else {
         return Ok(vec![]);
     };

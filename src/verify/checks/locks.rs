@@ -240,11 +240,29 @@ mod tests {
     #[test]
     fn blocking_index_build_and_long_lock_are_errors() {
         let t = Duration::from_secs(5);
-        let f = evaluate(4, &applied(&["ShareLock"], true, Duration::from_millis(30)), None, None, t);
+        let f = evaluate(
+            4,
+            &applied(&["ShareLock"], true, Duration::from_millis(30)),
+            None,
+            None,
+            t,
+        );
         assert_eq!(ids(&f), ["locks.blocking-index-build", "locks.measured"]);
-        let f = evaluate(4, &applied(&["AccessExclusiveLock"], false, Duration::from_secs(3)), None, None, t);
+        let f = evaluate(
+            4,
+            &applied(&["AccessExclusiveLock"], false, Duration::from_secs(3)),
+            None,
+            None,
+            t,
+        );
         assert_eq!(ids(&f), ["locks.long-blocking-lock", "locks.measured"]);
-        let f = evaluate(4, &applied(&["AccessExclusiveLock"], false, Duration::from_millis(3)), None, None, t);
+        let f = evaluate(
+            4,
+            &applied(&["AccessExclusiveLock"], false, Duration::from_millis(3)),
+            None,
+            None,
+            t,
+        );
         assert_eq!(ids(&f), ["locks.measured"]);
     }
 
@@ -267,6 +285,9 @@ mod tests {
             ..LockTimeoutProbe::default()
         };
         let f = evaluate(3, &a, None, Some(&stuck), t);
-        assert_eq!((f[0].id.as_str(), f[0].severity), ("locks.ignores-lock-timeout", Severity::Error));
+        assert_eq!(
+            (f[0].id.as_str(), f[0].severity),
+            ("locks.ignores-lock-timeout", Severity::Error)
+        );
     }
 }

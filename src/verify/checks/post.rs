@@ -23,7 +23,12 @@ pub enum Expected<'a> {
     Derived,
 }
 
-pub fn evaluate(v: i32, seeded: &Snapshot, empty: &Snapshot, expected: Expected<'_>) -> Vec<Finding> {
+pub fn evaluate(
+    v: i32,
+    seeded: &Snapshot,
+    empty: &Snapshot,
+    expected: Expected<'_>,
+) -> Vec<Finding> {
     let mut out = Vec::new();
     let invalid = seeded.invalid_indexes();
     if !invalid.is_empty() {
@@ -98,12 +103,28 @@ mod tests {
             Table {
                 columns: vec![],
                 constraints: vec![],
-                indexes: vec![Index { name: "ix".into(), definition: "CREATE INDEX ix ON t".into(), valid: false }],
+                indexes: vec![Index {
+                    name: "ix".into(),
+                    definition: "CREATE INDEX ix ON t".into(),
+                    valid: false,
+                }],
             },
         );
         let empty = Snapshot::default();
-        let f = evaluate(3, &s, &empty, Expected::Snapshot(&empty, "schema.json".into()));
+        let f = evaluate(
+            3,
+            &s,
+            &empty,
+            Expected::Snapshot(&empty, "schema.json".into()),
+        );
         let ids: Vec<&str> = f.iter().map(|f| f.id.as_str()).collect();
-        assert_eq!(ids, ["post.invalid-index", "post.paths-differ", "post.schema-differs"]);
+        assert_eq!(
+            ids,
+            [
+                "post.invalid-index",
+                "post.paths-differ",
+                "post.schema-differs"
+            ]
+        );
     }
 }

@@ -26,7 +26,11 @@ pub const DESCRIPTION: &str =
 pub fn evaluate(v: i32, at_zero: &Applied, at_n: &Applied) -> Vec<Finding> {
     let mut out = Vec::new();
     let mut clean = true;
-    for w in at_n.tables.values().filter(|w| w.rows_before > 0 && !w.dropped) {
+    for w in at_n
+        .tables
+        .values()
+        .filter(|w| w.rows_before > 0 && !w.dropped)
+    {
         let lock = w.strongest_lock().unwrap_or("no lock").to_string();
         let base = |name: &str, sev: Severity, msg: String| {
             Finding::new(CHECK, name, sev, Some(v), msg)
@@ -109,7 +113,10 @@ pub fn evaluate(v: i32, at_zero: &Applied, at_n: &Applied) -> Vec<Finding> {
             )
             .evidence("rows", rows)
             .evidence("rows_updated", updated)
-            .evidence("tables_rewritten", at_n.tables.values().filter(|w| w.rewritten).count())
+            .evidence(
+                "tables_rewritten",
+                at_n.tables.values().filter(|w| w.rewritten).count(),
+            )
             .evidence("wal_bytes_at_0_rows", at_zero.wal_bytes)
             .evidence("wal_bytes_at_n_rows", at_n.wal_bytes)
             .evidence("ms_at_0_rows", ms(at_zero.duration))
@@ -164,7 +171,14 @@ mod tests {
             (f[0].id.as_str(), f[0].severity),
             ("rewrite.full-scan-under-lock", Severity::Warn)
         );
-        let f = evaluate(3, &Applied::default(), &applied(table(2000, &["AccessExclusiveLock"])));
-        assert_eq!((f[0].id.as_str(), f[0].severity), ("rewrite.measured", Severity::Info));
+        let f = evaluate(
+            3,
+            &Applied::default(),
+            &applied(table(2000, &["AccessExclusiveLock"])),
+        );
+        assert_eq!(
+            (f[0].id.as_str(), f[0].severity),
+            ("rewrite.measured", Severity::Info)
+        );
     }
 }
