@@ -141,8 +141,14 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let report = result?;
     let text = render(&report, args.format.0);
     match &args.output {
-        Some(path) => std::fs::write(path, &text)
-            .with_context(|| format!("cannot write the report to {}", path.display()))?,
+        Some(path) => {
+            std::fs::write(path, &text)
+                .with_context(|| format!("cannot write the report to {}", path.display()))?;
+            // The file is for machines; the log still shows the findings.
+            if args.format.0 != Format::Text {
+                print!("{}", render(&report, Format::Text));
+            }
+        }
         None => print!("{text}"),
     }
     Ok(if report.passed {
