@@ -300,6 +300,9 @@ impl Run<'_> {
     fn all(&mut self) -> Result<(), VerifyError> {
         let migrations = self.v.catalog.migrations().to_vec();
         let mut empty_prev = self.sandbox.fresh_database()?;
+        // Where the migrator applies the catalog step by step, twice per
+        // step (apply: a second run is a no-op).
+        let migrator_db = self.sandbox.fresh_database()?;
         let mut prev = 0;
         let mut last_seeded: Option<Database> = None;
         for m in &migrations {
@@ -332,6 +335,15 @@ impl Run<'_> {
                 rehearsal::apply_measured(empty.url(), &m.sql, None, End::Commit),
             )?;
             self.ran(apply::CHECK, Some(v));
+            if at_zero.ok() {
+                let twice = step(
+                    "running the migrator twice",
+                    apply::second_run(migrator_db.url(), &self.v.catalog, v),
+                )?;
+                self.report
+                    .findings
+                    .push(apply::evaluate_second_run(v, &twice));
+            }
             if !at_zero.ok() {
                 self.report
                     .findings

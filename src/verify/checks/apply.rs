@@ -14,7 +14,7 @@ use super::ms;
 
 pub const CHECK: &str = "apply";
 pub const DESCRIPTION: &str =
-    "applies cleanly on an empty and on a seeded database; a failure leaves no trace";
+    "applies cleanly on an empty and on a seeded database; a second run is a no-op; a failure leaves no trace";
 
 /// Judges the applies of migration `v`: on an empty database, on a seeded
 /// one (None when not reached), and the schema differences a forced failure
@@ -81,10 +81,74 @@ pub fn evaluate(
             ),
         );
     }
-    // TODO(migrate): "a second run is a no-op" needs the real migrator
-    // (rollsafe::migrate, history table); add it when the migrate branch
-    // lands on main.
     out
+}
+
+/// What running the migrator up to a version twice did.
+#[derive(Debug, Clone, Default)]
+pub struct SecondRun {
+    pub first_applied: usize,
+    pub second_applied: usize,
+    /// Schema differences the second run made.
+    pub changes: Vec<String>,
+}
+
+/// Runs the migrator up to `v` twice on the database at `url` (which holds
+/// the migrations before `v`, applied by the same migrator).
+///
+/// INTERIM: refinery's runner, grouped per migration as `rollsafe migrate`
+/// will apply it; switch to `rollsafe::migrate` when the migrate branch
+/// lands on main (advisory lock, lock_timeout and retries included).
+pub fn second_run(
+    url: &str,
+    catalog: &crate::catalog::Catalog,
+    v: i32,
+) -> anyhow::Result<SecondRun> {
+    let migrations: Vec<refinery::Migration> = catalog.up_to(v).map(|m| m.to_refinery()).collect();
+    let runner = || {
+        refinery::Runner::new(&migrations)
+            .set_target(refinery::Target::Version(v as _))
+            .set_grouped(false)
+    };
+    let mut c = crate::db::connect(url)?;
+    let first = runner().run(&mut c)?.applied_migrations().len();
+    let before = crate::schema::Snapshot::read(&mut c)?;
+    let second = runner().run(&mut c)?.applied_migrations().len();
+    let after = crate::schema::Snapshot::read(&mut c)?;
+    Ok(SecondRun {
+        first_applied: first,
+        second_applied: second,
+        changes: after.diff(&before),
+    })
+}
+
+/// Judges [`second_run`].
+pub fn evaluate_second_run(v: i32, r: &SecondRun) -> Finding {
+    if r.second_applied == 0 && r.changes.is_empty() {
+        return Finding::new(
+            CHECK,
+            "second-run-noop",
+            Severity::Info,
+            Some(v),
+            "running the migrator again applies nothing and changes nothing",
+        )
+        .evidence("first_run_applied", r.first_applied)
+        .evidence("second_run_applied", 0);
+    }
+    Finding::new(
+        CHECK,
+        "second-run-not-noop",
+        Severity::Error,
+        Some(v),
+        format!(
+            "running the migrator again applied {} migration(s) and changed the schema: {}",
+            r.second_applied,
+            r.changes.join("; ")
+        ),
+    )
+    .evidence("first_run_applied", r.first_applied)
+    .evidence("second_run_applied", r.second_applied)
+    .advice("a migration must be recorded in the history in the same transaction that applies it")
 }
 
 #[cfg(test)]
@@ -106,5 +170,24 @@ mod tests {
         assert!(f[0].message.contains("2000 rows"));
         let f = evaluate(3, &ok, Some((&ok, 2000)), &[]);
         assert_eq!(f[0].severity, Severity::Info);
+    }
+
+    #[test]
+    fn a_second_run_that_applies_is_an_error() {
+        let noop = SecondRun {
+            first_applied: 1,
+            ..SecondRun::default()
+        };
+        assert_eq!(evaluate_second_run(3, &noop).severity, Severity::Info);
+        let again = SecondRun {
+            first_applied: 1,
+            second_applied: 1,
+            changes: vec!["t: column x is not expected".into()],
+        };
+        let f = evaluate_second_run(3, &again);
+        assert_eq!(
+            (f.id.as_str(), f.severity),
+            ("apply.second-run-not-noop", Severity::Error)
+        );
     }
 }

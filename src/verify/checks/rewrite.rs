@@ -111,7 +111,7 @@ pub fn evaluate(v: i32, at_zero: &Applied, at_n: &Applied) -> Vec<Finding> {
                 Some(v),
                 "no rewrite, no row-by-row work on existing rows",
             )
-            .evidence("rows", rows)
+            .evidence("rows_in_existing_tables", rows)
             .evidence("rows_updated", updated)
             .evidence(
                 "tables_rewritten",
