@@ -144,7 +144,8 @@ pub struct Report {
     pub apps: Vec<RehearsedApp>,
     /// Rows seeded per migration rehearsal.
     pub rows: u64,
-    /// The deploy order that the run proved safe, one step per line.
+    /// The deploy order that the run proved safe, one step per line (empty
+    /// when the run found errors).
     pub safe_order: Vec<String>,
     pub checks: Vec<CheckRun>,
     pub findings: Vec<Finding>,

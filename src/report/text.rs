@@ -91,6 +91,11 @@ pub fn render_text(report: &Report) -> String {
         for (i, step) in report.safe_order.iter().enumerate() {
             let _ = writeln!(out, "  {}. {step}", i + 1);
         }
+    } else if !report.passed && !report.migrations.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nno safe deploy order: fix the errors above and run again"
+        );
     }
     let _ = writeln!(
         out,

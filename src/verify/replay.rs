@@ -168,6 +168,15 @@ pub fn message(e: &postgres::Error) -> String {
     }
 }
 
+/// One line for an error of an app operation: the server's message when
+/// the database refused, else the first line of the chain.
+pub fn one_line(e: &anyhow::Error) -> String {
+    match e.downcast_ref::<postgres::Error>() {
+        Some(pg) => message(pg),
+        None => format!("{e:#}").lines().next().unwrap_or("").to_string(),
+    }
+}
+
 /// Every statement of `app` prepared and executed on `c`, each inside a
 /// savepoint of one transaction that is rolled back: the database is left
 /// as it was.

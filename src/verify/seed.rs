@@ -71,7 +71,8 @@ pub fn seed(c: &mut Client, live: &[&AppVersion], rows: u64) -> anyhow::Result<S
             for k in 0..ROWS_THROUGH_APP {
                 let req = NewFunction::with_new_collection(c, &format!("seed_{}_{k}", app.name))?;
                 if let Err(e) = driver.create_complete(c, &req) {
-                    out.failed.push((app.name.clone(), format!("{e:#}")));
+                    out.failed
+                        .push((app.name.clone(), super::replay::one_line(&e)));
                     break;
                 }
                 through_app += 1;

@@ -18,7 +18,7 @@ use postgres::Client;
 
 use crate::report::{Finding, Severity};
 use crate::verify::apps::{AppVersion, NewFunction};
-use crate::verify::replay::Outcome;
+use crate::verify::replay::{one_line, Outcome};
 
 pub const CHECK: &str = "compat";
 pub const DESCRIPTION: &str =
@@ -99,8 +99,10 @@ pub fn cross_version(
             Severity::Error,
             Some(v),
             format!(
-                "the {} and {} apps cannot run side by side on V{v}: {e:#}",
-                older.name, newer.name
+                "the {} and {} apps cannot run side by side on V{v}: {}",
+                older.name,
+                newer.name,
+                one_line(&e)
             ),
         )
         .evidence("older", older.name.clone())
@@ -138,7 +140,7 @@ fn cross_version_scenario(
             v,
             "old-app-cannot-write",
             Severity::Error,
-            format!("the {o} app cannot create on V{v}: {e:#}"),
+            format!("the {o} app cannot create on V{v}: {}", one_line(&e)),
             "the older app keeps running during the rollout; its writes must still succeed",
         )),
         Ok(id) => {
@@ -207,7 +209,10 @@ fn cross_version_scenario(
             format!(
                 "after rolling back to the {o} app: {}{}",
                 if reads { "" } else { "it does not see rows the newer app created; " },
-                writes.err().map(|e| format!("its create fails: {e:#}")).unwrap_or_default()
+                writes
+                    .err()
+                    .map(|e| format!("its create fails: {}", one_line(&e)))
+                    .unwrap_or_default()
             ),
             "an app rollback must keep working on the new schema: do not make the old app's rows or writes invalid",
         ));

@@ -25,7 +25,11 @@ pub fn run(v: i32, c: &mut Client, app: &AppVersion) -> Vec<Finding> {
             "operation-fails",
             Severity::Error,
             Some(v),
-            format!("the {} app fails on V{v}: {e:#}", app.name),
+            format!(
+                "the {} app fails on V{v}: {}",
+                app.name,
+                crate::verify::replay::one_line(&e)
+            ),
         )
         .evidence("app", app.name.clone())
         .advice("the app's statements must match the final schema")]
