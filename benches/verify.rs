@@ -6,6 +6,7 @@
 //! - floor: start one throwaway server (same backend), apply every
 //!   migration once, with N rows seeded (same seeding) before the first
 //!   migration that meets live app rows;
+//!
 //! and the ratio. Prints figures; asserts nothing.
 //!
 //! `cargo bench --bench verify` (the backend follows ROLLSAFE_POSTGRES,
