@@ -396,10 +396,14 @@ mod tests {
 
     #[test]
     fn verify_modes_become_require_and_sslrootcert_is_stripped() {
-        let (u, t) = split_tls("postgres://u:p@h/d?sslmode=verify-full&sslrootcert=/ca.pem").unwrap();
+        let (u, t) =
+            split_tls("postgres://u:p@h/d?sslmode=verify-full&sslrootcert=/ca.pem").unwrap();
         assert_eq!(u, "postgres://u:p@h/d?sslmode=require");
         assert!(t.verify_chain && t.verify_host);
-        assert_eq!(t.root_cert.as_deref(), Some(std::path::Path::new("/ca.pem")));
+        assert_eq!(
+            t.root_cert.as_deref(),
+            Some(std::path::Path::new("/ca.pem"))
+        );
         let (u, t) = split_tls("postgres://u:p@h/d?sslmode=verify-ca&application_name=x").unwrap();
         assert_eq!(u, "postgres://u:p@h/d?application_name=x&sslmode=require");
         assert!(t.verify_chain && !t.verify_host);
@@ -410,11 +414,19 @@ mod tests {
         assert_eq!(u, "host=h user=u sslmode=require");
         assert!(t.verify_host);
         let (_, t) = split_tls("postgres://h/d?sslmode=require&sslrootcert=/ca.pem").unwrap();
-        assert!(t.verify_chain && !t.verify_host, "libpq: require + root cert = verify-ca");
+        assert!(
+            t.verify_chain && !t.verify_host,
+            "libpq: require + root cert = verify-ca"
+        );
         let err = split_tls("postgres://u:s3cret@h/d?sslmode=bogus").unwrap_err();
         assert!(err.to_string().contains("unknown sslmode `bogus`"), "{err}");
         assert!(!err.to_string().contains("s3cret"), "{err}");
-        assert_eq!(config("postgres://u:p@h/d?sslmode=disable").unwrap().get_ssl_mode(), SslMode::Disable);
+        assert_eq!(
+            config("postgres://u:p@h/d?sslmode=disable")
+                .unwrap()
+                .get_ssl_mode(),
+            SslMode::Disable
+        );
     }
 
     #[test]

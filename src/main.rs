@@ -128,7 +128,10 @@ enum StatusFormat {
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let s = s.trim();
     let (num, unit) = s.split_at(s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len()));
-    let n: f64 = num.trim().parse().map_err(|_| format!("`{s}` is not a duration (e.g. 5s, 500ms, 2m)"))?;
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration (e.g. 5s, 500ms, 2m)"))?;
     let secs = match unit {
         "ms" => n / 1000.0,
         "" | "s" => n,
@@ -140,7 +143,11 @@ fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
 
 /// Prints a one-line error and returns `code`.
 fn fail(code: u8, e: &dyn std::fmt::Display) -> ExitCode {
-    let line = e.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
+    let line = e
+        .to_string()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     eprintln!("rollsafe: error: {line}");
     ExitCode::from(code)
 }
@@ -166,7 +173,10 @@ fn migrate(args: MigrateArgs) -> ExitCode {
             Err(e) => return fail(e.exit_code(), &db::scrub(&e.to_string(), url)),
         };
         print_position(plan.current, plan.target, plan.beyond_target);
-        println!("dry run: {} migration(s) would be applied, nothing changed", plan.pending.len());
+        println!(
+            "dry run: {} migration(s) would be applied, nothing changed",
+            plan.pending.len()
+        );
         for m in &plan.pending {
             println!("\n-- {m}\n{}", m.sql.trim_end());
         }
@@ -180,7 +190,11 @@ fn migrate(args: MigrateArgs) -> ExitCode {
                     "applied {} in {:.1?}{}",
                     a.file,
                     a.elapsed,
-                    if a.attempts > 1 { format!(" ({} attempts)", a.attempts) } else { String::new() }
+                    if a.attempts > 1 {
+                        format!(" ({} attempts)", a.attempts)
+                    } else {
+                        String::new()
+                    }
                 );
             }
             if out.applied.is_empty() {
@@ -193,9 +207,18 @@ fn migrate(args: MigrateArgs) -> ExitCode {
 }
 
 fn print_position(current: Option<i32>, target: i32, beyond: bool) {
-    let at = current.map_or("empty (no migration applied)".to_string(), |v| format!("V{v}"));
+    let at = current.map_or("empty (no migration applied)".to_string(), |v| {
+        format!("V{v}")
+    });
     println!("at:         {at}");
-    println!("target:     V{target}{}", if beyond { " (the database is already past it; nothing is ever undone)" } else { "" });
+    println!(
+        "target:     V{target}{}",
+        if beyond {
+            " (the database is already past it; nothing is ever undone)"
+        } else {
+            ""
+        }
+    );
 }
 
 fn status(args: StatusArgs) -> ExitCode {
@@ -217,7 +240,10 @@ fn status(args: StatusArgs) -> ExitCode {
                 "migrations": catalog.source.to_string(),
                 "status": st,
             });
-            println!("{}", serde_json::to_string_pretty(&doc).expect("status serialises"));
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&doc).expect("status serialises")
+            );
         }
         StatusFormat::Text => {
             println!("database:   {}", db::redact_url(url));
@@ -237,7 +263,9 @@ fn status(args: StatusArgs) -> ExitCode {
                     v.version,
                     state.as_str().unwrap_or("?"),
                     v.applied_on.as_deref().unwrap_or("-"),
-                    v.file.clone().unwrap_or_else(|| format!("(no file; applied as `{}`)", v.name))
+                    v.file
+                        .clone()
+                        .unwrap_or_else(|| format!("(no file; applied as `{}`)", v.name))
                 );
             }
             for v in st.drift() {

@@ -99,7 +99,8 @@ impl Options {
     /// Backoff before retry `attempt` (1-based): 200 ms doubling, capped at
     /// 5 s, plus up to 25 % jitter so that two migrators do not stay in step.
     pub fn backoff(&self, attempt: u32) -> Duration {
-        let base = Duration::from_millis(200) * 2u32.saturating_pow(attempt.saturating_sub(1).min(8));
+        let base =
+            Duration::from_millis(200) * 2u32.saturating_pow(attempt.saturating_sub(1).min(8));
         let base = base.min(Duration::from_secs(5));
         let jitter = rand::random::<f64>() * 0.25;
         base.mul_f64(1.0 + jitter)
@@ -232,7 +233,7 @@ pub enum MigrateError {
     UnknownTarget { target: i32, available: String },
     #[error("another rollsafe migrate has held the migration lock on this database for {waited:?}{holder}; wait for it to finish (or end it) and run again")]
     MigratorBusy { waited: Duration, holder: String },
-    #[error("{migration} failed and was rolled back (nothing of it is applied{earlier}): {detail}")]
+    #[error("{migration} failed and was rolled back (nothing of it is applied{earlier}): {detail}; fix the file (it was never applied, so it may still change) and run again")]
     Failed {
         migration: String,
         detail: String,
@@ -532,7 +533,11 @@ fn acquire_migrator_lock(client: &mut Client, wait: Duration) -> Result<Duration
         }
         // Jitter keeps a crowd of migrators from polling in lockstep.
         let pause = Duration::from_millis(50 + rand::random::<u64>() % 100);
-        std::thread::sleep(pause.min(wait.saturating_sub(start.elapsed())).max(Duration::from_millis(1)));
+        std::thread::sleep(
+            pause
+                .min(wait.saturating_sub(start.elapsed()))
+                .max(Duration::from_millis(1)),
+        );
     }
     let held: bool = client
         .query_one(
@@ -616,7 +621,10 @@ fn apply_one(
                     // means the history changed under the lock.
                     return Err(MigrateError::Sql {
                         context: format!("applying {m}"),
-                        detail: format!("refinery applied {versions:?} instead of [{}]; run `rollsafe status`", m.version),
+                        detail: format!(
+                            "refinery applied {versions:?} instead of [{}]; run `rollsafe status`",
+                            m.version
+                        ),
                     });
                 }
                 return Ok(Applied {
@@ -636,7 +644,9 @@ fn apply_one(
                     log::warn!(
                         "{m}: lock_timeout ({:?}) expired, blocked by {}; retrying in {pause:?}",
                         options.lock_timeout,
-                        watcher.blocker().unwrap_or_else(|| "an unidentified backend".into())
+                        watcher
+                            .blocker()
+                            .unwrap_or_else(|| "an unidentified backend".into())
                     );
                     std::thread::sleep(pause);
                     continue;
@@ -814,7 +824,10 @@ mod tests {
             ]
         );
         let msg = s.versions[1].drift_message().unwrap();
-        assert!(msg.contains("V2__attached_functions.sql") && msg.contains("never edited"), "{msg}");
+        assert!(
+            msg.contains("V2__attached_functions.sql") && msg.contains("never edited"),
+            "{msg}"
+        );
 
         let s = compare(&c, true, &[row(1, &v1.name, v1.checksum), row(3, "x", 1)]);
         // V2 never applied although V3 is; V3 differs.
@@ -831,6 +844,9 @@ mod tests {
         };
         // 3 attempts × 1 s + (200 ms + 400 ms) × 1.25
         assert_eq!(o.give_up_bound(), Duration::from_millis(3750));
-        assert!(o.backoff(1) >= Duration::from_millis(200) && o.backoff(1) <= Duration::from_millis(250));
+        assert!(
+            o.backoff(1) >= Duration::from_millis(200)
+                && o.backoff(1) <= Duration::from_millis(250)
+        );
     }
 }

@@ -73,15 +73,21 @@ fn expect_code(o: &Output, code: i32, what: &str) -> anyhow::Result<()> {
 
 fn history(c: &mut Client) -> anyhow::Result<Vec<i32>> {
     let exists: bool = c
-        .query_one("SELECT to_regclass('refinery_schema_history') IS NOT NULL", &[])?
+        .query_one(
+            "SELECT to_regclass('refinery_schema_history') IS NOT NULL",
+            &[],
+        )?
         .get(0);
     if !exists {
         return Ok(vec![]);
     }
-    Ok(c.query("SELECT version FROM refinery_schema_history ORDER BY version", &[])?
-        .iter()
-        .map(|r| r.get(0))
-        .collect())
+    Ok(c.query(
+        "SELECT version FROM refinery_schema_history ORDER BY version",
+        &[],
+    )?
+    .iter()
+    .map(|r| r.get(0))
+    .collect())
 }
 
 fn table_exists(c: &mut Client, name: &str) -> anyhow::Result<bool> {
@@ -211,10 +217,17 @@ fn applies_from_empty_and_rerun_is_a_noop(env: &TestEnv) -> anyhow::Result<()> {
         "V2__attached_functions.sql",
         "V3__attached_functions_is_ready.sql",
     ] {
-        ensure!(out.contains(&format!("applied {f}")), "{f} not reported:\n{out}");
+        ensure!(
+            out.contains(&format!("applied {f}")),
+            "{f} not reported:\n{out}"
+        );
     }
     let mut c = db.connect()?;
-    ensure!(history(&mut c)? == [1, 2, 3], "history {:?}", history(&mut c)?);
+    ensure!(
+        history(&mut c)? == [1, 2, 3],
+        "history {:?}",
+        history(&mut c)?
+    );
     ensure!(column_exists(&mut c, "attached_functions", "is_ready")?);
     let seeded: i64 = c.query_one("SELECT count(*) FROM functions", &[])?.get(0);
     ensure!(seeded == 3, "V1 seeds 3 functions, found {seeded}");
@@ -222,7 +235,10 @@ fn applies_from_empty_and_rerun_is_a_noop(env: &TestEnv) -> anyhow::Result<()> {
     let catalog = Catalog::embedded()?;
     for r in c.query("SELECT version, checksum FROM refinery_schema_history", &[])? {
         let (v, sum): (i32, String) = (r.get(0), r.get(1));
-        ensure!(sum == catalog.get(v).unwrap().checksum.to_string(), "V{v} checksum {sum}");
+        ensure!(
+            sum == catalog.get(v).unwrap().checksum.to_string(),
+            "V{v} checksum {sum}"
+        );
     }
     let before = snapshot(&db)?;
     let o = migrate_cli(db.url(), &[])?;
@@ -247,7 +263,10 @@ fn applies_up_to_a_target_then_the_rest(env: &TestEnv) -> anyhow::Result<()> {
     let mut c = db.connect()?;
     ensure!(history(&mut c)? == [1, 2], "history {:?}", history(&mut c)?);
     ensure!(table_exists(&mut c, "attached_functions")?);
-    ensure!(!column_exists(&mut c, "attached_functions", "is_ready")?, "V3 applied past the target");
+    ensure!(
+        !column_exists(&mut c, "attached_functions", "is_ready")?,
+        "V3 applied past the target"
+    );
     // A target below the current version undoes nothing.
     let o = migrate_cli(db.url(), &["--target", "1"])?;
     expect_code(&o, 0, "--target 1 on V2")?;
@@ -265,12 +284,24 @@ fn dry_run_prints_the_plan_and_changes_nothing(env: &TestEnv) -> anyhow::Result<
     expect_code(&o, 0, "dry run")?;
     let (out, _) = text(&o);
     ensure!(out.contains("3 migration(s) would be applied"), "{out}");
-    ensure!(out.contains("CREATE TABLE attached_functions"), "V2's SQL not printed:\n{out}");
-    ensure!(out.contains("ADD COLUMN is_ready boolean NOT NULL DEFAULT true"), "{out}");
+    ensure!(
+        out.contains("CREATE TABLE attached_functions"),
+        "V2's SQL not printed:\n{out}"
+    );
+    ensure!(
+        out.contains("ADD COLUMN is_ready boolean NOT NULL DEFAULT true"),
+        "{out}"
+    );
     let mut c = db.connect()?;
-    ensure!(!table_exists(&mut c, "refinery_schema_history")?, "dry run created the history table");
+    ensure!(
+        !table_exists(&mut c, "refinery_schema_history")?,
+        "dry run created the history table"
+    );
     let n: i64 = c
-        .query_one("SELECT count(*) FROM pg_class WHERE relnamespace = 'public'::regnamespace", &[])?
+        .query_one(
+            "SELECT count(*) FROM pg_class WHERE relnamespace = 'public'::regnamespace",
+            &[],
+        )?
         .get(0);
     ensure!(n == 0, "dry run created {n} relations");
     drop(c);
@@ -280,8 +311,14 @@ fn dry_run_prints_the_plan_and_changes_nothing(env: &TestEnv) -> anyhow::Result<
     let o = migrate_cli(db.url(), &["--dry-run"])?;
     expect_code(&o, 0, "dry run at V2")?;
     let (out, _) = text(&o);
-    ensure!(out.contains("1 migration(s) would be applied") && out.contains("V3 (V3__"), "{out}");
-    ensure!(!out.contains("CREATE TABLE attached_functions"), "applied V2 listed again:\n{out}");
+    ensure!(
+        out.contains("1 migration(s) would be applied") && out.contains("V3 (V3__"),
+        "{out}"
+    );
+    ensure!(
+        !out.contains("CREATE TABLE attached_functions"),
+        "applied V2 listed again:\n{out}"
+    );
     ensure!(snapshot(&db)? == before, "dry run changed the database");
     Ok(())
 }
@@ -303,26 +340,48 @@ fn states(v: &serde_json::Value) -> Vec<(i64, String)> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|x| (x["version"].as_i64().unwrap(), x["state"].as_str().unwrap().to_string()))
+        .map(|x| {
+            (
+                x["version"].as_i64().unwrap(),
+                x["state"].as_str().unwrap().to_string(),
+            )
+        })
         .collect()
 }
 
 fn status_reports_applied_pending_divergent_missing_and_ahead(env: &TestEnv) -> anyhow::Result<()> {
-    let s = |v: &[(i64, &str)]| v.iter().map(|(a, b)| (*a, b.to_string())).collect::<Vec<_>>();
+    let s = |v: &[(i64, &str)]| {
+        v.iter()
+            .map(|(a, b)| (*a, b.to_string()))
+            .collect::<Vec<_>>()
+    };
     let fresh = env.fresh_database();
     let (code, v) = status_json(fresh.url(), None)?;
     ensure!(code == 0, "status on a fresh db exits {code}");
-    ensure!(states(&v) == s(&[(1, "pending"), (2, "pending"), (3, "pending")]), "{v}");
+    ensure!(
+        states(&v) == s(&[(1, "pending"), (2, "pending"), (3, "pending")]),
+        "{v}"
+    );
     ensure!(v["status"]["history_table"] == false);
     let mut c = fresh.connect()?;
-    ensure!(!table_exists(&mut c, "refinery_schema_history")?, "status created the history table");
+    ensure!(
+        !table_exists(&mut c, "refinery_schema_history")?,
+        "status created the history table"
+    );
 
     let db = env.migrated_database(3);
     let (code, v) = status_json(db.url(), None)?;
     ensure!(code == 0);
-    ensure!(states(&v) == s(&[(1, "applied"), (2, "applied"), (3, "applied")]), "{v}");
-    ensure!(v["status"]["versions"][0]["applied_on"].as_str().is_some_and(|a| a.starts_with("20")));
-    ensure!(!v.to_string().contains(&password_of(db.url()).unwrap_or_else(|| "\u{0}".into())));
+    ensure!(
+        states(&v) == s(&[(1, "applied"), (2, "applied"), (3, "applied")]),
+        "{v}"
+    );
+    ensure!(v["status"]["versions"][0]["applied_on"]
+        .as_str()
+        .is_some_and(|a| a.starts_with("20")));
+    ensure!(!v
+        .to_string()
+        .contains(&password_of(db.url()).unwrap_or_else(|| "\u{0}".into())));
 
     // V2 edited, V3 deleted, V4 added: divergent, missing, pending.
     let dir = migrations_copy()?;
@@ -334,7 +393,13 @@ fn status_reports_applied_pending_divergent_missing_and_ahead(env: &TestEnv) -> 
     let (code, v) = status_json(db.url(), Some(dir.path()))?;
     ensure!(code == 1, "drift must exit 1, got {code}");
     ensure!(
-        states(&v) == s(&[(1, "applied"), (2, "divergent"), (3, "missing"), (4, "pending")]),
+        states(&v)
+            == s(&[
+                (1, "applied"),
+                (2, "divergent"),
+                (3, "missing"),
+                (4, "pending")
+            ]),
         "{v}"
     );
     let d = &v["status"]["versions"][1];
@@ -345,12 +410,24 @@ fn status_reports_applied_pending_divergent_missing_and_ahead(env: &TestEnv) -> 
     std::fs::remove_file(dir.path().join("V3__attached_functions_is_ready.sql"))?;
     let (code, v) = status_json(db.url(), Some(dir.path()))?;
     ensure!(code == 1);
-    ensure!(states(&v) == s(&[(1, "applied"), (2, "applied"), (3, "unknown-newer")]), "{v}");
+    ensure!(
+        states(&v) == s(&[(1, "applied"), (2, "applied"), (3, "unknown-newer")]),
+        "{v}"
+    );
 
     // Text format says the same, one line per version.
-    let o = rollsafe(&["status", "--database-url", db.url(), "--migrations", path_str(dir.path())])?;
+    let o = rollsafe(&[
+        "status",
+        "--database-url",
+        db.url(),
+        "--migrations",
+        path_str(dir.path()),
+    ])?;
     let (out, _) = text(&o);
-    ensure!(out.contains("unknown-newer") && out.contains("ahead of the code"), "{out}");
+    ensure!(
+        out.contains("unknown-newer") && out.contains("ahead of the code"),
+        "{out}"
+    );
     Ok(())
 }
 
@@ -359,7 +436,9 @@ fn status_reports_applied_pending_divergent_missing_and_ahead(env: &TestEnv) -> 
 /// server at the same time); the whole server's WAL when the extension is
 /// not installed.
 fn migration_wal_bytes(c: &mut Client, version: i32, start_lsn: &str) -> anyhow::Result<i64> {
-    if c.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect").is_ok() {
+    if c.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        .is_ok()
+    {
         let row = c.query_one(
             "SELECT coalesce(sum(record_length), 0)::bigint FROM pg_get_wal_records_info($1::text::pg_lsn, pg_current_wal_flush_lsn()) \
               WHERE xid = (SELECT xmin FROM refinery_schema_history WHERE version = $2)",
@@ -380,31 +459,61 @@ fn v3_on_10k_legacy_rows_is_catalog_only_and_rows_are_ready(env: &TestEnv) -> an
     seed_legacy_rows(&mut c, 10_000)?;
     c.batch_execute("CHECKPOINT").ok(); // full-page images after a checkpoint would inflate WAL
     let relfilenode: u32 = c
-        .query_one("SELECT relfilenode FROM pg_class WHERE relname = 'attached_functions'", &[])?
+        .query_one(
+            "SELECT relfilenode FROM pg_class WHERE relname = 'attached_functions'",
+            &[],
+        )?
         .get::<_, postgres::types::Oid>(0);
-    let start_lsn: String = c.query_one("SELECT pg_current_wal_lsn()::text", &[])?.get(0);
+    let start_lsn: String = c
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])?
+        .get(0);
     let upd_before: i64 = c
-        .query_one("SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'attached_functions'", &[])?
+        .query_one(
+            "SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'attached_functions'",
+            &[],
+        )?
         .get(0);
     expect_code(&migrate_cli(db.url(), &[])?, 0, "V3 on 10k rows")?;
     ensure!(history(&mut c)? == [1, 2, 3]);
 
     let not_ready: i64 = c
-        .query_one("SELECT count(*) FROM attached_functions WHERE is_ready IS DISTINCT FROM true", &[])?
+        .query_one(
+            "SELECT count(*) FROM attached_functions WHERE is_ready IS DISTINCT FROM true",
+            &[],
+        )?
         .get(0);
-    ensure!(not_ready == 0, "{not_ready} legacy rows are not ready after V3");
+    ensure!(
+        not_ready == 0,
+        "{not_ready} legacy rows are not ready after V3"
+    );
     let after: u32 = c
-        .query_one("SELECT relfilenode FROM pg_class WHERE relname = 'attached_functions'", &[])?
+        .query_one(
+            "SELECT relfilenode FROM pg_class WHERE relname = 'attached_functions'",
+            &[],
+        )?
         .get::<_, postgres::types::Oid>(0);
-    ensure!(after == relfilenode, "V3 rewrote the table ({relfilenode} -> {after})");
+    ensure!(
+        after == relfilenode,
+        "V3 rewrote the table ({relfilenode} -> {after})"
+    );
     let wal = migration_wal_bytes(&mut c, 3, &start_lsn)?;
-    ensure!(wal < 1_000_000, "V3 wrote {wal} bytes of WAL on 10k rows (an UPDATE backfill?)");
+    ensure!(
+        wal < 1_000_000,
+        "V3 wrote {wal} bytes of WAL on 10k rows (an UPDATE backfill?)"
+    );
     // No row was touched: the default lives in the catalogue.
     std::thread::sleep(Duration::from_millis(600)); // stats are flushed at most every 500 ms
     let upd_after: i64 = c
-        .query_one("SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'attached_functions'", &[])?
+        .query_one(
+            "SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'attached_functions'",
+            &[],
+        )?
         .get(0);
-    ensure!(upd_after == upd_before, "V3 updated {} rows", upd_after - upd_before);
+    ensure!(
+        upd_after == upd_before,
+        "V3 updated {} rows",
+        upd_after - upd_before
+    );
     let missing: bool = c
         .query_one(
             "SELECT atthasmissing FROM pg_attribute \
@@ -412,12 +521,21 @@ fn v3_on_10k_legacy_rows_is_catalog_only_and_rows_are_ready(env: &TestEnv) -> an
             &[],
         )?
         .get(0);
-    ensure!(missing, "is_ready's default is not catalog-only (atthasmissing = false)");
+    ensure!(
+        missing,
+        "is_ready's default is not catalog-only (atthasmissing = false)"
+    );
 
     // The legacy app keeps inserting without naming is_ready: ready rows.
-    c.execute(&LEGACY_INSERT.replace("'fn_' || g", "'after_v3_' || g"), &[&1i32])?;
+    c.execute(
+        &LEGACY_INSERT.replace("'fn_' || g", "'after_v3_' || g"),
+        &[&1i32],
+    )?;
     let ready: bool = c
-        .query_one("SELECT is_ready FROM attached_functions WHERE name = 'after_v3_1'", &[])?
+        .query_one(
+            "SELECT is_ready FROM attached_functions WHERE name = 'after_v3_1'",
+            &[],
+        )?
         .get(0);
     ensure!(ready, "a legacy insert after V3 is not ready");
     Ok(())
@@ -448,18 +566,33 @@ fn eight_concurrent_migrators_apply_each_version_once(env: &TestEnv) -> anyhow::
         ensure!(n == 1, "{f} reported applied {n} times:\n{all}");
     }
     let mut c = db.connect()?;
-    ensure!(history(&mut c)? == [1, 2, 3], "history {:?}", history(&mut c)?);
+    ensure!(
+        history(&mut c)? == [1, 2, 3],
+        "history {:?}",
+        history(&mut c)?
+    );
     ensure!(column_exists(&mut c, "attached_functions", "is_ready")?);
     let functions: i64 = c.query_one("SELECT count(*) FROM functions", &[])?.get(0);
-    ensure!(functions == 3, "V1's seed ran more than once? {functions} functions");
+    ensure!(
+        functions == 3,
+        "V1's seed ran more than once? {functions} functions"
+    );
     Ok(())
 }
 
-fn sigkill_mid_apply_never_splits_a_migration_from_its_history(env: &TestEnv) -> anyhow::Result<()> {
+fn sigkill_mid_apply_never_splits_a_migration_from_its_history(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
     let dir = write_dir(&[
         ("V1__fast.sql", "CREATE TABLE fast_one (id int);"),
-        ("V2__slow.sql", "SELECT pg_sleep(0.3);\nCREATE TABLE slow_two (id int);"),
-        ("V3__slow_again.sql", "CREATE TABLE slow_three (id int);\nSELECT pg_sleep(0.3);"),
+        (
+            "V2__slow.sql",
+            "SELECT pg_sleep(0.3);\nCREATE TABLE slow_two (id int);",
+        ),
+        (
+            "V3__slow_again.sql",
+            "CREATE TABLE slow_three (id int);\nSELECT pg_sleep(0.3);",
+        ),
     ])?;
     let tables = [(1, "fast_one"), (2, "slow_two"), (3, "slow_three")];
     let consistent = |c: &mut Client, when: &str| -> anyhow::Result<Vec<i32>> {
@@ -467,7 +600,10 @@ fn sigkill_mid_apply_never_splits_a_migration_from_its_history(env: &TestEnv) ->
         for (v, t) in tables {
             let recorded = h.contains(&v);
             let there = table_exists(c, t)?;
-            ensure!(recorded == there, "{when}: V{v} in history = {recorded} but {t} exists = {there}");
+            ensure!(
+                recorded == there,
+                "{when}: V{v} in history = {recorded} but {t} exists = {there}"
+            );
         }
         Ok(h)
     };
@@ -475,7 +611,13 @@ fn sigkill_mid_apply_never_splits_a_migration_from_its_history(env: &TestEnv) ->
     for i in 0..10u64 {
         let db = env.fresh_database();
         let mut child = Command::new(rollsafe_bin())
-            .args(["migrate", "--database-url", db.url(), "--migrations", path_str(dir.path())])
+            .args([
+                "migrate",
+                "--database-url",
+                db.url(),
+                "--migrations",
+                path_str(dir.path()),
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -492,13 +634,22 @@ fn sigkill_mid_apply_never_splits_a_migration_from_its_history(env: &TestEnv) ->
         // The next run converges (waiting, if need be, for the dead run's
         // backend to notice and free the migration lock).
         let o = Command::new(rollsafe_bin())
-            .args(["migrate", "--database-url", db.url(), "--migrations", path_str(dir.path())])
+            .args([
+                "migrate",
+                "--database-url",
+                db.url(),
+                "--migrations",
+                path_str(dir.path()),
+            ])
             .output()?;
         expect_code(&o, 0, &format!("run after kill {i}"))?;
         let h = consistent(&mut c, &format!("after the run following kill {i}"))?;
         ensure!(h == [1, 2, 3], "did not converge: {h:?}");
     }
-    ensure!(killed_mid_way > 0, "no kill landed between migrations; the test proves nothing");
+    ensure!(
+        killed_mid_way > 0,
+        "no kill landed between migrations; the test proves nothing"
+    );
     Ok(())
 }
 
@@ -542,12 +693,21 @@ fn long_transaction_makes_migrate_give_up_naming_the_blocker(env: &TestEnv) -> a
     let (_, err) = text(&o);
     let last = err.lines().last().unwrap_or_default();
     ensure!(last.contains("gave up after 3 attempts"), "{err}");
-    ensure!(last.contains(&format!("pid {holder_pid}")), "blocker pid not named: {last}");
-    ensure!(last.contains("LOCK TABLE attached_functions"), "blocker query not named: {last}");
+    ensure!(
+        last.contains(&format!("pid {holder_pid}")),
+        "blocker pid not named: {last}"
+    );
+    ensure!(
+        last.contains("LOCK TABLE attached_functions"),
+        "blocker query not named: {last}"
+    );
     // The bound: every attempt's timeout + backoffs, plus process start-up
     // and connection slack.
     let bound = options.give_up_bound() + Duration::from_secs(5);
-    ensure!(elapsed < bound, "gave up after {elapsed:?}, bound {bound:?}");
+    ensure!(
+        elapsed < bound,
+        "gave up after {elapsed:?}, bound {bound:?}"
+    );
     ensure!(reads > 3, "the reader only ran {reads} queries");
     ensure!(
         worst < lock_timeout * 3,
@@ -559,7 +719,11 @@ fn long_transaction_makes_migrate_give_up_naming_the_blocker(env: &TestEnv) -> a
 
     // Once the transaction ends, the same command goes through.
     tx.commit()?;
-    expect_code(&migrate_cli(db.url(), &["--lock-timeout", "500ms"])?, 0, "after the blocker ended")?;
+    expect_code(
+        &migrate_cli(db.url(), &["--lock-timeout", "500ms"])?,
+        0,
+        "after the blocker ended",
+    )?;
     ensure!(history(&mut c)? == [1, 2, 3]);
     Ok(())
 }
@@ -581,7 +745,10 @@ fn bad_inputs_give_one_line_errors_and_change_nothing(env: &TestEnv) -> anyhow::
 
     let edited = migrations_copy()?;
     let v3 = edited.path().join("V3__attached_functions_is_ready.sql");
-    std::fs::write(&v3, std::fs::read_to_string(&v3)? + "\n-- edited after apply\n")?;
+    std::fs::write(
+        &v3,
+        std::fs::read_to_string(&v3)? + "\n-- edited after apply\n",
+    )?;
     let behind = migrations_copy()?;
     std::fs::remove_file(behind.path().join("V3__attached_functions_is_ready.sql"))?;
     let gone = migrations_copy()?;
@@ -592,11 +759,17 @@ fn bad_inputs_give_one_line_errors_and_change_nothing(env: &TestEnv) -> anyhow::
         "CREATE TABLE v4_half (id int);\nALTER TABLE no_such_table ADD COLUMN x int;",
     )?;
     let bad_name = migrations_copy()?;
-    std::fs::write(bad_name.path().join("V5_missing_underscore.sql"), "SELECT 1;")?;
+    std::fs::write(
+        bad_name.path().join("V5_missing_underscore.sql"),
+        "SELECT 1;",
+    )?;
     let dup = migrations_copy()?;
     std::fs::write(dup.path().join("V03__again.sql"), "SELECT 1;")?;
     let not_utf8 = migrations_copy()?;
-    std::fs::write(not_utf8.path().join("V4__latin1.sql"), b"-- caf\xe9\nSELECT 1;")?;
+    std::fs::write(
+        not_utf8.path().join("V4__latin1.sql"),
+        b"-- caf\xe9\nSELECT 1;",
+    )?;
     let empty = tempfile::tempdir()?;
 
     let s = |x: &str| x.to_string();
@@ -607,28 +780,144 @@ fn bad_inputs_give_one_line_errors_and_change_nothing(env: &TestEnv) -> anyhow::
         v
     };
     let wrong_pw = with_password(&url, PW);
-    let missing_db = db::with_database(&with_password(&url, real_pw.as_deref().unwrap_or(PW)), "no_such_db_rollsafe");
+    let missing_db = db::with_database(
+        &with_password(&url, real_pw.as_deref().unwrap_or(PW)),
+        "no_such_db_rollsafe",
+    );
     let unreachable = format!("postgres://app:{PW}@127.0.0.1:1/x");
     let cases = vec![
-        BadCase { name: "bad URL", args: with(&format!("postgres://app:{PW}@host:notaport/x"), vec![]), code: 2, says: &["cannot connect", "URL"] },
-        BadCase { name: "unknown URL option", args: with(&format!("{url}?nonsense=1"), vec![]), code: 2, says: &["nonsense"] },
-        BadCase { name: "unknown sslmode", args: with(&format!("postgres://app:{PW}@127.0.0.1:1/x?sslmode=maybe"), vec![]), code: 2, says: &["sslmode"] },
-        BadCase { name: "unreachable host", args: with(&unreachable, vec![]), code: 2, says: &["cannot connect", "server runs"] },
-        BadCase { name: "wrong password", args: with(&wrong_pw, vec![]), code: 2, says: &["password"] },
-        BadCase { name: "missing database", args: with(&missing_db, vec![]), code: 2, says: &["no_such_db_rollsafe", "create the database"] },
-        BadCase { name: "missing migrations dir", args: with(&url, vec![s("--migrations"), s("/nonexistent/rollsafe-migrations")]), code: 2, says: &["does not exist"] },
-        BadCase { name: "empty migrations dir", args: with(&url, dir(&empty)), code: 2, says: &["no migration files"] },
-        BadCase { name: "malformed file name", args: with(&url, dir(&bad_name)), code: 2, says: &["V5_missing_underscore.sql", "V<version>__<name>.sql"] },
-        BadCase { name: "duplicate version", args: with(&url, dir(&dup)), code: 2, says: &["version 3 is used twice"] },
-        BadCase { name: "non-UTF-8 file", args: with(&url, dir(&not_utf8)), code: 2, says: &["V4__latin1.sql", "UTF-8"] },
-        BadCase { name: "edited applied migration", args: with(&url, dir(&edited)), code: 1, says: &["V3__attached_functions_is_ready.sql", "edited after it was applied", "checksum", "new version"] },
-        BadCase { name: "database ahead of the files", args: with(&url, dir(&behind)), code: 1, says: &["ahead of the code", "V3"] },
-        BadCase { name: "applied file deleted", args: with(&url, dir(&gone)), code: 1, says: &["V2", "no file", "restore"] },
-        BadCase { name: "SQL error inside a migration", args: with(&url, dir(&sql_error)), code: 1, says: &["V4 (V4__broken.sql) failed", "no_such_table", "rolled back"] },
-        BadCase { name: "target that does not exist", args: with(&url, vec![s("--target"), s("9")]), code: 2, says: &["--target 9", "V1, V2, V3"] },
-        BadCase { name: "sslmode=require on a server without TLS", args: with(&format!("{url}?sslmode=require"), vec![]), code: 2, says: &["does not support TLS"] },
-        BadCase { name: "unreadable sslrootcert", args: with(&format!("{url}?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem"), vec![]), code: 2, says: &["sslrootcert", "/nonexistent/ca.pem"] },
-        BadCase { name: "dry run of an edited migration", args: with(&url, { let mut v = dir(&edited); v.push(s("--dry-run")); v }), code: 1, says: &["edited after it was applied"] },
+        BadCase {
+            name: "bad URL",
+            args: with(&format!("postgres://app:{PW}@host:notaport/x"), vec![]),
+            code: 2,
+            says: &["cannot connect", "URL"],
+        },
+        BadCase {
+            name: "unknown URL option",
+            args: with(&format!("{url}?nonsense=1"), vec![]),
+            code: 2,
+            says: &["nonsense"],
+        },
+        BadCase {
+            name: "unknown sslmode",
+            args: with(
+                &format!("postgres://app:{PW}@127.0.0.1:1/x?sslmode=maybe"),
+                vec![],
+            ),
+            code: 2,
+            says: &["sslmode"],
+        },
+        BadCase {
+            name: "unreachable host",
+            args: with(&unreachable, vec![]),
+            code: 2,
+            says: &["cannot connect", "server runs"],
+        },
+        BadCase {
+            name: "wrong password",
+            args: with(&wrong_pw, vec![]),
+            code: 2,
+            says: &["password"],
+        },
+        BadCase {
+            name: "missing database",
+            args: with(&missing_db, vec![]),
+            code: 2,
+            says: &["no_such_db_rollsafe", "create the database"],
+        },
+        BadCase {
+            name: "missing migrations dir",
+            args: with(
+                &url,
+                vec![s("--migrations"), s("/nonexistent/rollsafe-migrations")],
+            ),
+            code: 2,
+            says: &["does not exist"],
+        },
+        BadCase {
+            name: "empty migrations dir",
+            args: with(&url, dir(&empty)),
+            code: 2,
+            says: &["no migration files"],
+        },
+        BadCase {
+            name: "malformed file name",
+            args: with(&url, dir(&bad_name)),
+            code: 2,
+            says: &["V5_missing_underscore.sql", "V<version>__<name>.sql"],
+        },
+        BadCase {
+            name: "duplicate version",
+            args: with(&url, dir(&dup)),
+            code: 2,
+            says: &["version 3 is used twice"],
+        },
+        BadCase {
+            name: "non-UTF-8 file",
+            args: with(&url, dir(&not_utf8)),
+            code: 2,
+            says: &["V4__latin1.sql", "UTF-8"],
+        },
+        BadCase {
+            name: "edited applied migration",
+            args: with(&url, dir(&edited)),
+            code: 1,
+            says: &[
+                "V3__attached_functions_is_ready.sql",
+                "edited after it was applied",
+                "checksum",
+                "new version",
+            ],
+        },
+        BadCase {
+            name: "database ahead of the files",
+            args: with(&url, dir(&behind)),
+            code: 1,
+            says: &["ahead of the code", "V3"],
+        },
+        BadCase {
+            name: "applied file deleted",
+            args: with(&url, dir(&gone)),
+            code: 1,
+            says: &["V2", "no file", "restore"],
+        },
+        BadCase {
+            name: "SQL error inside a migration",
+            args: with(&url, dir(&sql_error)),
+            code: 1,
+            says: &["V4 (V4__broken.sql) failed", "no_such_table", "rolled back"],
+        },
+        BadCase {
+            name: "target that does not exist",
+            args: with(&url, vec![s("--target"), s("9")]),
+            code: 2,
+            says: &["--target 9", "V1, V2, V3"],
+        },
+        BadCase {
+            name: "sslmode=require on a server without TLS",
+            args: with(&format!("{url}?sslmode=require"), vec![]),
+            code: 2,
+            says: &["does not support TLS"],
+        },
+        BadCase {
+            name: "unreadable sslrootcert",
+            args: with(
+                &format!("{url}?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem"),
+                vec![],
+            ),
+            code: 2,
+            says: &["sslrootcert", "/nonexistent/ca.pem"],
+        },
+        BadCase {
+            name: "dry run of an edited migration",
+            args: with(&url, {
+                let mut v = dir(&edited);
+                v.push(s("--dry-run"));
+                v
+            }),
+            code: 1,
+            says: &["edited after it was applied"],
+        },
     ];
     ensure!(cases.len() >= 12);
     // Cases that fail on the files or the flags must also leave a database
@@ -649,7 +938,11 @@ fn bad_inputs_give_one_line_errors_and_change_nothing(env: &TestEnv) -> anyhow::
     for case in &cases {
         let mut variants = vec![("at V3", case.args.clone())];
         if ALSO_WITH_V3_PENDING.contains(&case.name) {
-            let v2_args = case.args.iter().map(|a| a.replace(db.name(), pending_db.name())).collect();
+            let v2_args = case
+                .args
+                .iter()
+                .map(|a| a.replace(db.name(), pending_db.name()))
+                .collect();
             variants.push(("V3 pending", v2_args));
         }
         for (variant, args) in variants {
@@ -662,31 +955,56 @@ fn bad_inputs_give_one_line_errors_and_change_nothing(env: &TestEnv) -> anyhow::
             let all = format!("{out}{err}");
             let mut problems = Vec::new();
             if o.status.code() != Some(case.code) {
-                problems.push(format!("exit {:?}, expected {}", o.status.code(), case.code));
+                problems.push(format!(
+                    "exit {:?}, expected {}",
+                    o.status.code(),
+                    case.code
+                ));
             }
             if err.lines().count() != 1 {
-                problems.push(format!("stderr is {} lines, expected 1", err.lines().count()));
+                problems.push(format!(
+                    "stderr is {} lines, expected 1",
+                    err.lines().count()
+                ));
             }
             for w in case.says {
                 if !err.contains(w) {
                     problems.push(format!("error does not say `{w}`"));
                 }
             }
-            for pw in [Some(PW.to_string()), real_pw.clone()].into_iter().flatten() {
+            for pw in [Some(PW.to_string()), real_pw.clone()]
+                .into_iter()
+                .flatten()
+            {
                 if all.contains(&pw) {
                     problems.push("a password appears in the output".into());
                 }
             }
             if !problems.is_empty() {
-                failures.push(format!("{} ({variant}): {}\n    stderr: {}", case.name, problems.join("; "), err.trim()));
+                failures.push(format!(
+                    "{} ({variant}): {}\n    stderr: {}",
+                    case.name,
+                    problems.join("; "),
+                    err.trim()
+                ));
             }
         }
     }
     ensure!(runs > cases.len());
-    ensure!(snapshot(&db)? == before.0, "a bad input changed the database at V3");
-    ensure!(snapshot(&pending_db)? == before.1, "a bad input changed the database with V3 pending");
+    ensure!(
+        snapshot(&db)? == before.0,
+        "a bad input changed the database at V3"
+    );
+    ensure!(
+        snapshot(&pending_db)? == before.1,
+        "a bad input changed the database with V3 pending"
+    );
     if !failures.is_empty() {
-        bail!("{} case(s) failed:\n  {}", failures.len(), failures.join("\n  "));
+        bail!(
+            "{} case(s) failed:\n  {}",
+            failures.len(),
+            failures.join("\n  ")
+        );
     }
     Ok(())
 }
@@ -696,13 +1014,22 @@ fn library_refuses_drift_before_running_anything(env: &TestEnv) -> anyhow::Resul
     let db = env.migrated_database(2);
     let dir = migrations_copy()?;
     let v2 = dir.path().join("V2__attached_functions.sql");
-    std::fs::write(&v2, std::fs::read_to_string(&v2)?.replace("completion_offset", "completion_offset2"))?;
+    std::fs::write(
+        &v2,
+        std::fs::read_to_string(&v2)?.replace("completion_offset", "completion_offset2"),
+    )?;
     let catalog = Catalog::from_dir(dir.path())?;
     let err = migrate::migrate(db.url(), &catalog, &Options::default()).unwrap_err();
-    ensure!(matches!(err, MigrateError::Drift(_)) && err.exit_code() == 1, "{err}");
+    ensure!(
+        matches!(err, MigrateError::Drift(_)) && err.exit_code() == 1,
+        "{err}"
+    );
     let mut c = db.connect()?;
     ensure!(history(&mut c)? == [1, 2]);
-    ensure!(!column_exists(&mut c, "attached_functions", "is_ready")?, "V3 ran despite drift");
+    ensure!(
+        !column_exists(&mut c, "attached_functions", "is_ready")?,
+        "V3 ran despite drift"
+    );
     let err = migrate::plan(db.url(), &catalog, &Options::default()).unwrap_err();
     ensure!(matches!(err, MigrateError::Drift(_)), "{err}");
     // Out of order: history V1, V3 (V2 missing from history, file present).
@@ -710,19 +1037,33 @@ fn library_refuses_drift_before_running_anything(env: &TestEnv) -> anyhow::Resul
     let mut c = db.connect()?;
     let emb = Catalog::embedded()?;
     let out_of_order = write_dir(&[
-        ("V1__collections_and_functions.sql", &emb.get(1).unwrap().sql),
+        (
+            "V1__collections_and_functions.sql",
+            &emb.get(1).unwrap().sql,
+        ),
         ("V2__late.sql", "CREATE TABLE late (id int);"),
         ("V3__early.sql", "CREATE TABLE early (id int);"),
     ])?;
     let cat = Catalog::from_dir(out_of_order.path())?;
     // V1 and V3 applied through a catalog without V2.
     let skip = write_dir(&[
-        ("V1__collections_and_functions.sql", &emb.get(1).unwrap().sql),
+        (
+            "V1__collections_and_functions.sql",
+            &emb.get(1).unwrap().sql,
+        ),
         ("V3__early.sql", "CREATE TABLE early (id int);"),
     ])?;
-    migrate::migrate(db.url(), &Catalog::from_dir(skip.path())?, &Options::default())?;
+    migrate::migrate(
+        db.url(),
+        &Catalog::from_dir(skip.path())?,
+        &Options::default(),
+    )?;
     let err = migrate::migrate(db.url(), &cat, &Options::default()).unwrap_err();
-    ensure!(err.to_string().contains("V2 (V2__late.sql) was never applied but a newer version was"), "{err}");
+    ensure!(
+        err.to_string()
+            .contains("V2 (V2__late.sql) was never applied but a newer version was"),
+        "{err}"
+    );
     ensure!(!table_exists(&mut c, "late")?);
     Ok(())
 }
@@ -744,7 +1085,9 @@ fn make_pki() -> anyhow::Result<Pki> {
     use openssl::hash::MessageDigest;
     use openssl::pkey::{PKey, Private};
     use openssl::rsa::Rsa;
-    use openssl::x509::extension::{BasicConstraints, ExtendedKeyUsage, KeyUsage, SubjectAlternativeName};
+    use openssl::x509::extension::{
+        BasicConstraints, ExtendedKeyUsage, KeyUsage, SubjectAlternativeName,
+    };
     use openssl::x509::{X509NameBuilder, X509};
 
     fn key() -> anyhow::Result<PKey<Private>> {
@@ -776,7 +1119,13 @@ fn make_pki() -> anyhow::Result<Pki> {
         let issuer = name(cn)?;
         b.set_issuer_name(&issuer)?;
         b.append_extension(BasicConstraints::new().critical().ca().build()?)?;
-        b.append_extension(KeyUsage::new().critical().key_cert_sign().crl_sign().build()?)?;
+        b.append_extension(
+            KeyUsage::new()
+                .critical()
+                .key_cert_sign()
+                .crl_sign()
+                .build()?,
+        )?;
         b.sign(&k, MessageDigest::sha256())?;
         Ok((b.build(), k))
     }
@@ -786,7 +1135,13 @@ fn make_pki() -> anyhow::Result<Pki> {
     let mut b = base("other.example", &k)?;
     b.set_issuer_name(ca_cert.subject_name())?;
     b.append_extension(BasicConstraints::new().build()?)?;
-    b.append_extension(KeyUsage::new().critical().digital_signature().key_encipherment().build()?)?;
+    b.append_extension(
+        KeyUsage::new()
+            .critical()
+            .digital_signature()
+            .key_encipherment()
+            .build()?,
+    )?;
     b.append_extension(ExtendedKeyUsage::new().server_auth().build()?)?;
     let san = SubjectAlternativeName::new()
         .dns("other.example")
@@ -809,9 +1164,14 @@ fn make_pki() -> anyhow::Result<Pki> {
 /// PEM has no characters COPY's text format would escape.
 fn write_server_file(c: &mut Client, file: &str, pem: &[u8]) -> anyhow::Result<()> {
     let pem = std::str::from_utf8(pem)?;
-    c.batch_execute("CREATE TEMP TABLE IF NOT EXISTS pem_lines (n int, line text); TRUNCATE pem_lines")?;
+    c.batch_execute(
+        "CREATE TEMP TABLE IF NOT EXISTS pem_lines (n int, line text); TRUNCATE pem_lines",
+    )?;
     for (i, line) in pem.lines().enumerate() {
-        c.execute("INSERT INTO pem_lines VALUES ($1, $2)", &[&(i as i32), &line])?;
+        c.execute(
+            "INSERT INTO pem_lines VALUES ($1, $2)",
+            &[&(i as i32), &line],
+        )?;
     }
     c.batch_execute(&format!(
         "DO $$ DECLARE path text := current_setting('data_directory') || '/{file}'; BEGIN \
@@ -824,8 +1184,11 @@ fn write_server_file(c: &mut Client, file: &str, pem: &[u8]) -> anyhow::Result<(
 
 fn ssl_in_use(url: &str) -> anyhow::Result<bool> {
     let mut c = db::connect(url)?;
-    Ok(c.query_one("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", &[])?
-        .get(0))
+    Ok(c.query_one(
+        "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+        &[],
+    )?
+    .get(0))
 }
 
 fn tls_sslmodes_are_honoured(env: &TestEnv) -> anyhow::Result<()> {
@@ -862,7 +1225,10 @@ fn tls_sslmodes_are_honoured(env: &TestEnv) -> anyhow::Result<()> {
                     &[],
                 )?
                 .get(0);
-            let ssl_lines: Vec<&str> = log.lines().filter(|l| l.contains("SSL") || l.contains("key") || l.contains("certificate")).collect();
+            let ssl_lines: Vec<&str> = log
+                .lines()
+                .filter(|l| l.contains("SSL") || l.contains("key") || l.contains("certificate"))
+                .collect();
             bail!("the server did not turn ssl on (ssl = {ssl}; settings errors: {errors:?}; log: {ssl_lines:?})");
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -881,44 +1247,78 @@ fn tls_sslmodes_are_honoured(env: &TestEnv) -> anyhow::Result<()> {
     };
     let pw = password_of(&url);
 
-    ensure!(ssl_in_use(&with("sslmode=require"))?, "sslmode=require connected without TLS");
-    ensure!(!ssl_in_use(&with("sslmode=disable"))?, "sslmode=disable used TLS");
-    ensure!(ssl_in_use(&url)?, "no sslmode (prefer) did not use TLS on a TLS server");
+    ensure!(
+        ssl_in_use(&with("sslmode=require"))?,
+        "sslmode=require connected without TLS"
+    );
+    ensure!(
+        !ssl_in_use(&with("sslmode=disable"))?,
+        "sslmode=disable used TLS"
+    );
+    ensure!(
+        ssl_in_use(&url)?,
+        "no sslmode (prefer) did not use TLS on a TLS server"
+    );
     let ca = right_ca.display();
     ensure!(
         ssl_in_use(&with(&format!("sslmode=verify-ca&sslrootcert={ca}")))?,
         "verify-ca with the right CA (host name not checked) failed"
     );
     ensure!(
-        ssl_in_use(&host_as("localhost", &format!("sslmode=verify-full&sslrootcert={ca}")))?,
+        ssl_in_use(&host_as(
+            "localhost",
+            &format!("sslmode=verify-full&sslrootcert={ca}")
+        ))?,
         "verify-full with the right CA and a host named in the certificate failed"
     );
     let checks: [(String, &str); 2] = [
         (
-            with(&format!("sslmode=verify-full&sslrootcert={}", wrong_ca.display())),
+            with(&format!(
+                "sslmode=verify-full&sslrootcert={}",
+                wrong_ca.display()
+            )),
             "does not verify against sslrootcert",
         ),
         (
-            host_as("127.0.0.1", &format!("sslmode=verify-full&sslrootcert={ca}")),
+            host_as(
+                "127.0.0.1",
+                &format!("sslmode=verify-full&sslrootcert={ca}"),
+            ),
             "does not name this host",
         ),
     ];
     for (bad, says) in checks {
         let err = match db::connect(&bad) {
-            Ok(_) => bail!("connected although the certificate must not verify: {}", db::redact_url(&bad)),
+            Ok(_) => bail!(
+                "connected although the certificate must not verify: {}",
+                db::redact_url(&bad)
+            ),
             Err(e) => e,
         };
         let msg = err.to_string();
         ensure!(err.kind == db::ConnectErrorKind::Tls, "{msg}");
         ensure!(msg.contains(says) && !msg.contains('\n'), "{msg}");
-        ensure!(pw.as_deref().is_none_or(|p| !msg.contains(p)), "password in {msg}");
+        ensure!(
+            !pw.as_deref().is_some_and(|p| msg.contains(p)),
+            "password in {msg}"
+        );
         // And through the CLI: exit 2, one line.
         let o = migrate_cli(&bad, &["--dry-run"])?;
         expect_code(&o, 2, "migrate with a certificate that does not verify")?;
-        ensure!(text(&o).1.lines().count() == 1 && text(&o).1.contains(says), "{}", text(&o).1);
+        ensure!(
+            text(&o).1.lines().count() == 1 && text(&o).1.contains(says),
+            "{}",
+            text(&o).1
+        );
     }
     // The migrator works over verified TLS end to end.
-    let o = migrate_cli(&host_as("localhost", &format!("sslmode=verify-full&sslrootcert={ca}")), &[])?;
+    let o = migrate_cli(
+        &host_as(
+            "localhost",
+            &format!("sslmode=verify-full&sslrootcert={ca}"),
+        ),
+        &[],
+    )?;
     expect_code(&o, 0, "migrate over verify-full")?;
     let mut c = db.connect()?;
     ensure!(history(&mut c)? == [1, 2, 3]);
