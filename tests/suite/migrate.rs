@@ -580,6 +580,33 @@ fn eight_concurrent_migrators_apply_each_version_once(env: &TestEnv) -> anyhow::
     Ok(())
 }
 
+/// Waits until a backend of `db` runs a statement containing `marker`
+/// (or the child exits).
+fn wait_for_query(
+    env: &TestEnv,
+    db: &Database,
+    marker: &str,
+    child: &mut std::process::Child,
+) -> anyhow::Result<()> {
+    let mut admin = env.sandbox.connect_admin()?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let pattern = format!("%{marker}%");
+    loop {
+        let running: bool = admin
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity \
+                  WHERE datname = $1 AND state = 'active' AND query LIKE $2)",
+                &[&db.name(), &pattern],
+            )?
+            .get(0);
+        if running || child.try_wait()?.is_some() {
+            return Ok(());
+        }
+        ensure!(Instant::now() < deadline, "the migrator never ran {marker}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn sigkill_mid_apply_never_splits_a_migration_from_its_history(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
@@ -622,8 +649,16 @@ fn sigkill_mid_apply_never_splits_a_migration_from_its_history(
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
-        // Spread the kills over start-up, V1, V2's sleep and V3's sleep.
-        std::thread::sleep(Duration::from_millis(40 + i * 70));
+        // Spread the kills over start-up (a fixed delay), V2's and V3's
+        // apply (seen running in pg_stat_activity), whatever the machine's
+        // speed.
+        match i % 3 {
+            0 => std::thread::sleep(Duration::from_millis(20 + i * 15)),
+            phase => {
+                let marker = if phase == 1 { "slow_two" } else { "slow_three" };
+                wait_for_query(env, &db, marker, &mut child)?;
+            }
+        }
         child.kill()?; // SIGKILL
         child.wait()?;
         let mut c = db.connect()?;
