@@ -642,7 +642,7 @@ fn apply_one(
                 if timed_out && attempt <= options.retries {
                     let pause = options.backoff(attempt);
                     log::warn!(
-                        "{m}: lock_timeout ({:?}) expired, blocked by {}; retrying in {pause:?}",
+                        "{m}: lock_timeout ({:?}) expired, blocked by {}; retrying in {pause:.0?}",
                         options.lock_timeout,
                         watcher
                             .blocker()
@@ -766,7 +766,7 @@ fn describe_blockers(client: &mut Client, pid: i32) -> Option<String> {
                     query
                 };
                 format!(
-                    "pid {} (user {}, application `{}`, {} in a transaction open for {:.1}s, query: {})",
+                    "pid {} (user {}, application `{}`, state `{}`, transaction open for {:.1}s, query: {})",
                     r.get::<_, i32>(0),
                     r.get::<_, String>(1),
                     r.get::<_, String>(2),
