@@ -262,7 +262,11 @@ fn status(args: StatusArgs) -> ExitCode {
                     "V{:<4} {:<14} {:<25} {}",
                     v.version,
                     state.as_str().unwrap_or("?"),
-                    v.applied_on.as_deref().unwrap_or("-"),
+                    v.applied_on.as_deref().map_or("-".to_string(), |a| {
+                        chrono::DateTime::parse_from_rfc3339(a).map_or(a.to_string(), |t| {
+                            t.to_utc().format("%Y-%m-%d %H:%M:%S UTC").to_string()
+                        })
+                    }),
                     v.file
                         .clone()
                         .unwrap_or_else(|| format!("(no file; applied as `{}`)", v.name))

@@ -428,6 +428,21 @@ fn status_reports_applied_pending_divergent_missing_and_ahead(env: &TestEnv) -> 
         out.contains("unknown-newer") && out.contains("ahead of the code"),
         "{out}"
     );
+
+    // The URL can come from DATABASE_URL (and is never echoed unredacted).
+    let o = Command::new(rollsafe_bin())
+        .arg("status")
+        .env("DATABASE_URL", db.url())
+        .output()?;
+    expect_code(&o, 0, "status with DATABASE_URL")?;
+    let (out, _) = text(&o);
+    if std::env::var_os("ROLLSAFE_TEST_SHOW").is_some() {
+        eprintln!("{out}");
+    }
+    ensure!(out.matches(" applied ").count() == 3, "{out}");
+    if let Some(pw) = password_of(db.url()) {
+        ensure!(!out.contains(&pw), "password in the status output");
+    }
     Ok(())
 }
 
