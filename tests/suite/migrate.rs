@@ -30,6 +30,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             eight_concurrent_migrators_apply_each_version_once,
             sigkill_mid_apply_never_splits_a_migration_from_its_history,
             long_transaction_makes_migrate_give_up_naming_the_blocker,
+            a_held_migration_lock_makes_migrate_wait_then_refuse,
             bad_inputs_give_one_line_errors_and_change_nothing,
             library_refuses_drift_before_running_anything,
             tls_sslmodes_are_honoured,
@@ -773,6 +774,50 @@ fn long_transaction_makes_migrate_give_up_naming_the_blocker(env: &TestEnv) -> a
         &migrate_cli(db.url(), &["--lock-timeout", "500ms"])?,
         0,
         "after the blocker ended",
+    )?;
+    ensure!(history(&mut c)? == [1, 2, 3]);
+    Ok(())
+}
+
+fn a_held_migration_lock_makes_migrate_wait_then_refuse(env: &TestEnv) -> anyhow::Result<()> {
+    let db = env.migrated_database(2);
+    let mut other = db.connect()?;
+    let other_pid: i32 = other.query_one("SELECT pg_backend_pid()", &[])?.get(0);
+    other.execute(
+        "SELECT pg_advisory_lock($1)",
+        &[&migrate::ADVISORY_LOCK_KEY],
+    )?;
+    let o = migrate_cli(db.url(), &["--migrator-wait", "1s"])?;
+    expect_code(&o, 1, "migrate while another migrator holds the lock")?;
+    let (_, err) = text(&o);
+    ensure!(err.lines().count() == 1, "{err}");
+    ensure!(
+        err.contains("another rollsafe migrate") && err.contains(&format!("pid {other_pid}")),
+        "{err}"
+    );
+    let mut c = db.connect()?;
+    ensure!(history(&mut c)? == [1, 2], "applied without the lock");
+    // Released while a second migrator polls: it goes through.
+    let child = Command::new(rollsafe_bin())
+        .args([
+            "migrate",
+            "--database-url",
+            db.url(),
+            "--migrator-wait",
+            "30s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    std::thread::sleep(Duration::from_millis(500));
+    other.execute(
+        "SELECT pg_advisory_unlock($1)",
+        &[&migrate::ADVISORY_LOCK_KEY],
+    )?;
+    expect_code(
+        &child.wait_with_output()?,
+        0,
+        "migrate after the lock was released",
     )?;
     ensure!(history(&mut c)? == [1, 2, 3]);
     Ok(())
