@@ -2,7 +2,8 @@
 //! DEFAULT true` (through `rollsafe::migrate`) against the naive
 //! `ADD COLUMN` + `UPDATE … SET is_ready = true` + `SET NOT NULL` in one
 //! transaction, on a table of legacy rows. Prints time, WAL bytes, whether
-//! the table was rewritten (relfilenode) and its size; asserts nothing.
+//! the table was rewritten (relfilenode), rows updated (pg_stat_user_tables)
+//! and its size; asserts nothing.
 //!
 //! `cargo bench --bench migrate` (ROLLSAFE_BENCH_ROWS = comma-separated row
 //! counts, default `10000,1000000`; the sandbox comes from ROLLSAFE_POSTGRES
@@ -40,28 +41,34 @@ struct Figures {
     elapsed: Duration,
     wal: i64,
     rewritten: bool,
+    rows_updated: i64,
     size_before: i64,
     size_after: i64,
 }
 
-fn probe(c: &mut Client) -> (u32, String, i64) {
+fn probe(c: &mut Client) -> (u32, String, i64, i64) {
     let row = c
         .query_one(
             "SELECT relfilenode, pg_current_wal_lsn()::text, \
-                    pg_total_relation_size('attached_functions') \
+                    pg_total_relation_size('attached_functions'), \
+                    (SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'attached_functions') \
                FROM pg_class WHERE relname = 'attached_functions'",
             &[],
         )
         .expect("probe");
-    (row.get(0), row.get(1), row.get(2))
+    (row.get(0), row.get(1), row.get(2), row.get(3))
 }
 
 fn measure(db: &Database, apply: impl FnOnce() -> Duration) -> Figures {
     let mut c = db.connect().expect("connect");
     c.batch_execute("CHECKPOINT").expect("checkpoint");
-    let (node, lsn, size_before) = probe(&mut c);
+    std::thread::sleep(Duration::from_millis(1200)); // seeding's stats flushed
+    let (node, lsn, size_before, upd_before) = probe(&mut c);
     let elapsed = apply();
-    let (node_after, _, size_after) = probe(&mut c);
+    // An UPDATE backfill keeps relfilenode; the updated-row count shows it.
+    // Backends flush table stats at most once a second (and at exit).
+    std::thread::sleep(Duration::from_millis(1200));
+    let (node_after, _, size_after, upd_after) = probe(&mut c);
     let wal: i64 = c
         .query_one(
             "SELECT (pg_current_wal_lsn() - $1::text::pg_lsn)::bigint",
@@ -81,6 +88,7 @@ fn measure(db: &Database, apply: impl FnOnce() -> Duration) -> Figures {
         elapsed,
         wal,
         rewritten: node != node_after,
+        rows_updated: upd_after - upd_before,
         size_before,
         size_after,
     }
@@ -124,8 +132,8 @@ fn main() {
     println!("{}", sandbox.server_version().unwrap_or_default());
     let catalog = Catalog::embedded().expect("embedded migrations");
     println!(
-        "{:>9}  {:<28} {:>10} {:>10} {:>9} {:>10} {:>10}",
-        "rows", "variant", "time", "WAL", "rewrite", "size pre", "size post"
+        "{:>9}  {:<28} {:>10} {:>10} {:>9} {:>10} {:>10} {:>10}",
+        "rows", "variant", "time", "WAL", "rewrite", "rows upd", "size pre", "size post"
     );
     for rows in sizes {
         let t = Instant::now();
@@ -142,6 +150,8 @@ fn main() {
             out.applied[0].elapsed
         });
         let naive = measure(&naive_db, || {
+            // Dropping this connection ends its backend, which flushes the
+            // backend's table stats.
             let mut c = naive_db.connect().expect("connect");
             let t = Instant::now();
             c.batch_execute(NAIVE).expect("naive backfill");
@@ -152,12 +162,13 @@ fn main() {
             ("naive ADD+UPDATE+NOT NULL", &naive),
         ] {
             println!(
-                "{:>9}  {:<28} {:>10} {:>10} {:>9} {:>10} {:>10}",
+                "{:>9}  {:<28} {:>10} {:>10} {:>9} {:>10} {:>10} {:>10}",
                 rows,
                 name,
                 format!("{:.1} ms", f.elapsed.as_secs_f64() * 1000.0),
                 human(f.wal),
                 if f.rewritten { "yes" } else { "no" },
+                f.rows_updated,
                 human(f.size_before),
                 human(f.size_after),
             );
