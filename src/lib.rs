@@ -7,8 +7,10 @@
 //! - [`sandbox`]: throwaway PostgreSQL (docker, local binaries, existing server).
 //! - [`db`]: connecting, URL redaction.
 //! - [`dao`]: the attached-functions DAO and its named statement sets.
+//! - [`migrate`]: safe apply to a real database, and its status.
 
 pub mod catalog;
 pub mod dao;
 pub mod db;
+pub mod migrate;
 pub mod sandbox;

@@ -5,6 +5,7 @@
 //! tests in its own module.
 
 mod common;
+mod migrate;
 mod sandbox;
 
 use std::sync::Arc;
@@ -16,6 +17,7 @@ fn main() {
     let env = Arc::new(common::TestEnv::start());
     let mut trials = Vec::new();
     trials.extend(sandbox::tests(&env));
+    trials.extend(migrate::tests(&env));
     let conclusion = libtest_mimic::run(&args, trials);
     // Drop the shared server before exiting (exit skips destructors).
     drop(env);
