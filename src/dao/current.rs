@@ -206,7 +206,9 @@ impl<'c> CurrentDao<'c> {
 
     /// A ready, live attached function.
     pub fn get_by_id(&mut self, id: Uuid) -> Result<Option<AttachedFunction>, DaoError> {
-        self.one(stmt("get_by_id"), &[&id], || format!("reading attached function {id}"))
+        self.one(stmt("get_by_id"), &[&id], || {
+            format!("reading attached function {id}")
+        })
     }
 
     /// A ready, live attached function by input collection and name.
@@ -247,9 +249,11 @@ impl<'c> CurrentDao<'c> {
         input_collection_id: Uuid,
         name: &str,
     ) -> Result<Option<AttachedFunction>, DaoError> {
-        self.one(stmt("get_any_by_name"), &[&input_collection_id, &name], || {
-            format!("reading attached function `{name}` of collection {input_collection_id}")
-        })
+        self.one(
+            stmt("get_any_by_name"),
+            &[&input_collection_id, &name],
+            || format!("reading attached function `{name}` of collection {input_collection_id}"),
+        )
     }
 
     /// Replaces the function parameters of a ready, live attached function.
@@ -258,12 +262,22 @@ impl<'c> CurrentDao<'c> {
         id: Uuid,
         function_params: &serde_json::Value,
     ) -> Result<(), DaoError> {
-        self.one_row_changed(stmt("update_params"), &[&id, function_params], id, "updating parameters")
+        self.one_row_changed(
+            stmt("update_params"),
+            &[&id, function_params],
+            id,
+            "updating parameters",
+        )
     }
 
     /// Records a completed run; the offset never moves backwards.
     pub fn record_run(&mut self, id: Uuid, completion_offset: i64) -> Result<(), DaoError> {
-        self.one_row_changed(stmt("record_run"), &[&id, &completion_offset], id, "recording a run")
+        self.one_row_changed(
+            stmt("record_run"),
+            &[&id, &completion_offset],
+            id,
+            "recording a run",
+        )
     }
 
     /// Soft-deletes a live attached function (ready or not) and renames it

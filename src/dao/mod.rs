@@ -265,15 +265,26 @@ mod tests {
     #[test]
     fn every_used_statement_exists_and_none_is_dead() {
         for (file, source, set) in [
-            ("current.rs", include_str!("current.rs"), current_statements()),
+            (
+                "current.rs",
+                include_str!("current.rs"),
+                current_statements(),
+            ),
             ("legacy.rs", include_str!("legacy.rs"), legacy_statements()),
         ] {
             let used = used_names(source);
             let defined = defined_names(set);
             let missing: Vec<_> = used.difference(&defined).collect();
             let dead: Vec<_> = defined.difference(&used).collect();
-            assert!(missing.is_empty(), "{file} uses undefined statements {missing:?}");
-            assert!(dead.is_empty(), "{} has dead statements {dead:?}", set.source);
+            assert!(
+                missing.is_empty(),
+                "{file} uses undefined statements {missing:?}"
+            );
+            assert!(
+                dead.is_empty(),
+                "{} has dead statements {dead:?}",
+                set.source
+            );
         }
     }
 
@@ -288,7 +299,11 @@ mod tests {
     #[test]
     fn the_legacy_app_never_names_is_ready() {
         for s in legacy_statements().statements() {
-            assert!(!s.sql.contains("is_ready"), "legacy `{}` names is_ready", s.name);
+            assert!(
+                !s.sql.contains("is_ready"),
+                "legacy `{}` names is_ready",
+                s.name
+            );
         }
     }
 
@@ -305,7 +320,10 @@ mod tests {
                 .join("\n")
                 .to_lowercase();
             if s.name == "insert_not_ready" {
-                assert!(sql.contains("false)"), "phase 1 must write is_ready = false explicitly");
+                assert!(
+                    sql.contains("false)"),
+                    "phase 1 must write is_ready = false explicitly"
+                );
                 assert!(sql.contains("on conflict (input_collection_id, name) do nothing"));
                 continue;
             }
@@ -332,7 +350,8 @@ mod tests {
         let needs_param = |set: &StatementSet, name: &str, n: &str| {
             let s = set.get(name).unwrap();
             assert!(
-                s.meta_values("param").any(|v| v.starts_with(&format!("{n} ="))),
+                s.meta_values("param")
+                    .any(|v| v.starts_with(&format!("{n} ="))),
                 "{}: `{name}` lacks `-- param: {n} = …`",
                 set.source
             );
@@ -347,10 +366,19 @@ mod tests {
 
     #[test]
     fn reserved_and_empty_names_are_refused() {
-        assert!(matches!(validate_name("_deleted_x"), Err(DaoError::InvalidName { .. })));
-        assert!(matches!(validate_name(" "), Err(DaoError::InvalidName { .. })));
+        assert!(matches!(
+            validate_name("_deleted_x"),
+            Err(DaoError::InvalidName { .. })
+        ));
+        assert!(matches!(
+            validate_name(" "),
+            Err(DaoError::InvalidName { .. })
+        ));
         assert!(validate_name("deleted_x").is_ok());
         let msg = validate_name("_deleted_x").unwrap_err().to_string();
-        assert!(msg.contains("_deleted_x") && msg.contains("choose another name"), "{msg}");
+        assert!(
+            msg.contains("_deleted_x") && msg.contains("choose another name"),
+            "{msg}"
+        );
     }
 }
