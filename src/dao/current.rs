@@ -26,10 +26,11 @@
 
 use std::time::Duration;
 
-use postgres::{Client, GenericClient};
+use postgres::types::ToSql;
+use postgres::{Client, GenericClient, Statement};
 use uuid::Uuid;
 
-use super::{current_statements, AttachRequest, Attached, AttachedFunction, DaoError};
+use super::{current_statements, AttachRequest, Attached, AttachedFunction, DaoError, PreparedSet};
 
 /// The error a backfill hook reports.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -76,19 +77,24 @@ pub struct Phase1 {
 /// before it could be read (each retry means someone else made progress).
 const PHASE1_ATTEMPTS: u32 = 16;
 
-/// The SQL of one statement of `current.sql`.
-fn stmt(name: &'static str) -> &'static str {
-    current_statements().sql(name)
-}
-
-/// The current DAO over one connection.
+/// The current DAO over one connection. Keep it for many calls: it
+/// prepares each statement of `current.sql` once.
 pub struct CurrentDao<'c> {
     client: &'c mut Client,
+    prepared: PreparedSet,
 }
 
 impl<'c> CurrentDao<'c> {
     pub fn new(client: &'c mut Client) -> CurrentDao<'c> {
-        CurrentDao { client }
+        CurrentDao {
+            client,
+            prepared: PreparedSet::new(current_statements()),
+        }
+    }
+
+    /// Statement `name` of `current.sql`, prepared on this connection.
+    fn stmt(&mut self, name: &'static str) -> Result<Statement, DaoError> {
+        self.prepared.get(self.client, name)
     }
 
     /// Attaches with no backfill: phase 1, then `finish` if not ready.
@@ -117,11 +123,12 @@ impl<'c> CurrentDao<'c> {
     /// Phase 1 alone: the not-ready row of this request, inserted or reused.
     pub fn insert_not_ready(&mut self, request: &AttachRequest) -> Result<Phase1, DaoError> {
         request.validate()?;
+        let insert = self.stmt("insert_not_ready")?;
         for _ in 0..PHASE1_ATTEMPTS {
             let inserted = self
                 .client
                 .query_opt(
-                    stmt("insert_not_ready"),
+                    &insert,
                     &[
                         &Uuid::new_v4(),
                         &request.name,
@@ -178,12 +185,19 @@ impl<'c> CurrentDao<'c> {
     /// serialise on the row lock and only the first does the work.
     pub fn finish(&mut self, id: Uuid) -> Result<(), DaoError> {
         let context = |what: &str| format!("finishing attached function {id}: {what}");
+        // Prepared before the transaction, which borrows the connection.
+        let lock = self.stmt("lock_for_finish")?;
+        let mark_ready = self.stmt("mark_ready")?;
+        let output = OutputStatements {
+            find: self.stmt("find_output_collection")?,
+            insert: self.stmt("insert_collection")?,
+        };
         let mut tx = self
             .client
             .transaction()
             .map_err(DaoError::db(context("begin")))?;
         let row = tx
-            .query_opt(stmt("lock_for_finish"), &[&id])
+            .query_opt(&lock, &[&id])
             .map_err(DaoError::db(context("locking the row")))?
             .ok_or_else(|| not_found(id))?;
         if row.get::<_, bool>("is_ready") {
@@ -191,7 +205,7 @@ impl<'c> CurrentDao<'c> {
         }
         let output = match row.get::<_, Option<Uuid>>("output_collection_id") {
             Some(existing) => existing,
-            None => output_collection(
+            None => output.find_or_create(
                 &mut tx,
                 id,
                 row.get("database_id"),
@@ -199,14 +213,15 @@ impl<'c> CurrentDao<'c> {
                 row.get("tenant_id"),
             )?,
         };
-        tx.query_one(stmt("mark_ready"), &[&id, &output])
+        tx.query_one(&mark_ready, &[&id, &output])
             .map_err(DaoError::db(context("marking it ready")))?;
         tx.commit().map_err(DaoError::db(context("commit")))
     }
 
     /// A ready, live attached function.
     pub fn get_by_id(&mut self, id: Uuid) -> Result<Option<AttachedFunction>, DaoError> {
-        self.one(stmt("get_by_id"), &[&id], || {
+        let statement = self.stmt("get_by_id")?;
+        self.one(&statement, &[&id], || {
             format!("reading attached function {id}")
         })
     }
@@ -217,7 +232,8 @@ impl<'c> CurrentDao<'c> {
         input_collection_id: Uuid,
         name: &str,
     ) -> Result<Option<AttachedFunction>, DaoError> {
-        self.one(stmt("get_by_name"), &[&input_collection_id, &name], || {
+        let statement = self.stmt("get_by_name")?;
+        self.one(&statement, &[&input_collection_id, &name], || {
             format!("reading attached function `{name}` of collection {input_collection_id}")
         })
     }
@@ -227,9 +243,10 @@ impl<'c> CurrentDao<'c> {
         &mut self,
         input_collection_id: Uuid,
     ) -> Result<Vec<AttachedFunction>, DaoError> {
+        let statement = self.stmt("list_by_collection")?;
         let rows = self
             .client
-            .query(stmt("list_by_collection"), &[&input_collection_id])
+            .query(&statement, &[&input_collection_id])
             .map_err(DaoError::db(format!(
                 "listing attached functions of collection {input_collection_id}"
             )))?;
@@ -238,7 +255,8 @@ impl<'c> CurrentDao<'c> {
 
     /// A live attached function, ready or not.
     pub fn get_any_by_id(&mut self, id: Uuid) -> Result<Option<AttachedFunction>, DaoError> {
-        self.one(stmt("get_any_by_id"), &[&id], || {
+        let statement = self.stmt("get_any_by_id")?;
+        self.one(&statement, &[&id], || {
             format!("reading attached function {id}")
         })
     }
@@ -249,11 +267,10 @@ impl<'c> CurrentDao<'c> {
         input_collection_id: Uuid,
         name: &str,
     ) -> Result<Option<AttachedFunction>, DaoError> {
-        self.one(
-            stmt("get_any_by_name"),
-            &[&input_collection_id, &name],
-            || format!("reading attached function `{name}` of collection {input_collection_id}"),
-        )
+        let statement = self.stmt("get_any_by_name")?;
+        self.one(&statement, &[&input_collection_id, &name], || {
+            format!("reading attached function `{name}` of collection {input_collection_id}")
+        })
     }
 
     /// Replaces the function parameters of a ready, live attached function.
@@ -262,8 +279,9 @@ impl<'c> CurrentDao<'c> {
         id: Uuid,
         function_params: &serde_json::Value,
     ) -> Result<(), DaoError> {
+        let statement = self.stmt("update_params")?;
         self.one_row_changed(
-            stmt("update_params"),
+            &statement,
             &[&id, function_params],
             id,
             "updating parameters",
@@ -272,8 +290,9 @@ impl<'c> CurrentDao<'c> {
 
     /// Records a completed run; the offset never moves backwards.
     pub fn record_run(&mut self, id: Uuid, completion_offset: i64) -> Result<(), DaoError> {
+        let statement = self.stmt("record_run")?;
         self.one_row_changed(
-            stmt("record_run"),
+            &statement,
             &[&id, &completion_offset],
             id,
             "recording a run",
@@ -283,7 +302,8 @@ impl<'c> CurrentDao<'c> {
     /// Soft-deletes a live attached function (ready or not) and renames it
     /// to `_deleted_<name>_<id>`, which frees its name.
     pub fn detach(&mut self, id: Uuid) -> Result<(), DaoError> {
-        self.one_row_changed(stmt("detach"), &[&id], id, "detaching")
+        let statement = self.stmt("detach")?;
+        self.one_row_changed(&statement, &[&id], id, "detaching")
     }
 
     /// Retires (detaches) not-ready rows created more than `older_than` ago:
@@ -291,35 +311,36 @@ impl<'c> CurrentDao<'c> {
     /// Rows whose `finish` holds the lock right now are skipped. Pick a bound
     /// well above the longest backfill: a swept attach fails with NotFound.
     pub fn sweep_stuck(&mut self, older_than: Duration) -> Result<Vec<Uuid>, DaoError> {
+        let statement = self.stmt("sweep_stuck")?;
         let rows = self
             .client
-            .query(stmt("sweep_stuck"), &[&older_than.as_secs_f64()])
+            .query(&statement, &[&older_than.as_secs_f64()])
             .map_err(DaoError::db("sweeping stuck not-ready attached functions"))?;
         Ok(rows.iter().map(|r| r.get("id")).collect())
     }
 
     fn one(
         &mut self,
-        sql: &str,
-        params: &[&(dyn postgres::types::ToSql + Sync)],
+        statement: &Statement,
+        params: &[&(dyn ToSql + Sync)],
         context: impl FnOnce() -> String,
     ) -> Result<Option<AttachedFunction>, DaoError> {
         let row = self
             .client
-            .query_opt(sql, params)
+            .query_opt(statement, params)
             .map_err(|e| DaoError::db(context())(e))?;
         Ok(row.as_ref().map(AttachedFunction::from_row))
     }
 
     fn one_row_changed(
         &mut self,
-        sql: &str,
-        params: &[&(dyn postgres::types::ToSql + Sync)],
+        statement: &Statement,
+        params: &[&(dyn ToSql + Sync)],
         id: Uuid,
         doing: &str,
     ) -> Result<(), DaoError> {
         self.client
-            .query_opt(sql, params)
+            .query_opt(statement, params)
             .map_err(DaoError::db(format!("{doing} attached function {id}")))?
             .map(|_| ())
             .ok_or_else(|| not_found(id))
@@ -350,41 +371,50 @@ fn insert_error(e: postgres::Error, request: &AttachRequest) -> DaoError {
     }
 }
 
-/// The output collection for `finish`: the one an interrupted earlier
-/// attempt created (same database and name, and no other live attached
-/// function writes into it), else a new one.
-fn output_collection(
-    tx: &mut impl GenericClient,
-    id: Uuid,
-    database_id: Uuid,
-    name: String,
-    tenant_id: String,
-) -> Result<Uuid, DaoError> {
-    let context = || format!("finishing attached function {id}: output collection `{name}`");
-    // Two rounds: if a concurrent finish (of another attached function with
-    // the same output name) wins the insert, the second find sees its row.
-    for _ in 0..2 {
-        let found = tx
-            .query_opt(stmt("find_output_collection"), &[&database_id, &name, &id])
-            .map_err(DaoError::db(context()))?;
-        if let Some(row) = found {
-            return match row.get::<_, Option<Uuid>>("owner") {
-                Some(owner) => Err(DaoError::OutputCollectionInUse {
-                    name,
-                    owner: Some(owner),
-                }),
-                None => Ok(row.get("id")),
-            };
+/// The statements `finish` uses to find or create the output collection.
+struct OutputStatements {
+    find: Statement,
+    insert: Statement,
+}
+
+impl OutputStatements {
+    /// The output collection for `finish`: the one an interrupted earlier
+    /// attempt created (same database and name, and no other live attached
+    /// function writes into it), else a new one.
+    fn find_or_create(
+        &self,
+        tx: &mut impl GenericClient,
+        id: Uuid,
+        database_id: Uuid,
+        name: String,
+        tenant_id: String,
+    ) -> Result<Uuid, DaoError> {
+        let context = || format!("finishing attached function {id}: output collection `{name}`");
+        // Two rounds: if a concurrent finish (of another attached function with
+        // the same output name) wins the insert, the second find sees its row.
+        for _ in 0..2 {
+            let found = tx
+                .query_opt(&self.find, &[&database_id, &name, &id])
+                .map_err(DaoError::db(context()))?;
+            if let Some(row) = found {
+                return match row.get::<_, Option<Uuid>>("owner") {
+                    Some(owner) => Err(DaoError::OutputCollectionInUse {
+                        name,
+                        owner: Some(owner),
+                    }),
+                    None => Ok(row.get("id")),
+                };
+            }
+            let inserted = tx
+                .query_opt(
+                    &self.insert,
+                    &[&Uuid::new_v4(), &name, &tenant_id, &database_id],
+                )
+                .map_err(DaoError::db(context()))?;
+            if let Some(row) = inserted {
+                return Ok(row.get("id"));
+            }
         }
-        let inserted = tx
-            .query_opt(
-                stmt("insert_collection"),
-                &[&Uuid::new_v4(), &name, &tenant_id, &database_id],
-            )
-            .map_err(DaoError::db(context()))?;
-        if let Some(row) = inserted {
-            return Ok(row.get("id"));
-        }
+        Err(DaoError::OutputCollectionInUse { name, owner: None })
     }
-    Err(DaoError::OutputCollectionInUse { name, owner: None })
 }

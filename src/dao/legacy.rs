@@ -6,24 +6,29 @@
 //! readers on V3, and current not-ready rows are (knowingly) visible to
 //! legacy readers. Not for new code.
 
-use postgres::Client;
+use postgres::{Client, Statement};
 use uuid::Uuid;
 
-use super::{legacy_statements, AttachRequest, AttachedFunction, DaoError};
+use super::{legacy_statements, AttachRequest, AttachedFunction, DaoError, PreparedSet};
 
-/// The SQL of one statement of `legacy.sql`.
-fn stmt(name: &'static str) -> &'static str {
-    legacy_statements().sql(name)
-}
-
-/// The legacy DAO over one connection.
+/// The legacy DAO over one connection (prepares each statement once, as
+/// the current one does, so that benchmarks compare like with like).
 pub struct LegacyDao<'c> {
     client: &'c mut Client,
+    prepared: PreparedSet,
 }
 
 impl<'c> LegacyDao<'c> {
     pub fn new(client: &'c mut Client) -> LegacyDao<'c> {
-        LegacyDao { client }
+        LegacyDao {
+            client,
+            prepared: PreparedSet::new(legacy_statements()),
+        }
+    }
+
+    /// Statement `name` of `legacy.sql`, prepared on this connection.
+    fn stmt(&mut self, name: &'static str) -> Result<Statement, DaoError> {
+        self.prepared.get(self.client, name)
     }
 
     /// One-phase create: output collection and attached function in one
@@ -43,10 +48,12 @@ impl<'c> LegacyDao<'c> {
             },
             _ => DaoError::db(context())(e),
         };
+        let insert_collection = self.stmt("insert_collection")?;
+        let insert_attached_function = self.stmt("insert_attached_function")?;
         let mut tx = self.client.transaction().map_err(DaoError::db(context()))?;
         let collection_id = Uuid::new_v4();
         tx.execute(
-            stmt("insert_collection"),
+            &insert_collection,
             &[
                 &collection_id,
                 &request.output_collection_name,
@@ -57,7 +64,7 @@ impl<'c> LegacyDao<'c> {
         .map_err(map)?;
         let id = Uuid::new_v4();
         tx.execute(
-            stmt("insert_attached_function"),
+            &insert_attached_function,
             &[
                 &id,
                 &request.name,
@@ -78,9 +85,10 @@ impl<'c> LegacyDao<'c> {
 
     /// A live attached function (the legacy app has no notion of ready).
     pub fn get_by_id(&mut self, id: Uuid) -> Result<Option<AttachedFunction>, DaoError> {
+        let statement = self.stmt("get_by_id")?;
         let row = self
             .client
-            .query_opt(stmt("get_by_id"), &[&id])
+            .query_opt(&statement, &[&id])
             .map_err(DaoError::db(format!("reading attached function {id}")))?;
         Ok(row.as_ref().map(AttachedFunction::from_row))
     }
@@ -90,9 +98,10 @@ impl<'c> LegacyDao<'c> {
         input_collection_id: Uuid,
         name: &str,
     ) -> Result<Option<AttachedFunction>, DaoError> {
+        let statement = self.stmt("get_by_name")?;
         let row = self
             .client
-            .query_opt(stmt("get_by_name"), &[&input_collection_id, &name])
+            .query_opt(&statement, &[&input_collection_id, &name])
             .map_err(DaoError::db(format!(
                 "reading attached function `{name}` of collection {input_collection_id}"
             )))?;
@@ -103,9 +112,10 @@ impl<'c> LegacyDao<'c> {
         &mut self,
         input_collection_id: Uuid,
     ) -> Result<Vec<AttachedFunction>, DaoError> {
+        let statement = self.stmt("list_by_collection")?;
         let rows = self
             .client
-            .query(stmt("list_by_collection"), &[&input_collection_id])
+            .query(&statement, &[&input_collection_id])
             .map_err(DaoError::db(format!(
                 "listing attached functions of collection {input_collection_id}"
             )))?;
@@ -114,8 +124,9 @@ impl<'c> LegacyDao<'c> {
 
     /// Soft delete + rename, exactly as the current app does it.
     pub fn detach(&mut self, id: Uuid) -> Result<(), DaoError> {
+        let statement = self.stmt("detach")?;
         self.client
-            .query_opt(stmt("detach"), &[&id])
+            .query_opt(&statement, &[&id])
             .map_err(DaoError::db(format!("detaching attached function {id}")))?
             .map(|_| ())
             .ok_or_else(|| DaoError::NotFound {

@@ -20,10 +20,11 @@ pub mod current;
 pub mod legacy;
 pub mod statements;
 
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use chrono::{DateTime, Utc};
-use postgres::Row;
+use postgres::{Client, Row, Statement};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use uuid::Uuid;
@@ -53,6 +54,44 @@ pub fn legacy_statements() -> &'static StatementSet {
         StatementSet::parse("src/dao/legacy.sql", LEGACY_SQL)
             .unwrap_or_else(|e| panic!("embedded statement set: {e}"))
     })
+}
+
+/// The statements of one set, prepared on one connection on first use and
+/// kept for the DAO's lifetime: a DAO runs its statements over and over, and
+/// a prepared one skips a round trip and a parse/plan per call. (Keep a DAO
+/// across a schema change and PostgreSQL re-plans or refuses the cached
+/// statements; make a new DAO after migrating.)
+pub(crate) struct PreparedSet {
+    set: &'static StatementSet,
+    prepared: HashMap<&'static str, Statement>,
+}
+
+impl PreparedSet {
+    pub(crate) fn new(set: &'static StatementSet) -> PreparedSet {
+        PreparedSet {
+            set,
+            prepared: HashMap::new(),
+        }
+    }
+
+    /// Statement `name` of the set, prepared on `client`.
+    pub(crate) fn get(
+        &mut self,
+        client: &mut Client,
+        name: &'static str,
+    ) -> Result<Statement, DaoError> {
+        if let Some(s) = self.prepared.get(name) {
+            return Ok(s.clone());
+        }
+        let statement = client
+            .prepare(self.set.sql(name))
+            .map_err(DaoError::db(format!(
+                "preparing statement `{name}` of {}",
+                self.set.source
+            )))?;
+        self.prepared.insert(name, statement.clone());
+        Ok(statement)
+    }
 }
 
 /// Names may not start with this: detach renames rows to
