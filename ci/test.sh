@@ -37,35 +37,43 @@ if ! pkg-config --exists openssl 2>/dev/null; then
   apt_install libssl-dev pkg-config
 fi
 
-leftovers() {
-  local found=0
+# What exists of rollsafe's throwaway resources right now, one per line:
+# sandbox containers (by label), local data directories, local servers.
+resources() {
   if docker info >/dev/null 2>&1; then
-    local c
-    c=$(docker ps -aq --filter label=rollsafe.sandbox)
-    if [ -n "$c" ]; then say "leftover containers: $c"; found=1; fi
+    docker ps -aq --filter label=rollsafe.sandbox | sed 's/^/container /'
   fi
-  if ls -d "${TMPDIR:-/tmp}"/rollsafe-local-* >/dev/null 2>&1; then
-    say "leftover data directories: $(ls -d "${TMPDIR:-/tmp}"/rollsafe-local-* | tr '\n' ' ')"; found=1
-  fi
-  if pgrep -f -- "-D ${TMPDIR:-/tmp}/rollsafe-local-" >/dev/null; then
-    say "leftover postgres processes: $(pgrep -f -- "-D ${TMPDIR:-/tmp}/rollsafe-local-" | tr '\n' ' ')"; found=1
-  fi
-  return $found
+  ls -d "${TMPDIR:-/tmp}"/rollsafe-local-* 2>/dev/null | sed 's/^/datadir /'
+  pgrep -f -- "-D ${TMPDIR:-/tmp}/rollsafe-local-" | sed 's/^/server-pid /'
+  true
 }
 
-cleanup() {
-  if docker info >/dev/null 2>&1; then
-    docker ps -aq --filter label=rollsafe.sandbox | xargs -r docker rm -f >/dev/null || true
-  fi
-  pkill -QUIT -f -- "-D ${TMPDIR:-/tmp}/rollsafe-local-" || true
-  sleep 0.5
-  rm -rf "${TMPDIR:-/tmp}"/rollsafe-local-*
+# Removes the resources listed on stdin.
+remove_resources() {
+  while read -r kind id; do
+    case "$kind" in
+      container) docker rm -f "$id" >/dev/null 2>&1 || true ;;
+      server-pid) kill -QUIT "$id" 2>/dev/null || true ;;
+      datadir) sleep 0.2; rm -rf "$id" ;;
+    esac
+  done
 }
-trap cleanup EXIT
 
-if ! leftovers; then
-  say "removing leftovers of an earlier run before starting"
-  cleanup
+# Resources that exist now but did not before this run started. Only those
+# are this run's: another run on the same machine (a developer's) is left
+# alone.
+before=$(resources | sort)
+created_by_this_run() { comm -13 <(echo "$before") <(resources | sort); }
+trap 'created_by_this_run | remove_resources' EXIT
+
+if [ -n "$before" ]; then
+  if [ "${CI:-}" = true ]; then
+    say "removing leftovers of an earlier run: $(echo "$before" | tr '\n' ' ')"
+    echo "$before" | remove_resources
+    before=$(resources | sort)
+  else
+    say "note: other rollsafe sandboxes exist (another run?); they are left alone"
+  fi
 fi
 
 say "building (locked dependencies)"
@@ -90,10 +98,11 @@ for backend in "${backends[@]}"; do
   ROLLSAFE_POSTGRES="$backend" cargo test --locked --test suite -- "$@"
 done
 
-if leftovers; then
-  say "no leftovers: no rollsafe containers, servers or data directories remain"
+left=$(created_by_this_run)
+if [ -z "$left" ]; then
+  say "no leftovers: the tests removed every container, server and data directory they created"
 else
-  say "the tests left resources behind (listed above)"
+  say "the tests left resources behind: $(echo "$left" | tr '\n' ' ')"
   exit 1
 fi
 say "all passed on: ${backends[*]}"

@@ -4,12 +4,29 @@
 //! connection error reads the same way (what, where, what to do) and no
 //! password ever reaches a message: URLs are shown through [`redact_url`].
 //!
+//! TLS follows libpq's `sslmode` (in the URL's query or a key=value
+//! string): `disable` (plain), `prefer` (the default: TLS when the server
+//! offers it, no certificate checks, plain otherwise), `require` (TLS, no
+//! certificate checks; with `sslrootcert` it verifies the chain like
+//! libpq), `verify-ca` (chain checked against `sslrootcert`, host name
+//! not), `verify-full` (chain and host name). `sslrootcert=FILE` is the CA
+//! bundle to trust (only that file); without it, or with
+//! `sslrootcert=system`, the system's trust store is used. tokio-postgres
+//! only knows disable/prefer/require, so [`config`] strips the verify modes
+//! and `sslrootcert` from the URL, asks the driver for TLS, and the
+//! connector built here does the verification.
+//!
 //! Not here: pooling (rollsafe's jobs are short), sandbox lifecycles
 //! (`sandbox`), migration logic (`migrate`).
 
 use std::time::Duration;
 
-use postgres::{Client, Config, NoTls};
+use openssl::ssl::{SslConnector, SslMethod, SslVerifyMode};
+use openssl::x509::store::X509StoreBuilder;
+use openssl::x509::X509;
+use postgres::config::SslMode;
+use postgres::{Client, Config};
+use postgres_openssl::MakeTlsConnector;
 use thiserror::Error;
 
 /// A connection that could not be made. The URL inside is already redacted.
@@ -33,6 +50,9 @@ pub enum ConnectErrorKind {
     Authentication,
     /// The database named in the URL does not exist.
     MissingDatabase,
+    /// TLS could not be set up as `sslmode` asks (no TLS on the server, a
+    /// certificate that does not verify, an unreadable `sslrootcert`).
+    Tls,
     /// Anything else the server said.
     Other,
 }
@@ -89,15 +109,111 @@ fn percent_decode(s: &str) -> String {
         .unwrap_or_else(|| s.to_string())
 }
 
-/// Parses a connection URL into a driver config, with a connect timeout so
-/// that an unreachable host fails in seconds rather than minutes.
-pub fn config(url: &str) -> Result<Config, ConnectError> {
-    let mut config: Config = url.parse().map_err(|e: postgres::Error| ConnectError {
+/// How to check the server's certificate, from `sslmode` / `sslrootcert`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsOptions {
+    /// `sslmode` as written (`prefer` when absent).
+    pub mode: String,
+    /// Verify the certificate chain.
+    pub verify_chain: bool,
+    /// Verify that the certificate names the host connected to.
+    pub verify_host: bool,
+    /// CA bundle to trust instead of the system's store.
+    pub root_cert: Option<std::path::PathBuf>,
+}
+
+/// Splits libpq TLS options that tokio-postgres does not understand out of
+/// `url`: returns the URL the driver can parse and the TLS options.
+fn split_tls(url: &str) -> Result<(String, TlsOptions), ConnectError> {
+    let invalid = |cause: String| ConnectError {
         url: redact_url(url),
-        cause: scrub(&e.to_string(), url),
-        hint: "check the URL's form: postgres://USER:PASSWORD@HOST:PORT/DATABASE",
+        cause,
+        hint: "sslmode is one of disable, prefer, require, verify-ca, verify-full",
         kind: ConnectErrorKind::InvalidUrl,
-    })?;
+    };
+    let mut mode = None;
+    let mut root = None;
+    let rest: String;
+    if let Ok(mut parsed) = url::Url::parse(url) {
+        let mut kept = Vec::new();
+        for (k, v) in parsed.query_pairs() {
+            match k.as_ref() {
+                "sslmode" => mode = Some(v.into_owned()),
+                "sslrootcert" => root = Some(v.into_owned()),
+                _ => kept.push((k.into_owned(), v.into_owned())),
+            }
+        }
+        if mode.is_some() || root.is_some() {
+            if kept.is_empty() {
+                parsed.set_query(None);
+            } else {
+                parsed.query_pairs_mut().clear().extend_pairs(kept);
+            }
+        }
+        rest = parsed.to_string();
+    } else {
+        // key=value form; values with spaces would be quoted, and those two
+        // options never need spaces.
+        let mut kept = Vec::new();
+        for token in url.split_whitespace() {
+            if let Some(v) = token.strip_prefix("sslmode=") {
+                mode = Some(v.trim_matches('\'').to_string());
+            } else if let Some(v) = token.strip_prefix("sslrootcert=") {
+                root = Some(v.trim_matches('\'').to_string());
+            } else {
+                kept.push(token);
+            }
+        }
+        rest = kept.join(" ");
+    }
+    let mode = mode.unwrap_or_else(|| "prefer".to_string());
+    let root_cert = root
+        .filter(|r| r != "system" && !r.is_empty())
+        .map(std::path::PathBuf::from);
+    let (driver_mode, verify_chain, verify_host) = match mode.as_str() {
+        "disable" => ("disable", false, false),
+        "prefer" => ("prefer", false, false),
+        // libpq: require with a root certificate behaves like verify-ca.
+        "require" => ("require", root_cert.is_some(), false),
+        "verify-ca" => ("require", true, false),
+        "verify-full" => ("require", true, true),
+        other => return Err(invalid(format!("unknown sslmode `{other}`"))),
+    };
+    let rest = append_param(&rest, "sslmode", driver_mode);
+    Ok((
+        rest,
+        TlsOptions {
+            mode,
+            verify_chain,
+            verify_host,
+            root_cert,
+        },
+    ))
+}
+
+fn append_param(url: &str, key: &str, value: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) => {
+            u.query_pairs_mut().append_pair(key, value);
+            u.to_string()
+        }
+        Err(_) => format!("{url} {key}={value}"),
+    }
+}
+
+/// Parses a connection URL into a driver config, with a connect timeout so
+/// that an unreachable host fails in seconds rather than minutes. libpq's
+/// verify modes become `require` here; see [`tls_options`] for the rest.
+pub fn config(url: &str) -> Result<Config, ConnectError> {
+    let (driver_url, _) = split_tls(url)?;
+    let mut config: Config = driver_url
+        .parse()
+        .map_err(|e: postgres::Error| ConnectError {
+            url: redact_url(url),
+            cause: scrub(&error_chain(&e), url),
+            hint: "check the URL's form: postgres://USER:PASSWORD@HOST:PORT/DATABASE[?sslmode=...]",
+            kind: ConnectErrorKind::InvalidUrl,
+        })?;
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(Duration::from_secs(10));
     }
@@ -107,15 +223,109 @@ pub fn config(url: &str) -> Result<Config, ConnectError> {
     Ok(config)
 }
 
-/// Opens a connection, classifying failures into a one-line error that names
-/// the (redacted) URL, the cause and the next step.
-pub fn connect(url: &str) -> Result<Client, ConnectError> {
-    let config = config(url)?;
-    config.connect(NoTls).map_err(|e| classify(url, &e))
+/// The TLS options of `url` (`sslmode`, `sslrootcert`).
+pub fn tls_options(url: &str) -> Result<TlsOptions, ConnectError> {
+    Ok(split_tls(url)?.1)
 }
 
-fn classify(url: &str, e: &postgres::Error) -> ConnectError {
+/// The TLS connector for `options`: certificate checks as libpq does them.
+fn tls_connector(url: &str, options: &TlsOptions) -> Result<MakeTlsConnector, ConnectError> {
+    let tls_err = |cause: String| ConnectError {
+        url: redact_url(url),
+        cause,
+        hint: "check sslrootcert: it must name a readable PEM file of CA certificates",
+        kind: ConnectErrorKind::Tls,
+    };
+    let ssl = |e: openssl::error::ErrorStack| tls_err(format!("TLS setup failed: {e}"));
+    let mut builder = SslConnector::builder(SslMethod::tls_client()).map_err(ssl)?;
+    if options.verify_chain {
+        builder.set_verify(SslVerifyMode::PEER);
+        if let Some(path) = &options.root_cert {
+            let pem = std::fs::read(path)
+                .map_err(|e| tls_err(format!("cannot read sslrootcert {}: {e}", path.display())))?;
+            let certs = X509::stack_from_pem(&pem).map_err(|e| {
+                tls_err(format!(
+                    "sslrootcert {} holds no PEM certificate: {e}",
+                    path.display()
+                ))
+            })?;
+            if certs.is_empty() {
+                return Err(tls_err(format!(
+                    "sslrootcert {} holds no PEM certificate",
+                    path.display()
+                )));
+            }
+            // Only the given CAs, as libpq: the system store must not make
+            // a certificate the operator did not name acceptable.
+            let mut store = X509StoreBuilder::new().map_err(ssl)?;
+            for cert in certs {
+                store.add_cert(cert).map_err(ssl)?;
+            }
+            builder.set_cert_store(store.build());
+        }
+    } else {
+        // libpq's prefer/require: encrypt, do not authenticate the server.
+        builder.set_verify(SslVerifyMode::NONE);
+    }
+    let mut connector = MakeTlsConnector::new(builder.build());
+    let verify_host = options.verify_host;
+    connector.set_callback(move |cfg, _host| {
+        cfg.set_verify_hostname(verify_host);
+        Ok(())
+    });
+    Ok(connector)
+}
+
+/// Opens a connection, classifying failures into a one-line error that names
+/// the (redacted) URL, the cause and the next step. TLS as `sslmode` asks.
+pub fn connect(url: &str) -> Result<Client, ConnectError> {
+    let config = config(url)?;
+    let options = tls_options(url)?;
+    if config.get_ssl_mode() == SslMode::Disable {
+        return config
+            .connect(postgres::NoTls)
+            .map_err(|e| classify(url, &options, &e));
+    }
+    let tls = tls_connector(url, &options)?;
+    config.connect(tls).map_err(|e| classify(url, &options, &e))
+}
+
+/// The error and its sources, joined: the driver's top-level message alone
+/// ("error performing TLS handshake") hides the reason.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        let text = inner.to_string();
+        if !s.contains(&text) {
+            s = format!("{s}: {text}");
+        }
+        source = inner.source();
+    }
+    s.replace('\n', " ")
+}
+
+fn classify(url: &str, tls: &TlsOptions, e: &postgres::Error) -> ConnectError {
+    let chain = error_chain(e);
+    let tls_failed = e.as_db_error().is_none()
+        && (chain.contains("TLS") || chain.contains("SSL") || chain.contains("certificate"));
     let (kind, hint) = match e.as_db_error().map(|d| d.code().code()) {
+        None if tls_failed && chain.contains("does not support TLS") => (
+            ConnectErrorKind::Tls,
+            "the server does not offer TLS; enable ssl on the server or use sslmode=prefer/disable",
+        ),
+        None if tls_failed && tls.verify_host && chain.to_lowercase().contains("mismatch") => (
+            ConnectErrorKind::Tls,
+            "the server's certificate does not name this host; connect with the host name in the certificate, or use sslmode=verify-ca",
+        ),
+        None if tls_failed && tls.verify_chain => (
+            ConnectErrorKind::Tls,
+            "the server's certificate does not verify against sslrootcert (or the system CAs); point sslrootcert at the CA that signed it",
+        ),
+        None if tls_failed => (
+            ConnectErrorKind::Tls,
+            "TLS with the server failed; check the server's ssl settings or use sslmode=disable",
+        ),
         Some("28P01") | Some("28000") => (
             ConnectErrorKind::Authentication,
             "check the user name and password in the URL",
@@ -134,15 +344,7 @@ fn classify(url: &str, e: &postgres::Error) -> ConnectError {
     // server's message alone reads better.
     let cause = match e.as_db_error() {
         Some(db) => db.message().to_string(),
-        None => {
-            let mut s = e.to_string();
-            let mut source = std::error::Error::source(e);
-            while let Some(inner) = source {
-                s = format!("{s}: {inner}");
-                source = inner.source();
-            }
-            s
-        }
+        None => chain,
     };
     ConnectError {
         url: redact_url(url),
@@ -190,6 +392,41 @@ mod tests {
     fn scrub_removes_raw_and_decoded_password() {
         let url = "postgres://u:p%40ss@h/d";
         assert_eq!(scrub("bad p@ss and p%40ss", url), "bad *** and ***");
+    }
+
+    #[test]
+    fn verify_modes_become_require_and_sslrootcert_is_stripped() {
+        let (u, t) =
+            split_tls("postgres://u:p@h/d?sslmode=verify-full&sslrootcert=/ca.pem").unwrap();
+        assert_eq!(u, "postgres://u:p@h/d?sslmode=require");
+        assert!(t.verify_chain && t.verify_host);
+        assert_eq!(
+            t.root_cert.as_deref(),
+            Some(std::path::Path::new("/ca.pem"))
+        );
+        let (u, t) = split_tls("postgres://u:p@h/d?sslmode=verify-ca&application_name=x").unwrap();
+        assert_eq!(u, "postgres://u:p@h/d?application_name=x&sslmode=require");
+        assert!(t.verify_chain && !t.verify_host);
+        let (u, t) = split_tls("postgres://u:p@h/d").unwrap();
+        assert_eq!(u, "postgres://u:p@h/d?sslmode=prefer");
+        assert!(!t.verify_chain);
+        let (u, t) = split_tls("host=h user=u sslmode=verify-full").unwrap();
+        assert_eq!(u, "host=h user=u sslmode=require");
+        assert!(t.verify_host);
+        let (_, t) = split_tls("postgres://h/d?sslmode=require&sslrootcert=/ca.pem").unwrap();
+        assert!(
+            t.verify_chain && !t.verify_host,
+            "libpq: require + root cert = verify-ca"
+        );
+        let err = split_tls("postgres://u:s3cret@h/d?sslmode=bogus").unwrap_err();
+        assert!(err.to_string().contains("unknown sslmode `bogus`"), "{err}");
+        assert!(!err.to_string().contains("s3cret"), "{err}");
+        assert_eq!(
+            config("postgres://u:p@h/d?sslmode=disable")
+                .unwrap()
+                .get_ssl_mode(),
+            SslMode::Disable
+        );
     }
 
     #[test]

@@ -10,10 +10,12 @@
 //! - [`schema`]: schema snapshots (introspection, comparison).
 //! - [`verify`]: the rehearsal pipeline and its checks.
 //! - [`report`]: findings and their text / JSON / JUnit renderings.
+//! - [`migrate`]: safe apply to a real database, and its status.
 
 pub mod catalog;
 pub mod dao;
 pub mod db;
+pub mod migrate;
 pub mod report;
 pub mod sandbox;
 pub mod schema;

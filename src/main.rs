@@ -3,7 +3,7 @@
 //!
 //! Exit codes (documented in README): 0 success / no error findings,
 //! 1 error findings or a refused/failed migration, 2 could not run (usage,
-//! connection, sandbox).
+//! connection, sandbox). `migrate` and `status` details: `rollsafe::migrate`.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -13,6 +13,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use rollsafe::catalog::Catalog;
+use rollsafe::db;
 use rollsafe::report::{render, Format};
 use rollsafe::sandbox::{BackendChoice, SandboxBuilder, DEFAULT_IMAGE, ENV_BACKEND, ENV_IMAGE};
 use rollsafe::verify::{Verify, DEFAULT_ROWS};
@@ -32,6 +33,10 @@ struct Cli {
 enum Command {
     /// Rehearse every migration in throwaway Postgres and prove rolling-deploy safety.
     Verify(VerifyArgs),
+    /// Apply pending migrations to a database: one migrator at a time, bounded lock waits, drift refused.
+    Migrate(MigrateArgs),
+    /// Show each migration version's state in a database: applied, pending, divergent, missing, unknown-newer.
+    Status(StatusArgs),
 }
 
 /// Where throwaway Postgres comes from.
@@ -86,27 +91,6 @@ impl std::str::FromStr for FormatArg {
     }
 }
 
-/// `5s`, `500ms`, `2m`, or plain seconds.
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let bad = || format!("`{s}` is not a duration; use e.g. 5s, 500ms or 1m");
-    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit() && c != '.') {
-        Some(i) => s.split_at(i),
-        None => (s, "s"),
-    };
-    let n: f64 = num.parse().map_err(|_| bad())?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        _ => return Err(bad()),
-    };
-    if secs <= 0.0 {
-        return Err(format!("`{s}`: the lock timeout must be positive"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
 /// An error that means "could not run" (exit 2) rather than "found problems".
 fn could_not_run(e: anyhow::Error) -> ExitCode {
     eprintln!("rollsafe: error: {e:#}");
@@ -158,6 +142,216 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// The database and the migration files, shared by `migrate` and `status`.
+#[derive(Args)]
+struct TargetDbArgs {
+    /// postgres://USER:PASSWORD@HOST:PORT/DB[?sslmode=disable|prefer|require|verify-ca|verify-full&sslrootcert=FILE]
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: String,
+    /// Directory of V<n>__<name>.sql files (default: the migrations embedded in rollsafe).
+    #[arg(long)]
+    migrations: Option<std::path::PathBuf>,
+}
+
+impl TargetDbArgs {
+    fn catalog(&self) -> Result<Catalog, ExitCode> {
+        Catalog::load(self.migrations.as_deref()).map_err(|e| fail(2, &e))
+    }
+}
+
+#[derive(Args)]
+struct MigrateArgs {
+    #[command(flatten)]
+    db: TargetDbArgs,
+    /// Apply up to this version (inclusive); default: the latest.
+    #[arg(long)]
+    target: Option<i32>,
+    /// Print the plan and the SQL of each pending migration; change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// lock_timeout of each attempt (e.g. 5s, 500ms).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    lock_timeout: std::time::Duration,
+    /// Further attempts after a lock timeout (with backoff).
+    #[arg(long, default_value_t = 5)]
+    retries: u32,
+    /// How long to wait for another `rollsafe migrate` on the same database.
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    migrator_wait: std::time::Duration,
+}
+
+#[derive(Args)]
+struct StatusArgs {
+    #[command(flatten)]
+    db: TargetDbArgs,
+    #[arg(long, value_enum, default_value = "text")]
+    format: StatusFormat,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum StatusFormat {
+    Text,
+    Json,
+}
+
+/// `5s`, `500ms`, `2m`, or plain seconds.
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len()));
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration (e.g. 5s, 500ms, 2m)"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" => n * 60.0,
+        _ => return Err(format!("`{s}` has an unknown unit (use ms, s or m)")),
+    };
+    std::time::Duration::try_from_secs_f64(secs).map_err(|e| format!("`{s}`: {e}"))
+}
+
+/// Prints a one-line error and returns `code`.
+fn fail(code: u8, e: &dyn std::fmt::Display) -> ExitCode {
+    let line = e
+        .to_string()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    eprintln!("rollsafe: error: {line}");
+    ExitCode::from(code)
+}
+
+fn migrate(args: MigrateArgs) -> ExitCode {
+    use rollsafe::migrate::{self, Options};
+    let catalog = match args.db.catalog() {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let url = &args.db.database_url;
+    let options = Options {
+        target: args.target,
+        lock_timeout: args.lock_timeout,
+        retries: args.retries,
+        migrator_wait: args.migrator_wait,
+    };
+    println!("database:   {}", db::redact_url(url));
+    println!("migrations: {}", catalog.source);
+    if args.dry_run {
+        let plan = match migrate::plan(url, &catalog, &options) {
+            Ok(p) => p,
+            Err(e) => return fail(e.exit_code(), &db::scrub(&e.to_string(), url)),
+        };
+        print_position(plan.current, plan.target, plan.beyond_target);
+        println!(
+            "dry run: {} migration(s) would be applied, nothing changed",
+            plan.pending.len()
+        );
+        for m in &plan.pending {
+            println!("\n-- {m}\n{}", m.sql.trim_end());
+        }
+        return ExitCode::SUCCESS;
+    }
+    match migrate::migrate(url, &catalog, &options) {
+        Ok(out) => {
+            print_position(out.plan.current, out.plan.target, out.plan.beyond_target);
+            for a in &out.applied {
+                println!(
+                    "applied {} in {:.1?}{}",
+                    a.file,
+                    a.elapsed,
+                    if a.attempts > 1 {
+                        format!(" ({} attempts)", a.attempts)
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+            if out.applied.is_empty() {
+                println!("nothing to apply");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e.exit_code(), &db::scrub(&e.to_string(), url)),
+    }
+}
+
+fn print_position(current: Option<i32>, target: i32, beyond: bool) {
+    let at = current.map_or("empty (no migration applied)".to_string(), |v| {
+        format!("V{v}")
+    });
+    println!("at:         {at}");
+    println!(
+        "target:     V{target}{}",
+        if beyond {
+            " (the database is already past it; nothing is ever undone)"
+        } else {
+            ""
+        }
+    );
+}
+
+fn status(args: StatusArgs) -> ExitCode {
+    use rollsafe::migrate;
+    let catalog = match args.db.catalog() {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let url = &args.db.database_url;
+    let st = match migrate::status(url, &catalog) {
+        Ok(s) => s,
+        Err(e) => return fail(e.exit_code(), &db::scrub(&e.to_string(), url)),
+    };
+    let drift = st.drift().count();
+    match args.format {
+        StatusFormat::Json => {
+            let doc = serde_json::json!({
+                "database": db::redact_url(url),
+                "migrations": catalog.source.to_string(),
+                "status": st,
+            });
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&doc).expect("status serialises")
+            );
+        }
+        StatusFormat::Text => {
+            println!("database:   {}", db::redact_url(url));
+            println!("migrations: {} (latest V{})", catalog.source, st.latest);
+            println!(
+                "history:    {}",
+                match (st.history_table, st.current) {
+                    (false, _) => format!("no {} table (nothing applied)", migrate::HISTORY_TABLE),
+                    (true, None) => "empty".to_string(),
+                    (true, Some(v)) => format!("at V{v}"),
+                }
+            );
+            for v in &st.versions {
+                let state = serde_json::to_value(v.state).expect("state serialises");
+                println!(
+                    "V{:<4} {:<14} {:<25} {}",
+                    v.version,
+                    state.as_str().unwrap_or("?"),
+                    v.applied_on.as_deref().map_or("-".to_string(), |a| {
+                        chrono::DateTime::parse_from_rfc3339(a).map_or(a.to_string(), |t| {
+                            t.to_utc().format("%Y-%m-%d %H:%M:%S UTC").to_string()
+                        })
+                    }),
+                    v.file
+                        .clone()
+                        .unwrap_or_else(|| format!("(no file; applied as `{}`)", v.name))
+                );
+            }
+            for v in st.drift() {
+                if let Some(m) = v.drift_message() {
+                    println!("problem: {m}");
+                }
+            }
+        }
+    }
+    ExitCode::from(if drift > 0 { 1 } else { 0 })
+}
+
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::new().filter_or("ROLLSAFE_LOG", "warn"))
         .format_timestamp(None)
@@ -165,6 +359,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Verify(args) => verify(args),
+        Command::Migrate(args) => return migrate(args),
+        Command::Status(args) => return status(args),
     };
     result.unwrap_or_else(could_not_run)
 }

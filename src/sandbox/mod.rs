@@ -345,9 +345,29 @@ impl Sandbox {
             quote_ident(template)
         );
         let mut admin = self.connect_admin()?;
-        admin.batch_execute(&sql).map_err(|e| {
-            SandboxError::sql(format!("creating database {name} from {template}"), e)
-        })?;
+        // A template must have no other sessions while it is copied; an
+        // autovacuum worker or a closing client can hold it for a moment
+        // (SQLSTATE 55006, object_in_use), so a few short retries make the
+        // copy dependable under load instead of failing a whole run.
+        let mut attempt = 0;
+        loop {
+            match admin.batch_execute(&sql) {
+                Ok(()) => break,
+                Err(e)
+                    if attempt < 5
+                        && e.code() == Some(&postgres::error::SqlState::OBJECT_IN_USE) =>
+                {
+                    attempt += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(200 * attempt));
+                }
+                Err(e) => {
+                    return Err(SandboxError::sql(
+                        format!("creating database {name} from {template}"),
+                        e,
+                    ))
+                }
+            }
+        }
         Ok(Database {
             url: db::with_database(self.admin_url(), &name),
             name,

@@ -75,21 +75,19 @@ macro_rules! trials {
 
 impl TestEnv {
     /// A fresh database with the embedded migrations applied up to
-    /// `target` (inclusive). The schema always comes from the real
+    /// `target` (inclusive) by the real migrator (`rollsafe::migrate`:
+    /// history table, advisory lock). The schema always comes from the real
     /// migration files, never from hand-written DDL.
-    // INTERIM: applies the catalog's SQL directly; switches to
-    // `rollsafe::migrate` (history table, advisory lock) once that lands.
     #[allow(dead_code)]
     pub fn migrated_database(&self, target: i32) -> Database {
         let catalog = rollsafe::catalog::Catalog::embedded().expect("embedded migrations");
         let db = self.fresh_database();
-        let mut c = db.connect().expect("connecting to the test database");
-        for m in catalog.up_to(target) {
-            let mut tx = c.transaction().expect("begin");
-            tx.batch_execute(&m.sql)
-                .unwrap_or_else(|e| panic!("applying {m}: {e}"));
-            tx.commit().expect("commit");
-        }
+        let options = rollsafe::migrate::Options {
+            target: Some(target),
+            ..Default::default()
+        };
+        rollsafe::migrate::migrate(db.url(), &catalog, &options)
+            .unwrap_or_else(|e| panic!("migrating {} to V{target}: {e}", db.name()));
         db
     }
 }

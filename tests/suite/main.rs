@@ -5,6 +5,8 @@
 //! tests in its own module.
 
 mod common;
+mod dao;
+mod migrate;
 mod sandbox;
 mod verify;
 
@@ -13,11 +15,15 @@ use std::sync::Arc;
 use libtest_mimic::Arguments;
 
 fn main() {
+    // The DAO crash test re-executes this binary as its child process.
+    dao::run_child_if_requested();
     let args = Arguments::from_args();
     let env = Arc::new(common::TestEnv::start());
     let mut trials = Vec::new();
     trials.extend(sandbox::tests(&env));
     trials.extend(verify::tests(&env));
+    trials.extend(migrate::tests(&env));
+    trials.extend(dao::tests(&env));
     let conclusion = libtest_mimic::run(&args, trials);
     // Drop the shared server before exiting (exit skips destructors).
     drop(env);

@@ -1,0 +1,852 @@
+//! Applying a catalog to a real database, safely; and reporting where a
+//! database stands (`rollsafe migrate`, `rollsafe status`).
+//!
+//! Built on refinery 0.10 and its history table `refinery_schema_history`
+//! (version, name, applied_on, checksum), so a database migrated by rollsafe
+//! reads the same to refinery and back. What refinery alone does not give,
+//! and what this module adds around it:
+//!
+//! - **One migration = one transaction with its history row.** refinery's
+//!   default mode commits a migration's SQL and its history INSERT
+//!   separately (a crash in between leaves it applied but unrecorded). Its
+//!   grouped mode runs the SQL and the INSERT in one transaction (read in
+//!   refinery-core's `traits::sync::migrate`: one `Transaction::execute`
+//!   over the batch, `postgres::Client::transaction` + commit). rollsafe
+//!   therefore runs refinery grouped with `Target::Version(v)` once per
+//!   pending version `v`: each run is exactly one migration and its row, and
+//!   a lock timeout can be retried migration by migration.
+//! - **One migrator at a time.** A session advisory lock (key
+//!   [`ADVISORY_LOCK_KEY`], the bytes of "rollsafe"; advisory locks are per
+//!   database) is taken by polling `pg_try_advisory_lock` up to a bound: a
+//!   blocking `pg_advisory_lock` can deadlock with concurrent index builds,
+//!   which wait for every open transaction. The lock is confirmed in
+//!   `pg_locks` for our own backend, and refinery runs on that same client,
+//!   so the lock covers every history read and every apply.
+//! - **Bounded lock waits.** `ALTER TABLE` needs ACCESS EXCLUSIVE; while it
+//!   waits, every later query on the table queues behind it. The session's
+//!   `lock_timeout` bounds that wait; a timed-out migration rolls back and is
+//!   retried with backoff, so readers get through between attempts. A
+//!   watcher on a second connection records who blocks us
+//!   (`pg_blocking_pids`) so that giving up names the blocker: pid, how long
+//!   it has been in its transaction, its query.
+//! - **Drift refused before anything runs.** Divergent (edited after
+//!   apply), missing (applied, file gone), unknown-newer (database ahead of
+//!   the code) and out-of-order (a file older than the newest applied
+//!   version, never applied) versions stop the run with a message naming
+//!   the file and the checksums.
+//! - **Dry run** reads the history (without creating the table) and returns
+//!   the plan; nothing is written.
+//!
+//! Exit codes of the commands (mapped in `main.rs` from [`MigrateError::exit_code`]):
+//! - `migrate`: 0 applied (or nothing to do); 1 refused (drift, another
+//!   migrator kept the lock) or a migration failed (SQL error, lock timeout
+//!   after all retries) — the database keeps every migration that committed
+//!   before it and nothing of the failed one; 2 could not run (usage,
+//!   unusable migration files, unknown `--target`, connection).
+//! - `status`: 0 no drift; 1 drift (divergent, missing, unknown-newer,
+//!   out-of-order); 2 could not run.
+//!
+//! Not here: rehearsal in throwaway databases (`verify`), read-only audits
+//! (`check`), printing.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use postgres::Client;
+use serde::Serialize;
+use thiserror::Error;
+
+use crate::catalog::{Catalog, Migration};
+use crate::db::{self, ConnectError};
+
+/// refinery's history table (its default name).
+pub const HISTORY_TABLE: &str = "refinery_schema_history";
+
+/// The session advisory lock every rollsafe migrator takes: the ASCII bytes
+/// of "rollsafe" as a big-endian i64.
+pub const ADVISORY_LOCK_KEY: i64 = i64::from_be_bytes(*b"rollsafe");
+
+/// SQLSTATE 55P03 lock_not_available: `lock_timeout` expired.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
+
+/// How a run behaves; a small builder with sensible defaults.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Apply up to this version (inclusive); `None` = the latest file.
+    pub target: Option<i32>,
+    /// `lock_timeout` for each migration attempt.
+    pub lock_timeout: Duration,
+    /// Further attempts after a lock timeout.
+    pub retries: u32,
+    /// How long to wait for another migrator's advisory lock.
+    pub migrator_wait: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            target: None,
+            lock_timeout: Duration::from_secs(5),
+            retries: 5,
+            migrator_wait: Duration::from_secs(120),
+        }
+    }
+}
+
+impl Options {
+    /// Backoff before retry `attempt` (1-based): 200 ms doubling, capped at
+    /// 5 s, plus up to 25 % jitter so that two migrators do not stay in step.
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let base =
+            Duration::from_millis(200) * 2u32.saturating_pow(attempt.saturating_sub(1).min(8));
+        let base = base.min(Duration::from_secs(5));
+        let jitter = rand::random::<f64>() * 0.25;
+        base.mul_f64(1.0 + jitter)
+    }
+
+    /// The longest a run waits on table locks before giving up on one
+    /// migration: every attempt's lock timeout plus the backoffs.
+    pub fn give_up_bound(&self) -> Duration {
+        let mut total = self.lock_timeout * (self.retries + 1);
+        for a in 1..=self.retries {
+            let base = (Duration::from_millis(200) * 2u32.saturating_pow((a - 1).min(8)))
+                .min(Duration::from_secs(5));
+            total += base.mul_f64(1.25);
+        }
+        total
+    }
+}
+
+/// One row of the history table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HistoryRow {
+    pub version: i32,
+    pub name: String,
+    /// RFC 3339, as refinery writes it.
+    pub applied_on: String,
+    /// refinery's checksum, as stored (a decimal u64).
+    pub checksum: String,
+}
+
+/// Where one version stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum State {
+    /// In the history with the file's checksum.
+    Applied,
+    /// A file not applied yet, newer than everything applied.
+    Pending,
+    /// Applied, but the file changed since (checksum or name differ).
+    Divergent,
+    /// Applied, but no file has this version (and newer files exist).
+    Missing,
+    /// Applied, newer than every file: the database is ahead of the code.
+    UnknownNewer,
+    /// A file never applied although a newer version is.
+    OutOfOrder,
+}
+
+impl State {
+    /// Whether this state stops `migrate`.
+    pub fn is_drift(self) -> bool {
+        !matches!(self, State::Applied | State::Pending)
+    }
+}
+
+/// One version's line in the status.
+#[derive(Debug, Clone, Serialize)]
+pub struct VersionStatus {
+    pub version: i32,
+    pub name: String,
+    /// The file, when one has this version.
+    pub file: Option<String>,
+    pub state: State,
+    /// When it was applied (from the history).
+    pub applied_on: Option<String>,
+    pub checksum_file: Option<String>,
+    pub checksum_applied: Option<String>,
+}
+
+impl VersionStatus {
+    /// The one-line explanation of a drift, with what to do.
+    pub fn drift_message(&self) -> Option<String> {
+        let file = self.file.as_deref().unwrap_or("?");
+        let v = self.version;
+        Some(match self.state {
+            State::Applied | State::Pending => return None,
+            State::Divergent => format!(
+                "V{v} ({file}) was edited after it was applied: the history has checksum {} (name `{}`), the file has {}; applied migrations are never edited: restore the file and put the change in a new version",
+                self.checksum_applied.as_deref().unwrap_or("?"),
+                self.name,
+                self.checksum_file.as_deref().unwrap_or("?"),
+            ),
+            State::Missing => format!(
+                "V{v} (`{}`, applied {}) has no file any more; restore V{v}__{}.sql from version control (applied migrations are never deleted)",
+                self.name,
+                self.applied_on.as_deref().unwrap_or("?"),
+                self.name,
+            ),
+            State::UnknownNewer => format!(
+                "the database is ahead of the code: V{v} (`{}`, applied {}) is newer than every migration file; run the rollsafe build (or --migrations directory) that has V{v}",
+                self.name,
+                self.applied_on.as_deref().unwrap_or("?"),
+            ),
+            State::OutOfOrder => format!(
+                "V{v} ({file}) was never applied but a newer version was; migrations apply in order: give this change a version above the newest applied one"
+            ),
+        })
+    }
+}
+
+/// Every version known to the files or the history, by version.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    /// The highest applied version, if any.
+    pub current: Option<i32>,
+    /// The highest file version.
+    pub latest: i32,
+    /// Whether the history table exists at all.
+    pub history_table: bool,
+    pub versions: Vec<VersionStatus>,
+}
+
+impl Status {
+    pub fn drift(&self) -> impl Iterator<Item = &VersionStatus> {
+        self.versions.iter().filter(|v| v.state.is_drift())
+    }
+
+    pub fn pending(&self) -> impl Iterator<Item = &VersionStatus> {
+        self.versions.iter().filter(|v| v.state == State::Pending)
+    }
+}
+
+/// Why a run stopped. [`MigrateError::exit_code`] maps it for the CLI.
+#[derive(Debug, Error)]
+pub enum MigrateError {
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    #[error("refused, nothing applied: {}", .0.join("; "))]
+    Drift(Vec<String>),
+    #[error("--target {target} is not a migration version (the files have {available}); pass one of those")]
+    UnknownTarget { target: i32, available: String },
+    #[error("another rollsafe migrate has held the migration lock on this database for {waited:?}{holder}; wait for it to finish (or end it) and run again")]
+    MigratorBusy { waited: Duration, holder: String },
+    #[error("{migration} failed and was rolled back (nothing of it is applied{earlier}): {detail}; fix the file (it was never applied, so it may still change) and run again")]
+    Failed {
+        migration: String,
+        detail: String,
+        earlier: String,
+    },
+    #[error("{migration} gave up after {attempts} attempts: each waited {lock_timeout:?} (lock_timeout) for a table lock; blocked by {blocker}; end or wait for that transaction, then run again")]
+    LockTimeout {
+        migration: String,
+        attempts: u32,
+        lock_timeout: Duration,
+        blocker: String,
+    },
+    #[error("{context}: {detail}")]
+    Sql { context: String, detail: String },
+}
+
+impl MigrateError {
+    /// 1 for refusals and failed migrations, 2 for "could not run".
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            MigrateError::Drift(_)
+            | MigrateError::MigratorBusy { .. }
+            | MigrateError::Failed { .. }
+            | MigrateError::LockTimeout { .. } => 1,
+            MigrateError::Connect(_)
+            | MigrateError::UnknownTarget { .. }
+            | MigrateError::Sql { .. } => 2,
+        }
+    }
+
+    fn sql(context: impl Into<String>, e: &postgres::Error) -> MigrateError {
+        MigrateError::Sql {
+            context: context.into(),
+            detail: one_line(&pg_message(e)),
+        }
+    }
+}
+
+/// The server's message (with detail and hint) or the driver's.
+fn pg_message(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => {
+            let mut s = format!("{} (SQLSTATE {})", db.message(), db.code().code());
+            if let Some(d) = db.detail() {
+                s.push_str(&format!("; {d}"));
+            }
+            if let Some(h) = db.hint() {
+                s.push_str(&format!("; hint: {h}"));
+            }
+            if let Some(w) = db.where_() {
+                s.push_str(&format!("; where: {w}"));
+            }
+            s
+        }
+        None => e.to_string(),
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Reads the history without creating it: empty (and `false`) when the
+/// table does not exist.
+pub fn read_history(client: &mut Client) -> Result<(bool, Vec<HistoryRow>), MigrateError> {
+    let exists: bool = client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&HISTORY_TABLE])
+        .map_err(|e| MigrateError::sql("looking for the history table", &e))?
+        .get(0);
+    if !exists {
+        return Ok((false, Vec::new()));
+    }
+    let rows = client
+        .query(
+            &format!(
+                "SELECT version::int4, coalesce(name, ''), coalesce(applied_on, ''), coalesce(checksum, '') \
+                 FROM {HISTORY_TABLE} ORDER BY version"
+            ),
+            &[],
+        )
+        .map_err(|e| MigrateError::sql(format!("reading {HISTORY_TABLE}"), &e))?;
+    Ok((
+        true,
+        rows.iter()
+            .map(|r| HistoryRow {
+                version: r.get(0),
+                name: r.get(1),
+                applied_on: r.get(2),
+                checksum: r.get(3),
+            })
+            .collect(),
+    ))
+}
+
+/// Compares the files with the history (pure; no database).
+pub fn compare(catalog: &Catalog, history_table: bool, history: &[HistoryRow]) -> Status {
+    let latest = catalog.latest();
+    let current = history.iter().map(|h| h.version).max();
+    let mut versions: Vec<VersionStatus> = Vec::new();
+    for m in catalog.migrations() {
+        let applied = history.iter().find(|h| h.version == m.version);
+        let state = match applied {
+            Some(h) if h.checksum == m.checksum.to_string() && h.name == m.name => State::Applied,
+            Some(_) => State::Divergent,
+            None if current.is_some_and(|c| c > m.version) => State::OutOfOrder,
+            None => State::Pending,
+        };
+        versions.push(VersionStatus {
+            version: m.version,
+            name: m.name.clone(),
+            file: Some(m.file.clone()),
+            state,
+            applied_on: applied.map(|h| h.applied_on.clone()),
+            checksum_file: Some(m.checksum.to_string()),
+            checksum_applied: applied.map(|h| h.checksum.clone()),
+        });
+    }
+    for h in history {
+        if catalog.get(h.version).is_none() {
+            versions.push(VersionStatus {
+                version: h.version,
+                name: h.name.clone(),
+                file: None,
+                state: if h.version > latest {
+                    State::UnknownNewer
+                } else {
+                    State::Missing
+                },
+                applied_on: Some(h.applied_on.clone()),
+                checksum_file: None,
+                checksum_applied: Some(h.checksum.clone()),
+            });
+        }
+    }
+    versions.sort_by_key(|v| v.version);
+    Status {
+        current,
+        latest,
+        history_table,
+        versions,
+    }
+}
+
+/// Where the database at `url` stands against `catalog`. Read-only.
+pub fn status(url: &str, catalog: &Catalog) -> Result<Status, MigrateError> {
+    let mut client = db::connect(url)?;
+    let (exists, history) = read_history(&mut client)?;
+    Ok(compare(catalog, exists, &history))
+}
+
+/// What a run would apply.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub current: Option<i32>,
+    pub target: i32,
+    /// The migrations to apply, in order.
+    pub pending: Vec<Migration>,
+    /// The database is already past the target (nothing is ever undone).
+    pub beyond_target: bool,
+}
+
+fn check_target(catalog: &Catalog, options: &Options) -> Result<i32, MigrateError> {
+    match options.target {
+        None => Ok(catalog.latest()),
+        Some(t) if catalog.get(t).is_some() => Ok(t),
+        Some(t) => Err(MigrateError::UnknownTarget {
+            target: t,
+            available: catalog
+                .migrations()
+                .iter()
+                .map(|m| format!("V{}", m.version))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
+    }
+}
+
+fn plan_from(status: &Status, catalog: &Catalog, target: i32) -> Result<Plan, MigrateError> {
+    let drift: Vec<String> = status.drift().filter_map(|v| v.drift_message()).collect();
+    if !drift.is_empty() {
+        return Err(MigrateError::Drift(drift));
+    }
+    let pending = status
+        .pending()
+        .filter(|v| v.version <= target)
+        .filter_map(|v| catalog.get(v.version).cloned())
+        .collect();
+    Ok(Plan {
+        current: status.current,
+        target,
+        pending,
+        beyond_target: status.current.is_some_and(|c| c > target),
+    })
+}
+
+/// The plan for `migrate` without changing anything (not even creating the
+/// history table): `--dry-run`. Drift is refused exactly as a real run would.
+pub fn plan(url: &str, catalog: &Catalog, options: &Options) -> Result<Plan, MigrateError> {
+    let target = check_target(catalog, options)?;
+    let status = status(url, catalog)?;
+    plan_from(&status, catalog, target)
+}
+
+/// One applied migration.
+#[derive(Debug, Clone)]
+pub struct Applied {
+    pub version: i32,
+    pub file: String,
+    pub elapsed: Duration,
+    /// 1 when the first attempt got its locks.
+    pub attempts: u32,
+}
+
+/// What a run did.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub plan: Plan,
+    pub applied: Vec<Applied>,
+    /// How long we waited for another migrator's lock.
+    pub waited_for_lock: Duration,
+}
+
+/// Applies the pending migrations of `catalog` up to the target. See the
+/// module docs for the guarantees.
+pub fn migrate(url: &str, catalog: &Catalog, options: &Options) -> Result<Outcome, MigrateError> {
+    let target = check_target(catalog, options)?;
+    let mut client = db::connect(url)?;
+    let waited_for_lock = acquire_migrator_lock(&mut client, options.migrator_wait)?;
+    // Everything below runs under the lock; read the history only now, as
+    // the previous holder may just have applied what we would.
+    let (exists, history) = read_history(&mut client)?;
+    let status = compare(catalog, exists, &history);
+    let plan = plan_from(&status, catalog, target)?;
+    let mut applied = Vec::new();
+    if !plan.pending.is_empty() {
+        client
+            .batch_execute(&format!(
+                "SET lock_timeout = '{}ms'",
+                options.lock_timeout.as_millis().max(1)
+            ))
+            .map_err(|e| MigrateError::sql("setting lock_timeout", &e))?;
+        let pid: i32 = client
+            .query_one("SELECT pg_backend_pid()", &[])
+            .map_err(|e| MigrateError::sql("reading our backend pid", &e))?
+            .get(0);
+        let watcher = BlockerWatcher::start(url, pid, options.lock_timeout);
+        for m in &plan.pending {
+            let result = apply_one(&mut client, catalog, m, options, &watcher);
+            match result {
+                Ok(a) => applied.push(a),
+                Err(mut e) => {
+                    if let MigrateError::Failed { earlier, .. } = &mut e {
+                        if !applied.is_empty() {
+                            *earlier = format!(
+                                "; applied before it: {}",
+                                applied
+                                    .iter()
+                                    .map(|a: &Applied| format!("V{}", a.version))
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            );
+                        }
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        drop(watcher);
+    }
+    // The session ends right after, which frees the lock anyway; unlocking
+    // explicitly lets the next migrator in without waiting for the close.
+    let _ = client.execute("SELECT pg_advisory_unlock($1)", &[&ADVISORY_LOCK_KEY]);
+    Ok(Outcome {
+        plan,
+        applied,
+        waited_for_lock,
+    })
+}
+
+/// Polls `pg_try_advisory_lock` until it succeeds or `wait` passes, then
+/// confirms in `pg_locks` that this backend holds it.
+fn acquire_migrator_lock(client: &mut Client, wait: Duration) -> Result<Duration, MigrateError> {
+    let start = Instant::now();
+    loop {
+        let got: bool = client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&ADVISORY_LOCK_KEY])
+            .map_err(|e| MigrateError::sql("taking the migration lock", &e))?
+            .get(0);
+        if got {
+            break;
+        }
+        if start.elapsed() >= wait {
+            return Err(MigrateError::MigratorBusy {
+                waited: start.elapsed(),
+                holder: lock_holder(client),
+            });
+        }
+        // Jitter keeps a crowd of migrators from polling in lockstep.
+        let pause = Duration::from_millis(50 + rand::random::<u64>() % 100);
+        std::thread::sleep(
+            pause
+                .min(wait.saturating_sub(start.elapsed()))
+                .max(Duration::from_millis(1)),
+        );
+    }
+    let held: bool = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks \
+              WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid() \
+                AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+                AND classid::bigint = ($1::bigint >> 32) \
+                AND objid::bigint = ($1::bigint & 4294967295) AND objsubid = 1)",
+            &[&ADVISORY_LOCK_KEY],
+        )
+        .map_err(|e| MigrateError::sql("confirming the migration lock", &e))?
+        .get(0);
+    if !held {
+        // A pooler in transaction mode would hand our session's lock to
+        // another backend; refusing is the only safe answer.
+        return Err(MigrateError::Sql {
+            context: "confirming the migration lock".into(),
+            detail: "pg_try_advisory_lock succeeded but pg_locks does not show it held by this backend (a transaction-mode connection pooler?); connect to PostgreSQL directly".into(),
+        });
+    }
+    Ok(start.elapsed())
+}
+
+/// ", held by pid N (app, since T)" for the busy message; empty if unknown.
+fn lock_holder(client: &mut Client) -> String {
+    let row = client.query_opt(
+        "SELECT a.pid, coalesce(a.application_name, ''), coalesce(a.client_addr::text, 'local'), \
+                coalesce(extract(epoch FROM now() - a.backend_start)::float8, 0) \
+           FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+          WHERE l.locktype = 'advisory' AND l.granted \
+            AND l.classid::bigint = ($1::bigint >> 32) \
+            AND l.objid::bigint = ($1::bigint & 4294967295) AND l.objsubid = 1 \
+          LIMIT 1",
+        &[&ADVISORY_LOCK_KEY],
+    );
+    match row {
+        Ok(Some(r)) => format!(
+            " (held by pid {}, application `{}`, from {}, connected {:.0}s ago)",
+            r.get::<_, i32>(0),
+            r.get::<_, String>(1),
+            r.get::<_, String>(2),
+            r.get::<_, f64>(3)
+        ),
+        _ => String::new(),
+    }
+}
+
+/// Applies one migration (and its history row, one transaction) through
+/// refinery, retrying lock timeouts with backoff.
+fn apply_one(
+    client: &mut Client,
+    catalog: &Catalog,
+    m: &Migration,
+    options: &Options,
+    watcher: &BlockerWatcher,
+) -> Result<Applied, MigrateError> {
+    let migrations: Vec<refinery::Migration> = catalog
+        .up_to(m.version)
+        .map(Migration::to_refinery)
+        .collect();
+    let runner = refinery::Runner::new(&migrations)
+        .set_grouped(true)
+        .set_target(refinery::Target::Version(m.version))
+        .set_abort_divergent(true)
+        .set_abort_missing(true);
+    let start = Instant::now();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        watcher.reset();
+        log::info!("applying {m} (attempt {attempt})");
+        match runner.run(client) {
+            Ok(report) => {
+                let versions: Vec<i32> = report
+                    .applied_migrations()
+                    .iter()
+                    .map(|r| r.version())
+                    .collect();
+                if versions != [m.version] {
+                    // Our own history read said m is next; anything else
+                    // means the history changed under the lock.
+                    return Err(MigrateError::Sql {
+                        context: format!("applying {m}"),
+                        detail: format!(
+                            "refinery applied {versions:?} instead of [{}]; run `rollsafe status`",
+                            m.version
+                        ),
+                    });
+                }
+                return Ok(Applied {
+                    version: m.version,
+                    file: m.file.clone(),
+                    elapsed: start.elapsed(),
+                    attempts: attempt,
+                });
+            }
+            Err(e) => {
+                let pg = pg_error(&e);
+                let timed_out = pg
+                    .and_then(|p| p.code())
+                    .is_some_and(|c| c.code() == LOCK_NOT_AVAILABLE);
+                if timed_out && attempt <= options.retries {
+                    let pause = options.backoff(attempt);
+                    log::warn!(
+                        "{m}: lock_timeout ({:?}) expired, blocked by {}; retrying in {pause:.0?}",
+                        options.lock_timeout,
+                        watcher
+                            .blocker()
+                            .unwrap_or_else(|| "an unidentified backend".into())
+                    );
+                    std::thread::sleep(pause);
+                    continue;
+                }
+                if timed_out {
+                    return Err(MigrateError::LockTimeout {
+                        migration: m.to_string(),
+                        attempts: attempt,
+                        lock_timeout: options.lock_timeout,
+                        blocker: watcher
+                            .blocker()
+                            .unwrap_or_else(|| "a backend that could not be identified".into()),
+                    });
+                }
+                let detail = match pg {
+                    Some(p) => pg_message(p),
+                    None => e.to_string(),
+                };
+                return Err(MigrateError::Failed {
+                    migration: m.to_string(),
+                    detail: one_line(&detail),
+                    earlier: String::new(),
+                });
+            }
+        }
+    }
+}
+
+/// The postgres error under a refinery error, if any.
+fn pg_error(e: &refinery::Error) -> Option<&postgres::Error> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(pg) = s.downcast_ref::<postgres::Error>() {
+            return Some(pg);
+        }
+        source = s.source();
+    }
+    None
+}
+
+/// A second connection that keeps noting who blocks the migrator's backend,
+/// so that a lock timeout can name the blocker (once the wait has timed out,
+/// `pg_blocking_pids` no longer knows).
+struct BlockerWatcher {
+    seen: Arc<Mutex<Option<String>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl BlockerWatcher {
+    fn start(url: &str, migrator_pid: i32, lock_timeout: Duration) -> BlockerWatcher {
+        let seen = Arc::new(Mutex::new(None));
+        let stop = Arc::new(AtomicBool::new(false));
+        let poll = (lock_timeout / 10).clamp(Duration::from_millis(10), Duration::from_millis(250));
+        let thread = match db::connect(url) {
+            Ok(mut c) => {
+                let (seen, stop) = (Arc::clone(&seen), Arc::clone(&stop));
+                Some(std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        if let Some(b) = describe_blockers(&mut c, migrator_pid) {
+                            *seen.lock().unwrap() = Some(b);
+                        }
+                        std::thread::sleep(poll);
+                    }
+                }))
+            }
+            Err(e) => {
+                log::warn!("cannot watch for blocking backends ({e}); a lock timeout will not name its blocker");
+                None
+            }
+        };
+        BlockerWatcher { seen, stop, thread }
+    }
+
+    fn reset(&self) {
+        *self.seen.lock().unwrap() = None;
+    }
+
+    fn blocker(&self) -> Option<String> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for BlockerWatcher {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// "pid 123 (user app, idle in transaction for 12.3s, query: LOCK TABLE …)"
+/// for every backend blocking `pid`; None when nothing blocks it.
+fn describe_blockers(client: &mut Client, pid: i32) -> Option<String> {
+    let rows = client
+        .query(
+            "SELECT a.pid, coalesce(a.usename::text, ''), coalesce(a.application_name, ''), \
+                    coalesce(a.state, ''), \
+                    coalesce(extract(epoch FROM now() - a.xact_start)::float8, 0), \
+                    coalesce(a.query, '') \
+               FROM pg_stat_activity a \
+              WHERE a.pid = ANY (pg_blocking_pids($1)) ORDER BY a.xact_start",
+            &[&pid],
+        )
+        .ok()?;
+    if rows.is_empty() {
+        return None;
+    }
+    Some(
+        rows.iter()
+            .map(|r| {
+                let query = one_line(&r.get::<_, String>(5));
+                let query: String = if query.chars().count() > 100 {
+                    query.chars().take(100).collect::<String>() + "…"
+                } else {
+                    query
+                };
+                format!(
+                    "pid {} (user {}, application `{}`, state `{}`, transaction open for {:.1}s, query: {})",
+                    r.get::<_, i32>(0),
+                    r.get::<_, String>(1),
+                    r.get::<_, String>(2),
+                    r.get::<_, String>(3),
+                    r.get::<_, f64>(4),
+                    query
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(version: i32, name: &str, checksum: u64) -> HistoryRow {
+        HistoryRow {
+            version,
+            name: name.into(),
+            applied_on: "2026-01-01T00:00:00Z".into(),
+            checksum: checksum.to_string(),
+        }
+    }
+
+    #[test]
+    fn the_lock_key_is_rollsafe_spelled_in_bytes() {
+        assert_eq!(ADVISORY_LOCK_KEY.to_be_bytes(), *b"rollsafe");
+    }
+
+    #[test]
+    fn compare_classifies_every_state() {
+        let c = Catalog::embedded().unwrap();
+        let v1 = c.get(1).unwrap();
+        let v2 = c.get(2).unwrap();
+        let fresh = compare(&c, false, &[]);
+        assert!(fresh.versions.iter().all(|v| v.state == State::Pending));
+        assert_eq!(fresh.current, None);
+
+        let history = [
+            row(1, &v1.name, v1.checksum),
+            row(2, &v2.name, v2.checksum + 1),
+            row(7, "from_the_future", 42),
+        ];
+        let s = compare(&c, true, &history);
+        let states: Vec<(i32, State)> = s.versions.iter().map(|v| (v.version, v.state)).collect();
+        assert_eq!(
+            states,
+            [
+                (1, State::Applied),
+                (2, State::Divergent),
+                (3, State::OutOfOrder),
+                (7, State::UnknownNewer)
+            ]
+        );
+        let msg = s.versions[1].drift_message().unwrap();
+        assert!(
+            msg.contains("V2__attached_functions.sql") && msg.contains("never edited"),
+            "{msg}"
+        );
+
+        let s = compare(&c, true, &[row(1, &v1.name, v1.checksum), row(3, "x", 1)]);
+        // V2 never applied although V3 is; V3 differs.
+        assert_eq!(s.versions[1].state, State::OutOfOrder);
+        assert_eq!(s.versions[2].state, State::Divergent);
+    }
+
+    #[test]
+    fn give_up_bound_covers_attempts_and_backoff() {
+        let o = Options {
+            lock_timeout: Duration::from_secs(1),
+            retries: 2,
+            ..Options::default()
+        };
+        // 3 attempts × 1 s + (200 ms + 400 ms) × 1.25
+        assert_eq!(o.give_up_bound(), Duration::from_millis(3750));
+        assert!(
+            o.backoff(1) >= Duration::from_millis(200)
+                && o.backoff(1) <= Duration::from_millis(250)
+        );
+    }
+}
