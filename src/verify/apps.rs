@@ -7,27 +7,20 @@
 //! every app with `needs ≤ k−1` is still running (it must work on k−1 and
 //! k), and every app with `needs ≤ k` may run on k.
 //!
-//! INTERIM: until the DAO lands on main, the embedded sets are
-//! `src/verify/apps/{legacy,current}.sql` and the drivers execute their
-//! statements by name ([`StatementDriver`]). Once `rollsafe::dao` lands, the
-//! embedded sets become `src/dao/{legacy,current}.sql` and the drivers call
-//! the DAO's Rust API (which executes those very files), so the verifier
-//! proves the code that ships.
+//! The embedded sets are the DAO's own files (`src/dao/legacy.sql`,
+//! `src/dao/current.sql`) and the drivers call the DAO's Rust API
+//! (`rollsafe::dao`), which executes those very files: the verifier proves
+//! the code that ships.
 
 use postgres::Client;
 use uuid::Uuid;
 
 use crate::dao::statements::{StatementSet, StatementSetError};
+use crate::dao::{AttachRequest, CurrentDao, LegacyDao};
 
 const EMBEDDED_SETS: &[(&str, &str)] = &[
-    (
-        "src/verify/apps/legacy.sql",
-        include_str!("apps/legacy.sql"),
-    ),
-    (
-        "src/verify/apps/current.sql",
-        include_str!("apps/current.sql"),
-    ),
+    ("src/dao/legacy.sql", crate::dao::LEGACY_SQL),
+    ("src/dao/current.sql", crate::dao::CURRENT_SQL),
 ];
 
 /// Why a statement set cannot be used as an app version.
@@ -72,17 +65,12 @@ impl AppVersion {
         AppVersion::from_set(StatementSet::parse(source, text)?)
     }
 
-    /// The driver for this app's behaviours, when rollsafe knows the app.
+    /// The driver for this app's behaviours, when rollsafe knows the app
+    /// (its DAO).
     pub fn driver(&self) -> Option<Box<dyn AppDriver>> {
         match self.name.as_str() {
-            "legacy" => Some(Box::new(StatementDriver {
-                set: self.set.clone(),
-                two_phase: false,
-            })),
-            "current" => Some(Box::new(StatementDriver {
-                set: self.set.clone(),
-                two_phase: true,
-            })),
+            "legacy" => Some(Box::new(LegacyDriver)),
+            "current" => Some(Box::new(CurrentDriver)),
             _ => None,
         }
     }
@@ -98,136 +86,84 @@ pub fn embedded_apps() -> Result<Vec<AppVersion>, AppError> {
     Ok(apps)
 }
 
-/// What an app is asked to create.
-#[derive(Debug, Clone)]
-pub struct NewFunction {
-    pub name: String,
-    pub tenant_id: String,
-    pub database_id: Uuid,
-    pub input_collection_id: Uuid,
-    pub function_id: Uuid,
+/// A request against a fresh input collection of its own (created here,
+/// as the collections side would), so scenarios never collide.
+pub fn request_with_new_collection(c: &mut Client, label: &str) -> anyhow::Result<AttachRequest> {
+    let collection = Uuid::new_v4();
+    let database = Uuid::new_v4();
+    c.execute(
+        "INSERT INTO collections (id, name, tenant_id, database_id) VALUES ($1, $2, 'rollsafe', $3)",
+        &[&collection, &format!("rollsafe_input_{label}_{collection}"), &database],
+    )?;
+    let function_id: Uuid = c
+        .query_one("SELECT id FROM functions ORDER BY name LIMIT 1", &[])?
+        .get(0);
+    Ok(AttachRequest {
+        name: format!("rollsafe_{label}"),
+        tenant_id: "rollsafe".into(),
+        database_id: database,
+        input_collection_id: collection,
+        output_collection_name: format!("rollsafe_{label}_output_{collection}"),
+        function_id,
+        function_params: serde_json::json!({}),
+        min_records_for_invocation: 100,
+    })
 }
 
-impl NewFunction {
-    /// A request against a fresh collection of its own (created here, as
-    /// the collections side would), so scenarios never collide.
-    pub fn with_new_collection(c: &mut Client, label: &str) -> anyhow::Result<NewFunction> {
-        let collection = Uuid::new_v4();
-        let database = Uuid::new_v4();
-        c.execute(
-            "INSERT INTO collections (id, name, tenant_id, database_id) VALUES ($1, $2, 'rollsafe', $3)",
-            &[&collection, &format!("rollsafe_input_{label}_{collection}"), &database],
-        )?;
-        let function_id: Uuid = c
-            .query_one("SELECT id FROM functions ORDER BY name LIMIT 1", &[])?
-            .get(0);
-        Ok(NewFunction {
-            name: format!("rollsafe_{label}"),
-            tenant_id: "rollsafe".into(),
-            database_id: database,
-            input_collection_id: collection,
-            function_id,
-        })
-    }
-}
-
-/// The app behaviours the cross-version and dao checks exercise.
+/// The app behaviours the cross-version checks and the seeding exercise,
+/// each through the app's DAO.
 pub trait AppDriver: Send {
     /// Creates a complete (ready) attached function the way this app does.
-    fn create_complete(&self, c: &mut Client, req: &NewFunction) -> anyhow::Result<Uuid>;
+    fn create_complete(&self, c: &mut Client, req: &AttachRequest) -> anyhow::Result<Uuid>;
     /// Phase 1 of a two-phase create (a not-ready row); None for apps that
     /// create in one phase.
-    fn begin_create(&self, c: &mut Client, req: &NewFunction) -> anyhow::Result<Option<Uuid>>;
+    fn begin_create(&self, c: &mut Client, req: &AttachRequest) -> anyhow::Result<Option<Uuid>>;
     /// Whether this app's ordinary reader (`get_by_id`) returns the row.
     fn sees(&self, c: &mut Client, id: Uuid) -> anyhow::Result<bool>;
     /// What this app's list reader returns for a collection.
     fn list(&self, c: &mut Client, collection: Uuid) -> anyhow::Result<Vec<Uuid>>;
 }
 
-/// INTERIM driver: runs the app's statements by name with concrete values.
-pub struct StatementDriver {
-    set: StatementSet,
-    two_phase: bool,
-}
+/// The legacy app: `rollsafe::dao::LegacyDao` (one-phase create).
+pub struct LegacyDriver;
 
-impl StatementDriver {
-    fn create_output_collection(
-        &self,
-        tx: &mut postgres::Transaction<'_>,
-        req: &NewFunction,
-        af: Uuid,
-    ) -> anyhow::Result<Uuid> {
-        let id = Uuid::new_v4();
-        tx.execute(
-            self.set.sql("create_output_collection"),
-            &[&id, &format!("{}_output_{af}", req.name), &req.database_id],
-        )?;
-        Ok(id)
+impl AppDriver for LegacyDriver {
+    fn create_complete(&self, c: &mut Client, req: &AttachRequest) -> anyhow::Result<Uuid> {
+        Ok(LegacyDao::new(c).create(req)?)
     }
-}
-
-impl AppDriver for StatementDriver {
-    fn create_complete(&self, c: &mut Client, req: &NewFunction) -> anyhow::Result<Uuid> {
-        if self.two_phase {
-            let id = self
-                .begin_create(c, req)?
-                .ok_or_else(|| anyhow::anyhow!("phase 1 created no row"))?;
-            let mut tx = c.transaction()?;
-            let out = self.create_output_collection(&mut tx, req, id)?;
-            tx.execute(self.set.sql("finish"), &[&id, &out])?;
-            tx.commit()?;
-            return Ok(id);
-        }
-        let id = Uuid::new_v4();
-        let mut tx = c.transaction()?;
-        let out = self.create_output_collection(&mut tx, req, id)?;
-        tx.execute(
-            self.set.sql("insert"),
-            &[
-                &id,
-                &req.name,
-                &req.tenant_id,
-                &req.database_id,
-                &req.input_collection_id,
-                &format!("{}_output", req.name),
-                &out,
-                &req.function_id,
-                &serde_json::json!({}),
-            ],
-        )?;
-        tx.commit()?;
-        Ok(id)
+    fn begin_create(&self, _: &mut Client, _: &AttachRequest) -> anyhow::Result<Option<Uuid>> {
+        Ok(None)
     }
-
-    fn begin_create(&self, c: &mut Client, req: &NewFunction) -> anyhow::Result<Option<Uuid>> {
-        if !self.two_phase {
-            return Ok(None);
-        }
-        let id = Uuid::new_v4();
-        let rows = c.query(
-            self.set.sql("insert_not_ready"),
-            &[
-                &id,
-                &req.name,
-                &req.tenant_id,
-                &req.database_id,
-                &req.input_collection_id,
-                &format!("{}_output", req.name),
-                &req.function_id,
-                &serde_json::json!({}),
-            ],
-        )?;
-        Ok(rows.first().map(|r| r.get(0)))
-    }
-
     fn sees(&self, c: &mut Client, id: Uuid) -> anyhow::Result<bool> {
-        Ok(!c.query(self.set.sql("get_by_id"), &[&id])?.is_empty())
+        Ok(LegacyDao::new(c).get_by_id(id)?.is_some())
     }
-
     fn list(&self, c: &mut Client, collection: Uuid) -> anyhow::Result<Vec<Uuid>> {
-        Ok(c.query(self.set.sql("list_by_collection"), &[&collection])?
-            .iter()
-            .map(|r| r.get(0))
+        Ok(LegacyDao::new(c)
+            .list_by_collection(collection)?
+            .into_iter()
+            .map(|f| f.id)
+            .collect())
+    }
+}
+
+/// The current app: `rollsafe::dao::CurrentDao` (two-phase attach).
+pub struct CurrentDriver;
+
+impl AppDriver for CurrentDriver {
+    fn create_complete(&self, c: &mut Client, req: &AttachRequest) -> anyhow::Result<Uuid> {
+        Ok(CurrentDao::new(c).attach(req)?.id)
+    }
+    fn begin_create(&self, c: &mut Client, req: &AttachRequest) -> anyhow::Result<Option<Uuid>> {
+        Ok(Some(CurrentDao::new(c).insert_not_ready(req)?.attached.id))
+    }
+    fn sees(&self, c: &mut Client, id: Uuid) -> anyhow::Result<bool> {
+        Ok(CurrentDao::new(c).get_by_id(id)?.is_some())
+    }
+    fn list(&self, c: &mut Client, collection: Uuid) -> anyhow::Result<Vec<Uuid>> {
+        Ok(CurrentDao::new(c)
+            .list_by_collection(collection)?
+            .into_iter()
+            .map(|f| f.id)
             .collect())
     }
 }

@@ -171,9 +171,15 @@ pub fn message(e: &postgres::Error) -> String {
 /// One line for an error of an app operation: the server's message when
 /// the database refused, else the first line of the chain.
 pub fn one_line(e: &anyhow::Error) -> String {
-    match e.downcast_ref::<postgres::Error>() {
-        Some(pg) => message(pg),
-        None => format!("{e:#}").lines().next().unwrap_or("").to_string(),
+    let pg = e
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<postgres::Error>());
+    match (pg, e.downcast_ref::<crate::dao::DaoError>()) {
+        (Some(pg), Some(crate::dao::DaoError::Database { context, .. })) => {
+            format!("{context}: {}", message(pg))
+        }
+        (Some(pg), _) => message(pg),
+        (None, _) => format!("{e:#}").lines().next().unwrap_or("").to_string(),
     }
 }
 

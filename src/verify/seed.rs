@@ -15,7 +15,7 @@
 
 use postgres::Client;
 
-use super::apps::{AppVersion, NewFunction};
+use super::apps::{request_with_new_collection, AppVersion};
 
 const SEEDS: &[(&str, &str)] = &[
     ("legacy", include_str!("seed/legacy.sql")),
@@ -69,7 +69,7 @@ pub fn seed(c: &mut Client, live: &[&AppVersion], rows: u64) -> anyhow::Result<S
         let mut through_app = 0;
         if let Some(driver) = app.driver() {
             for k in 0..ROWS_THROUGH_APP {
-                let req = NewFunction::with_new_collection(c, &format!("seed_{}_{k}", app.name))?;
+                let req = request_with_new_collection(c, &format!("seed_{}_{k}", app.name))?;
                 if let Err(e) = driver.create_complete(c, &req) {
                     out.failed
                         .push((app.name.clone(), super::replay::one_line(&e)));

@@ -17,7 +17,7 @@
 use postgres::Client;
 
 use crate::report::{Finding, Severity};
-use crate::verify::apps::{AppVersion, NewFunction};
+use crate::verify::apps::{request_with_new_collection, AppVersion};
 use crate::verify::replay::{one_line, Outcome};
 
 pub const CHECK: &str = "compat";
@@ -134,7 +134,7 @@ fn cross_version_scenario(
     let mut ok = Vec::new();
 
     // Rows the older app writes during the rollout.
-    let req = NewFunction::with_new_collection(c, &format!("{o}_during_rollout"))?;
+    let req = request_with_new_collection(c, &format!("{o}_during_rollout"))?;
     match old.create_complete(c, &req) {
         Err(e) => out.push(fail(
             v,
@@ -164,7 +164,7 @@ fn cross_version_scenario(
     }
 
     // The newer app's creations in flight.
-    let req = NewFunction::with_new_collection(c, &format!("{n}_in_flight"))?;
+    let req = request_with_new_collection(c, &format!("{n}_in_flight"))?;
     if let Some(id) = new.begin_create(c, &req)? {
         if new.sees(c, id)? {
             out.push(
@@ -196,10 +196,10 @@ fn cross_version_scenario(
 
     // Rolling the app back: the older app reads the newer app's rows and
     // still writes.
-    let req = NewFunction::with_new_collection(c, &format!("{n}_before_rollback"))?;
+    let req = request_with_new_collection(c, &format!("{n}_before_rollback"))?;
     let id = new.create_complete(c, &req)?;
     let reads = old.sees(c, id)?;
-    let req = NewFunction::with_new_collection(c, &format!("{o}_after_rollback"))?;
+    let req = request_with_new_collection(c, &format!("{o}_after_rollback"))?;
     let writes = old.create_complete(c, &req);
     if !reads || writes.is_err() {
         out.push(fail(

@@ -18,10 +18,11 @@ INSERT INTO collections (id, name, tenant_id, database_id)
     WHERE r.ready;
 INSERT INTO attached_functions
     (id, name, tenant_id, database_id, input_collection_id,
-     output_collection_name, output_collection_id, function_id, function_params, is_ready)
+     output_collection_name, output_collection_id, function_id, function_params,
+     min_records_for_invocation, is_ready)
     SELECT r.id, 'fn_' || r.g, 'tenant_' || (i.n % 7), i.database_id, i.id,
            'fn_' || r.g || '_output', CASE WHEN r.ready THEN r.output_id END,
            (ARRAY(SELECT id FROM functions ORDER BY name))[1 + r.g % (SELECT count(*) FROM functions)],
-           jsonb_build_object('seed', r.g), r.ready
+           jsonb_build_object('seed', r.g), 100 * (1 + r.g % 5), r.ready
     FROM rollsafe_seed_rows r JOIN rollsafe_seed_inputs i ON i.n = (r.g - 1) / 10;
 DROP TABLE rollsafe_seed_rows, rollsafe_seed_inputs;

@@ -17,10 +17,11 @@ INSERT INTO collections (id, name, tenant_id, database_id)
     FROM rollsafe_seed_rows r JOIN rollsafe_seed_inputs i ON i.n = (r.g - 1) / 10;
 INSERT INTO attached_functions
     (id, name, tenant_id, database_id, input_collection_id,
-     output_collection_name, output_collection_id, function_id, function_params)
+     output_collection_name, output_collection_id, function_id, function_params,
+     min_records_for_invocation)
     SELECT r.id, 'fn_' || r.g, 'tenant_' || (i.n % 7), i.database_id, i.id,
            'fn_' || r.g || '_output', r.output_id,
            (ARRAY(SELECT id FROM functions ORDER BY name))[1 + r.g % (SELECT count(*) FROM functions)],
-           jsonb_build_object('seed', r.g)
+           jsonb_build_object('seed', r.g), 100 * (1 + r.g % 5)
     FROM rollsafe_seed_rows r JOIN rollsafe_seed_inputs i ON i.n = (r.g - 1) / 10;
 DROP TABLE rollsafe_seed_rows, rollsafe_seed_inputs;
