@@ -340,13 +340,16 @@ impl Run<'_> {
             )?;
             self.ran(apply::CHECK, Some(v));
             if at_zero.ok() {
-                let twice = step(
-                    "running the migrator twice",
-                    apply::second_run(migrator_db.url(), &self.v.catalog, v),
-                )?;
-                self.report
-                    .findings
-                    .push(apply::evaluate_second_run(v, &twice));
+                match apply::second_run(migrator_db.url(), &self.v.catalog, v, self.v.lock_timeout) {
+                    Ok(twice) => self
+                        .report
+                        .findings
+                        .push(apply::evaluate_second_run(v, &twice)),
+                    Err(e) => self.report.findings.push(
+                        Finding::new(apply::CHECK, "migrator-fails", Severity::Error, Some(v), format!("rollsafe migrate fails on it: {}", replay::one_line(&e)))
+                            .advice("the migration must apply through the migrator (one transaction with its history row)"),
+                    ),
+                }
             }
             if !at_zero.ok() {
                 self.report

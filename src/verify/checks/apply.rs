@@ -6,6 +6,8 @@
 //! that builds tables from scratch and fails in production; the seeded run
 //! is what catches it. "No trace" is proven by failing the migration on
 //! purpose at its very end and comparing the schema with the one before.
+//! "A second run is a no-op" runs `rollsafe migrate` up to the migration
+//! twice: the second run applies nothing and changes nothing.
 
 use crate::report::{Finding, Severity};
 use crate::verify::rehearsal::Applied;
@@ -93,28 +95,35 @@ pub struct SecondRun {
     pub changes: Vec<String>,
 }
 
-/// Runs the migrator up to `v` twice on the database at `url` (which holds
-/// the migrations before `v`, applied by the same migrator).
-///
-/// INTERIM: refinery's runner, grouped per migration as `rollsafe migrate`
-/// will apply it; switch to `rollsafe::migrate` when the migrate branch
-/// lands on main (advisory lock, lock_timeout and retries included).
+/// Runs the migrator (`rollsafe::migrate`: advisory lock, lock_timeout,
+/// each migration with its history row in one transaction) up to `v` twice
+/// on the database at `url`, which holds the migrations before `v` applied
+/// by the same migrator.
 pub fn second_run(
     url: &str,
     catalog: &crate::catalog::Catalog,
     v: i32,
+    lock_timeout: std::time::Duration,
 ) -> anyhow::Result<SecondRun> {
-    let migrations: Vec<refinery::Migration> = catalog.up_to(v).map(|m| m.to_refinery()).collect();
-    let runner = || {
-        refinery::Runner::new(&migrations)
-            .set_target(refinery::Target::Version(v as _))
-            .set_grouped(false)
+    let options = crate::migrate::Options {
+        target: Some(v),
+        lock_timeout,
+        ..crate::migrate::Options::default()
     };
-    let mut c = crate::db::connect(url)?;
-    let first = runner().run(&mut c)?.applied_migrations().len();
-    let before = crate::schema::Snapshot::read(&mut c)?;
-    let second = runner().run(&mut c)?.applied_migrations().len();
-    let after = crate::schema::Snapshot::read(&mut c)?;
+    let first = crate::migrate::migrate(url, catalog, &options)?
+        .applied
+        .len();
+    let before = {
+        let mut c = crate::db::connect(url)?;
+        crate::schema::Snapshot::read(&mut c)?
+    };
+    let second = crate::migrate::migrate(url, catalog, &options)?
+        .applied
+        .len();
+    let after = {
+        let mut c = crate::db::connect(url)?;
+        crate::schema::Snapshot::read(&mut c)?
+    };
     Ok(SecondRun {
         first_applied: first,
         second_applied: second,

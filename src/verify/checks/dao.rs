@@ -78,7 +78,10 @@ fn scenario(url: &str) -> anyhow::Result<Vec<String>> {
     if dao.get_by_id(id)?.is_some() {
         problems.push("get_by_id returns a not-ready row".to_string());
     }
-    if dao.get_by_name(req.input_collection_id, &req.name)?.is_some() {
+    if dao
+        .get_by_name(req.input_collection_id, &req.name)?
+        .is_some()
+    {
         problems.push("get_by_name returns a not-ready row".to_string());
     }
     if dao
@@ -107,7 +110,8 @@ fn scenario(url: &str) -> anyhow::Result<Vec<String>> {
                 problems.push("a second finish changed the output collection".to_string());
             }
         }
-        _ => problems.push("after finish the row is not ready or has no output collection".to_string()),
+        _ => problems
+            .push("after finish the row is not ready or has no output collection".to_string()),
     }
     drop(dao);
     let n = outputs_named(&mut c, &req)?;
@@ -145,10 +149,15 @@ fn scenario(url: &str) -> anyhow::Result<Vec<String>> {
         .collect();
     let outs: Vec<Option<Uuid>> = handles
         .into_iter()
-        .map(|h| h.join().map_err(|_| anyhow::anyhow!("finish thread panicked"))?)
+        .map(|h| {
+            h.join()
+                .map_err(|_| anyhow::anyhow!("finish thread panicked"))?
+        })
         .collect::<anyhow::Result<_>>()?;
     if outs[0].is_none() || outs[0] != outs[1] {
-        problems.push(format!("concurrent finishes disagree on the output collection: {outs:?}"));
+        problems.push(format!(
+            "concurrent finishes disagree on the output collection: {outs:?}"
+        ));
     }
     let n = outputs_named(&mut c, &req2)?;
     if n != 1 {
