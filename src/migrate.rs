@@ -568,6 +568,7 @@ fn lock_holder(client: &mut Client) -> String {
                 coalesce(extract(epoch FROM now() - a.backend_start)::float8, 0) \
            FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
           WHERE l.locktype = 'advisory' AND l.granted \
+            AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
             AND l.classid::bigint = ($1::bigint >> 32) \
             AND l.objid::bigint = ($1::bigint & 4294967295) AND l.objsubid = 1 \
           LIMIT 1",
