@@ -3,19 +3,18 @@
 //!
 //! One sandbox server per run. For each migration k, the scenarios start
 //! from two template databases at version k−1 — empty, and seeded with
-//! `rows` rows written by the app versions live at k−1 — and every scenario
-//! gets its own clone (`Sandbox::clone_database`), so scenarios never see
-//! each other's effects:
+//! `rows` rows written by the app versions live at k−1 — cloned
+//! (`Sandbox::clone_database`) for every scenario that changes them, so no
+//! scenario sees another's effects (the seeded template is only read):
 //!
 //! | scenario | database | feeds |
 //! |---|---|---|
-//! | measured apply | clone of empty | apply, rewrite (0 rows) |
-//! | forced failure | clone of empty | apply (no trace) |
-//! | measured apply | clone of seeded | apply, rewrite, locks, backfill |
-//! | live workload | clone of seeded | locks (stall, app failures) |
-//! | long transaction | clone of seeded | locks (lock timeout) — runs in the background |
-//! | statement replay | seeded, and clone of applied + rows | compat |
-//! | cross-version | the same clone | compat |
+//! | forced failure, then measured apply | clone of empty | apply (no trace), rewrite (0 rows) |
+//! | migrator run twice | one database for the run | apply (second run is a no-op) |
+//! | measured apply under the live apps' workload | clone of seeded | apply, rewrite, locks |
+//! | long transaction (in the background) | clone of seeded | locks (lock timeout) |
+//! | directives, readers before / after | seeded, and the applied clone | backfill |
+//! | statement replay, cross-version | seeded, and the applied clone + a few rows | compat |
 //!
 //! then `dao` on a fresh database at the final version and `post` on the
 //! final schemas. A migration that fails to apply ends the rehearsal there
