@@ -175,6 +175,7 @@ impl Verify {
             sandbox,
             report: Report::new("rollsafe verify"),
             probes: Vec::new(),
+            migrator: None,
         };
         run.report.sandbox = sandbox.describe();
         run.report.server_version = sandbox.server_version()?;
@@ -206,9 +207,42 @@ impl Verify {
             .collect();
         run.report.safe_order = compat::safe_order(&versions, &self.apps);
         let result = run.all();
+        // Collect the background work even when the rehearsal stopped early.
+        if let Some(handle) = run.migrator.take() {
+            for (v, r) in handle.join().unwrap_or_default() {
+                let failed_on_empty = run
+                    .report
+                    .findings
+                    .iter()
+                    .any(|f| f.migration == Some(v) && f.id == "apply.fails-on-empty");
+                let reached = run
+                    .report
+                    .checks
+                    .iter()
+                    .any(|c| c.check == apply::CHECK && c.migration == Some(v));
+                if failed_on_empty || !reached {
+                    continue;
+                }
+                run.report.findings.push(match r {
+                    Ok(twice) => apply::evaluate_second_run(v, &twice),
+                    Err(e) => Finding::new(apply::CHECK, "migrator-fails", Severity::Error, Some(v), format!("rollsafe migrate fails on it: {}", replay::one_line(&e)))
+                        .advice("the migration must apply through the migrator (one transaction with its history row)"),
+                });
+            }
+        }
         // Collect background probes even when the rehearsal stopped early.
         for (v, handle) in std::mem::take(&mut run.probes) {
-            match handle.join() {
+            let result = handle.join();
+            // A migration that does not even apply has its finding already.
+            let failed_on_empty = run
+                .report
+                .findings
+                .iter()
+                .any(|f| f.migration == Some(v) && f.id == "apply.fails-on-empty");
+            if failed_on_empty {
+                continue;
+            }
+            match result {
                 Ok(Ok(probe)) => run.locks_probe_findings(v, &probe),
                 Ok(Err(e)) => run.report.findings.push(Finding::new(
                     locks::CHECK,
@@ -234,12 +268,27 @@ impl Verify {
 
 type ProbeHandle = JoinHandle<anyhow::Result<LockTimeoutProbe>>;
 
+/// A migration after stage 1: its empty-path results and seeded
+/// databases, waiting for stage 2.
+struct Staged {
+    index: usize,
+    prev: i32,
+    seeded: Database,
+    seeded_rows: i64,
+    applied_db: Database,
+    at_zero: rehearsal::Applied,
+    trace: Vec<String>,
+}
+
+type MigratorHandle = JoinHandle<Vec<(i32, anyhow::Result<apply::SecondRun>)>>;
+
 /// One rehearsal in progress.
 struct Run<'a> {
     v: &'a Verify,
     sandbox: &'a Sandbox,
     report: Report,
     probes: Vec<(i32, ProbeHandle)>,
+    migrator: Option<MigratorHandle>,
 }
 
 fn step<T, E: std::fmt::Display>(what: &str, r: Result<T, E>) -> Result<T, VerifyError> {
@@ -303,59 +352,31 @@ impl Run<'_> {
     fn all(&mut self) -> Result<(), VerifyError> {
         let migrations = self.v.catalog.migrations().to_vec();
         let mut empty_prev = self.sandbox.fresh_database()?;
-        // Where the migrator applies the catalog step by step, twice per
-        // step (apply: a second run is a no-op).
+        // The migrator applies the catalog step by step, twice per step
+        // (apply: a second run is a no-op), on a database of its own, in
+        // the background.
         let migrator_db = self.sandbox.fresh_database()?;
-        let mut prev = 0;
-        let mut last_seeded: Option<Database> = None;
-        for m in &migrations {
-            let v = m.version;
-            let live: Vec<&AppVersion> = self.v.apps.iter().filter(|a| a.needs <= prev).collect();
-            let runnable: Vec<&AppVersion> = self.v.apps.iter().filter(|a| a.needs <= v).collect();
-            let newly: Vec<String> = runnable
-                .iter()
-                .filter(|a| a.needs > prev)
-                .map(|a| a.name.clone())
-                .collect();
-
-            // Empty path: first a forced failure at the migration's end
-            // (rolled back, so the clone must look as before), then the
-            // real apply on the same clone.
-            self.v.say(&format!("V{v}: applying on an empty database"));
-            let empty = self.clone_db(&empty_prev)?;
-            let before = Self::snapshot(&empty)?;
-            let injected = format!(
-                "{}\n;\nDO $rollsafe$ BEGIN RAISE EXCEPTION 'rollsafe: injected failure'; END $rollsafe$",
-                m.sql
-            );
-            step(
-                "forcing a failure",
-                rehearsal::apply_measured(empty.url(), &injected, None, End::Commit),
-            )?;
-            let trace = Self::snapshot(&empty)?.diff(&before);
-            let at_zero = step(
-                "applying on an empty database",
-                rehearsal::apply_measured(empty.url(), &m.sql, None, End::Commit),
-            )?;
-            self.ran(apply::CHECK, Some(v));
-            if at_zero.ok() {
-                match apply::second_run(migrator_db.url(), &self.v.catalog, v, self.v.lock_timeout) {
-                    Ok(twice) => self
-                        .report
-                        .findings
-                        .push(apply::evaluate_second_run(v, &twice)),
-                    Err(e) => self.report.findings.push(
-                        Finding::new(apply::CHECK, "migrator-fails", Severity::Error, Some(v), format!("rollsafe migrate fails on it: {}", replay::one_line(&e)))
-                            .advice("the migration must apply through the migrator (one transaction with its history row)"),
-                    ),
+        let (catalog, timeout) = (self.v.catalog.clone(), self.v.lock_timeout);
+        self.migrator = Some(std::thread::spawn(move || {
+            let mut out = Vec::new();
+            for m in catalog.migrations() {
+                let r = apply::second_run(migrator_db.url(), &catalog, m.version, timeout);
+                let failed = r.is_err();
+                out.push((m.version, r));
+                if failed {
+                    break;
                 }
             }
-            if !at_zero.ok() {
-                self.report
-                    .findings
-                    .extend(apply::evaluate(v, &at_zero, None, &trace));
-                return Ok(());
-            }
+            out
+        }));
+        let mut prev = 0;
+        // Stage 1: per migration, the empty path and the seeded template;
+        // the long-transaction probe starts as soon as its template exists.
+        let mut staged: Vec<Staged> = Vec::new();
+        let mut stopped: Option<Vec<Finding>> = None;
+        for (index, m) in migrations.iter().enumerate() {
+            let v = m.version;
+            let live: Vec<&AppVersion> = self.v.apps.iter().filter(|a| a.needs <= prev).collect();
 
             // Seeded path.
             self.v
@@ -365,10 +386,18 @@ impl Run<'_> {
                 let mut c = step("connecting", seeded.connect())?;
                 let s = step("seeding", seed::seed(&mut c, &live, self.v.rows))?;
                 if let Some((app, e)) = s.failed.first() {
-                    return Err(VerifyError::Rehearsal {
-                        step: format!("seeding rows shaped like the {app} app at V{prev}"),
-                        detail: e.clone(),
-                    });
+                    // A live app that cannot write on V{prev}: the earlier
+                    // migration broke it; nothing later can be rehearsed.
+                    stopped = Some(vec![Finding::new(
+                        compat::CHECK,
+                        "live-app-cannot-write",
+                        Severity::Error,
+                        Some(prev),
+                        format!("the {app} app cannot write its rows on V{prev} ({e}); V{v} and later were not rehearsed"),
+                    )
+                    .evidence("app", app.clone())
+                    .advice("keep every column a live app version writes insertable (nullable or with a default) until no running version writes it")]);
+                    break;
                 }
                 s.per_app
                     .iter()
@@ -397,6 +426,66 @@ impl Run<'_> {
                 self.probes.push((v, handle));
             }
 
+            // Empty path: first a forced failure at the migration's end
+            // (rolled back, so the clone must look as before), then the
+            // real apply on the same clone.
+            self.v.say(&format!("V{v}: applying on an empty database"));
+            let empty = self.clone_db(&empty_prev)?;
+            let before = Self::snapshot(&empty)?;
+            let injected = format!(
+                "{}\n;\nDO $rollsafe$ BEGIN RAISE EXCEPTION 'rollsafe: injected failure'; END $rollsafe$",
+                m.sql
+            );
+            step(
+                "forcing a failure",
+                rehearsal::apply_measured(empty.url(), &injected, None, End::Commit),
+            )?;
+            let trace = Self::snapshot(&empty)?.diff(&before);
+            let at_zero = step(
+                "applying on an empty database",
+                rehearsal::apply_measured(empty.url(), &m.sql, None, End::Commit),
+            )?;
+            self.ran(apply::CHECK, Some(v));
+            if !at_zero.ok() {
+                stopped = Some(apply::evaluate(v, &at_zero, None, &trace));
+                break;
+            }
+
+            staged.push(Staged {
+                index,
+                prev,
+                seeded,
+                seeded_rows,
+                applied_db,
+                at_zero,
+                trace,
+            });
+            empty_prev = empty;
+            prev = v;
+        }
+
+        // Stage 2: everything that needs the seeded databases, while the
+        // long-transaction probes of all migrations run in the background.
+        let mut last_seeded: Option<Database> = None;
+        let mut seeded_failed = false;
+        for st in staged {
+            let m = &migrations[st.index];
+            let (v, prev) = (m.version, st.prev);
+            let live: Vec<&AppVersion> = self.v.apps.iter().filter(|a| a.needs <= prev).collect();
+            let runnable: Vec<&AppVersion> = self.v.apps.iter().filter(|a| a.needs <= v).collect();
+            let newly: Vec<String> = runnable
+                .iter()
+                .filter(|a| a.needs > prev)
+                .map(|a| a.name.clone())
+                .collect();
+            let Staged {
+                seeded,
+                seeded_rows,
+                applied_db,
+                at_zero,
+                trace,
+                ..
+            } = st;
             // The measured apply, with the live apps' workload running
             // against the same database (its writes are rolled back; the
             // measurements are per backend, so they stay the migration's).
@@ -426,7 +515,8 @@ impl Run<'_> {
                 &trace,
             ));
             if !at_n.ok() {
-                return Ok(());
+                seeded_failed = true;
+                break;
             }
             self.ran(rewrite::CHECK, Some(v));
             self.report
@@ -515,9 +605,13 @@ impl Run<'_> {
             }
 
             drop(seeded);
-            empty_prev = empty;
             last_seeded = Some(applied_db);
-            prev = v;
+        }
+        if let Some(failure) = &stopped {
+            self.report.findings.extend(failure.iter().cloned());
+        }
+        if stopped.is_some() || seeded_failed {
+            return Ok(());
         }
 
         // dao: the newest apps' behaviour on a fresh database at the final version.
