@@ -11,8 +11,10 @@
 //! - [`verify`]: the rehearsal pipeline and its checks.
 //! - [`report`]: findings and their text / JSON / JUnit renderings.
 //! - [`migrate`]: safe apply to a real database, and its status.
+//! - [`check`]: read-only audit of a real database.
 
 pub mod catalog;
+pub mod check;
 pub mod dao;
 pub mod db;
 pub mod migrate;

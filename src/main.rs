@@ -37,6 +37,8 @@ enum Command {
     Migrate(MigrateArgs),
     /// Show each migration version's state in a database: applied, pending, divergent, missing, unknown-newer.
     Status(StatusArgs),
+    /// Read-only audit of a real database: history vs files, schema as expected, backfill and readiness invariants, invalid indexes, NOT VALID constraints.
+    Check(CheckArgs),
 }
 
 /// Where throwaway Postgres comes from.
@@ -69,12 +71,8 @@ struct VerifyArgs {
     /// Rows seeded per rehearsal (written like the live app versions write them).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_ROWS)]
     rows: u64,
-    /// Report format: text, json or junit.
-    #[arg(long, default_value = "text", value_parser = clap::value_parser!(FormatArg))]
-    format: FormatArg,
-    /// Write the report to FILE instead of standard output.
-    #[arg(long, value_name = "FILE")]
-    output: Option<PathBuf>,
+    #[command(flatten)]
+    report: ReportArgs,
     /// Lock timeout a migration must give up within behind a long transaction (e.g. 5s, 500ms).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     lock_timeout: Duration,
@@ -123,26 +121,10 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         bar.finish_and_clear();
     }
     let report = result?;
-    let text = render(&report, args.format.0);
-    match &args.output {
-        Some(path) => {
-            std::fs::write(path, &text)
-                .with_context(|| format!("cannot write the report to {}", path.display()))?;
-            // The file is for machines; the log still shows the findings.
-            if args.format.0 != Format::Text {
-                print!("{}", render(&report, Format::Text));
-            }
-        }
-        None => print!("{text}"),
-    }
-    Ok(if report.passed {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    args.report.emit(&report)
 }
 
-/// The database and the migration files, shared by `migrate` and `status`.
+/// The database and the migration files, shared by `migrate`, `status` and `check`.
 #[derive(Args)]
 struct TargetDbArgs {
     /// postgres://USER:PASSWORD@HOST:PORT/DB[?sslmode=disable|prefer|require|verify-ca|verify-full&sslrootcert=FILE]
@@ -188,27 +170,78 @@ struct StatusArgs {
     format: StatusFormat,
 }
 
+#[derive(Args)]
+struct CheckArgs {
+    #[command(flatten)]
+    db: TargetDbArgs,
+    /// Report not-ready attached functions older than this (e.g. 1h, 30m, 90s).
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    stuck_after: Duration,
+    #[command(flatten)]
+    report: ReportArgs,
+    /// Where to build the expected schema when no checked-in snapshot fits (only then is throwaway Postgres started).
+    #[command(flatten)]
+    sandbox: SandboxArgs,
+}
+
+/// How a findings report is written (`verify`, `check`).
+#[derive(Args)]
+struct ReportArgs {
+    /// Report format: text, json or junit.
+    #[arg(long, default_value = "text", value_parser = clap::value_parser!(FormatArg))]
+    format: FormatArg,
+    /// Write the report to FILE instead of standard output.
+    #[arg(long, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+impl ReportArgs {
+    /// Writes the report; exit 0 when it passed, 1 when it has errors.
+    fn emit(&self, report: &rollsafe::report::Report) -> anyhow::Result<ExitCode> {
+        let text = render(report, self.format.0);
+        match &self.output {
+            Some(path) => {
+                std::fs::write(path, &text)
+                    .with_context(|| format!("cannot write the report to {}", path.display()))?;
+                // The file is for machines; the log still shows the findings.
+                if self.format.0 != Format::Text {
+                    print!("{}", render(report, Format::Text));
+                }
+            }
+            None => print!("{text}"),
+        }
+        Ok(if report.passed {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        })
+    }
+}
+
+fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let catalog = Catalog::load(args.db.migrations.as_deref())?;
+    let url = &args.db.database_url;
+    let report = rollsafe::check::Check::new(catalog, args.sandbox.builder()?)
+        .stuck_after(args.stuck_after)
+        .run(url)
+        .map_err(|e| anyhow::anyhow!(db::scrub(&e.to_string(), url)))?;
+    args.report.emit(&report)
+}
+
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum StatusFormat {
     Text,
     Json,
 }
 
-/// `5s`, `500ms`, `2m`, or plain seconds.
+/// `5s`, `500ms`, `2m`, `1h`, `1h 30m` (humantime), or plain seconds.
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let s = s.trim();
-    let (num, unit) = s.split_at(s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len()));
-    let n: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{s}` is not a duration (e.g. 5s, 500ms, 2m)"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "" | "s" => n,
-        "m" => n * 60.0,
-        _ => return Err(format!("`{s}` has an unknown unit (use ms, s or m)")),
-    };
-    std::time::Duration::try_from_secs_f64(secs).map_err(|e| format!("`{s}`: {e}"))
+    if let Ok(secs) = s.parse::<f64>() {
+        return std::time::Duration::try_from_secs_f64(secs).map_err(|e| format!("`{s}`: {e}"));
+    }
+    humantime::parse_duration(s)
+        .map_err(|e| format!("`{s}` is not a duration ({e}); e.g. 5s, 500ms, 2m, 1h"))
 }
 
 /// Prints a one-line error and returns `code`.
@@ -361,6 +394,7 @@ fn main() -> ExitCode {
         Command::Verify(args) => verify(args),
         Command::Migrate(args) => return migrate(args),
         Command::Status(args) => return status(args),
+        Command::Check(args) => check(args),
     };
     result.unwrap_or_else(could_not_run)
 }

@@ -91,7 +91,8 @@ pub fn render_text(report: &Report) -> String {
         for (i, step) in report.safe_order.iter().enumerate() {
             let _ = writeln!(out, "  {}. {step}", i + 1);
         }
-    } else if !report.passed && !report.migrations.is_empty() {
+    } else if !report.passed && !report.apps.is_empty() {
+        // Only a rehearsal (apps replayed) can prove a deploy order.
         let _ = writeln!(
             out,
             "\nno safe deploy order: fix the errors above and run again"

@@ -4,6 +4,7 @@
 //! a fresh database per test, tests in parallel. Each area registers its
 //! tests in its own module.
 
+mod check;
 mod common;
 mod dao;
 mod migrate;
@@ -24,6 +25,7 @@ fn main() {
     trials.extend(verify::tests(&env));
     trials.extend(migrate::tests(&env));
     trials.extend(dao::tests(&env));
+    trials.extend(check::tests(&env));
     let conclusion = libtest_mimic::run(&args, trials);
     // Drop the shared server before exiting (exit skips destructors).
     drop(env);

@@ -26,6 +26,8 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             server_unreachable_is_a_clear_error_without_password,
             server_wrong_password_is_a_clear_error_without_password,
             server_backend_creates_and_drops_databases,
+            auto_without_docker_engine_falls_back_to_local,
+            auto_with_nothing_available_lists_every_attempt,
         ]
     )
 }
@@ -372,5 +374,57 @@ fn server_backend_creates_and_drops_databases(env: &TestEnv) -> anyhow::Result<(
     drop(db);
     drop(server);
     ensure!(!database_exists(&env.sandbox, &name)?, "{name} left behind");
+    Ok(())
+}
+
+/// `auto` is what a newcomer gets: with no Docker engine it must quietly use
+/// local binaries. Exercised through `rollsafe check` on a V2 database, whose
+/// expected schema is built in a sandbox the command starts itself.
+fn auto_without_docker_engine_falls_back_to_local(env: &TestEnv) -> anyhow::Result<()> {
+    let db = env.migrated_database(2);
+    let out = Command::new(rollsafe_bin())
+        .args(["check", "--database-url", db.url(), "--format", "json"])
+        .args(["--postgres", "auto"])
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .env_remove("ROLLSAFE_PG_BINDIR")
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        out.status.code() == Some(0),
+        "exit {:?}: {stderr}",
+        out.status.code()
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let schema = report["findings"]
+        .as_array()
+        .and_then(|a| a.iter().find(|f| f["id"] == "schema.as-expected"))
+        .context("schema.as-expected finding")?;
+    let reference = schema["evidence"]["reference"].as_str().unwrap_or("");
+    ensure!(
+        reference.contains("local postgres"),
+        "auto did not fall back to local binaries: {reference}"
+    );
+    Ok(())
+}
+
+fn auto_with_nothing_available_lists_every_attempt(_env: &TestEnv) -> anyhow::Result<()> {
+    let err = Sandbox::builder()
+        .backend(BackendChoice::Auto)
+        .image("127.0.0.1:1/rollsafe-no-such/postgres:none")
+        .bindir("/nonexistent/pg/bin")
+        .start()
+        .err()
+        .context("start should fail")?;
+    let msg = err.to_string();
+    ensure!(
+        matches!(err, SandboxError::NoBackend { .. }),
+        "wrong kind: {msg}"
+    );
+    ensure!(
+        msg.contains("no throwaway Postgres available")
+            && msg.contains("- docker:")
+            && msg.contains("- local: PostgreSQL binaries not found"),
+        "does not list both attempts with their fixes: {msg}"
+    );
     Ok(())
 }
