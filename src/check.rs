@@ -32,7 +32,7 @@ use thiserror::Error;
 use crate::catalog::{Catalog, Source};
 use crate::db::{self, ConnectError};
 use crate::migrate::{self, State};
-use crate::report::{CheckRun, Finding, RehearsedMigration, Report, Severity};
+use crate::report::{CheckRun, Finding, Report, Severity};
 use crate::sandbox::{SandboxBuilder, SandboxError};
 use crate::schema::Snapshot;
 
@@ -108,16 +108,7 @@ impl Check {
             .query_one("SELECT version()", &[])
             .map_err(|e| CheckError::sql("reading the server version", &e))?
             .get(0);
-        report.source = self.catalog.source.to_string();
-        report.migrations = self
-            .catalog
-            .migrations()
-            .iter()
-            .map(|m| RehearsedMigration {
-                version: m.version,
-                file: m.file.clone(),
-            })
-            .collect();
+        report.set_migrations(&self.catalog);
 
         let (table_exists, history) = migrate::read_history(&mut client)?;
         let status = migrate::compare(&self.catalog, table_exists, &history);

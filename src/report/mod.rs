@@ -171,6 +171,19 @@ impl Report {
         }
     }
 
+    /// Records which migration set the run was about (source and files).
+    pub fn set_migrations(&mut self, catalog: &crate::catalog::Catalog) {
+        self.source = catalog.source.to_string();
+        self.migrations = catalog
+            .migrations()
+            .iter()
+            .map(|m| RehearsedMigration {
+                version: m.version,
+                file: m.file.clone(),
+            })
+            .collect();
+    }
+
     /// Recomputes `passed` and orders findings (by migration, then
     /// severity, worst first, then check order of appearance).
     pub fn finish(&mut self) {

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 use crate::catalog::{Catalog, Source};
-use crate::report::{CheckRun, Finding, RehearsedApp, RehearsedMigration, Report, Severity};
+use crate::report::{CheckRun, Finding, RehearsedApp, Report, Severity};
 use crate::sandbox::{Database, Sandbox, SandboxError};
 use crate::schema::Snapshot;
 
@@ -179,17 +179,8 @@ impl Verify {
         };
         run.report.sandbox = sandbox.describe();
         run.report.server_version = sandbox.server_version()?;
-        run.report.source = self.catalog.source.to_string();
+        run.report.set_migrations(&self.catalog);
         run.report.rows = self.rows;
-        run.report.migrations = self
-            .catalog
-            .migrations()
-            .iter()
-            .map(|m| RehearsedMigration {
-                version: m.version,
-                file: m.file.clone(),
-            })
-            .collect();
         run.report.apps = self
             .apps
             .iter()
