@@ -1256,6 +1256,8 @@ fn make_pki() -> anyhow::Result<Pki> {
 /// itself, so that the file belongs to the server's OS user on every
 /// backend (docker included); then `chmod 600` through `COPY TO PROGRAM`
 /// (COPY TO creates 0644 and PostgreSQL refuses a key others can read).
+/// The chmod COPY sends no rows: chmod does not read its input, and a row
+/// written after it exited made the COPY fail with a broken pipe.
 /// PEM has no characters COPY's text format would escape.
 fn write_server_file(c: &mut Client, file: &str, pem: &[u8]) -> anyhow::Result<()> {
     let pem = std::str::from_utf8(pem)?;
@@ -1271,7 +1273,7 @@ fn write_server_file(c: &mut Client, file: &str, pem: &[u8]) -> anyhow::Result<(
     c.batch_execute(&format!(
         "DO $$ DECLARE path text := current_setting('data_directory') || '/{file}'; BEGIN \
            EXECUTE format('COPY (SELECT line FROM pem_lines ORDER BY n) TO %L', path); \
-           EXECUTE format('COPY (SELECT 1) TO PROGRAM %L', 'chmod 600 ' || quote_literal(path)); \
+           EXECUTE format('COPY (SELECT 1 WHERE false) TO PROGRAM %L', 'chmod 600 ' || quote_literal(path)); \
          END $$"
     ))?;
     Ok(())
