@@ -29,10 +29,11 @@ pub enum Directive {
     /// row that existed before it satisfies `<predicate>` (SQL over the
     /// table's columns), e.g. `attached_functions is_ready = true`.
     Backfill { table: String, predicate: String },
-    /// Any other `rollsafe:` key, kept so that the verifier can refuse keys
-    /// it does not know instead of silently ignoring a typo.
-    Unknown { key: String, value: String },
 }
+
+/// The directive keys rollsafe knows; any other `-- rollsafe:` key is
+/// refused with its file and line (a typo must never be silently ignored).
+pub const DIRECTIVES: &[&str] = &["backfill"];
 
 /// One migration file.
 #[derive(Debug, Clone)]
@@ -63,7 +64,6 @@ impl Migration {
     pub fn backfills(&self) -> impl Iterator<Item = (&str, &str)> {
         self.directives.iter().filter_map(|d| match d {
             Directive::Backfill { table, predicate } => Some((table.as_str(), predicate.as_str())),
-            Directive::Unknown { .. } => None,
         })
     }
 }
@@ -111,6 +111,13 @@ pub enum CatalogError {
         file: String,
         line: usize,
         text: String,
+    },
+    #[error("{file}:{line}: unknown directive `-- rollsafe:{key}`; rollsafe knows {known} (fix the spelling, or make it a plain comment by removing `rollsafe:`)")]
+    UnknownDirective {
+        file: String,
+        line: usize,
+        key: String,
+        known: String,
     },
     #[error("{source_name} holds no migration files (V<n>__<name>.sql)")]
     Empty { source_name: String },
@@ -164,10 +171,18 @@ fn parse_directives(file: &str, sql: &str) -> Result<Vec<Directive>, CatalogErro
                     predicate: predicate.trim().to_string(),
                 });
             }
-            _ => out.push(Directive::Unknown {
-                key: key.to_string(),
-                value: value.to_string(),
-            }),
+            _ => {
+                return Err(CatalogError::UnknownDirective {
+                    file: file.to_string(),
+                    line: i + 1,
+                    key: key.to_string(),
+                    known: DIRECTIVES
+                        .iter()
+                        .map(|d| format!("`-- rollsafe:{d}`"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                })
+            }
         }
     }
     Ok(out)
@@ -352,6 +367,18 @@ mod tests {
         assert!(
             matches!(err, CatalogError::BadDirective { line: 1, .. }),
             "{err}"
+        );
+        let err = Catalog::from_files(
+            Source::Embedded,
+            files(&[(
+                "V1__a.sql",
+                "select 1;\n  -- rollsafe:backfil t x = 1\nselect 2",
+            )]),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "V1__a.sql:2: unknown directive `-- rollsafe:backfil`; rollsafe knows `-- rollsafe:backfill` (fix the spelling, or make it a plain comment by removing `rollsafe:`)"
         );
     }
 

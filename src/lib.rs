@@ -16,9 +16,11 @@
 pub mod catalog;
 pub mod check;
 pub mod dao;
+pub mod lock_policy;
 pub mod db;
 pub mod migrate;
 pub mod report;
 pub mod sandbox;
 pub mod schema;
+pub mod sql;
 pub mod verify;

@@ -14,8 +14,10 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use rollsafe::catalog::Catalog;
 use rollsafe::db;
+use rollsafe::lock_policy::LockPolicy;
 use rollsafe::report::{render, Format};
 use rollsafe::sandbox::{BackendChoice, SandboxBuilder, DEFAULT_IMAGE, ENV_BACKEND, ENV_IMAGE};
+use rollsafe::verify::predict::Sizes;
 use rollsafe::verify::{Verify, DEFAULT_ROWS};
 
 #[derive(Parser)]
@@ -73,9 +75,37 @@ struct VerifyArgs {
     rows: u64,
     #[command(flatten)]
     report: ReportArgs,
-    /// Lock timeout a migration must give up within behind a long transaction (e.g. 5s, 500ms).
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    #[command(flatten)]
+    lock: LockArgs,
+    /// The longest any app statement may wait because of a migration (e.g. 1s, 500ms).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    stall_budget: Duration,
+    /// Production rows of a table, to predict lock holds at that size (repeatable: --table-rows bookings=48M).
+    #[arg(long = "table-rows", value_name = "TABLE=ROWS")]
+    table_rows: Vec<String>,
+    /// Read production table sizes (pg_class.reltuples, read-only) from this database instead.
+    #[arg(long, value_name = "URL", conflicts_with = "table_rows")]
+    sizes_from: Option<String>,
+}
+
+/// How migrations wait for table locks (`migrate` applies with it; `verify`
+/// rehearses it behind a long transaction).
+#[derive(Args)]
+struct LockArgs {
+    /// Cap of each attempt's lock_timeout: attempts start at 100ms and grow to it, so the app never queues longer behind a waiting lock (e.g. 500ms, 1s).
+    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
     lock_timeout: Duration,
+    /// How long to keep retrying a lock before giving up and naming the blocker (e.g. 5m, 30s).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    retry_for: Duration,
+}
+
+impl LockArgs {
+    fn policy(&self) -> LockPolicy {
+        LockPolicy::default()
+            .max_timeout(self.lock_timeout)
+            .retry_for(self.retry_for)
+    }
 }
 
 /// `--format`, parsed by the library's [`Format`].
@@ -97,9 +127,18 @@ fn could_not_run(e: anyhow::Error) -> ExitCode {
 
 fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let catalog = Catalog::load(args.migrations.as_deref())?;
+    let sizes = match &args.sizes_from {
+        Some(url) => Sizes::from_database(url)
+            .map_err(|e| anyhow::anyhow!(db::scrub(&format!("{e:#}"), url)))?,
+        None if args.table_rows.is_empty() => Sizes::default(),
+        None => Sizes::from_pairs(args.table_rows.iter().map(String::as_str))
+            .map_err(|e| anyhow::anyhow!("--table-rows {e}"))?,
+    };
     let mut verify = Verify::new(catalog)?
         .rows(args.rows)
-        .lock_timeout(args.lock_timeout);
+        .lock_policy(args.lock.policy())
+        .stall_budget(args.stall_budget)
+        .sizes(sizes);
     // Progress only for a human watching; CI logs stay clean.
     let bar = std::io::stderr().is_terminal().then(|| {
         let bar = indicatif::ProgressBar::new_spinner();
@@ -151,12 +190,8 @@ struct MigrateArgs {
     /// Print the plan and the SQL of each pending migration; change nothing.
     #[arg(long)]
     dry_run: bool,
-    /// lock_timeout of each attempt (e.g. 5s, 500ms).
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
-    lock_timeout: std::time::Duration,
-    /// Further attempts after a lock timeout (with backoff).
-    #[arg(long, default_value_t = 5)]
-    retries: u32,
+    #[command(flatten)]
+    lock: LockArgs,
     /// How long to wait for another `rollsafe migrate` on the same database.
     #[arg(long, default_value = "120s", value_parser = parse_duration)]
     migrator_wait: std::time::Duration,
@@ -264,8 +299,7 @@ fn migrate(args: MigrateArgs) -> ExitCode {
     let url = &args.db.database_url;
     let options = Options {
         target: args.target,
-        lock_timeout: args.lock_timeout,
-        retries: args.retries,
+        lock: args.lock.policy(),
         migrator_wait: args.migrator_wait,
     };
     println!("database:   {}", db::redact_url(url));

@@ -23,9 +23,11 @@
 //!   `pg_locks` for our own backend, and refinery runs on that same client,
 //!   so the lock covers every history read and every apply.
 //! - **Bounded lock waits.** `ALTER TABLE` needs ACCESS EXCLUSIVE; while it
-//!   waits, every later query on the table queues behind it. The session's
-//!   `lock_timeout` bounds that wait; a timed-out migration rolls back and is
-//!   retried with backoff, so readers get through between attempts. A
+//!   waits, every later query on the table queues behind it. Each attempt's
+//!   `lock_timeout` bounds that wait, stepped by [`LockPolicy`] (100 ms
+//!   growing to a 500 ms cap, for 5 minutes by default); a timed-out
+//!   migration rolls back and is retried after a pause, so readers get
+//!   through between attempts. A
 //!   watcher on a second connection records who blocks us
 //!   (`pg_blocking_pids`) so that giving up names the blocker: pid, how long
 //!   it has been in its transaction, its query.
@@ -60,6 +62,7 @@ use thiserror::Error;
 
 use crate::catalog::{Catalog, Migration};
 use crate::db::{self, ConnectError};
+use crate::lock_policy::{is_lock_timeout, LockPolicy};
 
 /// refinery's history table (its default name).
 pub const HISTORY_TABLE: &str = "refinery_schema_history";
@@ -68,18 +71,13 @@ pub const HISTORY_TABLE: &str = "refinery_schema_history";
 /// of "rollsafe" as a big-endian i64.
 pub const ADVISORY_LOCK_KEY: i64 = i64::from_be_bytes(*b"rollsafe");
 
-/// SQLSTATE 55P03 lock_not_available: `lock_timeout` expired.
-const LOCK_NOT_AVAILABLE: &str = "55P03";
-
 /// How a run behaves; a small builder with sensible defaults.
 #[derive(Debug, Clone)]
 pub struct Options {
     /// Apply up to this version (inclusive); `None` = the latest file.
     pub target: Option<i32>,
-    /// `lock_timeout` for each migration attempt.
-    pub lock_timeout: Duration,
-    /// Further attempts after a lock timeout.
-    pub retries: u32,
+    /// How table-lock waits are stepped and bounded (shared with verify).
+    pub lock: LockPolicy,
     /// How long to wait for another migrator's advisory lock.
     pub migrator_wait: Duration,
 }
@@ -88,34 +86,9 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             target: None,
-            lock_timeout: Duration::from_secs(5),
-            retries: 5,
+            lock: LockPolicy::default(),
             migrator_wait: Duration::from_secs(120),
         }
-    }
-}
-
-impl Options {
-    /// Backoff before retry `attempt` (1-based): 200 ms doubling, capped at
-    /// 5 s, plus up to 25 % jitter so that two migrators do not stay in step.
-    pub fn backoff(&self, attempt: u32) -> Duration {
-        let base =
-            Duration::from_millis(200) * 2u32.saturating_pow(attempt.saturating_sub(1).min(8));
-        let base = base.min(Duration::from_secs(5));
-        let jitter = rand::random::<f64>() * 0.25;
-        base.mul_f64(1.0 + jitter)
-    }
-
-    /// The longest a run waits on table locks before giving up on one
-    /// migration: every attempt's lock timeout plus the backoffs.
-    pub fn give_up_bound(&self) -> Duration {
-        let mut total = self.lock_timeout * (self.retries + 1);
-        for a in 1..=self.retries {
-            let base = (Duration::from_millis(200) * 2u32.saturating_pow((a - 1).min(8)))
-                .min(Duration::from_secs(5));
-            total += base.mul_f64(1.25);
-        }
-        total
     }
 }
 
@@ -239,11 +212,12 @@ pub enum MigrateError {
         detail: String,
         earlier: String,
     },
-    #[error("{migration} gave up after {attempts} attempts: each waited {lock_timeout:?} (lock_timeout) for a table lock; blocked by {blocker}; end or wait for that transaction, then run again")]
+    #[error("{migration} gave up after {attempts} attempts over {elapsed:.1?} (each waited at most {max_timeout:?} for a table lock, so the app never queued longer); blocked by {blocker}; end or wait for that transaction, then run again (or allow a longer --retry-for)")]
     LockTimeout {
         migration: String,
         attempts: u32,
-        lock_timeout: Duration,
+        elapsed: Duration,
+        max_timeout: Duration,
         blocker: String,
     },
     #[error("{context}: {detail}")]
@@ -469,17 +443,11 @@ pub fn migrate(url: &str, catalog: &Catalog, options: &Options) -> Result<Outcom
     let plan = plan_from(&status, catalog, target)?;
     let mut applied = Vec::new();
     if !plan.pending.is_empty() {
-        client
-            .batch_execute(&format!(
-                "SET lock_timeout = '{}ms'",
-                options.lock_timeout.as_millis().max(1)
-            ))
-            .map_err(|e| MigrateError::sql("setting lock_timeout", &e))?;
         let pid: i32 = client
             .query_one("SELECT pg_backend_pid()", &[])
             .map_err(|e| MigrateError::sql("reading our backend pid", &e))?
             .get(0);
-        let watcher = BlockerWatcher::start(url, pid, options.lock_timeout);
+        let watcher = BlockerWatcher::start(url, pid, options.lock.first_timeout);
         for m in &plan.pending {
             let result = apply_one(&mut client, catalog, m, options, &watcher);
             match result {
@@ -587,7 +555,7 @@ fn lock_holder(client: &mut Client) -> String {
 }
 
 /// Applies one migration (and its history row, one transaction) through
-/// refinery, retrying lock timeouts with backoff.
+/// refinery, retrying lock timeouts as the [`LockPolicy`] says.
 fn apply_one(
     client: &mut Client,
     catalog: &Catalog,
@@ -604,76 +572,73 @@ fn apply_one(
         .set_target(refinery::Target::Version(m.version))
         .set_abort_divergent(true)
         .set_abort_missing(true);
-    let start = Instant::now();
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        watcher.reset();
-        log::info!("applying {m} (attempt {attempt})");
-        match runner.run(client) {
-            Ok(report) => {
-                let versions: Vec<i32> = report
-                    .applied_migrations()
-                    .iter()
-                    .map(|r| r.version())
-                    .collect();
-                if versions != [m.version] {
-                    // Our own history read said m is next; anything else
-                    // means the history changed under the lock.
-                    return Err(MigrateError::Sql {
-                        context: format!("applying {m}"),
-                        detail: format!(
-                            "refinery applied {versions:?} instead of [{}]; run `rollsafe status`",
-                            m.version
-                        ),
-                    });
-                }
-                return Ok(Applied {
-                    version: m.version,
-                    file: m.file.clone(),
-                    elapsed: start.elapsed(),
-                    attempts: attempt,
+    // Each attempt sets its own lock_timeout for the session (refinery
+    // opens the transaction itself); a timed-out attempt rolled back whole.
+    let result = options.lock.run(
+        |n, timeout| {
+            watcher.reset();
+            log::info!("applying {m} (attempt {n}, lock_timeout {timeout:?})");
+            client
+                .batch_execute(&format!("SET lock_timeout = '{}ms'", timeout.as_millis().max(1)))
+                .map_err(RunError::Setup)?;
+            runner.run(client).map_err(RunError::Refinery)
+        },
+        |e| matches!(e, RunError::Refinery(r) if pg_error(r).is_some_and(is_lock_timeout)),
+    );
+    let _ = client.batch_execute("RESET lock_timeout");
+    match result {
+        Ok((report, attempts)) => {
+            let versions: Vec<i32> = report
+                .applied_migrations()
+                .iter()
+                .map(|r| r.version())
+                .collect();
+            if versions != [m.version] {
+                // Our own history read said m is next; anything else
+                // means the history changed under the lock.
+                return Err(MigrateError::Sql {
+                    context: format!("applying {m}"),
+                    detail: format!(
+                        "refinery applied {versions:?} instead of [{}]; run `rollsafe status`",
+                        m.version
+                    ),
                 });
             }
-            Err(e) => {
-                let pg = pg_error(&e);
-                let timed_out = pg
-                    .and_then(|p| p.code())
-                    .is_some_and(|c| c.code() == LOCK_NOT_AVAILABLE);
-                if timed_out && attempt <= options.retries {
-                    let pause = options.backoff(attempt);
-                    log::warn!(
-                        "{m}: lock_timeout ({:?}) expired, blocked by {}; retrying in {pause:.0?}",
-                        options.lock_timeout,
-                        watcher
-                            .blocker()
-                            .unwrap_or_else(|| "an unidentified backend".into())
-                    );
-                    std::thread::sleep(pause);
-                    continue;
-                }
-                if timed_out {
-                    return Err(MigrateError::LockTimeout {
-                        migration: m.to_string(),
-                        attempts: attempt,
-                        lock_timeout: options.lock_timeout,
-                        blocker: watcher
-                            .blocker()
-                            .unwrap_or_else(|| "a backend that could not be identified".into()),
-                    });
-                }
-                let detail = match pg {
-                    Some(p) => pg_message(p),
-                    None => e.to_string(),
-                };
-                return Err(MigrateError::Failed {
-                    migration: m.to_string(),
-                    detail: one_line(&detail),
-                    earlier: String::new(),
-                });
-            }
+            Ok(Applied {
+                version: m.version,
+                file: m.file.clone(),
+                elapsed: attempts.elapsed,
+                attempts: attempts.count,
+            })
+        }
+        Err(Err(gave_up)) => Err(MigrateError::LockTimeout {
+            migration: m.to_string(),
+            attempts: gave_up.attempts.count,
+            elapsed: gave_up.attempts.elapsed,
+            max_timeout: options.lock.max_timeout,
+            blocker: watcher
+                .blocker()
+                .unwrap_or_else(|| "a backend that could not be identified".into()),
+        }),
+        Err(Ok(RunError::Setup(e))) => Err(MigrateError::sql("setting lock_timeout", &e)),
+        Err(Ok(RunError::Refinery(e))) => {
+            let detail = match pg_error(&e) {
+                Some(p) => pg_message(p),
+                None => e.to_string(),
+            };
+            Err(MigrateError::Failed {
+                migration: m.to_string(),
+                detail: one_line(&detail),
+                earlier: String::new(),
+            })
         }
     }
+}
+
+/// One failed attempt of [`apply_one`].
+enum RunError {
+    Setup(postgres::Error),
+    Refinery(refinery::Error),
 }
 
 /// The postgres error under a refinery error, if any.
@@ -836,18 +801,4 @@ mod tests {
         assert_eq!(s.versions[2].state, State::Divergent);
     }
 
-    #[test]
-    fn give_up_bound_covers_attempts_and_backoff() {
-        let o = Options {
-            lock_timeout: Duration::from_secs(1),
-            retries: 2,
-            ..Options::default()
-        };
-        // 3 attempts × 1 s + (200 ms + 400 ms) × 1.25
-        assert_eq!(o.give_up_bound(), Duration::from_millis(3750));
-        assert!(
-            o.backoff(1) >= Duration::from_millis(200)
-                && o.backoff(1) <= Duration::from_millis(250)
-        );
-    }
 }

@@ -250,7 +250,7 @@ impl<'c> CurrentDao<'c> {
             .map_err(DaoError::db(format!(
                 "listing attached functions of collection {input_collection_id}"
             )))?;
-        Ok(rows.iter().map(AttachedFunction::from_row).collect())
+        rows.iter().map(AttachedFunction::from_row).collect()
     }
 
     /// A live attached function, ready or not.
@@ -329,7 +329,7 @@ impl<'c> CurrentDao<'c> {
             .client
             .query_opt(statement, params)
             .map_err(|e| DaoError::db(context())(e))?;
-        Ok(row.as_ref().map(AttachedFunction::from_row))
+        row.as_ref().map(AttachedFunction::from_row).transpose()
     }
 
     fn one_row_changed(

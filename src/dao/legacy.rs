@@ -90,7 +90,7 @@ impl<'c> LegacyDao<'c> {
             .client
             .query_opt(&statement, &[&id])
             .map_err(DaoError::db(format!("reading attached function {id}")))?;
-        Ok(row.as_ref().map(AttachedFunction::from_row))
+        row.as_ref().map(AttachedFunction::from_row).transpose()
     }
 
     pub fn get_by_name(
@@ -105,7 +105,7 @@ impl<'c> LegacyDao<'c> {
             .map_err(DaoError::db(format!(
                 "reading attached function `{name}` of collection {input_collection_id}"
             )))?;
-        Ok(row.as_ref().map(AttachedFunction::from_row))
+        row.as_ref().map(AttachedFunction::from_row).transpose()
     }
 
     pub fn list_by_collection(
@@ -119,7 +119,7 @@ impl<'c> LegacyDao<'c> {
             .map_err(DaoError::db(format!(
                 "listing attached functions of collection {input_collection_id}"
             )))?;
-        Ok(rows.iter().map(AttachedFunction::from_row).collect())
+        rows.iter().map(AttachedFunction::from_row).collect()
     }
 
     /// Soft delete + rename, exactly as the current app does it.

@@ -188,28 +188,51 @@ pub struct AttachedFunction {
 
 impl AttachedFunction {
     /// Maps a row of the statement sets' getters (same column names in both
-    /// sets; the legacy ones lack `is_ready`).
-    pub(crate) fn from_row(row: &Row) -> AttachedFunction {
-        let has_ready = row.columns().iter().any(|c| c.name() == "is_ready");
-        AttachedFunction {
-            id: row.get("id"),
-            name: row.get("name"),
-            tenant_id: row.get("tenant_id"),
-            database_id: row.get("database_id"),
-            input_collection_id: row.get("input_collection_id"),
-            output_collection_name: row.get("output_collection_name"),
-            output_collection_id: row.get("output_collection_id"),
-            function_id: row.get("function_id"),
-            function_params: row.get("function_params"),
-            completion_offset: row.get("completion_offset"),
-            last_run: row.get("last_run"),
-            min_records_for_invocation: row.get("min_records_for_invocation"),
-            current_attempts: row.get("current_attempts"),
-            is_alive: row.get("is_alive"),
-            is_ready: has_ready.then(|| row.get("is_ready")),
-            created_at: row.get("created_at"),
-            updated_at: row.get("updated_at"),
+    /// sets; the legacy ones lack `is_ready`). A column whose type no longer
+    /// matches the field (a migration changed it) is an error naming the
+    /// column and both types, never a panic: the verifier reports it as the
+    /// compatibility break it is.
+    pub(crate) fn from_row(row: &Row) -> Result<AttachedFunction, DaoError> {
+        fn col<'a, T: postgres::types::FromSql<'a>>(
+            row: &'a Row,
+            name: &str,
+        ) -> Result<T, DaoError> {
+            row.try_get(name).map_err(|source| DaoError::ColumnType {
+                column: name.to_string(),
+                actual: row
+                    .columns()
+                    .iter()
+                    .find(|c| c.name() == name)
+                    .map(|c| c.type_().name().to_string())
+                    .unwrap_or_else(|| "missing".to_string()),
+                expected: std::any::type_name::<T>(),
+                source,
+            })
         }
+        let has_ready = row.columns().iter().any(|c| c.name() == "is_ready");
+        Ok(AttachedFunction {
+            id: col(row, "id")?,
+            name: col(row, "name")?,
+            tenant_id: col(row, "tenant_id")?,
+            database_id: col(row, "database_id")?,
+            input_collection_id: col(row, "input_collection_id")?,
+            output_collection_name: col(row, "output_collection_name")?,
+            output_collection_id: col(row, "output_collection_id")?,
+            function_id: col(row, "function_id")?,
+            function_params: col(row, "function_params")?,
+            completion_offset: col(row, "completion_offset")?,
+            last_run: col(row, "last_run")?,
+            min_records_for_invocation: col(row, "min_records_for_invocation")?,
+            current_attempts: col(row, "current_attempts")?,
+            is_alive: col(row, "is_alive")?,
+            is_ready: if has_ready {
+                Some(col(row, "is_ready")?)
+            } else {
+                None
+            },
+            created_at: col(row, "created_at")?,
+            updated_at: col(row, "updated_at")?,
+        })
     }
 }
 
@@ -246,6 +269,16 @@ pub enum DaoError {
         id: Uuid,
         #[source]
         source: BoxError,
+    },
+    /// A column's SQL type does not decode into the DAO's Rust type: the
+    /// schema changed under the app.
+    #[error("column `{column}` is {actual} in the database, but the app reads it as {expected}: {source}")]
+    ColumnType {
+        column: String,
+        actual: String,
+        expected: &'static str,
+        #[source]
+        source: postgres::Error,
     },
     #[error("{context}: {source}")]
     Database {

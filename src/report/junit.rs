@@ -51,7 +51,22 @@ pub fn render_junit(report: &Report) -> String {
                 .iter()
                 .filter(|f| f.severity == Severity::Error)
                 .collect();
-            let status = if errors.is_empty() {
+            let skipped: Vec<_> = findings
+                .iter()
+                .filter(|f| f.severity == Severity::Skipped)
+                .collect();
+            let status = if errors.is_empty() && !skipped.is_empty() {
+                // Part of the check could not measure: not a pass.
+                let mut s = TestCaseStatus::skipped();
+                s.set_message(
+                    skipped
+                        .iter()
+                        .map(|f| format!("[{}] {}", f.id, f.message))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                );
+                s
+            } else if errors.is_empty() {
                 TestCaseStatus::success()
             } else {
                 let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
@@ -124,6 +139,16 @@ mod tests {
         let parsed = quick_junit::Report::deserialize_from_str(&xml).unwrap();
         assert_eq!(parsed.tests, 4);
         assert_eq!(parsed.failures, 1);
+        let skipped_case = parsed.test_suites[1]
+            .test_cases
+            .iter()
+            .find(|c| c.name.as_str() == "locks V2")
+            .unwrap();
+        assert!(
+            matches!(&skipped_case.status, TestCaseStatus::Skipped { message: Some(m), .. } if m.as_str().contains("locks.probe-skipped")),
+            "{:?}",
+            skipped_case.status
+        );
         let rewrite = &parsed.test_suites[0];
         assert_eq!(rewrite.name.as_str(), "rewrite");
         let failed = rewrite

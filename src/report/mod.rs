@@ -5,7 +5,8 @@
 //! module from the id), a severity, the migration it is about, a one-line
 //! message, the numbers it measured (`evidence`) and what to do (`advice`).
 //! Passing checks report too (severity `info`, with their measurements): a
-//! green run shows *why* it is green.
+//! green run shows *why* it is green. A check that could not measure says
+//! so (severity `skipped`), so a green run never hides what it did not test.
 //!
 //! A [`Report`] is the findings plus what was rehearsed (server, migrations,
 //! app versions, the safe deploy order). `passed` is "no error finding".
@@ -24,10 +25,13 @@ pub use json::render_json;
 pub use junit::render_junit;
 pub use text::render_text;
 
-/// How bad a finding is. Only `Error` fails a run.
+/// How bad a finding is. Only `Error` fails a run. `Skipped` is a check
+/// that could not measure what it exists to measure: never shown as ok,
+/// never counted as a pass (JUnit marks its case skipped).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
+    Skipped,
     Info,
     Warn,
     Error,
@@ -36,6 +40,7 @@ pub enum Severity {
 impl fmt::Display for Severity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
+            Severity::Skipped => "skipped",
             Severity::Info => "info",
             Severity::Warn => "warn",
             Severity::Error => "error",
@@ -284,6 +289,14 @@ pub(crate) fn sample_report() -> Report {
         .evidence("rows", 10)
         .advice("use a constant default"),
         Finding::new("locks", "lock-modes", Severity::Warn, Some(3), "scan"),
+        Finding::new(
+            "locks",
+            "probe-skipped",
+            Severity::Skipped,
+            Some(2),
+            "could not measure",
+        )
+        .advice("start it"),
     ];
     r.finish();
     r
@@ -297,8 +310,12 @@ mod tests {
     fn passed_means_no_error_and_findings_are_ordered() {
         let r = sample_report();
         assert!(!r.passed);
+        // V2 first (its info before its skipped), then V3's error.
         assert_eq!(r.findings[0].migration, Some(2));
-        assert_eq!(r.findings[1].severity, Severity::Error);
+        assert_eq!(r.findings[1].severity, Severity::Skipped);
+        assert_eq!(r.findings[2].severity, Severity::Error);
+        // A skipped finding does not fail a run, and is not an error.
+        assert_eq!(r.count(Severity::Skipped), 1);
         let mut ok = r.clone();
         ok.findings.retain(|f| f.severity != Severity::Error);
         ok.finish();

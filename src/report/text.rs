@@ -21,6 +21,7 @@ fn tag(s: Severity) -> &'static str {
         Severity::Error => "ERROR",
         Severity::Warn => "warn ",
         Severity::Info => "ok   ",
+        Severity::Skipped => "SKIP ",
     }
 }
 
@@ -75,12 +76,13 @@ pub fn render_text(report: &Report) -> String {
         for f in sorted {
             let _ = writeln!(out, "  {} {:<36} {}", tag(f.severity), f.id, f.message);
             let ev = evidence_line(f);
-            if !ev.is_empty() && f.severity != Severity::Info {
+            let plain = matches!(f.severity, Severity::Info);
+            if !ev.is_empty() && !plain {
                 let _ = writeln!(out, "        evidence: {ev}");
             } else if !ev.is_empty() {
                 let _ = writeln!(out, "        {ev}");
             }
-            if !f.advice.is_empty() && f.severity != Severity::Info {
+            if !f.advice.is_empty() && !plain {
                 let _ = writeln!(out, "        advice:   {}", f.advice);
             }
         }
@@ -100,10 +102,11 @@ pub fn render_text(report: &Report) -> String {
     }
     let _ = writeln!(
         out,
-        "\n{}: {} error(s), {} warning(s), {} check(s) run, {:.1} s",
+        "\n{}: {} error(s), {} warning(s), {} skipped, {} check(s) run, {:.1} s",
         if report.passed { "PASSED" } else { "FAILED" },
         report.count(Severity::Error),
         report.count(Severity::Warn),
+        report.count(Severity::Skipped),
         report.checks.len(),
         report.duration_ms as f64 / 1000.0
     );
@@ -126,6 +129,13 @@ mod tests {
             text.contains("1. apply V3, then roll out the current app"),
             "{text}"
         );
-        assert!(text.contains("FAILED: 1 error(s), 1 warning(s)"), "{text}");
+        assert!(
+            text.contains("FAILED: 1 error(s), 1 warning(s), 1 skipped"),
+            "{text}"
+        );
+        assert!(
+            text.contains("SKIP  locks.probe-skipped") && text.contains("advice:   start it"),
+            "{text}"
+        );
     }
 }

@@ -12,6 +12,8 @@
 //! (`rollsafe::dao`), which executes those very files: the verifier proves
 //! the code that ships.
 
+use std::collections::BTreeSet;
+
 use postgres::Client;
 use uuid::Uuid;
 
@@ -32,6 +34,19 @@ pub enum AppError {
     MissingHeader { source_name: String },
     #[error("{source_name}: `-- needs: {value}` is not a schema version number")]
     BadNeeds { source_name: String, value: String },
+    #[error("{source_name}: statement `{statement}` has `-- kind: {value}`; use `-- kind: read` or `-- kind: write`")]
+    BadKind {
+        source_name: String,
+        statement: String,
+        value: String,
+    },
+}
+
+/// What a statement does to the tables it touches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Read,
+    Write,
 }
 
 /// One app version: its statements and its rollout window's start.
@@ -58,7 +73,47 @@ impl AppVersion {
                 source_name: set.source.clone(),
                 value: needs_text.to_string(),
             })?;
+        for st in set.statements() {
+            for value in st.meta_values("kind") {
+                if !matches!(value.trim(), "read" | "write") {
+                    return Err(AppError::BadKind {
+                        source_name: set.source.clone(),
+                        statement: st.name.clone(),
+                        value: value.to_string(),
+                    });
+                }
+            }
+        }
         Ok(AppVersion { name, needs, set })
+    }
+
+    /// The statement's `-- kind:` declaration, if it has one.
+    pub fn declared_kind(&self, statement: &str) -> Option<Kind> {
+        let st = self.set.get(statement).ok()?;
+        let value = st.meta_values("kind").last()?;
+        Some(if value.trim() == "write" {
+            Kind::Write
+        } else {
+            Kind::Read
+        })
+    }
+
+    /// The names of the statements that write: declared with `-- kind:`,
+    /// else seen taking a writer's lock when replayed (`outcomes`, from
+    /// [`crate::verify::replay::replay_all`]). Never guessed from the first
+    /// keyword: `WITH … UPDATE` writes.
+    pub fn writers(&self, outcomes: &[crate::verify::replay::Outcome]) -> BTreeSet<String> {
+        self.set
+            .statements()
+            .iter()
+            .filter(|st| match self.declared_kind(&st.name) {
+                Some(k) => k == Kind::Write,
+                None => outcomes
+                    .iter()
+                    .any(|o| o.statement == st.name && o.writes()),
+            })
+            .map(|st| st.name.clone())
+            .collect()
     }
 
     pub fn parse(source: &str, text: &str) -> Result<AppVersion, AppError> {
@@ -187,5 +242,18 @@ mod tests {
         let err = AppVersion::parse("x.sql", "-- app: a\n-- needs: two\n-- name: a\nSELECT 1")
             .unwrap_err();
         assert!(err.to_string().contains("`-- needs: two`"), "{err}");
+        let err = AppVersion::parse(
+            "x.sql",
+            "-- app: a\n-- needs: 2\n-- name: s\n-- kind: wirte\nSELECT 1",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("`-- kind: wirte`"), "{err}");
+        let app = AppVersion::parse(
+            "x.sql",
+            "-- app: a\n-- needs: 2\n-- name: s\n-- kind: write\nSELECT 1",
+        )
+        .unwrap();
+        assert_eq!(app.declared_kind("s"), Some(Kind::Write));
+        assert!(app.writers(&[]).contains("s"));
     }
 }

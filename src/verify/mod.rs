@@ -25,10 +25,13 @@
 
 pub mod apps;
 pub mod checks;
+pub mod lock_modes;
+pub mod predict;
 pub mod rehearsal;
 pub mod replay;
 pub mod seed;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -37,25 +40,33 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 use crate::catalog::{Catalog, Source};
-use crate::report::{CheckRun, Finding, RehearsedApp, Report, Severity};
+use crate::lock_policy::LockPolicy;
+use crate::report::{CheckRun, Finding, RehearsedApp, Report};
 use crate::sandbox::{Database, Sandbox, SandboxError};
 use crate::schema::Snapshot;
 
 use apps::{AppError, AppVersion};
 use checks::{apply, backfill, compat, dao, locks, post, rewrite};
-use rehearsal::{End, LockTimeoutProbe};
+use lock_modes::Needs;
+use predict::Sizes;
+use rehearsal::{End, LiveApp, LongTransactionProbe};
+use replay::Outcome;
 
 /// Default rows per seeded rehearsal: enough that work proportional to the
 /// table shows up in rows and files, small enough to seed in well under a
 /// second.
 pub const DEFAULT_ROWS: u64 = 10_000;
-/// Default lock timeout (what `rollsafe migrate` uses too).
-pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 /// Rows written on the compat scenario's database, so statements that
 /// need existing data find some.
 const COMPAT_ROWS: u64 = 50;
 /// How long the live workload runs before and after the migration.
 const WORKLOAD_MARGIN: Duration = Duration::from_millis(100);
+
+/// How long the long-transaction probe keeps its transaction open: long
+/// enough for the lock policy to step up to its cap a few times.
+fn long_transaction(policy: &LockPolicy) -> Duration {
+    (policy.max_timeout * 3).max(Duration::from_secs(1))
+}
 
 /// Why a rehearsal could not run at all (as opposed to findings).
 #[derive(Debug, Error)]
@@ -87,7 +98,9 @@ pub struct Verify {
     catalog: Catalog,
     apps: Vec<AppVersion>,
     rows: u64,
-    lock_timeout: Duration,
+    lock_policy: LockPolicy,
+    stall_budget: Duration,
+    sizes: Sizes,
     expected: ExpectedSchema,
     progress: Option<Progress>,
 }
@@ -126,7 +139,9 @@ impl Verify {
             catalog,
             apps: apps::embedded_apps()?,
             rows: DEFAULT_ROWS,
-            lock_timeout: DEFAULT_LOCK_TIMEOUT,
+            lock_policy: LockPolicy::default(),
+            stall_budget: locks::STALL_BUDGET,
+            sizes: Sizes::default(),
             expected,
             progress: None,
         })
@@ -137,8 +152,22 @@ impl Verify {
         self
     }
 
-    pub fn lock_timeout(mut self, t: Duration) -> Self {
-        self.lock_timeout = t;
+    /// The lock policy `rollsafe migrate` will apply with (verify runs
+    /// its retry loop behind a long transaction).
+    pub fn lock_policy(mut self, p: LockPolicy) -> Self {
+        self.lock_policy = p;
+        self
+    }
+
+    /// The longest any app statement may wait because of a migration.
+    pub fn stall_budget(mut self, d: Duration) -> Self {
+        self.stall_budget = d;
+        self
+    }
+
+    /// Production table sizes to predict lock holds at.
+    pub fn sizes(mut self, s: Sizes) -> Self {
+        self.sizes = s;
         self
     }
 
@@ -199,52 +228,7 @@ impl Verify {
         run.report.safe_order = compat::safe_order(&versions, &self.apps);
         let result = run.all();
         // Collect the background work even when the rehearsal stopped early.
-        if let Some(handle) = run.migrator.take() {
-            for (v, r) in handle.join().unwrap_or_default() {
-                let failed_on_empty = run
-                    .report
-                    .findings
-                    .iter()
-                    .any(|f| f.migration == Some(v) && f.id == "apply.fails-on-empty");
-                let reached = run
-                    .report
-                    .checks
-                    .iter()
-                    .any(|c| c.check == apply::CHECK && c.migration == Some(v));
-                if failed_on_empty || !reached {
-                    continue;
-                }
-                run.report.findings.push(match r {
-                    Ok(twice) => apply::evaluate_second_run(v, &twice),
-                    Err(e) => Finding::new(apply::CHECK, "migrator-fails", Severity::Error, Some(v), format!("rollsafe migrate fails on it: {}", replay::one_line(&e)))
-                        .advice("the migration must apply through the migrator (one transaction with its history row)"),
-                });
-            }
-        }
-        // Collect background probes even when the rehearsal stopped early.
-        for (v, handle) in std::mem::take(&mut run.probes) {
-            let result = handle.join();
-            // A migration that does not even apply has its finding already.
-            let failed_on_empty = run
-                .report
-                .findings
-                .iter()
-                .any(|f| f.migration == Some(v) && f.id == "apply.fails-on-empty");
-            if failed_on_empty {
-                continue;
-            }
-            match result {
-                Ok(Ok(probe)) => run.locks_probe_findings(v, &probe),
-                Ok(Err(e)) => run.report.findings.push(Finding::new(
-                    locks::CHECK,
-                    "probe-failed",
-                    Severity::Warn,
-                    Some(v),
-                    format!("long-transaction probe could not run: {e:#}"),
-                )),
-                Err(_) => {}
-            }
-        }
+        run.collect_background();
         result?;
         let mut report = run.report;
         report.duration_ms = started.elapsed().as_millis() as u64;
@@ -257,7 +241,7 @@ impl Verify {
     }
 }
 
-type ProbeHandle = JoinHandle<anyhow::Result<LockTimeoutProbe>>;
+type ProbeHandle = JoinHandle<anyhow::Result<LongTransactionProbe>>;
 
 /// A migration after stage 1: its empty-path results and seeded
 /// databases, waiting for stage 2.
@@ -269,6 +253,9 @@ struct Staged {
     applied_db: Database,
     at_zero: rehearsal::Applied,
     trace: Vec<String>,
+    /// The live apps' statements replayed on the seeded database (V{prev}).
+    live_outcomes: BTreeMap<String, Vec<Outcome>>,
+    tables: Vec<String>,
 }
 
 type MigratorHandle = JoinHandle<Vec<(i32, anyhow::Result<apply::SecondRun>)>>;
@@ -287,6 +274,39 @@ fn step<T, E: std::fmt::Display>(what: &str, r: Result<T, E>) -> Result<T, Verif
         step: what.to_string(),
         detail: format!("{e:#}"),
     })
+}
+
+/// What blocks the live apps: the lock modes their replayed statements
+/// took per table (a declared `-- kind: write` counts as ROW EXCLUSIVE on
+/// the tables it touched). With no live app, every table counts as read
+/// and written.
+fn needs_of(live: &[&AppVersion], outcomes: &BTreeMap<String, Vec<Outcome>>) -> Needs {
+    if live.is_empty() {
+        return Needs::unknown();
+    }
+    let mut needs = Needs::default();
+    for app in live {
+        for o in outcomes.get(&app.name).into_iter().flatten() {
+            let declared_write = app.declared_kind(&o.statement) == Some(apps::Kind::Write);
+            for (table, mode) in &o.locks {
+                needs.add(table, mode);
+                if declared_write {
+                    needs.add(table, "RowExclusiveLock");
+                }
+            }
+        }
+    }
+    needs
+}
+
+/// The live apps with the names of their writing statements.
+fn live_apps<'a>(
+    live: &[&'a AppVersion],
+    outcomes: &BTreeMap<String, Vec<Outcome>>,
+) -> Vec<LiveApp<'a>> {
+    live.iter()
+        .map(|a| (*a, a.writers(outcomes.get(&a.name).map_or(&[][..], |o| o))))
+        .collect()
 }
 
 impl Run<'_> {
@@ -312,30 +332,137 @@ impl Run<'_> {
         step("reading the schema", Snapshot::read(&mut c))
     }
 
-    /// What each app's reader lists over a sample of input collections.
+    /// Whether migration `v` failed to apply even on an empty database
+    /// (its background results then add nothing).
+    fn failed_on_empty(&self, v: i32) -> bool {
+        self.report
+            .findings
+            .iter()
+            .any(|f| f.migration == Some(v) && f.id == "apply.fails-on-empty")
+    }
+
+    /// Joins the migrator and the long-transaction probes and turns what
+    /// they measured into findings. A thread that died is a finding too:
+    /// nothing is dropped silently.
+    fn collect_background(&mut self) {
+        if let Some(handle) = self.migrator.take() {
+            let results = handle.join().unwrap_or_else(|_| {
+                vec![(
+                    0,
+                    Err(anyhow::anyhow!("the migrator's thread panicked (a bug in rollsafe)")),
+                )]
+            });
+            for (v, r) in results {
+                let reached = self
+                    .report
+                    .checks
+                    .iter()
+                    .any(|c| c.check == apply::CHECK && c.migration == Some(v));
+                if self.failed_on_empty(v) || (v != 0 && !reached) {
+                    continue;
+                }
+                let v = (v != 0).then_some(v);
+                self.report.findings.push(apply::evaluate_second_run(v, r));
+            }
+        }
+        for (v, handle) in std::mem::take(&mut self.probes) {
+            let result = handle.join();
+            if self.failed_on_empty(v) {
+                continue;
+            }
+            let findings = match result {
+                Ok(Ok(probe)) => locks::evaluate_probe(
+                    v,
+                    &probe,
+                    &self.v.lock_policy,
+                    self.v.stall_budget,
+                ),
+                Ok(Err(e)) => vec![locks::probe_could_not_run(v, &format!("{e:#}"))],
+                Err(_) => vec![locks::probe_could_not_run(
+                    v,
+                    "its thread panicked (a bug in rollsafe)",
+                )],
+            };
+            self.report.findings.extend(findings);
+        }
+    }
+
+    /// What each app's list reader returns over a sample of input
+    /// collections.
     fn visible(db: &Database, apps: &[&AppVersion]) -> Result<backfill::Visible, VerifyError> {
-        let mut out = backfill::Visible::new();
+        let mut out = backfill::Visible::default();
         if apps.is_empty() {
             return Ok(out);
         }
         let mut c = step("connecting", db.connect())?;
         let collections = match backfill::sample_collections(&mut c) {
             Ok(c) => c,
-            // No attached_functions table yet: nothing to compare.
-            Err(_) => return Ok(out),
+            Err(e) => {
+                out.not_listed = Some(format!(
+                    "the rows to compare could not be sampled ({})",
+                    replay::message(&e)
+                ));
+                return Ok(out);
+            }
         };
+        out.sampled = collections.len();
+        if collections.is_empty() {
+            out.not_listed = Some("no rows to compare".into());
+        }
+        let mut driven = false;
         for app in apps {
-            if let Some(d) = app.driver() {
-                let mut seen = std::collections::BTreeSet::new();
-                for coll in &collections {
-                    match d.list(&mut c, *coll) {
-                        Ok(ids) => seen.extend(ids),
-                        // A reader that fails is compat's finding.
-                        Err(_) => break,
+            let Some(d) = app.driver() else { continue };
+            driven = true;
+            let mut seen = std::collections::BTreeSet::new();
+            let mut failed = None;
+            for coll in &collections {
+                match d.list(&mut c, *coll) {
+                    Ok(ids) => seen.extend(ids),
+                    Err(e) => {
+                        failed = Some(replay::one_line(&e));
+                        break;
                     }
                 }
-                out.insert(app.name.clone(), seen);
             }
+            match failed {
+                Some(e) => out.failed.push((app.name.clone(), e)),
+                None => {
+                    out.seen.insert(app.name.clone(), seen);
+                }
+            }
+        }
+        if !driven {
+            out.not_listed = Some("no live app has a reader rollsafe can drive".into());
+        }
+        Ok(out)
+    }
+
+    fn public_tables(db: &Database) -> Result<Vec<String>, VerifyError> {
+        let mut c = step("connecting", db.connect())?;
+        Ok(step(
+            "listing tables",
+            c.query(
+                "SELECT tablename::text FROM pg_tables WHERE schemaname = 'public' ORDER BY 1",
+                &[],
+            ),
+        )?
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect())
+    }
+
+    fn replay_apps(
+        db: &Database,
+        apps: &[&AppVersion],
+    ) -> Result<BTreeMap<String, Vec<Outcome>>, VerifyError> {
+        let mut out = BTreeMap::new();
+        if apps.is_empty() {
+            return Ok(out);
+        }
+        let mut c = step("connecting", db.connect())?;
+        for app in apps {
+            let outcomes = step("replaying statements", replay::replay_all(&mut c, app))?;
+            out.insert(app.name.clone(), outcomes);
         }
         Ok(out)
     }
@@ -347,11 +474,11 @@ impl Run<'_> {
         // (apply: a second run is a no-op), on a database of its own, in
         // the background.
         let migrator_db = self.sandbox.fresh_database()?;
-        let (catalog, timeout) = (self.v.catalog.clone(), self.v.lock_timeout);
+        let (catalog, policy) = (self.v.catalog.clone(), self.v.lock_policy);
         self.migrator = Some(std::thread::spawn(move || {
             let mut out = Vec::new();
             for m in catalog.migrations() {
-                let r = apply::second_run(migrator_db.url(), &catalog, m.version, timeout);
+                let r = apply::second_run(migrator_db.url(), &catalog, m.version, policy);
                 let failed = r.is_err();
                 out.push((m.version, r));
                 if failed {
@@ -377,17 +504,7 @@ impl Run<'_> {
                 let mut c = step("connecting", seeded.connect())?;
                 let s = step("seeding", seed::seed(&mut c, &live, self.v.rows))?;
                 if let Some((app, e)) = s.failed.first() {
-                    // A live app that cannot write on V{prev}: the earlier
-                    // migration broke it; nothing later can be rehearsed.
-                    stopped = Some(vec![Finding::new(
-                        compat::CHECK,
-                        "live-app-cannot-write",
-                        Severity::Error,
-                        Some(prev),
-                        format!("the {app} app cannot write its rows on V{prev} ({e}); V{v} and later were not rehearsed"),
-                    )
-                    .evidence("app", app.clone())
-                    .advice("keep every column a live app version writes insertable (nullable or with a default) until no running version writes it")]);
+                    stopped = Some(vec![compat::live_app_cannot_write(prev, v, app, e)]);
                     break;
                 }
                 s.per_app
@@ -395,22 +512,30 @@ impl Run<'_> {
                     .map(|(_, n, k)| *n as i64 + *k as i64)
                     .sum::<i64>()
             };
+            // What the live apps' statements do on V{prev}: their kinds and
+            // locks decide what blocks them; compat reports failures.
+            let live_outcomes = Self::replay_apps(&seeded, &live)?;
+            let tables = Self::public_tables(&seeded)?;
             let applied_db = self.clone_db(&seeded)?;
             if prev > 0 {
                 let probe_db = self.clone_db(&seeded)?;
-                let tables = {
-                    let mut c = step("connecting", probe_db.connect())?;
-                    step(
-                        "listing tables",
-                        c.query("SELECT tablename::text FROM pg_tables WHERE schemaname = 'public' ORDER BY 1", &[]),
-                    )?
-                    .iter()
-                    .map(|r| r.get::<_, String>(0))
-                    .collect::<Vec<_>>()
-                };
-                let (sql, timeout) = (m.sql.clone(), self.v.lock_timeout);
+                let sql = m.sql.clone();
+                let (tables, policy) = (tables.clone(), self.v.lock_policy);
+                let apps: Vec<(AppVersion, std::collections::BTreeSet<String>)> =
+                    live_apps(&live, &live_outcomes)
+                        .into_iter()
+                        .map(|(a, w)| (a.clone(), w))
+                        .collect();
                 let handle = std::thread::spawn(move || {
-                    let r = rehearsal::probe_lock_timeout(probe_db.url(), &sql, &tables, timeout);
+                    let apps: Vec<LiveApp> = apps.iter().map(|(a, w)| (a, w.clone())).collect();
+                    let r = rehearsal::probe_long_transaction(
+                        probe_db.url(),
+                        &sql,
+                        &tables,
+                        &apps,
+                        policy,
+                        long_transaction(&policy),
+                    );
                     drop(probe_db);
                     r
                 });
@@ -450,6 +575,8 @@ impl Run<'_> {
                 applied_db,
                 at_zero,
                 trace,
+                live_outcomes,
+                tables,
             });
             empty_prev = empty;
             prev = v;
@@ -475,29 +602,30 @@ impl Run<'_> {
                 applied_db,
                 at_zero,
                 trace,
+                live_outcomes,
+                tables,
                 ..
             } = st;
+            let needs = needs_of(&live, &live_outcomes);
             // The measured apply, with the live apps' workload running
-            // against the same database (its writes are rolled back; the
-            // measurements are per backend, so they stay the migration's).
+            // against the same database (everything it does is rolled
+            // back; the measurements are per backend, so they stay the
+            // migration's).
             self.v.say(&format!(
                 "V{v}: applying on {seeded_rows} seeded rows under the live apps' workload"
             ));
-            let workload = if live.is_empty() {
-                None
-            } else {
-                let w = step(
-                    "starting the workload",
-                    rehearsal::Workload::start(applied_db.url(), &live),
-                )?;
-                std::thread::sleep(WORKLOAD_MARGIN);
-                Some(w)
-            };
+            let workload = step(
+                "starting the workload",
+                rehearsal::Workload::start(
+                    applied_db.url(),
+                    &live_apps(&live, &live_outcomes),
+                    &tables,
+                ),
+            )?;
+            std::thread::sleep(WORKLOAD_MARGIN);
             let at_n = rehearsal::apply_measured(applied_db.url(), &m.sql, None, End::Commit);
-            let workload = workload.map(|w| {
-                std::thread::sleep(WORKLOAD_MARGIN);
-                w.stop()
-            });
+            std::thread::sleep(WORKLOAD_MARGIN);
+            let workload = workload.stop();
             let at_n = step("applying on a seeded database", at_n)?;
             self.report.findings.extend(apply::evaluate(
                 v,
@@ -509,17 +637,19 @@ impl Run<'_> {
                 seeded_failed = true;
                 break;
             }
+            let holds = predict::holds(&at_zero, &at_n, &needs, &self.v.sizes);
             self.ran(rewrite::CHECK, Some(v));
             self.report
                 .findings
-                .extend(rewrite::evaluate(v, &at_zero, &at_n));
+                .extend(rewrite::evaluate(v, &at_zero, &at_n, &needs, &holds));
             self.ran(locks::CHECK, Some(v));
             self.report.findings.extend(locks::evaluate(
                 v,
                 &at_n,
-                workload.as_ref(),
-                None,
-                self.v.lock_timeout,
+                (!live.is_empty()).then_some(&workload),
+                &needs,
+                &holds,
+                self.v.stall_budget,
             ));
 
             // Backfill: right after the migration, every row existed before.
@@ -542,21 +672,21 @@ impl Run<'_> {
                 &newly,
             ));
 
-            // Compat: the running apps on the schema before, every app
-            // that may run on the schema after, then cross-version
+            // Compat: the running apps on the schema before (replayed in
+            // stage 1), every app that may run on the schema after, the
+            // types the running apps read and bind, then cross-version
             // behaviour (which writes; the applied database is not needed
             // unchanged any more: only its schema is, for post).
             self.v.say(&format!("V{v}: replaying the apps' statements"));
             self.ran(compat::CHECK, Some(v));
-            {
-                let mut c = step("connecting", seeded.connect())?;
-                for app in &live {
-                    let outcomes = step("replaying statements", replay::replay_all(&mut c, app))?;
+            for app in &live {
+                if let Some(outcomes) = live_outcomes.get(&app.name) {
                     self.report
                         .findings
-                        .extend(compat::replay_findings(v, app, prev, &outcomes));
+                        .extend(compat::replay_findings(v, app, prev, outcomes));
                 }
             }
+            drop(seeded);
             if !runnable.is_empty() {
                 let mut c = step("connecting", applied_db.connect())?;
                 let seeded_now = step(
@@ -564,25 +694,20 @@ impl Run<'_> {
                     seed::seed(&mut c, &runnable, COMPAT_ROWS),
                 )?;
                 for (app, e) in &seeded_now.failed {
-                    self.report.findings.push(
-                        Finding::new(
-                            compat::CHECK,
-                            "rows-cannot-be-written",
-                            Severity::Warn,
-                            Some(v),
-                            format!(
-                                "rows shaped like the {app} app's cannot be written on V{v}: {e}"
-                            ),
-                        )
-                        .evidence("app", app.clone())
-                        .advice("see the statement failures of this app on this version"),
-                    );
+                    self.report
+                        .findings
+                        .push(compat::rows_cannot_be_written(v, app, e));
                 }
                 for app in &runnable {
                     let outcomes = step("replaying statements", replay::replay_all(&mut c, app))?;
                     self.report
                         .findings
                         .extend(compat::replay_findings(v, app, v, &outcomes));
+                    if let Some(before) = live_outcomes.get(&app.name) {
+                        self.report
+                            .findings
+                            .extend(compat::type_changes(v, app, prev, before, &outcomes));
+                    }
                 }
                 // Cross-version: each app still running against each newer
                 // one that may run on this schema.
@@ -594,8 +719,6 @@ impl Run<'_> {
                     }
                 }
             }
-
-            drop(seeded);
             last_seeded = Some(applied_db);
         }
         if let Some(failure) = &stopped {
@@ -635,19 +758,5 @@ impl Run<'_> {
             .extend(post::evaluate(prev, &seeded_final, &empty_final, expected));
         self.v.say("waiting for the long-transaction probes");
         Ok(())
-    }
-
-    fn locks_probe_findings(&mut self, v: i32, probe: &LockTimeoutProbe) {
-        let f = locks::evaluate(
-            v,
-            &rehearsal::Applied::default(),
-            None,
-            Some(probe),
-            self.v.lock_timeout,
-        );
-        // Only the probe's own finding: the measured one was reported already.
-        self.report
-            .findings
-            .extend(f.into_iter().filter(|f| f.id != "locks.measured"));
     }
 }

@@ -1,18 +1,25 @@
 //! The measuring instruments of a rehearsal: applying a migration inside a
-//! transaction while reading what it does (locks, rows touched, table
-//! rewrites, WAL), a concurrent app workload that records its stalls, and
-//! the long-transaction probe for lock timeouts.
+//! transaction one statement at a time while reading what each statement
+//! did (locks, rows and blocks touched, time), a concurrent app workload
+//! that records its stalls, and the long-transaction probe that runs the
+//! real lock-retry loop ([`LockPolicy`]) behind an open app transaction.
 //!
-//! Measurements are taken *inside* the migration's transaction, before it
-//! commits: `pg_locks` shows the locks it holds, `pg_stat_xact_user_tables`
-//! the rows it touched so far, `pg_class.relfilenode` whether a table got a
-//! new file (a rewrite). The migration runs on a fresh connection so that
-//! the per-transaction statistics hold nothing else (PostgreSQL 15 keeps a
-//! backend's unflushed counts from earlier transactions in that view).
+//! Measurements are taken *inside* the migration's transaction, after each
+//! statement and before it commits: `pg_locks` shows the locks it holds so
+//! far (a transaction keeps every lock until it ends), the per-transaction
+//! statistics functions (`pg_stat_get_xact_*`) the tuples read, fetched and
+//! written and the heap and index blocks touched per table, and
+//! `pg_class.relfilenode` at the end whether a table got a new file (a
+//! rewrite). The migration runs on a fresh connection so that those
+//! statistics hold nothing else (PostgreSQL 15 keeps a backend's unflushed
+//! counts from earlier transactions in them).
+//!
+//! Statements come from the real grammar ([`crate::sql::split`]); where it
+//! cannot split a file exactly, the file is measured as one statement.
 //!
 //! Checks turn these numbers into findings; nothing here judges.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -21,33 +28,83 @@ use std::time::{Duration, Instant};
 use postgres::Client;
 
 use super::apps::AppVersion;
+use super::lock_modes;
 use super::replay;
 use crate::db;
+use crate::lock_policy::{is_lock_timeout, LockPolicy};
 
-/// Lock modes (pg_locks spelling) that block the app's writes (which take
-/// ROW EXCLUSIVE) — and, for ACCESS EXCLUSIVE, its reads (ACCESS SHARE).
-pub const BLOCKS_WRITES: &[&str] = &[
-    "ShareLock",
-    "ShareRowExclusiveLock",
-    "ExclusiveLock",
-    "AccessExclusiveLock",
-];
-pub const BLOCKS_READS: &[&str] = &["AccessExclusiveLock"];
+/// Work one statement (or a whole migration) did on one table: counts from
+/// the per-transaction statistics, indexes of the table included.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Work {
+    pub seq_scans: i64,
+    /// Tuples read by sequential scans (a full pass over the table).
+    pub tuples_read: i64,
+    /// Tuples fetched through indexes.
+    pub tuples_fetched: i64,
+    pub inserted: i64,
+    pub updated: i64,
+    pub deleted: i64,
+    /// Heap blocks requested (from shared buffers or disk).
+    pub heap_blocks: i64,
+    /// Index blocks requested.
+    pub index_blocks: i64,
+}
+
+impl Work {
+    fn minus(self, o: Work) -> Work {
+        Work {
+            seq_scans: self.seq_scans - o.seq_scans,
+            tuples_read: self.tuples_read - o.tuples_read,
+            tuples_fetched: self.tuples_fetched - o.tuples_fetched,
+            inserted: self.inserted - o.inserted,
+            updated: self.updated - o.updated,
+            deleted: self.deleted - o.deleted,
+            heap_blocks: self.heap_blocks - o.heap_blocks,
+            index_blocks: self.index_blocks - o.index_blocks,
+        }
+    }
+
+    fn plus(self, o: Work) -> Work {
+        Work {
+            seq_scans: self.seq_scans + o.seq_scans,
+            tuples_read: self.tuples_read + o.tuples_read,
+            tuples_fetched: self.tuples_fetched + o.tuples_fetched,
+            inserted: self.inserted + o.inserted,
+            updated: self.updated + o.updated,
+            deleted: self.deleted + o.deleted,
+            heap_blocks: self.heap_blocks + o.heap_blocks,
+            index_blocks: self.index_blocks + o.index_blocks,
+        }
+    }
+
+    /// Rows changed one by one.
+    pub fn rows_written(&self) -> i64 {
+        self.updated + self.deleted
+    }
+
+    /// Whether this work grows with the table (`pages` = its heap pages
+    /// before the migration): a sequential pass over its rows, every heap
+    /// page read, or rows updated or deleted. Constant work — a catalog
+    /// change, a lookup by key — is none of these.
+    pub fn grows_with_table(&self, pages: i64) -> bool {
+        self.tuples_read > 0 || self.rows_written() > 0 || (pages > 0 && self.heap_blocks >= pages)
+    }
+}
 
 /// What a migration did to one table that existed before it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TableWork {
     pub table: String,
     pub rows_before: i64,
+    /// Heap pages before (`relpages`, after the seed's ANALYZE).
+    pub pages_before: i64,
     /// The table got a new file: every row was rewritten.
     pub rewritten: bool,
     /// The table no longer exists afterwards.
     pub dropped: bool,
-    pub seq_scans: i64,
-    pub rows_scanned: i64,
-    pub rows_inserted: i64,
-    pub rows_updated: i64,
-    pub rows_deleted: i64,
+    /// Everything the migration did to it.
+    pub work: Work,
     /// Relation lock modes held on the table at the end of the migration.
     pub locks: Vec<String>,
     /// Indexes the migration built on this (existing) table.
@@ -55,32 +112,49 @@ pub struct TableWork {
 }
 
 impl TableWork {
-    pub fn blocks_writes(&self) -> bool {
-        self.locks
-            .iter()
-            .any(|l| BLOCKS_WRITES.contains(&l.as_str()))
-    }
-    pub fn blocks_reads(&self) -> bool {
-        self.locks
-            .iter()
-            .any(|l| BLOCKS_READS.contains(&l.as_str()))
-    }
     /// The strongest lock held, for messages.
     pub fn strongest_lock(&self) -> Option<&str> {
-        const ORDER: &[&str] = &[
-            "AccessShareLock",
-            "RowShareLock",
-            "RowExclusiveLock",
-            "ShareUpdateExclusiveLock",
-            "ShareLock",
-            "ShareRowExclusiveLock",
-            "ExclusiveLock",
-            "AccessExclusiveLock",
-        ];
-        self.locks
-            .iter()
-            .max_by_key(|l| ORDER.iter().position(|o| o == l))
-            .map(String::as_str)
+        lock_modes::strongest(self.locks.iter().map(String::as_str))
+    }
+
+    /// Whether the migration did work on it that grows with its size.
+    pub fn grows(&self) -> bool {
+        self.rows_before > 0
+            && (self.rewritten
+                || !self.new_indexes.is_empty()
+                || self.work.grows_with_table(self.pages_before))
+    }
+}
+
+/// One statement of a measured apply.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StatementRun {
+    /// 1-based line and column of its first character in the file.
+    pub line: usize,
+    pub column: usize,
+    pub excerpt: String,
+    pub duration: Duration,
+    /// Relation locks held on existing tables once it finished (every lock
+    /// taken so far: a transaction keeps them until it ends), by table.
+    pub locks_after: BTreeMap<String, Vec<String>>,
+    /// Its own work, per existing table.
+    pub work: BTreeMap<String, Work>,
+    /// Existing tables it gave a new file (rewrote every row of).
+    pub rewrote: Vec<String>,
+    /// (table, index) of indexes it built on existing tables.
+    pub built_indexes: Vec<(String, String)>,
+}
+
+impl StatementRun {
+    /// Whether its work on `t` grows with the table's size.
+    pub fn grows_on(&self, t: &TableWork) -> bool {
+        t.rows_before > 0
+            && (self.rewrote.contains(&t.table)
+                || self.built_indexes.iter().any(|(x, _)| *x == t.table)
+                || self
+                    .work
+                    .get(&t.table)
+                    .is_some_and(|w| w.grows_with_table(t.pages_before)))
     }
 }
 
@@ -90,6 +164,8 @@ pub struct Applied {
     /// The server's error when the migration failed (it was rolled back).
     pub error: Option<String>,
     pub sqlstate: Option<String>,
+    /// Index into `statements` of the statement that failed.
+    pub failed_statement: Option<usize>,
     /// Time spent executing the migration's SQL.
     pub duration: Duration,
     /// From the migration's first statement to its commit: how long the
@@ -100,11 +176,43 @@ pub struct Applied {
     pub wal_bytes: i64,
     /// Tables that existed before, by name.
     pub tables: BTreeMap<String, TableWork>,
+    /// Per statement, in file order (one entry for the whole file when the
+    /// grammar could not split it).
+    pub statements: Vec<StatementRun>,
+    /// Whether `statements` are the file's real statements.
+    pub split_exact: bool,
 }
 
 impl Applied {
     pub fn ok(&self) -> bool {
         self.error.is_none()
+    }
+
+    /// The first statement after which `mode` was held on `table`.
+    pub fn taken_at(&self, table: &str, mode: &str) -> Option<usize> {
+        self.statements.iter().position(|s| {
+            s.locks_after
+                .get(table)
+                .is_some_and(|m| m.iter().any(|x| x == mode))
+        })
+    }
+
+    /// How long a lock first held after statement `i` stayed held: that
+    /// statement and every later one, to the commit.
+    pub fn held_from(&self, i: usize) -> Duration {
+        let before: Duration = self.statements[..i.min(self.statements.len())]
+            .iter()
+            .map(|s| s.duration)
+            .sum();
+        self.held.saturating_sub(before)
+    }
+
+    /// "line 3: ALTER TABLE …" of statement `i`, for messages.
+    pub fn where_(&self, i: usize) -> String {
+        match self.statements.get(i) {
+            Some(s) if self.split_exact => format!("line {}: {}", s.line, s.excerpt),
+            _ => "the migration".to_string(),
+        }
     }
 }
 
@@ -117,14 +225,125 @@ pub enum End {
 }
 
 fn wal_lsn(c: &mut Client) -> Result<String, postgres::Error> {
-    Ok(
-        c.query_one("SELECT pg_current_wal_insert_lsn()::text", &[])?
-            .get(0),
-    )
+    Ok(c.query_one("SELECT pg_current_wal_insert_lsn()::text", &[])?
+        .get(0))
 }
 
-/// Applies `sql` to the database at `url` in one transaction, measuring.
-/// `lock_timeout` is set for the transaction when given.
+/// A table that exists before the migration, as the measurement needs it.
+struct Existing {
+    name: String,
+    oid: u32,
+    filenode: u32,
+    rows: i64,
+    pages: i64,
+    indexes: Vec<u32>,
+}
+
+/// Per-transaction counters of every existing table (its indexes summed
+/// in), read on the migration's own connection.
+fn xact_work(c: &mut Client, tables: &[Existing]) -> Result<BTreeMap<u32, Work>, postgres::Error> {
+    let mut oids: Vec<u32> = Vec::new();
+    for t in tables {
+        oids.push(t.oid);
+        oids.extend(&t.indexes);
+    }
+    let rows = c.query(
+        "SELECT o, pg_stat_get_xact_numscans(o), pg_stat_get_xact_tuples_returned(o),
+                pg_stat_get_xact_tuples_fetched(o), pg_stat_get_xact_tuples_inserted(o),
+                pg_stat_get_xact_tuples_updated(o), pg_stat_get_xact_tuples_deleted(o),
+                pg_stat_get_xact_blocks_fetched(o)
+           FROM unnest($1::oid[]) AS o",
+        &[&oids],
+    )?;
+    let by_oid: BTreeMap<u32, [i64; 7]> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.get::<_, u32>(0),
+                [r.get(1), r.get(2), r.get(3), r.get(4), r.get(5), r.get(6), r.get(7)],
+            )
+        })
+        .collect();
+    let mut out = BTreeMap::new();
+    for t in tables {
+        let mut w = Work::default();
+        if let Some(v) = by_oid.get(&t.oid) {
+            w.seq_scans = v[0];
+            w.tuples_read = v[1];
+            w.tuples_fetched = v[2];
+            w.inserted = v[3];
+            w.updated = v[4];
+            w.deleted = v[5];
+            w.heap_blocks = v[6];
+        }
+        for i in &t.indexes {
+            if let Some(v) = by_oid.get(i) {
+                w.tuples_fetched += v[2];
+                w.index_blocks += v[6];
+            }
+        }
+        out.insert(t.oid, w);
+    }
+    Ok(out)
+}
+
+/// Relation locks this backend holds on the existing tables, by table name.
+fn held_locks(
+    c: &mut Client,
+    tables: &[Existing],
+) -> Result<BTreeMap<String, Vec<String>>, postgres::Error> {
+    let oids: Vec<u32> = tables.iter().map(|t| t.oid).collect();
+    let rows = c.query(
+        "SELECT relation, mode FROM pg_locks
+          WHERE pid = pg_backend_pid() AND locktype = 'relation' AND granted
+            AND relation = ANY($1::oid[])",
+        &[&oids],
+    )?;
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for r in rows {
+        let oid: u32 = r.get(0);
+        if let Some(t) = tables.iter().find(|t| t.oid == oid) {
+            let modes = out.entry(t.name.clone()).or_default();
+            let mode: String = r.get(1);
+            if !modes.contains(&mode) {
+                modes.push(mode);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Current file of each existing table, and the indexes on them, on the
+/// migration's own connection (its uncommitted catalog).
+fn files_and_indexes(
+    c: &mut Client,
+    tables: &[Existing],
+) -> Result<(BTreeMap<u32, u32>, Vec<(u32, String, u32)>), postgres::Error> {
+    let oids: Vec<u32> = tables.iter().map(|t| t.oid).collect();
+    let files = c
+        .query(
+            "SELECT oid, relfilenode FROM pg_class WHERE oid = ANY($1::oid[])",
+            &[&oids],
+        )?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let indexes = c
+        .query(
+            "SELECT x.indrelid, i.relname::text, x.indexrelid
+               FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+              WHERE x.indrelid = ANY($1::oid[])",
+            &[&oids],
+        )?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    Ok((files, indexes))
+}
+
+/// Applies `sql` to the database at `url` in one transaction, statement by
+/// statement, measuring each. `lock_timeout` is set for the transaction
+/// when given.
 pub fn apply_measured(
     url: &str,
     sql: &str,
@@ -133,7 +352,7 @@ pub fn apply_measured(
 ) -> anyhow::Result<Applied> {
     // Sizes and files before, on a connection of their own (counting rows
     // would pollute the migration connection's statistics).
-    let mut before: BTreeMap<String, (u32, i64, u32)> = BTreeMap::new();
+    let mut existing: Vec<Existing> = Vec::new();
     let indexes_before: Vec<u32>;
     {
         let mut c = db::connect(url)?;
@@ -142,64 +361,113 @@ pub fn apply_measured(
             .iter()
             .map(|r| r.get(0))
             .collect();
-        let tables: Vec<(String, u32, u32)> = c
-            .query(
-                "SELECT c.relname, c.oid, c.relfilenode FROM pg_class c
-                 JOIN pg_namespace n ON n.oid = c.relnamespace
-                 WHERE n.nspname = 'public' AND c.relkind = 'r' ORDER BY 1",
-                &[],
-            )?
-            .iter()
-            .map(|r| (r.get(0), r.get(1), r.get(2)))
-            .collect();
-        for (name, oid, filenode) in tables {
+        let tables = c.query(
+            "SELECT c.relname::text, c.oid, c.relfilenode, greatest(c.relpages, 0)::int8,
+                    coalesce((SELECT array_agg(x.indexrelid) FROM pg_index x
+                               WHERE x.indrelid = c.oid), '{}')
+               FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+              WHERE n.nspname = 'public' AND c.relkind = 'r' ORDER BY 1",
+            &[],
+        )?;
+        for r in tables {
+            let name: String = r.get(0);
             let rows: i64 = c
                 .query_one(
                     &format!("SELECT count(*) FROM {}", db::quote_ident(&name)),
                     &[],
                 )?
                 .get(0);
-            before.insert(name, (oid, rows, filenode));
+            existing.push(Existing {
+                name,
+                oid: r.get(1),
+                filenode: r.get(2),
+                rows,
+                pages: r.get(3),
+                indexes: r.get(4),
+            });
         }
     }
+    let split = crate::sql::split(sql);
     let mut c = db::connect(url)?;
-    let mut out = Applied::default();
+    let mut out = Applied {
+        split_exact: split.exact,
+        ..Applied::default()
+    };
     c.batch_execute("BEGIN")?;
     if let Some(t) = lock_timeout {
         c.batch_execute(&format!("SET LOCAL lock_timeout = '{}ms'", t.as_millis()))?;
     }
     let lsn0 = wal_lsn(&mut c)?;
     let t0 = Instant::now();
-    if let Err(e) = c.batch_execute(sql) {
-        out.duration = t0.elapsed();
-        out.held = out.duration;
-        out.error = Some(replay::message(&e));
-        out.sqlstate = e.code().map(|s| s.code().to_string());
-        c.batch_execute("ROLLBACK")?;
-        return Ok(out);
+    let mut totals: BTreeMap<u32, Work> =
+        existing.iter().map(|t| (t.oid, Work::default())).collect();
+    let mut last_file: BTreeMap<u32, u32> = existing.iter().map(|t| (t.oid, t.filenode)).collect();
+    for (i, st) in split.statements.iter().enumerate() {
+        let started = Instant::now();
+        let result = c.batch_execute(&st.text);
+        let mut run = StatementRun {
+            line: st.line,
+            column: st.column,
+            excerpt: st.excerpt(60),
+            duration: started.elapsed(),
+            ..StatementRun::default()
+        };
+        if let Err(e) = result {
+            out.duration = t0.elapsed();
+            out.held = out.duration;
+            out.error = Some(if split.exact && split.statements.len() > 1 {
+                format!("line {}: {}", st.line, replay::message(&e))
+            } else {
+                replay::message(&e)
+            });
+            out.sqlstate = e.code().map(|s| s.code().to_string());
+            out.failed_statement = Some(i);
+            out.statements.push(run);
+            c.batch_execute("ROLLBACK")?;
+            return Ok(out);
+        }
+        let now = xact_work(&mut c, &existing)?;
+        for t in &existing {
+            let w = now[&t.oid].minus(totals[&t.oid]);
+            if w != Work::default() {
+                run.work.insert(t.name.clone(), w);
+            }
+        }
+        totals = now;
+        run.locks_after = held_locks(&mut c, &existing)?;
+        let (files, indexes) = files_and_indexes(&mut c, &existing)?;
+        for t in &existing {
+            if let (Some(now), Some(last)) = (files.get(&t.oid), last_file.get_mut(&t.oid)) {
+                if now != last {
+                    run.rewrote.push(t.name.clone());
+                    *last = *now;
+                }
+            }
+        }
+        for (table_oid, index, index_oid) in indexes {
+            let seen = indexes_before.contains(&index_oid)
+                || out
+                    .statements
+                    .iter()
+                    .any(|s| s.built_indexes.iter().any(|(_, i)| *i == index));
+            if !seen {
+                if let Some(t) = existing.iter().find(|t| t.oid == table_oid) {
+                    run.built_indexes.push((t.name.clone(), index));
+                }
+            }
+        }
+        out.statements.push(run);
     }
     out.duration = t0.elapsed();
-    let locks = c.query(
-        "SELECT l.relation, l.mode FROM pg_locks l
-         WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' AND l.granted",
-        &[],
-    )?;
-    let stats = c.query(
-        "SELECT relid, seq_scan, seq_tup_read, n_tup_ins, n_tup_upd, n_tup_del
-         FROM pg_stat_xact_user_tables",
-        &[],
-    )?;
+    let locks = held_locks(&mut c, &existing)?;
     let after: BTreeMap<u32, u32> = c
-        .query(
-            "SELECT oid, relfilenode FROM pg_class WHERE relkind = 'r'",
-            &[],
-        )?
+        .query("SELECT oid, relfilenode FROM pg_class WHERE relkind = 'r'", &[])?
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
     let indexes = c.query(
-        "SELECT x.indrelid, i.relname, x.indexrelid
-         FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid",
+        "SELECT x.indrelid, i.relname::text, x.indexrelid
+           FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid",
         &[],
     )?;
     let lsn1 = wal_lsn(&mut c)?;
@@ -209,36 +477,26 @@ pub fn apply_measured(
             &[&lsn1, &lsn0],
         )?
         .get(0);
-    for (name, (oid, rows, filenode)) in &before {
+    for t in &existing {
         let mut w = TableWork {
-            table: name.clone(),
-            rows_before: *rows,
+            table: t.name.clone(),
+            rows_before: t.rows,
+            pages_before: t.pages,
+            work: totals[&t.oid],
+            locks: locks.get(&t.name).cloned().unwrap_or_default(),
             ..TableWork::default()
         };
-        match after.get(oid) {
+        match after.get(&t.oid) {
             None => w.dropped = true,
-            Some(f) => w.rewritten = f != filenode,
-        }
-        for r in stats.iter().filter(|r| r.get::<_, u32>(0) == *oid) {
-            w.seq_scans += r.get::<_, i64>(1);
-            w.rows_scanned += r.get::<_, i64>(2);
-            w.rows_inserted += r.get::<_, i64>(3);
-            w.rows_updated += r.get::<_, i64>(4);
-            w.rows_deleted += r.get::<_, i64>(5);
-        }
-        for r in locks.iter().filter(|r| r.get::<_, u32>(0) == *oid) {
-            let mode: String = r.get(1);
-            if !w.locks.contains(&mode) {
-                w.locks.push(mode);
-            }
+            Some(f) => w.rewritten = *f != t.filenode,
         }
         for r in indexes
             .iter()
-            .filter(|r| r.get::<_, u32>(0) == *oid && !indexes_before.contains(&r.get(2)))
+            .filter(|r| r.get::<_, u32>(0) == t.oid && !indexes_before.contains(&r.get(2)))
         {
             w.new_indexes.push(r.get(1));
         }
-        out.tables.insert(name.clone(), w);
+        out.tables.insert(t.name.clone(), w);
     }
     match end {
         End::Commit => c.batch_execute("COMMIT")?,
@@ -246,6 +504,15 @@ pub fn apply_measured(
     }
     out.held = t0.elapsed();
     Ok(out)
+}
+
+/// Sums the statements' work (for tests and benches that build an
+/// [`Applied`] by hand).
+pub fn total_work(statements: &[StatementRun], table: &str) -> Work {
+    statements
+        .iter()
+        .filter_map(|s| s.work.get(table))
+        .fold(Work::default(), |a, w| a.plus(*w))
 }
 
 /// What a concurrent app workload went through.
@@ -260,76 +527,120 @@ pub struct WorkloadStats {
     pub error_count: u64,
 }
 
+/// Sets a flag when dropped: every loop a rehearsal starts watches one, so
+/// an early return (an error part-way) stops them all.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 /// Reader and writer threads running the live apps' statements in a loop
-/// (writes rolled back) until stopped.
+/// until stopped, plus one plain reader per table; every execution is
+/// rolled back, so nothing the workload does ever commits. Dropping it
+/// stops and joins every thread.
 pub struct Workload {
     stop: Arc<AtomicBool>,
     stats: Arc<Mutex<WorkloadStats>>,
     threads: Vec<JoinHandle<()>>,
 }
 
+/// A live app and the names of its statements that write (declared with
+/// `-- kind:` or seen taking write locks when replayed).
+pub type LiveApp<'a> = (&'a AppVersion, BTreeSet<String>);
+
 impl Workload {
-    /// Starts one reader and one writer per live app. Statements that do
-    /// not even prepare on the current schema are left out (compat reports
-    /// them).
-    pub fn start(url: &str, apps: &[&AppVersion]) -> anyhow::Result<Workload> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let stats = Arc::new(Mutex::new(WorkloadStats::default()));
-        let mut threads = Vec::new();
-        let ready = Arc::new(std::sync::Barrier::new(apps.len() * 2 + 1));
-        for app in apps {
+    /// Starts one reader and one writer thread per live app and a plain
+    /// reader of `tables`. Statements that do not even prepare on the
+    /// current schema are left out (compat reports them). All connections
+    /// are opened before any thread starts, so a failure leaves nothing
+    /// running.
+    pub fn start(url: &str, apps: &[LiveApp], tables: &[String]) -> anyhow::Result<Workload> {
+        type Job = (Client, Vec<replay::Prepared>, bool, String);
+        let mut jobs: Vec<Job> = Vec::new();
+        for (app, writes) in apps {
             for reads in [true, false] {
                 let mut c = db::connect(url)?;
                 let mut prepared = Vec::new();
                 for (i, st) in app.set.statements().iter().enumerate() {
-                    let handle = format!("rs_load_{i}");
-                    if let Ok(p) = replay::prepare(&mut c, app, &st.name, &handle) {
-                        if p.is_read == reads {
-                            prepared.push(p);
-                        }
+                    if writes.contains(&st.name) == reads {
+                        continue;
+                    }
+                    if let Ok(p) = replay::prepare(&mut c, app, &st.name, &format!("rs_load_{i}")) {
+                        prepared.push(p);
                     }
                 }
-                let (stop, stats, ready) = (stop.clone(), stats.clone(), ready.clone());
-                let app_name = app.name.clone();
-                threads.push(std::thread::spawn(move || {
-                    ready.wait();
-                    while !stop.load(Ordering::Relaxed) {
-                        if prepared.is_empty() {
-                            std::thread::sleep(Duration::from_millis(10));
-                            continue;
-                        }
-                        for p in &prepared {
-                            let t = Instant::now();
-                            let result = if reads {
-                                replay::execute(&mut c, p)
-                            } else {
-                                c.batch_execute("BEGIN")
-                                    .map_err(|e| (replay::Step::Execute, e))
-                                    .and_then(|_| replay::execute(&mut c, p))
-                            };
-                            if !reads {
-                                let _ = c.batch_execute("ROLLBACK");
-                            }
-                            let took = t.elapsed();
-                            let mut s = stats.lock().unwrap();
-                            s.statements += 1;
-                            let name = format!("{app_name}.{}", p.statement);
-                            if took > s.max_stall {
-                                s.max_stall = took;
-                                s.max_stall_statement = name.clone();
-                            }
-                            if let Err((_, e)) = result {
-                                s.error_count += 1;
-                                if s.errors.len() < 5 {
-                                    s.errors.push((name, replay::message(&e)));
-                                }
-                            }
-                        }
-                    }
-                }));
+                jobs.push((c, prepared, reads, app.name.clone()));
             }
         }
-        ready.wait();
+        let plain_reader = db::connect(url)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(Mutex::new(WorkloadStats::default()));
+        let record = |stats: &Mutex<WorkloadStats>, name: String, took: Duration, err: Option<String>| {
+            let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
+            s.statements += 1;
+            if took > s.max_stall {
+                s.max_stall = took;
+                s.max_stall_statement = name.clone();
+            }
+            if let Some(m) = err {
+                s.error_count += 1;
+                if s.errors.len() < 5 {
+                    s.errors.push((name, m));
+                }
+            }
+        };
+        let mut threads = Vec::new();
+        for (mut c, prepared, reads, app_name) in jobs {
+            let (stop, stats) = (stop.clone(), stats.clone());
+            threads.push(std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if prepared.is_empty() {
+                        std::thread::sleep(Duration::from_millis(10));
+                        continue;
+                    }
+                    for p in &prepared {
+                        let t = Instant::now();
+                        let result = c
+                            .batch_execute("BEGIN")
+                            .map_err(|e| (replay::Step::Execute, e))
+                            .and_then(|_| replay::execute(&mut c, p));
+                        let _ = c.batch_execute("ROLLBACK");
+                        let kind = if reads { "read" } else { "write" };
+                        record(
+                            &stats,
+                            format!("{app_name}.{} ({kind})", p.statement),
+                            t.elapsed(),
+                            result.err().map(|(_, e)| replay::message(&e)),
+                        );
+                    }
+                }
+            }));
+        }
+        {
+            let (stop, stats, tables) = (stop.clone(), stats.clone(), tables.to_vec());
+            let mut c = plain_reader;
+            threads.push(std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    for t in &tables {
+                        let t0 = Instant::now();
+                        let r = c.batch_execute(&format!(
+                            "SELECT 1 FROM {} LIMIT 1",
+                            db::quote_ident(t)
+                        ));
+                        record(
+                            &stats,
+                            format!("a reader of {t}"),
+                            t0.elapsed(),
+                            r.err().map(|e| replay::message(&e)),
+                        );
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }));
+        }
         Ok(Workload {
             stop,
             stats,
@@ -337,49 +648,81 @@ impl Workload {
         })
     }
 
-    pub fn stop(self) -> WorkloadStats {
+    /// Stops every thread and returns what they went through.
+    pub fn stop(mut self) -> WorkloadStats {
+        self.halt();
+        let s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        s.clone()
+    }
+
+    fn halt(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads {
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
-        let s = self.stats.lock().unwrap().clone();
-        s
     }
 }
 
-/// The long-transaction probe: an app transaction holds the tables the
-/// migration locks; the migration, with its lock timeout, must give up.
-#[derive(Debug, Clone, Default)]
-pub struct LockTimeoutProbe {
+impl Drop for Workload {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+/// How the migration fared behind the long transaction.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProbeEnd {
+    /// It got its locks on the first attempt while the transaction was
+    /// open: its locks do not conflict with an app transaction.
+    NoConflict,
+    /// It retried while the transaction was open and completed after it
+    /// ended (`after` = from the end of the transaction to completion).
+    CompletedAfterRelease { after: Duration },
+    /// It waited on one lock far longer than the policy's cap (its SQL
+    /// changes `lock_timeout`); rollsafe cancelled it.
+    IgnoredLockTimeout,
+    /// The policy's window closed before it could complete.
+    GaveUp,
+    /// It failed otherwise (the apply check reports that).
+    Failed(String),
+    /// It was still running long after the transaction ended, waiting on
+    /// nothing rollsafe could see; rollsafe cancelled it.
+    TimedOut,
+}
+
+/// The long-transaction probe: an app transaction holds the tables; the
+/// migration runs the real retry loop ([`LockPolicy::run`]) while the live
+/// apps' workload runs; the transaction ends after `hold`.
+#[derive(Debug, Clone)]
+pub struct LongTransactionProbe {
     /// Tables the long transaction held (ROW EXCLUSIVE, like an open write
     /// transaction).
     pub held_tables: Vec<String>,
-    /// The migration completed anyway: its locks do not conflict.
-    pub completed: bool,
-    /// It failed with lock_not_available (55P03).
-    pub gave_up: bool,
-    /// It failed otherwise (message), or was cancelled by the watchdog.
-    pub other_error: Option<String>,
-    pub cancelled_by_watchdog: bool,
-    /// How long the migration waited before giving up (or finishing).
-    pub waited: Duration,
-    /// The longest a reader of those tables stalled meanwhile.
-    pub reader_stall: Duration,
-    pub reader_queries: u64,
+    pub hold: Duration,
+    pub end: ProbeEnd,
+    pub attempts: u32,
+    /// The longest the migration's backend waited on one lock in one go.
+    pub longest_lock_wait: Duration,
+    /// What the apps' statements (and a plain reader) went through.
+    pub app: WorkloadStats,
 }
 
-/// Runs the probe on the database at `url` (it is left unchanged: the
-/// migration is rolled back in every case).
-pub fn probe_lock_timeout(
+/// How much longer than the policy's cap one lock wait may last before the
+/// migration is taken to ignore its lock timeout (scheduling on a loaded
+/// machine).
+pub const LOCK_WAIT_SLACK: Duration = Duration::from_secs(1);
+
+/// Runs the probe on the database at `url`. The database is left
+/// unchanged: every attempt of the migration is rolled back. Every thread
+/// and connection it starts is gone when it returns, error or not.
+pub fn probe_long_transaction(
     url: &str,
     sql: &str,
     tables: &[String],
-    lock_timeout: Duration,
-) -> anyhow::Result<LockTimeoutProbe> {
-    let mut probe = LockTimeoutProbe {
-        held_tables: tables.to_vec(),
-        ..LockTimeoutProbe::default()
-    };
+    apps: &[LiveApp],
+    policy: LockPolicy,
+    hold: Duration,
+) -> anyhow::Result<LongTransactionProbe> {
     let mut holder = db::connect(url)?;
     holder.batch_execute("BEGIN")?;
     for t in tables {
@@ -388,71 +731,107 @@ pub fn probe_lock_timeout(
             db::quote_ident(t)
         ))?;
     }
-    // A reader of the held tables, like the app's get_by_id.
-    let stop = Arc::new(AtomicBool::new(false));
-    let reader = {
-        let mut c = db::connect(url)?;
-        let stop = stop.clone();
-        let tables = tables.to_vec();
-        std::thread::spawn(move || -> (Duration, u64) {
-            let (mut worst, mut n) = (Duration::ZERO, 0);
-            while !stop.load(Ordering::Relaxed) {
-                for t in &tables {
-                    let t0 = Instant::now();
-                    let _ =
-                        c.batch_execute(&format!("SELECT 1 FROM {} LIMIT 1", db::quote_ident(t)));
-                    worst = worst.max(t0.elapsed());
-                    n += 1;
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            (worst, n)
-        })
-    };
+    let workload = Workload::start(url, apps, tables)?;
     let mut migrator = db::connect(url)?;
     let pid: i32 = migrator.query_one("SELECT pg_backend_pid()", &[])?.get(0);
-    // The watchdog cancels a migration that ignores its lock timeout (e.g.
-    // its SQL sets lock_timeout = 0), so a rehearsal always ends.
-    let deadline = lock_timeout + Duration::from_secs(5);
+    let mut admin = db::connect(url)?;
     let done = Arc::new(AtomicBool::new(false));
-    let cancelled = Arc::new(AtomicBool::new(false));
-    let watchdog = {
-        let (done, cancelled) = (done.clone(), cancelled.clone());
-        let mut admin = db::connect(url)?;
-        std::thread::spawn(move || {
+    let _stop_watcher = StopOnDrop(done.clone());
+    // The watcher samples the migrator's wait state: a single lock wait
+    // longer than the cap means its SQL overrides lock_timeout; anything
+    // else slow (a sleep, a big scan) is not a lock wait and is left to
+    // finish, up to a generous deadline.
+    let lock_limit = policy.max_timeout + LOCK_WAIT_SLACK;
+    let deadline = hold + policy.max_timeout * 4 + Duration::from_secs(60);
+    let watcher = {
+        let done = done.clone();
+        std::thread::spawn(move || -> (Duration, Option<ProbeEnd>) {
             let t0 = Instant::now();
+            let (mut longest, mut since): (Duration, Option<Instant>) = (Duration::ZERO, None);
             while !done.load(Ordering::Relaxed) {
-                if t0.elapsed() > deadline {
-                    cancelled.store(true, Ordering::Relaxed);
+                let waiting = admin
+                    .query_opt(
+                        "SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'",
+                        &[&pid],
+                    )
+                    .map(|r| r.is_some())
+                    .unwrap_or(false);
+                match (waiting, since) {
+                    (true, None) => since = Some(Instant::now()),
+                    (false, Some(_)) => since = None,
+                    _ => {}
+                }
+                if let Some(s) = since {
+                    longest = longest.max(s.elapsed());
+                }
+                let verdict = if longest > lock_limit {
+                    Some(ProbeEnd::IgnoredLockTimeout)
+                } else if t0.elapsed() > deadline {
+                    Some(ProbeEnd::TimedOut)
+                } else {
+                    None
+                };
+                if verdict.is_some() {
                     let _ = admin.execute("SELECT pg_cancel_backend($1)", &[&pid]);
-                    return;
+                    return (longest, verdict);
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
+            (longest, None)
         })
     };
-    // Let the reader get going before the migration queues.
-    std::thread::sleep(Duration::from_millis(50));
-    migrator.batch_execute(&format!(
-        "BEGIN; SET LOCAL lock_timeout = '{}ms'",
-        lock_timeout.as_millis()
-    ))?;
-    let t0 = Instant::now();
-    let result = migrator.batch_execute(sql);
-    probe.waited = t0.elapsed();
-    done.store(true, Ordering::Relaxed);
-    let _ = watchdog.join();
-    probe.cancelled_by_watchdog = cancelled.load(Ordering::Relaxed);
-    match result {
-        Ok(()) => probe.completed = true,
-        Err(e) if e.code().map(|c| c.code()) == Some("55P03") => probe.gave_up = true,
-        Err(e) => probe.other_error = Some(replay::message(&e)),
+    // The migration's retry loop, exactly as `rollsafe migrate` runs it,
+    // with a window that outlasts the long transaction.
+    let runner = {
+        let sql = sql.to_string();
+        let policy = policy.retry_for(hold + policy.max_timeout * 4 + Duration::from_secs(30));
+        std::thread::spawn(move || {
+            let r = policy.run(
+                |_, timeout| {
+                    migrator.batch_execute(&format!(
+                        "BEGIN; SET LOCAL lock_timeout = '{}ms'",
+                        timeout.as_millis().max(1)
+                    ))?;
+                    let r = migrator.batch_execute(&sql);
+                    let _ = migrator.batch_execute("ROLLBACK");
+                    r
+                },
+                is_lock_timeout,
+            );
+            (r.map(|(_, a)| a), Instant::now())
+        })
+    };
+    let started = Instant::now();
+    while started.elapsed() < hold && !runner.is_finished() {
+        std::thread::sleep(Duration::from_millis(10));
     }
-    let _ = migrator.batch_execute("ROLLBACK");
+    let finished_while_held = runner.is_finished();
     holder.batch_execute("ROLLBACK")?;
-    stop.store(true, Ordering::Relaxed);
-    let (stall, n) = reader.join().unwrap_or_default();
-    probe.reader_stall = stall;
-    probe.reader_queries = n;
-    Ok(probe)
+    let release_at = Instant::now();
+    let (result, finished_at) = runner
+        .join()
+        .map_err(|_| anyhow::anyhow!("the probe's migration thread panicked"))?;
+    done.store(true, Ordering::Relaxed);
+    let (longest, verdict) = watcher.join().unwrap_or_default();
+    let app = workload.stop();
+    let (end, attempts) = match (verdict, result) {
+        (Some(v), r) => (v, r.map(|a| a.count).unwrap_or(0)),
+        (None, Ok(a)) if finished_while_held && a.count == 1 => (ProbeEnd::NoConflict, 1),
+        (None, Ok(a)) => (
+            ProbeEnd::CompletedAfterRelease {
+                after: finished_at.saturating_duration_since(release_at),
+            },
+            a.count,
+        ),
+        (None, Err(Err(gave_up))) => (ProbeEnd::GaveUp, gave_up.attempts.count),
+        (None, Err(Ok(e))) => (ProbeEnd::Failed(replay::message(&e)), 0),
+    };
+    Ok(LongTransactionProbe {
+        held_tables: tables.to_vec(),
+        hold,
+        end,
+        attempts,
+        longest_lock_wait: longest,
+        app,
+    })
 }

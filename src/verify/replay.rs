@@ -14,13 +14,31 @@ use postgres::Client;
 
 use super::apps::AppVersion;
 
-/// How one statement fared.
-#[derive(Debug, Clone)]
+/// How one statement fared, and what it is: its result columns and
+/// parameter types as the server describes them, and the table locks its
+/// execution took (its real effect: ROW EXCLUSIVE for a write, ROW SHARE
+/// for `FOR UPDATE`, ACCESS SHARE for a read).
+#[derive(Debug, Clone, Default)]
 pub struct Outcome {
     pub statement: String,
     /// None when it prepared and executed; else the step and the server's
     /// message.
     pub failure: Option<(Step, String)>,
+    /// (name, type) of each result column, when it prepared.
+    pub columns: Vec<(String, String)>,
+    /// Parameter types, when it prepared.
+    pub params: Vec<String>,
+    /// (table, mode) of the relation locks its execution took.
+    pub locks: Vec<(String, String)>,
+}
+
+impl Outcome {
+    /// Whether executing it took a lock that only writers take.
+    pub fn writes(&self) -> bool {
+        self.locks
+            .iter()
+            .any(|(_, m)| m != "AccessShareLock")
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,7 +90,7 @@ pub fn generated_value(type_name: &str) -> &'static str {
 }
 
 /// A statement prepared on one connection, with the expressions for its
-/// parameters.
+/// parameters and what the server says it returns.
 #[derive(Debug, Clone)]
 pub struct Prepared {
     pub statement: String,
@@ -80,7 +98,8 @@ pub struct Prepared {
     pub handle: String,
     /// (type, SQL expression) per parameter.
     pub params: Vec<(String, String)>,
-    pub is_read: bool,
+    /// (name, type) of each result column.
+    pub columns: Vec<(String, String)>,
 }
 
 /// `PREPARE`s `sql` as `handle` on `c` and reads its parameter types.
@@ -111,18 +130,19 @@ pub fn prepare(
             (t, expr)
         })
         .collect();
-    let first = st
-        .sql
-        .lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty() && !l.starts_with("--"))
-        .unwrap_or("")
-        .to_ascii_uppercase();
+    // The protocol's Describe gives the result columns' types on every
+    // major (pg_prepared_statements.result_types exists only from 16).
+    let described = c.prepare(&st.sql)?;
+    let columns = described
+        .columns()
+        .iter()
+        .map(|col| (col.name().to_string(), col.type_().name().to_string()))
+        .collect();
     Ok(Prepared {
         statement: statement.to_string(),
         handle: handle.to_string(),
         params,
-        is_read: first.starts_with("SELECT") || first.starts_with("WITH"),
+        columns,
     })
 }
 
@@ -131,8 +151,8 @@ fn quote_literal(s: &str) -> String {
 }
 
 /// Evaluates the parameter expressions (subqueries are not allowed in
-/// `EXECUTE`'s arguments, so they are computed first) and executes.
-pub fn execute(c: &mut Client, p: &Prepared) -> Result<(), (Step, postgres::Error)> {
+/// `EXECUTE`'s arguments, so they are computed first) into typed literals.
+pub fn arguments(c: &mut Client, p: &Prepared) -> Result<Vec<String>, postgres::Error> {
     let mut args = Vec::new();
     if !p.params.is_empty() {
         let select = p
@@ -141,23 +161,32 @@ pub fn execute(c: &mut Client, p: &Prepared) -> Result<(), (Step, postgres::Erro
             .map(|(t, e)| format!("(({e})::{t})::text"))
             .collect::<Vec<_>>()
             .join(", ");
-        let row = c
-            .query_one(&format!("SELECT {select}"), &[])
-            .map_err(|e| (Step::Params, e))?;
+        let row = c.query_one(&format!("SELECT {select}"), &[])?;
         for (i, (t, _)) in p.params.iter().enumerate() {
-            let v: Option<String> = row.get(i);
+            let v: Option<String> = row.try_get(i)?;
             args.push(match v {
                 Some(v) => format!("{}::{t}", quote_literal(&v)),
                 None => format!("NULL::{t}"),
             });
         }
     }
+    Ok(args)
+}
+
+/// Executes `p` with `args` (from [`arguments`]).
+pub fn execute_with(c: &mut Client, p: &Prepared, args: &[String]) -> Result<(), postgres::Error> {
     let call = if args.is_empty() {
         format!("EXECUTE {}", p.handle)
     } else {
         format!("EXECUTE {}({})", p.handle, args.join(", "))
     };
-    c.batch_execute(&call).map_err(|e| (Step::Execute, e))
+    c.batch_execute(&call)
+}
+
+/// Evaluates the parameters and executes.
+pub fn execute(c: &mut Client, p: &Prepared) -> Result<(), (Step, postgres::Error)> {
+    let args = arguments(c, p).map_err(|e| (Step::Params, e))?;
+    execute_with(c, p, &args).map_err(|e| (Step::Execute, e))
 }
 
 /// The server's message of an error (without the driver's prefix).
@@ -168,13 +197,16 @@ pub fn message(e: &postgres::Error) -> String {
     }
 }
 
-/// One line for an error of an app operation: the server's message when
-/// the database refused, else the first line of the chain.
+/// One line for an error of an app operation: the DAO's own message when
+/// it says what broke (a column type the code cannot read), else the
+/// server's message when the database refused, else the first line of the
+/// chain.
 pub fn one_line(e: &anyhow::Error) -> String {
     let pg = e
         .chain()
         .find_map(|cause| cause.downcast_ref::<postgres::Error>());
     match (pg, e.downcast_ref::<crate::dao::DaoError>()) {
+        (_, Some(dao @ crate::dao::DaoError::ColumnType { .. })) => dao.to_string(),
         (Some(pg), Some(crate::dao::DaoError::Database { context, .. })) => {
             format!("{context}: {}", message(pg))
         }
@@ -185,25 +217,58 @@ pub fn one_line(e: &anyhow::Error) -> String {
 
 /// Every statement of `app` prepared and executed on `c`, each inside a
 /// savepoint of one transaction that is rolled back: the database is left
-/// as it was.
+/// as it was. The locks each execution took are read before its savepoint
+/// is rolled back; the parameter expressions are evaluated in a savepoint
+/// of their own (rolled back first, which releases their locks), so only
+/// the statement's own locks count.
 pub fn replay_all(c: &mut Client, app: &AppVersion) -> Result<Vec<Outcome>, postgres::Error> {
     let mut out = Vec::new();
     c.batch_execute("BEGIN")?;
     for (i, st) in app.set.statements().iter().enumerate() {
         let handle = format!("rs_replay_{i}");
-        c.batch_execute("SAVEPOINT rollsafe_replay")?;
-        let failure = match prepare(c, app, &st.name, &handle) {
-            Err(e) => Some((Step::Prepare, message(&e))),
-            Ok(p) => execute(c, &p).err().map(|(step, e)| (step, message(&e))),
-        };
-        c.batch_execute("ROLLBACK TO SAVEPOINT rollsafe_replay")?;
-        out.push(Outcome {
+        let mut o = Outcome {
             statement: st.name.clone(),
-            failure,
-        });
+            ..Outcome::default()
+        };
+        c.batch_execute("SAVEPOINT rollsafe_replay")?;
+        match prepare(c, app, &st.name, &handle) {
+            Err(e) => o.failure = Some((Step::Prepare, message(&e))),
+            Ok(p) => {
+                o.columns = p.columns.clone();
+                o.params = p.params.iter().map(|(t, _)| t.clone()).collect();
+                c.batch_execute("SAVEPOINT rollsafe_params")?;
+                match arguments(c, &p) {
+                    Err(e) => o.failure = Some((Step::Params, message(&e))),
+                    Ok(args) => {
+                        c.batch_execute("ROLLBACK TO SAVEPOINT rollsafe_params")?;
+                        match execute_with(c, &p, &args) {
+                            Err(e) => o.failure = Some((Step::Execute, message(&e))),
+                            Ok(()) => o.locks = own_table_locks(c)?,
+                        }
+                    }
+                }
+            }
+        }
+        c.batch_execute("ROLLBACK TO SAVEPOINT rollsafe_replay")?;
+        out.push(o);
     }
     c.batch_execute("ROLLBACK; DEALLOCATE ALL")?;
     Ok(out)
+}
+
+/// (table, mode) of the locks this backend holds on ordinary tables.
+fn own_table_locks(c: &mut Client) -> Result<Vec<(String, String)>, postgres::Error> {
+    Ok(c
+        .query(
+            "SELECT c.relname::text, l.mode FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+              WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' AND l.granted
+                AND c.relkind IN ('r', 'p') AND c.relnamespace = 'public'::regnamespace
+              ORDER BY 1, 2",
+            &[],
+        )?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect())
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use anyhow::{bail, ensure, Context};
 use postgres::Client;
 use rollsafe::catalog::Catalog;
 use rollsafe::db;
+use rollsafe::lock_policy::LockPolicy;
 use rollsafe::migrate::{self, MigrateError, Options};
 use rollsafe::sandbox::{BackendKind, Database};
 
@@ -729,21 +730,25 @@ fn long_transaction_makes_migrate_give_up_naming_the_blocker(env: &TestEnv) -> a
             Ok((worst, n))
         })
     };
-    let lock_timeout = Duration::from_millis(500);
-    let options = Options {
-        lock_timeout,
-        retries: 2,
-        ..Options::default()
-    };
+    // The default stepped policy (100 ms growing to 500 ms), with a short
+    // window so the test gives up in seconds.
+    let policy = LockPolicy::default().retry_for(Duration::from_secs(3));
     let start = Instant::now();
-    let o = migrate_cli(db.url(), &["--lock-timeout", "500ms", "--retries", "2"])?;
+    let o = migrate_cli(db.url(), &["--retry-for", "3s"])?;
     let elapsed = start.elapsed();
     stop.store(true, Ordering::Relaxed);
     let (worst, reads) = reader.join().unwrap()?;
     expect_code(&o, 1, "migrate behind a long transaction")?;
     let (_, err) = text(&o);
     let last = err.lines().last().unwrap_or_default();
-    ensure!(last.contains("gave up after 3 attempts"), "{err}");
+    let attempts: u32 = last
+        .split("gave up after ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .with_context(|| format!("no attempt count in: {last}"))?;
+    // 3 s of attempts of 100..500 ms with pauses of half each: at least 5.
+    ensure!(attempts >= 5, "only {attempts} attempts in 3 s: {last}");
     ensure!(
         last.contains(&format!("pid {holder_pid}")),
         "blocker pid not named: {last}"
@@ -752,17 +757,20 @@ fn long_transaction_makes_migrate_give_up_naming_the_blocker(env: &TestEnv) -> a
         last.contains("LOCK TABLE attached_functions"),
         "blocker query not named: {last}"
     );
-    // The bound: every attempt's timeout + backoffs, plus process start-up
+    // The bound: the window and one last attempt, plus process start-up
     // and connection slack.
-    let bound = options.give_up_bound() + Duration::from_secs(5);
+    let bound = policy.give_up_bound() + Duration::from_secs(5);
     ensure!(
         elapsed < bound,
         "gave up after {elapsed:?}, bound {bound:?}"
     );
     ensure!(reads > 3, "the reader only ran {reads} queries");
+    // No read ever waited longer than the stall budget (1 s): each attempt
+    // queues it for at most the policy's 500 ms cap.
     ensure!(
-        worst < lock_timeout * 3,
-        "a reader stalled {worst:?} behind the waiting migration (lock_timeout {lock_timeout:?})"
+        worst < Duration::from_secs(1),
+        "a reader stalled {worst:?} behind the waiting migration (cap {:?})",
+        policy.max_timeout
     );
     let mut c = db.connect()?;
     ensure!(history(&mut c)? == [1, 2], "a timed-out V3 left a trace");
@@ -771,7 +779,7 @@ fn long_transaction_makes_migrate_give_up_naming_the_blocker(env: &TestEnv) -> a
     // Once the transaction ends, the same command goes through.
     tx.commit()?;
     expect_code(
-        &migrate_cli(db.url(), &["--lock-timeout", "500ms"])?,
+        &migrate_cli(db.url(), &[])?,
         0,
         "after the blocker ended",
     )?;

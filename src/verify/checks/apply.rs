@@ -103,11 +103,11 @@ pub fn second_run(
     url: &str,
     catalog: &crate::catalog::Catalog,
     v: i32,
-    lock_timeout: std::time::Duration,
+    lock: crate::lock_policy::LockPolicy,
 ) -> anyhow::Result<SecondRun> {
     let options = crate::migrate::Options {
         target: Some(v),
-        lock_timeout,
+        lock,
         ..crate::migrate::Options::default()
     };
     let first = crate::migrate::migrate(url, catalog, &options)?
@@ -132,7 +132,26 @@ pub fn second_run(
 }
 
 /// Judges [`second_run`].
-pub fn evaluate_second_run(v: i32, r: &SecondRun) -> Finding {
+/// Judges the migrator's two runs up to `v` (None: the migrator could
+/// not even say which migration it was on).
+pub fn evaluate_second_run(v: Option<i32>, result: anyhow::Result<SecondRun>) -> Finding {
+    let r = match result {
+        Ok(r) => r,
+        Err(e) => {
+            return Finding::new(
+                CHECK,
+                "migrator-fails",
+                Severity::Error,
+                v,
+                format!(
+                    "rollsafe migrate fails on it: {}",
+                    crate::verify::replay::one_line(&e)
+                ),
+            )
+            .advice("the migration must apply through the migrator (one transaction with its history row)")
+        }
+    };
+    let v = v.unwrap_or_default();
     if r.second_applied == 0 && r.changes.is_empty() {
         return Finding::new(
             CHECK,
@@ -187,13 +206,16 @@ mod tests {
             first_applied: 1,
             ..SecondRun::default()
         };
-        assert_eq!(evaluate_second_run(3, &noop).severity, Severity::Info);
+        assert_eq!(
+            evaluate_second_run(Some(3), Ok(noop)).severity,
+            Severity::Info
+        );
         let again = SecondRun {
             first_applied: 1,
             second_applied: 1,
             changes: vec!["t: column x is not expected".into()],
         };
-        let f = evaluate_second_run(3, &again);
+        let f = evaluate_second_run(Some(3), Ok(again));
         assert_eq!(
             (f.id.as_str(), f.severity),
             ("apply.second-run-not-noop", Severity::Error)

@@ -92,8 +92,18 @@ pub fn sample_collections(c: &mut Client) -> Result<Vec<Uuid>, postgres::Error> 
     .collect())
 }
 
-/// Rows each app's reader returned, by app name.
-pub type Visible = BTreeMap<String, BTreeSet<Uuid>>;
+/// What each app's list reader returned over the sampled collections.
+#[derive(Debug, Clone, Default)]
+pub struct Visible {
+    /// Rows each app's reader returned, by app name.
+    pub seen: BTreeMap<String, BTreeSet<Uuid>>,
+    /// (app, message) of readers that failed (the app can no longer read).
+    pub failed: Vec<(String, String)>,
+    /// How many input collections were sampled.
+    pub sampled: usize,
+    /// Why nothing could be listed, when nothing was.
+    pub not_listed: Option<String>,
+}
 
 /// Compares what the readers saw before and after migration `v`.
 /// `live_before`: apps that ran before it (ordered oldest first);
@@ -107,6 +117,20 @@ pub fn compare_readers(
 ) -> Vec<Finding> {
     let mut out = Vec::new();
     let mut compared = 0;
+    for (app, e) in &after.failed {
+        out.push(
+            Finding::new(
+                CHECK,
+                "reader-fails",
+                Severity::Error,
+                Some(v),
+                format!("the {app} app's list reader fails after the migration: {e}"),
+            )
+            .evidence("app", app.clone())
+            .evidence("error", e.clone())
+            .advice("the app's code must still read every row after the migration: keep the columns it reads, with the types it decodes"),
+        );
+    }
     let mut pair = |app: &str,
                     expected: &BTreeSet<Uuid>,
                     seen: &BTreeSet<Uuid>,
@@ -138,7 +162,7 @@ pub fn compare_readers(
         }
     };
     for app in live_before {
-        if let (Some(b), Some(a)) = (before.get(app), after.get(app)) {
+        if let (Some(b), Some(a)) = (before.seen.get(app), after.seen.get(app)) {
             pair(
                 app,
                 b,
@@ -150,7 +174,7 @@ pub fn compare_readers(
     }
     if let Some(reference) = live_before.last() {
         for app in newly {
-            if let (Some(b), Some(a)) = (before.get(reference), after.get(app)) {
+            if let (Some(b), Some(a)) = (before.seen.get(reference), after.seen.get(app)) {
                 pair(
                     app,
                     b,
@@ -161,8 +185,25 @@ pub fn compare_readers(
             }
         }
     }
+    if out.is_empty() && compared == 0 && !live_before.is_empty() {
+        let why = before
+            .not_listed
+            .clone()
+            .or_else(|| after.not_listed.clone())
+            .unwrap_or_else(|| "no live app has a reader rollsafe can drive".to_string());
+        out.push(
+            Finding::new(
+                CHECK,
+                "readers-not-compared",
+                Severity::Skipped,
+                Some(v),
+                format!("the apps' readers were not compared before and after: {why}"),
+            )
+            .advice("rows lost to a new filter column would not show here; declare a backfill directive (-- rollsafe:backfill <table> <predicate>) to check the rows themselves"),
+        );
+    }
     if out.is_empty() && compared > 0 {
-        let rows = before.values().map(BTreeSet::len).max().unwrap_or(0);
+        let rows = before.seen.values().map(BTreeSet::len).max().unwrap_or(0);
         out.push(
             Finding::new(
                 CHECK,
@@ -181,7 +222,7 @@ pub fn compare_readers(
                 ),
             )
             .evidence("rows_compared", rows)
-            .evidence("sampled_collections", SAMPLE_COLLECTIONS),
+            .evidence("sampled_collections", before.sampled),
         );
     }
     out
@@ -194,21 +235,18 @@ mod tests {
     #[test]
     fn new_readers_missing_legacy_rows_is_an_error() {
         let ids: BTreeSet<Uuid> = (0..5).map(|_| Uuid::new_v4()).collect();
-        let before: Visible = [("legacy".to_string(), ids.clone())].into();
-        let after: Visible = [
-            ("legacy".to_string(), ids.clone()),
-            ("current".to_string(), BTreeSet::new()),
-        ]
-        .into();
+        let visible = |seen: Vec<(&str, BTreeSet<Uuid>)>| Visible {
+            seen: seen.into_iter().map(|(a, s)| (a.to_string(), s)).collect(),
+            sampled: 5,
+            ..Visible::default()
+        };
+        let before = visible(vec![("legacy", ids.clone())]);
+        let after = visible(vec![("legacy", ids.clone()), ("current", BTreeSet::new())]);
         let f = compare_readers(3, &before, &after, &["legacy".into()], &["current".into()]);
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].id, "backfill.new-readers-miss-rows");
         assert_eq!(f[0].evidence["missing"], 5);
-        let after_ok: Visible = [
-            ("legacy".to_string(), ids.clone()),
-            ("current".to_string(), ids),
-        ]
-        .into();
+        let after_ok = visible(vec![("legacy", ids.clone()), ("current", ids)]);
         let f = compare_readers(
             3,
             &before,
@@ -217,5 +255,15 @@ mod tests {
             &["current".into()],
         );
         assert_eq!(f[0].id, "backfill.readers-agree");
+        assert_eq!(f[0].evidence["sampled_collections"], 5);
+        let nothing = Visible {
+            not_listed: Some("no attached_functions table".into()),
+            ..Visible::default()
+        };
+        let f = compare_readers(3, &nothing, &nothing, &["legacy".into()], &[]);
+        assert_eq!(
+            (f[0].id.as_str(), f[0].severity),
+            ("backfill.readers-not-compared", Severity::Skipped)
+        );
     }
 }

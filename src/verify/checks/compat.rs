@@ -79,6 +79,103 @@ pub fn replay_findings(
     out
 }
 
+/// Findings for the types a live app's statements return and bind: what
+/// they were on the schema before migration `v` (`before`) against what
+/// they are after it. The app's code decodes the old types; a changed one
+/// breaks it even though every statement still prepares and runs.
+pub fn type_changes(
+    v: i32,
+    app: &AppVersion,
+    prev: i32,
+    before: &[Outcome],
+    after: &[Outcome],
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for b in before.iter().filter(|o| o.failure.is_none()) {
+        let Some(a) = after
+            .iter()
+            .find(|a| a.statement == b.statement && a.failure.is_none())
+        else {
+            continue;
+        };
+        for (i, (name, old)) in b.columns.iter().enumerate() {
+            let now = a.columns.iter().find(|(n, _)| n == name).or(a.columns.get(i));
+            if let Some((_, new)) = now.filter(|(_, t)| t != old) {
+                out.push(
+                    Finding::new(
+                        CHECK,
+                        "result-type-changed",
+                        Severity::Error,
+                        Some(v),
+                        format!(
+                            "the {} app's `{}` returns column {name} as {new} on V{v} but as {old} on V{prev}: the app's code decodes {old} and breaks",
+                            app.name, b.statement
+                        ),
+                    )
+                    .evidence("app", app.name.clone())
+                    .evidence("statement", b.statement.clone())
+                    .evidence("column", name.clone())
+                    .evidence("type_before", old.clone())
+                    .evidence("type_after", new.clone())
+                    .advice(format!("the {} app runs on V{v} during the rollout: add a column of the new type, fill it in batches, move the apps over, and drop the old column once no running version reads it", app.name)),
+                );
+            }
+        }
+        for (i, old) in b.params.iter().enumerate() {
+            if let Some(new) = a.params.get(i).filter(|t| *t != old) {
+                out.push(
+                    Finding::new(
+                        CHECK,
+                        "param-type-changed",
+                        Severity::Error,
+                        Some(v),
+                        format!(
+                            "the {} app's `{}` binds ${} as {new} on V{v} but as {old} on V{prev}: the app sends {old}",
+                            app.name,
+                            b.statement,
+                            i + 1
+                        ),
+                    )
+                    .evidence("app", app.name.clone())
+                    .evidence("statement", b.statement.clone())
+                    .evidence("param", i + 1)
+                    .evidence("type_before", old.clone())
+                    .evidence("type_after", new.clone())
+                    .advice("keep the types the running app versions bind until none of them runs"),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// A live app cannot write its rows on the schema the rehearsal reached:
+/// an earlier migration broke it, and nothing later can be rehearsed.
+pub fn live_app_cannot_write(prev: i32, v: i32, app: &str, e: &str) -> Finding {
+    Finding::new(
+        CHECK,
+        "live-app-cannot-write",
+        Severity::Error,
+        Some(prev),
+        format!("the {app} app cannot write its rows on V{prev} ({e}); V{v} and later were not rehearsed"),
+    )
+    .evidence("app", app.to_string())
+    .advice("keep every column a live app version writes insertable (nullable or with a default) until no running version writes it")
+}
+
+/// Rows shaped like an app's cannot be written on the compat database.
+pub fn rows_cannot_be_written(v: i32, app: &str, e: &str) -> Finding {
+    Finding::new(
+        CHECK,
+        "rows-cannot-be-written",
+        Severity::Warn,
+        Some(v),
+        format!("rows shaped like the {app} app's cannot be written on V{v}: {e}"),
+    )
+    .evidence("app", app.to_string())
+    .advice("see the statement failures of this app on this version")
+}
+
 fn fail(v: i32, name: &str, sev: Severity, msg: String, advice: &str) -> Finding {
     Finding::new(CHECK, name, sev, Some(v), msg).advice(advice)
 }
@@ -121,7 +218,7 @@ fn cross_version_scenario(
         return Ok(vec![Finding::new(
             CHECK,
             "cross-version-skipped",
-            Severity::Info,
+            Severity::Skipped,
             Some(v),
             format!(
                 "no driver for {} or {}: cross-version behaviour not exercised",
@@ -274,6 +371,24 @@ mod tests {
     use crate::verify::apps::embedded_apps;
 
     #[test]
+    fn a_changed_result_or_parameter_type_is_an_error() {
+        let apps = embedded_apps().unwrap();
+        let outcome = |col: &str, param: &str| Outcome {
+            statement: "get_by_id".into(),
+            columns: vec![("id".into(), "uuid".into()), ("current_attempts".into(), col.into())],
+            params: vec![param.into()],
+            ..Outcome::default()
+        };
+        let f = type_changes(4, &apps[0], 3, &[outcome("int4", "uuid")], &[outcome("int8", "uuid")]);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].id, "compat.result-type-changed");
+        assert!(f[0].message.contains("current_attempts as int8 on V4 but as int4 on V3"), "{}", f[0].message);
+        let f = type_changes(4, &apps[0], 3, &[outcome("int4", "uuid")], &[outcome("int4", "text")]);
+        assert_eq!(f[0].id, "compat.param-type-changed");
+        assert!(type_changes(4, &apps[0], 3, &[outcome("int4", "uuid")], &[outcome("int4", "uuid")]).is_empty());
+    }
+
+    #[test]
     fn safe_order_of_the_shipped_windows() {
         let apps = embedded_apps().unwrap();
         assert_eq!(
@@ -295,6 +410,7 @@ mod tests {
                 crate::verify::replay::Step::Execute,
                 "null value in column \"x\"".into(),
             )),
+            ..Outcome::default()
         };
         let f = replay_findings(3, &apps[0], 3, &[o]);
         assert_eq!(f[0].id, "compat.statement-fails");

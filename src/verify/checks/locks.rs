@@ -1,47 +1,58 @@
-//! `locks`: which locks the migration takes and what they cost the live app.
+//! `locks`: which locks the migration takes, how long the ones that block
+//! the live apps are held (measured, and predicted at production size),
+//! and what the apps go through while the migration waits behind a long
+//! transaction.
 //!
-//! Three measurements:
-//! - the relation lock modes it holds at the end of its transaction
-//!   (`pg_locks`), per existing table;
-//! - the longest stall of a concurrent workload (reader and writer threads
-//!   running the live apps' statements) while it applies, and whether the
-//!   workload failed;
-//! - with a long transaction holding the tables, whether the migration gives
-//!   up within its lock timeout — a waiting ACCESS EXCLUSIVE request queues
-//!   every later query of the table behind it, so waiting forever takes the
-//!   app down; the readers' stall behind it is reported.
+//! Measurements:
+//! - the relation lock modes held after each statement (`pg_locks`), per
+//!   existing table; which of them block an app follows from the live
+//!   apps' own statements ([`Needs`]);
+//! - the longest stall of a concurrent workload (the live apps' statements
+//!   and a plain reader) while it applies, and whether the workload failed;
+//! - the long-transaction probe: an app transaction holds the tables, the
+//!   migration runs the real retry loop of `rollsafe migrate`
+//!   ([`LockPolicy`]) while the apps' workload runs, the transaction ends.
+//!   A waiting ACCESS EXCLUSIVE request queues every later query of the
+//!   table behind it, so the worst wait any app statement saw meanwhile is
+//!   what production would see.
 //!
-//! Errors: an index built without CONCURRENTLY on a table with rows (SHARE
-//! lock: writes blocked for the whole build, which grows with the table); a
-//! lock that blocks the app held for [`STALL_BUDGET`] or more; ignoring the
-//! lock timeout; the live app failing during the migration.
+//! Errors: an index built without CONCURRENTLY on a table with rows under
+//! a blocking lock; a blocking lock held (predicted at production size)
+//! longer than the stall budget; any app statement waiting longer than the
+//! stall budget behind the long transaction; a single lock wait far beyond
+//! the policy's cap (the migration overrides `lock_timeout`); a migration
+//! that does not complete once the transaction ends; the live apps failing
+//! while it applies. A slow migration that waits on no lock is none of
+//! these (its lock hold is judged on its own).
 
 use std::time::Duration;
 
+use crate::lock_policy::LockPolicy;
 use crate::report::{Finding, Severity};
-use crate::verify::rehearsal::{Applied, LockTimeoutProbe, WorkloadStats};
+use crate::verify::lock_modes::{self, Needs};
+use crate::verify::predict::Hold;
+use crate::verify::rehearsal::{Applied, LongTransactionProbe, ProbeEnd, WorkloadStats};
 
 use super::ms;
+use super::rewrite::{blocking_locks, human, locks_phrase};
 
 pub const CHECK: &str = "locks";
 pub const DESCRIPTION: &str =
-    "locks taken, the live app's longest stall while it applies, and giving up within the lock timeout behind a long transaction";
+    "locks taken and how long those that block the apps are held (measured and predicted), and the apps' worst wait while it retries behind a long transaction";
 
-/// How long a lock that blocks the app may be held. Catalog-only DDL holds
-/// it for milliseconds; anything near a second is doing real work (or
-/// sleeping) under it. Far above scheduler noise on a loaded machine.
+/// The default stall budget: the longest any app statement may wait
+/// because of the migration. Catalog-only DDL holds its locks for
+/// milliseconds; the lock policy's attempts wait at most its cap.
 pub const STALL_BUDGET: Duration = Duration::from_secs(1);
 
-/// Slack on top of the lock timeout before "gave up in time" turns into
-/// "ignored it" (connection and scheduling overhead on a busy machine).
-pub const TIMEOUT_SLACK: Duration = Duration::from_secs(2);
-
+/// Judges the measured apply (with the workload running).
 pub fn evaluate(
     v: i32,
     at_n: &Applied,
     workload: Option<&WorkloadStats>,
-    probe: Option<&LockTimeoutProbe>,
-    lock_timeout: Duration,
+    needs: &Needs,
+    holds: &[Hold],
+    stall_budget: Duration,
 ) -> Vec<Finding> {
     let mut out = Vec::new();
     let stall = workload.map(|w| w.max_stall).unwrap_or_default();
@@ -52,8 +63,16 @@ pub fn evaluate(
         .map(|w| format!("{}: {}", w.table, w.locks.join("+")))
         .collect();
 
-    for w in at_n.tables.values() {
-        if w.rows_before > 0 && !w.new_indexes.is_empty() && w.blocks_writes() {
+    for (i, st) in at_n.statements.iter().enumerate() {
+        let blocking = blocking_locks(st, needs);
+        if blocking.is_empty() {
+            continue;
+        }
+        for (table, index) in &st.built_indexes {
+            let Some(t) = at_n.tables.get(table).filter(|t| t.rows_before > 0) else {
+                continue;
+            };
+            let w = st.work.get(table).copied().unwrap_or_default();
             out.push(
                 Finding::new(
                     CHECK,
@@ -61,49 +80,54 @@ pub fn evaluate(
                     Severity::Error,
                     Some(v),
                     format!(
-                        "builds index {} on {} ({} rows) while holding {}: the app's writes wait for the whole build, which grows with the table",
-                        w.new_indexes.join(", "),
-                        w.table,
-                        w.rows_before,
-                        w.strongest_lock().unwrap_or("")
+                        "{}: builds index {index} on {table} ({} rows) while holding {}: the app waits for the whole build, which grows with the table",
+                        at_n.where_(i),
+                        t.rows_before,
+                        locks_phrase(&blocking)
                     ),
                 )
-                .evidence("table", w.table.clone())
-                .evidence("rows", w.rows_before)
-                .evidence("rows_scanned", w.rows_scanned)
-                .evidence("ms_at_n_rows", ms(at_n.duration))
+                .evidence("table", table.clone())
+                .evidence("index", index.clone())
+                .evidence("rows", t.rows_before)
+                .evidence("tuples_read", w.tuples_read)
+                .evidence("statement_line", st.line)
+                .evidence("statement_ms_at_n_rows", ms(st.duration))
                 .evidence("workload_max_stall_ms", ms(stall))
-                .advice("build the index with CREATE INDEX CONCURRENTLY as its own step outside a transaction (it takes SHARE UPDATE EXCLUSIVE, which does not block reads or writes), and check it is valid afterwards"),
+                .advice("build the index with CREATE INDEX CONCURRENTLY as its own step outside a transaction (it takes SHARE UPDATE EXCLUSIVE, which blocks neither reads nor writes), and check it is valid afterwards"),
             );
         }
     }
 
-    let blocking: Vec<&str> = at_n
-        .tables
-        .values()
-        .filter(|w| w.rows_before > 0 && w.blocks_writes())
-        .map(|w| w.table.as_str())
-        .collect();
-    if !blocking.is_empty() && at_n.held >= STALL_BUDGET {
-        out.push(
-            Finding::new(
-                CHECK,
-                "long-blocking-lock",
-                Severity::Error,
-                Some(v),
-                format!(
-                    "holds a lock that blocks the app on {} for {:.1} s (budget {:.1} s); the live workload stalled {:.1} s",
-                    blocking.join(", "),
-                    at_n.held.as_secs_f64(),
-                    STALL_BUDGET.as_secs_f64(),
-                    stall.as_secs_f64()
-                ),
-            )
-            .evidence("held_ms", ms(at_n.held))
-            .evidence("workload_max_stall_ms", ms(stall))
-            .evidence("locks", lock_list.join("; "))
-            .advice("do only catalog-only changes under ACCESS EXCLUSIVE / SHARE locks; move slow work (sleeps, backfills, scans) out of the locking transaction"),
-        );
+    if let Some(h) = holds.iter().max_by_key(|h| h.predicted) {
+        if h.predicted > stall_budget {
+            out.push(
+                Finding::new(
+                    CHECK,
+                    "long-blocking-lock",
+                    Severity::Error,
+                    Some(v),
+                    format!(
+                        "{}: holds {} on {} for {} (stall budget {}), blocking its {}; {} it would hold it ~{}; the live workload stalled {}",
+                        at_n.where_(h.statement),
+                        lock_modes::sql_name(&h.mode),
+                        h.table,
+                        human(h.measured),
+                        human(stall_budget),
+                        needs.describe(&h.table, &h.mode),
+                        h.size_phrase(),
+                        human(h.predicted),
+                        human(stall)
+                    ),
+                )
+                .evidence("held_ms", ms(h.measured))
+                .evidence("predicted_hold_ms", ms(h.predicted))
+                .evidence("predicted_rows", h.drivers.iter().map(|d| d.2).fold(0.0, f64::max))
+                .evidence("stall_budget_ms", ms(stall_budget))
+                .evidence("workload_max_stall_ms", ms(stall))
+                .evidence("locks", lock_list.join("; "))
+                .advice("do only catalog-only changes under ACCESS EXCLUSIVE / SHARE locks; move slow work (sleeps, backfills, scans) out of the locking transaction"),
+            );
+        }
     }
 
     if let Some(w) = workload {
@@ -132,162 +156,269 @@ pub fn evaluate(
         }
     }
 
-    if let Some(p) = probe {
-        let limit = lock_timeout + TIMEOUT_SLACK;
-        let ev = |f: Finding| {
-            f.evidence("lock_timeout_ms", ms(lock_timeout))
-                .evidence("waited_ms", ms(p.waited))
-                .evidence("reader_stall_ms", ms(p.reader_stall))
-                .evidence("long_transaction_holds", p.held_tables.join(", "))
-        };
-        if p.cancelled_by_watchdog || (p.waited > limit && !p.completed) {
-            out.push(
-                ev(Finding::new(
-                    CHECK,
-                    "ignores-lock-timeout",
-                    Severity::Error,
-                    Some(v),
-                    format!(
-                        "behind a long transaction it waited {:.1} s instead of giving up after its {:.1} s lock timeout; readers queued behind it for {:.1} s",
-                        p.waited.as_secs_f64(),
-                        lock_timeout.as_secs_f64(),
-                        p.reader_stall.as_secs_f64()
-                    ),
-                ))
-                .advice("do not change lock_timeout inside a migration; rollsafe migrate sets it and retries"),
-            );
-        } else if p.gave_up {
+    let holds_text: Vec<String> = holds
+        .iter()
+        .map(|h| {
+            let at_size = if h.drivers.is_empty() {
+                "whatever the table's size".to_string()
+            } else {
+                format!("{} ~{}", h.size_phrase(), human(h.predicted))
+            };
+            format!(
+                "{} on {} held {} ({at_size})",
+                lock_modes::sql_name(&h.mode),
+                h.table,
+                human(h.measured),
+            )
+        })
+        .collect();
+    let mut measured = Finding::new(
+        CHECK,
+        "measured",
+        Severity::Info,
+        Some(v),
+        if lock_list.is_empty() {
+            "takes no lock on existing tables".to_string()
+        } else if holds_text.is_empty() {
+            format!("locks {} (none blocks a live app)", lock_list.join("; "))
+        } else {
+            format!("locks {}; {}", lock_list.join("; "), holds_text.join("; "))
+        },
+    )
+    .evidence("held_ms", ms(at_n.held))
+    .evidence("workload_max_stall_ms", ms(stall))
+    .evidence(
+        "workload_statements",
+        workload.map(|w| w.statements).unwrap_or(0),
+    );
+    if let Some(h) = holds.iter().max_by_key(|h| h.predicted) {
+        measured = measured.evidence("predicted_hold_ms", ms(h.predicted));
+    }
+    out.push(measured);
+    out
+}
+
+/// The probe could not run at all (a connection or a thread failed).
+pub fn probe_could_not_run(v: i32, why: &str) -> Finding {
+    Finding::new(
+        CHECK,
+        "long-transaction-skipped",
+        Severity::Skipped,
+        Some(v),
+        format!("the long-transaction probe could not run ({why}); the apps' waits behind a long transaction were not measured"),
+    )
+    .advice("run verify again; if it persists, report it with this line")
+}
+
+/// Judges the long-transaction probe.
+pub fn evaluate_probe(
+    v: i32,
+    p: &LongTransactionProbe,
+    policy: &LockPolicy,
+    stall_budget: Duration,
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let ev = |f: Finding| {
+        f.evidence("attempts", p.attempts)
+            .evidence("first_lock_timeout_ms", ms(policy.first_timeout))
+            .evidence("max_lock_timeout_ms", ms(policy.max_timeout))
+            .evidence("long_transaction_ms", ms(p.hold))
+            .evidence("longest_lock_wait_ms", ms(p.longest_lock_wait))
+            .evidence("worst_app_wait_ms", ms(p.app.max_stall))
+            .evidence("worst_app_statement", p.app.max_stall_statement.clone())
+            .evidence("app_statements", p.app.statements)
+            .evidence("stall_budget_ms", ms(stall_budget))
+            .evidence("long_transaction_holds", p.held_tables.join(", "))
+    };
+    match &p.end {
+        ProbeEnd::Failed(e) => {
             out.push(ev(Finding::new(
                 CHECK,
-                "gives-up-within-lock-timeout",
-                Severity::Info,
+                "long-transaction-skipped",
+                Severity::Skipped,
+                Some(v),
+                format!("the long-transaction probe could not apply it ({e}); its lock waits were not measured"),
+            ))
+            .advice("see the apply findings of this migration"));
+            return out;
+        }
+        ProbeEnd::IgnoredLockTimeout => out.push(
+            ev(Finding::new(
+                CHECK,
+                "ignores-lock-timeout",
+                Severity::Error,
                 Some(v),
                 format!(
-                    "behind a long transaction it gave up after {:.1} s (lock timeout {:.1} s); readers stalled at most {:.1} s meanwhile",
-                    p.waited.as_secs_f64(),
-                    lock_timeout.as_secs_f64(),
-                    p.reader_stall.as_secs_f64()
+                    "behind a long transaction it waited {} for one lock, past the policy's {} lock_timeout (rollsafe cancelled it); the apps' statements queued behind it for up to {}",
+                    human(p.longest_lock_wait),
+                    human(policy.max_timeout),
+                    human(p.app.max_stall)
                 ),
-            )));
-        } else if p.completed {
-            out.push(ev(Finding::new(
+            ))
+            .advice("do not change lock_timeout inside a migration; rollsafe migrate sets it per attempt and retries"),
+        ),
+        ProbeEnd::GaveUp | ProbeEnd::TimedOut => out.push(
+            ev(Finding::new(
+                CHECK,
+                "does-not-complete",
+                Severity::Error,
+                Some(v),
+                format!(
+                    "it did not complete after the long transaction ended ({} attempts)",
+                    p.attempts
+                ),
+            ))
+            .advice("a migration must get its locks once app transactions end; look for a lock it waits on that no app releases"),
+        ),
+        ProbeEnd::NoConflict | ProbeEnd::CompletedAfterRelease { .. } => {}
+    }
+    if p.app.max_stall > stall_budget {
+        out.push(
+            ev(Finding::new(
+                CHECK,
+                "app-stalled-behind-long-transaction",
+                Severity::Error,
+                Some(v),
+                format!(
+                    "behind a long transaction, while it retried its locks ({} attempts), an app statement ({}) waited {} — over the {} stall budget",
+                    p.attempts,
+                    p.app.max_stall_statement,
+                    human(p.app.max_stall),
+                    human(stall_budget)
+                ),
+            ))
+            .advice("every lock attempt queues the app behind it: keep the lock timeout's cap (--lock-timeout) below the stall budget, and do not take a lock the app needs while waiting for another"),
+        );
+    }
+    if out.is_empty() {
+        out.push(ev(match &p.end {
+            ProbeEnd::NoConflict => Finding::new(
                 CHECK,
                 "no-conflict-with-long-transaction",
                 Severity::Info,
                 Some(v),
-                "its locks do not conflict with a long app transaction: it applied without waiting",
-            )));
-        } else if let Some(e) = &p.other_error {
-            out.push(ev(Finding::new(
+                format!(
+                    "its locks do not conflict with a long app transaction: it applied on the first attempt; the apps waited at most {}",
+                    human(p.app.max_stall)
+                ),
+            ),
+            ProbeEnd::CompletedAfterRelease { after } => Finding::new(
                 CHECK,
-                "probe-failed",
-                Severity::Warn,
+                "waits-within-stall-budget",
+                Severity::Info,
                 Some(v),
-                format!("the long-transaction probe failed otherwise: {e}"),
-            )));
-        }
+                format!(
+                    "behind a {} long transaction it retried {} times (lock_timeout {} growing to {}) and completed {} after it ended; the apps waited at most {} (budget {})",
+                    human(p.hold),
+                    p.attempts,
+                    human(policy.first_timeout),
+                    human(policy.max_timeout),
+                    human(*after),
+                    human(p.app.max_stall),
+                    human(stall_budget)
+                ),
+            )
+            .evidence("completed_after_release_ms", ms(*after)),
+            _ => unreachable!("every other end produced a finding above"),
+        }));
     }
-
-    out.push(
-        Finding::new(
-            CHECK,
-            "measured",
-            Severity::Info,
-            Some(v),
-            if lock_list.is_empty() {
-                "takes no lock on existing tables".to_string()
-            } else {
-                format!("locks {}", lock_list.join("; "))
-            },
-        )
-        .evidence("held_ms", ms(at_n.held))
-        .evidence("workload_max_stall_ms", ms(stall))
-        .evidence(
-            "workload_statements",
-            workload.map(|w| w.statements).unwrap_or(0),
-        ),
-    );
     out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::rehearsal::TableWork;
+    use crate::verify::rehearsal::{StatementRun, TableWork};
 
-    fn applied(locks: &[&str], new_index: bool, held: Duration) -> Applied {
-        let mut a = Applied {
-            held,
-            ..Applied::default()
+    fn applied(mode: &str, index: bool, held: Duration) -> Applied {
+        let table = TableWork {
+            table: "attached_functions".into(),
+            rows_before: 2000,
+            locks: vec![mode.into()],
+            ..TableWork::default()
         };
-        a.tables.insert(
-            "attached_functions".into(),
-            TableWork {
-                table: "attached_functions".into(),
-                rows_before: 2000,
-                locks: locks.iter().map(|s| s.to_string()).collect(),
-                new_indexes: if new_index { vec!["ix".into()] } else { vec![] },
-                ..TableWork::default()
-            },
-        );
-        a
+        Applied {
+            held,
+            duration: held,
+            tables: [("attached_functions".to_string(), table)].into(),
+            statements: vec![StatementRun {
+                duration: held,
+                locks_after: [("attached_functions".to_string(), vec![mode.to_string()])].into(),
+                built_indexes: if index {
+                    vec![("attached_functions".into(), "ix".into())]
+                } else {
+                    vec![]
+                },
+                ..StatementRun::default()
+            }],
+            ..Applied::default()
+        }
     }
 
     fn ids(f: &[Finding]) -> Vec<&str> {
         f.iter().map(|f| f.id.as_str()).collect()
     }
 
-    #[test]
-    fn blocking_index_build_and_long_lock_are_errors() {
-        let t = Duration::from_secs(5);
-        let f = evaluate(
-            4,
-            &applied(&["ShareLock"], true, Duration::from_millis(30)),
-            None,
-            None,
-            t,
-        );
-        assert_eq!(ids(&f), ["locks.blocking-index-build", "locks.measured"]);
-        let f = evaluate(
-            4,
-            &applied(&["AccessExclusiveLock"], false, Duration::from_secs(3)),
-            None,
-            None,
-            t,
-        );
-        assert_eq!(ids(&f), ["locks.long-blocking-lock", "locks.measured"]);
-        let f = evaluate(
-            4,
-            &applied(&["AccessExclusiveLock"], false, Duration::from_millis(3)),
-            None,
-            None,
-            t,
-        );
-        assert_eq!(ids(&f), ["locks.measured"]);
+    fn holds(a: &Applied) -> Vec<Hold> {
+        crate::verify::predict::holds(a, a, &Needs::unknown(), &Default::default())
     }
 
     #[test]
-    fn waiting_past_the_lock_timeout_is_an_error() {
-        let t = Duration::from_secs(1);
-        let a = applied(&["AccessExclusiveLock"], false, Duration::from_millis(3));
-        let gave_up = LockTimeoutProbe {
-            gave_up: true,
-            waited: Duration::from_millis(1010),
-            ..LockTimeoutProbe::default()
-        };
-        assert_eq!(
-            ids(&evaluate(3, &a, None, Some(&gave_up), t))[0],
-            "locks.gives-up-within-lock-timeout"
+    fn blocking_index_build_and_long_lock_are_errors() {
+        let a = applied("ShareLock", true, Duration::from_millis(30));
+        let f = evaluate(4, &a, None, &Needs::unknown(), &holds(&a), STALL_BUDGET);
+        assert_eq!(ids(&f), ["locks.blocking-index-build", "locks.measured"]);
+        let a = applied("AccessExclusiveLock", false, Duration::from_secs(3));
+        let f = evaluate(4, &a, None, &Needs::unknown(), &holds(&a), STALL_BUDGET);
+        assert_eq!(ids(&f), ["locks.long-blocking-lock", "locks.measured"]);
+        let a = applied("AccessExclusiveLock", false, Duration::from_millis(3));
+        let f = evaluate(4, &a, None, &Needs::unknown(), &holds(&a), STALL_BUDGET);
+        assert_eq!(ids(&f), ["locks.measured"]);
+    }
+
+    fn probe(end: ProbeEnd, worst: Duration) -> LongTransactionProbe {
+        LongTransactionProbe {
+            held_tables: vec!["attached_functions".into()],
+            hold: Duration::from_millis(1500),
+            end,
+            attempts: 6,
+            longest_lock_wait: Duration::from_millis(500),
+            app: WorkloadStats {
+                max_stall: worst,
+                max_stall_statement: "legacy.get_by_id (read)".into(),
+                ..WorkloadStats::default()
+            },
+        }
+    }
+
+    #[test]
+    fn the_apps_worst_wait_is_judged_against_the_budget() {
+        let p = LockPolicy::default();
+        let ok = probe(
+            ProbeEnd::CompletedAfterRelease {
+                after: Duration::from_millis(20),
+            },
+            Duration::from_millis(510),
         );
-        let stuck = LockTimeoutProbe {
-            cancelled_by_watchdog: true,
-            waited: Duration::from_secs(6),
-            ..LockTimeoutProbe::default()
-        };
-        let f = evaluate(3, &a, None, Some(&stuck), t);
+        let f = evaluate_probe(3, &ok, &p, STALL_BUDGET);
         assert_eq!(
             (f[0].id.as_str(), f[0].severity),
-            ("locks.ignores-lock-timeout", Severity::Error)
+            ("locks.waits-within-stall-budget", Severity::Info)
         );
+        let frozen = probe(
+            ProbeEnd::CompletedAfterRelease {
+                after: Duration::from_millis(20),
+            },
+            Duration::from_secs(5),
+        );
+        let f = evaluate_probe(3, &frozen, &p, STALL_BUDGET);
+        assert_eq!(ids(&f), ["locks.app-stalled-behind-long-transaction"]);
+        let f = evaluate_probe(3, &probe(ProbeEnd::IgnoredLockTimeout, Duration::from_secs(3)), &p, STALL_BUDGET);
+        assert_eq!(
+            ids(&f),
+            ["locks.ignores-lock-timeout", "locks.app-stalled-behind-long-transaction"]
+        );
+        let f = evaluate_probe(3, &probe(ProbeEnd::Failed("boom".into()), Duration::ZERO), &p, STALL_BUDGET);
+        assert_eq!(f[0].severity, Severity::Skipped);
     }
 }

@@ -1,184 +1,363 @@
-//! `rewrite`: does the migration do work that grows with the table while
-//! holding a lock that blocks the app?
+//! `rewrite`: does the migration do work that grows with a table while it
+//! holds a lock that blocks the app?
 //!
-//! Measured twice, on a database at the previous version with 0 rows and
-//! with `--rows N`: per existing table, whether it got a new file
-//! (`pg_class.relfilenode`: a rewrite), the rows the migration inserted,
-//! updated and scanned (`pg_stat_xact_user_tables`, read inside its
-//! transaction), the WAL it wrote and its duration.
+//! Measured statement by statement inside the migration's transaction, on
+//! a database at the previous version seeded with the live apps' rows
+//! (and once with 0 rows): per existing table, tuples read by sequential
+//! passes, tuples fetched through indexes, rows updated and deleted, heap
+//! and index blocks requested, and whether it got a new file
+//! (`relfilenode`: every row rewritten). Work *grows with the table* when it
+//! is a pass over its rows (a validating CHECK or FOREIGN KEY, SET NOT
+//! NULL, a volatile default), rows written one by one (an `UPDATE`
+//! backfill keeps the relfilenode, so rows updated is what catches it), or
+//! a rewrite (a type change). That is an **error at any seeded size** when,
+//! while the statement runs, the migration holds a lock that blocks some
+//! live app statement on some table — a transaction keeps every lock until
+//! it commits, so a lock taken by an earlier statement counts. What blocks
+//! follows from the apps' own statements ([`Needs`]): reads need ACCESS
+//! SHARE, writes ROW EXCLUSIVE. A `VALIDATE CONSTRAINT` in a migration of
+//! its own scans under SHARE UPDATE EXCLUSIVE, which blocks neither: not an
+//! error. No fractional thresholds: one row updated under a blocking lock
+//! counts.
 //!
-//! An `UPDATE` backfill keeps the relfilenode, so rows updated is what
-//! catches it; a volatile default (`random()`, `clock_timestamp()`) changes
-//! the relfilenode. Both, under ACCESS EXCLUSIVE, stall every query of the
-//! app for as long as the table takes (measured at 1M rows: 16.9 s). A
-//! constant default is catalog-only (PostgreSQL 11+): no rows touched.
-//! Judgement is on behaviour (rows touched, file replaced), not on timing.
+//! Index builds under a blocking lock are `locks.blocking-index-build`.
 
 use crate::report::{Finding, Severity};
-use crate::verify::rehearsal::Applied;
+use crate::verify::lock_modes::{self, Needs};
+use crate::verify::predict::Hold;
+use crate::verify::rehearsal::{Applied, StatementRun, TableWork};
 
 use super::ms;
 
 pub const CHECK: &str = "rewrite";
 pub const DESCRIPTION: &str =
-    "no table rewrite or row-by-row backfill under a lock that blocks the app (relfilenode, rows touched, WAL, at 0 and N rows)";
+    "no work that grows with a table (rewrite, rows written, a full pass) under a lock that blocks the live apps, measured per statement at 0 and N rows";
 
-pub fn evaluate(v: i32, at_zero: &Applied, at_n: &Applied) -> Vec<Finding> {
+/// The blocking locks held once statement `st` ran, as "MODE on table"
+/// (strongest per table), with what they block.
+pub(crate) fn blocking_locks(st: &StatementRun, needs: &Needs) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
-    let mut clean = true;
-    for w in at_n
-        .tables
-        .values()
-        .filter(|w| w.rows_before > 0 && !w.dropped)
-    {
-        let lock = w.strongest_lock().unwrap_or("no lock").to_string();
-        let base = |name: &str, sev: Severity, msg: String| {
-            Finding::new(CHECK, name, sev, Some(v), msg)
-                .evidence("table", w.table.clone())
-                .evidence("rows", w.rows_before)
-                .evidence("rows_updated", w.rows_updated)
-                .evidence("rows_scanned", w.rows_scanned)
-                .evidence("relfilenode_changed", w.rewritten)
-                .evidence("lock", lock.clone())
-                .evidence("wal_bytes_at_0_rows", at_zero.wal_bytes)
-                .evidence("wal_bytes_at_n_rows", at_n.wal_bytes)
-                .evidence("ms_at_0_rows", ms(at_zero.duration))
-                .evidence("ms_at_n_rows", ms(at_n.duration))
-        };
-        let blocks = w.blocks_writes();
-        if w.rewritten && blocks {
-            clean = false;
-            out.push(
-                base(
-                    "table-rewritten",
-                    Severity::Error,
-                    format!(
-                        "rewrites {} ({} rows, new relfilenode) while holding {lock}: the app stalls for as long as the table takes",
-                        w.table, w.rows_before
-                    ),
-                )
-                .advice("a volatile default (random(), clock_timestamp(), gen_random_uuid()) or a column type change rewrites every row; use a constant default (catalog-only since PostgreSQL 11) and fill real values in batches outside the migration"),
-            );
-        } else if w.rows_updated * 2 >= w.rows_before {
-            clean = false;
-            let (sev, name, why) = if blocks {
-                (
-                    Severity::Error,
-                    "rows-updated-under-lock",
-                    format!("while holding {lock}: the app stalls for as long as the update takes"),
-                )
-            } else {
-                (
-                    Severity::Warn,
-                    "rows-updated",
-                    "in one transaction: every row stays locked against the app's updates until it commits".to_string(),
-                )
-            };
-            out.push(
-                base(
-                    name,
-                    sev,
-                    format!(
-                        "updates {} of {} rows of {} {why}",
-                        w.rows_updated, w.rows_before, w.table
-                    ),
-                )
-                .advice("make the new column's default the backfilled value (ADD COLUMN ... NOT NULL DEFAULT <constant> touches no row), or backfill in small batches outside the migration"),
-            );
-        } else if w.rows_scanned >= w.rows_before && w.blocks_reads() && w.new_indexes.is_empty() {
-            clean = false;
-            out.push(
-                base(
-                    "full-scan-under-lock",
-                    Severity::Warn,
-                    format!(
-                        "reads all {} rows of {} while holding {lock} (validating a constraint such as SET NOT NULL): the stall grows with the table",
-                        w.rows_before, w.table
-                    ),
-                )
-                .advice("declare NOT NULL in the ADD COLUMN together with a constant default (no scan), or add CHECK (col IS NOT NULL) NOT VALID, VALIDATE it in a later migration, then SET NOT NULL"),
-            );
+    for (table, modes) in &st.locks_after {
+        let blocking: Vec<&str> = modes
+            .iter()
+            .map(String::as_str)
+            .filter(|m| needs.blocks(table, m))
+            .collect();
+        if let Some(m) = lock_modes::strongest(blocking) {
+            out.push((table.clone(), m.to_string(), needs.describe(table, m)));
         }
-    }
-    if clean {
-        let rows: i64 = at_n.tables.values().map(|w| w.rows_before).sum();
-        let updated: i64 = at_n.tables.values().map(|w| w.rows_updated).sum();
-        out.push(
-            Finding::new(
-                CHECK,
-                "measured",
-                Severity::Info,
-                Some(v),
-                "no rewrite, no row-by-row work on existing rows",
-            )
-            .evidence("rows_in_existing_tables", rows)
-            .evidence("rows_updated", updated)
-            .evidence(
-                "tables_rewritten",
-                at_n.tables.values().filter(|w| w.rewritten).count(),
-            )
-            .evidence("wal_bytes_at_0_rows", at_zero.wal_bytes)
-            .evidence("wal_bytes_at_n_rows", at_n.wal_bytes)
-            .evidence("ms_at_0_rows", ms(at_zero.duration))
-            .evidence("ms_at_n_rows", ms(at_n.duration)),
-        );
     }
     out
 }
 
+pub(crate) fn locks_phrase(locks: &[(String, String, String)]) -> String {
+    locks
+        .iter()
+        .map(|(t, m, what)| format!("{} on {t} (blocks its {what})", lock_modes::sql_name(m)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+pub fn evaluate(
+    v: i32,
+    at_zero: &Applied,
+    at_n: &Applied,
+    needs: &Needs,
+    holds: &[Hold],
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let rows_total: i64 = at_n.tables.values().map(|t| t.rows_before).sum();
+    for (i, st) in at_n.statements.iter().enumerate() {
+        let blocking = blocking_locks(st, needs);
+        // One finding per statement: about its largest table whose work
+        // grows (an index build alone is locks.blocking-index-build).
+        let grown: Vec<&TableWork> = at_n
+            .tables
+            .values()
+            .filter(|t| st.grows_on(t))
+            .filter(|t| {
+                st.rewrote.contains(&t.table)
+                    || !st.built_indexes.iter().any(|(x, _)| *x == t.table)
+            })
+            .collect();
+        if let Some(t) = grown.iter().max_by_key(|t| t.rows_before) {
+            let others: Vec<String> = grown
+                .iter()
+                .filter(|o| o.table != t.table)
+                .map(|o| format!("{} ({} rows)", o.table, o.rows_before))
+                .collect();
+            if let Some(f) = judge(v, i, st, t, &blocking, at_zero, at_n, holds) {
+                out.push(if others.is_empty() {
+                    f
+                } else {
+                    f.evidence("also_grows_on", others.join(", "))
+                });
+            }
+        }
+    }
+    if out.iter().all(|f| f.severity != Severity::Error) {
+        if rows_total == 0 && !at_n.tables.is_empty() {
+            out.push(
+                Finding::new(
+                    CHECK,
+                    "no-rows-to-measure",
+                    Severity::Skipped,
+                    Some(v),
+                    "the existing tables hold no rows here (no live app seeds them), so work that grows with a table could not show",
+                )
+                .advice("declare the apps that write these tables (with seeds) so the rehearsal has rows, or raise --rows"),
+            );
+        } else {
+            let updated: i64 = at_n.tables.values().map(|w| w.work.updated).sum();
+            let read: i64 = at_n.tables.values().map(|w| w.work.tuples_read).sum();
+            out.push(
+                Finding::new(
+                    CHECK,
+                    "measured",
+                    Severity::Info,
+                    Some(v),
+                    if at_n.tables.is_empty() {
+                        "no table existed before it: nothing to rewrite".to_string()
+                    } else {
+                        "no rewrite, no row-by-row work or full pass on existing rows under a blocking lock".to_string()
+                    },
+                )
+                .evidence("rows_in_existing_tables", rows_total)
+                .evidence("rows_updated", updated)
+                .evidence("tuples_read", read)
+                .evidence(
+                    "tables_rewritten",
+                    at_n.tables.values().filter(|w| w.rewritten).count(),
+                )
+                .evidence("statements", at_n.statements.len())
+                .evidence("wal_bytes_at_0_rows", at_zero.wal_bytes)
+                .evidence("wal_bytes_at_n_rows", at_n.wal_bytes)
+                .evidence("ms_at_0_rows", ms(at_zero.duration))
+                .evidence("ms_at_n_rows", ms(at_n.duration)),
+            );
+        }
+    }
+    out
+}
+
+#[allow(clippy::too_many_arguments)]
+fn judge(
+    v: i32,
+    i: usize,
+    st: &StatementRun,
+    t: &TableWork,
+    blocking: &[(String, String, String)],
+    at_zero: &Applied,
+    at_n: &Applied,
+    holds: &[Hold],
+) -> Option<Finding> {
+    let w = st.work.get(&t.table).copied().unwrap_or_default();
+    let rewrote = st.rewrote.contains(&t.table);
+    let at = at_n.where_(i);
+    let zero_ms = at_zero
+        .statements
+        .get(i)
+        .map(|s| ms(s.duration))
+        .unwrap_or(0.0);
+    // The lock held during this statement that stalls the app longest,
+    // preferring the one on the table the work is on.
+    let worst_hold = holds
+        .iter()
+        .filter(|h| h.statement <= i)
+        .max_by_key(|h| (h.predicted, h.table == t.table));
+    let base = |name: &str, sev: Severity, msg: String| {
+        let mut f = Finding::new(CHECK, name, sev, Some(v), msg)
+            .evidence("table", t.table.clone())
+            .evidence("rows", t.rows_before)
+            .evidence("pages", t.pages_before)
+            .evidence("statement_line", st.line)
+            .evidence("statement", st.excerpt.clone())
+            .evidence("tuples_read", w.tuples_read)
+            .evidence("tuples_fetched", w.tuples_fetched)
+            .evidence("rows_updated", w.updated)
+            .evidence("rows_deleted", w.deleted)
+            .evidence("heap_blocks", w.heap_blocks)
+            .evidence("index_blocks", w.index_blocks)
+            .evidence("relfilenode_changed", rewrote)
+            .evidence("blocking_locks", locks_phrase(blocking))
+            .evidence("wal_bytes_at_n_rows", at_n.wal_bytes)
+            .evidence("statement_ms_at_0_rows", zero_ms)
+            .evidence("statement_ms_at_n_rows", ms(st.duration));
+        if let Some(h) = worst_hold {
+            f = f
+                .evidence("predicted_hold_ms", ms(h.predicted))
+                .evidence(
+                    "predicted_rows",
+                    h.drivers.iter().map(|d| d.2).fold(0.0, f64::max),
+                )
+                .evidence("predicted_lock", format!("{} on {}", lock_modes::sql_name(&h.mode), h.table));
+        }
+        f
+    };
+    let prediction = worst_hold
+        .map(|h| {
+            format!(
+                "; {} this would hold {} on {} for ~{}",
+                h.size_phrase(),
+                lock_modes::sql_name(&h.mode),
+                h.table,
+                human(h.predicted)
+            )
+        })
+        .unwrap_or_default();
+    if blocking.is_empty() {
+        // Not blocking: row writes still keep the rows locked against the
+        // app's updates until the commit.
+        return (w.rows_written() > 0).then(|| {
+            base(
+                "rows-updated",
+                Severity::Warn,
+                format!(
+                    "{at}: writes {} of {} rows of {} in one transaction: every row stays locked against the app's updates until it commits",
+                    w.rows_written(),
+                    t.rows_before,
+                    t.table
+                ),
+            )
+            .advice("backfill in small batches, each its own short transaction, outside the migration")
+        });
+    }
+    let under = locks_phrase(blocking);
+    Some(if rewrote {
+        base(
+            "table-rewritten",
+            Severity::Error,
+            format!(
+                "{at}: rewrites {} ({} rows, new relfilenode) while holding {under}: the app stalls for as long as the table takes{prediction}",
+                t.table, t.rows_before
+            ),
+        )
+        .advice("a column type change or a volatile default (random(), clock_timestamp(), gen_random_uuid()) rewrites every row; add a new column (constant default, catalog-only since PostgreSQL 11), fill it in batches outside the migration, and switch the app over")
+    } else if w.rows_written() > 0 {
+        base(
+            "rows-updated-under-lock",
+            Severity::Error,
+            format!(
+                "{at}: writes {} of {} rows of {} one by one while holding {under}: the app stalls for as long as the update takes{prediction}",
+                w.rows_written(),
+                t.rows_before,
+                t.table
+            ),
+        )
+        .advice("make the new column's default the backfilled value (ADD COLUMN ... NOT NULL DEFAULT <constant> touches no row), or backfill in small batches outside the migration, with no lock beyond the rows")
+    } else {
+        base(
+            "full-scan-under-lock",
+            Severity::Error,
+            format!(
+                "{at}: reads all {} rows of {} ({} tuples by sequential pass, {} heap blocks) while holding {under}: validating a constraint or NOT NULL this way stalls the app for as long as the table takes{prediction}",
+                t.rows_before, t.table, w.tuples_read, w.heap_blocks
+            ),
+        )
+        .advice("add the constraint NOT VALID (no scan), then VALIDATE CONSTRAINT in a later migration: its scan takes only SHARE UPDATE EXCLUSIVE, which blocks neither reads nor writes; for NOT NULL, validate a CHECK (col IS NOT NULL) first (PostgreSQL 12+ then skips the SET NOT NULL scan)")
+    })
+}
+
+/// "95 s", "1.2 s", "340 ms".
+pub(crate) fn human(d: std::time::Duration) -> String {
+    let s = d.as_secs_f64();
+    if s >= 10.0 {
+        format!("{s:.0} s")
+    } else if s >= 1.0 {
+        format!("{s:.1} s")
+    } else {
+        format!("{:.0} ms", s * 1000.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
-    use crate::verify::rehearsal::TableWork;
+    use crate::verify::rehearsal::Work;
 
-    fn applied(work: TableWork) -> Applied {
-        let mut a = Applied::default();
-        a.tables.insert(work.table.clone(), work);
-        a
-    }
-
-    fn table(rows: i64, locks: &[&str]) -> TableWork {
-        TableWork {
+    fn applied(mode: &str, work: Work, rewrote: bool) -> Applied {
+        let table = TableWork {
             table: "attached_functions".into(),
-            rows_before: rows,
-            locks: locks.iter().map(|s| s.to_string()).collect(),
+            rows_before: 2000,
+            pages_before: 40,
+            locks: vec![mode.into()],
             ..TableWork::default()
+        };
+        let locks: BTreeMap<String, Vec<String>> =
+            [("attached_functions".to_string(), vec![mode.to_string()])].into();
+        Applied {
+            tables: [("attached_functions".to_string(), table)].into(),
+            statements: vec![StatementRun {
+                line: 3,
+                excerpt: "ALTER TABLE attached_functions …".into(),
+                locks_after: locks,
+                work: [("attached_functions".to_string(), work)].into(),
+                rewrote: if rewrote {
+                    vec!["attached_functions".into()]
+                } else {
+                    vec![]
+                },
+                ..StatementRun::default()
+            }],
+            split_exact: true,
+            ..Applied::default()
         }
     }
 
-    #[test]
-    fn update_backfill_under_access_exclusive_is_an_error() {
-        let mut w = table(2000, &["AccessExclusiveLock"]);
-        w.rows_updated = 2000;
-        let f = evaluate(3, &Applied::default(), &applied(w));
-        assert_eq!(f[0].id, "rewrite.rows-updated-under-lock");
-        assert_eq!(f[0].severity, Severity::Error);
-        assert_eq!(f[0].evidence["rows_updated"], 2000);
+    fn reader_writer() -> Needs {
+        let mut n = Needs::default();
+        n.add("attached_functions", "AccessShareLock");
+        n.add("attached_functions", "RowExclusiveLock");
+        n
+    }
+
+    fn first(v: &[Finding]) -> (&str, Severity) {
+        (v[0].id.as_str(), v[0].severity)
     }
 
     #[test]
-    fn rewrite_scan_and_catalog_only_are_told_apart() {
-        let mut w = table(2000, &["AccessExclusiveLock"]);
-        w.rewritten = true;
-        assert_eq!(
-            evaluate(3, &Applied::default(), &applied(w))[0].id,
-            "rewrite.table-rewritten"
-        );
-        let mut w = table(2000, &["AccessExclusiveLock"]);
-        w.rows_scanned = 2000;
-        let f = evaluate(3, &Applied::default(), &applied(w));
-        assert_eq!(
-            (f[0].id.as_str(), f[0].severity),
-            ("rewrite.full-scan-under-lock", Severity::Warn)
-        );
-        let f = evaluate(
-            3,
-            &Applied::default(),
-            &applied(table(2000, &["AccessExclusiveLock"])),
-        );
-        assert_eq!(
-            (f[0].id.as_str(), f[0].severity),
-            ("rewrite.measured", Severity::Info)
-        );
+    fn any_row_written_under_a_blocking_lock_is_an_error() {
+        let w = Work {
+            updated: 3,
+            ..Work::default()
+        };
+        let a = applied("AccessExclusiveLock", w, false);
+        let f = evaluate(4, &Applied::default(), &a, &reader_writer(), &[]);
+        assert_eq!(first(&f), ("rewrite.rows-updated-under-lock", Severity::Error));
+        assert_eq!(f[0].evidence["rows_updated"], 3);
+        assert!(f[0].message.starts_with("line 3:"), "{}", f[0].message);
+        // The same update under ROW EXCLUSIVE only (a plain UPDATE): warn.
+        let a = applied("RowExclusiveLock", w, false);
+        let f = evaluate(4, &Applied::default(), &a, &reader_writer(), &[]);
+        assert_eq!(first(&f), ("rewrite.rows-updated", Severity::Warn));
+    }
+
+    #[test]
+    fn scans_and_rewrites_are_errors_only_under_blocking_locks() {
+        let scan = Work {
+            tuples_read: 2000,
+            heap_blocks: 40,
+            ..Work::default()
+        };
+        // A validating FOREIGN KEY: SHARE ROW EXCLUSIVE blocks writes.
+        let a = applied("ShareRowExclusiveLock", scan, false);
+        let f = evaluate(4, &Applied::default(), &a, &reader_writer(), &[]);
+        assert_eq!(first(&f), ("rewrite.full-scan-under-lock", Severity::Error));
+        // VALIDATE CONSTRAINT: SHARE UPDATE EXCLUSIVE blocks neither.
+        let a = applied("ShareUpdateExclusiveLock", scan, false);
+        let f = evaluate(4, &Applied::default(), &a, &reader_writer(), &[]);
+        assert_eq!(first(&f), ("rewrite.measured", Severity::Info));
+        // A table no app touches is nobody's stall.
+        let a = applied("AccessExclusiveLock", scan, true);
+        let f = evaluate(4, &Applied::default(), &a, &Needs::default(), &[]);
+        assert_eq!(first(&f), ("rewrite.measured", Severity::Info));
+        let f = evaluate(4, &Applied::default(), &a, &reader_writer(), &[]);
+        assert_eq!(first(&f), ("rewrite.table-rewritten", Severity::Error));
+        // Catalog-only: no work at all.
+        let a = applied("AccessExclusiveLock", Work::default(), false);
+        let f = evaluate(4, &Applied::default(), &a, &reader_writer(), &[]);
+        assert_eq!(first(&f), ("rewrite.measured", Severity::Info));
     }
 }

@@ -1,0 +1,280 @@
+//! How long each lock that blocks the app would be held on production's
+//! tables, extrapolated from the two measured applies (0 rows and the
+//! seeded size).
+//!
+//! Per statement, time at 0 rows is the fixed part; what it took more at
+//! the seeded size grows with the tables it did row-proportional work on
+//! (a pass over the rows, rows written, a rewrite, an index build), so it
+//! is scaled by production rows / seeded rows of the largest such table.
+//! Statements that did no such work keep their measured time. A lock taken
+//! by statement *s* is held from *s* to the commit, so its hold is the sum
+//! of the predicted times from *s* on. Linear in rows: an index build
+//! (n log n) is predicted a little short, a table that fits in memory here
+//! but not there a little short too; the figure is an order of magnitude
+//! to act on, not a promise.
+//!
+//! Sizes come from `--table-rows TABLE=N` or from `reltuples` of a real
+//! database (`--sizes-from URL`, read-only); without either the seeded
+//! size is used, and the message says so.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::lock_modes::Needs;
+use super::rehearsal::Applied;
+
+/// Production row counts per table, and where they came from.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Sizes {
+    pub rows: BTreeMap<String, f64>,
+    /// "--table-rows", "reltuples of postgres://…" (redacted); empty when
+    /// none was given.
+    pub source: String,
+}
+
+impl Sizes {
+    /// `TABLE=N` pairs (N may use `_` separators or a k/M/G suffix).
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = &'a str>) -> Result<Sizes, String> {
+        let mut rows = BTreeMap::new();
+        for p in pairs {
+            let (table, n) = p
+                .split_once('=')
+                .ok_or_else(|| format!("`{p}` is not TABLE=ROWS (e.g. bookings=48000000)"))?;
+            let n = parse_count(n.trim())
+                .ok_or_else(|| format!("`{p}`: `{n}` is not a row count (e.g. 48000000, 48M)"))?;
+            rows.insert(table.trim().to_string(), n);
+        }
+        Ok(Sizes {
+            rows,
+            source: "--table-rows".into(),
+        })
+    }
+
+    /// `reltuples` of every ordinary table of the public schema of the
+    /// database at `url` (read-only: one catalogue query). Tables never
+    /// analysed (reltuples < 0) are left out.
+    pub fn from_database(url: &str) -> anyhow::Result<Sizes> {
+        let mut c = crate::db::connect(url)?;
+        let rows = c
+            .query(
+                "SELECT c.relname::text, c.reltuples::float8 FROM pg_class c
+                  WHERE c.relkind IN ('r', 'p') AND c.relnamespace = 'public'::regnamespace
+                    AND c.reltuples >= 0",
+                &[],
+            )
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot read table sizes (pg_class.reltuples) from {}: {}",
+                    crate::db::redact_url(url),
+                    crate::verify::replay::message(&e)
+                )
+            })?
+            .iter()
+            .map(|r| (r.get::<_, String>(0), r.get::<_, f64>(1)))
+            .collect();
+        Ok(Sizes {
+            rows,
+            source: format!("reltuples of {}", crate::db::redact_url(url)),
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+}
+
+fn parse_count(s: &str) -> Option<f64> {
+    let s = s.replace('_', "");
+    let (num, mult) = match s.chars().last()? {
+        'k' | 'K' => (&s[..s.len() - 1], 1e3),
+        'm' | 'M' => (&s[..s.len() - 1], 1e6),
+        'g' | 'G' | 'b' | 'B' => (&s[..s.len() - 1], 1e9),
+        _ => (&s[..], 1.0),
+    };
+    let n: f64 = num.parse().ok()?;
+    (n.is_finite() && n >= 0.0).then_some(n * mult)
+}
+
+/// One lock that blocks the app, measured and predicted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hold {
+    pub table: String,
+    pub mode: String,
+    /// The statement that took it.
+    pub statement: usize,
+    /// Measured at the seeded size.
+    pub measured: Duration,
+    pub predicted: Duration,
+    /// Whether the prediction used production sizes (else the seeded ones).
+    pub from_sizes: bool,
+    /// (table, seeded rows, predicted rows) of the tables whose size
+    /// drives the prediction.
+    pub drivers: Vec<(String, i64, f64)>,
+}
+
+impl Hold {
+    /// "at 48000000 rows of bookings", or "at the seeded size (10000 rows of bookings)".
+    pub fn size_phrase(&self) -> String {
+        let rows = |v: &[(String, i64, f64)], pick: fn(&(String, i64, f64)) -> f64| {
+            v.iter()
+                .map(|d| format!("{:.0} rows of {}", pick(d), d.0))
+                .collect::<Vec<_>>()
+                .join(" and ")
+        };
+        if self.drivers.is_empty() {
+            "at any size (nothing under it grows with a table)".to_string()
+        } else if self.from_sizes {
+            format!("at {}", rows(&self.drivers, |d| d.2))
+        } else {
+            format!(
+                "at the seeded size ({}; give --table-rows TABLE=N or --sizes-from URL for production's)",
+                rows(&self.drivers, |d| d.1 as f64)
+            )
+        }
+    }
+}
+
+/// Every lock held at the end of `at_n` that blocks some app statement
+/// (per `needs`), with its measured and predicted hold.
+pub fn holds(at_zero: &Applied, at_n: &Applied, needs: &Needs, sizes: &Sizes) -> Vec<Hold> {
+    let commit = at_n.held.saturating_sub(at_n.duration);
+    let n = at_n.statements.len();
+    // Per statement: predicted duration and the tables that drove it.
+    let mut per_statement: Vec<(Duration, Vec<(String, i64, f64)>)> = Vec::with_capacity(n);
+    let mut any_sized = false;
+    for (i, st) in at_n.statements.iter().enumerate() {
+        let zero = at_zero
+            .statements
+            .get(i)
+            .filter(|_| at_zero.statements.len() == n)
+            .map(|s| s.duration)
+            .unwrap_or_default()
+            .min(st.duration);
+        let mut drivers = Vec::new();
+        let mut scale: f64 = 1.0;
+        for t in at_n.tables.values().filter(|t| st.grows_on(t)) {
+            let target = sizes.rows.get(&t.table).copied();
+            any_sized |= target.is_some();
+            let target = target.unwrap_or(t.rows_before as f64);
+            scale = scale.max(target / t.rows_before.max(1) as f64);
+            drivers.push((t.table.clone(), t.rows_before, target));
+        }
+        let predicted = if drivers.is_empty() {
+            st.duration
+        } else {
+            zero + (st.duration - zero).mul_f64(scale)
+        };
+        per_statement.push((predicted, drivers));
+    }
+    let mut out = Vec::new();
+    for t in at_n.tables.values() {
+        for mode in &t.locks {
+            if !needs.blocks(&t.table, mode) {
+                continue;
+            }
+            let Some(s) = at_n.taken_at(&t.table, mode) else {
+                continue;
+            };
+            let mut drivers: Vec<(String, i64, f64)> = Vec::new();
+            for (_, ds) in &per_statement[s..] {
+                for d in ds {
+                    if !drivers.iter().any(|x| x.0 == d.0) {
+                        drivers.push(d.clone());
+                    }
+                }
+            }
+            // Nothing under it grows with a table: its hold is what was
+            // measured, at any size.
+            let predicted = if drivers.is_empty() {
+                at_n.held_from(s)
+            } else {
+                per_statement[s..].iter().map(|(d, _)| *d).sum::<Duration>() + commit
+            };
+            out.push(Hold {
+                table: t.table.clone(),
+                mode: mode.clone(),
+                statement: s,
+                measured: at_n.held_from(s),
+                predicted,
+                from_sizes: any_sized,
+                drivers,
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verify::rehearsal::{StatementRun, TableWork, Work};
+
+    #[test]
+    fn sizes_parse_with_suffixes() {
+        let s = Sizes::from_pairs(["bookings=48M", "users=1_000", "x=2.5k"]).unwrap();
+        assert_eq!(s.rows["bookings"], 48e6);
+        assert_eq!(s.rows["users"], 1000.0);
+        assert_eq!(s.rows["x"], 2500.0);
+        assert!(Sizes::from_pairs(["bookings"]).is_err());
+        assert!(Sizes::from_pairs(["bookings=lots"]).is_err());
+    }
+
+    #[test]
+    fn hold_scales_the_row_proportional_part_only() {
+        let table = TableWork {
+            table: "t".into(),
+            rows_before: 10_000,
+            pages_before: 100,
+            locks: vec!["AccessExclusiveLock".into()],
+            ..TableWork::default()
+        };
+        let mut locks = BTreeMap::new();
+        locks.insert("t".to_string(), vec!["AccessExclusiveLock".to_string()]);
+        let scan = Work {
+            tuples_read: 10_000,
+            ..Work::default()
+        };
+        let at_n = Applied {
+            duration: Duration::from_millis(101),
+            held: Duration::from_millis(102),
+            tables: [("t".to_string(), table)].into(),
+            statements: vec![
+                StatementRun {
+                    duration: Duration::from_millis(1),
+                    locks_after: locks.clone(),
+                    ..StatementRun::default()
+                },
+                StatementRun {
+                    duration: Duration::from_millis(100),
+                    locks_after: locks,
+                    work: [("t".to_string(), scan)].into(),
+                    ..StatementRun::default()
+                },
+            ],
+            ..Applied::default()
+        };
+        let at_zero = Applied {
+            statements: vec![
+                StatementRun {
+                    duration: Duration::from_millis(1),
+                    ..StatementRun::default()
+                },
+                StatementRun {
+                    duration: Duration::from_millis(10),
+                    ..StatementRun::default()
+                },
+            ],
+            ..Applied::default()
+        };
+        let sizes = Sizes::from_pairs(["t=1000000"]).unwrap();
+        let h = holds(&at_zero, &at_n, &Needs::unknown(), &sizes);
+        assert_eq!(h.len(), 1);
+        // 1 ms + (10 ms + 90 ms × 100) + 1 ms commit
+        assert_eq!(h[0].predicted, Duration::from_millis(9012));
+        assert_eq!(h[0].measured, Duration::from_millis(102));
+        assert!(h[0].size_phrase().starts_with("at 1000000 rows of t"));
+        let at_seeded = holds(&at_zero, &at_n, &Needs::unknown(), &Sizes::default());
+        assert_eq!(at_seeded[0].predicted, Duration::from_millis(102));
+        assert!(at_seeded[0].size_phrase().contains("seeded size"));
+    }
+}
