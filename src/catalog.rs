@@ -62,8 +62,8 @@ impl Migration {
     }
 
     pub fn backfills(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.directives.iter().filter_map(|d| match d {
-            Directive::Backfill { table, predicate } => Some((table.as_str(), predicate.as_str())),
+        self.directives.iter().map(|d| match d {
+            Directive::Backfill { table, predicate } => (table.as_str(), predicate.as_str()),
         })
     }
 }

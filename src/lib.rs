@@ -16,8 +16,8 @@
 pub mod catalog;
 pub mod check;
 pub mod dao;
-pub mod lock_policy;
 pub mod db;
+pub mod lock_policy;
 pub mod migrate;
 pub mod report;
 pub mod sandbox;

@@ -579,7 +579,10 @@ fn apply_one(
             watcher.reset();
             log::info!("applying {m} (attempt {n}, lock_timeout {timeout:?})");
             client
-                .batch_execute(&format!("SET lock_timeout = '{}ms'", timeout.as_millis().max(1)))
+                .batch_execute(&format!(
+                    "SET lock_timeout = '{}ms'",
+                    timeout.as_millis().max(1)
+                ))
                 .map_err(RunError::Setup)?;
             runner.run(client).map_err(RunError::Refinery)
         },
@@ -800,5 +803,4 @@ mod tests {
         assert_eq!(s.versions[1].state, State::OutOfOrder);
         assert_eq!(s.versions[2].state, State::Divergent);
     }
-
 }

@@ -145,7 +145,10 @@ mod tests {
         assert!(conflicts("RowExclusiveLock", "ShareLock"));
         assert!(!conflicts("RowExclusiveLock", "RowExclusiveLock"));
         assert!(!conflicts("ShareUpdateExclusiveLock", "RowExclusiveLock"));
-        assert!(conflicts("ShareUpdateExclusiveLock", "ShareUpdateExclusiveLock"));
+        assert!(conflicts(
+            "ShareUpdateExclusiveLock",
+            "ShareUpdateExclusiveLock"
+        ));
         assert!(!conflicts("ShareLock", "ShareLock"));
         assert!(conflicts("ShareRowExclusiveLock", "ShareRowExclusiveLock"));
         for a in MODES {

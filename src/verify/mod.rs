@@ -63,9 +63,12 @@ const COMPAT_ROWS: u64 = 50;
 const WORKLOAD_MARGIN: Duration = Duration::from_millis(100);
 
 /// How long the long-transaction probe keeps its transaction open: long
-/// enough for the lock policy to step up to its cap a few times.
+/// enough for the lock policy to step up to its cap a few times, and for a
+/// migration that overrides its lock timeout to be seen waiting past the
+/// cap (plus slack) before the transaction ends.
 fn long_transaction(policy: &LockPolicy) -> Duration {
-    (policy.max_timeout * 3).max(Duration::from_secs(1))
+    (policy.max_timeout * 3)
+        .max(policy.max_timeout + rehearsal::LOCK_WAIT_SLACK + Duration::from_millis(500))
 }
 
 /// Why a rehearsal could not run at all (as opposed to findings).
@@ -349,7 +352,9 @@ impl Run<'_> {
             let results = handle.join().unwrap_or_else(|_| {
                 vec![(
                     0,
-                    Err(anyhow::anyhow!("the migrator's thread panicked (a bug in rollsafe)")),
+                    Err(anyhow::anyhow!(
+                        "the migrator's thread panicked (a bug in rollsafe)"
+                    )),
                 )]
             });
             for (v, r) in results {
@@ -371,12 +376,9 @@ impl Run<'_> {
                 continue;
             }
             let findings = match result {
-                Ok(Ok(probe)) => locks::evaluate_probe(
-                    v,
-                    &probe,
-                    &self.v.lock_policy,
-                    self.v.stall_budget,
-                ),
+                Ok(Ok(probe)) => {
+                    locks::evaluate_probe(v, &probe, &self.v.lock_policy, self.v.stall_budget)
+                }
                 Ok(Err(e)) => vec![locks::probe_could_not_run(v, &format!("{e:#}"))],
                 Err(_) => vec![locks::probe_could_not_run(
                     v,

@@ -95,6 +95,10 @@ fn parse_count(s: &str) -> Option<f64> {
     (n.is_finite() && n >= 0.0).then_some(n * mult)
 }
 
+/// (table, seeded rows, predicted rows) of a table whose size drives a
+/// prediction.
+pub type Driver = (String, i64, f64);
+
 /// One lock that blocks the app, measured and predicted.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Hold {
@@ -109,13 +113,13 @@ pub struct Hold {
     pub from_sizes: bool,
     /// (table, seeded rows, predicted rows) of the tables whose size
     /// drives the prediction.
-    pub drivers: Vec<(String, i64, f64)>,
+    pub drivers: Vec<Driver>,
 }
 
 impl Hold {
     /// "at 48000000 rows of bookings", or "at the seeded size (10000 rows of bookings)".
     pub fn size_phrase(&self) -> String {
-        let rows = |v: &[(String, i64, f64)], pick: fn(&(String, i64, f64)) -> f64| {
+        let rows = |v: &[Driver], pick: fn(&Driver) -> f64| {
             v.iter()
                 .map(|d| format!("{:.0} rows of {}", pick(d), d.0))
                 .collect::<Vec<_>>()
@@ -140,7 +144,7 @@ pub fn holds(at_zero: &Applied, at_n: &Applied, needs: &Needs, sizes: &Sizes) ->
     let commit = at_n.held.saturating_sub(at_n.duration);
     let n = at_n.statements.len();
     // Per statement: predicted duration and the tables that drove it.
-    let mut per_statement: Vec<(Duration, Vec<(String, i64, f64)>)> = Vec::with_capacity(n);
+    let mut per_statement: Vec<(Duration, Vec<Driver>)> = Vec::with_capacity(n);
     let mut any_sized = false;
     for (i, st) in at_n.statements.iter().enumerate() {
         let zero = at_zero
@@ -175,7 +179,7 @@ pub fn holds(at_zero: &Applied, at_n: &Applied, needs: &Needs, sizes: &Sizes) ->
             let Some(s) = at_n.taken_at(&t.table, mode) else {
                 continue;
             };
-            let mut drivers: Vec<(String, i64, f64)> = Vec::new();
+            let mut drivers: Vec<Driver> = Vec::new();
             for (_, ds) in &per_statement[s..] {
                 for d in ds {
                     if !drivers.iter().any(|x| x.0 == d.0) {

@@ -225,8 +225,10 @@ pub enum End {
 }
 
 fn wal_lsn(c: &mut Client) -> Result<String, postgres::Error> {
-    Ok(c.query_one("SELECT pg_current_wal_insert_lsn()::text", &[])?
-        .get(0))
+    Ok(
+        c.query_one("SELECT pg_current_wal_insert_lsn()::text", &[])?
+            .get(0),
+    )
 }
 
 /// A table that exists before the migration, as the measurement needs it.
@@ -260,7 +262,15 @@ fn xact_work(c: &mut Client, tables: &[Existing]) -> Result<BTreeMap<u32, Work>,
         .map(|r| {
             (
                 r.get::<_, u32>(0),
-                [r.get(1), r.get(2), r.get(3), r.get(4), r.get(5), r.get(6), r.get(7)],
+                [
+                    r.get(1),
+                    r.get(2),
+                    r.get(3),
+                    r.get(4),
+                    r.get(5),
+                    r.get(6),
+                    r.get(7),
+                ],
             )
         })
         .collect();
@@ -313,12 +323,15 @@ fn held_locks(
     Ok(out)
 }
 
+/// (table oid, index name, index oid).
+type IndexRow = (u32, String, u32);
+
 /// Current file of each existing table, and the indexes on them, on the
 /// migration's own connection (its uncommitted catalog).
 fn files_and_indexes(
     c: &mut Client,
     tables: &[Existing],
-) -> Result<(BTreeMap<u32, u32>, Vec<(u32, String, u32)>), postgres::Error> {
+) -> Result<(BTreeMap<u32, u32>, Vec<IndexRow>), postgres::Error> {
     let oids: Vec<u32> = tables.iter().map(|t| t.oid).collect();
     let files = c
         .query(
@@ -461,7 +474,10 @@ pub fn apply_measured(
     out.duration = t0.elapsed();
     let locks = held_locks(&mut c, &existing)?;
     let after: BTreeMap<u32, u32> = c
-        .query("SELECT oid, relfilenode FROM pg_class WHERE relkind = 'r'", &[])?
+        .query(
+            "SELECT oid, relfilenode FROM pg_class WHERE relkind = 'r'",
+            &[],
+        )?
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
@@ -578,20 +594,21 @@ impl Workload {
         let plain_reader = db::connect(url)?;
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Mutex::new(WorkloadStats::default()));
-        let record = |stats: &Mutex<WorkloadStats>, name: String, took: Duration, err: Option<String>| {
-            let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
-            s.statements += 1;
-            if took > s.max_stall {
-                s.max_stall = took;
-                s.max_stall_statement = name.clone();
-            }
-            if let Some(m) = err {
-                s.error_count += 1;
-                if s.errors.len() < 5 {
-                    s.errors.push((name, m));
+        let record =
+            |stats: &Mutex<WorkloadStats>, name: String, took: Duration, err: Option<String>| {
+                let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
+                s.statements += 1;
+                if took > s.max_stall {
+                    s.max_stall = took;
+                    s.max_stall_statement = name.clone();
                 }
-            }
-        };
+                if let Some(m) = err {
+                    s.error_count += 1;
+                    if s.errors.len() < 5 {
+                        s.errors.push((name, m));
+                    }
+                }
+            };
         let mut threads = Vec::new();
         for (mut c, prepared, reads, app_name) in jobs {
             let (stop, stats) = (stop.clone(), stats.clone());

@@ -35,9 +35,7 @@ pub struct Outcome {
 impl Outcome {
     /// Whether executing it took a lock that only writers take.
     pub fn writes(&self) -> bool {
-        self.locks
-            .iter()
-            .any(|(_, m)| m != "AccessShareLock")
+        self.locks.iter().any(|(_, m)| m != "AccessShareLock")
     }
 }
 
@@ -258,17 +256,16 @@ pub fn replay_all(c: &mut Client, app: &AppVersion) -> Result<Vec<Outcome>, post
 
 /// (table, mode) of the locks this backend holds on ordinary tables.
 fn own_table_locks(c: &mut Client) -> Result<Vec<(String, String)>, postgres::Error> {
-    Ok(c
-        .query(
-            "SELECT c.relname::text, l.mode FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+    Ok(c.query(
+        "SELECT c.relname::text, l.mode FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
               WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' AND l.granted
                 AND c.relkind IN ('r', 'p') AND c.relnamespace = 'public'::regnamespace
               ORDER BY 1, 2",
-            &[],
-        )?
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect())
+        &[],
+    )?
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect())
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             eight_concurrent_migrators_apply_each_version_once,
             sigkill_mid_apply_never_splits_a_migration_from_its_history,
             long_transaction_makes_migrate_give_up_naming_the_blocker,
+            behind_a_long_transaction_readers_stay_within_the_stall_budget_and_migrate_succeeds,
             a_held_migration_lock_makes_migrate_wait_then_refuse,
             bad_inputs_give_one_line_errors_and_change_nothing,
             library_refuses_drift_before_running_anything,
@@ -778,11 +779,7 @@ fn long_transaction_makes_migrate_give_up_naming_the_blocker(env: &TestEnv) -> a
 
     // Once the transaction ends, the same command goes through.
     tx.commit()?;
-    expect_code(
-        &migrate_cli(db.url(), &[])?,
-        0,
-        "after the blocker ended",
-    )?;
+    expect_code(&migrate_cli(db.url(), &[])?, 0, "after the blocker ended")?;
     ensure!(history(&mut c)? == [1, 2, 3]);
     Ok(())
 }
@@ -1425,6 +1422,66 @@ fn tls_sslmodes_are_honoured(env: &TestEnv) -> anyhow::Result<()> {
         &[],
     )?;
     expect_code(&o, 0, "migrate over verify-full")?;
+    let mut c = db.connect()?;
+    ensure!(history(&mut c)? == [1, 2, 3]);
+    Ok(())
+}
+
+/// The default policy behind a 2.5 s write transaction: a separate reader
+/// never waits longer than the 1 s stall budget, migrate retries and
+/// succeeds once the transaction ends.
+fn behind_a_long_transaction_readers_stay_within_the_stall_budget_and_migrate_succeeds(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let db = env.migrated_database(2);
+    let mut holder = db.connect()?;
+    holder.batch_execute("BEGIN; LOCK TABLE attached_functions IN ROW EXCLUSIVE MODE")?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (stop, url) = (Arc::clone(&stop), db.url().to_string());
+        std::thread::spawn(move || -> anyhow::Result<(Duration, usize)> {
+            let mut c = db::connect(&url)?;
+            let (mut worst, mut n) = (Duration::ZERO, 0);
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                c.query_one("SELECT count(*) FROM attached_functions", &[])?;
+                worst = worst.max(t.elapsed());
+                n += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Ok((worst, n))
+        })
+    };
+    let release = std::thread::spawn(move || -> anyhow::Result<()> {
+        std::thread::sleep(Duration::from_millis(2500));
+        holder.batch_execute("COMMIT")?;
+        Ok(())
+    });
+    let start = Instant::now();
+    let o = migrate_cli(db.url(), &[])?;
+    let elapsed = start.elapsed();
+    release.join().unwrap()?;
+    stop.store(true, Ordering::Relaxed);
+    let (worst, reads) = reader.join().unwrap()?;
+    expect_code(&o, 0, "migrate behind a transaction that ends")?;
+    let (out, _) = text(&o);
+    let attempts: u32 = out
+        .lines()
+        .find(|l| l.contains("V3__"))
+        .and_then(|l| l.split(" (").nth(1))
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .with_context(|| format!("no attempt count: {out}"))?;
+    ensure!(attempts > 3, "{attempts} attempts: {out}");
+    ensure!(
+        elapsed >= Duration::from_millis(2500),
+        "applied before the transaction ended"
+    );
+    ensure!(reads > 20, "the reader only ran {reads} queries");
+    ensure!(
+        worst < Duration::from_secs(1),
+        "a reader waited {worst:?}: over the 1 s stall budget"
+    );
     let mut c = db.connect()?;
     ensure!(history(&mut c)? == [1, 2, 3]);
     Ok(())

@@ -16,8 +16,10 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context};
 use rollsafe::catalog::Catalog;
+use rollsafe::lock_policy::LockPolicy;
 use rollsafe::report::{Report, Severity};
 use rollsafe::schema::{expected_embedded, Snapshot};
+use rollsafe::verify::predict::Sizes;
 use rollsafe::verify::Verify;
 
 use crate::common::{repo_root, rollsafe_bin, TestEnv};
@@ -42,6 +44,17 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             exclusive_lock_held_for_seconds_is_caught,
             migration_ignoring_its_lock_timeout_is_caught,
             non_transactional_statement_fails_to_apply,
+            validating_check_is_an_error_with_a_prediction,
+            validating_foreign_key_is_an_error,
+            set_not_null_on_a_populated_column_is_an_error,
+            inline_unique_is_a_blocking_index_build,
+            type_change_is_a_rewrite_and_a_broken_read_not_a_panic,
+            partial_update_under_access_exclusive_is_an_error,
+            additive_migration_passes_with_zero_errors,
+            not_valid_then_validate_passes_in_two_migrations,
+            slow_migration_without_conflict_is_not_blamed_on_lock_timeout,
+            lock_timeout_above_the_stall_budget_is_caught,
+            misspelt_directive_is_refused,
             cli_exit_0_with_json_matching_the_findings,
             cli_exit_1_with_junit_matching_the_findings,
             cli_exit_2_when_it_cannot_run,
@@ -75,6 +88,15 @@ fn migrations_dir(v3: Option<&str>, v4: Option<&str>, snapshot: bool) -> tempfil
     }
     if snapshot {
         std::fs::copy(src.join("schema.json"), dir.path().join("schema.json")).unwrap();
+    }
+    dir
+}
+
+/// The shipped V1..V3 plus `later` as V4, V5, …
+fn with_later(later: &[&str]) -> tempfile::TempDir {
+    let dir = migrations_dir(None, None, false);
+    for (i, sql) in later.iter().enumerate() {
+        std::fs::write(dir.path().join(format!("V{}__later_{i}.sql", 4 + i)), sql).unwrap();
     }
     dir
 }
@@ -410,7 +432,8 @@ fn blocking_index_build_is_caught(env: &TestEnv) -> anyhow::Result<()> {
         f.evidence
     );
     ensure!(
-        f.message.contains("SHARE on attached_functions (blocks its writes)"),
+        f.message
+            .contains("SHARE on attached_functions (blocks its writes)"),
         "{}",
         f.message
     );
@@ -628,6 +651,273 @@ fn cli_exit_2_when_it_cannot_run(env: &TestEnv) -> anyhow::Result<()> {
     ensure!(
         !text.contains("Secr3tPw") && text.contains("cannot connect"),
         "{text}"
+    );
+    Ok(())
+}
+
+fn validating_check_is_an_error_with_a_prediction(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = with_later(&[
+        "ALTER TABLE attached_functions ADD CONSTRAINT attempts_nonneg CHECK (current_attempts >= 0);",
+    ]);
+    let r = Verify::new(Catalog::from_dir(dir.path())?)?
+        .rows(ROWS)
+        .sizes(Sizes::from_pairs(["attached_functions=1000000"]).map_err(anyhow::Error::msg)?)
+        .run(&env.sandbox)?;
+    let f = expect_error(&r, 4, "rewrite.full-scan-under-lock")?;
+    ensure!(
+        f.evidence["tuples_read"].as_i64().unwrap() >= ROWS as i64
+            && f.evidence["rows_updated"] == 0
+            && f.evidence["relfilenode_changed"] == false,
+        "a scan that writes nothing: {:?}",
+        f.evidence
+    );
+    // The prediction extrapolates the scan to a million rows.
+    ensure!(
+        f.evidence["predicted_rows"].as_f64() == Some(1e6),
+        "{:?}",
+        f.evidence
+    );
+    let predicted = f.evidence["predicted_hold_ms"].as_f64().unwrap();
+    let measured = f.evidence["statement_ms_at_n_rows"].as_f64().unwrap();
+    ensure!(
+        predicted > 10.0 * measured,
+        "predicted {predicted} ms at 1M rows vs {measured} ms measured at {ROWS}"
+    );
+    ensure!(
+        f.message.contains("at 1000000 rows of attached_functions"),
+        "{}",
+        f.message
+    );
+    Ok(())
+}
+
+fn validating_foreign_key_is_an_error(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = with_later(&[
+        "ALTER TABLE attached_functions ADD CONSTRAINT af_function_fk FOREIGN KEY (function_id) REFERENCES functions (id);",
+    ]);
+    let r = rehearse(env, dir.path())?;
+    let f = expect_error(&r, 4, "rewrite.full-scan-under-lock")?;
+    let locks = f.evidence["blocking_locks"].as_str().unwrap_or_default();
+    ensure!(
+        locks.contains("SHARE ROW EXCLUSIVE on attached_functions (blocks its writes)"),
+        "{locks}"
+    );
+    ensure!(
+        f.evidence["table"] == "attached_functions",
+        "{:?}",
+        f.evidence
+    );
+    Ok(())
+}
+
+fn set_not_null_on_a_populated_column_is_an_error(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = with_later(&[
+        "ALTER TABLE attached_functions ADD COLUMN note text DEFAULT 'x';\n\
+         ALTER TABLE attached_functions ALTER COLUMN note SET NOT NULL;",
+    ]);
+    let r = rehearse(env, dir.path())?;
+    let f = expect_error(&r, 4, "rewrite.full-scan-under-lock")?;
+    ensure!(
+        f.evidence["tuples_read"].as_i64().unwrap() >= ROWS as i64,
+        "{:?}",
+        f.evidence
+    );
+    ensure!(
+        f.evidence["blocking_locks"]
+            .as_str()
+            .unwrap()
+            .contains("ACCESS EXCLUSIVE on attached_functions (blocks its reads and writes)"),
+        "{:?}",
+        f.evidence
+    );
+    Ok(())
+}
+
+fn inline_unique_is_a_blocking_index_build(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = with_later(&[
+        "ALTER TABLE attached_functions ADD CONSTRAINT af_id_name UNIQUE (id, name);",
+    ]);
+    let r = rehearse(env, dir.path())?;
+    let f = expect_error(&r, 4, "locks.blocking-index-build")?;
+    ensure!(f.evidence["index"] == "af_id_name", "{:?}", f.evidence);
+    ensure!(
+        f.evidence["tuples_read"].as_i64().unwrap() >= ROWS as i64,
+        "{:?}",
+        f.evidence
+    );
+    Ok(())
+}
+
+fn type_change_is_a_rewrite_and_a_broken_read_not_a_panic(env: &TestEnv) -> anyhow::Result<()> {
+    let dir =
+        with_later(&["ALTER TABLE attached_functions ALTER COLUMN current_attempts TYPE bigint;"]);
+    // Through the real binary: a panic would be exit 101.
+    let (code, stdout, stderr) = run_verify(
+        env,
+        &[
+            "--migrations",
+            dir.path().to_str().unwrap(),
+            "--format",
+            "json",
+        ],
+    )?;
+    ensure!(code == 1, "exit {code}: {stderr}");
+    let r: Report = serde_json::from_str(&stdout)?;
+    expect_error(&r, 4, "rewrite.table-rewritten")?;
+    let changed: Vec<String> = r
+        .errors()
+        .filter(|f| f.id == "compat.result-type-changed")
+        .map(|f| {
+            format!(
+                "{}.{}",
+                f.evidence["app"].as_str().unwrap(),
+                f.evidence["statement"].as_str().unwrap()
+            )
+        })
+        .collect();
+    ensure!(
+        changed.contains(&"legacy.get_by_id".to_string())
+            && changed.contains(&"current.list_by_collection".to_string()),
+        "{changed:?}"
+    );
+    let f = r
+        .errors()
+        .find(|f| f.id == "compat.result-type-changed")
+        .context("no type change")?;
+    ensure!(
+        f.evidence["column"] == "current_attempts"
+            && f.evidence["type_before"] == "int4"
+            && f.evidence["type_after"] == "int8",
+        "{:?}",
+        f.evidence
+    );
+    // The DAO's own reads fail with a message naming the column and both
+    // types, as a finding.
+    let read = expect_error(&r, 4, "backfill.reader-fails")?;
+    ensure!(
+        read.message
+            .contains("`current_attempts` is int8 in the database, but the app reads it as i32"),
+        "{}",
+        read.message
+    );
+    Ok(())
+}
+
+fn partial_update_under_access_exclusive_is_an_error(env: &TestEnv) -> anyhow::Result<()> {
+    // About 1 row in 16: far under half, still row-by-row under the lock.
+    let dir = with_later(&["ALTER TABLE attached_functions ADD COLUMN note text;\n\
+         UPDATE attached_functions SET note = 'x' WHERE id::text LIKE '0%';"]);
+    let r = rehearse(env, dir.path())?;
+    let f = expect_error(&r, 4, "rewrite.rows-updated-under-lock")?;
+    let (updated, rows) = (
+        f.evidence["rows_updated"].as_i64().unwrap(),
+        f.evidence["rows"].as_i64().unwrap(),
+    );
+    ensure!(updated > 0 && updated * 4 < rows, "{updated} of {rows}");
+    Ok(())
+}
+
+fn additive_migration_passes_with_zero_errors(env: &TestEnv) -> anyhow::Result<()> {
+    // A nullable column and a new table: the current app's `sweep_stuck`
+    // (WITH … UPDATE) must not run as a read and soft-delete seeded rows.
+    let dir = with_later(&["ALTER TABLE attached_functions ADD COLUMN note text;\n\
+         CREATE TABLE audit_log (id bigserial PRIMARY KEY, attached_function_id uuid REFERENCES attached_functions (id), at timestamptz NOT NULL DEFAULT now());"]);
+    let r = rehearse(env, dir.path())?;
+    expect_pass(&r)?;
+    let agree = r
+        .findings
+        .iter()
+        .find(|f| f.id == "backfill.readers-agree" && f.migration == Some(4))
+        .context("readers not compared on V4")?;
+    ensure!(agree.evidence["sampled_collections"].as_u64().unwrap() > 0);
+    ensure!(r.count(Severity::Skipped) == 0, "{:?}", r.findings);
+    Ok(())
+}
+
+fn not_valid_then_validate_passes_in_two_migrations(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = with_later(&[
+        "ALTER TABLE attached_functions ADD CONSTRAINT attempts_nonneg CHECK (current_attempts >= 0) NOT VALID;",
+        "ALTER TABLE attached_functions VALIDATE CONSTRAINT attempts_nonneg;",
+    ]);
+    let r = rehearse(env, dir.path())?;
+    expect_pass(&r)?;
+    // VALIDATE really scanned, under a lock that blocks nobody.
+    let locks = r
+        .findings
+        .iter()
+        .find(|f| f.id == "locks.measured" && f.migration == Some(5))
+        .context("no locks for V5")?;
+    ensure!(
+        locks
+            .message
+            .contains("attached_functions: ShareUpdateExclusiveLock")
+            && locks.message.contains("none blocks a live app"),
+        "{}",
+        locks.message
+    );
+    let rw = r
+        .findings
+        .iter()
+        .find(|f| f.id == "rewrite.measured" && f.migration == Some(5))
+        .context("no rewrite for V5")?;
+    ensure!(
+        rw.evidence["tuples_read"].as_i64().unwrap() >= ROWS as i64,
+        "{:?}",
+        rw.evidence
+    );
+    Ok(())
+}
+
+fn slow_migration_without_conflict_is_not_blamed_on_lock_timeout(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = with_later(&["CREATE TABLE slow_t (id int);\nSELECT pg_sleep(2.5);"]);
+    let r = rehearse(env, dir.path())?;
+    expect_pass(&r)?;
+    // Slow and holding ACCESS EXCLUSIVE: a long lock, still not a lock wait.
+    let dir = with_later(&[
+        "ALTER TABLE attached_functions ADD COLUMN note text;\nSELECT pg_sleep(2.5);",
+    ]);
+    let r = rehearse(env, dir.path())?;
+    expect_error(&r, 4, "locks.long-blocking-lock")?;
+    ensure!(
+        !r.findings
+            .iter()
+            .any(|f| f.id == "locks.ignores-lock-timeout"),
+        "{:?}",
+        error_ids(&r)
+    );
+    Ok(())
+}
+
+fn lock_timeout_above_the_stall_budget_is_caught(env: &TestEnv) -> anyhow::Result<()> {
+    // The old policy (a fixed 5 s lock_timeout; 3 s here to keep it short)
+    // freezes the app's reads behind V3's waiting ACCESS EXCLUSIVE request.
+    let r = Verify::new(Catalog::embedded()?)?
+        .rows(ROWS)
+        .lock_policy(
+            LockPolicy::default()
+                .max_timeout(Duration::from_secs(3))
+                .first_timeout(Duration::from_secs(3)),
+        )
+        .run(&env.sandbox)?;
+    let f = expect_error(&r, 3, "locks.app-stalled-behind-long-transaction")?;
+    ensure!(
+        f.evidence["worst_app_wait_ms"].as_f64().unwrap() > 1000.0,
+        "{:?}",
+        f.evidence
+    );
+    Ok(())
+}
+
+fn misspelt_directive_is_refused(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = with_later(&["-- rollsafe:backfil attached_functions note IS NULL\nALTER TABLE attached_functions ADD COLUMN note text;"]);
+    let (code, stdout, stderr) = run_verify(env, &["--migrations", dir.path().to_str().unwrap()])?;
+    ensure!(code == 2, "exit {code}: {stdout}{stderr}");
+    ensure!(
+        stderr.trim().lines().count() == 1
+            && stderr.contains("V4__later_0.sql:1: unknown directive `-- rollsafe:backfil`"),
+        "{stderr}"
     );
     Ok(())
 }

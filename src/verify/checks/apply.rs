@@ -137,19 +137,19 @@ pub fn second_run(
 pub fn evaluate_second_run(v: Option<i32>, result: anyhow::Result<SecondRun>) -> Finding {
     let r = match result {
         Ok(r) => r,
-        Err(e) => {
-            return Finding::new(
-                CHECK,
-                "migrator-fails",
-                Severity::Error,
-                v,
-                format!(
-                    "rollsafe migrate fails on it: {}",
-                    crate::verify::replay::one_line(&e)
-                ),
-            )
-            .advice("the migration must apply through the migrator (one transaction with its history row)")
-        }
+        Err(e) => return Finding::new(
+            CHECK,
+            "migrator-fails",
+            Severity::Error,
+            v,
+            format!(
+                "rollsafe migrate fails on it: {}",
+                crate::verify::replay::one_line(&e)
+            ),
+        )
+        .advice(
+            "the migration must apply through the migrator (one transaction with its history row)",
+        ),
     };
     let v = v.unwrap_or_default();
     if r.second_applied == 0 && r.changes.is_empty() {

@@ -99,7 +99,11 @@ pub fn type_changes(
             continue;
         };
         for (i, (name, old)) in b.columns.iter().enumerate() {
-            let now = a.columns.iter().find(|(n, _)| n == name).or(a.columns.get(i));
+            let now = a
+                .columns
+                .iter()
+                .find(|(n, _)| n == name)
+                .or(a.columns.get(i));
             if let Some((_, new)) = now.filter(|(_, t)| t != old) {
                 out.push(
                     Finding::new(
@@ -375,17 +379,44 @@ mod tests {
         let apps = embedded_apps().unwrap();
         let outcome = |col: &str, param: &str| Outcome {
             statement: "get_by_id".into(),
-            columns: vec![("id".into(), "uuid".into()), ("current_attempts".into(), col.into())],
+            columns: vec![
+                ("id".into(), "uuid".into()),
+                ("current_attempts".into(), col.into()),
+            ],
             params: vec![param.into()],
             ..Outcome::default()
         };
-        let f = type_changes(4, &apps[0], 3, &[outcome("int4", "uuid")], &[outcome("int8", "uuid")]);
+        let f = type_changes(
+            4,
+            &apps[0],
+            3,
+            &[outcome("int4", "uuid")],
+            &[outcome("int8", "uuid")],
+        );
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].id, "compat.result-type-changed");
-        assert!(f[0].message.contains("current_attempts as int8 on V4 but as int4 on V3"), "{}", f[0].message);
-        let f = type_changes(4, &apps[0], 3, &[outcome("int4", "uuid")], &[outcome("int4", "text")]);
+        assert!(
+            f[0].message
+                .contains("current_attempts as int8 on V4 but as int4 on V3"),
+            "{}",
+            f[0].message
+        );
+        let f = type_changes(
+            4,
+            &apps[0],
+            3,
+            &[outcome("int4", "uuid")],
+            &[outcome("int4", "text")],
+        );
         assert_eq!(f[0].id, "compat.param-type-changed");
-        assert!(type_changes(4, &apps[0], 3, &[outcome("int4", "uuid")], &[outcome("int4", "uuid")]).is_empty());
+        assert!(type_changes(
+            4,
+            &apps[0],
+            3,
+            &[outcome("int4", "uuid")],
+            &[outcome("int4", "uuid")]
+        )
+        .is_empty());
     }
 
     #[test]

@@ -413,12 +413,25 @@ mod tests {
         );
         let f = evaluate_probe(3, &frozen, &p, STALL_BUDGET);
         assert_eq!(ids(&f), ["locks.app-stalled-behind-long-transaction"]);
-        let f = evaluate_probe(3, &probe(ProbeEnd::IgnoredLockTimeout, Duration::from_secs(3)), &p, STALL_BUDGET);
+        let f = evaluate_probe(
+            3,
+            &probe(ProbeEnd::IgnoredLockTimeout, Duration::from_secs(3)),
+            &p,
+            STALL_BUDGET,
+        );
         assert_eq!(
             ids(&f),
-            ["locks.ignores-lock-timeout", "locks.app-stalled-behind-long-transaction"]
+            [
+                "locks.ignores-lock-timeout",
+                "locks.app-stalled-behind-long-transaction"
+            ]
         );
-        let f = evaluate_probe(3, &probe(ProbeEnd::Failed("boom".into()), Duration::ZERO), &p, STALL_BUDGET);
+        let f = evaluate_probe(
+            3,
+            &probe(ProbeEnd::Failed("boom".into()), Duration::ZERO),
+            &p,
+            STALL_BUDGET,
+        );
         assert_eq!(f[0].severity, Severity::Skipped);
     }
 }

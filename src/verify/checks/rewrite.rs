@@ -190,7 +190,10 @@ fn judge(
                     "predicted_rows",
                     h.drivers.iter().map(|d| d.2).fold(0.0, f64::max),
                 )
-                .evidence("predicted_lock", format!("{} on {}", lock_modes::sql_name(&h.mode), h.table));
+                .evidence(
+                    "predicted_lock",
+                    format!("{} on {}", lock_modes::sql_name(&h.mode), h.table),
+                );
         }
         f
     };
@@ -325,7 +328,10 @@ mod tests {
         };
         let a = applied("AccessExclusiveLock", w, false);
         let f = evaluate(4, &Applied::default(), &a, &reader_writer(), &[]);
-        assert_eq!(first(&f), ("rewrite.rows-updated-under-lock", Severity::Error));
+        assert_eq!(
+            first(&f),
+            ("rewrite.rows-updated-under-lock", Severity::Error)
+        );
         assert_eq!(f[0].evidence["rows_updated"], 3);
         assert!(f[0].message.starts_with("line 3:"), "{}", f[0].message);
         // The same update under ROW EXCLUSIVE only (a plain UPDATE): warn.
