@@ -65,19 +65,6 @@ impl Work {
         }
     }
 
-    fn plus(self, o: Work) -> Work {
-        Work {
-            seq_scans: self.seq_scans + o.seq_scans,
-            tuples_read: self.tuples_read + o.tuples_read,
-            tuples_fetched: self.tuples_fetched + o.tuples_fetched,
-            inserted: self.inserted + o.inserted,
-            updated: self.updated + o.updated,
-            deleted: self.deleted + o.deleted,
-            heap_blocks: self.heap_blocks + o.heap_blocks,
-            index_blocks: self.index_blocks + o.index_blocks,
-        }
-    }
-
     /// Rows changed one by one.
     pub fn rows_written(&self) -> i64 {
         self.updated + self.deleted
@@ -520,15 +507,6 @@ pub fn apply_measured(
     }
     out.held = t0.elapsed();
     Ok(out)
-}
-
-/// Sums the statements' work (for tests and benches that build an
-/// [`Applied`] by hand).
-pub fn total_work(statements: &[StatementRun], table: &str) -> Work {
-    statements
-        .iter()
-        .filter_map(|s| s.work.get(table))
-        .fold(Work::default(), |a, w| a.plus(*w))
 }
 
 /// What a concurrent app workload went through.

@@ -55,6 +55,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             slow_migration_without_conflict_is_not_blamed_on_lock_timeout,
             lock_timeout_above_the_stall_budget_is_caught,
             misspelt_directive_is_refused,
+            sizes_from_a_real_database_drive_the_prediction,
             cli_exit_0_with_json_matching_the_findings,
             cli_exit_1_with_junit_matching_the_findings,
             cli_exit_2_when_it_cannot_run,
@@ -917,6 +918,74 @@ fn misspelt_directive_is_refused(env: &TestEnv) -> anyhow::Result<()> {
     ensure!(
         stderr.trim().lines().count() == 1
             && stderr.contains("V4__later_0.sql:1: unknown directive `-- rollsafe:backfil`"),
+        "{stderr}"
+    );
+    Ok(())
+}
+
+fn sizes_from_a_real_database_drive_the_prediction(env: &TestEnv) -> anyhow::Result<()> {
+    // "Production": V3 with 3000 legacy rows, analysed.
+    let prod = env.migrated_database(3);
+    {
+        let apps = rollsafe::verify::apps::embedded_apps()?;
+        let legacy: Vec<_> = apps.iter().filter(|a| a.name == "legacy").collect();
+        let mut c = prod.connect()?;
+        rollsafe::verify::seed::seed(&mut c, &legacy, 3000)?;
+    }
+    let reltuples: f64 = prod
+        .connect()?
+        .query_one(
+            "SELECT reltuples::float8 FROM pg_class WHERE relname = 'attached_functions'",
+            &[],
+        )?
+        .get(0);
+    ensure!(reltuples >= 3000.0, "not analysed: {reltuples}");
+    let dir = with_later(&[
+        "ALTER TABLE attached_functions ADD CONSTRAINT attempts_nonneg CHECK (current_attempts >= 0);",
+    ]);
+    let (code, stdout, stderr) = run_verify(
+        env,
+        &[
+            "--migrations",
+            dir.path().to_str().unwrap(),
+            "--sizes-from",
+            prod.url(),
+            "--format",
+            "json",
+        ],
+    )?;
+    ensure!(code == 1, "exit {code}: {stderr}");
+    let r: Report = serde_json::from_str(&stdout)?;
+    let f = expect_error(&r, 4, "rewrite.full-scan-under-lock")?;
+    ensure!(
+        f.evidence["predicted_rows"].as_f64() == Some(reltuples),
+        "{:?} vs reltuples {reltuples}",
+        f.evidence
+    );
+    ensure!(
+        f.message
+            .contains(&format!("at {reltuples:.0} rows of attached_functions")),
+        "{}",
+        f.message
+    );
+    // A wrong password: one line, exit 2, the password never shown.
+    let mut bad = url::Url::parse(prod.url())?;
+    bad.set_password(Some("Wr0ngSecret"))
+        .map_err(|_| anyhow::anyhow!("cannot set a password"))?;
+    let (code, stdout, stderr) = run_verify(
+        env,
+        &[
+            "--migrations",
+            dir.path().to_str().unwrap(),
+            "--sizes-from",
+            bad.as_str(),
+        ],
+    )?;
+    ensure!(code == 2, "exit {code}: {stdout}{stderr}");
+    ensure!(
+        stderr.trim().lines().count() == 1
+            && !stderr.contains("Wr0ngSecret")
+            && !stdout.contains("Wr0ngSecret"),
         "{stderr}"
     );
     Ok(())
