@@ -278,6 +278,15 @@ impl Catalog {
         self.migrations.iter().find(|m| m.version == version)
     }
 
+    /// Where `m` lives as a reviewer sees it: `migrations/<file>` for the
+    /// embedded set (the repository's directory), `DIR/<file>` otherwise.
+    pub fn path_of(&self, m: &Migration) -> String {
+        match &self.source {
+            Source::Embedded => format!("migrations/{}", m.file),
+            Source::Dir(d) => d.join(&m.file).display().to_string(),
+        }
+    }
+
     /// The highest version.
     pub fn latest(&self) -> i32 {
         self.migrations.last().map(|m| m.version).unwrap_or(0)

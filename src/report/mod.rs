@@ -66,6 +66,23 @@ pub struct Finding {
     pub evidence: Evidence,
     /// What to do about it (empty for plain measurements).
     pub advice: String,
+    /// The statement it is about, when one statement of a migration file
+    /// is (None: the whole migration, or the whole run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<Location>,
+}
+
+/// Where in a migration file a finding points: what a reviewer needs to
+/// find the statement (annotations on a diff use file and line).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Location {
+    /// The file as the repository has it (`migrations/V4__x.sql`).
+    pub file: String,
+    /// 1-based line and column of the statement's first character.
+    pub line: usize,
+    pub column: usize,
+    /// The statement's beginning, whitespace folded.
+    pub excerpt: String,
 }
 
 impl Finding {
@@ -85,7 +102,16 @@ impl Finding {
             message: message.into(),
             evidence: Evidence::new(),
             advice: String::new(),
+            location: None,
         }
+    }
+
+    /// Points the finding at a statement (no-op for None).
+    pub fn at(mut self, location: Option<Location>) -> Finding {
+        if location.is_some() {
+            self.location = location;
+        }
+        self
     }
 
     /// Adds one measured value.
@@ -113,6 +139,28 @@ impl Finding {
 pub struct RehearsedMigration {
     pub version: i32,
     pub file: String,
+    /// The file as the repository has it (`migrations/V4__x.sql`), for
+    /// annotations.
+    #[serde(default)]
+    pub path: String,
+    /// What each statement did, measured (empty when it was not reached).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub statements: Vec<StatementRow>,
+}
+
+/// One statement of a rehearsed migration: the per-statement table of the
+/// report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatementRow {
+    pub line: usize,
+    pub column: usize,
+    pub excerpt: String,
+    /// Locks it took that were not held before it ("ACCESS EXCLUSIVE on t").
+    pub new_locks: Vec<String>,
+    pub ms_at_0_rows: f64,
+    pub ms_at_n_rows: f64,
+    /// Rows of existing tables it read by sequential pass or wrote, at N rows.
+    pub rows_touched: i64,
 }
 
 /// An application version whose statements were replayed.
@@ -185,6 +233,8 @@ impl Report {
             .map(|m| RehearsedMigration {
                 version: m.version,
                 file: m.file.clone(),
+                path: catalog.path_of(m),
+                statements: Vec::new(),
             })
             .collect();
     }
@@ -254,10 +304,22 @@ pub(crate) fn sample_report() -> Report {
         RehearsedMigration {
             version: 2,
             file: "V2__a.sql".into(),
+            path: "migrations/V2__a.sql".into(),
+            statements: Vec::new(),
         },
         RehearsedMigration {
             version: 3,
             file: "V3__b.sql".into(),
+            path: "migrations/V3__b.sql".into(),
+            statements: vec![StatementRow {
+                line: 4,
+                column: 1,
+                excerpt: "ALTER TABLE attached_functions ADD COLUMN x int".into(),
+                new_locks: vec!["ACCESS EXCLUSIVE on attached_functions".into()],
+                ms_at_0_rows: 0.4,
+                ms_at_n_rows: 9.5,
+                rows_touched: 10,
+            }],
         },
     ];
     r.apps = vec![RehearsedApp {
@@ -287,7 +349,13 @@ pub(crate) fn sample_report() -> Report {
             "attached_functions rewritten <&>",
         )
         .evidence("rows", 10)
-        .advice("use a constant default"),
+        .advice("use a constant default")
+        .at(Some(Location {
+            file: "migrations/V3__b.sql".into(),
+            line: 4,
+            column: 1,
+            excerpt: "ALTER TABLE attached_functions ADD COLUMN x int".into(),
+        })),
         Finding::new("locks", "lock-modes", Severity::Warn, Some(3), "scan"),
         Finding::new(
             "locks",

@@ -25,6 +25,49 @@ fn tag(s: Severity) -> &'static str {
     }
 }
 
+/// Per migration, what each statement did: where it is, the locks it newly
+/// took, its time on an empty and on the seeded database, the rows it
+/// touched. Only for migrations of more than one statement or with locks.
+fn render_statement_tables(out: &mut String, report: &Report) {
+    let with_rows: Vec<_> = report
+        .migrations
+        .iter()
+        .filter(|m| !m.statements.is_empty())
+        .collect();
+    if with_rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nper statement (locks newly taken; time at 0 and {} rows; rows touched)",
+        report.rows
+    );
+    for m in with_rows {
+        let _ = writeln!(out, "  V{} {}", m.version, m.path);
+        for s in &m.statements {
+            let excerpt: String = if s.excerpt.chars().count() > 44 {
+                s.excerpt.chars().take(43).collect::<String>() + "…"
+            } else {
+                s.excerpt.clone()
+            };
+            let _ = writeln!(
+                out,
+                "    line {:<4} {:<44} {:>8.1} ms {:>8.1} ms {:>8} rows  {}",
+                s.line,
+                excerpt,
+                s.ms_at_0_rows,
+                s.ms_at_n_rows,
+                s.rows_touched,
+                if s.new_locks.is_empty() {
+                    "-".to_string()
+                } else {
+                    s.new_locks.join(", ")
+                }
+            );
+        }
+    }
+}
+
 pub fn render_text(report: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}", report.tool);
@@ -75,6 +118,13 @@ pub fn render_text(report: &Report) -> String {
         sorted.sort_by_key(|f| std::cmp::Reverse(f.severity));
         for f in sorted {
             let _ = writeln!(out, "  {} {:<36} {}", tag(f.severity), f.id, f.message);
+            if let Some(l) = &f.location {
+                let _ = writeln!(
+                    out,
+                    "        at:       {}:{}:{}  {}",
+                    l.file, l.line, l.column, l.excerpt
+                );
+            }
             let ev = evidence_line(f);
             let plain = matches!(f.severity, Severity::Info);
             if !ev.is_empty() && !plain {
@@ -87,6 +137,8 @@ pub fn render_text(report: &Report) -> String {
             }
         }
     }
+
+    render_statement_tables(&mut out, report);
 
     if !report.safe_order.is_empty() {
         let _ = writeln!(out, "\nsafe deploy order");
@@ -125,6 +177,15 @@ mod tests {
         let err = text.find("ERROR rewrite.table-rewritten").unwrap();
         assert!(v2 < v3 && v3 < err, "{text}");
         assert!(text.contains("advice:   use a constant default"), "{text}");
+        assert!(
+            text.contains("at:       migrations/V3__b.sql:4:1  ALTER TABLE attached_functions ADD COLUMN x int"),
+            "{text}"
+        );
+        assert!(
+            text.contains("line 4    ALTER TABLE attached_functions ADD COLUMN x")
+                && text.contains("ACCESS EXCLUSIVE on attached_functions"),
+            "{text}"
+        );
         assert!(
             text.contains("1. apply V3, then roll out the current app"),
             "{text}"

@@ -559,10 +559,11 @@ impl Run<'_> {
                 rehearsal::apply_measured(empty.url(), &injected, None, End::Commit),
             )?;
             let trace = Self::snapshot(&empty)?.diff(&before);
-            let at_zero = step(
+            let mut at_zero = step(
                 "applying on an empty database",
                 rehearsal::apply_measured(empty.url(), &m.sql, None, End::Commit),
             )?;
+            at_zero.file = self.v.catalog.path_of(m);
             self.ran(apply::CHECK, Some(v));
             if !at_zero.ok() {
                 stopped = Some(apply::evaluate(v, &at_zero, None, &trace));
@@ -628,7 +629,11 @@ impl Run<'_> {
             let at_n = rehearsal::apply_measured(applied_db.url(), &m.sql, None, End::Commit);
             std::thread::sleep(WORKLOAD_MARGIN);
             let workload = workload.stop();
-            let at_n = step("applying on a seeded database", at_n)?;
+            let mut at_n = step("applying on a seeded database", at_n)?;
+            at_n.file = self.v.catalog.path_of(m);
+            if let Some(r) = self.report.migrations.iter_mut().find(|r| r.version == v) {
+                r.statements = at_n.statement_rows(&at_zero);
+            }
             self.report.findings.extend(apply::evaluate(
                 v,
                 &at_zero,

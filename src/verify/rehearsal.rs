@@ -168,6 +168,9 @@ pub struct Applied {
     pub statements: Vec<StatementRun>,
     /// Whether `statements` are the file's real statements.
     pub split_exact: bool,
+    /// The migration's file as a reviewer sees it (set by the caller), for
+    /// locations.
+    pub file: String,
 }
 
 impl Applied {
@@ -192,6 +195,57 @@ impl Applied {
             .map(|s| s.duration)
             .sum();
         self.held.saturating_sub(before)
+    }
+
+    /// Where statement `i` is in the file (the file's first statement when
+    /// the grammar could not split it).
+    pub fn location(&self, i: usize) -> Option<crate::report::Location> {
+        let s = self.statements.get(i)?;
+        Some(crate::report::Location {
+            file: self.file.clone(),
+            line: s.line,
+            column: s.column,
+            excerpt: s.excerpt.clone(),
+        })
+    }
+
+    /// The report's per-statement table: this apply (at N rows) beside
+    /// `at_zero` (the same statements on an empty database).
+    pub fn statement_rows(&self, at_zero: &Applied) -> Vec<crate::report::StatementRow> {
+        let mut held: BTreeSet<(String, String)> = BTreeSet::new();
+        self.statements
+            .iter()
+            .enumerate()
+            .map(|(i, st)| {
+                let mut new_locks = Vec::new();
+                for (table, modes) in &st.locks_after {
+                    for m in modes {
+                        if held.insert((table.clone(), m.clone())) {
+                            new_locks.push(format!("{} on {table}", lock_modes::sql_name(m)));
+                        }
+                    }
+                }
+                let ms = |d: Duration| (d.as_secs_f64() * 10_000.0).round() / 10.0;
+                crate::report::StatementRow {
+                    line: st.line,
+                    column: st.column,
+                    excerpt: st.excerpt.clone(),
+                    new_locks,
+                    ms_at_0_rows: at_zero
+                        .statements
+                        .get(i)
+                        .filter(|_| at_zero.statements.len() == self.statements.len())
+                        .map(|z| ms(z.duration))
+                        .unwrap_or(0.0),
+                    ms_at_n_rows: ms(st.duration),
+                    rows_touched: st
+                        .work
+                        .values()
+                        .map(|w| w.tuples_read + w.inserted + w.updated + w.deleted)
+                        .sum(),
+                }
+            })
+            .collect()
     }
 
     /// "line 3: ALTER TABLE …" of statement `i`, for messages.

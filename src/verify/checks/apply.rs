@@ -31,6 +31,7 @@ pub fn evaluate(
     if let Some(e) = &on_empty.error {
         out.push(
             Finding::new(CHECK, "fails-on-empty", Severity::Error, Some(v), format!("fails on an empty database: {e}"))
+                .at(on_empty.failed_statement.and_then(|i| on_empty.location(i)))
                 .evidence("sqlstate", on_empty.sqlstate.clone().unwrap_or_default())
                 .advice("fix the SQL; it must apply on a database at the previous version (each migration runs in one transaction, so CREATE INDEX CONCURRENTLY and other non-transactional statements cannot be used)"),
         );
@@ -46,6 +47,7 @@ pub fn evaluate(
                     Some(v),
                     format!("applies on an empty database but fails on one with {rows} rows written by the live apps: {e}"),
                 )
+                .at(seeded.failed_statement.and_then(|i| seeded.location(i)))
                 .evidence("rows", rows)
                 .evidence("sqlstate", seeded.sqlstate.clone().unwrap_or_default())
                 .advice("a migration meets the data live apps wrote: give a new NOT NULL column a constant default, or add it nullable, backfill in batches, and constrain it in a later migration"),

@@ -86,6 +86,7 @@ pub fn evaluate(
                         locks_phrase(&blocking)
                     ),
                 )
+                .at(at_n.location(i))
                 .evidence("table", table.clone())
                 .evidence("index", index.clone())
                 .evidence("rows", t.rows_before)
@@ -119,6 +120,7 @@ pub fn evaluate(
                         human(stall)
                     ),
                 )
+                .at(at_n.location(h.statement))
                 .evidence("held_ms", ms(h.measured))
                 .evidence("predicted_hold_ms", ms(h.predicted))
                 .evidence("predicted_rows", h.drivers.iter().map(|d| d.2).fold(0.0, f64::max))

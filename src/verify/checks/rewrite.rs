@@ -77,6 +77,7 @@ pub fn evaluate(
             .filter(|t| st.grows_on(t))
             .filter(|t| {
                 st.rewrote.contains(&t.table)
+                    || st.work.get(&t.table).is_some_and(|w| w.rows_written() > 0)
                     || !st.built_indexes.iter().any(|(x, _)| *x == t.table)
             })
             .collect();
@@ -167,6 +168,7 @@ fn judge(
         .max_by_key(|h| (h.predicted, h.table == t.table));
     let base = |name: &str, sev: Severity, msg: String| {
         let mut f = Finding::new(CHECK, name, sev, Some(v), msg)
+            .at(at_n.location(i))
             .evidence("table", t.table.clone())
             .evidence("rows", t.rows_before)
             .evidence("pages", t.pages_before)
