@@ -70,6 +70,9 @@ struct VerifyArgs {
     /// Directory of V<n>__<name>.sql files to rehearse instead of the embedded migrations (e.g. a proposed change).
     #[arg(long, value_name = "DIR")]
     migrations: Option<PathBuf>,
+    /// Rehearse only the migrations after version V; those up to V are applied once, unchecked (a pull request's cost follows its change).
+    #[arg(long, value_name = "V")]
+    since: Option<i32>,
     /// Rows seeded per rehearsal (written like the live app versions write them).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_ROWS)]
     rows: u64,
@@ -139,6 +142,9 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         .lock_policy(args.lock.policy())
         .stall_budget(args.stall_budget)
         .sizes(sizes);
+    if let Some(v) = args.since {
+        verify = verify.since(v)?;
+    }
     // Progress only for a human watching; CI logs stay clean.
     let bar = std::io::stderr().is_terminal().then(|| {
         let bar = indicatif::ProgressBar::new_spinner();

@@ -197,6 +197,9 @@ pub struct Report {
     pub apps: Vec<RehearsedApp>,
     /// Rows seeded per migration rehearsal.
     pub rows: u64,
+    /// Versions applied without being rehearsed (`--since`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub applied_only: Vec<i32>,
     /// The deploy order that the run proved safe, one step per line (empty
     /// when the run found errors).
     pub safe_order: Vec<String>,
@@ -217,6 +220,7 @@ impl Report {
             migrations: Vec::new(),
             apps: Vec::new(),
             rows: 0,
+            applied_only: Vec::new(),
             safe_order: Vec::new(),
             checks: Vec::new(),
             findings: Vec::new(),

@@ -76,6 +76,23 @@ pub fn render_text(report: &Report) -> String {
         let _ = writeln!(out, "  server:     {}", report.server_version);
     }
     let _ = writeln!(out, "  migrations: {}", report.source);
+    if let (Some(first), Some(last)) = (report.applied_only.first(), report.applied_only.last()) {
+        let rehearsed: Vec<String> = report
+            .migrations
+            .iter()
+            .filter(|m| !report.applied_only.contains(&m.version))
+            .map(|m| format!("V{}", m.version))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  rehearsed:  {} (V{first}..V{last} applied only, unchecked: --since)",
+            if rehearsed.is_empty() {
+                "nothing".to_string()
+            } else {
+                rehearsed.join(", ")
+            }
+        );
+    }
     if !report.apps.is_empty() {
         let apps: Vec<String> = report
             .apps

@@ -80,6 +80,14 @@ pub enum VerifyError {
     Apps(#[from] AppError),
     #[error("{path}: not a valid schema snapshot ({detail}); regenerate it (see src/schema.rs) or remove it")]
     BadSnapshot { path: PathBuf, detail: String },
+    #[error("--since {since} is not a migration version (the files have {available}); pass one of those")]
+    UnknownSince { since: i32, available: String },
+    #[error("V{version} ({file}) fails to apply before the rehearsed migrations (--since): {detail}; it is applied unchecked, so it must apply cleanly on the previous version")]
+    PrefixFails {
+        version: i32,
+        file: String,
+        detail: String,
+    },
     #[error("rehearsal failed while {step}: {detail}")]
     Rehearsal { step: String, detail: String },
 }
@@ -104,6 +112,7 @@ pub struct Verify {
     lock_policy: LockPolicy,
     stall_budget: Duration,
     sizes: Sizes,
+    since: Option<i32>,
     expected: ExpectedSchema,
     progress: Option<Progress>,
 }
@@ -145,6 +154,7 @@ impl Verify {
             lock_policy: LockPolicy::default(),
             stall_budget: locks::STALL_BUDGET,
             sizes: Sizes::default(),
+            since: None,
             expected,
             progress: None,
         })
@@ -166,6 +176,27 @@ impl Verify {
     pub fn stall_budget(mut self, d: Duration) -> Self {
         self.stall_budget = d;
         self
+    }
+
+    /// Rehearse only the migrations after `version`: those up to it are
+    /// applied once, unchecked, into the database the rehearsals start
+    /// from (a pull request's cost then follows its change, not the
+    /// history). A version that is not in the catalog is refused.
+    pub fn since(mut self, version: i32) -> Result<Self, VerifyError> {
+        if self.catalog.get(version).is_none() {
+            return Err(VerifyError::UnknownSince {
+                since: version,
+                available: self
+                    .catalog
+                    .migrations()
+                    .iter()
+                    .map(|m| format!("V{}", m.version))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+        self.since = Some(version);
+        Ok(self)
     }
 
     /// Production table sizes to predict lock holds at.
@@ -213,6 +244,13 @@ impl Verify {
         run.report.server_version = sandbox.server_version()?;
         run.report.set_migrations(&self.catalog);
         run.report.rows = self.rows;
+        run.report.applied_only = self
+            .catalog
+            .migrations()
+            .iter()
+            .map(|m| m.version)
+            .filter(|v| self.since.is_some_and(|s| *v <= s))
+            .collect();
         run.report.apps = self
             .apps
             .iter()
@@ -476,10 +514,25 @@ impl Run<'_> {
         // (apply: a second run is a no-op), on a database of its own, in
         // the background.
         let migrator_db = self.sandbox.fresh_database()?;
-        let (catalog, policy) = (self.v.catalog.clone(), self.v.lock_policy);
+        let (catalog, policy, since) = (self.v.catalog.clone(), self.v.lock_policy, self.v.since);
         self.migrator = Some(std::thread::spawn(move || {
             let mut out = Vec::new();
-            for m in catalog.migrations() {
+            if let Some(s) = since {
+                let options = crate::migrate::Options {
+                    target: Some(s),
+                    lock: policy,
+                    ..Default::default()
+                };
+                if let Err(e) = crate::migrate::migrate(migrator_db.url(), &catalog, &options) {
+                    out.push((s, Err(anyhow::Error::from(e))));
+                    return out;
+                }
+            }
+            for m in catalog
+                .migrations()
+                .iter()
+                .filter(|m| !since.is_some_and(|s| m.version <= s))
+            {
                 let r = apply::second_run(migrator_db.url(), &catalog, m.version, policy);
                 let failed = r.is_err();
                 out.push((m.version, r));
@@ -496,6 +549,24 @@ impl Run<'_> {
         let mut stopped: Option<Vec<Finding>> = None;
         for (index, m) in migrations.iter().enumerate() {
             let v = m.version;
+            if self.v.since.is_some_and(|s| v <= s) {
+                // Before --since: applied once into the template, unchecked.
+                self.v
+                    .say(&format!("V{v}: applying (up to --since, not rehearsed)"));
+                let mut c = step("connecting", empty_prev.connect())?;
+                let applied = c
+                    .transaction()
+                    .and_then(|mut tx| tx.batch_execute(&m.sql).and_then(|_| tx.commit()));
+                if let Err(e) = applied {
+                    return Err(VerifyError::PrefixFails {
+                        version: v,
+                        file: m.file.clone(),
+                        detail: replay::message(&e),
+                    });
+                }
+                prev = v;
+                continue;
+            }
             let live: Vec<&AppVersion> = self.v.apps.iter().filter(|a| a.needs <= prev).collect();
 
             // Seeded path.
@@ -583,6 +654,22 @@ impl Run<'_> {
             });
             empty_prev = empty;
             prev = v;
+        }
+
+        if staged.is_empty() && stopped.is_none() && self.v.since.is_some() {
+            self.report.findings.push(
+                Finding::new(
+                    apply::CHECK,
+                    "nothing-rehearsed",
+                    crate::report::Severity::Skipped,
+                    None,
+                    format!(
+                        "every migration is at or before --since V{}: none was rehearsed",
+                        self.v.since.unwrap_or_default()
+                    ),
+                )
+                .advice("pass the version before the first migration you want judged"),
+            );
         }
 
         // Stage 2: everything that needs the seeded databases, while the

@@ -56,6 +56,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             lock_timeout_above_the_stall_budget_is_caught,
             misspelt_directive_is_refused,
             sizes_from_a_real_database_drive_the_prediction,
+            since_rehearses_only_later_migrations_and_judges_them_as_a_full_run,
             cli_exit_0_with_json_matching_the_findings,
             cli_exit_1_with_junit_matching_the_findings,
             cli_exit_2_when_it_cannot_run,
@@ -989,6 +990,74 @@ fn sizes_from_a_real_database_drive_the_prediction(env: &TestEnv) -> anyhow::Res
             && !stderr.contains("Wr0ngSecret")
             && !stdout.contains("Wr0ngSecret"),
         "{stderr}"
+    );
+    Ok(())
+}
+
+fn since_rehearses_only_later_migrations_and_judges_them_as_a_full_run(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    // V4..V6 trivial, V7 a validating CHECK.
+    let dir = with_later(&[
+        "ALTER TABLE attached_functions ADD COLUMN c4 text;",
+        "ALTER TABLE attached_functions ADD COLUMN c5 text;",
+        "ALTER TABLE attached_functions ADD COLUMN c6 text;",
+        "ALTER TABLE attached_functions ADD CONSTRAINT attempts_nonneg CHECK (current_attempts >= 0);",
+    ]);
+    let full = rehearse(env, dir.path())?;
+    let since = Verify::new(Catalog::from_dir(dir.path())?)?
+        .rows(ROWS)
+        .since(6)?
+        .run(&env.sandbox)?;
+    ensure!(
+        since.applied_only == [1, 2, 3, 4, 5, 6],
+        "{:?}",
+        since.applied_only
+    );
+    ensure!(
+        since
+            .findings
+            .iter()
+            .all(|f| f.migration.map_or(true, |v| v == 7)),
+        "findings about versions that were only applied: {:?}",
+        since
+            .findings
+            .iter()
+            .map(|f| (&f.id, f.migration))
+            .collect::<Vec<_>>()
+    );
+    let verdicts = |r: &Report| {
+        let mut v: Vec<(String, Severity)> = r
+            .findings
+            .iter()
+            .filter(|f| f.migration == Some(7) && f.severity >= Severity::Warn)
+            .map(|f| (f.id.clone(), f.severity))
+            .collect();
+        v.sort();
+        v
+    };
+    ensure!(
+        verdicts(&since) == verdicts(&full),
+        "--since 6 judged V7 as {:?}, the full run as {:?}",
+        verdicts(&since),
+        verdicts(&full)
+    );
+    expect_error(&since, 7, "rewrite.full-scan-under-lock")?;
+    // An unknown version is refused in one line.
+    let (code, _, stderr) = run_verify(
+        env,
+        &[
+            "--migrations",
+            dir.path().to_str().unwrap(),
+            "--since",
+            "42",
+        ],
+    )?;
+    ensure!(
+        code == 2
+            && stderr.trim().lines().count() == 1
+            && stderr.contains("--since 42 is not a migration version"),
+        "exit {code}: {stderr}"
     );
     Ok(())
 }
