@@ -7,10 +7,17 @@
 //!   migration once, with N rows seeded (same seeding) before the first
 //!   migration that meets live app rows;
 //!
-//! and the ratio. Prints figures; asserts nothing.
+//! and the ratio. Then, for histories of 10, 50 and 200 migrations (the
+//! shipped V1..V3, trivial nullable columns up to N, plus one new
+//! migration): the full verify, `verify --since N`, and the floor of each
+//! (a server, every migration applied once, rows seeded), to show how each
+//! grows with the history. Prints figures; asserts nothing.
 //!
 //! `cargo bench --bench verify` (the backend follows ROLLSAFE_POSTGRES,
-//! default auto; ROLLSAFE_BENCH_ROWS overrides the row counts, e.g. `10000`).
+//! default auto; ROLLSAFE_BENCH_ROWS overrides the row counts, e.g. `10000`;
+//! ROLLSAFE_BENCH_HISTORY the history lengths, e.g. `10,50`;
+//! ROLLSAFE_BENCH_FULL_MAX the longest history a full verify is run on,
+//! default 50: a full verify of 200 migrations takes many minutes).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -25,6 +32,10 @@ fn secs(d: Duration) -> String {
 }
 
 fn floor(rows: u64) -> Duration {
+    floor_of(&Catalog::embedded().expect("catalog"), rows)
+}
+
+fn floor_of(catalog: &Catalog, rows: u64) -> Duration {
     let t = Instant::now();
     let sandbox = SandboxBuilder::from_env()
         .expect("ROLLSAFE_POSTGRES")
@@ -32,7 +43,6 @@ fn floor(rows: u64) -> Duration {
         .expect("sandbox");
     let db = sandbox.fresh_database().expect("database");
     let mut c = db.connect().expect("connect");
-    let catalog = Catalog::embedded().expect("catalog");
     let apps = embedded_apps().expect("apps");
     let mut prev = 0;
     let mut seeded = false;
@@ -54,9 +64,14 @@ fn floor(rows: u64) -> Duration {
 }
 
 fn verify(rows: u64) -> (Duration, String) {
+    verify_with(rows, &[])
+}
+
+fn verify_with(rows: u64, extra: &[&str]) -> (Duration, String) {
     let t = Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_rollsafe"))
         .args(["verify", "--rows", &rows.to_string()])
+        .args(extra)
         .output()
         .expect("running rollsafe verify");
     let took = t.elapsed();
@@ -93,4 +108,59 @@ fn main() {
             v.as_secs_f64() / f.as_secs_f64()
         );
     }
+    let lengths: Vec<i32> = std::env::var("ROLLSAFE_BENCH_HISTORY")
+        .unwrap_or_else(|_| "10,50,200".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let full_max: i32 = std::env::var("ROLLSAFE_BENCH_FULL_MAX")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    println!("history of N migrations plus one new one, {DEFAULT_ROWS} rows:");
+    for n in lengths {
+        let dir = history(n);
+        let path = dir.path().to_str().expect("utf-8 path");
+        let catalog = Catalog::from_dir(dir.path()).expect("catalog");
+        let f = floor_of(&catalog, DEFAULT_ROWS);
+        let since = n.to_string();
+        let (s, s_verdict) = verify_with(DEFAULT_ROWS, &["--migrations", path, "--since", &since]);
+        let full = if n <= full_max {
+            let (v, verdict) = verify_with(DEFAULT_ROWS, &["--migrations", path]);
+            format!(
+                "{} ({:.1}x floor; {verdict})",
+                secs(v),
+                v.as_secs_f64() / f.as_secs_f64()
+            )
+        } else {
+            "not run (ROLLSAFE_BENCH_FULL_MAX)".to_string()
+        };
+        println!(
+            "N {n:>4}: floor {} | verify --since {n} {} ({:.1}x floor; {s_verdict}) | full verify {full}",
+            secs(f),
+            secs(s),
+            s.as_secs_f64() / f.as_secs_f64(),
+        );
+    }
+}
+
+/// The shipped migrations, trivial ones up to `n`, and one new migration.
+fn history(n: i32) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for m in Catalog::embedded().expect("catalog").migrations() {
+        std::fs::write(dir.path().join(&m.file), &m.sql).expect("write");
+    }
+    for v in 4..=n {
+        std::fs::write(
+            dir.path().join(format!("V{v}__column_{v}.sql")),
+            format!("ALTER TABLE attached_functions ADD COLUMN c{v} text;"),
+        )
+        .expect("write");
+    }
+    std::fs::write(
+        dir.path().join(format!("V{}__new.sql", n + 1)),
+        "ALTER TABLE attached_functions ADD COLUMN note text;",
+    )
+    .expect("write");
+    dir
 }
