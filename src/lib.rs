@@ -12,6 +12,7 @@
 //! - [`report`]: findings and their text / JSON / JUnit renderings.
 //! - [`migrate`]: safe apply to a real database, and its status.
 //! - [`check`]: read-only audit of a real database.
+//! - [`sql`]: splitting SQL files into statements.
 
 pub mod catalog;
 pub mod check;
