@@ -171,9 +171,12 @@ if $docker_answers; then
       cargo run --locked --quiet -- verify --postgres docker --image "$image" || code=$?
     say "verify on PG$major: exit $code"
     majors_summary+=("PG$major:exit-$code")
-    if [ "$code" != 0 ] && [ "$major" = "$HARD_MAJOR" ]; then
-      say "verify on PG$major failed: that fails the run"
-      exit 1
+    if [ "$code" != 0 ]; then
+      if [ "$major" = "$HARD_MAJOR" ]; then
+        say "verify on PG$major failed: that fails the run"
+        exit 1
+      fi
+      say "verify on PG$major failed (reported, not enforced yet: see the TODO in ci/test.sh)"
     fi
   done
 else
