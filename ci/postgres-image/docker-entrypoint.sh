@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Entrypoint of the locally built stand-in for the official `postgres:15`
-# image (built by ci/build-postgres-image.sh when no registry is reachable).
+# Entrypoint of the locally built stand-ins for the official `postgres:<major>`
+# images (built by ci/build-postgres-image.sh when no registry is reachable),
+# the same for every major (13, 15, 17, 18).
 #
 # It mimics the parts of the official entrypoint that rollsafe's tests (via
 # testcontainers-modules' Postgres image) rely on:
@@ -46,10 +47,9 @@ shift # drop "postgres"; "$@" now holds the server options
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
 	POSTGRES_USER="${POSTGRES_USER:-postgres}"
 	POSTGRES_DB="${POSTGRES_DB:-$POSTGRES_USER}"
-	POSTGRES_HOST_AUTH_METHOD="${POSTGRES_HOST_AUTH_METHOD:-scram-sha-256}"
 	POSTGRES_PASSWORD="${POSTGRES_PASSWORD:-}"
 
-	if [ -z "$POSTGRES_PASSWORD" ] && [ "$POSTGRES_HOST_AUTH_METHOD" != 'trust' ]; then
+	if [ -z "$POSTGRES_PASSWORD" ] && [ "${POSTGRES_HOST_AUTH_METHOD:-}" != 'trust' ]; then
 		die "database is uninitialized and superuser password is not specified.
   You must specify POSTGRES_PASSWORD to a non-empty value for the superuser,
   e.g. \"-e POSTGRES_PASSWORD=password\" on \"docker run\", or set
@@ -69,6 +69,17 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
 	# shellcheck disable=SC2086
 	initdb "${initdb_args[@]}" ${POSTGRES_INITDB_ARGS:-}
 	[ -z "$pwfile" ] || rm -f "$pwfile"
+
+	# The host auth method must match how initdb hashed the password: the
+	# server's password_encryption, md5 before PostgreSQL 14 and
+	# scram-sha-256 from 14 (a scram-sha-256 line with an md5 hash refuses
+	# every login). The official image decides it the same way.
+	if [ -z "${POSTGRES_HOST_AUTH_METHOD:-}" ]; then
+		POSTGRES_HOST_AUTH_METHOD="$(postgres -C password_encryption "$@")"
+		case "$POSTGRES_HOST_AUTH_METHOD" in
+		on | true) POSTGRES_HOST_AUTH_METHOD=md5 ;;
+		esac
+	fi
 
 	if [ "$POSTGRES_HOST_AUTH_METHOD" = 'trust' ]; then
 		log "warning: POSTGRES_HOST_AUTH_METHOD=trust, connections need no password"

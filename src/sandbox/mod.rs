@@ -7,11 +7,16 @@
 //!
 //! Backends, one file each, behind the [`Backend`] trait:
 //! - [`docker`]: a container through testcontainers (image `postgres:15` by
-//!   default; the official image's contract).
+//!   default, `postgres:<major>` for a requested major; the official image's
+//!   contract).
 //! - [`local`]: `initdb` + `postgres` from the binaries on this machine, on a
 //!   free loopback port (as the `postgres` OS user when run as root).
 //! - [`server`]: an existing server given by URL; only databases are created
 //!   and dropped there.
+//!
+//! A sandbox can be asked for a PostgreSQL major
+//! ([`SandboxBuilder::postgres_major`]), so that a rehearsal runs on the
+//! majors production runs; [`Sandbox::server_major`] says what it got.
 //!
 //! Cleanup is RAII: dropping a [`Database`] drops it; dropping the last
 //! handle to a sandbox (the [`Sandbox`] and every [`Database`] it handed out
@@ -37,12 +42,17 @@ use crate::db::{self, quote_ident, ConnectError};
 /// Environment variable choosing the backend: `auto`, `docker`, `local`, or
 /// a `postgres://` URL (the server backend).
 pub const ENV_BACKEND: &str = "ROLLSAFE_POSTGRES";
-/// Environment variable naming the container image (`postgres:15`).
+/// Environment variable naming the container image (`postgres:15`). With a
+/// requested major it is used only when its tag names that major.
 pub const ENV_IMAGE: &str = "ROLLSAFE_POSTGRES_IMAGE";
 /// Environment variable naming the directory of the PostgreSQL binaries.
+/// With a requested major it is used only when it holds that major.
 pub const ENV_BINDIR: &str = "ROLLSAFE_PG_BINDIR";
 /// The image used when none is configured.
 pub const DEFAULT_IMAGE: &str = "postgres:15";
+/// The PostgreSQL majors production runs, which rehearsals should cover
+/// (`ci/build-postgres-image.sh --all` builds their images).
+pub const PRODUCTION_MAJORS: [u32; 4] = [13, 15, 17, 18];
 
 /// A running throwaway server, as the sandbox sees it.
 ///
@@ -80,8 +90,9 @@ impl fmt::Display for BackendKind {
 }
 
 /// What the user asked for: `auto` picks docker when it works, else local.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum BackendChoice {
+    #[default]
     Auto,
     Docker,
     Local,
@@ -114,6 +125,15 @@ pub enum SandboxError {
     ImageUnavailable { image: String, detail: String },
     #[error("container from image {image} did not start: {detail}")]
     DockerStart { image: String, detail: String },
+    #[error("PostgreSQL {major} is not available here ({}); build its image with `ci/build-postgres-image.sh postgres:{major}` (no registry needed), pull it with `docker pull postgres:{major}`, or install its binaries with `apt-get install postgresql-{major}`", .tried.join("; "))]
+    MajorUnavailable { major: u32, tried: Vec<String> },
+    #[error("{what} is PostgreSQL {found}, but PostgreSQL {requested} was requested; {fix}")]
+    MajorMismatch {
+        what: String,
+        found: u32,
+        requested: u32,
+        fix: String,
+    },
     #[error("PostgreSQL binaries not found (looked in: {searched}); install PostgreSQL (e.g. apt-get install postgresql) or set {ENV_BINDIR} to the directory holding initdb and postgres")]
     BinariesNotFound { searched: String },
     #[error("initdb and postgres refuse to run as root and there is no `postgres` OS user to run them as; create one (useradd --system postgres) or run rollsafe as a non-root user")]
@@ -143,21 +163,40 @@ impl SandboxError {
 
 /// Options for starting a sandbox: a small builder (refinery's `Runner`
 /// style), filled from flags or from the environment.
-#[derive(Debug, Clone)]
+///
+/// # Which PostgreSQL runs
+///
+/// Without a requested major: the image set by [`image`](Self::image), else
+/// `ROLLSAFE_POSTGRES_IMAGE`, else `postgres:15`; the binaries in
+/// [`bindir`](Self::bindir), else `ROLLSAFE_PG_BINDIR`, else the first found
+/// (see [`local::find_bindir`]).
+///
+/// With [`postgres_major`](Self::postgres_major)`(M)`, a choice made in code
+/// is never silently replaced, the environment's is when it names another
+/// major:
+///
+/// | | docker backend | local backend |
+/// |---|---|---|
+/// | set in code (`image`, `bindir`; the CLI's `--image`) | used; the server must be M, else [`SandboxError::MajorMismatch`] | used when `postgres --version` is M, else `MajorMismatch` (before starting) |
+/// | environment (`ROLLSAFE_POSTGRES_IMAGE`, `ROLLSAFE_PG_BINDIR`) | used when its tag starts with M (`postgres:17`, `registry/pg:17.2`) | used when `postgres --version` is M |
+/// | otherwise | `postgres:M` | `/usr/lib/postgresql/M/bin`, `/usr/pgsql-M/bin`, `pg_config --bindir` or PATH when they are M |
+///
+/// Whatever served it, a sandbox started for major M runs M (checked with
+/// `server_version_num`, also on the server backend, which cannot choose).
+/// When M can be had from no backend tried, the error is
+/// [`SandboxError::MajorUnavailable`], naming the ways to get it.
+#[derive(Debug, Clone, Default)]
 pub struct SandboxBuilder {
     choice: BackendChoice,
-    image: String,
+    /// Set in code (or by the CLI's `--image`): wins over a major's image.
+    image: Option<String>,
+    /// From `ROLLSAFE_POSTGRES_IMAGE`.
+    env_image: Option<String>,
+    /// Set in code: must hold the requested major.
     bindir: Option<PathBuf>,
-}
-
-impl Default for SandboxBuilder {
-    fn default() -> Self {
-        SandboxBuilder {
-            choice: BackendChoice::Auto,
-            image: DEFAULT_IMAGE.to_string(),
-            bindir: None,
-        }
-    }
+    /// From `ROLLSAFE_PG_BINDIR`.
+    env_bindir: Option<PathBuf>,
+    major: Option<u32>,
 }
 
 impl SandboxBuilder {
@@ -170,12 +209,12 @@ impl SandboxBuilder {
         }
         if let Ok(v) = std::env::var(ENV_IMAGE) {
             if !v.trim().is_empty() {
-                b.image = v.trim().to_string();
+                b.env_image = Some(v.trim().to_string());
             }
         }
         if let Ok(v) = std::env::var(ENV_BINDIR) {
             if !v.trim().is_empty() {
-                b.bindir = Some(PathBuf::from(v.trim()));
+                b.env_bindir = Some(PathBuf::from(v.trim()));
             }
         }
         Ok(b)
@@ -186,13 +225,25 @@ impl SandboxBuilder {
         self
     }
 
+    /// The container image, used as is (see the type's docs for how it
+    /// combines with a requested major).
     pub fn image(mut self, image: impl Into<String>) -> Self {
-        self.image = image.into();
+        self.image = Some(image.into());
         self
     }
 
+    /// The directory holding `initdb` and `postgres`, used as is (see the
+    /// type's docs for how it combines with a requested major).
     pub fn bindir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.bindir = Some(dir.into());
+        self
+    }
+
+    /// Run PostgreSQL `major` (13, 15, 17, ...): image `postgres:<major>`
+    /// for docker, `/usr/lib/postgresql/<major>/bin` for local. See the
+    /// type's docs for the precedence of images and directories.
+    pub fn postgres_major(mut self, major: u32) -> Self {
+        self.major = Some(major);
         self
     }
 
@@ -200,34 +251,156 @@ impl SandboxBuilder {
         &self.choice
     }
 
+    /// The requested major, if any.
+    pub fn major(&self) -> Option<u32> {
+        self.major
+    }
+
+    /// The image the docker backend starts.
+    pub fn docker_image(&self) -> String {
+        if let Some(image) = &self.image {
+            return image.clone();
+        }
+        match (self.major, &self.env_image) {
+            (None, Some(env)) => env.clone(),
+            (None, None) => DEFAULT_IMAGE.to_string(),
+            (Some(m), Some(env)) if docker::image_major(env) == Some(m) => env.clone(),
+            (Some(m), _) => format!("postgres:{m}"),
+        }
+    }
+
     /// Starts (or, for `server`, attaches to) the server.
     pub fn start(&self) -> Result<Sandbox, SandboxError> {
         let backend: Box<dyn Backend> = match &self.choice {
-            BackendChoice::Docker => Box::new(docker::DockerBackend::start(&self.image)?),
-            BackendChoice::Local => Box::new(local::LocalBackend::start(self.bindir.as_deref())?),
+            BackendChoice::Docker => Box::new(
+                self.start_docker()
+                    .map_err(|e| self.no_way_to_start(vec![(BackendKind::Docker, e)]))?,
+            ),
+            BackendChoice::Local => Box::new(
+                self.start_local()
+                    .map_err(|e| self.no_way_to_start(vec![(BackendKind::Local, e)]))?,
+            ),
             BackendChoice::Server(url) => Box::new(server::ServerBackend::attach(url)?),
             BackendChoice::Auto => self.start_auto()?,
         };
-        Sandbox::new(backend)
+        let sandbox = Sandbox::new(backend)?;
+        match self.major {
+            Some(requested) if sandbox.server_major() != requested => {
+                Err(SandboxError::MajorMismatch {
+                    what: sandbox.describe(),
+                    found: sandbox.server_major(),
+                    requested,
+                    fix: match sandbox.kind() {
+                        BackendKind::Docker => format!(
+                            "name an image of PostgreSQL {requested}, or none so that postgres:{requested} is used"
+                        ),
+                        BackendKind::Local => format!(
+                            "point the binary directory at PostgreSQL {requested} (e.g. /usr/lib/postgresql/{requested}/bin)"
+                        ),
+                        BackendKind::Server => format!(
+                            "give the URL of a PostgreSQL {requested} server, or use --postgres docker or local"
+                        ),
+                    },
+                })
+            }
+            _ => Ok(sandbox),
+        }
+    }
+
+    fn start_docker(&self) -> Result<docker::DockerBackend, SandboxError> {
+        docker::DockerBackend::start(&self.docker_image())
+    }
+
+    fn start_local(&self) -> Result<local::LocalBackend, SandboxError> {
+        let bindir = match (self.major, &self.bindir) {
+            (None, explicit) => explicit.clone().or_else(|| self.env_bindir.clone()),
+            (Some(requested), Some(explicit)) => {
+                // Checked before starting: initdb of the wrong major would
+                // cost seconds only to be refused afterwards.
+                let dir = local::find_bindir(Some(explicit))?;
+                match local::binaries_major(&dir) {
+                    Some(found) if found != requested => {
+                        return Err(SandboxError::MajorMismatch {
+                            what: format!("binary directory {}", dir.display()),
+                            found,
+                            requested,
+                            fix: format!(
+                                "point the binary directory at PostgreSQL {requested} (e.g. /usr/lib/postgresql/{requested}/bin), or give none"
+                            ),
+                        })
+                    }
+                    _ => Some(dir),
+                }
+            }
+            (Some(requested), None) => Some(local::find_bindir_for_major(
+                self.env_bindir.as_deref(),
+                requested,
+            )?),
+        };
+        local::LocalBackend::start(bindir.as_deref())
     }
 
     /// Docker when an engine answers and the image can be had, else local
     /// binaries; one error listing both attempts when neither works.
     fn start_auto(&self) -> Result<Box<dyn Backend>, SandboxError> {
-        let mut tried = Vec::new();
-        match docker::DockerBackend::start(&self.image) {
+        let docker_err = match self.start_docker() {
             Ok(b) => return Ok(Box::new(b)),
             Err(e) => {
                 log::info!("docker backend unavailable, trying local binaries: {e}");
-                tried.push(format!("docker: {e}"));
+                e
+            }
+        };
+        match self.start_local() {
+            Ok(b) => Ok(Box::new(b)),
+            Err(local_err) => Err(self.no_way_to_start(vec![
+                (BackendKind::Docker, docker_err),
+                (BackendKind::Local, local_err),
+            ])),
+        }
+    }
+
+    /// The error for backends that all failed to start. With a requested
+    /// major, when every backend failed only because that major is not
+    /// there (no image, no binaries, or, among several, no engine), one
+    /// line says so and how to get it; otherwise each failure as it was.
+    fn no_way_to_start(&self, mut attempts: Vec<(BackendKind, SandboxError)>) -> SandboxError {
+        let several = attempts.len() > 1;
+        let missing = |e: &SandboxError| match e {
+            SandboxError::ImageUnavailable { .. } | SandboxError::BinariesNotFound { .. } => true,
+            // With docker as the only choice, a silent engine is the
+            // problem to report, not the major.
+            SandboxError::DockerUnavailable(_) => several,
+            _ => false,
+        };
+        if let Some(major) = self.major {
+            if attempts.iter().all(|(_, e)| missing(e)) {
+                let tried = attempts
+                    .iter()
+                    .map(|(kind, e)| match e {
+                        SandboxError::ImageUnavailable { image, detail } => {
+                            format!("{kind}: image {image} is not present and could not be pulled: {detail}")
+                        }
+                        SandboxError::BinariesNotFound { searched } => {
+                            format!("{kind}: no PostgreSQL {major} binaries in {searched}")
+                        }
+                        SandboxError::DockerUnavailable(detail) => {
+                            format!("{kind}: no Docker engine answers: {detail}")
+                        }
+                        other => format!("{kind}: {other}"),
+                    })
+                    .collect();
+                return SandboxError::MajorUnavailable { major, tried };
             }
         }
-        match local::LocalBackend::start(self.bindir.as_deref()) {
-            Ok(b) => Ok(Box::new(b)),
-            Err(e) => {
-                tried.push(format!("local: {e}"));
-                Err(SandboxError::NoBackend { tried })
+        if several {
+            SandboxError::NoBackend {
+                tried: attempts
+                    .iter()
+                    .map(|(kind, e)| format!("{kind}: {e}"))
+                    .collect(),
             }
+        } else {
+            attempts.remove(0).1
         }
     }
 }
@@ -240,6 +413,8 @@ struct Shared {
     /// that two sandboxes on one server never collide.
     prefix: String,
     counter: AtomicU64,
+    /// `server_version_num` (150004 for 15.4), read once at start.
+    version_num: u32,
     /// `STRATEGY = FILE_COPY` on servers we own (PostgreSQL 15+): copying
     /// the template's files beats WAL-logging every block of it.
     file_copy: bool,
@@ -258,7 +433,7 @@ impl fmt::Debug for Sandbox {
 }
 
 impl Sandbox {
-    /// A builder with defaults (auto backend, `postgres:15`).
+    /// A builder with defaults (auto backend, `postgres:15`, any major).
     pub fn builder() -> SandboxBuilder {
         SandboxBuilder::default()
     }
@@ -273,6 +448,7 @@ impl Sandbox {
         Ok(Sandbox {
             shared: Arc::new(Shared {
                 file_copy: backend.owns_server() && version_num >= 150000,
+                version_num: u32::try_from(version_num).unwrap_or(0),
                 backend,
                 prefix,
                 counter: AtomicU64::new(0),
@@ -297,6 +473,12 @@ impl Sandbox {
     /// A superuser connection to the maintenance database.
     pub fn connect_admin(&self) -> Result<Client, SandboxError> {
         Ok(db::connect(self.admin_url())?)
+    }
+
+    /// The server's major version (`server_version_num / 10000`: 15 for
+    /// 15.4, 9 for 9.6), as read when the sandbox started.
+    pub fn server_major(&self) -> u32 {
+        self.shared.version_num / 10000
     }
 
     /// `SELECT version()`.
@@ -463,4 +645,66 @@ pub(crate) fn run_with_timeout(
 pub(crate) fn random_password() -> String {
     use rand::distr::{Alphanumeric, SampleString};
     Alphanumeric.sample_string(&mut rand::rng(), 24)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SandboxBuilder;
+
+    fn with_env_image(image: &str) -> SandboxBuilder {
+        SandboxBuilder {
+            env_image: Some(image.to_string()),
+            ..SandboxBuilder::default()
+        }
+    }
+
+    #[test]
+    fn image_without_a_major_is_explicit_then_environment_then_default() {
+        assert_eq!(SandboxBuilder::default().docker_image(), "postgres:15");
+        assert_eq!(with_env_image("pg:custom").docker_image(), "pg:custom");
+        assert_eq!(
+            with_env_image("pg:custom").image("mine:1").docker_image(),
+            "mine:1"
+        );
+    }
+
+    #[test]
+    fn a_major_names_the_image_unless_the_environment_names_that_major() {
+        assert_eq!(
+            SandboxBuilder::default().postgres_major(17).docker_image(),
+            "postgres:17"
+        );
+        // ci/test.sh exports ROLLSAFE_POSTGRES_IMAGE=postgres:15: asking for
+        // 13 must not get 15.
+        assert_eq!(
+            with_env_image("postgres:15")
+                .postgres_major(13)
+                .docker_image(),
+            "postgres:13"
+        );
+        assert_eq!(
+            with_env_image("registry:5000/pg:17.2-bookworm")
+                .postgres_major(17)
+                .docker_image(),
+            "registry:5000/pg:17.2-bookworm"
+        );
+        assert_eq!(
+            with_env_image("pg:latest")
+                .postgres_major(18)
+                .docker_image(),
+            "postgres:18"
+        );
+    }
+
+    #[test]
+    fn an_image_set_in_code_wins_over_the_major() {
+        // Used as is; start() then refuses it if it is not that major.
+        assert_eq!(
+            SandboxBuilder::default()
+                .image("postgres:15")
+                .postgres_major(13)
+                .docker_image(),
+            "postgres:15"
+        );
+    }
 }

@@ -5,7 +5,11 @@ use std::process::Command;
 use std::sync::Arc;
 
 use anyhow::{ensure, Context};
-use rollsafe::sandbox::{docker, local, BackendChoice, BackendKind, Sandbox, SandboxError};
+use libtest_mimic::{Completion, Failed, Trial};
+use rollsafe::sandbox::{
+    docker, local, BackendChoice, BackendKind, Sandbox, SandboxBuilder, SandboxError, ENV_BINDIR,
+    PRODUCTION_MAJORS,
+};
 
 use crate::common::{rollsafe_bin, TestEnv};
 
@@ -28,12 +32,14 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             server_backend_creates_and_drops_databases,
             auto_without_docker_engine_falls_back_to_local,
             auto_with_nothing_available_lists_every_attempt,
+            absent_major_is_one_line_naming_how_to_get_it,
+            major_set_in_code_that_is_not_the_requested_one_is_refused,
         ]
     );
     // Needs a Docker engine: shown as ignored (not silently passed) on the
     // runs of the suite that have none; the docker run covers it.
     let on_docker = env.sandbox.kind() == BackendKind::Docker;
-    trials
+    let mut trials: Vec<Trial> = trials
         .into_iter()
         .map(|t| {
             let docker_only = t
@@ -41,7 +47,88 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
                 .ends_with("docker_image_missing_and_unpullable_is_a_clear_error");
             t.with_ignored_flag(docker_only && !on_docker)
         })
-        .collect()
+        .collect();
+    // One trial per production major; a major this machine lacks shows as
+    // ignored with the reason and the way to get it, not as passed.
+    for major in PRODUCTION_MAJORS {
+        let env = Arc::clone(env);
+        trials.push(Trial::ignorable_test(
+            format!("sandbox::postgres_{major}_sandbox_runs_postgres_{major}"),
+            move || {
+                requested_major_runs_that_major(&env, major)
+                    .map_err(|e| Failed::from(format!("{e:#}")))
+            },
+        ));
+    }
+    trials
+}
+
+/// A builder for the run's backend (as `ROLLSAFE_POSTGRES` resolved it),
+/// with the environment's image and binaries as the product reads them.
+fn builder_for_run_backend(env: &TestEnv) -> anyhow::Result<SandboxBuilder> {
+    let choice = match env.sandbox.kind() {
+        BackendKind::Docker => BackendChoice::Docker,
+        BackendKind::Local => BackendChoice::Local,
+        BackendKind::Server => BackendChoice::Server(env.sandbox.admin_url().to_string()),
+    };
+    Ok(SandboxBuilder::from_env()?.backend(choice))
+}
+
+/// Why the run's backend cannot offer `major` on this machine, if it
+/// cannot.
+fn major_absent_because(env: &TestEnv, builder: &SandboxBuilder, major: u32) -> Option<String> {
+    match env.sandbox.kind() {
+        BackendKind::Docker => {
+            let image = builder.docker_image();
+            (!docker::image_present(&image)).then(|| {
+                format!("no image {image} here; ci/build-postgres-image.sh {image} builds it")
+            })
+        }
+        BackendKind::Local => {
+            let preferred = std::env::var_os(ENV_BINDIR).map(std::path::PathBuf::from);
+            local::find_bindir_for_major(preferred.as_deref(), major)
+                .err()
+                .map(|_| format!("no PostgreSQL {major} binaries here; apt-get install postgresql-{major} adds them"))
+        }
+        BackendKind::Server => (env.sandbox.server_major() != major).then(|| {
+            format!(
+                "the server backend runs PostgreSQL {} only",
+                env.sandbox.server_major()
+            )
+        }),
+    }
+}
+
+fn requested_major_runs_that_major(env: &TestEnv, major: u32) -> anyhow::Result<Completion> {
+    let builder = builder_for_run_backend(env)?.postgres_major(major);
+    if let Some(reason) = major_absent_because(env, &builder, major) {
+        return Ok(Completion::ignored_with(reason));
+    }
+    let sandbox = builder
+        .start()
+        .with_context(|| format!("starting a PostgreSQL {major} sandbox"))?;
+    ensure!(
+        sandbox.server_major() == major,
+        "asked for {major}, server_major() says {}: {}",
+        sandbox.server_major(),
+        sandbox.describe()
+    );
+    let version = sandbox.server_version()?;
+    ensure!(
+        version.starts_with(&format!("PostgreSQL {major}.")),
+        "asked for {major}, version() says {version}"
+    );
+    // It is a working sandbox of that major, not just a server that answers.
+    let db = sandbox.fresh_database()?;
+    let num: String = db
+        .connect()?
+        .query_one("SHOW server_version_num", &[])?
+        .get(0);
+    ensure!(
+        num.parse::<u32>()? / 10000 == major,
+        "server_version_num {num} in a fresh database"
+    );
+    Ok(Completion::Completed)
 }
 
 fn starts_accepts_connections_and_runs_sql(env: &TestEnv) -> anyhow::Result<()> {
@@ -437,6 +524,82 @@ fn auto_with_nothing_available_lists_every_attempt(_env: &TestEnv) -> anyhow::Re
             && msg.contains("- docker:")
             && msg.contains("- local: PostgreSQL binaries not found"),
         "does not list both attempts with their fixes: {msg}"
+    );
+    Ok(())
+}
+
+/// A major no backend here has (and none ever published: `postgres:9` was
+/// a Docker Hub tag, so 7) is one line that names the ways to get it.
+fn absent_major_is_one_line_naming_how_to_get_it(env: &TestEnv) -> anyhow::Result<()> {
+    let major = 7;
+    for builder in [
+        builder_for_run_backend(env)?,
+        SandboxBuilder::from_env()?.backend(BackendChoice::Auto),
+    ] {
+        let builder = builder.postgres_major(major);
+        if env.sandbox.kind() == BackendKind::Server && builder.choice() != &BackendChoice::Auto {
+            continue; // a server cannot choose its major: see the mismatch test
+        }
+        let err = builder
+            .start()
+            .err()
+            .with_context(|| format!("{:?} with major {major} should fail", builder.choice()))?;
+        let msg = err.to_string();
+        ensure!(
+            matches!(err, SandboxError::MajorUnavailable { major: 7, .. }),
+            "{:?}: wrong kind: {msg}",
+            builder.choice()
+        );
+        ensure!(msg.lines().count() == 1, "expected one line: {msg}");
+        ensure!(
+            msg.starts_with("PostgreSQL 7 is not available here")
+                && msg.contains("`ci/build-postgres-image.sh postgres:7`")
+                && msg.contains("`docker pull postgres:7`")
+                && msg.contains("`apt-get install postgresql-7`"),
+            "does not name the ways to get PostgreSQL 7: {msg}"
+        );
+    }
+    Ok(())
+}
+
+/// An image or binary directory chosen in code is used as is; when it is
+/// another major than the one requested, the sandbox is refused (never a
+/// silent swap either way).
+fn major_set_in_code_that_is_not_the_requested_one_is_refused(env: &TestEnv) -> anyhow::Result<()> {
+    let running = env.sandbox.server_major();
+    let requested = running + 1;
+    let builder = match env.sandbox.kind() {
+        BackendKind::Docker => builder_for_run_backend(env)?.image(env.builder.docker_image()),
+        BackendKind::Local => {
+            let preferred = std::env::var_os(ENV_BINDIR).map(std::path::PathBuf::from);
+            let dir = local::find_bindir_for_major(preferred.as_deref(), running)?;
+            builder_for_run_backend(env)?.bindir(dir)
+        }
+        BackendKind::Server => builder_for_run_backend(env)?,
+    };
+    let err = builder
+        .postgres_major(requested)
+        .start()
+        .err()
+        .context("start should refuse the other major")?;
+    let msg = err.to_string();
+    ensure!(
+        matches!(&err, SandboxError::MajorMismatch { found, requested: r, .. } if *found == running && *r == requested),
+        "wrong kind: {msg}"
+    );
+    ensure!(
+        msg.contains(&format!(
+            "is PostgreSQL {running}, but PostgreSQL {requested} was requested"
+        )),
+        "unclear: {msg}"
+    );
+    ensure!(
+        !msg.contains(
+            url::Url::parse(env.sandbox.admin_url())?
+                .password()
+                .unwrap_or("\0")
+        ),
+        "password leaked: {msg}"
     );
     Ok(())
 }
