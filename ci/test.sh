@@ -142,14 +142,11 @@ for backend in "${backends[@]}"; do
     cargo test --locked --test suite -- "$@"
 done
 
-# The rehearsal on every major production runs. PostgreSQL 15 is the one
-# rollsafe's checks are written and measured for: a failure there fails the
-# run. On the others the outcome is reported, not enforced.
-# TODO: make every major a hard failure (like 15) once verify is made
-# major-aware (measurements that do not exist on a major, e.g. pg_walinspect
-# before 15, must be skipped or replaced there, not reported as failures).
+# The rehearsal on every major production runs: the shipped migrations
+# must verify with zero errors on each. An image that cannot be built here
+# (a mirror out of reach) is reported, except 15's, which the suite needs.
 MAJORS=(13 15 17 18)
-HARD_MAJOR=15
+HARD_MAJOR=15  # the image the integration suite runs on
 majors_summary=()
 if $docker_answers; then
   other_images=()
@@ -172,11 +169,8 @@ if $docker_answers; then
     say "verify on PG$major: exit $code"
     majors_summary+=("PG$major:exit-$code")
     if [ "$code" != 0 ]; then
-      if [ "$major" = "$HARD_MAJOR" ]; then
-        say "verify on PG$major failed: that fails the run"
-        exit 1
-      fi
-      say "verify on PG$major failed (reported, not enforced yet: see the TODO in ci/test.sh)"
+      say "verify on PG$major failed: that fails the run"
+      exit 1
     fi
   done
 else
@@ -190,5 +184,5 @@ else
   say "the tests left resources behind: $(echo "$left" | tr '\n' ' ')"
   exit 1
 fi
-say "all passed on: ${backends[*]}${majors_summary:+; verify per major (only PG$HARD_MAJOR enforced): ${majors_summary[*]}}"
+say "all passed on: ${backends[*]}${majors_summary:+; verify per major: ${majors_summary[*]}}"
 say "ci/test.sh took $((SECONDS - ci_started))s"

@@ -111,7 +111,9 @@ impl Snapshot {
              FROM pg_constraint k
              JOIN pg_class c ON c.oid = k.conrelid
              JOIN pg_namespace n ON n.oid = c.relnamespace
-             WHERE n.nspname = 'public'
+             -- PostgreSQL 18 also stores NOT NULL as constraints (contype
+             -- 'n'); nullability is recorded per column, on every major.
+             WHERE n.nspname = 'public' AND k.contype <> 'n'
              ORDER BY c.relname, k.conname",
             &[],
         )? {
