@@ -95,7 +95,15 @@ fn head(report: &Report) -> String {
         let _ = writeln!(
             out,
             "Rehearsed on {} with {} rows per seeded database; migrations: {}.\n",
-            cell(&shorten(&report.server_version, EXCERPT_CHARS)),
+            // "PostgreSQL 15.4 (Debian …)", without the build details.
+            cell(&shorten(
+                report
+                    .server_version
+                    .split(" on ")
+                    .next()
+                    .unwrap_or_default(),
+                EXCERPT_CHARS
+            )),
             report.rows,
             cell(&shorten(&report.source, EXCERPT_CHARS))
         );
