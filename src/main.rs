@@ -15,6 +15,7 @@ use clap::{Args, Parser, Subcommand};
 use rollsafe::catalog::Catalog;
 use rollsafe::db;
 use rollsafe::lock_policy::LockPolicy;
+use rollsafe::report::output::{self, Destination, OutputSpec, Target};
 use rollsafe::report::{render, Format};
 use rollsafe::sandbox::{BackendChoice, SandboxBuilder, DEFAULT_IMAGE, ENV_BACKEND, ENV_IMAGE};
 use rollsafe::verify::predict::Sizes;
@@ -129,6 +130,7 @@ fn could_not_run(e: anyhow::Error) -> ExitCode {
 }
 
 fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
+    let targets = args.report.targets()?;
     let catalog = Catalog::load(args.migrations.as_deref())?;
     let sizes = match &args.sizes_from {
         Some(url) => Sizes::from_database(url)
@@ -137,36 +139,72 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         None => Sizes::from_pairs(args.table_rows.iter().map(String::as_str))
             .map_err(|e| anyhow::anyhow!("--table-rows {e}"))?,
     };
-    let mut verify = Verify::new(catalog)?
+    let verify = Verify::new(catalog)?
         .rows(args.rows)
         .lock_policy(args.lock.policy())
         .stall_budget(args.stall_budget)
         .sizes(sizes);
+    let mut verify = verify;
     if let Some(v) = args.since {
         verify = verify.since(v)?;
     }
-    // Progress only for a human watching; CI logs stay clean.
-    let bar = std::io::stderr().is_terminal().then(|| {
-        let bar = indicatif::ProgressBar::new_spinner();
-        bar.enable_steady_tick(Duration::from_millis(120));
-        bar.set_message("starting throwaway Postgres");
-        bar
-    });
-    if let Some(bar) = &bar {
-        let bar = bar.clone();
-        verify = verify.progress(move |s| bar.set_message(s.to_string()));
-    }
+    let progress = Progress::start();
+    let verify = verify.progress(progress.reporter());
     let result = args
         .sandbox
         .builder()?
         .start()
         .map_err(anyhow::Error::from)
         .and_then(|sandbox| Ok(verify.run(&sandbox)?));
-    if let Some(bar) = &bar {
-        bar.finish_and_clear();
-    }
+    progress.finish();
     let report = result?;
-    args.report.emit(&report)
+    args.report.emit(&targets, &report)
+}
+
+/// Says on stderr which step a rehearsal is at (stdout is the report's):
+/// on a terminal a spinner with the elapsed time, cleared before the
+/// report is printed; otherwise (CI logs) one line per step with the
+/// seconds since the start, so a long run is never silent.
+struct Progress {
+    started: std::time::Instant,
+    spinner: Option<indicatif::ProgressBar>,
+}
+
+impl Progress {
+    fn start() -> Progress {
+        let spinner = std::io::stderr().is_terminal().then(|| {
+            let bar = indicatif::ProgressBar::new_spinner().with_style(
+                indicatif::ProgressStyle::with_template("{spinner} [{elapsed}] {msg}")
+                    .expect("a valid template"),
+            );
+            bar.enable_steady_tick(Duration::from_millis(120));
+            bar
+        });
+        let progress = Progress {
+            started: std::time::Instant::now(),
+            spinner,
+        };
+        progress.reporter()("starting throwaway Postgres");
+        progress
+    }
+
+    /// The callback for [`Verify::progress`].
+    fn reporter(&self) -> impl Fn(&str) + Send + Sync + 'static {
+        let (started, spinner) = (self.started, self.spinner.clone());
+        move |step: &str| match &spinner {
+            Some(bar) => bar.set_message(step.to_string()),
+            None => eprintln!(
+                "[rollsafe verify {:.1}s] {step}",
+                started.elapsed().as_secs_f64()
+            ),
+        }
+    }
+
+    fn finish(self) {
+        if let Some(bar) = self.spinner {
+            bar.finish_and_clear();
+        }
+    }
 }
 
 /// The database and the migration files, shared by `migrate`, `status` and `check`.
@@ -225,31 +263,54 @@ struct CheckArgs {
     sandbox: SandboxArgs,
 }
 
-/// How a findings report is written (`verify`, `check`).
+/// How findings reports are written (`verify`, `check`).
 #[derive(Args)]
 struct ReportArgs {
-    /// Report format: text, json or junit.
-    #[arg(long, default_value = "text", value_parser = clap::value_parser!(FormatArg))]
-    format: FormatArg,
-    /// Write the report to FILE instead of standard output.
-    #[arg(long, value_name = "FILE")]
-    output: Option<PathBuf>,
+    /// Report format: text, json, junit, github (workflow commands), markdown (a bounded PR/MR summary) or gitlab (Code Quality JSON); default text.
+    #[arg(long, value_parser = clap::value_parser!(FormatArg))]
+    format: Option<FormatArg>,
+    /// Write the --format report to FILE, or one report per FORMAT=FILE (repeatable; - is stdout): --output junit=report.xml --output github=-. The text report goes to stdout unless another report does.
+    #[arg(long, value_name = "[FORMAT=]FILE")]
+    output: Vec<OutputSpec>,
 }
 
 impl ReportArgs {
-    /// Writes the report; exit 0 when it passed, 1 when it has errors.
-    fn emit(&self, report: &rollsafe::report::Report) -> anyhow::Result<ExitCode> {
-        let text = render(report, self.format.0);
-        match &self.output {
-            Some(path) => {
-                std::fs::write(path, &text)
-                    .with_context(|| format!("cannot write the report to {}", path.display()))?;
-                // The file is for machines; the log still shows the findings.
-                if self.format.0 != Format::Text {
-                    print!("{}", render(report, Format::Text));
-                }
+    /// The reports to write; checked before a run starts.
+    fn targets(&self) -> anyhow::Result<Vec<Target>> {
+        output::plan(self.format.as_ref().map(|f| f.0), &self.output).map_err(anyhow::Error::msg)
+    }
+
+    /// Writes the reports; exit 0 when it passed, 1 when it has errors.
+    fn emit(
+        &self,
+        targets: &[Target],
+        report: &rollsafe::report::Report,
+    ) -> anyhow::Result<ExitCode> {
+        for t in targets {
+            let text = render(report, t.format);
+            match &t.destination {
+                Destination::File(path) => std::fs::write(path, &text).with_context(|| {
+                    format!("cannot write the {} report to {}", t.format, path.display())
+                })?,
+                Destination::Stdout => print!("{text}"),
             }
-            None => print!("{text}"),
+        }
+        // GitHub shows a step's summary file on the run's page.
+        if targets.iter().any(|t| t.format == Format::Github) {
+            if let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty()) {
+                use std::io::Write;
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&path)
+                    .and_then(|mut f| f.write_all(render(report, Format::Markdown).as_bytes()))
+                    .with_context(|| {
+                        format!(
+                            "cannot append the summary to GITHUB_STEP_SUMMARY ({})",
+                            PathBuf::from(&path).display()
+                        )
+                    })?;
+            }
         }
         Ok(if report.passed {
             ExitCode::SUCCESS
@@ -262,11 +323,12 @@ impl ReportArgs {
 fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let catalog = Catalog::load(args.db.migrations.as_deref())?;
     let url = &args.db.database_url;
+    let targets = args.report.targets()?;
     let report = rollsafe::check::Check::new(catalog, args.sandbox.builder()?)
         .stuck_after(args.stuck_after)
         .run(url)
         .map_err(|e| anyhow::anyhow!(db::scrub(&e.to_string(), url)))?;
-    args.report.emit(&report)
+    args.report.emit(&targets, &report)
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]

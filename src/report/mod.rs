@@ -1,4 +1,5 @@
-//! Findings and the reports that carry them, rendered as text, JSON or JUnit.
+//! Findings and the reports that carry them, rendered as text, JSON, JUnit,
+//! GitHub workflow commands, Markdown or GitLab Code Quality JSON.
 //!
 //! A [`Finding`] is one thing a check established: a stable id (the check's
 //! name is its prefix, e.g. `rewrite.table-rewritten`, so a reader finds the
@@ -13,16 +14,23 @@
 //! Shared by `rollsafe verify` and `rollsafe check`; nothing here knows how a
 //! finding was produced.
 
+mod github;
+mod gitlab;
 mod json;
 mod junit;
+mod markdown;
+pub mod output;
 mod text;
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub use github::render_github;
+pub use gitlab::render_gitlab;
 pub use json::render_json;
 pub use junit::render_junit;
+pub use markdown::{render_markdown, MARKDOWN_LIMIT};
 pub use text::render_text;
 
 /// How bad a finding is. Only `Error` fails a run. `Skipped` is a check
@@ -267,6 +275,30 @@ impl Report {
             .filter(|f| f.severity == severity)
             .count()
     }
+
+    /// Where a reviewer finds what `f` is about: its statement; else, for
+    /// a finding about a whole migration, line 1 of that migration's file
+    /// (column 1, no excerpt); None for a run-wide finding.
+    pub fn location_of(&self, f: &Finding) -> Option<Location> {
+        if let Some(l) = &f.location {
+            return Some(l.clone());
+        }
+        let m = self
+            .migrations
+            .iter()
+            .find(|m| Some(m.version) == f.migration)?;
+        Some(Location {
+            // Reports read back from older JSON have no path.
+            file: if m.path.is_empty() {
+                m.file.clone()
+            } else {
+                m.path.clone()
+            },
+            line: 1,
+            column: 1,
+            excerpt: String::new(),
+        })
+    }
 }
 
 /// Output formats.
@@ -275,17 +307,52 @@ pub enum Format {
     Text,
     Json,
     Junit,
+    /// GitHub Actions workflow commands (annotations on the diff).
+    Github,
+    /// A bounded summary for a pull / merge request comment.
+    Markdown,
+    /// GitLab Code Quality JSON (findings in the merge request).
+    Gitlab,
+}
+
+impl Format {
+    pub const ALL: [Format; 6] = [
+        Format::Text,
+        Format::Json,
+        Format::Junit,
+        Format::Github,
+        Format::Markdown,
+        Format::Gitlab,
+    ];
+
+    /// The name `--format` and `--output FORMAT=FILE` take.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Text => "text",
+            Format::Json => "json",
+            Format::Junit => "junit",
+            Format::Github => "github",
+            Format::Markdown => "markdown",
+            Format::Gitlab => "gitlab",
+        }
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 impl std::str::FromStr for Format {
     type Err = String;
     fn from_str(s: &str) -> Result<Format, String> {
-        match s {
-            "text" => Ok(Format::Text),
-            "json" => Ok(Format::Json),
-            "junit" => Ok(Format::Junit),
-            other => Err(format!("unknown format `{other}`: use text, json or junit")),
-        }
+        Format::ALL
+            .into_iter()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| {
+                format!("unknown format `{s}`: use text, json, junit, github, markdown or gitlab")
+            })
     }
 }
 
@@ -295,6 +362,9 @@ pub fn render(report: &Report, format: Format) -> String {
         Format::Text => render_text(report),
         Format::Json => render_json(report),
         Format::Junit => render_junit(report),
+        Format::Github => render_github(report),
+        Format::Markdown => render_markdown(report),
+        Format::Gitlab => render_gitlab(report),
     }
 }
 
@@ -392,6 +462,27 @@ mod tests {
         ok.findings.retain(|f| f.severity != Severity::Error);
         ok.finish();
         assert!(ok.passed);
+    }
+
+    #[test]
+    fn formats_parse_by_name_and_whole_file_findings_point_at_line_1() {
+        for f in Format::ALL {
+            assert_eq!(f.name().parse::<Format>(), Ok(f));
+        }
+        assert!("xml"
+            .parse::<Format>()
+            .unwrap_err()
+            .contains("text, json, junit, github, markdown or gitlab"));
+        let r = sample_report();
+        let at = |id: &str| r.location_of(r.findings.iter().find(|f| f.id == id).unwrap());
+        assert_eq!(at("rewrite.table-rewritten").unwrap().line, 4);
+        let whole = at("locks.lock-modes").unwrap();
+        assert_eq!(
+            (whole.file.as_str(), whole.line),
+            ("migrations/V3__b.sql", 1)
+        );
+        let run_wide = Finding::new("post", "x", Severity::Warn, None, "y");
+        assert_eq!(r.location_of(&run_wide), None);
     }
 
     #[test]

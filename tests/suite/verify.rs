@@ -60,6 +60,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             cli_exit_0_with_json_matching_the_findings,
             cli_exit_1_with_junit_matching_the_findings,
             cli_exit_2_when_it_cannot_run,
+            cli_writes_github_gitlab_and_markdown_reports_in_one_run,
         ]
     )
 }
@@ -496,6 +497,15 @@ fn non_transactional_statement_fails_to_apply(env: &TestEnv) -> anyhow::Result<(
 
 /// Runs the real binary against the suite's server.
 fn run_verify(env: &TestEnv, extra: &[&str]) -> anyhow::Result<(i32, String, String)> {
+    run_verify_with(env, extra, &[])
+}
+
+/// Runs the real binary against the suite's server with `vars` set.
+fn run_verify_with(
+    env: &TestEnv,
+    extra: &[&str],
+    vars: &[(&str, &Path)],
+) -> anyhow::Result<(i32, String, String)> {
     let rows = ROWS.to_string();
     let out = Command::new(rollsafe_bin())
         .args([
@@ -507,6 +517,8 @@ fn run_verify(env: &TestEnv, extra: &[&str]) -> anyhow::Result<(i32, String, Str
         ])
         .args(extra)
         .env_remove("ROLLSAFE_POSTGRES")
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .envs(vars.iter().copied())
         .output()?;
     Ok((
         out.status.code().unwrap_or(-1),
@@ -630,9 +642,29 @@ fn cli_exit_2_when_it_cannot_run(env: &TestEnv) -> anyhow::Result<()> {
     );
     let (code, _, stderr) = run_verify(env, &["--format", "xml"])?;
     ensure!(
-        code == 2 && stderr.contains("text, json or junit"),
+        code == 2 && stderr.contains("text, json, junit, github, markdown or gitlab"),
         "exit {code}: {stderr}"
     );
+    // A bad FORMAT=FILE, and two reports for one stdout: refused before
+    // anything runs, in one line.
+    for (args, says) in [
+        (&["--output", "xml=report.xml"][..], "unknown format `xml`"),
+        (&["--output", "junit="][..], "no file after `=`"),
+        (
+            &["--output", "json=-", "--output", "markdown=-"][..],
+            "2 reports would go to standard output (json, markdown)",
+        ),
+    ] {
+        let (code, stdout, stderr) = run_verify(env, args)?;
+        ensure!(
+            code == 2 && stderr.contains(says) && stdout.is_empty(),
+            "{args:?}: exit {code}: {stderr}"
+        );
+        ensure!(
+            stderr.lines().filter(|l| l.contains("error")).count() == 1,
+            "{stderr}"
+        );
+    }
     let out = Command::new(rollsafe_bin())
         .args(["verify", "--lock-timeout", "soon"])
         .output()?;
@@ -654,6 +686,118 @@ fn cli_exit_2_when_it_cannot_run(env: &TestEnv) -> anyhow::Result<()> {
         !text.contains("Secr3tPw") && text.contains("cannot connect"),
         "{text}"
     );
+    Ok(())
+}
+
+/// One run writes GitHub workflow commands, GitLab Code Quality and a
+/// Markdown summary, appends the summary to `GITHUB_STEP_SUMMARY`, prints
+/// the text report on stdout and its progress on stderr (not a terminal:
+/// one line per step, with the elapsed time).
+fn cli_writes_github_gitlab_and_markdown_reports_in_one_run(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = with_later(&[
+        "-- proposed: when was a function last checked\n\nALTER TABLE attached_functions ADD COLUMN checked_at timestamptz DEFAULT clock_timestamp();\n",
+    ]);
+    let out = tempfile::tempdir()?;
+    let (github, gitlab, markdown) = (
+        out.path().join("annotations.txt"),
+        out.path().join("gl-code-quality-report.json"),
+        out.path().join("summary.md"),
+    );
+    let step_summary = out.path().join("step-summary.md");
+    std::fs::write(&step_summary, "# an earlier step's summary\n")?;
+    let arg = |format: &str, p: &Path| format!("{format}={}", p.display());
+    let (code, stdout, stderr) = run_verify_with(
+        env,
+        &[
+            "--migrations",
+            dir.path().to_str().unwrap(),
+            "--output",
+            &arg("github", &github),
+            "--output",
+            &arg("gitlab", &gitlab),
+            "--output",
+            &arg("markdown", &markdown),
+        ],
+        &[("GITHUB_STEP_SUMMARY", &step_summary)],
+    )?;
+    ensure!(code == 1, "exit {code}: {stderr}");
+    ensure!(
+        stdout.contains("FAILED: "),
+        "the text report on stdout: {stdout}"
+    );
+    let bad_file = dir.path().join("V4__later_0.sql").display().to_string();
+    let id = "rewrite.table-rewritten";
+
+    // GitHub: an ::error at the bad statement's file and line.
+    let annotations = std::fs::read_to_string(&github)?;
+    let line = annotations
+        .lines()
+        .find(|l| l.starts_with("::error ") && l.contains(&format!("title={id}::")))
+        .with_context(|| format!("no ::error for {id}:\n{annotations}"))?;
+    let (props, message) = line["::error ".len()..]
+        .split_once("::")
+        .context("no :: before the message")?;
+    let props: Vec<(&str, &str)> = props.split(',').filter_map(|p| p.split_once('=')).collect();
+    let prop = |k: &str| props.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
+    ensure!(prop("file") == Some(bad_file.as_str()), "{line}");
+    let at: usize = prop("line").context("no line")?.parse()?;
+    ensure!(at >= 1, "{line}");
+    ensure!(message.contains("attached_functions"), "{line}");
+    ensure!(
+        annotations
+            .lines()
+            .all(|l| ["::error ", "::warning ", "::notice "]
+                .iter()
+                .any(|p| l.starts_with(p))),
+        "{annotations}"
+    );
+
+    // GitLab: the same finding, same place, as a critical issue.
+    let issues: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&gitlab)?)?;
+    let issue = issues
+        .as_array()
+        .context("an array")?
+        .iter()
+        .find(|i| i["check_name"] == id && i["location"]["path"] == bad_file.as_str())
+        .with_context(|| format!("no issue {id}: {issues}"))?;
+    ensure!(issue["severity"] == "critical", "{issue}");
+    ensure!(issue["location"]["lines"]["begin"] == at, "{issue}");
+    ensure!(
+        issue["fingerprint"].as_str().map(str::len) == Some(64),
+        "{issue}"
+    );
+    ensure!(
+        issue["description"]
+            .as_str()
+            .unwrap()
+            .contains("attached_functions"),
+        "{issue}"
+    );
+
+    // Markdown: verdict, the finding with file:line, the statement table.
+    let md = std::fs::read_to_string(&markdown)?;
+    ensure!(md.len() <= rollsafe::report::MARKDOWN_LIMIT);
+    ensure!(md.contains("**FAILED**"), "{md}");
+    ensure!(
+        md.contains(&format!("| **error** | `{id}` | `{bad_file}:{at}` |")),
+        "{md}"
+    );
+    ensure!(md.contains("**V4**"), "no statement table for V4: {md}");
+    // The step summary was appended to, not overwritten.
+    ensure!(
+        std::fs::read_to_string(&step_summary)? == format!("# an earlier step's summary\n{md}"),
+        "step summary"
+    );
+
+    // Progress: at least one timed line per migration.
+    for v in 1..=4 {
+        ensure!(
+            stderr
+                .lines()
+                .any(|l| l.starts_with("[rollsafe verify ") && l.contains(&format!("s] V{v}: "))),
+            "no progress line for V{v}: {stderr}"
+        );
+    }
     Ok(())
 }
 

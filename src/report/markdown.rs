@@ -1,0 +1,360 @@
+//! A Markdown summary for a pull / merge request comment or a GitHub step
+//! summary: the verdict, a table of the findings a reviewer must read
+//! (errors, then warnings, then skipped checks; each with its file and
+//! line), the safe deploy order, and per migration the per-statement table
+//! (locks newly taken, time at 0 and N rows, rows touched).
+//!
+//! Bounded: never more than [`MARKDOWN_LIMIT`] bytes. The verdict and the
+//! deploy order always fit; findings fill what is left in order of
+//! severity, then statement rows; what does not fit is counted ("… and 12
+//! more findings (see the full report)"). Passing measurements are only
+//! counted: the text and JSON reports have them.
+
+use std::fmt::Write;
+
+use super::{Finding, Report, Severity};
+
+/// Most bytes a summary takes, so also most characters: under GitHub's
+/// 65,536 characters of a pull request comment (and far under the 1 MiB of
+/// a step summary), with room left for a bot's own header around it.
+pub const MARKDOWN_LIMIT: usize = 60_000;
+
+/// Bytes kept for the lines that say what was left out.
+const RESERVE: usize = 400;
+/// Longest text of one table cell (characters): one long message must not
+/// push every other finding out.
+const CELL_CHARS: usize = 600;
+const EXCERPT_CHARS: usize = 80;
+
+fn shorten(s: &str, max: usize) -> String {
+    if s.chars().count() > max {
+        s.chars().take(max - 1).collect::<String>() + "…"
+    } else {
+        s.to_string()
+    }
+}
+
+/// Plain text as one table cell: no raw HTML, `|` escaped, line breaks as
+/// `<br>`.
+fn cell(s: &str) -> String {
+    shorten(s, CELL_CHARS)
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('|', "\\|")
+        .replace("\r\n", "<br>")
+        .replace(['\n', '\r'], "<br>")
+}
+
+/// Inline code in a table cell (GFM unescapes `\|` inside code spans).
+fn code(s: &str) -> String {
+    let s = shorten(&s.replace(['\n', '\r'], " "), CELL_CHARS).replace('|', "\\|");
+    if s.contains('`') {
+        format!("`` {s} ``")
+    } else {
+        format!("`{s}`")
+    }
+}
+
+/// What is left of the limit; lines are appended only when they fit.
+struct Budget(usize);
+
+impl Budget {
+    fn push(&mut self, out: &mut String, s: &str) -> bool {
+        if s.len() > self.0 {
+            return false;
+        }
+        self.0 -= s.len();
+        out.push_str(s);
+        true
+    }
+}
+
+fn tag(s: Severity) -> &'static str {
+    match s {
+        Severity::Error => "**error**",
+        Severity::Warn => "warn",
+        Severity::Skipped => "skipped",
+        Severity::Info => "ok",
+    }
+}
+
+fn head(report: &Report) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "### {}\n", cell(&report.tool));
+    let _ = writeln!(
+        out,
+        "**{}**: {} error(s), {} warning(s), {} skipped, {} check(s) run, {:.1} s\n",
+        if report.passed { "PASSED" } else { "FAILED" },
+        report.count(Severity::Error),
+        report.count(Severity::Warn),
+        report.count(Severity::Skipped),
+        report.checks.len(),
+        report.duration_ms as f64 / 1000.0
+    );
+    if !report.server_version.is_empty() {
+        let _ = writeln!(
+            out,
+            "Rehearsed on {} with {} rows per seeded database; migrations: {}.\n",
+            // "PostgreSQL 15.4 (Debian …)", without the build details.
+            cell(&shorten(
+                report
+                    .server_version
+                    .split(" on ")
+                    .next()
+                    .unwrap_or_default(),
+                EXCERPT_CHARS
+            )),
+            report.rows,
+            cell(&shorten(&report.source, EXCERPT_CHARS))
+        );
+    }
+    out
+}
+
+fn findings_row(report: &Report, f: &Finding) -> String {
+    let place = match report.location_of(f) {
+        Some(l) => code(&format!("{}:{}", l.file, l.line)),
+        None => "whole run".to_string(),
+    };
+    let mut message = cell(&f.message);
+    if !f.advice.is_empty() {
+        message.push_str("<br>advice: ");
+        message.push_str(&cell(&f.advice));
+    }
+    format!(
+        "| {} | {} | {place} | {message} |\n",
+        tag(f.severity),
+        code(&f.id)
+    )
+}
+
+fn findings_section(report: &Report, budget: &mut Budget) -> String {
+    let mut shown: Vec<&Finding> = report
+        .findings
+        .iter()
+        .filter(|f| f.severity != Severity::Info)
+        .collect();
+    shown.sort_by_key(|f| std::cmp::Reverse(f.severity));
+    let passing = report.count(Severity::Info);
+    let mut out = String::new();
+    if shown.is_empty() {
+        budget.push(
+            &mut out,
+            &format!(
+                "No errors, warnings or skipped checks; {passing} passing measurement(s) in the full report.\n"
+            ),
+        );
+        return out;
+    }
+    let mut left_out = shown.len();
+    if budget.push(
+        &mut out,
+        "#### Findings\n\n| severity | id | where | message |\n|---|---|---|---|\n",
+    ) {
+        for f in &shown {
+            if !budget.push(&mut out, &findings_row(report, f)) {
+                break;
+            }
+            left_out -= 1;
+        }
+    }
+    if left_out > 0 {
+        // From the reserve.
+        let _ = writeln!(
+            out,
+            "\n… and {left_out} more findings (see the full report)"
+        );
+    }
+    if passing > 0 {
+        budget.push(
+            &mut out,
+            &format!("\n{passing} passing measurement(s) in the full report.\n"),
+        );
+    }
+    out
+}
+
+fn order_section(report: &Report, budget: &mut Budget) -> String {
+    let mut out = String::new();
+    if !report.safe_order.is_empty() {
+        budget.push(&mut out, "\n#### Safe deploy order\n\n");
+        for (i, step) in report.safe_order.iter().enumerate() {
+            budget.push(&mut out, &format!("{}. {}\n", i + 1, cell(step)));
+        }
+    } else if !report.passed && !report.apps.is_empty() {
+        // Only a rehearsal (apps replayed) can prove a deploy order.
+        budget.push(
+            &mut out,
+            "\nNo safe deploy order: fix the errors above and run again.\n",
+        );
+    }
+    out
+}
+
+fn statements_section(report: &Report, budget: &mut Budget) -> String {
+    let migrations: Vec<_> = report
+        .migrations
+        .iter()
+        .filter(|m| !m.statements.is_empty())
+        .collect();
+    let total: usize = migrations.iter().map(|m| m.statements.len()).sum();
+    if total == 0 {
+        return String::new();
+    }
+    let mut out = String::new();
+    let mut left_out = total;
+    let opened = budget.push(
+        &mut out,
+        &format!(
+            "\n<details><summary>Per statement: locks newly taken, time at 0 and {} rows, rows touched</summary>\n",
+            report.rows
+        ),
+    );
+    if opened {
+        'migrations: for m in migrations {
+            let header = format!(
+                "\n**V{}** {}\n\n| line | statement | new locks | at 0 rows | at {} rows | rows touched |\n|---:|---|---|---:|---:|---:|\n",
+                m.version,
+                code(&m.path),
+                report.rows
+            );
+            if !budget.push(&mut out, &header) {
+                break;
+            }
+            for s in &m.statements {
+                let locks = if s.new_locks.is_empty() {
+                    "-".to_string()
+                } else {
+                    cell(&s.new_locks.join(", "))
+                };
+                let row = format!(
+                    "| {} | {} | {locks} | {:.1} ms | {:.1} ms | {} |\n",
+                    s.line,
+                    code(&shorten(&s.excerpt, EXCERPT_CHARS)),
+                    s.ms_at_0_rows,
+                    s.ms_at_n_rows,
+                    s.rows_touched
+                );
+                if !budget.push(&mut out, &row) {
+                    break 'migrations;
+                }
+                left_out -= 1;
+            }
+        }
+    }
+    // From the reserve.
+    if left_out > 0 {
+        let _ = writeln!(
+            out,
+            "\n… and {left_out} more statement rows (see the full report)"
+        );
+    }
+    if opened {
+        out.push_str("\n</details>\n");
+    }
+    out
+}
+
+pub fn render_markdown(report: &Report) -> String {
+    let head = head(report);
+    let mut budget = Budget(MARKDOWN_LIMIT.saturating_sub(head.len() + RESERVE));
+    // The order is short and what a deployer needs: it gets its room first.
+    let order = order_section(report, &mut budget);
+    let findings = findings_section(report, &mut budget);
+    let statements = statements_section(report, &mut budget);
+    let out = head + &findings + &order + &statements;
+    debug_assert!(out.len() <= MARKDOWN_LIMIT, "{} bytes", out.len());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdict_findings_table_order_and_statement_table() {
+        let md = render_markdown(&super::super::sample_report());
+        assert!(md.starts_with("### rollsafe verify\n"), "{md}");
+        assert!(
+            md.contains("**FAILED**: 1 error(s), 1 warning(s), 1 skipped"),
+            "{md}"
+        );
+        let err = md
+            .find("| **error** | `rewrite.table-rewritten` | `migrations/V3__b.sql:4` | attached_functions rewritten &lt;&amp;><br>advice: use a constant default |")
+            .unwrap_or_else(|| panic!("{md}"));
+        let warn = md
+            .find("| warn | `locks.lock-modes` | `migrations/V3__b.sql:1` | scan |")
+            .unwrap_or_else(|| panic!("{md}"));
+        let skipped = md
+            .find("| skipped | `locks.probe-skipped` | `migrations/V2__a.sql:1` |")
+            .unwrap_or_else(|| panic!("{md}"));
+        assert!(err < warn && warn < skipped, "errors first: {md}");
+        assert!(!md.contains("no rewrite"), "info is only counted: {md}");
+        assert!(md.contains("1 passing measurement(s)"), "{md}");
+        assert!(
+            md.contains("1. apply V3, then roll out the current app"),
+            "{md}"
+        );
+        assert!(md.contains(
+            "| 4 | `ALTER TABLE attached_functions ADD COLUMN x int` | ACCESS EXCLUSIVE on attached_functions | 0.4 ms | 9.5 ms | 10 |"
+        ), "{md}");
+        assert!(!md.contains("more findings"), "{md}");
+    }
+
+    #[test]
+    fn cells_escape_pipes_newlines_and_html() {
+        assert_eq!(cell("a|b\nc\r\nd <b>"), "a\\|b<br>c<br>d &lt;b>");
+        assert_eq!(code("x || y"), "`x \\|\\| y`");
+        assert_eq!(code("a`b"), "`` a`b ``");
+    }
+
+    #[test]
+    fn stays_within_its_limit_and_counts_what_was_left_out() {
+        let mut r = super::super::sample_report();
+        let template = r.findings[0].clone();
+        for i in 0..500 {
+            let mut f = template.clone();
+            f.severity = if i % 5 == 0 {
+                Severity::Error
+            } else {
+                Severity::Warn
+            };
+            f.id = format!("locks.finding-{i}");
+            f.message = format!("finding {i}: {}", "a long | message\n".repeat(12));
+            f.advice = "do the thing".repeat(10);
+            r.findings.push(f);
+        }
+        r.migrations[1].statements = (0..2000)
+            .map(|i| {
+                let mut s = r.migrations[1].statements[0].clone();
+                s.line = i + 1;
+                s
+            })
+            .collect();
+        r.finish();
+        let md = render_markdown(&r);
+        assert!(md.len() <= MARKDOWN_LIMIT, "{} bytes", md.len());
+        let shown = md
+            .lines()
+            .filter(|l| {
+                ["| **error** | `", "| warn | `", "| skipped | `"]
+                    .iter()
+                    .any(|p| l.starts_with(p))
+            })
+            .count();
+        assert!(shown > 10, "{shown} rows shown");
+        let total = r.findings.len() - r.count(Severity::Info);
+        let more = format!(
+            "… and {} more findings (see the full report)",
+            total - shown
+        );
+        assert!(md.contains(&more), "expected `{more}`");
+        // Errors first: 101 errors (100 and the sample's), then warnings.
+        let first_warn = md.find("| warn |").unwrap_or(md.len());
+        let errors_shown = md[..first_warn].matches("| **error** |").count();
+        assert_eq!(errors_shown, 101.min(shown), "{shown} rows");
+        assert!(md.contains("more statement rows (see the full report)"));
+        // The verdict and the deploy order are always there.
+        assert!(md.contains("**FAILED**") && md.contains("1. apply V3"));
+    }
+}
