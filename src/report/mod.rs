@@ -15,6 +15,7 @@
 
 mod json;
 mod junit;
+mod majors;
 mod text;
 
 use std::fmt;
@@ -23,6 +24,7 @@ use serde::{Deserialize, Serialize};
 
 pub use json::render_json;
 pub use junit::render_junit;
+pub use majors::merge_majors;
 pub use text::render_text;
 
 /// How bad a finding is. Only `Error` fails a run. `Skipped` is a check
@@ -70,6 +72,10 @@ pub struct Finding {
     /// is (None: the whole migration, or the whole run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub location: Option<Location>,
+    /// The PostgreSQL majors it was found on, in a run over several
+    /// (`verify --postgres-version 13,15,17,18`); empty for a run on one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub majors: Vec<u32>,
 }
 
 /// Where in a migration file a finding points: what a reviewer needs to
@@ -103,6 +109,7 @@ impl Finding {
             evidence: Evidence::new(),
             advice: String::new(),
             location: None,
+            majors: Vec::new(),
         }
     }
 
