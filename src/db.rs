@@ -57,6 +57,22 @@ pub enum ConnectErrorKind {
     Other,
 }
 
+/// The PostgreSQL major of the server at `url` (`server_version_num` /
+/// 10000), read-only.
+pub fn server_major(url: &str) -> Result<u32, ConnectError> {
+    let mut c = connect(url)?;
+    let num: String = c
+        .query_one("SHOW server_version_num", &[])
+        .map_err(|e| ConnectError {
+            url: redact_url(url),
+            cause: e.to_string(),
+            hint: "the server answered but would not tell its version; check the role's rights",
+            kind: ConnectErrorKind::Other,
+        })?
+        .get(0);
+    Ok(num.trim().parse::<u32>().unwrap_or(0) / 10_000)
+}
+
 /// The URL with its password (if any) replaced by `***`, safe to print.
 /// A string that is not a URL is reduced to `<unparseable URL>` because it
 /// may be a key=value connection string with a password in it.

@@ -17,7 +17,7 @@ use rollsafe::db;
 use rollsafe::lock_policy::LockPolicy;
 use rollsafe::report::output::{self, Destination, OutputSpec, Target};
 use rollsafe::report::{render, Format};
-use rollsafe::sandbox::{BackendChoice, SandboxBuilder, DEFAULT_IMAGE, ENV_BACKEND, ENV_IMAGE};
+use rollsafe::sandbox::{BackendChoice, SandboxBuilder, ENV_BACKEND};
 use rollsafe::verify::predict::Sizes;
 use rollsafe::verify::{Verify, DEFAULT_ROWS};
 
@@ -50,17 +50,19 @@ struct SandboxArgs {
     /// auto (docker if it works, else local binaries), docker, local, or a postgres:// URL of a server to create throwaway databases on.
     #[arg(long = "postgres", env = ENV_BACKEND, default_value = "auto", hide_env_values = true)]
     postgres: String,
-    /// Container image for the docker backend.
-    #[arg(long, env = ENV_IMAGE, default_value = DEFAULT_IMAGE)]
-    image: String,
+    /// Container image for the docker backend [default: $ROLLSAFE_POSTGRES_IMAGE, else postgres:<major> with --postgres-version, else postgres:15].
+    #[arg(long)]
+    image: Option<String>,
 }
 
 impl SandboxArgs {
     fn builder(&self) -> anyhow::Result<SandboxBuilder> {
         let choice: BackendChoice = self.postgres.parse()?;
-        Ok(SandboxBuilder::from_env()?
-            .backend(choice)
-            .image(&self.image))
+        let builder = SandboxBuilder::from_env()?.backend(choice);
+        Ok(match &self.image {
+            Some(image) => builder.image(image),
+            None => builder,
+        })
     }
 }
 
@@ -71,6 +73,9 @@ struct VerifyArgs {
     /// Directory of V<n>__<name>.sql files to rehearse instead of the embedded migrations (e.g. a proposed change).
     #[arg(long, value_name = "DIR")]
     migrations: Option<PathBuf>,
+    /// Rehearse on each of these PostgreSQL majors (e.g. 13,15,17,18), each on its own server, and merge the findings ("on PostgreSQL 13 only").
+    #[arg(long, value_name = "V[,V…]", value_delimiter = ',')]
+    postgres_version: Vec<u32>,
     /// Rehearse only the migrations after version V; those up to V are applied once, unchecked (a pull request's cost follows its change).
     #[arg(long, value_name = "V")]
     since: Option<i32>,
@@ -150,12 +155,17 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     }
     let progress = Progress::start();
     let verify = verify.progress(progress.reporter());
-    let result = args
-        .sandbox
-        .builder()?
-        .start()
-        .map_err(anyhow::Error::from)
-        .and_then(|sandbox| Ok(verify.run(&sandbox)?));
+    let builder = args.sandbox.builder()?;
+    let result = if args.postgres_version.is_empty() {
+        builder
+            .start()
+            .map_err(anyhow::Error::from)
+            .and_then(|sandbox| Ok(verify.run(&sandbox)?))
+    } else {
+        verify
+            .run_on_majors(&builder, &args.postgres_version)
+            .map_err(anyhow::Error::from)
+    };
     progress.finish();
     let report = result?;
     args.report.emit(&targets, &report)
@@ -261,6 +271,9 @@ struct CheckArgs {
     /// Where to build the expected schema when no checked-in snapshot fits (only then is throwaway Postgres started).
     #[command(flatten)]
     sandbox: SandboxArgs,
+    /// PostgreSQL major of that throwaway server: a number, or from-target (the audited database's major).
+    #[arg(long, value_name = "V|from-target")]
+    postgres_version: Option<String>,
 }
 
 /// How findings reports are written (`verify`, `check`).
@@ -324,7 +337,24 @@ fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let catalog = Catalog::load(args.db.migrations.as_deref())?;
     let url = &args.db.database_url;
     let targets = args.report.targets()?;
-    let report = rollsafe::check::Check::new(catalog, args.sandbox.builder()?)
+    let mut builder = args.sandbox.builder()?;
+    match args.postgres_version.as_deref() {
+        None => {}
+        Some("from-target") => {
+            let major = db::server_major(url)
+                .map_err(|e| anyhow::anyhow!(db::scrub(&e.to_string(), url)))?;
+            builder = builder.postgres_major(major);
+        }
+        Some(v) => {
+            let major: u32 = v.trim().parse().map_err(|_| {
+                anyhow::anyhow!(
+                    "--postgres-version {v} is not a PostgreSQL major (e.g. 15) or from-target"
+                )
+            })?;
+            builder = builder.postgres_major(major);
+        }
+    }
+    let report = rollsafe::check::Check::new(catalog, builder)
         .stuck_after(args.stuck_after)
         .run(url)
         .map_err(|e| anyhow::anyhow!(db::scrub(&e.to_string(), url)))?;

@@ -18,6 +18,7 @@ mod github;
 mod gitlab;
 mod json;
 mod junit;
+mod majors;
 mod markdown;
 pub mod output;
 mod text;
@@ -30,6 +31,7 @@ pub use github::render_github;
 pub use gitlab::render_gitlab;
 pub use json::render_json;
 pub use junit::render_junit;
+pub use majors::merge_majors;
 pub use markdown::{render_markdown, MARKDOWN_LIMIT};
 pub use text::render_text;
 
@@ -78,6 +80,10 @@ pub struct Finding {
     /// is (None: the whole migration, or the whole run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub location: Option<Location>,
+    /// The PostgreSQL majors it was found on, in a run over several
+    /// (`verify --postgres-version 13,15,17,18`); empty for a run on one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub majors: Vec<u32>,
 }
 
 /// Where in a migration file a finding points: what a reviewer needs to
@@ -111,6 +117,7 @@ impl Finding {
             evidence: Evidence::new(),
             advice: String::new(),
             location: None,
+            majors: Vec::new(),
         }
     }
 

@@ -42,7 +42,7 @@ use thiserror::Error;
 use crate::catalog::{Catalog, Source};
 use crate::lock_policy::LockPolicy;
 use crate::report::{CheckRun, Finding, RehearsedApp, Report};
-use crate::sandbox::{Database, Sandbox, SandboxError};
+use crate::sandbox::{Database, Sandbox, SandboxBuilder, SandboxError};
 use crate::schema::Snapshot;
 
 use apps::{AppError, AppVersion};
@@ -229,6 +229,53 @@ impl Verify {
         if let Some(p) = &self.progress {
             p(s);
         }
+    }
+
+    /// Rehearses on each PostgreSQL major of `majors`, each on a server of
+    /// its own started from `builder` (as many at once as there are
+    /// cores), and merges the reports ([`crate::report::merge_majors`]).
+    /// A major that cannot be started is the error (naming how to get it).
+    pub fn run_on_majors(
+        &self,
+        builder: &SandboxBuilder,
+        majors: &[u32],
+    ) -> Result<Report, VerifyError> {
+        let parallel = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        let mut results: Vec<(u32, Result<Report, VerifyError>)> = Vec::new();
+        for chunk in majors.chunks(parallel) {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = chunk
+                    .iter()
+                    .map(|&major| {
+                        let mut v = self.clone();
+                        if let Some(p) = self.progress.clone() {
+                            v.progress =
+                                Some(Arc::new(move |line: &str| p(&format!("PG{major}: {line}"))));
+                        }
+                        let builder = builder.clone().postgres_major(major);
+                        (major, s.spawn(move || v.run(&builder.start()?)))
+                    })
+                    .collect();
+                for (major, h) in handles {
+                    results.push((
+                        major,
+                        h.join().unwrap_or_else(|_| {
+                            Err(VerifyError::Rehearsal {
+                                step: format!("rehearsing on PostgreSQL {major}"),
+                                detail: "its thread panicked (a bug in rollsafe)".into(),
+                            })
+                        }),
+                    ));
+                }
+            });
+        }
+        let mut reports = Vec::new();
+        for (major, r) in results {
+            reports.push((major, r?));
+        }
+        Ok(crate::report::merge_majors(reports))
     }
 
     /// Runs the rehearsal on `sandbox`.

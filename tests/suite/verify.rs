@@ -25,6 +25,12 @@ use rollsafe::verify::Verify;
 use crate::common::{repo_root, rollsafe_bin, TestEnv};
 
 pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
+    let mut trials = per_major_trials(env);
+    trials.extend(all_backends_trials(env));
+    trials
+}
+
+fn all_backends_trials(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
     crate::trials!(
         "verify",
         env,
@@ -1202,6 +1208,145 @@ fn since_rehearses_only_later_migrations_and_judges_them_as_a_full_run(
             && stderr.trim().lines().count() == 1
             && stderr.contains("--since 42 is not a migration version"),
         "exit {code}: {stderr}"
+    );
+    Ok(())
+}
+
+/// Rehearsals on several PostgreSQL majors need their images: they run on
+/// the docker backend where the images exist (`ci/test.sh` builds them),
+/// and show as ignored, with the reason, anywhere else.
+fn per_major_trials(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
+    let cases: [(&str, &[u32], MajorTest); 3] = [
+        (
+            "verify::not_null_not_valid_applies_on_18_only",
+            &[13, 15, 17, 18],
+            not_null_not_valid_applies_on_18_only,
+        ),
+        (
+            "verify::merge_statement_is_a_compat_error_on_13_only",
+            &[13, 15],
+            merge_statement_is_a_compat_error_on_13_only,
+        ),
+        (
+            "verify::a_major_nowhere_to_be_had_is_one_line_and_exit_2",
+            &[],
+            a_major_nowhere_to_be_had_is_one_line_and_exit_2,
+        ),
+    ];
+    cases
+        .into_iter()
+        .map(|(name, majors, f)| {
+            let env = Arc::clone(env);
+            libtest_mimic::Trial::ignorable_test(name, move || {
+                if let Some(reason) = major_test_ignored(env.sandbox.kind(), majors) {
+                    return Ok(libtest_mimic::Completion::ignored_with(reason));
+                }
+                f(&env, majors)
+                    .map(|()| libtest_mimic::Completion::Completed)
+                    .map_err(|e| format!("{e:#}").into())
+            })
+        })
+        .collect()
+}
+
+type MajorTest = fn(&TestEnv, &[u32]) -> anyhow::Result<()>;
+
+/// Why a per-major test cannot run here, if it cannot.
+fn major_test_ignored(kind: rollsafe::sandbox::BackendKind, majors: &[u32]) -> Option<String> {
+    if kind != rollsafe::sandbox::BackendKind::Docker {
+        return Some("needs the docker backend".into());
+    }
+    majors
+        .iter()
+        .find(|m| !rollsafe::sandbox::docker::image_present(&format!("postgres:{m}")))
+        .map(|m| {
+            format!("no image postgres:{m}; ci/build-postgres-image.sh postgres:{m} builds it")
+        })
+}
+
+fn docker_builder() -> anyhow::Result<rollsafe::sandbox::SandboxBuilder> {
+    Ok(rollsafe::sandbox::SandboxBuilder::from_env()?
+        .backend(rollsafe::sandbox::BackendChoice::Docker))
+}
+
+fn not_null_not_valid_applies_on_18_only(_: &TestEnv, majors: &[u32]) -> anyhow::Result<()> {
+    let dir = with_later(&[
+        "ALTER TABLE attached_functions ADD CONSTRAINT af_name_nn NOT NULL name NOT VALID;",
+    ]);
+    let r = Verify::new(Catalog::from_dir(dir.path())?)?
+        .rows(ROWS)
+        .since(3)?
+        .run_on_majors(&docker_builder()?, majors)?;
+    let f = expect_error(&r, 4, "apply.fails-on-empty")?;
+    ensure!(f.majors == [13, 15, 17], "{:?}: {}", f.majors, f.message);
+    ensure!(
+        f.message.ends_with("(on PostgreSQL 13, 15, 17 only)"),
+        "{}",
+        f.message
+    );
+    ensure!(
+        r.errors().all(|e| !e.majors.contains(&18)),
+        "errors on 18: {:?}",
+        error_ids(&r)
+    );
+    for m in majors {
+        ensure!(
+            r.server_version.contains(&format!("PostgreSQL {m}.")),
+            "{m} not named: {}",
+            r.server_version
+        );
+    }
+    Ok(())
+}
+
+fn merge_statement_is_a_compat_error_on_13_only(_: &TestEnv, majors: &[u32]) -> anyhow::Result<()> {
+    // An app version whose upsert uses MERGE (PostgreSQL 15+).
+    let merger = rollsafe::verify::apps::AppVersion::parse(
+        "merger.sql",
+        "-- app: merger\n-- needs: 3\n\n-- name: upsert_collection\n\
+         MERGE INTO collections c USING (SELECT $1::uuid AS id) s ON c.id = s.id\n\
+         WHEN NOT MATCHED THEN INSERT (id, name, tenant_id, database_id)\n\
+         VALUES (s.id, 'merged', 'rollsafe', gen_random_uuid())",
+    )?;
+    let mut apps = rollsafe::verify::apps::embedded_apps()?;
+    apps.push(merger);
+    let r = Verify::new(Catalog::embedded()?)?
+        .rows(ROWS)
+        .apps(apps)
+        .since(2)?
+        .run_on_majors(&docker_builder()?, majors)?;
+    let f = r
+        .errors()
+        .find(|f| f.id == "compat.statement-fails" && f.evidence["app"] == "merger")
+        .with_context(|| format!("no MERGE failure: {:?}", error_ids(&r)))?;
+    ensure!(f.majors == [13], "{:?}: {}", f.majors, f.message);
+    ensure!(
+        f.message.contains("(on PostgreSQL 13 only)"),
+        "{}",
+        f.message
+    );
+    ensure!(r.errors().count() == 1, "{:?}", error_ids(&r));
+    Ok(())
+}
+
+fn a_major_nowhere_to_be_had_is_one_line_and_exit_2(
+    env: &TestEnv,
+    _: &[u32],
+) -> anyhow::Result<()> {
+    let _ = env;
+    let out = Command::new(rollsafe_bin())
+        .args(["verify", "--postgres", "docker", "--postgres-version", "7"])
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        out.status.code() == Some(2),
+        "exit {:?}: {stderr}",
+        out.status.code()
+    );
+    ensure!(
+        stderr.trim().lines().count() == 1
+            && stderr.contains("ci/build-postgres-image.sh postgres:7"),
+        "{stderr}"
     );
     Ok(())
 }
