@@ -10,6 +10,11 @@
 
 use super::{CheckRun, Report};
 
+/// Evidence keys that say *what* a finding is about (an error's SQLSTATE or
+/// message, the app, statement, table or column), as opposed to what was
+/// measured.
+const IDENTITY: &[&str] = &["sqlstate", "error", "app", "statement", "table", "column"];
+
 /// Merges `runs` (major, its report), in the order given.
 pub fn merge_majors(runs: Vec<(u32, Report)>) -> Report {
     let all: Vec<u32> = runs.iter().map(|(m, _)| *m).collect();
@@ -34,12 +39,19 @@ pub fn merge_majors(runs: Vec<(u32, Report)>) -> Report {
             }
         }
         for f in r.findings {
+            // The same finding: same check result at the same place about
+            // the same thing (the evidence that names what failed, never
+            // measured numbers, which differ from server to server).
             let key = |x: &super::Finding| {
                 (
                     x.id.clone(),
                     x.migration,
                     x.severity,
                     x.location.as_ref().map(|l| l.line),
+                    IDENTITY
+                        .iter()
+                        .map(|k| x.evidence.get(*k).map(|v| v.to_string()))
+                        .collect::<Vec<_>>(),
                 )
             };
             match merged.findings.iter_mut().find(|e| key(e) == key(&f)) {
@@ -130,6 +142,25 @@ mod tests {
         assert_eq!(ok.majors, [13, 15, 17]);
         assert_eq!(ok.message, "applies");
         assert!(m.safe_order.is_empty());
+        // Different failures under one id stay apart.
+        let failing = |major: u32, sqlstate: &str| {
+            let mut r = Report::new("rollsafe verify");
+            r.findings.push(
+                Finding::new(
+                    "apply",
+                    "fails-on-empty",
+                    Severity::Error,
+                    Some(4),
+                    sqlstate,
+                )
+                .evidence("sqlstate", sqlstate),
+            );
+            r.finish();
+            (major, r)
+        };
+        let m = merge_majors(vec![failing(13, "42601"), failing(18, "23502")]);
+        assert_eq!(m.findings.len(), 2);
+        assert_eq!(m.findings[1].majors, [18]);
         let m = merge_majors(vec![report(15, false), report(17, false)]);
         assert!(m.passed && m.safe_order == ["apply V3"]);
     }

@@ -1271,7 +1271,8 @@ fn docker_builder() -> anyhow::Result<rollsafe::sandbox::SandboxBuilder> {
 
 fn not_null_not_valid_applies_on_18_only(_: &TestEnv, majors: &[u32]) -> anyhow::Result<()> {
     let dir = with_later(&[
-        "ALTER TABLE attached_functions ADD CONSTRAINT af_name_nn NOT NULL name NOT VALID;",
+        "ALTER TABLE attached_functions ADD COLUMN note text DEFAULT 'x';\n\
+         ALTER TABLE attached_functions ADD CONSTRAINT af_note_nn NOT NULL note NOT VALID;",
     ]);
     let r = Verify::new(Catalog::from_dir(dir.path())?)?
         .rows(ROWS)
