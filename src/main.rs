@@ -95,6 +95,9 @@ struct VerifyArgs {
     /// Read production table sizes (pg_class.reltuples, read-only) from this database instead.
     #[arg(long, value_name = "URL", conflicts_with = "table_rows")]
     sizes_from: Option<String>,
+    /// Only the static precheck: squawk's lint rules on the migration files, with lines. Starts no Postgres (no Docker, no binaries needed) and measures nothing: its findings are warnings.
+    #[arg(long)]
+    static_only: bool,
 }
 
 /// How migrations wait for table locks (`migrate` applies with it; `verify`
@@ -137,6 +140,13 @@ fn could_not_run(e: anyhow::Error) -> ExitCode {
 fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let targets = args.report.targets()?;
     let catalog = Catalog::load(args.migrations.as_deref())?;
+    if args.static_only {
+        let verify = match args.since {
+            Some(v) => Verify::new(catalog)?.since(v)?,
+            None => Verify::new(catalog)?,
+        };
+        return args.report.emit(&targets, &verify.static_only());
+    }
     let sizes = match &args.sizes_from {
         Some(url) => Sizes::from_database(url)
             .map_err(|e| anyhow::anyhow!(db::scrub(&format!("{e:#}"), url)))?,

@@ -19,7 +19,7 @@
 //! let PostgreSQL report the error.
 
 use squawk_lexer::{LiteralKind, TokenKind};
-use squawk_syntax::{SourceFile, SyntaxElement, SyntaxKind, SyntaxNode, SyntaxToken};
+use squawk_syntax::{Parse, SourceFile, SyntaxElement, SyntaxKind, SyntaxNode, SyntaxToken};
 
 /// One top-level statement of a SQL file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,6 +106,23 @@ pub fn is_blank(sql: &str) -> bool {
     split(sql).statements.is_empty()
 }
 
+/// Runs `f` on squawk's parse of `sql` (syntax errors included: the tree is
+/// lossless) with the same guards as [`split`]: the pre-scan first, then
+/// the parse, `f` and the tree's drop on a thread with
+/// [`PARSER_STACK_BYTES`] of stack. For whoever needs more of the tree than
+/// the statements (the lint rules of `verify::checks::static`). Never
+/// panics: a file the pre-scan refuses, or a parse or `f` that panics, is
+/// an `Err` saying why.
+pub fn with_parse<T: Send>(
+    sql: &str,
+    f: impl FnOnce(&Parse<SourceFile>) -> T + Send,
+) -> Result<T, NotSplittable> {
+    if let Prescan::WholeFile(why) = prescan(sql) {
+        return Err(why);
+    }
+    on_parser_stack(|| f(&SourceFile::parse(sql))).ok_or(NotSplittable::ParserFailed)
+}
+
 /// squawk's parser is recursive descent: its stack use grows with how deeply
 /// the input nests (parentheses, subqueries, `NOT NOT …`, operator chains) and
 /// an overflow aborts the process, which no `catch_unwind` can stop. Measured
@@ -127,19 +144,28 @@ const PARSER_STACK_BYTES: usize = 128 << 20;
 /// (a `CASE` of thousands of branches) is run as one unit instead.
 const MAX_NESTING_PRESSURE: usize = 10_000;
 
-/// Why the pre-scan sends the whole file to the server as one unit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum NotSplittable {
+/// Why a file is not parsed: the pre-scan sends it to the server as one
+/// unit, or the parser did not finish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NotSplittable {
     /// A quote, dollar quote, quoted identifier or block comment never
     /// closes: everything after its start is inside it.
+    #[error("a quote, dollar quote, quoted identifier or block comment never closes")]
     Unterminated,
     /// A backslash outside any literal: psql meta-commands or inline
     /// `COPY … FROM stdin` data, which are not SQL the server can run.
+    #[error("it holds psql backslash commands or COPY … FROM stdin data")]
     Backslash,
     /// Nested or chained beyond [`MAX_NESTING_PRESSURE`].
+    #[error("it nests deeper than the parser can safely follow")]
     TooDeep,
     /// Larger than the 4 GiB squawk's 32-bit offsets can address.
+    #[error("it is larger than the 4 GiB the parser can address")]
     TooLarge,
+    /// The parser's thread could not start or panicked (a squawk bug; the
+    /// panic message reaches stderr through the panic hook).
+    #[error("the parser did not finish (a bug in squawk's parser)")]
+    ParserFailed,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -236,15 +262,20 @@ fn literal_terminated(kind: LiteralKind) -> bool {
 /// is not exact, or when the thread could not start or panicked (a squawk
 /// bug; the panic message still reaches stderr through the panic hook).
 fn parse_on_own_stack(sql: &str) -> Option<Vec<Statement>> {
+    on_parser_stack(|| split_parsed(sql)).flatten()
+}
+
+/// `f` on a thread with [`PARSER_STACK_BYTES`] of stack; `None` when the
+/// thread could not start or `f` panicked.
+fn on_parser_stack<T: Send>(f: impl FnOnce() -> T + Send) -> Option<T> {
     std::thread::scope(|scope| {
         std::thread::Builder::new()
-            .name("rollsafe-sql-split".into())
+            .name("rollsafe-sql-parse".into())
             .stack_size(PARSER_STACK_BYTES)
-            .spawn_scoped(scope, || split_parsed(sql))
+            .spawn_scoped(scope, f)
             .ok()?
             .join()
             .ok()
-            .flatten()
     })
 }
 
@@ -413,8 +444,11 @@ fn code_span(node: &SyntaxNode) -> Option<(usize, usize)> {
 /// whitespace or a comment (or, when there is none because a comment never
 /// closes, its first non-whitespace character) to its trimmed end.
 fn whole_file(sql: &str) -> Split {
-    let end = sql.trim_end().len();
-    let start = first_code_offset(sql).unwrap_or_else(|| sql.len() - sql.trim_start().len());
+    // PostgreSQL's whitespace is ASCII only.
+    let ascii_space = |c: char| c.is_ascii_whitespace();
+    let end = sql.trim_end_matches(ascii_space).len();
+    let start = first_code_offset(sql)
+        .unwrap_or_else(|| sql.len() - sql.trim_start_matches(ascii_space).len());
     let statements = if start < end {
         vec![LineIndex::new(sql).statement(sql, start, end, false)]
     } else {
@@ -443,31 +477,44 @@ fn first_code_offset(sql: &str) -> Option<usize> {
     None
 }
 
-/// Byte offsets of line starts, to turn a statement's offset into a line and
-/// column.
-struct LineIndex {
+/// Byte offsets of line starts, to turn a byte offset of a file into the
+/// line and column an editor shows (the one place rollsafe does that).
+pub struct LineIndex {
     starts: Vec<usize>,
 }
 
 impl LineIndex {
-    fn new(sql: &str) -> Self {
+    pub fn new(sql: &str) -> Self {
         let starts = std::iter::once(0)
             .chain(sql.match_indices('\n').map(|(i, _)| i + 1))
             .collect();
         LineIndex { starts }
     }
 
-    fn statement(&self, sql: &str, start: usize, end: usize, parsed: bool) -> Statement {
-        let line = self.starts.partition_point(|&s| s <= start);
+    /// 1-based (line, column) of byte `offset` of `sql` (the file this index
+    /// was built from); the column counts characters. An offset past the
+    /// end, or inside a character, counts as the nearest character boundary
+    /// before it.
+    pub fn position(&self, sql: &str, offset: usize) -> (usize, usize) {
+        let mut offset = offset.min(sql.len());
+        while !sql.is_char_boundary(offset) {
+            offset -= 1;
+        }
+        let line = self.starts.partition_point(|&s| s <= offset);
         let line_start = self.starts[line - 1];
         // An editor does not count a byte-order mark as a column.
-        let before = sql[line_start..start].trim_start_matches(squawk_lexer::BOM);
+        let before = sql[line_start..offset].trim_start_matches(squawk_lexer::BOM);
+        (line, before.chars().count() + 1)
+    }
+
+    fn statement(&self, sql: &str, start: usize, end: usize, parsed: bool) -> Statement {
+        let (line, column) = self.position(sql, start);
         Statement {
             text: sql[start..end].to_string(),
             start,
             end,
             line,
-            column: before.chars().count() + 1,
+            column,
             parsed,
         }
     }
@@ -485,18 +532,38 @@ mod tests {
     /// Every statement is `&sql[start..end]`, trimmed, in order and disjoint,
     /// and (for an exact split) every token that is not whitespace, a comment
     /// or `;` lies in a statement.
+    #[test]
+    fn only_ascii_whitespace_is_whitespace() {
+        // U+2000 is an identifier character to PostgreSQL, not a space.
+        let split = split("\u{2000}");
+        assert_consistent("\u{2000}", &split);
+        assert_eq!(split.statements.len(), 1);
+        assert!(is_blank(" \t\n"));
+    }
+
     fn assert_consistent(sql: &str, split: &Split) {
         let mut previous_end = 0;
         for s in &split.statements {
             assert_eq!(&sql[s.start..s.end], s.text, "{sql:?}");
             assert!(s.start >= previous_end && s.start < s.end, "{sql:?}");
-            assert_eq!(s.text.trim(), s.text, "{sql:?}");
+            // PostgreSQL's whitespace is ASCII only: U+2000 is part of a
+            // token to it (and to squawk's lexer), so trim what it trims.
+            assert_eq!(
+                s.text.trim_matches(|c: char| c.is_ascii_whitespace()),
+                s.text,
+                "{sql:?}"
+            );
             previous_end = s.end;
         }
         if !split.exact {
             assert!(split.statements.len() <= 1, "{sql:?}");
             if let Some(s) = split.statements.first() {
-                assert_eq!(s.end, sql.trim_end().len(), "{sql:?}");
+                assert_eq!(
+                    s.end,
+                    sql.trim_end_matches(|c: char| c.is_ascii_whitespace())
+                        .len(),
+                    "{sql:?}"
+                );
                 assert!(!s.parsed);
             }
             return;

@@ -17,7 +17,10 @@
 //! | statement replay, cross-version | seeded, and the applied clone + a few rows | compat |
 //!
 //! then `dao` on a fresh database at the final version and `post` on the
-//! final schemas. A migration that fails to apply ends the rehearsal there
+//! final schemas. Before any of it, `static` runs squawk's lint rules on
+//! every migration's text (no database: [`Verify::static_only`] is that
+//! precheck alone); each warning is then judged against the measured apply
+//! of its migration. A migration that fails to apply ends the rehearsal there
 //! (later ones cannot be reached); its findings say why.
 //!
 //! The library never prints: progress goes to the optional callback, the
@@ -46,7 +49,7 @@ use crate::sandbox::{Database, Sandbox, SandboxBuilder, SandboxError};
 use crate::schema::Snapshot;
 
 use apps::{AppError, AppVersion};
-use checks::{apply, backfill, compat, dao, locks, post, rewrite};
+use checks::{apply, backfill, compat, dao, locks, post, r#static, rewrite};
 use lock_modes::Needs;
 use predict::Sizes;
 use rehearsal::{End, LiveApp, LongTransactionProbe};
@@ -278,27 +281,75 @@ impl Verify {
         Ok(crate::report::merge_majors(reports))
     }
 
+    /// Versions applied unchecked before the rehearsed ones (`since`).
+    fn applied_only(&self) -> Vec<i32> {
+        self.catalog
+            .migrations()
+            .iter()
+            .map(|m| m.version)
+            .filter(|v| self.since.is_some_and(|s| *v <= s))
+            .collect()
+    }
+
+    /// squawk's warnings on every migration the rehearsal judges.
+    fn lint(&self) -> BTreeMap<i32, Vec<r#static::Warning>> {
+        self.catalog
+            .migrations()
+            .iter()
+            .filter(|m| !self.since.is_some_and(|s| m.version <= s))
+            .map(|m| (m.version, r#static::lint(&self.catalog.path_of(m), &m.sql)))
+            .collect()
+    }
+
+    /// The static precheck alone: squawk's rules on every migration that
+    /// would be rehearsed, with lines, in milliseconds. No database, no
+    /// sandbox, nothing measured: every finding is squawk's word (a
+    /// warning), none is confirmed or refuted.
+    pub fn static_only(&self) -> Report {
+        let started = Instant::now();
+        let mut report = Report::new("rollsafe verify --static-only");
+        report.sandbox = "none (static precheck only: no database was started)".into();
+        report.set_migrations(&self.catalog);
+        report.applied_only = self.applied_only();
+        for (v, warnings) in self.lint() {
+            report.checks.push(CheckRun {
+                check: r#static::CHECK.into(),
+                migration: Some(v),
+                description: r#static::DESCRIPTION.into(),
+            });
+            report
+                .findings
+                .extend(r#static::unjudged(v, &warnings, None));
+        }
+        report.duration_ms = started.elapsed().as_millis() as u64;
+        report.finish();
+        report
+    }
+
     /// Runs the rehearsal on `sandbox`.
     pub fn run(&self, sandbox: &Sandbox) -> Result<Report, VerifyError> {
         let started = Instant::now();
+        // The static precheck first: squawk reads the files before any
+        // database exists; its warnings wait for their measurements.
+        self.say("static: squawk's rules on the migrations");
+        let linted = self.lint();
         let mut run = Run {
             v: self,
             sandbox,
             report: Report::new("rollsafe verify"),
             probes: Vec::new(),
             migrator: None,
+            linted,
         };
+        let versions: Vec<i32> = run.linted.keys().copied().collect();
+        for v in versions {
+            run.ran(r#static::CHECK, Some(v));
+        }
         run.report.sandbox = sandbox.describe();
         run.report.server_version = sandbox.server_version()?;
         run.report.set_migrations(&self.catalog);
         run.report.rows = self.rows;
-        run.report.applied_only = self
-            .catalog
-            .migrations()
-            .iter()
-            .map(|m| m.version)
-            .filter(|v| self.since.is_some_and(|s| *v <= s))
-            .collect();
+        run.report.applied_only = self.applied_only();
         run.report.apps = self
             .apps
             .iter()
@@ -319,6 +370,13 @@ impl Verify {
         // Collect the background work even when the rehearsal stopped early.
         run.collect_background();
         result?;
+        for (v, warnings) in std::mem::take(&mut run.linted) {
+            run.report.findings.extend(r#static::unjudged(
+                v,
+                &warnings,
+                Some("not reached: the rehearsal stopped before this migration"),
+            ));
+        }
         let mut report = run.report;
         report.duration_ms = started.elapsed().as_millis() as u64;
         report.finish();
@@ -356,6 +414,8 @@ struct Run<'a> {
     report: Report,
     probes: Vec<(i32, ProbeHandle)>,
     migrator: Option<MigratorHandle>,
+    /// squawk's warnings of the migrations not judged yet.
+    linted: BTreeMap<i32, Vec<r#static::Warning>>,
 }
 
 fn step<T, E: std::fmt::Display>(what: &str, r: Result<T, E>) -> Result<T, VerifyError> {
@@ -410,6 +470,15 @@ impl Run<'_> {
             migration: v,
             description,
         });
+    }
+
+    /// Holds migration `v`'s static warnings against its measured apply.
+    fn judge_static(&mut self, v: i32, applied: &rehearsal::Applied, needs: &Needs) {
+        if let Some(warnings) = self.linted.remove(&v) {
+            self.report
+                .findings
+                .extend(r#static::judge(v, &warnings, applied, needs));
+        }
     }
 
     fn clone_db(&self, source: &Database) -> Result<Database, VerifyError> {
@@ -686,6 +755,7 @@ impl Run<'_> {
             self.ran(apply::CHECK, Some(v));
             if !at_zero.ok() {
                 stopped = Some(apply::evaluate(v, &at_zero, None, &trace));
+                self.judge_static(v, &at_zero, &needs_of(&live, &live_outcomes));
                 break;
             }
 
@@ -781,6 +851,7 @@ impl Run<'_> {
                 Some((&at_n, seeded_rows)),
                 &trace,
             ));
+            self.judge_static(v, &at_n, &needs);
             if !at_n.ok() {
                 seeded_failed = true;
                 break;

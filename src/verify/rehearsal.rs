@@ -161,7 +161,9 @@ pub struct Applied {
     /// WAL written while it ran (server-wide, so an upper bound on a shared
     /// server).
     pub wal_bytes: i64,
-    /// Tables that existed before, by name.
+    /// Tables that existed before, by name. When a statement failed, only
+    /// their sizes before (rows, pages): what the statements before it did
+    /// is in `statements`.
     pub tables: BTreeMap<String, TableWork>,
     /// Per statement, in file order (one entry for the whole file when the
     /// grammar could not split it).
@@ -486,6 +488,20 @@ pub fn apply_measured(
             out.sqlstate = e.code().map(|s| s.code().to_string());
             out.failed_statement = Some(i);
             out.statements.push(run);
+            // The sizes still say which tables the statements before it
+            // worked on, and on how many rows.
+            out.tables = existing
+                .iter()
+                .map(|t| {
+                    let sizes = TableWork {
+                        table: t.name.clone(),
+                        rows_before: t.rows,
+                        pages_before: t.pages,
+                        ..TableWork::default()
+                    };
+                    (t.name.clone(), sizes)
+                })
+                .collect();
             c.batch_execute("ROLLBACK")?;
             return Ok(out);
         }

@@ -67,6 +67,9 @@ fn all_backends_trials(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             cli_exit_1_with_junit_matching_the_findings,
             cli_exit_2_when_it_cannot_run,
             cli_writes_github_gitlab_and_markdown_reports_in_one_run,
+            static_warning_on_a_table_created_in_the_migration_is_refuted,
+            static_warning_on_a_populated_table_is_confirmed,
+            static_only_runs_without_any_postgres,
         ]
     )
 }
@@ -168,6 +171,9 @@ fn shipped_migrations_pass_with_measured_evidence(env: &TestEnv) -> anyhow::Resu
     find("compat.cross-version")?;
     find("dao.two-phase-create")?;
     find("post.schema-as-expected")?;
+    // squawk has nothing to say about V3's constant default (catalog-only
+    // since PostgreSQL 11), and nothing static is an error.
+    find("static.clean")?;
     // Behind a long transaction the real retry loop kept every app
     // statement within the stall budget, and V3 completed once it ended.
     let waits = find("locks.waits-within-stall-budget")?;
@@ -313,6 +319,14 @@ fn not_null_without_default_fails_on_seeded_database(env: &TestEnv) -> anyhow::R
     let f = expect_error(&r, 3, "apply.fails-on-seeded")?;
     ensure!(f.message.contains("contains null values"), "{}", f.message);
     ensure!(f.evidence["rows"].as_i64().unwrap() >= ROWS as i64);
+    // squawk said so before any database: the failure confirms it.
+    let f = static_finding(&r, 3, "adding-required-field")?;
+    ensure!(
+        f.severity == Severity::Error
+            && f.message.starts_with("confirmed: PostgreSQL rejected it: ")
+            && f.message.contains("contains null values"),
+        "{f:?}"
+    );
     Ok(())
 }
 
@@ -1348,6 +1362,172 @@ fn a_major_nowhere_to_be_had_is_one_line_and_exit_2(_: &TestEnv, _: &[u32]) -> a
     ensure!(
         errors.len() == 1 && errors[0].contains("ci/build-postgres-image.sh postgres:7"),
         "{stderr}"
+    );
+    Ok(())
+}
+
+/// The static finding of `rule` on migration `v`.
+fn static_finding<'r>(
+    r: &'r Report,
+    v: i32,
+    rule: &str,
+) -> anyhow::Result<&'r rollsafe::report::Finding> {
+    let id = format!("static.{rule}");
+    r.findings
+        .iter()
+        .find(|f| f.id == id && f.migration == Some(v))
+        .with_context(|| {
+            format!(
+                "no {id} for V{v}; static findings: {:?}",
+                r.findings
+                    .iter()
+                    .filter(|f| f.check == "static")
+                    .map(|f| format!("V{:?} {} {}", f.migration, f.id, f.message))
+                    .collect::<Vec<_>>()
+            )
+        })
+}
+
+fn static_warning_on_a_table_created_in_the_migration_is_refuted(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = with_later(&["\
+CREATE TABLE notes (id bigint PRIMARY KEY, body text);
+CREATE INDEX notes_body ON notes (body);
+ALTER TABLE notes ALTER COLUMN body SET NOT NULL;
+"]);
+    let r = rehearse(env, dir.path())?;
+    expect_pass(&r)?;
+    // squawk knows the migration is one transaction: an index on a table
+    // created in it is not flagged at all.
+    ensure!(
+        static_finding(&r, 4, "require-concurrent-index-creation").is_err(),
+        "an index on a new table was flagged"
+    );
+    // SET NOT NULL is flagged; the measurement refutes it.
+    let f = static_finding(&r, 4, "adding-not-nullable-field")?;
+    ensure!(f.severity == Severity::Info, "{f:?}");
+    ensure!(
+        f.message == "refuted: notes is created in this migration: nothing to lock, no rows",
+        "{}",
+        f.message
+    );
+    let at = f.location.as_ref().context("no location")?;
+    ensure!(
+        at.file.ends_with("V4__later_0.sql") && (at.line, at.column) == (3, 37),
+        "{at:?}"
+    );
+    Ok(())
+}
+
+fn static_warning_on_a_populated_table_is_confirmed(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = with_later(&["CREATE INDEX ON attached_functions (name);"]);
+    let r = rehearse(env, dir.path())?;
+    let f = static_finding(&r, 4, "require-concurrent-index-creation")?;
+    ensure!(f.severity == Severity::Error, "{f:?}");
+    ensure!(
+        f.message.starts_with("confirmed: index ")
+            && f.message
+                .ends_with("rows of attached_functions under SHARE (blocks its writes)"),
+        "{}",
+        f.message
+    );
+    ensure!(
+        f.evidence["rows"].as_i64().unwrap() >= ROWS as i64
+            && f.evidence["lock"] == "SHARE"
+            && f.evidence["verdict"] == "confirmed",
+        "{:?}",
+        f.evidence
+    );
+    ensure!(f.advice.contains("concurrently"), "{}", f.advice);
+    // The measured checks agree.
+    expect_error(&r, 4, "locks.blocking-index-build")?;
+    Ok(())
+}
+
+/// `--static-only` starts nothing: it works with an unreachable server, no
+/// Docker and no PostgreSQL binaries on the PATH.
+fn static_only_runs_without_any_postgres(_env: &TestEnv) -> anyhow::Result<()> {
+    let dir = with_later(&["\
+CREATE INDEX attached_functions_name ON attached_functions (name);
+ALTER TABLE attached_functions
+    ALTER COLUMN name SET NOT NULL;
+ALTER TABLE collections ADD CONSTRAINT collections_name_check CHECK (name <> '');
+"]);
+    let empty_path = tempfile::tempdir()?;
+    let migrations = dir.path().to_str().context("temp dir path")?;
+    let run = |format: &str| -> anyhow::Result<(i32, String, String)> {
+        let out = Command::new(rollsafe_bin())
+            .args([
+                "verify",
+                "--static-only",
+                "--postgres",
+                "postgres://u:p@127.0.0.1:1/x",
+                "--migrations",
+                migrations,
+                "--format",
+                format,
+            ])
+            .env_clear()
+            .env("PATH", empty_path.path())
+            .env("DOCKER_HOST", "unix:///nonexistent")
+            .output()?;
+        Ok((
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
+    };
+    let (code, stdout, stderr) = run("json")?;
+    ensure!(code == 0, "exit {code}: {stderr}{stdout}");
+    let r: Report = serde_json::from_str(&stdout).context("JSON report")?;
+    ensure!(r.passed && r.errors().count() == 0, "{stdout}");
+    let found: Vec<(String, Severity, usize, usize)> = r
+        .findings
+        .iter()
+        .filter(|f| f.migration == Some(4))
+        .map(|f| {
+            let at = f.location.as_ref().map_or((0, 0), |l| (l.line, l.column));
+            (f.id.clone(), f.severity, at.0, at.1)
+        })
+        .collect();
+    ensure!(
+        found
+            == [
+                (
+                    "static.require-concurrent-index-creation".to_string(),
+                    Severity::Warn,
+                    1,
+                    1
+                ),
+                (
+                    "static.adding-not-nullable-field".to_string(),
+                    Severity::Warn,
+                    3,
+                    23
+                ),
+                (
+                    "static.constraint-missing-not-valid".to_string(),
+                    Severity::Warn,
+                    4,
+                    25
+                ),
+            ],
+        "{found:?}"
+    );
+    // Only the static check ran, on every migration.
+    ensure!(
+        r.checks.len() == 4 && r.checks.iter().all(|c| c.check == "static"),
+        "{:?}",
+        r.checks
+    );
+    let (code, text, stderr) = run("text")?;
+    ensure!(code == 0, "exit {code}: {stderr}{text}");
+    ensure!(
+        text.contains("V4__later_0.sql:3:23")
+            && text.contains("warn  static.adding-not-nullable-field")
+            && text.contains("PASSED: 0 error(s), 4 warning(s)"),
+        "{text}"
     );
     Ok(())
 }

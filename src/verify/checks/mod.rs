@@ -11,9 +11,12 @@ pub mod dao;
 pub mod locks;
 pub mod post;
 pub mod rewrite;
+/// `static` is a keyword: the module is `r#static`, its file `static.rs`.
+pub mod r#static;
 
 /// (name, description) of every check, in the order they run.
 pub const ALL: &[(&str, &str)] = &[
+    (r#static::CHECK, r#static::DESCRIPTION),
     (apply::CHECK, apply::DESCRIPTION),
     (rewrite::CHECK, rewrite::DESCRIPTION),
     (locks::CHECK, locks::DESCRIPTION),

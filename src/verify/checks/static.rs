@@ -1,0 +1,875 @@
+//! `static`: squawk's lint rules on each migration's text, before any
+//! database is used, then each warning confirmed or refuted by what the
+//! rehearsal measured for its statement.
+//!
+//! [`lint`] runs squawk 2.68's default rules (`squawk-linter`) on the file
+//! through [`crate::sql::with_parse`] (the splitter's guards: nothing nests
+//! deep enough to overflow the parser's stack, a panic is caught). squawk is
+//! told what rollsafe does: each migration runs in one transaction
+//! (`assume_in_transaction`), so a table created earlier in the file is not
+//! "existing", and `CREATE INDEX CONCURRENTLY` is reported as the failure it
+//! is. A violation becomes a [`Warning`] at its own line and column, tied to
+//! its statement of [`crate::sql::split`] (the statements the rehearsal
+//! measures one by one) and to the table that statement alters or indexes.
+//! `-- squawk-ignore rule` comments work as in squawk. A file squawk's
+//! grammar cannot parse is a warning (`static.syntax-error`), never an error
+//! by itself: PostgreSQL is the judge.
+//!
+//! [`judge`] then holds each warning against the measured apply of its
+//! migration (at N rows, under the live apps' workload). Only rules whose
+//! claim the rehearsal measures are judged ([`MEASURED`]); the others, and
+//! warnings the rehearsal could not test (statement not reached, table
+//! empty), stay warnings. Confirmed is an error: the same measurement is
+//! what `rewrite`, `locks` or `apply` fail a run on, and this finding puts
+//! squawk's fix at the line. Refuted is info.
+//!
+//! What it is not: a replacement for the measured checks. A migration
+//! squawk is silent about is still rehearsed in full.
+
+use squawk_linter::{Linter, Rule};
+use squawk_syntax::ast::{self, AstNode};
+use squawk_syntax::{Parse, SourceFile};
+
+use crate::report::{Finding, Location, Severity};
+use crate::sql::LineIndex;
+use crate::verify::lock_modes::{self, Needs};
+use crate::verify::rehearsal::{Applied, StatementRun, TableWork};
+
+use super::rewrite::blocking_locks;
+
+pub const CHECK: &str = "static";
+pub const DESCRIPTION: &str =
+    "squawk's lint rules on the migration's text, before any database; each warning confirmed or refuted by what its statement measured";
+
+/// The pseudo-rule of a statement squawk's grammar could not parse
+/// (squawk's own name for it).
+pub const SYNTAX_ERROR: &str = "syntax-error";
+/// The pseudo-rule of a file the parser was not run on.
+pub const NOT_LINTED: &str = "not-linted";
+
+/// How many characters of a statement or of the flagged text a finding
+/// quotes.
+const EXCERPT_CHARS: usize = 60;
+
+/// One squawk violation in one migration file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Warning {
+    /// squawk's rule name (`require-concurrent-index-creation`), or
+    /// [`SYNTAX_ERROR`] / [`NOT_LINTED`].
+    pub rule: String,
+    /// squawk's message.
+    pub message: String,
+    /// squawk's fix, when the rule has one.
+    pub help: Option<String>,
+    /// Index of its statement in [`crate::sql::split`] of the file: the
+    /// same index as the rehearsal's `Applied::statements`. None when the
+    /// file could not be split exactly.
+    pub statement: Option<usize>,
+    /// The table the statement alters or indexes (normalised as PostgreSQL
+    /// folds names), when it names one in the `public` schema.
+    pub table: Option<String>,
+    /// Line and column of the flagged construct itself (not of the
+    /// statement's start); the excerpt is the statement's.
+    pub location: Location,
+    /// The flagged text, whitespace folded (`SET NOT NULL`).
+    pub flagged: String,
+}
+
+/// What the rehearsal measures that speaks to a rule's claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Measured {
+    /// Work that grows with the table (a rewrite, an index build, a full
+    /// pass, rows written) while a lock that blocks the live apps is held
+    /// on it: confirmed when both were measured, refuted when the table
+    /// had rows and the work did not grow or the lock blocked no app.
+    WorkUnderLock,
+    /// PostgreSQL refuses the statement: confirmed when it failed there,
+    /// refuted when it applied.
+    Rejected,
+    /// PostgreSQL refuses the statement on a table with rows: confirmed
+    /// when it failed there, refuted when it applied on rows.
+    RejectedWithRows,
+}
+
+/// The squawk rules the rehearsal can confirm or refute, and with what
+/// measurement. Every other rule stays a warning: renames, drops and type
+/// choices are about what clients expect, which `compat` replays, or
+/// about the future, which nothing measures.
+const MEASURED: &[(&str, Measured)] = &[
+    // CREATE INDEX without CONCURRENTLY builds under SHARE: writes wait for
+    // the whole build.
+    ("require-concurrent-index-creation", Measured::WorkUnderLock),
+    // ADD UNIQUE builds its index under ACCESS EXCLUSIVE.
+    ("disallowed-unique-constraint", Measured::WorkUnderLock),
+    // ADD PRIMARY KEY builds its index (and checks NOT NULL) under ACCESS
+    // EXCLUSIVE.
+    ("adding-serial-primary-key-field", Measured::WorkUnderLock),
+    // A CHECK or FOREIGN KEY without NOT VALID reads every row under the
+    // ADD's lock; a VALIDATE in the same transaction still holds it.
+    ("constraint-missing-not-valid", Measured::WorkUnderLock),
+    // A FOREIGN KEY checks every row under SHARE ROW EXCLUSIVE.
+    ("adding-foreign-key-constraint", Measured::WorkUnderLock),
+    // SET NOT NULL reads every row under ACCESS EXCLUSIVE, unless a
+    // validated CHECK (IS NOT NULL) already proves it.
+    ("adding-not-nullable-field", Measured::WorkUnderLock),
+    // ALTER COLUMN TYPE rewrites every row under ACCESS EXCLUSIVE unless
+    // the types are binary-compatible (what clients then read is compat's).
+    ("changing-column-type", Measured::WorkUnderLock),
+    // A volatile default or a stored generated column is computed for
+    // every row: a rewrite under ACCESS EXCLUSIVE. (A constant default, as
+    // in the shipped V3, is catalog-only since PostgreSQL 11 and squawk
+    // does not flag it.)
+    ("adding-field-with-default", Measured::WorkUnderLock),
+    // NOT NULL without a default cannot be added to a table with rows.
+    ("adding-required-field", Measured::RejectedWithRows),
+    // CONCURRENTLY cannot run inside the transaction each migration runs in.
+    (
+        "ban-concurrent-index-creation-in-transaction",
+        Measured::Rejected,
+    ),
+    // squawk's grammar could not parse it; the server has the last word.
+    (SYNTAX_ERROR, Measured::Rejected),
+];
+
+fn measured(rule: &str) -> Option<Measured> {
+    MEASURED.iter().find(|(r, _)| *r == rule).map(|(_, m)| *m)
+}
+
+/// A violation before it is placed in the file.
+struct Raw {
+    rule: String,
+    message: String,
+    help: Option<String>,
+    start: usize,
+    end: usize,
+    table: Option<String>,
+}
+
+/// squawk's default rules on migration `sql` (`file` as the repository has
+/// it, for locations), in file order. Never panics: a file the parser
+/// cannot take is one [`NOT_LINTED`] warning, each statement it could not
+/// parse a [`SYNTAX_ERROR`] warning.
+pub fn lint(file: &str, sql: &str) -> Vec<Warning> {
+    let split = crate::sql::split(sql);
+    let lines = LineIndex::new(sql);
+    let raw = match crate::sql::with_parse(sql, |parse| violations(parse, sql)) {
+        Ok(raw) => raw,
+        Err(why) => {
+            let at = split.statements.first().map_or(0, |s| s.start);
+            vec![Raw {
+                rule: NOT_LINTED.into(),
+                message: format!("squawk's rules did not run on this file: {why}"),
+                help: Some("PostgreSQL still judges it when the migration is rehearsed".into()),
+                start: at,
+                end: at,
+                table: None,
+            }]
+        }
+    };
+    let mut out: Vec<Warning> = Vec::new();
+    for r in raw {
+        // The statement holding the construct's first byte (statements are
+        // ordered and disjoint; comments between them belong to none).
+        let statement = split
+            .exact
+            .then(|| split.statements.partition_point(|s| s.start <= r.start))
+            .and_then(|after| after.checked_sub(1))
+            .filter(|&i| r.start <= split.statements[i].end);
+        if r.rule == SYNTAX_ERROR
+            && out
+                .iter()
+                .any(|w| w.rule == SYNTAX_ERROR && w.statement == statement)
+        {
+            // One syntax warning per statement: later errors in it follow
+            // from the first.
+            continue;
+        }
+        let (line, column) = lines.position(sql, r.start);
+        let excerpt = statement
+            .or(split.statements.first().map(|_| 0))
+            .and_then(|i| split.statements.get(i))
+            .map(|s| s.excerpt(EXCERPT_CHARS))
+            .unwrap_or_default();
+        out.push(Warning {
+            rule: r.rule,
+            message: r.message,
+            help: r.help,
+            statement,
+            table: r.table,
+            location: Location {
+                file: file.to_string(),
+                line,
+                column,
+                excerpt,
+            },
+            flagged: fold(sql.get(r.start..r.end).unwrap_or_default()),
+        });
+    }
+    out
+}
+
+/// Runs on the parser's thread: nothing of the tree leaves it.
+fn violations(parse: &Parse<SourceFile>, sql: &str) -> Vec<Raw> {
+    // `rollsafe migrate` sets lock_timeout itself on every attempt and
+    // retries (`LockPolicy`), and the rehearsal measures how long each
+    // statement runs under its locks: squawk's require-lock-timeout and
+    // require-statement-timeout would flag every migration for what the
+    // runner and the measurement already do.
+    let mut linter = Linter::with_rules(&[], &[Rule::RequireTimeoutSettings]);
+    // rollsafe runs every migration in one transaction (with its history
+    // row). squawk's default (15) stands for the server version: every
+    // version-dependent rule changes at 11 or 12, below every supported
+    // major.
+    linter.settings.assume_in_transaction = true;
+    let stmts: Vec<ast::Stmt> = parse.tree().stmts().collect();
+    let table_at = |offset: usize| {
+        stmts
+            .iter()
+            .find(|s| {
+                let r = s.syntax().text_range();
+                usize::from(r.start()) <= offset && offset < usize::from(r.end())
+            })
+            .and_then(target_table)
+    };
+    let mut out: Vec<Raw> = linter
+        .lint(parse, sql)
+        .into_iter()
+        .map(|v| {
+            let (start, end) = (
+                usize::from(v.text_range.start()),
+                usize::from(v.text_range.end()),
+            );
+            Raw {
+                rule: v.code.to_string(),
+                message: v.message,
+                help: v.help,
+                start,
+                end,
+                table: table_at(start),
+            }
+        })
+        .collect();
+    for e in parse.errors() {
+        let start = usize::from(e.range().start());
+        out.push(Raw {
+            rule: SYNTAX_ERROR.into(),
+            message: format!("squawk's grammar could not parse this: {}", e.message()),
+            help: Some(
+                "PostgreSQL decides when the migration is rehearsed; squawk's other rules may have missed this statement"
+                    .into(),
+            ),
+            start,
+            end: usize::from(e.range().end()),
+            table: None,
+        });
+    }
+    out.sort_by_key(|r| r.start);
+    out
+}
+
+/// The `public` table an `ALTER TABLE` or `CREATE INDEX` names.
+fn target_table(stmt: &ast::Stmt) -> Option<String> {
+    let relation = match stmt {
+        ast::Stmt::AlterTable(s) => s.table_relation_name(),
+        ast::Stmt::CreateIndex(s) => s.table_relation_name(),
+        _ => None,
+    }?;
+    let path = relation.table_name_ref()?.path_ref()?;
+    // The rehearsal measures the public schema's tables.
+    if let Some(schema) = path.qualifier() {
+        if schema.segment()?.text() != "public" {
+            return None;
+        }
+    }
+    Some(path.segment()?.text())
+}
+
+fn fold(s: &str) -> String {
+    let folded = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if folded.chars().count() <= EXCERPT_CHARS {
+        return folded;
+    }
+    folded.chars().take(EXCERPT_CHARS - 1).collect::<String>() + "…"
+}
+
+/// What the rehearsal established about one warning.
+#[derive(Debug, Clone, PartialEq)]
+enum Verdict {
+    /// Not judged: the static finding as squawk gives it.
+    Static,
+    Confirmed(String),
+    Refuted(String),
+    /// The rule is about something measured, but this rehearsal could not
+    /// test it (why).
+    Untested(String),
+}
+
+/// The findings of migration `v` from its warnings alone (`--static-only`,
+/// or a migration the rehearsal did not reach: `not_reached` says why).
+pub fn unjudged(v: i32, warnings: &[Warning], not_reached: Option<&str>) -> Vec<Finding> {
+    if warnings.is_empty() {
+        return vec![clean(v)];
+    }
+    warnings
+        .iter()
+        .map(|w| match not_reached {
+            Some(why) if measured(&w.rule).is_some() => {
+                finding(v, w, Verdict::Untested(why.to_string()))
+            }
+            _ => finding(v, w, Verdict::Static),
+        })
+        .collect()
+}
+
+/// The findings of migration `v`: each warning held against `applied`, the
+/// migration's measured apply (failed or not), with `needs` saying which
+/// locks block the live apps.
+pub fn judge(v: i32, warnings: &[Warning], applied: &Applied, needs: &Needs) -> Vec<Finding> {
+    if warnings.is_empty() {
+        return vec![clean(v)];
+    }
+    warnings
+        .iter()
+        .map(|w| {
+            let (verdict, evidence) = verdict(w, applied, needs);
+            evidence
+                .into_iter()
+                .fold(finding(v, w, verdict), |f, (k, val)| f.evidence(k, val))
+        })
+        .collect()
+}
+
+fn clean(v: i32) -> Finding {
+    Finding::new(
+        CHECK,
+        "clean",
+        Severity::Info,
+        Some(v),
+        "squawk's default rules flag nothing in this migration",
+    )
+}
+
+type Measurements = Vec<(&'static str, serde_json::Value)>;
+
+fn verdict(w: &Warning, applied: &Applied, needs: &Needs) -> (Verdict, Measurements) {
+    let Some(kind) = measured(&w.rule) else {
+        return (Verdict::Static, Vec::new());
+    };
+    let untested = |why: String| (Verdict::Untested(why), Vec::new());
+    let Some(i) = w.statement else {
+        return untested(
+            "the file could not be split into statements, so this is not tied to one measurement"
+                .into(),
+        );
+    };
+    match applied.failed_statement {
+        Some(k) if k < i => {
+            return untested(format!(
+                "not reached: the migration failed before it, at {}",
+                applied.where_(k)
+            ))
+        }
+        Some(k) if k == i => {
+            let error = applied.error.clone().unwrap_or_default();
+            return match kind {
+                Measured::Rejected | Measured::RejectedWithRows => (
+                    Verdict::Confirmed(format!("PostgreSQL rejected it: {error}")),
+                    vec![(
+                        "sqlstate",
+                        applied.sqlstate.clone().unwrap_or_default().into(),
+                    )],
+                ),
+                Measured::WorkUnderLock => {
+                    untested(format!("it failed here ({error}): nothing to measure"))
+                }
+            };
+        }
+        _ => {}
+    }
+    let Some(st) = applied.statements.get(i) else {
+        return untested("not reached by the rehearsal".into());
+    };
+    if kind == Measured::Rejected {
+        return (Verdict::Refuted("PostgreSQL applied it".into()), Vec::new());
+    }
+    let Some(name) = &w.table else {
+        return untested("its statement names no table rollsafe measures".into());
+    };
+    let Some(t) = applied.tables.get(name) else {
+        return (
+            Verdict::Refuted(format!(
+                "{name} is created in this migration: nothing to lock, no rows"
+            )),
+            vec![("table", name.clone().into())],
+        );
+    };
+    if t.rows_before == 0 {
+        return untested(format!(
+            "{name} held no rows in the rehearsal (no live app writes it), so work that grows with it could not show"
+        ));
+    }
+    if kind == Measured::RejectedWithRows {
+        return (
+            Verdict::Refuted(format!("applied on {} rows of {name}", t.rows_before)),
+            vec![
+                ("table", name.clone().into()),
+                ("rows", t.rows_before.into()),
+            ],
+        );
+    }
+    work_under_lock(st, t, needs)
+}
+
+/// A `WorkUnderLock` rule on statement `st` and its (existing, non-empty)
+/// table `t`.
+fn work_under_lock(st: &StatementRun, t: &TableWork, needs: &Needs) -> (Verdict, Measurements) {
+    let name = &t.table;
+    let w = st.work.get(name).copied().unwrap_or_default();
+    let rewrote = st.rewrote.contains(name);
+    let indexes: Vec<&str> = st
+        .built_indexes
+        .iter()
+        .filter(|(table, _)| table == name)
+        .map(|(_, index)| index.as_str())
+        .collect();
+    let held = st
+        .locks_after
+        .get(name)
+        .and_then(|m| lock_modes::strongest(m.iter().map(String::as_str)))
+        .map(str::to_string);
+    let blocking = blocking_locks(st, needs)
+        .into_iter()
+        .find(|(table, _, _)| table == name);
+    let evidence: Measurements = vec![
+        ("table", name.clone().into()),
+        ("rows", t.rows_before.into()),
+        ("pages", t.pages_before.into()),
+        ("relfilenode_changed", rewrote.into()),
+        ("indexes_built", indexes.join(", ").into()),
+        ("tuples_read", w.tuples_read.into()),
+        ("rows_written", w.rows_written().into()),
+        ("heap_blocks", w.heap_blocks.into()),
+        (
+            "lock",
+            held.as_deref()
+                .map(lock_modes::sql_name)
+                .unwrap_or_default()
+                .into(),
+        ),
+    ];
+    let rows = t.rows_before;
+    let what = if rewrote {
+        format!("{rows} rows of {name} rewritten")
+    } else if !indexes.is_empty() {
+        format!(
+            "index {} built over {rows} rows of {name}",
+            indexes.join(", ")
+        )
+    } else if w.rows_written() > 0 {
+        format!("{} rows of {name} written one by one", w.rows_written())
+    } else if w.tuples_read > 0 {
+        format!("{} rows of {name} scanned", w.tuples_read)
+    } else if st.grows_on(t) {
+        format!("all {} pages of {name} read", t.pages_before)
+    } else {
+        return (
+            Verdict::Refuted(format!(
+                "nothing grew with the {rows} rows of {name}: no rewrite, no index build, no full pass, no row written"
+            )),
+            evidence,
+        );
+    };
+    let verdict = match (blocking, held) {
+        (Some((_, mode, blocks)), _) => Verdict::Confirmed(format!(
+            "{what} under {} (blocks its {blocks})",
+            lock_modes::sql_name(&mode)
+        )),
+        (None, Some(mode)) => Verdict::Refuted(format!(
+            "{what} under {}, which blocks none of the live apps' statements on {name}",
+            lock_modes::sql_name(&mode)
+        )),
+        (None, None) => Verdict::Refuted(format!("{what} with no lock held on {name}")),
+    };
+    (verdict, evidence)
+}
+
+fn finding(v: i32, w: &Warning, verdict: Verdict) -> Finding {
+    let (severity, message, label) = match &verdict {
+        Verdict::Static => (Severity::Warn, w.message.clone(), "static"),
+        Verdict::Confirmed(m) => (Severity::Error, format!("confirmed: {m}"), "confirmed"),
+        Verdict::Refuted(m) => (Severity::Info, format!("refuted: {m}"), "refuted"),
+        Verdict::Untested(why) => (
+            Severity::Warn,
+            format!("{} (untested: {why})", w.message),
+            "untested",
+        ),
+    };
+    let mut f = Finding::new(CHECK, &w.rule, severity, Some(v), message)
+        .at(Some(w.location.clone()))
+        .evidence("rule", w.rule.clone())
+        .evidence("verdict", label)
+        .evidence("flagged", w.flagged.clone());
+    if !matches!(verdict, Verdict::Static | Verdict::Untested(_)) {
+        f = f.evidence("squawk", w.message.clone());
+    }
+    if !matches!(verdict, Verdict::Refuted(_)) {
+        let docs = format!("https://squawkhq.com/docs/{}", w.rule);
+        f = f.advice(match (&w.help, w.rule.as_str()) {
+            (Some(h), SYNTAX_ERROR | NOT_LINTED) => h.clone(),
+            (Some(h), _) => format!("{h} ({docs})"),
+            (None, _) => format!("see {docs}"),
+        });
+    }
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::verify::rehearsal::Work;
+
+    const FILE: &str = "migrations/V4__bad.sql";
+
+    fn rules(ws: &[Warning]) -> Vec<&str> {
+        ws.iter().map(|w| w.rule.as_str()).collect()
+    }
+
+    #[test]
+    fn violations_point_at_their_line_statement_and_table() {
+        let sql = "\
+-- V4: three statements
+CREATE INDEX attached_functions_name ON attached_functions (name);
+
+ALTER TABLE attached_functions
+    ALTER COLUMN name SET NOT NULL;
+ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
+";
+        let ws = lint(FILE, sql);
+        assert_eq!(
+            rules(&ws),
+            [
+                "require-concurrent-index-creation",
+                "adding-not-nullable-field",
+                "constraint-missing-not-valid"
+            ],
+            "{ws:#?}"
+        );
+        let at: Vec<_> = ws
+            .iter()
+            .map(|w| {
+                (
+                    w.location.line,
+                    w.location.column,
+                    w.statement,
+                    w.table.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            at,
+            [
+                (2, 1, Some(0), Some("attached_functions")),
+                // The construct, not the statement's first line.
+                (5, 23, Some(1), Some("attached_functions")),
+                (6, 32, Some(2), Some("collections")),
+            ]
+        );
+        assert_eq!(ws[1].flagged, "SET NOT NULL");
+        assert_eq!(
+            ws[1].location.excerpt,
+            "ALTER TABLE attached_functions ALTER COLUMN name SET NOT NU…"
+        );
+        assert_eq!(ws[0].location.file, FILE);
+        assert!(ws[0].help.as_deref().unwrap().contains("concurrently"));
+
+        let findings = unjudged(4, &ws, None);
+        assert!(findings
+            .iter()
+            .all(|f| f.severity == Severity::Warn && f.check == CHECK && f.location.is_some()));
+        assert_eq!(findings[0].id, "static.require-concurrent-index-creation");
+        assert!(findings[0]
+            .advice
+            .contains("squawkhq.com/docs/require-concurrent-index-creation"));
+    }
+
+    #[test]
+    fn what_rollsafe_does_is_what_squawk_assumes() {
+        // One transaction per migration: a table created in the file is
+        // new (no index warning), CONCURRENTLY cannot work.
+        let ws = lint(
+            FILE,
+            "CREATE TABLE t (id bigint PRIMARY KEY, x bigint);\nCREATE INDEX t_x ON t (x);",
+        );
+        assert_eq!(rules(&ws), Vec::<&str>::new(), "{ws:#?}");
+        let ws = lint(
+            FILE,
+            "SELECT 1;\nCREATE INDEX CONCURRENTLY IF NOT EXISTS i ON t (x);",
+        );
+        assert_eq!(rules(&ws), ["ban-concurrent-index-creation-in-transaction"]);
+        assert_eq!((ws[0].location.line, ws[0].statement), (2, Some(1)));
+        // The shipped V3 (NOT NULL DEFAULT true) is not flagged at all.
+        let v3 = include_str!("../../../migrations/V3__attached_functions_is_ready.sql");
+        assert_eq!(rules(&lint(FILE, v3)), Vec::<&str>::new());
+        // Ignore comments work as in squawk.
+        let ws = lint(
+            FILE,
+            "-- squawk-ignore require-concurrent-index-creation\nCREATE INDEX i ON t (x);",
+        );
+        assert!(ws.is_empty(), "{ws:#?}");
+    }
+
+    #[test]
+    fn a_file_squawk_cannot_parse_is_a_warning_never_a_panic() {
+        let ws = lint(FILE, "SELECT 1;\nCREATE TABLE t (a text,);\nSELECT 2;");
+        assert_eq!(rules(&ws), [SYNTAX_ERROR]);
+        assert_eq!((ws[0].location.line, ws[0].statement), (2, Some(1)));
+        let ws = lint(FILE, "SELECT 1;\nSELECT 'never closed;");
+        assert_eq!(rules(&ws), [NOT_LINTED]);
+        assert!(ws[0].message.contains("never closes"), "{}", ws[0].message);
+        assert_eq!(ws[0].statement, None);
+        let deep = format!("SELECT {}1{};", "(".repeat(20_000), ")".repeat(20_000));
+        assert_eq!(rules(&lint(FILE, &deep)), [NOT_LINTED]);
+        for sql in [
+            "",
+            ";",
+            "\u{feff}",
+            "é;ü",
+            "/*",
+            "$$",
+            "BEGIN ATOMIC",
+            "\\x",
+        ] {
+            let f = unjudged(1, &lint(FILE, sql), None);
+            assert!(f.iter().all(|f| f.severity <= Severity::Warn), "{sql:?}");
+        }
+    }
+
+    fn table(name: &str, rows: i64) -> (String, TableWork) {
+        (
+            name.to_string(),
+            TableWork {
+                table: name.to_string(),
+                rows_before: rows,
+                pages_before: rows / 100,
+                ..TableWork::default()
+            },
+        )
+    }
+
+    fn locks(table: &str, mode: &str) -> BTreeMap<String, Vec<String>> {
+        BTreeMap::from([(table.to_string(), vec![mode.to_string()])])
+    }
+
+    /// A measured apply of the three-statement file of the first test, at
+    /// 10 000 rows: an index build, a full pass for SET NOT NULL, and a
+    /// CHECK on a table whose work did not grow.
+    fn applied() -> Applied {
+        let af = "attached_functions";
+        Applied {
+            tables: BTreeMap::from([table(af, 10_000), table("collections", 500)]),
+            statements: vec![
+                StatementRun {
+                    locks_after: locks(af, "ShareLock"),
+                    built_indexes: vec![(af.into(), "attached_functions_name".into())],
+                    ..StatementRun::default()
+                },
+                StatementRun {
+                    locks_after: locks(af, "AccessExclusiveLock"),
+                    work: BTreeMap::from([(
+                        af.to_string(),
+                        Work {
+                            tuples_read: 10_000,
+                            heap_blocks: 100,
+                            ..Work::default()
+                        },
+                    )]),
+                    ..StatementRun::default()
+                },
+                StatementRun {
+                    locks_after: locks("collections", "AccessExclusiveLock"),
+                    ..StatementRun::default()
+                },
+            ],
+            split_exact: true,
+            file: FILE.into(),
+            ..Applied::default()
+        }
+    }
+
+    fn three() -> Vec<Warning> {
+        lint(
+            FILE,
+            "CREATE INDEX attached_functions_name ON attached_functions (name);\n\
+             ALTER TABLE attached_functions ALTER COLUMN name SET NOT NULL;\n\
+             ALTER TABLE collections ADD CONSTRAINT c CHECK (name <> '');",
+        )
+    }
+
+    #[test]
+    fn measured_work_under_a_blocking_lock_confirms_and_its_absence_refutes() {
+        let f = judge(4, &three(), &applied(), &Needs::unknown());
+        let got: Vec<_> = f
+            .iter()
+            .map(|f| (f.id.as_str(), f.severity, f.message.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "static.require-concurrent-index-creation",
+                    Severity::Error,
+                    "confirmed: index attached_functions_name built over 10000 rows of attached_functions under SHARE (blocks its writes)"
+                ),
+                (
+                    "static.adding-not-nullable-field",
+                    Severity::Error,
+                    "confirmed: 10000 rows of attached_functions scanned under ACCESS EXCLUSIVE (blocks its reads and writes)"
+                ),
+                (
+                    "static.constraint-missing-not-valid",
+                    Severity::Info,
+                    "refuted: nothing grew with the 500 rows of collections: no rewrite, no index build, no full pass, no row written"
+                ),
+            ]
+        );
+        assert_eq!(f[1].evidence["tuples_read"], 10_000);
+        assert_eq!(f[1].evidence["lock"], "ACCESS EXCLUSIVE");
+        assert_eq!(f[1].evidence["verdict"], "confirmed");
+        assert_eq!(f[1].location.as_ref().unwrap().line, 2);
+        assert!(f[1].evidence["squawk"]
+            .as_str()
+            .unwrap()
+            .contains("blocks reads"));
+        assert!(f[2].advice.is_empty());
+
+        // No live app writes attached_functions: SHARE blocks nobody.
+        let mut readers = Needs::default();
+        readers.add("attached_functions", "AccessShareLock");
+        let f = judge(4, &three(), &applied(), &readers);
+        assert_eq!(f[0].severity, Severity::Info);
+        assert!(
+            f[0].message.ends_with(
+                "under SHARE, which blocks none of the live apps' statements on attached_functions"
+            ),
+            "{}",
+            f[0].message
+        );
+        assert_eq!(f[1].severity, Severity::Error);
+    }
+
+    #[test]
+    fn new_or_empty_tables_and_unreached_statements_are_judged_apart() {
+        // Created in this migration: not among the tables that existed.
+        let mut a = applied();
+        a.tables.remove("attached_functions");
+        let f = judge(4, &three(), &a, &Needs::unknown());
+        assert_eq!(f[0].severity, Severity::Info);
+        assert_eq!(
+            f[0].message,
+            "refuted: attached_functions is created in this migration: nothing to lock, no rows"
+        );
+
+        // Existing but empty in the rehearsal: untested, still a warning.
+        let mut a = applied();
+        a.tables.insert(
+            "attached_functions".into(),
+            table("attached_functions", 0).1,
+        );
+        let f = judge(4, &three(), &a, &Needs::unknown());
+        assert_eq!(f[0].severity, Severity::Warn);
+        assert!(f[0]
+            .message
+            .contains("(untested: attached_functions held no rows"));
+        assert_eq!(f[0].evidence["verdict"], "untested");
+
+        // The migration failed at its second statement: the third was not
+        // reached, the second could not be measured.
+        let mut a = applied();
+        a.error = Some("line 2: boom".into());
+        a.failed_statement = Some(1);
+        a.statements.truncate(2);
+        a.statements[1].line = 2;
+        a.statements[1].excerpt = "ALTER TABLE attached_functions".into();
+        let f = judge(4, &three(), &a, &Needs::unknown());
+        assert_eq!(
+            f.iter().map(|f| f.severity).collect::<Vec<_>>(),
+            [Severity::Error, Severity::Warn, Severity::Warn]
+        );
+        assert!(f[1].message.contains("untested: it failed here"));
+        assert!(f[2]
+            .message
+            .contains("untested: not reached: the migration failed before it, at line 2"));
+
+        // Rules the rehearsal does not measure stay plain warnings.
+        let ws = lint(FILE, "ALTER TABLE attached_functions DROP COLUMN name;");
+        assert_eq!(rules(&ws), ["ban-drop-column"]);
+        let f = judge(4, &ws, &applied(), &Needs::unknown());
+        assert_eq!(
+            (f[0].severity, f[0].message.as_str()),
+            (Severity::Warn, ws[0].message.as_str())
+        );
+        assert_eq!(f[0].evidence["verdict"], "static");
+    }
+
+    #[test]
+    fn rejections_are_confirmed_by_a_failure_and_refuted_by_an_apply() {
+        let ws = lint(
+            FILE,
+            "SELECT 1;\nCREATE INDEX CONCURRENTLY i ON attached_functions (name);",
+        );
+        // In file order: the statement, then its CONCURRENTLY.
+        assert_eq!(
+            rules(&ws),
+            [
+                "prefer-robust-stmts",
+                "ban-concurrent-index-creation-in-transaction"
+            ]
+        );
+        let failed = Applied {
+            error: Some(
+                "line 2: CREATE INDEX CONCURRENTLY cannot run inside a transaction block".into(),
+            ),
+            sqlstate: Some("25001".into()),
+            failed_statement: Some(1),
+            statements: vec![StatementRun::default(), StatementRun::default()],
+            split_exact: true,
+            ..Applied::default()
+        };
+        let f = judge(4, &ws, &failed, &Needs::unknown());
+        assert_eq!(f[1].severity, Severity::Error);
+        assert!(f[1]
+            .message
+            .starts_with("confirmed: PostgreSQL rejected it: line 2: CREATE INDEX CONCURRENTLY"));
+        assert_eq!(f[1].evidence["sqlstate"], "25001");
+        assert_eq!(f[0].severity, Severity::Warn);
+
+        let ws = lint(
+            FILE,
+            "ALTER TABLE attached_functions ADD COLUMN n bigint NOT NULL;",
+        );
+        assert_eq!(rules(&ws), ["adding-required-field"]);
+        let f = judge(4, &ws, &applied(), &Needs::unknown());
+        assert_eq!(
+            (f[0].severity, f[0].message.as_str()),
+            (
+                Severity::Info,
+                "refuted: applied on 10000 rows of attached_functions"
+            )
+        );
+    }
+
+    #[test]
+    fn every_measured_rule_is_a_squawk_rule() {
+        for (rule, _) in MEASURED {
+            if *rule != SYNTAX_ERROR {
+                assert!(
+                    squawk_linter::Rule::try_from(*rule).is_ok(),
+                    "{rule} is not a squawk 2.68 rule"
+                );
+            }
+        }
+        assert!(unjudged(3, &[], None)[0].id == "static.clean");
+    }
+}
