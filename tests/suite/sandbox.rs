@@ -347,11 +347,14 @@ fn run_cli(args: &[&str], envs: &[(&str, &str)]) -> anyhow::Result<(i32, String)
         .args(args)
         .envs(envs.iter().copied())
         .output()?;
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // Progress lines (`[rollsafe verify 0.0s] …`, printed when stderr is
+    // not a terminal) are not part of the error.
+    let stderr: String = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| !l.starts_with("[rollsafe verify "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let text = format!("{}{stderr}", String::from_utf8_lossy(&out.stdout));
     Ok((out.status.code().unwrap_or(-1), text))
 }
 

@@ -62,6 +62,7 @@ fn all_backends_trials(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             lock_timeout_above_the_stall_budget_is_caught,
             misspelt_directive_is_refused,
             sizes_from_a_real_database_drive_the_prediction,
+            findings_point_at_the_statement_and_line,
             since_rehearses_only_later_migrations_and_judges_them_as_a_full_run,
             cli_exit_0_with_json_matching_the_findings,
             cli_exit_1_with_junit_matching_the_findings,
@@ -1528,6 +1529,70 @@ ALTER TABLE collections ADD CONSTRAINT collections_name_check CHECK (name <> '')
             && text.contains("warn  static.adding-not-nullable-field")
             && text.contains("PASSED: 0 error(s), 4 warning(s)"),
         "{text}"
+    );
+    Ok(())
+}
+
+fn findings_point_at_the_statement_and_line(env: &TestEnv) -> anyhow::Result<()> {
+    // Three statements: a catalog-only column (line 2), a backfill under
+    // its ACCESS EXCLUSIVE lock (line 4), a blocking index build (line 6).
+    let sql = "-- proposed: notes\n\
+               ALTER TABLE attached_functions ADD COLUMN note text;\n\
+               \n\
+               UPDATE attached_functions\n   SET note = 'x';\n\
+               CREATE INDEX af_note ON attached_functions (note);\n";
+    let dir = with_later(&[sql]);
+    let r = rehearse(env, dir.path())?;
+    let lines = |id: &str| -> Vec<(usize, usize)> {
+        r.errors()
+            .filter(|f| f.id == id && f.migration == Some(4))
+            .filter_map(|f| f.location.as_ref().map(|l| (l.line, l.column)))
+            .collect()
+    };
+    ensure!(
+        lines("rewrite.rows-updated-under-lock") == [(4, 1)],
+        "{:?}",
+        error_ids(&r)
+    );
+    ensure!(
+        lines("locks.blocking-index-build") == [(6, 1)],
+        "{:?}",
+        error_ids(&r)
+    );
+    let f = expect_error(&r, 4, "rewrite.rows-updated-under-lock")?;
+    let at = f.location.as_ref().context("no location")?;
+    // The file, line and excerpt as they are in the file.
+    let file_line = std::fs::read_to_string(&at.file)?
+        .lines()
+        .nth(at.line - 1)
+        .unwrap_or_default()
+        .to_string();
+    ensure!(
+        at.excerpt.starts_with(file_line.trim()),
+        "{at:?} vs {file_line:?}"
+    );
+    ensure!(
+        f.message.starts_with("line 4: UPDATE attached_functions"),
+        "{}",
+        f.message
+    );
+    // The per-statement table has the three statements at their lines.
+    let v4 = r
+        .migrations
+        .iter()
+        .find(|m| m.version == 4)
+        .context("no V4 in the report")?;
+    let at_lines: Vec<usize> = v4.statements.iter().map(|s| s.line).collect();
+    ensure!(at_lines == [2, 4, 6], "{at_lines:?}");
+    ensure!(
+        v4.statements[0].new_locks == ["ACCESS EXCLUSIVE on attached_functions"],
+        "{:?}",
+        v4.statements[0].new_locks
+    );
+    ensure!(
+        v4.statements[1].rows_touched >= ROWS as i64,
+        "{:?}",
+        v4.statements[1]
     );
     Ok(())
 }
