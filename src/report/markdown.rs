@@ -81,16 +81,8 @@ fn tag(s: Severity) -> &'static str {
 fn head(report: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "### {}\n", cell(&report.tool));
-    let _ = writeln!(
-        out,
-        "**{}**: {} error(s), {} warning(s), {} skipped, {} check(s) run, {:.1} s\n",
-        if report.passed { "PASSED" } else { "FAILED" },
-        report.count(Severity::Error),
-        report.count(Severity::Warn),
-        report.count(Severity::Skipped),
-        report.checks.len(),
-        report.duration_ms as f64 / 1000.0
-    );
+    let (verdict, tally) = report.verdict();
+    let _ = writeln!(out, "**{verdict}**{tally}\n");
     if !report.server_version.is_empty() {
         let _ = writeln!(
             out,

@@ -276,6 +276,23 @@ impl Report {
             .filter(|f| f.severity == Severity::Error)
     }
 
+    /// "PASSED" or "FAILED", and the tally after it: ": 0 error(s), 1
+    /// warning(s), 0 skipped, 17 check(s) run, 8.0 s" (every format ends
+    /// with the same verdict).
+    pub fn verdict(&self) -> (&'static str, String) {
+        (
+            if self.passed { "PASSED" } else { "FAILED" },
+            format!(
+                ": {} error(s), {} warning(s), {} skipped, {} check(s) run, {:.1} s",
+                self.count(Severity::Error),
+                self.count(Severity::Warn),
+                self.count(Severity::Skipped),
+                self.checks.len(),
+                self.duration_ms as f64 / 1000.0
+            ),
+        )
+    }
+
     pub fn count(&self, severity: Severity) -> usize {
         self.findings
             .iter()

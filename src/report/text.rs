@@ -169,16 +169,8 @@ pub fn render_text(report: &Report) -> String {
             "\nno safe deploy order: fix the errors above and run again"
         );
     }
-    let _ = writeln!(
-        out,
-        "\n{}: {} error(s), {} warning(s), {} skipped, {} check(s) run, {:.1} s",
-        if report.passed { "PASSED" } else { "FAILED" },
-        report.count(Severity::Error),
-        report.count(Severity::Warn),
-        report.count(Severity::Skipped),
-        report.checks.len(),
-        report.duration_ms as f64 / 1000.0
-    );
+    let (verdict, tally) = report.verdict();
+    let _ = writeln!(out, "\n{verdict}{tally}");
     out
 }
 

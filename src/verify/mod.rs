@@ -329,19 +329,30 @@ impl Verify {
     /// Runs the rehearsal on `sandbox`.
     pub fn run(&self, sandbox: &Sandbox) -> Result<Report, VerifyError> {
         let started = Instant::now();
-        // The static precheck first: squawk reads the files before any
-        // database exists; its warnings wait for their measurements.
+        // The static precheck reads the files while the databases are
+        // prepared (it needs none); its warnings wait for their
+        // measurements.
         self.say("static: squawk's rules on the migrations");
-        let linted = self.lint();
+        let lint = {
+            let v = self.clone();
+            std::thread::spawn(move || v.lint())
+        };
         let mut run = Run {
             v: self,
             sandbox,
             report: Report::new("rollsafe verify"),
             probes: Vec::new(),
             migrator: None,
-            linted,
+            linted: BTreeMap::new(),
+            lint: Some(lint),
         };
-        let versions: Vec<i32> = run.linted.keys().copied().collect();
+        let versions: Vec<i32> = self
+            .catalog
+            .migrations()
+            .iter()
+            .map(|m| m.version)
+            .filter(|v| !self.since.is_some_and(|s| *v <= s))
+            .collect();
         for v in versions {
             run.ran(r#static::CHECK, Some(v));
         }
@@ -370,6 +381,7 @@ impl Verify {
         // Collect the background work even when the rehearsal stopped early.
         run.collect_background();
         result?;
+        run.wait_for_lint();
         for (v, warnings) in std::mem::take(&mut run.linted) {
             run.report.findings.extend(r#static::unjudged(
                 v,
@@ -416,6 +428,8 @@ struct Run<'a> {
     migrator: Option<MigratorHandle>,
     /// squawk's warnings of the migrations not judged yet.
     linted: BTreeMap<i32, Vec<r#static::Warning>>,
+    /// The static precheck while it still runs.
+    lint: Option<JoinHandle<BTreeMap<i32, Vec<r#static::Warning>>>>,
 }
 
 fn step<T, E: std::fmt::Display>(what: &str, r: Result<T, E>) -> Result<T, VerifyError> {
@@ -472,8 +486,28 @@ impl Run<'_> {
         });
     }
 
+    /// Takes the static precheck's warnings once it is done.
+    fn wait_for_lint(&mut self) {
+        if let Some(handle) = self.lint.take() {
+            match handle.join() {
+                Ok(linted) => self.linted = linted,
+                Err(_) => self.report.findings.push(
+                    Finding::new(
+                        r#static::CHECK,
+                        "not-run",
+                        crate::report::Severity::Skipped,
+                        None,
+                        "the static precheck could not run (its thread panicked: a bug in rollsafe); the rehearsal's measurements stand on their own",
+                    )
+                    .advice("report it with the migration files"),
+                ),
+            }
+        }
+    }
+
     /// Holds migration `v`'s static warnings against its measured apply.
     fn judge_static(&mut self, v: i32, applied: &rehearsal::Applied, needs: &Needs) {
+        self.wait_for_lint();
         if let Some(warnings) = self.linted.remove(&v) {
             self.report
                 .findings
