@@ -715,30 +715,14 @@ fn long_transaction_makes_migrate_give_up_naming_the_blocker(env: &TestEnv) -> a
 
     // A reader keeps querying the table while migrate tries; its longest
     // stall is what the application would feel.
-    let stop = Arc::new(AtomicBool::new(false));
-    let reader = {
-        let (stop, url) = (Arc::clone(&stop), db.url().to_string());
-        std::thread::spawn(move || -> anyhow::Result<(Duration, usize)> {
-            let mut c = db::connect(&url)?;
-            let (mut worst, mut n) = (Duration::ZERO, 0);
-            while !stop.load(Ordering::Relaxed) {
-                let t = Instant::now();
-                c.query_one("SELECT count(*) FROM attached_functions", &[])?;
-                worst = worst.max(t.elapsed());
-                n += 1;
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Ok((worst, n))
-        })
-    };
+    let reader = Reader::start(db.url());
     // The default stepped policy (100 ms growing to 500 ms), with a short
     // window so the test gives up in seconds.
     let policy = LockPolicy::default().retry_for(Duration::from_secs(3));
     let start = Instant::now();
     let o = migrate_cli(db.url(), &["--retry-for", "3s"])?;
     let elapsed = start.elapsed();
-    stop.store(true, Ordering::Relaxed);
-    let (worst, reads) = reader.join().unwrap()?;
+    let (worst, reads) = reader.stop()?;
     expect_code(&o, 1, "migrate behind a long transaction")?;
     let (_, err) = text(&o);
     let last = err.lines().last().unwrap_or_default();
@@ -1436,22 +1420,7 @@ fn behind_a_long_transaction_readers_stay_within_the_stall_budget_and_migrate_su
     let db = env.migrated_database(2);
     let mut holder = db.connect()?;
     holder.batch_execute("BEGIN; LOCK TABLE attached_functions IN ROW EXCLUSIVE MODE")?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let reader = {
-        let (stop, url) = (Arc::clone(&stop), db.url().to_string());
-        std::thread::spawn(move || -> anyhow::Result<(Duration, usize)> {
-            let mut c = db::connect(&url)?;
-            let (mut worst, mut n) = (Duration::ZERO, 0);
-            while !stop.load(Ordering::Relaxed) {
-                let t = Instant::now();
-                c.query_one("SELECT count(*) FROM attached_functions", &[])?;
-                worst = worst.max(t.elapsed());
-                n += 1;
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Ok((worst, n))
-        })
-    };
+    let reader = Reader::start(db.url());
     let release = std::thread::spawn(move || -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_millis(2500));
         holder.batch_execute("COMMIT")?;
@@ -1461,8 +1430,7 @@ fn behind_a_long_transaction_readers_stay_within_the_stall_budget_and_migrate_su
     let o = migrate_cli(db.url(), &[])?;
     let elapsed = start.elapsed();
     release.join().unwrap()?;
-    stop.store(true, Ordering::Relaxed);
-    let (worst, reads) = reader.join().unwrap()?;
+    let (worst, reads) = reader.stop()?;
     expect_code(&o, 0, "migrate behind a transaction that ends")?;
     let (out, _) = text(&o);
     let attempts: u32 = out
@@ -1485,4 +1453,41 @@ fn behind_a_long_transaction_readers_stay_within_the_stall_budget_and_migrate_su
     let mut c = db.connect()?;
     ensure!(history(&mut c)? == [1, 2, 3]);
     Ok(())
+}
+
+/// A reader of attached_functions, like the app's, in a thread: its
+/// longest single query is what the application would feel.
+struct Reader {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<anyhow::Result<(Duration, usize)>>,
+}
+
+impl Reader {
+    fn start(url: &str) -> Reader {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (stop, url) = (Arc::clone(&stop), url.to_string());
+            std::thread::spawn(move || -> anyhow::Result<(Duration, usize)> {
+                let mut c = db::connect(&url)?;
+                let (mut worst, mut n) = (Duration::ZERO, 0);
+                while !stop.load(Ordering::Relaxed) {
+                    let t = Instant::now();
+                    c.query_one("SELECT count(*) FROM attached_functions", &[])?;
+                    worst = worst.max(t.elapsed());
+                    n += 1;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Ok((worst, n))
+            })
+        };
+        Reader { stop, thread }
+    }
+
+    /// (longest query, queries run).
+    fn stop(self) -> anyhow::Result<(Duration, usize)> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("the reader thread panicked"))?
+    }
 }
