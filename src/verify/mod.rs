@@ -9,7 +9,7 @@
 //!
 //! | scenario | database | feeds |
 //! |---|---|---|
-//! | forced failure, then measured apply | clone of empty | apply (no trace), rewrite (0 rows) |
+//! | forced failure, then measured apply | the empty template itself (its state before was only needed for the seeded clone) | apply (no trace), rewrite (0 rows) |
 //! | migrator run twice | one database for the run | apply (second run is a no-op) |
 //! | measured apply under the live apps' workload | clone of seeded | apply, rewrite, locks |
 //! | long transaction (in the background) | clone of seeded | locks (lock timeout) |
@@ -660,7 +660,7 @@ impl Run<'_> {
 
     fn all(&mut self) -> Result<(), VerifyError> {
         let migrations = self.v.catalog.migrations().to_vec();
-        let mut empty_prev = self.sandbox.fresh_database()?;
+        let empty_prev = self.sandbox.fresh_database()?;
         // The migrator applies the catalog step by step, twice per step
         // (apply: a second run is a no-op), on a database of its own, in
         // the background.
@@ -767,11 +767,13 @@ impl Run<'_> {
             }
 
             // Empty path: first a forced failure at the migration's end
-            // (rolled back, so the clone must look as before), then the
-            // real apply on the same clone.
+            // (rolled back, so the database must look as before), then the
+            // real apply on the same database. It is the empty template
+            // itself: its state at V{prev} was needed only for the seeded
+            // clone above, and it goes on as the template at V{v}.
             self.v.say(&format!("V{v}: applying on an empty database"));
-            let empty = self.clone_db(&empty_prev)?;
-            let before = Self::snapshot(&empty)?;
+            let empty = &empty_prev;
+            let before = Self::snapshot(empty)?;
             let injected = format!(
                 "{}\n;\nDO $rollsafe$ BEGIN RAISE EXCEPTION 'rollsafe: injected failure'; END $rollsafe$",
                 m.sql
@@ -780,7 +782,7 @@ impl Run<'_> {
                 "forcing a failure",
                 rehearsal::apply_measured(empty.url(), &injected, None, End::Commit),
             )?;
-            let trace = Self::snapshot(&empty)?.diff(&before);
+            let trace = Self::snapshot(empty)?.diff(&before);
             let mut at_zero = step(
                 "applying on an empty database",
                 rehearsal::apply_measured(empty.url(), &m.sql, None, End::Commit),
@@ -804,7 +806,6 @@ impl Run<'_> {
                 live_outcomes,
                 tables,
             });
-            empty_prev = empty;
             prev = v;
         }
 
