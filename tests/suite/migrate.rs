@@ -454,6 +454,10 @@ fn status_reports_applied_pending_divergent_missing_and_ahead(env: &TestEnv) -> 
 /// server at the same time); the whole server's WAL when the extension is
 /// not installed.
 fn migration_wal_bytes(c: &mut Client, version: i32, start_lsn: &str) -> anyhow::Result<i64> {
+    // The sandbox runs with synchronous_commit=off, so the flushed WAL can
+    // trail what was written (pg_walinspect reads only flushed WAL and
+    // refuses a start past it): one synchronous commit flushes it all.
+    c.batch_execute("SET synchronous_commit = on; SELECT txid_current()")?;
     if c.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
         .is_ok()
     {
