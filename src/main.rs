@@ -79,6 +79,9 @@ struct VerifyArgs {
     /// Rehearse only the migrations after version V; those up to V are applied once, unchecked (a pull request's cost follows its change).
     #[arg(long, value_name = "V")]
     since: Option<i32>,
+    /// Rehearse exactly the migrations pending on this database, on its own schema (pg_dump --schema-only), table sizes and PostgreSQL major. Read-only: a role with pg_read_all_data suffices.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["since", "static_only"])]
+    from_target: Option<String>,
     /// Rows seeded per rehearsal (written like the live app versions write them).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_ROWS)]
     rows: u64,
@@ -147,7 +150,17 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         };
         return args.report.emit(&targets, &verify.static_only());
     }
-    let sizes = match &args.sizes_from {
+    let target = match &args.from_target {
+        Some(url) => Some(rollsafe::verify::target::Target::read(url, &catalog)?),
+        None => None,
+    };
+    // The target's own sizes, unless sizes are given another way.
+    let sizes_from = match (&args.sizes_from, &args.from_target) {
+        (Some(url), _) => Some(url),
+        (None, Some(url)) if args.table_rows.is_empty() => Some(url),
+        _ => None,
+    };
+    let sizes = match sizes_from {
         Some(url) => Sizes::from_database(url)
             .map_err(|e| anyhow::anyhow!(db::scrub(&format!("{e:#}"), url)))?,
         None if args.table_rows.is_empty() => Sizes::default(),
@@ -163,9 +176,16 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     if let Some(v) = args.since {
         verify = verify.since(v)?;
     }
+    let mut builder = args.sandbox.builder()?;
+    if let Some(t) = target {
+        // The target's major, unless majors are asked for explicitly.
+        if args.postgres_version.is_empty() {
+            builder = builder.postgres_major(t.major);
+        }
+        verify = verify.from_target(t);
+    }
     let progress = Progress::start();
     let verify = verify.progress(progress.reporter());
-    let builder = args.sandbox.builder()?;
     let result = if args.postgres_version.is_empty() {
         builder
             .start()

@@ -100,6 +100,9 @@ fn head(report: &Report) -> String {
             cell(&shorten(&report.source, EXCERPT_CHARS))
         );
     }
+    if let Some(base) = &report.base {
+        let _ = writeln!(out, "Rehearsed on {}.\n", cell(base));
+    }
     out
 }
 

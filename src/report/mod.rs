@@ -215,6 +215,10 @@ pub struct Report {
     /// Versions applied without being rehearsed (`--since`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub applied_only: Vec<i32>,
+    /// The schema the rehearsals started from when it is not the files'
+    /// (`--from-target`): "the schema of postgres://…:***@host/db at V60".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
     /// The deploy order that the run proved safe, one step per line (empty
     /// when the run found errors).
     pub safe_order: Vec<String>,
@@ -236,6 +240,7 @@ impl Report {
             apps: Vec::new(),
             rows: 0,
             applied_only: Vec::new(),
+            base: None,
             safe_order: Vec::new(),
             checks: Vec::new(),
             findings: Vec::new(),

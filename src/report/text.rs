@@ -83,15 +83,22 @@ pub fn render_text(report: &Report) -> String {
             .filter(|m| !report.applied_only.contains(&m.version))
             .map(|m| format!("V{}", m.version))
             .collect();
+        let how = match &report.base {
+            Some(_) => "already applied on the target",
+            None => "applied only, unchecked: --since",
+        };
         let _ = writeln!(
             out,
-            "  rehearsed:  {} (V{first}..V{last} applied only, unchecked: --since)",
+            "  rehearsed:  {} (V{first}..V{last} {how})",
             if rehearsed.is_empty() {
                 "nothing".to_string()
             } else {
                 rehearsed.join(", ")
             }
         );
+    }
+    if let Some(base) = &report.base {
+        let _ = writeln!(out, "  base:       rehearsed on {base}");
     }
     if !report.apps.is_empty() {
         let apps: Vec<String> = report

@@ -142,6 +142,17 @@ impl Backend for DockerBackend {
         BackendKind::Docker
     }
 
+    /// The image's own pg_dump in a throwaway container on the host's
+    /// network (so a target on the host's loopback is reachable), with the
+    /// connection passed through from the environment by name.
+    fn pg_dump(&self) -> Option<Command> {
+        let mut cmd = Command::new("docker");
+        cmd.args(["run", "--rm", "--network", "host", "--label", LABEL])
+            .args(super::dump::docker_env_args())
+            .args([self.image.as_str(), "pg_dump"]);
+        Some(cmd)
+    }
+
     fn admin_url(&self) -> &str {
         &self.admin_url
     }

@@ -169,6 +169,17 @@ fn path_bindir() -> Option<PathBuf> {
     None
 }
 
+/// A `pg_dump` installed here that can dump a PostgreSQL `major` server
+/// (pg_dump reads servers of its own major and older ones): the
+/// distributions' directories, newest first.
+pub fn find_pg_dump(major: u32) -> Option<PathBuf> {
+    distribution_bindirs()
+        .into_iter()
+        .filter(|d| d.join("pg_dump").is_file())
+        .find(|d| binaries_major(d).is_some_and(|m| m >= major))
+        .map(|d| d.join("pg_dump"))
+}
+
 /// `/usr/lib/postgresql/*/bin` and `/usr/pgsql-*/bin`, newest version
 /// first, then `/usr/local/pgsql/bin` (not checked for usability).
 fn distribution_bindirs() -> Vec<PathBuf> {
@@ -424,6 +435,10 @@ impl Backend for LocalBackend {
             self.port,
             self.dir.path().display()
         )
+    }
+
+    fn pg_dump(&self) -> Option<Command> {
+        Some(Command::new(self.bindir.join("pg_dump")))
     }
 }
 

@@ -26,6 +26,7 @@
 //! Not here: migrations, verification, anything that prints.
 
 pub mod docker;
+mod dump;
 pub mod local;
 pub mod server;
 
@@ -68,6 +69,12 @@ pub trait Backend: Send + Sync {
     /// databases it creates (server). Owned servers may be tuned freely.
     fn owns_server(&self) -> bool {
         self.kind() != BackendKind::Server
+    }
+    /// A `pg_dump` of the server's own major that reaches the host's
+    /// network, with its connection taken from libpq's environment
+    /// (`PGHOST`…); None when the backend has none.
+    fn pg_dump(&self) -> Option<std::process::Command> {
+        None
     }
 }
 
@@ -146,6 +153,8 @@ pub enum SandboxError {
     Connect(#[from] ConnectError),
     #[error("{context}: {detail}")]
     Sql { context: String, detail: String },
+    #[error("cannot read the target's schema with pg_dump: {detail}")]
+    Dump { detail: String },
 }
 
 impl SandboxError {
@@ -526,6 +535,7 @@ impl Sandbox {
             quote_ident(&name),
             quote_ident(template)
         );
+        let started = std::time::Instant::now();
         let mut admin = self.connect_admin()?;
         // A template must have no other sessions while it is copied; an
         // autovacuum worker or a closing client can hold it for a moment
@@ -534,7 +544,13 @@ impl Sandbox {
         let mut attempt = 0;
         loop {
             match admin.batch_execute(&sql) {
-                Ok(()) => break,
+                Ok(()) => {
+                    log::debug!(
+                        "clone {template} -> {name}: {attempt} retries, {:?}",
+                        started.elapsed()
+                    );
+                    break;
+                }
                 Err(e)
                     if attempt < 5
                         && e.code() == Some(&postgres::error::SqlState::OBJECT_IN_USE) =>

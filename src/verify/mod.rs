@@ -2,22 +2,27 @@
 //! prove it safe to roll out while old and new app versions run.
 //!
 //! One sandbox server per run. For each migration k, the scenarios start
-//! from two template databases at version k−1 — empty, and seeded with
-//! `rows` rows written by the app versions live at k−1 — cloned
-//! (`Sandbox::clone_database`) for every scenario that changes them, so no
-//! scenario sees another's effects (the seeded template is only read):
+//! from the empty template database at version k−1 and, when an app
+//! version is live at k−1, a copy of it seeded with `rows` rows written by
+//! those apps. Each scenario that changes a database gets one of its own,
+//! so no scenario sees another's effects:
 //!
 //! | scenario | database | feeds |
 //! |---|---|---|
-//! | forced failure, then measured apply | the empty template itself (its state before was only needed for the seeded clone) | apply (no trace), rewrite (0 rows) |
+//! | forced failure, then measured apply | the empty template itself (it goes on as the template at V{k}) | apply (no trace), rewrite (0 rows) |
 //! | migrator run twice | one database for the run | apply (second run is a no-op) |
-//! | measured apply under the live apps' workload | clone of seeded | apply, rewrite, locks |
-//! | long transaction (in the background) | clone of seeded | locks (lock timeout) |
-//! | directives, readers before / after | seeded, and the applied clone | backfill |
-//! | statement replay, cross-version | seeded, and the applied clone + a few rows | compat |
+//! | live apps' statements and readers at V{k−1}, then the measured apply under their workload | the seeded copy | compat, backfill (before), apply, rewrite, locks |
+//! | long transaction (in the background) | a copy of the seeded database (of the template without live apps) | locks (lock timeout) |
+//! | directives, readers after, statement replay, cross-version | the seeded copy after the apply + a few rows | backfill, compat |
 //!
-//! then `dao` on a fresh database at the final version and `post` on the
-//! final schemas. Before any of it, `static` runs squawk's lint rules on
+//! With no app live at k−1 nothing writes rows, so the seeded path would
+//! repeat the empty one: its apply stands for both, and a copy of the
+//! template at V{k} serves the later scenarios when an app may run on it.
+//! Copies cost ~0.2 s each (`CREATE DATABASE … TEMPLATE`), which is why
+//! the plan above makes as few as the scenarios' independence allows.
+//!
+//! After the last migration, `post` reads the final schemas and `dao` runs
+//! on the empty path's database at the final version. Before any of it, `static` runs squawk's lint rules on
 //! every migration's text (no database: [`Verify::static_only`] is that
 //! precheck alone); each warning is then judged against the measured apply
 //! of its migration. A migration that fails to apply ends the rehearsal there
@@ -33,6 +38,7 @@ pub mod predict;
 pub mod rehearsal;
 pub mod replay;
 pub mod seed;
+pub mod target;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -94,6 +100,10 @@ pub enum VerifyError {
     },
     #[error("rehearsal failed while {step}: {detail}")]
     Rehearsal { step: String, detail: String },
+    #[error("--from-target {target}: its history does not match the migration files ({detail}); verify with the files the target was migrated with (`rollsafe status` shows each version's state)")]
+    TargetDrift { target: String, detail: String },
+    #[error("--from-target: {0}")]
+    Target(String),
 }
 
 type Progress = Arc<dyn Fn(&str) + Send + Sync>;
@@ -117,6 +127,8 @@ pub struct Verify {
     stall_budget: Duration,
     sizes: Sizes,
     since: Option<i32>,
+    /// `--from-target`: the schema and history the rehearsal starts from.
+    target: Option<target::Target>,
     expected: ExpectedSchema,
     progress: Option<Progress>,
 }
@@ -159,6 +171,7 @@ impl Verify {
             stall_budget: locks::STALL_BUDGET,
             sizes: Sizes::default(),
             since: None,
+            target: None,
             expected,
             progress: None,
         })
@@ -201,6 +214,17 @@ impl Verify {
         }
         self.since = Some(version);
         Ok(self)
+    }
+
+    /// Rehearse exactly the migrations pending on `target`, starting from
+    /// its schema (read when the rehearsal runs) instead of the files'
+    /// earlier migrations. Its final schema is what the migrations make of
+    /// the target's, so no snapshot is expected.
+    pub fn from_target(mut self, target: target::Target) -> Self {
+        self.since = target.applied;
+        self.expected = ExpectedSchema::Derived;
+        self.target = Some(target);
+        self
     }
 
     /// Production table sizes to predict lock holds at.
@@ -361,6 +385,7 @@ impl Verify {
         run.report.set_migrations(&self.catalog);
         run.report.rows = self.rows;
         run.report.applied_only = self.applied_only();
+        run.report.base = self.target.as_ref().map(target::Target::phrase);
         run.report.apps = self
             .apps
             .iter()
@@ -407,9 +432,16 @@ type ProbeHandle = JoinHandle<anyhow::Result<LongTransactionProbe>>;
 struct Staged {
     index: usize,
     prev: i32,
-    seeded: Database,
+    /// Whether an app was live at V{prev}: without one there are no rows,
+    /// so the empty path's apply is the seeded one too.
+    seeded: bool,
     seeded_rows: i64,
-    applied_db: Database,
+    /// What the live apps' readers saw on the seeded database at V{prev}.
+    readers_before: backfill::Visible,
+    /// The seeded database, at V{prev} until stage 2 applies the migration
+    /// on it; without seeded rows, a copy of the template at V{v} when an
+    /// app may run on it.
+    applied_db: Option<Database>,
     at_zero: rehearsal::Applied,
     trace: Vec<String>,
     /// The live apps' statements replayed on the seeded database (V{prev}).
@@ -665,6 +697,40 @@ impl Run<'_> {
         // (apply: a second run is a no-op), on a database of its own, in
         // the background.
         let migrator_db = self.sandbox.fresh_database()?;
+        if let Some(t) = &self.v.target {
+            self.v
+                .say("reading the target's schema (pg_dump --schema-only)");
+            let schema = self
+                .sandbox
+                .dump_schema(t.url())
+                .map_err(|e| VerifyError::Target(crate::db::scrub(&e.to_string(), t.url())))?;
+            let rows = self
+                .sandbox
+                .dump_rows(t.url(), &t.reference_tables()?)
+                .map_err(|e| VerifyError::Target(crate::db::scrub(&e.to_string(), t.url())))?;
+            for (db, history) in [(&empty_prev, false), (&migrator_db, true)] {
+                let mut c = step("connecting", db.connect())?;
+                // The dump empties search_path for its session: reset it
+                // before anything else runs on this connection.
+                let restored = c.batch_execute(&schema).and_then(|_| {
+                    c.batch_execute(&rows)?;
+                    c.batch_execute("RESET ALL")?;
+                    if history {
+                        t.copy_history(&mut c)
+                    } else {
+                        Ok(())
+                    }
+                });
+                if let Err(e) = restored {
+                    return Err(VerifyError::Target(format!(
+                        "the schema of {} does not restore on PostgreSQL {} ({}); rehearse on the target's major (the default) and make the extensions it uses available to the sandbox",
+                        t.described,
+                        self.sandbox.server_major(),
+                        replay::message(&e)
+                    )));
+                }
+            }
+        }
         let (catalog, policy, since) = (self.v.catalog.clone(), self.v.lock_policy, self.v.since);
         self.migrator = Some(std::thread::spawn(move || {
             let mut out = Vec::new();
@@ -701,6 +767,11 @@ impl Run<'_> {
         for (index, m) in migrations.iter().enumerate() {
             let v = m.version;
             if self.v.since.is_some_and(|s| v <= s) {
+                if self.v.target.is_some() {
+                    // Already in the target's schema.
+                    prev = v;
+                    continue;
+                }
                 // Before --since: applied once into the template, unchecked.
                 self.v
                     .say(&format!("V{v}: applying (up to --since, not rehearsed)"));
@@ -720,29 +791,41 @@ impl Run<'_> {
             }
             let live: Vec<&AppVersion> = self.v.apps.iter().filter(|a| a.needs <= prev).collect();
 
-            // Seeded path.
-            self.v
-                .say(&format!("V{v}: seeding {} rows at V{prev}", self.v.rows));
-            let seeded = self.clone_db(&empty_prev)?;
-            let seeded_rows = {
+            // Seeded path. With no app live at V{prev}, nothing writes rows
+            // and the seeded database would be a copy of the empty one: the
+            // empty path's apply stands for both (two copies fewer).
+            let seeded = if live.is_empty() {
+                None
+            } else {
+                self.v
+                    .say(&format!("V{v}: seeding {} rows at V{prev}", self.v.rows));
+                let seeded = self.clone_db(&empty_prev)?;
                 let mut c = step("connecting", seeded.connect())?;
                 let s = step("seeding", seed::seed(&mut c, &live, self.v.rows))?;
                 if let Some((app, e)) = s.failed.first() {
                     stopped = Some(vec![compat::live_app_cannot_write(prev, v, app, e)]);
                     break;
                 }
-                s.per_app
+                let rows = s
+                    .per_app
                     .iter()
                     .map(|(_, n, k)| *n as i64 + *k as i64)
-                    .sum::<i64>()
+                    .sum::<i64>();
+                Some((seeded, rows))
             };
+            let seeded_rows = seeded.as_ref().map_or(0, |(_, n)| *n);
             // What the live apps' statements do on V{prev}: their kinds and
             // locks decide what blocks them; compat reports failures.
-            let live_outcomes = Self::replay_apps(&seeded, &live)?;
-            let tables = Self::public_tables(&seeded)?;
-            let applied_db = self.clone_db(&seeded)?;
+            let live_outcomes = match &seeded {
+                Some((db, _)) => Self::replay_apps(db, &live)?,
+                None => BTreeMap::new(),
+            };
+            let tables = Self::public_tables(&empty_prev)?;
             if prev > 0 {
-                let probe_db = self.clone_db(&seeded)?;
+                let probe_db = match &seeded {
+                    Some((db, _)) => self.clone_db(db)?,
+                    None => self.clone_db(&empty_prev)?,
+                };
                 let sql = m.sql.clone();
                 let (tables, policy) = (tables.clone(), self.v.lock_policy);
                 let apps: Vec<(AppVersion, std::collections::BTreeSet<String>)> =
@@ -765,6 +848,14 @@ impl Run<'_> {
                 });
                 self.probes.push((v, handle));
             }
+
+            // What the live apps' readers see before the migration; the
+            // seeded database is then the one the migration is measured on
+            // (no copy needed: nothing else reads its state before).
+            let readers_before = match &seeded {
+                Some((db, _)) => Self::visible(db, &live)?,
+                None => backfill::Visible::default(),
+            };
 
             // Empty path: first a forced failure at the migration's end
             // (rolled back, so the database must look as before), then the
@@ -795,11 +886,22 @@ impl Run<'_> {
                 break;
             }
 
+            // Without seeded rows, the stages after need the schema at V{v}
+            // only when an app may run on it (compat replays, post) or its
+            // backfill directives are to be checked.
+            let (seeded, applied_db) = match seeded {
+                Some((db, _)) => (true, Some(db)),
+                None if self.v.apps.iter().any(|a| a.needs <= v) || !m.directives.is_empty() => {
+                    (false, Some(self.clone_db(&empty_prev)?))
+                }
+                None => (false, None),
+            };
             staged.push(Staged {
                 index,
                 prev,
                 seeded,
                 seeded_rows,
+                readers_before,
                 applied_db,
                 at_zero,
                 trace,
@@ -842,6 +944,7 @@ impl Run<'_> {
             let Staged {
                 seeded,
                 seeded_rows,
+                readers_before,
                 applied_db,
                 at_zero,
                 trace,
@@ -853,30 +956,31 @@ impl Run<'_> {
             // The measured apply, with the live apps' workload running
             // against the same database (everything it does is rolled
             // back; the measurements are per backend, so they stay the
-            // migration's).
-            self.v.say(&format!(
-                "V{v}: applying on {seeded_rows} seeded rows under the live apps' workload"
-            ));
-            let workload = step(
-                "starting the workload",
-                rehearsal::Workload::start(
-                    applied_db.url(),
-                    &live_apps(&live, &live_outcomes),
-                    &tables,
-                ),
-            )?;
-            // Only a live app's workload needs a head start and a tail.
-            let margin = if live.is_empty() {
-                Duration::ZERO
-            } else {
-                WORKLOAD_MARGIN
+            // migration's). Without seeded rows it is the empty path's.
+            let (at_n, workload) = match (seeded, &applied_db) {
+                (true, Some(applied_db)) => {
+                    self.v.say(&format!(
+                        "V{v}: applying on {seeded_rows} seeded rows under the live apps' workload"
+                    ));
+                    let workload = step(
+                        "starting the workload",
+                        rehearsal::Workload::start(
+                            applied_db.url(),
+                            &live_apps(&live, &live_outcomes),
+                            &tables,
+                        ),
+                    )?;
+                    std::thread::sleep(WORKLOAD_MARGIN);
+                    let at_n =
+                        rehearsal::apply_measured(applied_db.url(), &m.sql, None, End::Commit);
+                    std::thread::sleep(WORKLOAD_MARGIN);
+                    let workload = workload.stop();
+                    let mut at_n = step("applying on a seeded database", at_n)?;
+                    at_n.file = self.v.catalog.path_of(m);
+                    (at_n, Some(workload))
+                }
+                _ => (at_zero.clone(), None),
             };
-            std::thread::sleep(margin);
-            let at_n = rehearsal::apply_measured(applied_db.url(), &m.sql, None, End::Commit);
-            std::thread::sleep(margin);
-            let workload = workload.stop();
-            let mut at_n = step("applying on a seeded database", at_n)?;
-            at_n.file = self.v.catalog.path_of(m);
             if let Some(r) = self.report.migrations.iter_mut().find(|r| r.version == v) {
                 r.statements = at_n.statement_rows(&at_zero);
             }
@@ -900,7 +1004,7 @@ impl Run<'_> {
             self.report.findings.extend(locks::evaluate(
                 v,
                 &at_n,
-                (!live.is_empty()).then_some(&workload),
+                workload.as_ref(),
                 &needs,
                 &holds,
                 self.v.stall_budget,
@@ -909,18 +1013,20 @@ impl Run<'_> {
             // Backfill: right after the migration, every row existed before.
             self.v.say(&format!("V{v}: backfill and readers"));
             self.ran(backfill::CHECK, Some(v));
-            {
+            if let Some(applied_db) = &applied_db {
                 let mut c = step("connecting", applied_db.connect())?;
                 self.report
                     .findings
                     .extend(backfill::check_directives(&mut c, m));
             }
-            let before = Self::visible(&seeded, &live)?;
-            let after = Self::visible(&applied_db, &runnable)?;
+            let after = match &applied_db {
+                Some(db) => Self::visible(db, &runnable)?,
+                None => backfill::Visible::default(),
+            };
             let live_names: Vec<String> = live.iter().map(|a| a.name.clone()).collect();
             self.report.findings.extend(backfill::compare_readers(
                 v,
-                &before,
+                &readers_before,
                 &after,
                 &live_names,
                 &newly,
@@ -940,8 +1046,7 @@ impl Run<'_> {
                         .extend(compat::replay_findings(v, app, prev, outcomes));
                 }
             }
-            drop(seeded);
-            if !runnable.is_empty() {
+            if let (false, Some(applied_db)) = (runnable.is_empty(), &applied_db) {
                 let mut c = step("connecting", applied_db.connect())?;
                 let seeded_now = step(
                     "seeding the compat database",
@@ -973,26 +1078,15 @@ impl Run<'_> {
                     }
                 }
             }
-            last_seeded = Some(applied_db);
+            // Post compares the final schema built over rows with the empty
+            // path's; without seeded rows the two are one.
+            last_seeded = applied_db;
         }
         if let Some(failure) = &stopped {
             self.report.findings.extend(failure.iter().cloned());
         }
         if stopped.is_some() || seeded_failed {
             return Ok(());
-        }
-
-        // dao: the newest apps' behaviour on a fresh database at the final version.
-        self.v.say("dao: two-phase behaviour on the final schema");
-        let final_db = self.clone_db(&empty_prev)?;
-        if self
-            .v
-            .apps
-            .iter()
-            .any(|a| a.name == "current" && a.needs <= prev)
-        {
-            self.ran(dao::CHECK, Some(prev));
-            self.report.findings.extend(dao::run(prev, final_db.url()));
         }
 
         // post.
@@ -1010,6 +1104,22 @@ impl Run<'_> {
         self.report
             .findings
             .extend(post::evaluate(prev, &seeded_final, &empty_final, expected));
+
+        // dao: the newest apps' behaviour at the final version, on the
+        // empty path's database itself (its schema was read above; the
+        // rows dao writes are needed by nothing after).
+        if self
+            .v
+            .apps
+            .iter()
+            .any(|a| a.name == "current" && a.needs <= prev)
+        {
+            self.v.say("dao: two-phase behaviour on the final schema");
+            self.ran(dao::CHECK, Some(prev));
+            self.report
+                .findings
+                .extend(dao::run(prev, empty_prev.url()));
+        }
         self.v.say("waiting for the long-transaction probes");
         Ok(())
     }

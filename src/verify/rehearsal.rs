@@ -783,8 +783,10 @@ pub struct LongTransactionProbe {
 
 /// How much longer than the policy's cap one lock wait may last before the
 /// migration is taken to ignore its lock timeout (scheduling on a loaded
-/// machine).
-pub const LOCK_WAIT_SLACK: Duration = Duration::from_secs(1);
+/// machine). The server ends a wait at its lock_timeout; the slack covers
+/// the watcher's sampling, and the watcher never merges two attempts' waits
+/// into one (each attempt is a transaction of its own).
+pub const LOCK_WAIT_SLACK: Duration = Duration::from_millis(500);
 
 /// Runs the probe on the database at `url`. The database is left
 /// unchanged: every attempt of the migration is rolled back. Every thread
@@ -822,19 +824,28 @@ pub fn probe_long_transaction(
         std::thread::spawn(move || -> (Duration, Option<ProbeEnd>) {
             let t0 = Instant::now();
             let (mut longest, mut since): (Duration, Option<Instant>) = (Duration::ZERO, None);
+            // The transaction the current wait belongs to: a retry is a new
+            // transaction, so two samples in different ones are two waits
+            // (on a loaded machine a sample can miss the pause between).
+            let mut waiting_in: Option<String> = None;
             while !done.load(Ordering::Relaxed) {
-                let waiting = admin
+                let waiting: Option<String> = admin
                     .query_opt(
-                        "SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'",
+                        "SELECT xact_start::text FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'",
                         &[&pid],
                     )
-                    .map(|r| r.is_some())
-                    .unwrap_or(false);
-                match (waiting, since) {
-                    (true, None) => since = Some(Instant::now()),
-                    (false, Some(_)) => since = None,
+                    .ok()
+                    .flatten()
+                    .map(|r| r.get::<_, Option<String>>(0).unwrap_or_default());
+                match (&waiting, since) {
+                    (Some(x), Some(_)) if waiting_in.as_ref() != Some(x) => {
+                        since = Some(Instant::now())
+                    }
+                    (Some(_), None) => since = Some(Instant::now()),
+                    (None, Some(_)) => since = None,
                     _ => {}
                 }
+                waiting_in = waiting;
                 if let Some(s) = since {
                     longest = longest.max(s.elapsed());
                 }

@@ -13,7 +13,7 @@ use rollsafe::dao::AttachRequest;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::common::{rollsafe_bin, TestEnv};
+use crate::common::{fingerprint, rollsafe_bin, ReadOnlyRole, TestEnv};
 
 pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
     crate::trials!(
@@ -62,59 +62,6 @@ fn the_finding<'a>(report: &'a Value, id: &str) -> anyhow::Result<&'a Value> {
         .into_iter()
         .next()
         .with_context(|| format!("no finding {id} in {report:#}"))
-}
-
-/// A login role that may read everything and write nothing.
-struct ReadOnlyRole {
-    name: String,
-    url: String,
-    admin: String,
-}
-
-impl ReadOnlyRole {
-    fn create(env: &TestEnv, db: &rollsafe::sandbox::Database) -> anyhow::Result<ReadOnlyRole> {
-        let name = format!("ro_{}", db.name());
-        let mut admin = env.sandbox.connect_admin()?;
-        admin.batch_execute(&format!(
-            "CREATE ROLE {name} LOGIN PASSWORD 'ReadOnlyPw1'; GRANT pg_read_all_data TO {name};"
-        ))?;
-        let mut url = url::Url::parse(db.url())?;
-        url.set_username(&name).unwrap();
-        url.set_password(Some("ReadOnlyPw1")).unwrap();
-        Ok(ReadOnlyRole {
-            name,
-            url: url.to_string(),
-            admin: env.sandbox.admin_url().to_string(),
-        })
-    }
-}
-
-impl Drop for ReadOnlyRole {
-    fn drop(&mut self) {
-        if let Ok(mut c) = rollsafe::db::connect(&self.admin) {
-            let _ = c.batch_execute(&format!("DROP ROLE IF EXISTS {}", self.name));
-        }
-    }
-}
-
-/// What check must never change: history and schema and row counts.
-fn fingerprint(c: &mut Client) -> anyhow::Result<String> {
-    let history: Vec<String> = c
-        .query(
-            "SELECT version || ':' || checksum || ':' || applied_on FROM refinery_schema_history ORDER BY version",
-            &[],
-        )?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    let schema = rollsafe::schema::Snapshot::read(c)?.to_json();
-    let rows: i64 = c
-        .query_one(
-            "SELECT (SELECT count(*) FROM attached_functions) + (SELECT count(*) FROM collections)",
-            &[],
-        )?
-        .get(0);
-    Ok(format!("{history:?}\n{schema}\n{rows}"))
 }
 
 fn input_collection(c: &mut Client) -> anyhow::Result<(Uuid, Uuid)> {

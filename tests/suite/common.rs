@@ -91,3 +91,56 @@ impl TestEnv {
         db
     }
 }
+
+/// A login role (`pg_read_all_data`) that may read everything and write nothing.
+pub struct ReadOnlyRole {
+    name: String,
+    pub url: String,
+    admin: String,
+}
+
+impl ReadOnlyRole {
+    pub fn create(env: &TestEnv, db: &rollsafe::sandbox::Database) -> anyhow::Result<ReadOnlyRole> {
+        let name = format!("ro_{}", db.name());
+        let mut admin = env.sandbox.connect_admin()?;
+        admin.batch_execute(&format!(
+            "CREATE ROLE {name} LOGIN PASSWORD 'ReadOnlyPw1'; GRANT pg_read_all_data TO {name};"
+        ))?;
+        let mut url = url::Url::parse(db.url())?;
+        url.set_username(&name).unwrap();
+        url.set_password(Some("ReadOnlyPw1")).unwrap();
+        Ok(ReadOnlyRole {
+            name,
+            url: url.to_string(),
+            admin: env.sandbox.admin_url().to_string(),
+        })
+    }
+}
+
+impl Drop for ReadOnlyRole {
+    fn drop(&mut self) {
+        if let Ok(mut c) = rollsafe::db::connect(&self.admin) {
+            let _ = c.batch_execute(&format!("DROP ROLE IF EXISTS {}", self.name));
+        }
+    }
+}
+
+/// What check must never change: history and schema and row counts.
+pub fn fingerprint(c: &mut postgres::Client) -> anyhow::Result<String> {
+    let history: Vec<String> = c
+        .query(
+            "SELECT version || ':' || checksum || ':' || applied_on FROM refinery_schema_history ORDER BY version",
+            &[],
+        )?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let schema = rollsafe::schema::Snapshot::read(c)?.to_json();
+    let rows: i64 = c
+        .query_one(
+            "SELECT (SELECT count(*) FROM attached_functions) + (SELECT count(*) FROM collections)",
+            &[],
+        )?
+        .get(0);
+    Ok(format!("{history:?}\n{schema}\n{rows}"))
+}

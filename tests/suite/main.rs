@@ -9,6 +9,7 @@ mod common;
 mod dao;
 mod migrate;
 mod sandbox;
+mod target;
 mod verify;
 
 use std::sync::Arc;
@@ -26,6 +27,7 @@ fn main() {
     trials.extend(migrate::tests(&env));
     trials.extend(dao::tests(&env));
     trials.extend(check::tests(&env));
+    trials.extend(target::tests(&env));
     let conclusion = libtest_mimic::run(&args, trials);
     // Drop the shared server before exiting (exit skips destructors).
     drop(env);

@@ -106,7 +106,7 @@ fn migrations_dir(v3: Option<&str>, v4: Option<&str>, snapshot: bool) -> tempfil
 }
 
 /// The shipped V1..V3 plus `later` as V4, V5, …
-fn with_later(later: &[&str]) -> tempfile::TempDir {
+pub(crate) fn with_later(later: &[&str]) -> tempfile::TempDir {
     let dir = migrations_dir(None, None, false);
     for (i, sql) in later.iter().enumerate() {
         std::fs::write(dir.path().join(format!("V{}__later_{i}.sql", 4 + i)), sql).unwrap();

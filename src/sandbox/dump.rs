@@ -1,0 +1,233 @@
+//! The schema of a real database as SQL, read with `pg_dump --schema-only`
+//! run from the sandbox's own PostgreSQL (its binaries, or its image with
+//! the host's network), so the dump matches the major the rehearsal runs
+//! on and nothing needs installing beyond what the sandbox already uses.
+//!
+//! Read-only: pg_dump takes ACCESS SHARE locks and reads the catalogue; a
+//! role with `pg_read_all_data` (or owning the schema) suffices. The
+//! password travels in `PGPASSWORD`, never on a command line, and never in
+//! a message.
+
+use std::process::Command;
+use std::time::Duration;
+
+use super::{Sandbox, SandboxError};
+use crate::db;
+
+/// How long a schema dump may take before it is abandoned.
+const DUMP_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The connection parameters pg_dump reads from its environment.
+const PG_ENV: &[&str] = &[
+    "PGHOST",
+    "PGPORT",
+    "PGUSER",
+    "PGDATABASE",
+    "PGPASSWORD",
+    "PGSSLMODE",
+    "PGSSLROOTCERT",
+];
+
+/// `url` as libpq environment variables (absent ones left out).
+fn pg_env(url: &str) -> Result<Vec<(&'static str, String)>, SandboxError> {
+    let config = db::config(url)?;
+    let mut env = Vec::new();
+    if let Some(postgres::config::Host::Tcp(h)) = config.get_hosts().first() {
+        env.push(("PGHOST", h.clone()));
+    }
+    if let Some(p) = config.get_ports().first() {
+        env.push(("PGPORT", p.to_string()));
+    }
+    if let Some(u) = config.get_user() {
+        env.push(("PGUSER", u.to_string()));
+    }
+    if let Some(d) = config.get_dbname() {
+        env.push(("PGDATABASE", d.to_string()));
+    }
+    if let Some(p) = config.get_password() {
+        env.push(("PGPASSWORD", String::from_utf8_lossy(p).into_owned()));
+    }
+    if let Ok(parsed) = url::Url::parse(url) {
+        for (k, v) in parsed.query_pairs() {
+            match k.as_ref() {
+                "sslmode" => env.push(("PGSSLMODE", v.into_owned())),
+                "sslrootcert" => env.push(("PGSSLROOTCERT", v.into_owned())),
+                _ => {}
+            }
+        }
+    }
+    Ok(env)
+}
+
+/// Statements of a plain dump the server cannot run: psql's meta-commands
+/// (`\restrict`, `\unrestrict`, `\connect`), which recent pg_dump minors
+/// write around the SQL.
+fn without_meta_commands(dump: &str) -> String {
+    dump.lines()
+        .filter(|l| !l.starts_with('\\'))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+impl Sandbox {
+    /// The schema of the database at `url` (no data, owners or grants),
+    /// as SQL that recreates it in a sandbox database.
+    pub fn dump_schema(&self, url: &str) -> Result<String, SandboxError> {
+        self.pg_dump(
+            url,
+            &[
+                "--schema-only",
+                "--no-owner",
+                "--no-privileges",
+                "--no-publications",
+                "--no-subscriptions",
+                "--no-tablespaces",
+                "--no-security-labels",
+            ],
+        )
+    }
+
+    /// The rows of `tables` (qualified names) of the database at `url`, as
+    /// INSERT statements that load them into a sandbox database with the
+    /// dumped schema: triggers (and so foreign-key checks, whose other end
+    /// may not be copied) are disabled while they load.
+    pub fn dump_rows(&self, url: &str, tables: &[String]) -> Result<String, SandboxError> {
+        if tables.is_empty() {
+            return Ok(String::new());
+        }
+        let mut args: Vec<String> = [
+            "--data-only",
+            "--inserts",
+            "--disable-triggers",
+            "--no-owner",
+            "--no-privileges",
+        ]
+        .map(String::from)
+        .to_vec();
+        for t in tables {
+            args.push(format!("--table={t}"));
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.pg_dump(url, &args)
+    }
+
+    fn pg_dump(&self, url: &str, args: &[&str]) -> Result<String, SandboxError> {
+        // A server rollsafe does not own has no pg_dump of its own: one
+        // installed here that reads its major will do.
+        let major = self.server_major();
+        let mut cmd: Command = match self.shared.backend.pg_dump() {
+            Some(cmd) => cmd,
+            None => Command::new(super::local::find_pg_dump(major).ok_or_else(|| {
+                SandboxError::Dump {
+                    detail: format!(
+                        "no pg_dump of PostgreSQL {major} or newer is installed here; install one (apt-get install postgresql-client-{major}) or rehearse with --postgres docker or --postgres local"
+                    ),
+                }
+            })?),
+        };
+        cmd.args(args);
+        for var in PG_ENV {
+            cmd.env_remove(var);
+        }
+        for (k, v) in pg_env(url)? {
+            cmd.env(k, v);
+        }
+        let out = run_reading(&mut cmd, DUMP_TIMEOUT).map_err(|detail| SandboxError::Dump {
+            detail: db::scrub(&detail, url),
+        })?;
+        if !out.status.success() {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let first = stderr
+                .lines()
+                .map(str::trim)
+                .find(|l| !l.is_empty())
+                .unwrap_or("no message");
+            return Err(SandboxError::Dump {
+                detail: db::scrub(first, url),
+            });
+        }
+        Ok(without_meta_commands(&String::from_utf8_lossy(&out.stdout)))
+    }
+}
+
+/// Runs `cmd` to completion, reading its output as it comes (a dump is
+/// larger than a pipe's buffer), killing it after `timeout`.
+fn run_reading(cmd: &mut Command, timeout: Duration) -> Result<std::process::Output, String> {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("pg_dump could not be started ({e})"))?;
+    let reader = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = r.read_to_end(&mut buf);
+            buf
+        })
+    };
+    let stdout = child.stdout.take().map(|o| reader(Box::new(o)));
+    let stderr = child.stderr.take().map(|e| reader(Box::new(e)));
+    let deadline = std::time::Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "pg_dump did not finish within {}s",
+                    timeout.as_secs()
+                ));
+            }
+        }
+    };
+    let collect = |h: Option<std::thread::JoinHandle<Vec<u8>>>| {
+        h.and_then(|h| h.join().ok()).unwrap_or_default()
+    };
+    Ok(std::process::Output {
+        status,
+        stdout: collect(stdout),
+        stderr: collect(stderr),
+    })
+}
+
+/// The variables a `docker run` passes through from its own environment
+/// (`-e NAME` without a value: the password never appears in its arguments).
+pub(crate) fn docker_env_args() -> Vec<String> {
+    PG_ENV
+        .iter()
+        .flat_map(|v| ["-e".to_string(), v.to_string()])
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{pg_env, without_meta_commands};
+
+    #[test]
+    fn meta_commands_are_dropped() {
+        let dump = "\\restrict abc\nSET x = 1;\nCREATE TABLE t (a int);\n\\unrestrict abc\n";
+        assert_eq!(
+            without_meta_commands(dump),
+            "SET x = 1;\nCREATE TABLE t (a int);"
+        );
+    }
+
+    #[test]
+    fn url_becomes_libpq_environment() {
+        let env = pg_env("postgres://u:s3cret@127.0.0.1:5433/app?sslmode=require").unwrap();
+        let get = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("PGHOST"), Some("127.0.0.1"));
+        assert_eq!(get("PGPORT"), Some("5433"));
+        assert_eq!(get("PGUSER"), Some("u"));
+        assert_eq!(get("PGDATABASE"), Some("app"));
+        assert_eq!(get("PGPASSWORD"), Some("s3cret"));
+        assert_eq!(get("PGSSLMODE"), Some("require"));
+    }
+}

@@ -1,0 +1,163 @@
+//! `verify --from-target URL`: rehearse the migrations pending on a real
+//! database, on that database's own schema.
+//!
+//! What is read from the target, read-only (a role with `pg_read_all_data`
+//! suffices; nothing is written, not even the history table): its applied
+//! versions (refinery's history, compared with the files exactly as
+//! `rollsafe migrate` compares them, so an edited, missing or unknown-newer
+//! version is refused before anything runs), its PostgreSQL major (the
+//! sandbox runs the same one), and, once the sandbox runs, its schema
+//! (`pg_dump --schema-only` from the sandbox's own PostgreSQL; see
+//! [`crate::sandbox::Sandbox::dump_schema`]). Table sizes for the
+//! production-size prediction come from the same URL
+//! ([`super::predict::Sizes::from_database`]).
+//!
+//! Tables of at most [`REFERENCE_ROWS`] rows (lookup data a migration
+//! inserted) are copied with their rows; the rest are seeded as usual.
+//!
+//! The rehearsal then starts from that schema instead of the files' first
+//! migrations: hand-made indexes, an extension, a column added in an
+//! incident are all there, as they are in production.
+
+use postgres::Client;
+
+use crate::catalog::Catalog;
+use crate::db;
+use crate::migrate::{self, HistoryRow, MigrateError};
+
+use super::VerifyError;
+
+/// Tables with at most this many rows are copied with their rows.
+pub const REFERENCE_ROWS: u64 = 1000;
+
+/// What was read from the target before the rehearsal.
+#[derive(Clone)]
+pub struct Target {
+    /// Holds the password: never printed (see `described`).
+    url: String,
+    /// The URL with its password redacted.
+    pub described: String,
+    /// The newest applied version, None when nothing is applied.
+    pub applied: Option<i32>,
+    /// The history rows, copied into the migrator's database so that
+    /// `rollsafe migrate` sees what the target's migrator would.
+    pub history: Vec<HistoryRow>,
+    /// The target's PostgreSQL major.
+    pub major: u32,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Target({} at {:?})", self.described, self.applied)
+    }
+}
+
+impl Target {
+    /// Reads the target's history and major; refuses a history that
+    /// diverges from `catalog` as `migrate` would.
+    pub fn read(url: &str, catalog: &Catalog) -> Result<Target, VerifyError> {
+        let fail = |e: MigrateError| match e {
+            MigrateError::Drift(problems) => VerifyError::TargetDrift {
+                target: db::redact_url(url),
+                detail: problems.join("; "),
+            },
+            other => VerifyError::Target(db::scrub(&other.to_string(), url)),
+        };
+        let plan = migrate::plan(url, catalog, &migrate::Options::default()).map_err(fail)?;
+        let mut c: Client = db::connect(url).map_err(|e| fail(e.into()))?;
+        let (_, history) = migrate::read_history(&mut c).map_err(fail)?;
+        let major = db::server_major(url).map_err(|e| fail(e.into()))?;
+        Ok(Target {
+            url: url.to_string(),
+            described: db::redact_url(url),
+            applied: plan.current,
+            history,
+            major,
+        })
+    }
+
+    /// The URL to connect with (holds the password).
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// "the schema of postgres://…:***@host/db at V60", for the report.
+    pub fn phrase(&self) -> String {
+        match self.applied {
+            Some(v) => format!("the schema of {} at V{v}", self.described),
+            None => format!(
+                "the schema of {} (no migration applied yet)",
+                self.described
+            ),
+        }
+    }
+
+    /// The target's tables small enough to be reference data (at most
+    /// [`REFERENCE_ROWS`] rows: lookup tables a migration filled, such as
+    /// `functions`), whose rows the rehearsal copies: a schema-only copy
+    /// would leave them empty and the apps' rows could not be written.
+    /// Larger tables are seeded instead. Qualified, quoted names.
+    pub(crate) fn reference_tables(&self) -> Result<Vec<String>, VerifyError> {
+        let fail = |e: postgres::Error| {
+            VerifyError::Target(db::scrub(
+                &format!(
+                    "listing the target's small tables: {}",
+                    super::replay::message(&e)
+                ),
+                &self.url,
+            ))
+        };
+        let mut c = db::connect(&self.url)
+            .map_err(|e| VerifyError::Target(db::scrub(&e.to_string(), &self.url)))?;
+        let tables = c
+            .query(
+                "SELECT format('%I.%I', n.nspname, c.relname), c.reltuples::float8
+                 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE c.relkind = 'r'
+                   AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+                   AND n.nspname NOT LIKE 'pg_toast%' AND n.nspname NOT LIKE 'pg_temp%'
+                   AND c.relname <> $1
+                 ORDER BY 1",
+                &[&migrate::HISTORY_TABLE],
+            )
+            .map_err(fail)?;
+        let mut out = Vec::new();
+        for row in tables {
+            let (name, estimate): (String, f64) = (row.get(0), row.get(1));
+            if estimate > (REFERENCE_ROWS * 10) as f64 {
+                continue;
+            }
+            // The estimate is -1 (or stale) before the first ANALYZE: count,
+            // but never more than one row past the bound.
+            let n: i64 = c
+                .query_one(
+                    &format!(
+                        "SELECT count(*) FROM (SELECT 1 FROM {name} LIMIT {}) s",
+                        REFERENCE_ROWS + 1
+                    ),
+                    &[],
+                )
+                .map_err(fail)?
+                .get(0);
+            if n as u64 <= REFERENCE_ROWS {
+                out.push(name);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes the target's history rows into the database `c` is on (its
+    /// history table came with the schema).
+    pub(crate) fn copy_history(&self, c: &mut Client) -> Result<(), postgres::Error> {
+        for h in &self.history {
+            c.execute(
+                &format!(
+                    "INSERT INTO {} (version, name, applied_on, checksum) VALUES ($1, $2, $3, $4)",
+                    migrate::HISTORY_TABLE
+                ),
+                &[&h.version, &h.name, &h.applied_on, &h.checksum],
+            )?;
+        }
+        Ok(())
+    }
+}

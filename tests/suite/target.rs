@@ -1,0 +1,277 @@
+//! `verify --since` and `verify --from-target` on a long history: the
+//! rehearsal's cost follows the change, and `--from-target` rehearses the
+//! pending migrations on the target's own schema.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use anyhow::{ensure, Context};
+use rollsafe::catalog::Catalog;
+use rollsafe::report::{Report, Severity};
+use rollsafe::sandbox::Database;
+use rollsafe::verify::target::Target;
+use rollsafe::verify::{Verify, VerifyError};
+
+use crate::common::{fingerprint, rollsafe_bin, ReadOnlyRole, TestEnv};
+use crate::verify::with_later;
+
+pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
+    crate::trials!(
+        "target",
+        env,
+        [
+            since_60_judges_v61_as_a_full_run_does,
+            from_target_rehearses_on_the_targets_own_schema,
+            from_target_refuses_an_edited_applied_migration,
+            from_target_under_a_read_only_role_leaves_the_target_unchanged,
+            from_target_with_a_wrong_password_is_one_line_without_it,
+        ]
+    )
+}
+
+/// Rows per seeded database: the checks here are about which migrations are
+/// rehearsed and on what schema, not about size.
+const ROWS: u64 = 200;
+
+/// The shipped V1..V3, V4..V60 each adding a nullable column, then `v61`.
+fn history_60(v61: &str) -> tempfile::TempDir {
+    let mut later: Vec<String> = (4..=60)
+        .map(|v| format!("ALTER TABLE attached_functions ADD COLUMN c{v} text;"))
+        .collect();
+    later.push(v61.to_string());
+    let refs: Vec<&str> = later.iter().map(String::as_str).collect();
+    with_later(&refs)
+}
+
+/// A database at V60 of `dir`, migrated by the real migrator.
+fn target_at_60(env: &TestEnv, dir: &Path) -> anyhow::Result<Database> {
+    let db = env.fresh_database();
+    let options = rollsafe::migrate::Options {
+        target: Some(60),
+        ..Default::default()
+    };
+    rollsafe::migrate::migrate(db.url(), &Catalog::from_dir(dir)?, &options)?;
+    Ok(db)
+}
+
+fn from_target(env: &TestEnv, dir: &Path, url: &str) -> Result<Report, VerifyError> {
+    let catalog = Catalog::from_dir(dir).expect("catalog");
+    let target = Target::read(url, &catalog)?;
+    Verify::new(catalog)?
+        .rows(ROWS)
+        .from_target(target)
+        .run(&env.sandbox)
+}
+
+/// (id, severity) of the warnings and errors about `v`, sorted.
+fn verdicts(r: &Report, v: i32) -> Vec<(String, Severity)> {
+    let mut out: Vec<(String, Severity)> = r
+        .findings
+        .iter()
+        .filter(|f| f.migration == Some(v) && f.severity >= Severity::Warn)
+        .map(|f| (f.id.clone(), f.severity))
+        .collect();
+    out.sort();
+    out
+}
+
+fn since_60_judges_v61_as_a_full_run_does(env: &TestEnv) -> anyhow::Result<()> {
+    // V61: a validating CHECK (an error) on a populated table.
+    let dir = history_60(
+        "ALTER TABLE attached_functions ADD CONSTRAINT attempts_nonneg CHECK (current_attempts >= 0);",
+    );
+    let catalog = Catalog::from_dir(dir.path())?;
+    let full = Verify::new(catalog.clone())?.rows(ROWS).run(&env.sandbox)?;
+    let since = Verify::new(catalog)?
+        .rows(ROWS)
+        .since(60)?
+        .run(&env.sandbox)?;
+    ensure!(since.applied_only == (1..=60).collect::<Vec<i32>>());
+    ensure!(
+        since
+            .findings
+            .iter()
+            .all(|f| f.migration.map_or(true, |v| v == 61)),
+        "findings about versions that were only applied: {:?}",
+        since
+            .findings
+            .iter()
+            .filter(|f| f.migration != Some(61))
+            .map(|f| (&f.id, f.migration))
+            .collect::<Vec<_>>()
+    );
+    ensure!(
+        verdicts(&since, 61) == verdicts(&full, 61),
+        "--since 60 judged V61 as {:?}, the full run as {:?}",
+        verdicts(&since, 61),
+        verdicts(&full, 61)
+    );
+    ensure!(
+        verdicts(&since, 61)
+            .iter()
+            .any(|(id, s)| id == "rewrite.full-scan-under-lock" && *s == Severity::Error),
+        "{:?}",
+        verdicts(&since, 61)
+    );
+    Ok(())
+}
+
+fn from_target_rehearses_on_the_targets_own_schema(env: &TestEnv) -> anyhow::Result<()> {
+    // V61 creates a table named like the index added by hand on the target:
+    // harmless on the files' schema, a failure on production's.
+    let conflicting = history_60("CREATE TABLE af_by_hand (id bigint PRIMARY KEY);");
+    let target = target_at_60(env, conflicting.path())?;
+    target.connect()?.batch_execute(
+        "CREATE INDEX af_by_hand ON attached_functions (name);
+         ALTER TABLE attached_functions ADD COLUMN incident_note text;",
+    )?;
+    let files_only = Verify::new(Catalog::from_dir(conflicting.path())?)?
+        .rows(ROWS)
+        .since(60)?
+        .run(&env.sandbox)?;
+    ensure!(
+        files_only.passed,
+        "files-only run: {:?}",
+        verdicts(&files_only, 61)
+    );
+    let on_target = from_target(env, conflicting.path(), target.url())?;
+    ensure!(
+        !on_target.passed,
+        "the conflict with the hand-made index was not found"
+    );
+    ensure!(
+        on_target
+            .errors()
+            .any(|f| f.migration == Some(61) && f.message.contains("af_by_hand")),
+        "{:?}",
+        verdicts(&on_target, 61)
+    );
+    let base = on_target.base.clone().unwrap_or_default();
+    ensure!(
+        base.contains("the schema of") && base.contains("at V60"),
+        "{base}"
+    );
+    if let Some(password) = url::Url::parse(target.url())?.password() {
+        ensure!(!base.contains(password), "password in the report: {base}");
+    }
+    ensure!(on_target.applied_only == (1..=60).collect::<Vec<i32>>());
+
+    // The column added in an incident is there too: a V61 that relies on
+    // it passes on the target and fails on the files alone.
+    let relying =
+        history_60("ALTER TABLE attached_functions ALTER COLUMN incident_note SET DEFAULT 'none';");
+    let target2 = target_at_60(env, relying.path())?;
+    target2
+        .connect()?
+        .batch_execute("ALTER TABLE attached_functions ADD COLUMN incident_note text;")?;
+    let on_target = from_target(env, relying.path(), target2.url())?;
+    ensure!(
+        on_target.passed,
+        "{:?}",
+        on_target.errors().map(|f| &f.message).collect::<Vec<_>>()
+    );
+    let files_only = Verify::new(Catalog::from_dir(relying.path())?)?
+        .rows(ROWS)
+        .since(60)?
+        .run(&env.sandbox)?;
+    ensure!(
+        files_only
+            .errors()
+            .any(|f| f.migration == Some(61) && f.id == "apply.fails-on-empty"),
+        "{:?}",
+        verdicts(&files_only, 61)
+    );
+    Ok(())
+}
+
+fn from_target_refuses_an_edited_applied_migration(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = history_60("ALTER TABLE attached_functions ADD COLUMN c61 text;");
+    let target = target_at_60(env, dir.path())?;
+    // V42 edited after the target applied it.
+    let file = dir.path().join("V42__later_38.sql");
+    ensure!(file.is_file(), "fixture layout changed");
+    std::fs::write(
+        &file,
+        "ALTER TABLE attached_functions ADD COLUMN c42 varchar(10);",
+    )?;
+    match from_target(env, dir.path(), target.url()) {
+        Err(e @ VerifyError::TargetDrift { .. }) => {
+            let msg = e.to_string();
+            ensure!(msg.contains("V42") || msg.contains("42"), "{msg}");
+            ensure!(!msg.contains('\n'), "{msg}");
+            Ok(())
+        }
+        Err(e) => anyhow::bail!("refused for another reason: {e}"),
+        Ok(r) => anyhow::bail!(
+            "an edited applied migration was rehearsed: passed={}",
+            r.passed
+        ),
+    }
+}
+
+fn from_target_under_a_read_only_role_leaves_the_target_unchanged(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = history_60("ALTER TABLE attached_functions ADD COLUMN c61 text;");
+    let target = target_at_60(env, dir.path())?;
+    let mut c = target.connect()?;
+    let before = fingerprint(&mut c)?;
+    let role = ReadOnlyRole::create(env, &target)?;
+    let report = from_target(env, dir.path(), &role.url).context("read-only role")?;
+    ensure!(
+        report.passed,
+        "{:?}",
+        report.errors().map(|f| &f.message).collect::<Vec<_>>()
+    );
+    ensure!(
+        report.migrations.iter().any(|m| m.version == 61) && report.applied_only.len() == 60,
+        "{:?}",
+        report.applied_only
+    );
+    ensure!(fingerprint(&mut c)? == before, "verify changed the target");
+    let printed = serde_json::to_string(&report)?;
+    ensure!(!printed.contains("ReadOnlyPw1"), "password in the report");
+    ensure!(
+        printed.contains("***"),
+        "the report does not name the target"
+    );
+    Ok(())
+}
+
+fn from_target_with_a_wrong_password_is_one_line_without_it(env: &TestEnv) -> anyhow::Result<()> {
+    let db = env.migrated_database(3);
+    let mut url = url::Url::parse(db.url())?;
+    url.set_password(Some("Wr0ngTargetPw")).unwrap();
+    let out = Command::new(rollsafe_bin())
+        .args([
+            "verify",
+            "--postgres",
+            env.sandbox.admin_url(),
+            "--from-target",
+            url.as_str(),
+        ])
+        .env_remove("ROLLSAFE_POSTGRES")
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| !l.starts_with("[rollsafe verify"))
+        .collect();
+    ensure!(
+        out.status.code() == Some(2),
+        "exit {:?}: {stderr}",
+        out.status.code()
+    );
+    ensure!(lines.len() == 1, "{stderr}");
+    ensure!(
+        lines[0].contains("password") || lines[0].contains("authentication"),
+        "{stderr}"
+    );
+    ensure!(
+        !stderr.contains("Wr0ngTargetPw") && !stdout.contains("Wr0ngTargetPw"),
+        "{stderr}"
+    );
+    Ok(())
+}
