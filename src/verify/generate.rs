@@ -202,13 +202,40 @@ pub fn seed(c: &mut Client, rows: &RowCounts, apps: &[&AppVersion]) -> anyhow::R
         .map(|&e| (edges[e].child, edges[e].constraint.clone()))
         .collect();
     let parents: HashMap<u32, &Table> = tables.iter().map(|t| (t.oid, t)).collect();
+    // The transaction that wrote each table's rows, to find them again.
+    let mut writers: HashMap<usize, String> = HashMap::new();
     for k in order.tables {
         let t = &tables[k];
         let requested = rows.for_table(&t.name);
         let is_broken = |fk: &ForeignKey| broken.contains(&(k, fk.name.clone()));
         match seed_table(c, t, &parents, &is_broken, requested)? {
-            Ok(s) => out.seeded.push(s),
+            Ok((s, xid)) => {
+                if let Some(xid) = xid {
+                    writers.insert(k, xid);
+                }
+                out.seeded.push(s)
+            }
             Err(u) => out.unseeded.push(u),
+        }
+    }
+    // A key set aside to break a cycle now points at the rows its parent
+    // got since.
+    for &e in &order.broken {
+        let edge = &edges[e];
+        let child = &tables[edge.child];
+        let (Some(xid), Some(fk)) = (
+            writers.get(&edge.child),
+            child.fks.iter().find(|f| f.name == edge.constraint),
+        ) else {
+            continue;
+        };
+        if edge.breakable {
+            if let Err(message) = fill_broken_reference(c, child, fk, &tables[edge.parent], xid)? {
+                out.warnings.push(format!(
+                    "{}: foreign key {} was left NULL to break a cycle and could not be filled in afterwards: {message}",
+                    child.name, fk.name
+                ));
+            }
         }
     }
     for app in apps {
@@ -1101,7 +1128,9 @@ impl Plan<'_> {
     }
 }
 
-type TableResult = Result<SeededTable, UnseededTable>;
+/// The rows written and the id of the transaction that wrote them, or
+/// why the table could not be seeded.
+type TableResult = Result<(SeededTable, Option<String>), UnseededTable>;
 
 fn unseeded(t: &Table, constraint: Option<&str>, reason: String) -> TableResult {
     Err(UnseededTable {
@@ -1122,12 +1151,15 @@ fn seed_table(
     requested: u64,
 ) -> anyhow::Result<TableResult> {
     if requested == 0 {
-        return Ok(Ok(SeededTable {
-            table: t.name.clone(),
-            requested,
-            written: 0,
-            note: None,
-        }));
+        return Ok(Ok((
+            SeededTable {
+                table: t.name.clone(),
+                requested,
+                written: 0,
+                note: None,
+            },
+            None,
+        )));
     }
     let qt = format!("public.{}", quote_ident(&t.name));
     let existing: i64 = c
@@ -1317,6 +1349,27 @@ fn seed_table(
     let offset = existing.max(0) as u64 + max_integer_key(c, t, &qt, &carriers, &forced)?;
     let width = offset.saturating_add(rows);
 
+    // An INSERT needs one column: a table of defaults only (a lone serial
+    // id) gets its first column filled by us.
+    let writes_a_column =
+        (0..t.columns.len()).any(|k| !decided[k] || !matches!(vals[k], Val::Omitted { .. }));
+    if !writes_a_column {
+        match t.columns.iter().position(|col| !col.generated) {
+            Some(k) => {
+                forced.insert(k);
+                vals[k] = Val::Null;
+                decided[k] = false;
+            }
+            None => {
+                return Ok(unseeded(
+                    t,
+                    None,
+                    "the table has no column an INSERT can write".into(),
+                ))
+            }
+        }
+    }
+
     // 3. Families per column to generate, and the first that fits.
     let mut lits: Vec<Literals> = vec![Literals::default(); t.columns.len()];
     for check in &t.checks {
@@ -1441,6 +1494,9 @@ fn seed_table(
     );
     let mut tx = c.transaction()?;
     let result = tx.execute(insert.as_str(), &[]).and_then(|written| {
+        let xid: String = tx
+            .query_one("SELECT pg_current_xact_id()::xid::text", &[])?
+            .get(0);
         for &k in &forced {
             let col = &t.columns[k];
             tx.batch_execute(&format!(
@@ -1451,17 +1507,20 @@ fn seed_table(
                 quote_ident(&col.name)
             ))?;
         }
-        Ok(written)
+        Ok((written, xid))
     });
     match result {
-        Ok(written) => {
+        Ok((written, xid)) => {
             tx.commit()?;
-            Ok(Ok(SeededTable {
-                table: t.name.clone(),
-                requested,
-                written,
-                note,
-            }))
+            Ok(Ok((
+                SeededTable {
+                    table: t.name.clone(),
+                    requested,
+                    written,
+                    note,
+                },
+                Some(xid),
+            )))
         }
         Err(e) => {
             drop(tx);
@@ -1471,6 +1530,78 @@ fn seed_table(
                 .map(str::to_string);
             Ok(unseeded(t, constraint.as_deref(), replay::message(&e)))
         }
+    }
+}
+
+/// Points the rows transaction `xid` wrote into `child` at rows of
+/// `parent` through `fk` (left NULL to break a cycle). Skipped when the
+/// key's columns make a UNIQUE key on their own (reusing parent rows
+/// would collide). The inner error is the server's message; the update
+/// is all or nothing.
+fn fill_broken_reference(
+    c: &mut Client,
+    child: &Table,
+    fk: &ForeignKey,
+    parent: &Table,
+    xid: &str,
+) -> Result<Result<(), String>, postgres::Error> {
+    let names = |t: &Table, nums: &[i16]| -> Option<Vec<String>> {
+        nums.iter()
+            .map(|&n| t.column(n).map(|k| t.columns[k].name.clone()))
+            .collect()
+    };
+    let (Some(cols), Some(refs)) = (names(child, &fk.cols), names(parent, &fk.ref_cols)) else {
+        return Ok(Ok(()));
+    };
+    if child
+        .uniques
+        .iter()
+        .any(|key| key.iter().all(|n| fk.cols.contains(n)))
+    {
+        return Ok(Ok(()));
+    }
+    let keys = refs
+        .iter()
+        .map(|r| quote_ident(r))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let not_null = refs
+        .iter()
+        .map(|r| format!("{} IS NOT NULL", quote_ident(r)))
+        .collect::<Vec<_>>()
+        .join(" AND ");
+    let set = cols
+        .iter()
+        .zip(&refs)
+        .map(|(c, r)| format!("{} = p.{}", quote_ident(c), quote_ident(r)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let qc = format!("public.{}", quote_ident(&child.name));
+    let qp = format!("public.{}", quote_ident(&parent.name));
+    let n: i64 = c
+        .query_one(&format!("SELECT count(*) FROM {qp} WHERE {not_null}"), &[])?
+        .get(0);
+    if n == 0 {
+        return Ok(Err(format!("{} has no rows", parent.name)));
+    }
+    // A constant modulus keeps the join a hash join.
+    let sql = format!(
+        "UPDATE {qc} AS c SET {set}
+           FROM (SELECT ctid AS rid, row_number() OVER () - 1 AS rn FROM {qc}
+                  WHERE xmin::text = {}) n
+           JOIN (SELECT {keys}, row_number() OVER (ORDER BY {keys}) - 1 AS rn
+                   FROM {qp} WHERE {not_null}) p ON p.rn = n.rn % {n}
+          WHERE c.ctid = n.rid",
+        quote_literal(xid)
+    );
+    let mut tx = c.transaction()?;
+    match tx.execute(sql.as_str(), &[]) {
+        Ok(_) => {
+            tx.commit()?;
+            Ok(Ok(()))
+        }
+        Err(e) if e.as_db_error().is_some() => Ok(Err(replay::message(&e))),
+        Err(e) => Err(e),
     }
 }
 
