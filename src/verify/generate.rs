@@ -363,6 +363,8 @@ enum TypeKind {
         checks: Vec<String>,
     },
     Array(Box<TypeInfo>),
+    /// A range type, of its subtype.
+    Range(Box<TypeInfo>),
     Other,
 }
 
@@ -398,7 +400,8 @@ impl TypeCache {
                     ARRAY(SELECT e.enumlabel::text FROM pg_enum e
                            WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder),
                     ARRAY(SELECT pg_get_constraintdef(k.oid) FROM pg_constraint k
-                           WHERE k.contypid = t.oid AND k.contype = 'c' ORDER BY k.conname)
+                           WHERE k.contypid = t.oid AND k.contype = 'c' ORDER BY k.conname),
+                    (SELECT r.rngsubtype FROM pg_range r WHERE r.rngtypid = t.oid)
                FROM pg_type t WHERE t.oid = $1",
             &[&oid],
         )?
@@ -427,6 +430,10 @@ impl TypeCache {
                 checks: row.get(9),
             },
             ("e", _) => TypeKind::Enum(row.get(8)),
+            ("r", _) if deeper => match row.get::<_, Option<u32>>(10) {
+                Some(sub) => TypeKind::Range(Box::new(self.get_depth(c, sub, depth + 1)?)),
+                None => TypeKind::Other,
+            },
             (_, "A") if elem != 0 && deeper => {
                 TypeKind::Array(Box::new(self.get_depth(c, elem, depth + 1)?))
             }
@@ -958,7 +965,36 @@ fn families(ty: &TypeInfo, typmod: i32, name: &str, lits: &Literals, width: u64)
             v.push(fam("'{}'"));
             v
         }
-        TypeKind::Other => vec![inj(format!("({i})::text")), fam("''"), fam("'0'")],
+        TypeKind::Range(sub) => {
+            // [v(i), v(i + 1)): increasing for the subtype's first
+            // families (numbers, times); the fit probe drops the others.
+            let mut v: Vec<Family> =
+                families(sub, -1, name, &Literals::default(), width.saturating_add(1))
+                    .iter()
+                    .take(3)
+                    .map(|e| {
+                        inj(format!(
+                            "'[' || ({})::text || ',' || ({})::text || ')'",
+                            e.sql,
+                            at(&e.sql, &format!("{i} + 1"))
+                        ))
+                    })
+                    .collect();
+            v.push(fam("'empty'"));
+            v
+        }
+        // A type rollsafe does not know: text shapes its input function
+        // may accept (a number, a word, a range, a point, an empty value);
+        // the fit probe keeps the ones it does.
+        TypeKind::Other => vec![
+            inj(format!("({i})::text")),
+            inj(format!("'w' || {i}")),
+            inj(format!("'[' || {i} || ',' || ({i} + 1) || ')'")),
+            inj(format!("'(' || {i} || ',' || {i} || ')'")),
+            fam("''"),
+            fam("'0'"),
+            fam("'{}'"),
+        ],
     };
     v.truncate(MAX_FAMILIES);
     v
@@ -1656,8 +1692,10 @@ fn fits_column(
     } else {
         "false"
     };
+    // `count(v)` makes the server compute v: an output nothing reads is
+    // never evaluated, and its cast would never be tried.
     let sql = format!(
-        "SELECT count(*) FILTER (WHERE {too_long} OR {null}) FROM (SELECT {value} AS v FROM {}) x",
+        "SELECT count(*) FILTER (WHERE {too_long} OR {null}), count(v) FROM (SELECT {value} AS v FROM {}) x",
         plan.sample()
     );
     match c.query_one(sql.as_str(), &[]) {

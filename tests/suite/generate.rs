@@ -26,6 +26,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             app_writes_run_with_generated_and_declared_parameters,
             shipped_schema_is_seeded_with_the_apps_writes,
             foreign_key_cycles_break_at_nullable_keys_and_warn_otherwise,
+            odd_schemas_are_seeded_or_reported_never_a_panic,
         ]
     );
     // A timing, not a test of behaviour: run with `--ignored`.
@@ -515,6 +516,75 @@ fn foreign_key_cycles_break_at_nullable_keys_and_warn_otherwise(
         .query_one("INSERT INTO tickets DEFAULT VALUES RETURNING id", &[])?
         .get(0);
     ensure!(next as u64 > n, "next ticket id {next}");
+    Ok(())
+}
+
+/// Quoted names, types rollsafe has no family for, a partitioned table,
+/// an exclusion constraint over a range, a table without columns, a type
+/// no generated value fits.
+const ODD: &str = r#"
+CREATE EXTENSION IF NOT EXISTS btree_gist;
+CREATE TABLE "Odd Names" (
+    "Key"      integer PRIMARY KEY,
+    "it's"     text NOT NULL CHECK (length("it's") BETWEEN 4 AND 20),
+    "select"   tsvector NOT NULL,
+    span       int4range NOT NULL,
+    spot       point,
+    doc        xml,
+    tiny       smallint NOT NULL UNIQUE,
+    flag       "char" NOT NULL,
+    cost       money NOT NULL
+);
+CREATE TABLE measurements (
+    city_id integer NOT NULL,
+    logged  date NOT NULL,
+    value   real NOT NULL CHECK (value = value)
+) PARTITION BY RANGE (logged);
+CREATE TABLE measurements_all PARTITION OF measurements DEFAULT;
+CREATE TABLE bookings (
+    room   integer NOT NULL,
+    during tstzrange NOT NULL,
+    EXCLUDE USING gist (room WITH =, during WITH &&)
+);
+CREATE TABLE nothing ();
+CREATE TABLE needs_geometry (id integer PRIMARY KEY, shape polygon NOT NULL);
+CREATE TABLE wal_positions (id integer PRIMARY KEY, lsn pg_lsn NOT NULL);
+"#;
+
+fn odd_schemas_are_seeded_or_reported_never_a_panic(env: &TestEnv) -> anyhow::Result<()> {
+    let db = env.fresh_database();
+    let mut c = db.connect()?;
+    c.batch_execute(ODD)?;
+    let n = 60;
+    let g = generate::seed(&mut c, &RowCounts::new(n), &[])?;
+    // Every table is accounted for, one way or the other, with a reason.
+    let tables: Vec<String> = c
+        .query(
+            "SELECT relname::text FROM pg_class WHERE relnamespace = 'public'::regnamespace
+               AND relkind IN ('r', 'p') AND NOT relispartition ORDER BY 1",
+            &[],
+        )?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for t in &tables {
+        let seeded = g.written(t).is_some();
+        let reported = g.unseeded(t).is_some_and(|u| !u.reason.is_empty());
+        ensure!(seeded != reported, "{t}: {g:?}");
+    }
+    assert_written_rows_are_there(&mut c, &g)?;
+    for table in ["Odd Names", "measurements", "bookings", "needs_geometry"] {
+        ensure!(g.written(table) == Some(n), "{table}: {g:?}");
+    }
+    ensure!(table_rows(&mut c, "measurements_all")? == n);
+    // A table with no column: nothing an INSERT could write, said so.
+    ensure!(g.unseeded("nothing").is_some(), "{g:?}");
+    // A type none of the value shapes fits, in a NOT NULL column.
+    let lsn = g
+        .unseeded("wal_positions")
+        .ok_or_else(|| anyhow::anyhow!("{g:?}"))?;
+    ensure!(lsn.reason.contains("lsn (pg_lsn)"), "{}", lsn.reason);
+    ensure!(g.unseeded.len() == 2, "{:?}", g.unseeded);
     Ok(())
 }
 
