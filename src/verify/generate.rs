@@ -146,6 +146,8 @@ pub struct SeededTable {
     pub written: u64,
     /// Why fewer rows than requested were written, if so.
     pub note: Option<String>,
+    /// How long its INSERT took (the search for values excluded).
+    pub took: std::time::Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1193,6 +1195,7 @@ fn seed_table(
                 requested,
                 written: 0,
                 note: None,
+                took: std::time::Duration::ZERO,
             },
             None,
         )));
@@ -1528,6 +1531,7 @@ fn seed_table(
         },
         plan.select(&format!("generate_series(1, {rows}) AS s(g)"), false)
     );
+    let started = std::time::Instant::now();
     let mut tx = c.transaction()?;
     let result = tx.execute(insert.as_str(), &[]).and_then(|written| {
         let xid: String = tx
@@ -1554,6 +1558,7 @@ fn seed_table(
                     requested,
                     written,
                     note,
+                    took: started.elapsed(),
                 },
                 Some(xid),
             )))

@@ -588,7 +588,8 @@ fn odd_schemas_are_seeded_or_reported_never_a_panic(env: &TestEnv) -> anyhow::Re
     Ok(())
 }
 
-/// How long 100 000 rows per table take on the shop schema (printed).
+/// How long 100 000 rows per table take on the shop schema and on the
+/// shipped one (printed).
 fn hundred_thousand_rows_per_table(env: &TestEnv) -> anyhow::Result<()> {
     let db = env.fresh_database();
     let mut c = db.connect()?;
@@ -601,9 +602,31 @@ fn hundred_thousand_rows_per_table(env: &TestEnv) -> anyhow::Result<()> {
     let total: u64 = g.seeded.iter().map(|t| t.written).sum();
     ensure!(total == 3 * n, "{g:?}");
     eprintln!(
-        "generate: {n} rows per table, {} tables, {total} rows in {:.2} s",
+        "generate: shop schema, {n} rows per table, {} tables, {total} rows in {:.2} s",
         g.seeded.len(),
         took.as_secs_f64()
     );
+
+    let db = env.migrated_database(3);
+    let mut c = db.connect()?;
+    let started = Instant::now();
+    let g = generate::seed(&mut c, &RowCounts::new(n), &[])?;
+    let took = started.elapsed();
+    ensure!(g.unseeded.is_empty(), "{:?}", g.unseeded);
+    ensure!(g.written("attached_functions") == Some(n), "{g:?}");
+    let total: u64 = g.seeded.iter().map(|t| t.written).sum();
+    eprintln!(
+        "generate: shipped schema, {n} rows per table, {} tables, {total} rows in {:.2} s",
+        g.seeded.len(),
+        took.as_secs_f64()
+    );
+    for t in &g.seeded {
+        eprintln!(
+            "generate:   {}: {} rows in {:.2} s",
+            t.table,
+            t.written,
+            t.took.as_secs_f64()
+        );
+    }
     Ok(())
 }
