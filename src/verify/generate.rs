@@ -210,7 +210,23 @@ pub fn seed(c: &mut Client, rows: &RowCounts, apps: &[&AppVersion]) -> anyhow::R
         let t = &tables[k];
         let requested = rows.for_table(&t.name);
         let is_broken = |fk: &ForeignKey| broken.contains(&(k, fk.name.clone()));
-        match seed_table(c, t, &parents, &is_broken, requested)? {
+        let result = match seed_table(c, t, &parents, &is_broken, requested) {
+            Ok(r) => r,
+            // A query the server refused (permissions, a value out of
+            // range) is this table's problem; a lost connection is not.
+            Err(e) => match e
+                .downcast_ref::<postgres::Error>()
+                .and_then(|pg| pg.as_db_error())
+            {
+                Some(db) => Err(UnseededTable {
+                    table: t.name.clone(),
+                    constraint: db.constraint().map(str::to_string),
+                    reason: db.message().to_string(),
+                }),
+                None => return Err(e),
+            },
+        };
+        match result {
             Ok((s, xid)) => {
                 if let Some(xid) = xid {
                     writers.insert(k, xid);
@@ -1230,7 +1246,6 @@ fn seed_table(
         decided[k] = matches!(v, Val::Omitted { .. });
     }
     let mut joins: Vec<Join> = Vec::new();
-    let mut join_of_fk: HashMap<usize, usize> = HashMap::new();
     let mut forced: BTreeSet<usize> = BTreeSet::new(); // columns we fill despite a default
     let mut self_fks = Vec::new();
     for (f, fk) in t.fks.iter().enumerate() {
@@ -1267,9 +1282,9 @@ fn seed_table(
                     .get(0);
                 if n > 0 && ref_cols.len() == local.len() {
                     let j = joins.len();
-                    join_of_fk.insert(f, j);
                     for (k, rc) in local.iter().zip(&ref_cols) {
-                        if !decided[*k] || matches!(vals[*k], Val::Omitted { .. }) {
+                        let free = !decided[*k] || matches!(vals[*k], Val::Omitted { .. });
+                        if free && !t.columns[*k].generated {
                             vals[*k] = Val::Fk {
                                 fk: j,
                                 col: rc.clone(),
@@ -1332,6 +1347,27 @@ fn seed_table(
         }
     }
 
+    // An INSERT needs one column: a table of defaults only (a lone serial
+    // id) gets its first column filled by us.
+    let writes_a_column =
+        (0..t.columns.len()).any(|k| !decided[k] || !matches!(vals[k], Val::Omitted { .. }));
+    if !writes_a_column {
+        match t.columns.iter().position(|col| !col.generated) {
+            Some(k) => {
+                forced.insert(k);
+                vals[k] = Val::Null;
+                decided[k] = false;
+            }
+            None => {
+                return Ok(unseeded(
+                    t,
+                    None,
+                    "the table has no column an INSERT can write".into(),
+                ))
+            }
+        }
+    }
+
     // 2. UNIQUE keys: one column of each carries distinct values; a key of
     // foreign-key columns only walks the combinations of parent rows.
     let mut carriers: BTreeSet<usize> = BTreeSet::new();
@@ -1348,7 +1384,19 @@ fn seed_table(
         if cols.iter().any(|k| carriers.contains(k)) {
             continue;
         }
-        if let Some(&k) = cols.iter().find(|&&k| !decided[k]) {
+        // Prefer a column whose type has distinct values to give (not a
+        // boolean or an enum).
+        let undecided: Vec<usize> = cols.iter().copied().filter(|&k| !decided[k]).collect();
+        if let Some(&k) = undecided
+            .iter()
+            .find(|&&k| {
+                let col = &t.columns[k];
+                families(&col.ty, col.typmod, &col.name, &Literals::default(), 1)
+                    .iter()
+                    .any(|f| f.injective)
+            })
+            .or(undecided.first())
+        {
             carriers.insert(k);
             continue;
         }
@@ -1385,29 +1433,9 @@ fn seed_table(
             rows = divisor;
         }
     }
-    let offset = existing.max(0) as u64 + max_integer_key(c, t, &qt, &carriers, &forced)?;
+    let offset =
+        (existing.max(0) as u64).saturating_add(max_integer_key(c, t, &qt, &carriers, &forced)?);
     let width = offset.saturating_add(rows);
-
-    // An INSERT needs one column: a table of defaults only (a lone serial
-    // id) gets its first column filled by us.
-    let writes_a_column =
-        (0..t.columns.len()).any(|k| !decided[k] || !matches!(vals[k], Val::Omitted { .. }));
-    if !writes_a_column {
-        match t.columns.iter().position(|col| !col.generated) {
-            Some(k) => {
-                forced.insert(k);
-                vals[k] = Val::Null;
-                decided[k] = false;
-            }
-            None => {
-                return Ok(unseeded(
-                    t,
-                    None,
-                    "the table has no column an INSERT can write".into(),
-                ))
-            }
-        }
-    }
 
     // 3. Families per column to generate, and the first that fits.
     let mut lits: Vec<Literals> = vec![Literals::default(); t.columns.len()];
@@ -1432,7 +1460,9 @@ fn seed_table(
         }
         let col = &t.columns[k];
         let mut fams = families(&col.ty, col.typmod, &col.name, &lits[k], width);
-        if carriers.contains(&k) {
+        if carriers.contains(&k) && fams.iter().any(|f| f.injective) {
+            // Without an injective family the INSERT tells whether the
+            // key holds (a few rows of an enum may still be distinct).
             fams.retain(|f| f.injective);
         }
         if !col.not_null() {
@@ -1664,10 +1694,12 @@ fn max_integer_key(
             _ => false,
         };
         if int {
+            // numeric: abs() of the smallest bigint would overflow; the cap
+            // keeps the offset a bigint whatever the column holds.
             let m: Option<i64> = c
                 .query_one(
                     &format!(
-                        "SELECT max(abs({}::bigint)) FROM {qt}",
+                        "SELECT least(coalesce(max(abs({}::numeric)), 0), 1e15)::bigint FROM {qt}",
                         quote_ident(&col.name)
                     ),
                     &[],

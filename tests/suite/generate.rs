@@ -549,6 +549,9 @@ CREATE TABLE bookings (
 CREATE TABLE nothing ();
 CREATE TABLE needs_geometry (id integer PRIMARY KEY, shape polygon NOT NULL);
 CREATE TABLE wal_positions (id integer PRIMARY KEY, lsn pg_lsn NOT NULL);
+CREATE TABLE flags (active boolean NOT NULL, label text NOT NULL, UNIQUE (active, label));
+CREATE TABLE extremes (id bigint PRIMARY KEY);
+INSERT INTO extremes VALUES (-9223372036854775808), (9223372036854775807);
 "#;
 
 fn odd_schemas_are_seeded_or_reported_never_a_panic(env: &TestEnv) -> anyhow::Result<()> {
@@ -572,8 +575,19 @@ fn odd_schemas_are_seeded_or_reported_never_a_panic(env: &TestEnv) -> anyhow::Re
         let reported = g.unseeded(t).is_some_and(|u| !u.reason.is_empty());
         ensure!(seeded != reported, "{t}: {g:?}");
     }
-    assert_written_rows_are_there(&mut c, &g)?;
-    for table in ["Odd Names", "measurements", "bookings", "needs_geometry"] {
+    ensure!(
+        table_rows(&mut c, "extremes")? == n + 2,
+        "{:?}",
+        g.unseeded("extremes")
+    );
+    for table in [
+        "Odd Names",
+        "measurements",
+        "bookings",
+        "needs_geometry",
+        "flags",
+        "extremes",
+    ] {
         ensure!(g.written(table) == Some(n), "{table}: {g:?}");
     }
     ensure!(table_rows(&mut c, "measurements_all")? == n);
