@@ -1183,7 +1183,7 @@ impl Plan<'_> {
 /// why the table could not be seeded.
 type TableResult = Result<(SeededTable, Option<String>), UnseededTable>;
 
-fn unseeded(t: &Table, constraint: Option<&str>, reason: String) -> TableResult {
+fn unseeded<T>(t: &Table, constraint: Option<&str>, reason: String) -> Result<T, UnseededTable> {
     Err(UnseededTable {
         table: t.name.clone(),
         constraint: constraint.map(str::to_string),
@@ -1193,7 +1193,10 @@ fn unseeded(t: &Table, constraint: Option<&str>, reason: String) -> TableResult 
 
 /// Plans, searches and inserts the rows of one table. The outer error is
 /// a connection or catalogue failure; the inner one a table that cannot be
-/// seeded.
+/// seeded. Steps: (1) where each column's value comes from (its default,
+/// a foreign key, an earlier row, a value to choose), (2) which column
+/// carries each UNIQUE key, then [`choose_values`], [`satisfy_checks`],
+/// [`insert_rows`].
 fn seed_table(
     c: &mut Client,
     t: &Table,
@@ -1434,7 +1437,35 @@ fn seed_table(
         (existing.max(0) as u64).saturating_add(max_integer_key(c, t, &qt, &carriers, &forced)?);
     let width = offset.saturating_add(rows);
 
-    // 3. Families per column to generate, and the first that fits.
+    let mut plan = Plan {
+        table: t,
+        vals,
+        joins,
+        offset,
+        rows,
+    };
+    let fitting = match choose_values(c, &mut plan, &decided, &carriers, width)? {
+        Ok(f) => f,
+        Err(u) => return Ok(Err(u)),
+    };
+    if let Err(u) = satisfy_checks(c, &mut plan, &fitting)? {
+        return Ok(Err(u));
+    }
+    insert_rows(c, &plan, &forced, requested, note)
+}
+
+/// Step 3 of [`seed_table`]: for each column still to fill, the families of its type that
+/// fit it (tried on the sample), the first one chosen; injective ones
+/// only for a column that carries a UNIQUE key.
+fn choose_values(
+    c: &mut Client,
+    plan: &mut Plan,
+    decided: &[bool],
+    carriers: &BTreeSet<usize>,
+    width: u64,
+) -> Result<Result<BTreeMap<usize, Vec<Family>>, UnseededTable>, postgres::Error> {
+    let t = plan.table;
+    // What the CHECKs on a column mention are candidates for it.
     let mut lits: Vec<Literals> = vec![Literals::default(); t.columns.len()];
     for check in &t.checks {
         for &n in &check.cols {
@@ -1443,13 +1474,6 @@ fn seed_table(
             }
         }
     }
-    let mut plan = Plan {
-        table: t,
-        vals,
-        joins,
-        offset,
-        rows,
-    };
     let mut fitting: BTreeMap<usize, Vec<Family>> = BTreeMap::new();
     for k in 0..t.columns.len() {
         if decided[k] {
@@ -1468,7 +1492,7 @@ fn seed_table(
         let mut fits = Vec::new();
         let mut last_error = None;
         for f in fams {
-            match fits_column(c, &plan, k, &f)? {
+            match fits_column(c, plan, k, &f)? {
                 Ok(()) => fits.push(f),
                 Err(e) => last_error = Some(e),
             }
@@ -1490,10 +1514,20 @@ fn seed_table(
         };
         fitting.insert(k, fits);
     }
+    Ok(Ok(fitting))
+}
 
-    // 4. CHECK constraints: other combinations until all hold.
+/// Step 4 of [`seed_table`]: CHECK constraints, one at a time: other combinations of the
+/// fitting families of its columns until it holds without breaking one
+/// that held; its columns are then kept.
+fn satisfy_checks(
+    c: &mut Client,
+    plan: &mut Plan,
+    fitting: &BTreeMap<usize, Vec<Family>>,
+) -> Result<Result<(), UnseededTable>, postgres::Error> {
+    let t = plan.table;
     if !t.checks.is_empty() {
-        let mut failing = failing_checks(c, &plan)?;
+        let mut failing = failing_checks(c, plan)?;
         let mut locked: BTreeSet<usize> = BTreeSet::new();
         for ck in 0..t.checks.len() {
             if !failing[ck] {
@@ -1514,7 +1548,7 @@ fn seed_table(
                         chosen: combo[v],
                     };
                 }
-                let now = failing_checks(c, &plan)?;
+                let now = failing_checks(c, plan)?;
                 let regress = (0..now.len()).any(|j| now[j] && !failing[j]);
                 if !now[ck] && !regress {
                     failing = now;
@@ -1535,8 +1569,21 @@ fn seed_table(
             locked.extend(vars);
         }
     }
+    Ok(Ok(()))
+}
 
-    // 5. The rows, in one transaction with the sequences moved past them.
+/// Step 5 of [`seed_table`]: the rows, in one transaction with the sequences behind the
+/// columns rollsafe filled moved past them.
+fn insert_rows(
+    c: &mut Client,
+    plan: &Plan,
+    forced: &BTreeSet<usize>,
+    requested: u64,
+    note: Option<String>,
+) -> anyhow::Result<TableResult> {
+    let t = plan.table;
+    let rows = plan.rows;
+    let qt = format!("public.{}", quote_ident(&t.name));
     let mut names = Vec::new();
     for (k, col) in t.columns.iter().enumerate() {
         if plan.expr(k, false).is_some() {
@@ -1564,7 +1611,7 @@ fn seed_table(
         let xid: String = tx
             .query_one("SELECT pg_current_xact_id()::xid::text", &[])?
             .get(0);
-        for &k in &forced {
+        for &k in forced {
             let col = &t.columns[k];
             tx.batch_execute(&format!(
                 "SELECT setval(s, m) FROM (SELECT pg_get_serial_sequence({}, {}) AS s,
