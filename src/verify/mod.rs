@@ -33,6 +33,7 @@
 
 pub mod apps;
 pub mod checks;
+pub mod generate;
 pub mod lock_modes;
 pub mod predict;
 pub mod rehearsal;

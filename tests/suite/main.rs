@@ -7,6 +7,7 @@
 mod check;
 mod common;
 mod dao;
+mod generate;
 mod migrate;
 mod sandbox;
 mod target;
@@ -28,6 +29,7 @@ fn main() {
     trials.extend(dao::tests(&env));
     trials.extend(check::tests(&env));
     trials.extend(target::tests(&env));
+    trials.extend(generate::tests(&env));
     let conclusion = libtest_mimic::run(&args, trials);
     // Drop the shared server before exiting (exit skips destructors).
     drop(env);
