@@ -43,6 +43,51 @@ enum Command {
     Status(StatusArgs),
     /// Read-only audit of a real database: history vs files, schema as expected, backfill and readiness invariants, invalid indexes, NOT VALID constraints.
     Check(CheckArgs),
+    /// Write an app's statement set from the database's pg_stat_statements (read-only), for `verify --apps`.
+    Capture(CaptureArgs),
+}
+
+#[derive(Args)]
+struct CaptureArgs {
+    /// postgres://USER:PASSWORD@HOST:PORT/DB of the database the app runs against (read-only; needs pg_stat_statements).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: String,
+    /// The app version's name, written as `-- app:` (e.g. shop_v7).
+    #[arg(long, value_name = "NAME")]
+    app: String,
+    /// The first migration version this app version needs, written as `-- needs:` (e.g. 3, V3, 20240101120000).
+    #[arg(long, value_name = "V")]
+    needs: String,
+    /// Write the statement set to FILE (e.g. apps/shop_v7.sql) instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+}
+
+fn capture(args: CaptureArgs) -> ExitCode {
+    let url = &args.database_url;
+    let set = match rollsafe::capture::capture(url, &args.app, &args.needs) {
+        Ok(set) => set,
+        Err(e) => return fail(2, &db::scrub(&e.to_string(), url)),
+    };
+    match &args.out {
+        Some(path) => {
+            if let Err(e) = std::fs::write(path, &set.text) {
+                return fail(2, &format!("cannot write {}: {e}", path.display()));
+            }
+        }
+        None => print!("{}", set.text),
+    }
+    eprintln!(
+        "rollsafe capture: {} reads, {} writes, {} to review (-- review:), {} left out (transaction/session control){}",
+        set.reads,
+        set.writes,
+        set.to_review,
+        set.skipped,
+        args.out
+            .as_ref()
+            .map_or(String::new(), |p| format!("; written to {}", p.display()))
+    );
+    ExitCode::SUCCESS
 }
 
 /// Where throwaway Postgres comes from.
@@ -607,6 +652,7 @@ fn main() -> ExitCode {
         Command::Migrate(args) => return migrate(args),
         Command::Status(args) => return status(args),
         Command::Check(args) => check(args),
+        Command::Capture(args) => return capture(args),
     };
     result.unwrap_or_else(could_not_run)
 }
