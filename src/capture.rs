@@ -281,12 +281,32 @@ fn text_and_name(query: &str) -> (String, String) {
             }
             _ => verb,
         };
-        // The target of a write, or the first table a read reads.
-        let scope = node
-            .descendants()
-            .find(|n| n.kind() == SyntaxKind::FROM_CLAUSE)
-            .filter(|_| verb == "select")
-            .unwrap_or_else(|| node.clone());
+        // The target of a write (a data-modifying CTE's included), or the
+        // first table a read reads.
+        let write = node.descendants().find(|n| {
+            matches!(
+                n.kind(),
+                SyntaxKind::INSERT | SyntaxKind::UPDATE | SyntaxKind::DELETE | SyntaxKind::MERGE
+            )
+        });
+        let (verb, scope) = match write {
+            Some(w) => {
+                let verb = match w.kind() {
+                    SyntaxKind::INSERT => "insert",
+                    SyntaxKind::UPDATE => "update",
+                    SyntaxKind::DELETE => "delete",
+                    _ => "merge",
+                };
+                (verb.to_string(), w)
+            }
+            None => {
+                let from = node
+                    .descendants()
+                    .find(|n| n.kind() == SyntaxKind::FROM_CLAUSE)
+                    .filter(|_| verb == "select");
+                (verb, from.unwrap_or_else(|| node.clone()))
+            }
+        };
         let table = scope
             .descendants()
             .find(|n| n.kind() == SyntaxKind::RELATION_NAME_REF)

@@ -461,6 +461,10 @@ impl Catalog {
     ) -> Result<Catalog, CatalogError> {
         let mut kinds = Vec::new();
         let mut contents = Vec::new();
+        // By name, so that the file a message names does not depend on the
+        // order the directory lists them in.
+        let mut files: Vec<(String, Vec<u8>)> = files.collect();
+        files.sort_by(|a, b| a.0.cmp(&b.0));
         for (file, bytes) in files {
             let kind = classify_file(&file).ok_or_else(|| match layout {
                 Some(layout) => CatalogError::NotInLayout {

@@ -11,7 +11,7 @@ INSERT INTO authors (name) VALUES ($1::text) RETURNING id;
 -- name: add_book
 -- param: $1 = (SELECT id FROM authors ORDER BY id LIMIT 1)
 INSERT INTO books (author_id, title, isbn, price_cents)
-VALUES ($1::bigint, $2::text, $3::text, $4::integer)
+VALUES ($1::bigint, $2::text, $3::text, $4::bigint)
 RETURNING id;
 
 -- name: get_book
@@ -28,7 +28,7 @@ SELECT id, title, price_cents FROM books WHERE author_id = $1::bigint ORDER BY t
 -- param: $1 = (SELECT id FROM books ORDER BY id LIMIT 1)
 -- param: $2 = 1
 INSERT INTO orders (book_id, quantity, gift_note)
-VALUES ($1::bigint, $2::integer, $3::text)
+VALUES ($1::bigint, $2::bigint, $3::text)
 RETURNING id;
 
 -- name: orders_for_book

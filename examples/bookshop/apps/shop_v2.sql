@@ -8,7 +8,7 @@
 -- name: add_book
 -- param: $1 = (SELECT id FROM authors ORDER BY id LIMIT 1)
 INSERT INTO books (author_id, title, isbn, price_cents, stock)
-VALUES ($1::bigint, $2::text, $3::text, $4::integer, $5::integer)
+VALUES ($1::bigint, $2::text, $3::text, $4::bigint, $5::bigint)
 RETURNING id;
 
 -- name: get_book
@@ -20,18 +20,18 @@ SELECT b.id, b.title, b.isbn, b.price_cents, b.stock, a.name AS author
 -- name: restock
 -- param: $1 = (SELECT id FROM books ORDER BY id LIMIT 1)
 -- param: $2 = 5
-UPDATE books SET stock = stock + $2::integer WHERE id = $1::bigint;
+UPDATE books SET stock = stock + $2::bigint WHERE id = $1::bigint;
 
 -- name: place_order
 -- param: $1 = (SELECT id FROM books ORDER BY id LIMIT 1)
 -- param: $2 = 1
 WITH taken AS (
-    UPDATE books SET stock = stock - $2::integer
-     WHERE id = $1::bigint AND stock >= $2::integer
+    UPDATE books SET stock = stock - $2::bigint
+     WHERE id = $1::bigint AND stock >= $2::bigint
     RETURNING id
 )
 INSERT INTO orders (book_id, quantity)
-SELECT id, $2::integer FROM taken
+SELECT id, $2::bigint FROM taken
 RETURNING id;
 
 -- name: orders_for_book

@@ -11,7 +11,7 @@ CREATE TABLE books (
     author_id   bigint NOT NULL REFERENCES authors (id),
     title       text NOT NULL,
     isbn        text UNIQUE,
-    price_cents integer NOT NULL CHECK (price_cents >= 0),
+    price_cents bigint NOT NULL CHECK (price_cents >= 0),
     created_at  timestamptz NOT NULL DEFAULT now()
 );
 

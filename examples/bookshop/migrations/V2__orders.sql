@@ -4,7 +4,7 @@
 CREATE TABLE orders (
     id        uuid PRIMARY KEY DEFAULT gen_random_uuid(),
     book_id   bigint NOT NULL REFERENCES books (id),
-    quantity  integer NOT NULL CHECK (quantity > 0),
+    quantity  bigint NOT NULL CHECK (quantity > 0),
     gift_note text,
     placed_at timestamptz NOT NULL DEFAULT now()
 );
