@@ -123,6 +123,10 @@ pub fn capture(url: &str, app: &str, needs: &str) -> Result<CapturedSet, Capture
     Ok(write_set(&header, &rows))
 }
 
+/// Marks capture's own queries, which pg_stat_statements records too (it
+/// keeps comments in the text it shows), so they are left out of the set.
+const OWN: &str = "/* rollsafe capture */";
+
 /// The database's statements by calls, most frequent first.
 pub fn read_statements(url: &str) -> Result<Vec<Captured>, CaptureError> {
     let scrub = |e: &dyn std::fmt::Display| db::scrub(&e.to_string(), url);
@@ -133,13 +137,15 @@ pub fn read_statements(url: &str) -> Result<Vec<Captured>, CaptureError> {
         .start()
         .map_err(|e| CaptureError::Query(scrub(&e)))?;
     let database: String = tx
-        .query_one("SELECT current_database()", &[])
+        .query_one(&format!("SELECT current_database() {OWN}"), &[])
         .map_err(|e| CaptureError::Query(scrub(&e)))?
         .get(0);
     let schema: Option<String> = tx
         .query_opt(
-            "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace \
-             WHERE e.extname = 'pg_stat_statements'",
+            &format!(
+                "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace \
+                 WHERE e.extname = 'pg_stat_statements' {OWN}"
+            ),
             &[],
         )
         .map_err(|e| CaptureError::Query(scrub(&e)))?
@@ -148,7 +154,7 @@ pub fn read_statements(url: &str) -> Result<Vec<Captured>, CaptureError> {
         return Err(CaptureError::NotInstalled { database });
     };
     let sql = format!(
-        "SELECT s.query, s.calls FROM {}.pg_stat_statements s \
+        "SELECT s.query, s.calls {OWN} FROM {}.pg_stat_statements s \
          WHERE s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) \
          ORDER BY s.calls DESC, s.query",
         db::quote_ident(&schema)
@@ -310,11 +316,13 @@ fn text_and_name(query: &str) -> (String, String) {
         let table = scope
             .descendants()
             .find(|n| n.kind() == SyntaxKind::RELATION_NAME_REF)
-            // A CALL names a procedure, not a relation.
+            // What DDL defines (CREATE TABLE t), or the procedure a CALL
+            // names: not a relation either way.
             .or_else(|| {
-                scope
-                    .descendants()
-                    .find(|n| n.kind() == SyntaxKind::PATH_REF)
+                scope.descendants().find(|n| {
+                    n.kind() == SyntaxKind::PATH
+                        || (verb == "call" && n.kind() == SyntaxKind::PATH_REF)
+                })
             })
             .map(|p| {
                 let full = p.text().to_string();
@@ -364,8 +372,9 @@ pub fn write_set(header: &Header, rows: &[Captured]) -> CapturedSet {
     let mut body = String::new();
     let mut taken = BTreeSet::new();
     for row in rows {
-        // rollsafe's own reads of the view are not the app's.
-        if row.query.contains("pg_stat_statements") {
+        // rollsafe's own queries (the view, the extension lookup) and the
+        // extension's setup are not the app's.
+        if row.query.contains(OWN) || row.query.contains("pg_stat_statements") {
             out.skipped += 1;
             continue;
         }
@@ -407,7 +416,7 @@ pub fn write_set(header: &Header, rows: &[Captured]) -> CapturedSet {
     let _ = writeln!(out.text, "-- needs: {}", header.needs);
     let _ = writeln!(
         out.text,
-        "--\n-- Captured by `rollsafe capture` from {}: {} reads, {} writes, {} to review, {} left out (transaction/session control).",
+        "--\n-- Captured by `rollsafe capture` from {}: {} reads, {} writes, {} to review, {} left out (transaction/session control, rollsafe's own queries).",
         header.origin, out.reads, out.writes, out.to_review, out.skipped
     );
     out.text.push_str(

@@ -78,7 +78,7 @@ fn capture(args: CaptureArgs) -> ExitCode {
         None => print!("{}", set.text),
     }
     eprintln!(
-        "rollsafe capture: {} reads, {} writes, {} to review (-- review:), {} left out (transaction/session control){}",
+        "rollsafe capture: {} reads, {} writes, {} to review (-- review:), {} left out (transaction/session control, rollsafe's own queries){}",
         set.reads,
         set.writes,
         set.to_review,

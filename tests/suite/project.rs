@@ -8,12 +8,24 @@ use std::sync::Arc;
 
 use anyhow::{ensure, Context};
 use rollsafe::catalog::Catalog;
+use rollsafe::sandbox::BackendKind;
 use rollsafe::verify::{apps, replay};
 
 use crate::common::{repo_root, rollsafe_bin, TestEnv};
 
 pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
-    crate::trials!(
+    // A server of its own, started with pg_stat_statements preloaded: an
+    // existing server (the server backend) cannot be restarted with it, so
+    // there the test is reported as ignored, never as passed.
+    let on_server = env.sandbox.kind() == BackendKind::Server;
+    let preloaded = crate::trials!(
+        "project",
+        env,
+        [capture_writes_the_apps_statements_from_pg_stat_statements]
+    )
+    .into_iter()
+    .map(|t| t.with_ignored_flag(on_server));
+    let mut trials = crate::trials!(
         "project",
         env,
         [
@@ -22,10 +34,13 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             layout_and_apps_errors_are_one_line_and_exit_2,
             migrate_refuses_a_non_refinery_layout_in_one_line,
             capture_without_pg_stat_statements_says_how_to_enable_it,
+            a_server_backend_refuses_start_settings_it_cannot_apply,
             capture_classifies_what_the_database_recorded,
             bookshop_example_migrates_seeds_and_runs_its_apps_in_their_windows,
         ]
-    )
+    );
+    trials.extend(preloaded);
+    trials
 }
 
 /// Runs the binary in `dir` without the suite's backend variables (a test
@@ -423,6 +438,161 @@ fn capture_without_pg_stat_statements_says_how_to_enable_it(env: &TestEnv) -> an
         code == 2 && error_lines(&stderr).len() == 1 && !stderr.contains("Secr3tPw"),
         "exit {code}: {stderr}"
     );
+    Ok(())
+}
+
+/// An existing server cannot be restarted with `shared_preload_libraries`:
+/// the sandbox says so instead of handing out a server without it.
+fn a_server_backend_refuses_start_settings_it_cannot_apply(env: &TestEnv) -> anyhow::Result<()> {
+    let err = match rollsafe::sandbox::SandboxBuilder::default()
+        .backend(rollsafe::sandbox::BackendChoice::Server(
+            env.sandbox.admin_url().to_string(),
+        ))
+        .server_setting("shared_preload_libraries", "pg_stat_statements")
+        .start()
+    {
+        Ok(_) => anyhow::bail!("a server backend started with a setting it cannot apply"),
+        Err(e) => e.to_string(),
+    };
+    ensure!(
+        err.starts_with("an existing server (a --postgres URL) cannot be started with shared_preload_libraries=pg_stat_statements"),
+        "{err}"
+    );
+    if let Some(pw) = password_of(env.sandbox.admin_url()) {
+        ensure!(!err.contains(&pw), "{err}");
+    }
+    Ok(())
+}
+
+/// The whole path on a real server with pg_stat_statements loaded: an
+/// app's statements run (extended protocol with parameters, a simple-query
+/// constant, a transaction), `rollsafe capture` writes the set, and the set
+/// is one `--apps` reads, with kinds from the parse and every statement
+/// preparing on the schema it came from.
+fn capture_writes_the_apps_statements_from_pg_stat_statements(env: &TestEnv) -> anyhow::Result<()> {
+    let sandbox = env
+        .builder
+        .clone()
+        .server_setting("shared_preload_libraries", "pg_stat_statements")
+        .start()?;
+    let db = sandbox.fresh_database()?;
+    let mut c = db.connect()?;
+    c.batch_execute(
+        "CREATE EXTENSION pg_stat_statements;
+         CREATE TABLE books (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, title text NOT NULL, stock bigint NOT NULL DEFAULT 0);",
+    )?;
+    // What the app runs.
+    for i in 0..3_i64 {
+        c.execute(
+            "INSERT INTO books (title) VALUES ($1)",
+            &[&format!("book {i}")],
+        )?;
+        c.query("SELECT id, title FROM books WHERE id = $1", &[&i])?;
+        let mut tx = c.transaction()?;
+        tx.query(
+            "WITH sold AS (UPDATE books SET stock = stock - $1 WHERE id = $2 RETURNING id) SELECT count(*) FROM sold",
+            &[&1_i64, &i],
+        )?;
+        tx.commit()?;
+    }
+    c.batch_execute("SELECT count(*) FROM books WHERE title = 'book 1'")?;
+
+    let dir = tempfile::tempdir()?;
+    let capture = |out: &str| {
+        run_in(
+            dir.path(),
+            &[
+                "capture",
+                "--database-url",
+                db.url(),
+                "--app",
+                "shop",
+                "--needs",
+                "1",
+                "--out",
+                out,
+            ],
+        )
+    };
+    // A file that cannot be written is one line.
+    let (code, _, stderr) = capture("missing/shop.sql")?;
+    ensure!(
+        code == 2
+            && error_lines(&stderr).len() == 1
+            && stderr.contains("cannot write missing/shop.sql"),
+        "exit {code}: {stderr}"
+    );
+    std::fs::create_dir(dir.path().join("apps"))?;
+    let (code, stdout, stderr) = capture("apps/shop.sql")?;
+    ensure!(
+        code == 0 && stdout.is_empty(),
+        "exit {code}: {stdout}{stderr}"
+    );
+    if let Some(pw) = password_of(db.url()) {
+        ensure!(!stderr.contains(&pw), "the password was printed: {stderr}");
+    }
+    ensure!(stderr.contains("written to apps/shop.sql"), "{stderr}");
+    let text = std::fs::read_to_string(dir.path().join("apps/shop.sql"))?;
+
+    write(
+        dir.path(),
+        &[(
+            "migrations/V1__books.sql",
+            "CREATE TABLE books (id bigint);",
+        )],
+    )?;
+    let catalog = Catalog::from_dir(&dir.path().join("migrations"))?;
+    let apps = apps::load_dir(&dir.path().join("apps"), &catalog)?;
+    let app = &apps[0];
+    ensure!(app.name == "shop" && app.needs == 1, "{text}");
+    let kind = |name: &str| app.declared_kind(name);
+    ensure!(kind("insert_books") == Some(apps::Kind::Write), "{text}");
+    ensure!(kind("update_books") == Some(apps::Kind::Write), "{text}");
+    ensure!(kind("select_books") == Some(apps::Kind::Read), "{text}");
+    let insert = app.set.get("insert_books")?;
+    ensure!(
+        insert.sql.contains("$1"),
+        "normalised with parameters: {text}"
+    );
+    ensure!(
+        insert.meta_values("calls").next() == Some("3"),
+        "calls are recorded: {text}"
+    );
+    // The simple-query constant was normalised too.
+    ensure!(
+        app.set
+            .statements()
+            .iter()
+            .any(|s| s.sql.contains("title = $1") && s.sql.contains("count(*)")),
+        "{text}"
+    );
+    // The CREATE TABLE is kept for a person to judge; transaction control
+    // and capture's own reads are not there.
+    let reviewed: Vec<&str> = app
+        .set
+        .statements()
+        .iter()
+        .filter(|s| s.meta_values("review").next().is_some())
+        .map(|s| s.name.as_str())
+        .collect();
+    ensure!(reviewed == ["create_books"], "{text}");
+    ensure!(
+        !text.contains("pg_stat_statements s")
+            && !text.contains("pg_extension")
+            && !text.contains("current_database")
+            && !text.contains("\nBEGIN")
+            && !text.contains("COMMIT;"),
+        "{text}"
+    );
+    for st in app
+        .set
+        .statements()
+        .iter()
+        .filter(|s| app.declared_kind(&s.name).is_some())
+    {
+        c.prepare(&st.sql)
+            .with_context(|| format!("{} does not prepare: {}", st.name, st.sql))?;
+    }
     Ok(())
 }
 
