@@ -499,7 +499,7 @@ impl Catalog {
         for pair in found.windows(2) {
             if pair[0].0 == pair[1].0 {
                 return Err(CatalogError::DuplicateVersion {
-                    version: pair[0].1.clone(),
+                    version: pair[0].0.to_string(),
                     first: pair[0].3.clone(),
                     second: pair[1].3.clone(),
                 });
@@ -660,7 +660,7 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            matches!(err, CatalogError::DuplicateVersion { ref version, .. } if version == "V1"),
+            matches!(err, CatalogError::DuplicateVersion { ref version, .. } if version == "1"),
             "{err}"
         );
         let err = Catalog::from_files(
