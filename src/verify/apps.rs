@@ -117,14 +117,11 @@ impl AppVersion {
     /// An app version from a statement set whose `-- needs:`/`-- retired:`
     /// are refinery versions (`3` or `V3`), as the embedded sets' are.
     pub fn from_set(set: StatementSet) -> Result<AppVersion, AppError> {
-        AppVersion::from_set_with(
-            set,
-            &|text: &str| {
-                let t = text.trim();
-                t.strip_prefix('V').unwrap_or(t).parse().ok()
-            },
-            "",
-        )
+        let refinery = |text: &str| {
+            let t = text.trim();
+            t.strip_prefix('V').unwrap_or(t).parse().ok()
+        };
+        AppVersion::from_set_with(set, &refinery, &refinery, "")
     }
 
     /// An app version whose versions are read in `catalog`'s layout (a
@@ -142,12 +139,35 @@ impl AppVersion {
                 .last()
                 .map_or(String::new(), |m| m.label.clone()),
         );
-        AppVersion::from_set_with(set, &|text: &str| catalog.resolve_version(text), &hint)
+        // `needs` names a migration of the directory; `retired` may also be
+        // a version after the last one (an app whose end is planned), which
+        // the rehearsal never reaches.
+        let needs = |text: &str| {
+            catalog
+                .resolve_version(text)
+                .filter(|v| catalog.get(*v).is_some())
+        };
+        let retired = |text: &str| {
+            if catalog.layout == crate::catalog::Layout::Refinery {
+                return catalog.resolve_version(text);
+            }
+            // Other layouts number their migrations 1, 2, 3 …: a later
+            // version is the one after the last.
+            needs(text).or_else(|| {
+                let t = text.trim();
+                let n: u64 = t.strip_prefix('V').unwrap_or(t).parse().ok()?;
+                let last = catalog.migrations().last()?;
+                let last_label = last.label.trim_start_matches('V').parse::<u64>().ok()?;
+                (n > last_label).then_some(last.version.saturating_add(1))
+            })
+        };
+        AppVersion::from_set_with(set, &needs, &retired, &hint)
     }
 
     fn from_set_with(
         set: StatementSet,
-        resolve: &dyn Fn(&str) -> Option<i32>,
+        resolve_needs: &dyn Fn(&str) -> Option<i32>,
+        resolve_retired: &dyn Fn(&str) -> Option<i32>,
         hint: &str,
     ) -> Result<AppVersion, AppError> {
         let missing = || AppError::MissingHeader {
@@ -155,7 +175,7 @@ impl AppVersion {
         };
         let name = set.header("app").ok_or_else(missing)?.to_string();
         let needs_text = set.header("needs").ok_or_else(missing)?;
-        let needs = resolve(needs_text).ok_or_else(|| AppError::BadNeeds {
+        let needs = resolve_needs(needs_text).ok_or_else(|| AppError::BadNeeds {
             source_name: set.source.clone(),
             value: needs_text.to_string(),
             hint: hint.to_string(),
@@ -163,7 +183,7 @@ impl AppVersion {
         let retired = match set.header("retired") {
             None => None,
             Some(text) => {
-                let retired = resolve(text).ok_or_else(|| AppError::BadRetired {
+                let retired = resolve_retired(text).ok_or_else(|| AppError::BadRetired {
                     source_name: set.source.clone(),
                     value: text.to_string(),
                     hint: hint.to_string(),
@@ -603,5 +623,47 @@ mod tests {
 
         let err = load_dir(Path::new("/nonexistent/apps"), &catalog).unwrap_err();
         assert!(matches!(err, AppError::MissingDir(_)), "{err}");
+    }
+
+    #[test]
+    fn needs_names_a_migration_and_retired_may_lie_beyond_the_last() {
+        let (_m, catalog) = sqlx_catalog();
+        let set = |header: &str| {
+            StatementSet::parse("x.sql", &format!("{header}-- name: s\nSELECT 1")).unwrap()
+        };
+        let app = AppVersion::from_set_in(
+            set("-- app: a\n-- needs: 20240201120000\n-- retired: 20250101000000\n"),
+            &catalog,
+        )
+        .unwrap();
+        assert_eq!((app.needs, app.retired), (2, Some(4)));
+        assert!(
+            app.live_during(3),
+            "a planned retirement never cuts the rehearsal short"
+        );
+        let err = AppVersion::from_set_in(
+            set("-- app: a\n-- needs: 20240201120000\n-- retired: 20240215000000\n"),
+            &catalog,
+        )
+        .unwrap_err();
+        assert!(matches!(err, AppError::BadRetired { .. }), "{err}");
+
+        let dir = tempfile::tempdir().unwrap();
+        write(
+            dir.path(),
+            &[("V1__a.sql", "SELECT 1"), ("V2__b.sql", "SELECT 2")],
+        );
+        let refinery = Catalog::from_dir(dir.path()).unwrap();
+        let err = AppVersion::from_set_in(set("-- app: a\n-- needs: 7\n"), &refinery).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("`-- needs: 7` is not a schema version number of")
+                && err.to_string().contains("from V1 to V2"),
+            "{err}"
+        );
+        let app =
+            AppVersion::from_set_in(set("-- app: a\n-- needs: V1\n-- retired: 9\n"), &refinery)
+                .unwrap();
+        assert_eq!((app.needs, app.retired), (1, Some(9)));
     }
 }
