@@ -93,7 +93,7 @@ fn capture(args: CaptureArgs) -> ExitCode {
 /// Where throwaway Postgres comes from.
 #[derive(Args, Clone)]
 struct SandboxArgs {
-    /// auto (docker if it works, else local binaries), docker, local, or a postgres:// URL of a server to create throwaway databases on [default: rollsafe.toml's `postgres`, else auto].
+    /// auto (docker if it works, else local binaries), docker, local, or a postgres:// URL of a server to create throwaway databases on [default: auto; for verify, rollsafe.toml's `postgres` when set].
     #[arg(long = "postgres", env = ENV_BACKEND, hide_env_values = true)]
     postgres: Option<String>,
     /// Container image for the docker backend [default: $ROLLSAFE_POSTGRES_IMAGE, else postgres:<major> with --postgres-version, else postgres:15].
