@@ -231,6 +231,11 @@ fn merge_project_config(mut args: VerifyArgs) -> anyhow::Result<VerifyArgs> {
 fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let args = merge_project_config(args)?;
     let targets = args.report.targets()?;
+    if let (None, Some(layout)) = (&args.migrations, args.layout) {
+        if layout != Layout::Refinery {
+            anyhow::bail!("--layout {layout} names the layout of --migrations DIR, and none was given (the embedded migrations are refinery's); pass --migrations, or drop --layout");
+        }
+    }
     let catalog = Catalog::load_in(args.migrations.as_deref(), args.layout)?;
     let since = match &args.since {
         Some(text) => Some(since_version(&catalog, text)?),

@@ -266,6 +266,15 @@ fn layout_and_apps_errors_are_one_line_and_exit_2(_: &TestEnv) -> anyhow::Result
         "exit {code}: {stderr}"
     );
 
+    let (code, _, stderr) = run_in(dir.path(), &["verify", "--static-only", "--layout", "sqlx"])?;
+    ensure!(
+        code == 2
+            && error_lines(&stderr).len() == 1
+            && stderr
+                .contains("--layout sqlx names the layout of --migrations DIR, and none was given"),
+        "exit {code}: {stderr}"
+    );
+
     let (code, _, stderr) = run_in(
         dir.path(),
         &[
