@@ -1,11 +1,26 @@
 //! The migration set: loading, naming, checksums and directives.
 //!
-//! A catalog is the ordered list of `V{n}__{name}.sql` files (refinery
-//! naming), either embedded in the binary at build time or read from a
-//! directory (`--migrations DIR`, a proposed change). Every consumer —
+//! A catalog is the ordered list of migration files, either embedded in the
+//! binary at build time or read from a directory (`--migrations DIR`, a
+//! proposed change, or another project's migrations). Every consumer —
 //! `migrate`, `verify`, `check` — starts from a [`Catalog`], so a bad file is
 //! refused with the same message everywhere, before anything touches a
 //! database.
+//!
+//! Three file-name layouts are read ([`Layout`]): refinery/Flyway
+//! `V{n}__{name}.sql` (the embedded set), sqlx `{version}_{name}.sql` and
+//! golang-migrate `{version}_{name}.up.sql` (its `.down.sql` files are
+//! ignored: rollsafe never migrates down). The layout is detected from the
+//! file names or given (`--layout`); a directory mixing layouts is refused,
+//! since its order would be a guess.
+//!
+//! Versions of sqlx and golang-migrate files are often timestamps
+//! (`20240101120000`), larger than refinery's `i32` versions. Every
+//! migration therefore has two numbers' worth of identity:
+//! [`Migration::version`] orders and keys it inside rollsafe (refinery: the
+//! file's version; other layouts: its ordinal, 1, 2, 3 … in version order)
+//! and [`Migration::label`] is what the user wrote (`V3`, `20240101120000`),
+//! the only one messages should show.
 //!
 //! Checksums are refinery's (SipHash-1-3 over name, version and SQL), so a
 //! history table written by rollsafe can be compared with the files, and an
@@ -35,11 +50,68 @@ pub enum Directive {
 /// refused with its file and line (a typo must never be silently ignored).
 pub const DIRECTIVES: &[&str] = &["backfill"];
 
+/// How a project names its migration files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Layout {
+    /// refinery / Flyway: `V{version}__{name}.sql`.
+    Refinery,
+    /// sqlx: `{version}_{name}.sql` (reversible `.up.sql`/`.down.sql` pairs
+    /// are read like golang-migrate's).
+    Sqlx,
+    /// golang-migrate: `{version}_{name}.up.sql`, `.down.sql` ignored.
+    GolangMigrate,
+}
+
+impl Layout {
+    pub const ALL: [Layout; 3] = [Layout::Refinery, Layout::Sqlx, Layout::GolangMigrate];
+
+    /// The name `--layout` and `rollsafe.toml` use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Layout::Refinery => "refinery",
+            Layout::Sqlx => "sqlx",
+            Layout::GolangMigrate => "golang-migrate",
+        }
+    }
+
+    /// The file-name pattern, for messages.
+    pub fn pattern(self) -> &'static str {
+        match self {
+            Layout::Refinery => "V<version>__<name>.sql",
+            Layout::Sqlx => "<version>_<name>.sql",
+            Layout::GolangMigrate => "<version>_<name>.up.sql",
+        }
+    }
+}
+
+impl fmt::Display for Layout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Layout {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Layout, String> {
+        Layout::ALL
+            .into_iter()
+            .find(|l| l.as_str() == s.trim())
+            .ok_or_else(|| format!("unknown layout `{s}`; use refinery, sqlx or golang-migrate"))
+    }
+}
+
 /// One migration file.
 #[derive(Debug, Clone)]
 pub struct Migration {
+    /// rollsafe's key and order: the file's version for refinery files, the
+    /// ordinal (1, 2, 3 … in version order) for the other layouts, whose
+    /// versions may be timestamps too large for refinery's `i32`.
     pub version: i32,
-    /// The part after `__`, e.g. `attached_functions_is_ready`.
+    /// The version as the user wrote it, for every message: `V3` (refinery),
+    /// `20240101120000` (sqlx, golang-migrate).
+    pub label: String,
+    /// The name part, e.g. `attached_functions_is_ready`.
     pub name: String,
     /// The file name, e.g. `V3__attached_functions_is_ready.sql`.
     pub file: String,
@@ -50,9 +122,11 @@ pub struct Migration {
 }
 
 impl Migration {
-    /// `V3__attached_functions_is_ready`, refinery's name for it.
+    /// `V3__attached_functions_is_ready`, refinery's name for it (for other
+    /// layouts: the ordinal, and the name with anything refinery refuses
+    /// replaced by `_`).
     pub fn refinery_name(&self) -> String {
-        format!("V{}__{}", self.version, self.name)
+        refinery_name(self.version, &self.name)
     }
 
     /// The refinery migration for this file.
@@ -70,7 +144,7 @@ impl Migration {
 
 impl fmt::Display for Migration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "V{} ({})", self.version, self.file)
+        write!(f, "{} ({})", self.label, self.file)
     }
 }
 
@@ -92,17 +166,25 @@ impl fmt::Display for Source {
 
 #[derive(Debug, Error)]
 pub enum CatalogError {
-    #[error("migrations directory {0} does not exist or is not a directory; pass --migrations with the directory holding the V<n>__<name>.sql files")]
+    #[error("migrations directory {0} does not exist or is not a directory; pass --migrations with the directory holding the migration files")]
     MissingDir(PathBuf),
     #[error("cannot read {path}: {detail}")]
     Io { path: PathBuf, detail: String },
-    #[error("{file}: not a migration file name; expected V<version>__<name>.sql (e.g. V4__add_index.sql: whole version, two underscores, letters/digits/underscores)")]
+    #[error("{file}: not a migration file name; expected V<version>__<name>.sql (e.g. V4__add_index.sql: whole version, two underscores, letters/digits/underscores), <version>_<name>.sql (sqlx) or <version>_<name>.up.sql (golang-migrate)")]
     BadName { file: String },
+    #[error("{file}: not a {layout} migration file name; expected {pattern} (or drop --layout / `layout` to detect it)")]
+    NotInLayout {
+        file: String,
+        layout: Layout,
+        pattern: &'static str,
+    },
+    #[error("{dir} mixes migration layouts ({found}); keep one layout per directory, rename the odd files or move them out")]
+    MixedLayouts { dir: String, found: String },
     #[error("{file}: is not valid UTF-8 (byte {offset}); save the file as UTF-8")]
     NotUtf8 { file: String, offset: usize },
     #[error("version {version} is used twice ({first} and {second}); give each migration its own version")]
     DuplicateVersion {
-        version: i32,
+        version: String,
         first: String,
         second: String,
     },
@@ -119,7 +201,7 @@ pub enum CatalogError {
         key: String,
         known: String,
     },
-    #[error("{source_name} holds no migration files (V<n>__<name>.sql)")]
+    #[error("{source_name} holds no migration files (V<n>__<name>.sql, <version>_<name>.sql or <version>_<name>.up.sql)")]
     Empty { source_name: String },
 }
 
@@ -127,7 +209,22 @@ pub enum CatalogError {
 #[derive(Debug, Clone)]
 pub struct Catalog {
     pub source: Source,
+    pub layout: Layout,
     migrations: Vec<Migration>,
+}
+
+fn refinery_name(version: i32, name: &str) -> String {
+    let name: String = name
+        .chars()
+        .map(|c| {
+            if c.is_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("V{version}__{name}")
 }
 
 /// Parses `V3__name.sql` into (3, "name"); None for anything else.
@@ -142,6 +239,118 @@ fn parse_file_name(file: &str) -> Option<(i32, String)> {
         return None;
     }
     Some((version.parse().ok()?, name.to_string()))
+}
+
+/// What one file name is, in the layouts rollsafe reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum FileKind {
+    /// `V3__name.sql`.
+    Refinery { version: i32, name: String },
+    /// `20240101120000_name.sql`.
+    Plain { version: u64, name: String },
+    /// `20240101120000_name.up.sql` / `.down.sql`.
+    UpDown {
+        version: u64,
+        name: String,
+        up: bool,
+    },
+}
+
+impl FileKind {
+    /// The layouts this file belongs to (an up/down pair is sqlx's
+    /// reversible form as well as golang-migrate's).
+    fn fits(&self, layout: Layout) -> bool {
+        matches!(
+            (self, layout),
+            (FileKind::Refinery { .. }, Layout::Refinery)
+                | (FileKind::Plain { .. }, Layout::Sqlx)
+                | (
+                    FileKind::UpDown { .. },
+                    Layout::Sqlx | Layout::GolangMigrate
+                )
+        )
+    }
+
+    /// The layout detection settles on for a directory of files like this.
+    fn detected(&self) -> Layout {
+        match self {
+            FileKind::Refinery { .. } => Layout::Refinery,
+            FileKind::Plain { .. } => Layout::Sqlx,
+            FileKind::UpDown { .. } => Layout::GolangMigrate,
+        }
+    }
+}
+
+/// `{version}_{name}`: digits, one `_`, then letters, digits, `_` or `-`.
+fn version_and_name(stem: &str) -> Option<(u64, String)> {
+    let (version, name) = stem.split_once('_')?;
+    if version.is_empty() || !version.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_alphanumeric() || c == '_' || c == '-')
+    {
+        return None;
+    }
+    Some((version.parse().ok()?, name.to_string()))
+}
+
+fn classify_file(file: &str) -> Option<FileKind> {
+    if let Some((version, name)) = parse_file_name(file) {
+        return Some(FileKind::Refinery { version, name });
+    }
+    let stem = file.strip_suffix(".sql")?;
+    for (suffix, up) in [(".up", true), (".down", false)] {
+        if let Some(stem) = stem.strip_suffix(suffix) {
+            let (version, name) = version_and_name(stem)?;
+            return Some(FileKind::UpDown { version, name, up });
+        }
+    }
+    let (version, name) = version_and_name(stem)?;
+    Some(FileKind::Plain { version, name })
+}
+
+/// The directory's layout: the one given, or the one every file fits.
+fn settle_layout(
+    source: &Source,
+    given: Option<Layout>,
+    kinds: &[(String, FileKind)],
+) -> Result<Layout, CatalogError> {
+    if let Some(layout) = given {
+        if let Some((file, _)) = kinds.iter().find(|(_, k)| !k.fits(layout)) {
+            return Err(CatalogError::NotInLayout {
+                file: file.clone(),
+                layout,
+                pattern: layout.pattern(),
+            });
+        }
+        return Ok(layout);
+    }
+    // One example file per layout found, in a stable order, for the message.
+    let mut found: Vec<(Layout, &str)> = Vec::new();
+    for (file, kind) in kinds {
+        let layout = kind.detected();
+        match found.iter_mut().find(|(l, _)| *l == layout) {
+            Some((_, first)) if file.as_str() < *first => *first = file,
+            Some(_) => {}
+            None => found.push((layout, file)),
+        }
+    }
+    found.sort_by_key(|(l, _)| Layout::ALL.iter().position(|x| x == l));
+    match found.as_slice() {
+        [] => Ok(Layout::Refinery),
+        [(layout, _)] => Ok(*layout),
+        _ => Err(CatalogError::MixedLayouts {
+            dir: source.to_string(),
+            found: found
+                .iter()
+                .map(|(l, f)| format!("{f} is {l}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
+    }
 }
 
 fn parse_directives(file: &str, sql: &str) -> Result<Vec<Directive>, CatalogError> {
@@ -197,8 +406,14 @@ impl Catalog {
         )
     }
 
-    /// The `.sql` files of a directory (other files are ignored).
+    /// The `.sql` files of a directory (other files are ignored), layout
+    /// detected from their names.
     pub fn from_dir(dir: &Path) -> Result<Catalog, CatalogError> {
+        Catalog::from_dir_in(dir, None)
+    }
+
+    /// The `.sql` files of a directory in `layout` (None: detected).
+    pub fn from_dir_in(dir: &Path, layout: Option<Layout>) -> Result<Catalog, CatalogError> {
         if !dir.is_dir() {
             return Err(CatalogError::MissingDir(dir.to_path_buf()));
         }
@@ -215,13 +430,19 @@ impl Catalog {
                 files.push((name, bytes));
             }
         }
-        Catalog::from_files(Source::Dir(dir.to_path_buf()), files.into_iter())
+        Catalog::from_files_in(Source::Dir(dir.to_path_buf()), layout, files.into_iter())
     }
 
     /// `--migrations DIR` when given, else the embedded set.
     pub fn load(dir: Option<&Path>) -> Result<Catalog, CatalogError> {
+        Catalog::load_in(dir, None)
+    }
+
+    /// [`Catalog::load`] with a layout (`--layout`; None: detected). The
+    /// embedded set is refinery's, whatever is asked.
+    pub fn load_in(dir: Option<&Path>, layout: Option<Layout>) -> Result<Catalog, CatalogError> {
         match dir {
-            Some(d) => Catalog::from_dir(d),
+            Some(d) => Catalog::from_dir_in(d, layout),
             None => Catalog::embedded(),
         }
     }
@@ -230,20 +451,79 @@ impl Catalog {
         source: Source,
         files: impl Iterator<Item = (String, Vec<u8>)>,
     ) -> Result<Catalog, CatalogError> {
-        let mut migrations: Vec<Migration> = Vec::new();
+        Catalog::from_files_in(source, None, files)
+    }
+
+    fn from_files_in(
+        source: Source,
+        layout: Option<Layout>,
+        files: impl Iterator<Item = (String, Vec<u8>)>,
+    ) -> Result<Catalog, CatalogError> {
+        let mut kinds = Vec::new();
+        let mut contents = Vec::new();
+        // By name, so that the file a message names does not depend on the
+        // order the directory lists them in.
+        let mut files: Vec<(String, Vec<u8>)> = files.collect();
+        files.sort_by(|a, b| a.0.cmp(&b.0));
         for (file, bytes) in files {
-            let (version, name) = parse_file_name(&file)
-                .ok_or_else(|| CatalogError::BadName { file: file.clone() })?;
+            let kind = classify_file(&file).ok_or_else(|| match layout {
+                Some(layout) => CatalogError::NotInLayout {
+                    file: file.clone(),
+                    layout,
+                    pattern: layout.pattern(),
+                },
+                None => CatalogError::BadName { file: file.clone() },
+            })?;
+            kinds.push((file, kind));
+            contents.push(bytes);
+        }
+        let layout = settle_layout(&source, layout, &kinds)?;
+
+        // (sort key, label, name, file, bytes); down files are never read.
+        let mut found: Vec<(u64, String, String, String, Vec<u8>)> = Vec::new();
+        for ((file, kind), bytes) in kinds.into_iter().zip(contents) {
+            match kind {
+                FileKind::Refinery { version, name } => {
+                    found.push((version as u64, format!("V{version}"), name, file, bytes))
+                }
+                FileKind::Plain { version, name }
+                | FileKind::UpDown {
+                    version,
+                    name,
+                    up: true,
+                } => found.push((version, version.to_string(), name, file, bytes)),
+                FileKind::UpDown { up: false, .. } => {}
+            }
+        }
+        found.sort_by(|a, b| a.0.cmp(&b.0).then(a.3.cmp(&b.3)));
+        for pair in found.windows(2) {
+            if pair[0].0 == pair[1].0 {
+                return Err(CatalogError::DuplicateVersion {
+                    version: pair[0].0.to_string(),
+                    first: pair[0].3.clone(),
+                    second: pair[1].3.clone(),
+                });
+            }
+        }
+
+        let mut migrations: Vec<Migration> = Vec::new();
+        for (ordinal, (sort_key, label, name, file, bytes)) in found.into_iter().enumerate() {
+            let version = match layout {
+                Layout::Refinery => sort_key as i32,
+                // More than i32::MAX files is not a directory anyone has.
+                _ => i32::try_from(ordinal + 1).unwrap_or(i32::MAX),
+            };
             let sql = String::from_utf8(bytes).map_err(|e| CatalogError::NotUtf8 {
                 file: file.clone(),
                 offset: e.utf8_error().valid_up_to(),
             })?;
             let directives = parse_directives(&file, &sql)?;
-            let checksum = refinery::Migration::unapplied(&format!("V{version}__{name}"), &sql)
+            let checksum = refinery::Migration::unapplied(&refinery_name(version, &name), &sql)
                 .map_err(|_| CatalogError::BadName { file: file.clone() })?
                 .checksum();
             migrations.push(Migration {
                 version,
+                label,
                 name,
                 file,
                 sql,
@@ -251,22 +531,46 @@ impl Catalog {
                 directives,
             });
         }
-        migrations.sort_by(|a, b| a.version.cmp(&b.version).then(a.file.cmp(&b.file)));
-        for pair in migrations.windows(2) {
-            if pair[0].version == pair[1].version {
-                return Err(CatalogError::DuplicateVersion {
-                    version: pair[0].version,
-                    first: pair[0].file.clone(),
-                    second: pair[1].file.clone(),
-                });
-            }
-        }
         if migrations.is_empty() {
             return Err(CatalogError::Empty {
                 source_name: source.to_string(),
             });
         }
-        Ok(Catalog { source, migrations })
+        Ok(Catalog {
+            source,
+            layout,
+            migrations,
+        })
+    }
+
+    /// rollsafe's version for a version as the user writes it (`3`, `V3`,
+    /// `20240101120000`), e.g. in an app's `-- needs:` or `--since`: for
+    /// refinery the number itself, for the other layouts the ordinal of the
+    /// migration with that version. None when it names no migration of a
+    /// non-refinery layout, or is not a version at all.
+    pub fn resolve_version(&self, text: &str) -> Option<i32> {
+        let text = text.trim();
+        let digits = text.strip_prefix('V').unwrap_or(text);
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        match self.layout {
+            Layout::Refinery => digits.parse().ok(),
+            _ => {
+                let wanted: u64 = digits.parse().ok()?;
+                self.migrations
+                    .iter()
+                    .find(|m| m.label.parse::<u64>().ok() == Some(wanted))
+                    .map(|m| m.version)
+            }
+        }
+    }
+
+    /// The label of rollsafe's version `v` (`V3` for refinery; the file's
+    /// version for the others), for messages; `V{v}` when no migration has it.
+    pub fn label_of(&self, v: i32) -> String {
+        self.get(v)
+            .map_or_else(|| format!("V{v}"), |m| m.label.clone())
     }
 
     /// All migrations, by ascending version.
@@ -356,7 +660,7 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            matches!(err, CatalogError::DuplicateVersion { version: 1, .. }),
+            matches!(err, CatalogError::DuplicateVersion { ref version, .. } if version == "1"),
             "{err}"
         );
         let err = Catalog::from_files(
@@ -399,5 +703,152 @@ mod tests {
         std::fs::write(dir.path().join("README.md"), "not a migration").unwrap();
         let err = Catalog::from_dir(dir.path()).unwrap_err();
         assert!(matches!(err, CatalogError::Empty { .. }), "{err}");
+    }
+
+    fn summary(c: &Catalog) -> Vec<(i32, String, String)> {
+        c.migrations()
+            .iter()
+            .map(|m| (m.version, m.label.clone(), m.file.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn refinery_layout_is_detected_and_keeps_its_versions() {
+        let c = Catalog::from_files(
+            Source::Embedded,
+            files(&[("V2__b.sql", "select 2"), ("V10__c.sql", "select 3")]),
+        )
+        .unwrap();
+        assert_eq!(c.layout, Layout::Refinery);
+        assert_eq!(
+            summary(&c),
+            [
+                (2, "V2".into(), "V2__b.sql".into()),
+                (10, "V10".into(), "V10__c.sql".into())
+            ]
+        );
+        assert_eq!(c.resolve_version("V10"), Some(10));
+        assert_eq!(c.resolve_version("2"), Some(2));
+        assert_eq!(c.get(2).unwrap().to_string(), "V2 (V2__b.sql)");
+    }
+
+    #[test]
+    fn sqlx_layout_orders_timestamps_as_ordinals_and_keeps_their_labels() {
+        let c = Catalog::from_files(
+            Source::Embedded,
+            files(&[
+                ("20240301090000_add-books_index.sql", "select 2"),
+                ("20240101120000_create_books.sql", "select 1"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.layout, Layout::Sqlx);
+        assert_eq!(
+            summary(&c),
+            [
+                (
+                    1,
+                    "20240101120000".into(),
+                    "20240101120000_create_books.sql".into()
+                ),
+                (
+                    2,
+                    "20240301090000".into(),
+                    "20240301090000_add-books_index.sql".into()
+                )
+            ]
+        );
+        assert_eq!(c.resolve_version("20240301090000"), Some(2));
+        assert_eq!(
+            c.resolve_version("2"),
+            None,
+            "an ordinal is not a sqlx version"
+        );
+        assert_eq!(c.label_of(1), "20240101120000");
+        let m = c.get(2).unwrap();
+        assert_eq!(m.refinery_name(), "V2__add_books_index");
+        assert_eq!(m.checksum, m.to_refinery().checksum());
+    }
+
+    #[test]
+    fn golang_migrate_layout_reads_up_files_and_ignores_down_files() {
+        let c = Catalog::from_files(
+            Source::Embedded,
+            files(&[
+                ("000001_create_books.up.sql", "create table b (id int)"),
+                ("000001_create_books.down.sql", "drop table b"),
+                ("000002_add_title.up.sql", "alter table b add t text"),
+                ("000002_add_title.down.sql", "alter table b drop t"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.layout, Layout::GolangMigrate);
+        assert_eq!(
+            summary(&c),
+            [
+                (1, "1".into(), "000001_create_books.up.sql".into()),
+                (2, "2".into(), "000002_add_title.up.sql".into())
+            ]
+        );
+        assert_eq!(c.get(2).unwrap().sql, "alter table b add t text");
+        assert_eq!(c.resolve_version("000002"), Some(2));
+    }
+
+    #[test]
+    fn a_directory_mixing_layouts_is_refused_with_the_file_names() {
+        let err = Catalog::from_files(
+            Source::Dir(PathBuf::from("theirs/migrations")),
+            files(&[
+                ("V1__a.sql", "select 1"),
+                ("2_b.sql", "select 2"),
+                ("3_c.up.sql", "select 3"),
+            ]),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "theirs/migrations mixes migration layouts (V1__a.sql is refinery, 2_b.sql is sqlx, 3_c.up.sql is golang-migrate); keep one layout per directory, rename the odd files or move them out"
+        );
+    }
+
+    #[test]
+    fn a_given_layout_refuses_files_of_another() {
+        let err = Catalog::from_files_in(
+            Source::Embedded,
+            Some(Layout::Refinery),
+            files(&[("V1__a.sql", "select 1"), ("2_b.sql", "select 2")]),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().starts_with(
+                "2_b.sql: not a refinery migration file name; expected V<version>__<name>.sql"
+            ),
+            "{err}"
+        );
+        // Up/down pairs are sqlx's reversible form too.
+        let c = Catalog::from_files_in(
+            Source::Embedded,
+            Some(Layout::Sqlx),
+            files(&[("1_a.up.sql", "select 1"), ("1_a.down.sql", "select 0")]),
+        )
+        .unwrap();
+        assert_eq!((c.layout, c.migrations().len()), (Layout::Sqlx, 1));
+        assert_eq!(
+            "golang-migrate".parse::<Layout>(),
+            Ok(Layout::GolangMigrate)
+        );
+        assert!("flyway"
+            .parse::<Layout>()
+            .unwrap_err()
+            .contains("refinery, sqlx or golang-migrate"));
+        let err = Catalog::from_files(
+            Source::Embedded,
+            files(&[("1_a.sql", "select 1"), ("01_b.sql", "select 2")]),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, CatalogError::DuplicateVersion { ref version, .. } if version == "1"),
+            "{err}"
+        );
     }
 }

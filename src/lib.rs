@@ -4,6 +4,8 @@
 //! and maps errors to exit codes. The library never prints or exits.
 //!
 //! - [`catalog`]: the migration files, embedded or from a directory.
+//! - [`config`]: `rollsafe.toml`, a project's settings.
+//! - [`capture`]: statement sets from a running app's `pg_stat_statements`.
 //! - [`sandbox`]: throwaway PostgreSQL (docker, local binaries, existing server).
 //! - [`db`]: connecting, URL redaction.
 //! - [`dao`]: the attached-functions DAO and its named statement sets.
@@ -14,8 +16,10 @@
 //! - [`check`]: read-only audit of a real database.
 //! - [`sql`]: splitting SQL files into statements.
 
+pub mod capture;
 pub mod catalog;
 pub mod check;
+pub mod config;
 pub mod dao;
 pub mod db;
 pub mod lock_policy;

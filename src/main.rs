@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use rollsafe::catalog::Catalog;
+use rollsafe::catalog::{Catalog, Layout};
+use rollsafe::config::ProjectConfig;
 use rollsafe::db;
 use rollsafe::lock_policy::LockPolicy;
 use rollsafe::report::output::{self, Destination, OutputSpec, Target};
@@ -42,14 +43,59 @@ enum Command {
     Status(StatusArgs),
     /// Read-only audit of a real database: history vs files, schema as expected, backfill and readiness invariants, invalid indexes, NOT VALID constraints.
     Check(CheckArgs),
+    /// Write an app's statement set from the database's pg_stat_statements (read-only), for `verify --apps`.
+    Capture(CaptureArgs),
+}
+
+#[derive(Args)]
+struct CaptureArgs {
+    /// postgres://USER:PASSWORD@HOST:PORT/DB of the database the app runs against (read-only; needs pg_stat_statements).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: String,
+    /// The app version's name, written as `-- app:` (e.g. shop_v7).
+    #[arg(long, value_name = "NAME")]
+    app: String,
+    /// The first migration version this app version needs, written as `-- needs:` (e.g. 3, V3, 20240101120000).
+    #[arg(long, value_name = "V")]
+    needs: String,
+    /// Write the statement set to FILE (e.g. apps/shop_v7.sql) instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+}
+
+fn capture(args: CaptureArgs) -> ExitCode {
+    let url = &args.database_url;
+    let set = match rollsafe::capture::capture(url, &args.app, &args.needs) {
+        Ok(set) => set,
+        Err(e) => return fail(2, &db::scrub(&e.to_string(), url)),
+    };
+    match &args.out {
+        Some(path) => {
+            if let Err(e) = std::fs::write(path, &set.text) {
+                return fail(2, &format!("cannot write {}: {e}", path.display()));
+            }
+        }
+        None => print!("{}", set.text),
+    }
+    eprintln!(
+        "rollsafe capture: {} reads, {} writes, {} to review (-- review:), {} left out (transaction/session control, rollsafe's own queries){}",
+        set.reads,
+        set.writes,
+        set.to_review,
+        set.skipped,
+        args.out
+            .as_ref()
+            .map_or(String::new(), |p| format!("; written to {}", p.display()))
+    );
+    ExitCode::SUCCESS
 }
 
 /// Where throwaway Postgres comes from.
 #[derive(Args, Clone)]
 struct SandboxArgs {
-    /// auto (docker if it works, else local binaries), docker, local, or a postgres:// URL of a server to create throwaway databases on.
-    #[arg(long = "postgres", env = ENV_BACKEND, default_value = "auto", hide_env_values = true)]
-    postgres: String,
+    /// auto (docker if it works, else local binaries), docker, local, or a postgres:// URL of a server to create throwaway databases on [default: auto; for verify, rollsafe.toml's `postgres` when set].
+    #[arg(long = "postgres", env = ENV_BACKEND, hide_env_values = true)]
+    postgres: Option<String>,
     /// Container image for the docker backend [default: $ROLLSAFE_POSTGRES_IMAGE, else postgres:<major> with --postgres-version, else postgres:15].
     #[arg(long)]
     image: Option<String>,
@@ -57,7 +103,7 @@ struct SandboxArgs {
 
 impl SandboxArgs {
     fn builder(&self) -> anyhow::Result<SandboxBuilder> {
-        let choice: BackendChoice = self.postgres.parse()?;
+        let choice: BackendChoice = self.postgres.as_deref().unwrap_or("auto").parse()?;
         let builder = SandboxBuilder::from_env()?.backend(choice);
         Ok(match &self.image {
             Some(image) => builder.image(image),
@@ -70,21 +116,30 @@ impl SandboxArgs {
 struct VerifyArgs {
     #[command(flatten)]
     sandbox: SandboxArgs,
-    /// Directory of V<n>__<name>.sql files to rehearse instead of the embedded migrations (e.g. a proposed change).
+    /// Project settings file [default: ./rollsafe.toml when there is one]; flags override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Directory of migration files to rehearse instead of the embedded migrations (a proposed change, another project).
     #[arg(long, value_name = "DIR")]
     migrations: Option<PathBuf>,
+    /// File naming of --migrations: refinery (V<n>__<name>.sql), sqlx (<version>_<name>.sql) or golang-migrate (<version>_<name>.up.sql) [default: detected].
+    #[arg(long, value_name = "LAYOUT")]
+    layout: Option<Layout>,
+    /// Directory of the apps' statement sets (*.sql with -- app:, -- needs:, optional -- retired:; <app>.seed.sql seeds) instead of the embedded apps.
+    #[arg(long, value_name = "DIR")]
+    apps: Option<PathBuf>,
     /// Rehearse on each of these PostgreSQL majors (e.g. 13,15,17,18), each on its own server, and merge the findings ("on PostgreSQL 13 only").
     #[arg(long, value_name = "V[,V…]", value_delimiter = ',')]
     postgres_version: Vec<u32>,
     /// Rehearse only the migrations after version V; those up to V are applied once, unchecked (a pull request's cost follows its change).
     #[arg(long, value_name = "V")]
-    since: Option<i32>,
+    since: Option<String>,
     /// Rehearse exactly the migrations pending on this database, on its own schema (pg_dump --schema-only), table sizes and PostgreSQL major. Read-only: a role with pg_read_all_data suffices.
     #[arg(long, value_name = "URL", conflicts_with_all = ["since", "static_only"])]
     from_target: Option<String>,
-    /// Rows seeded per rehearsal (written like the live app versions write them).
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_ROWS)]
-    rows: u64,
+    /// Rows seeded per rehearsal (written like the live app versions write them) [default: 10000].
+    #[arg(long, value_name = "N")]
+    rows: Option<u64>,
     #[command(flatten)]
     report: ReportArgs,
     #[command(flatten)]
@@ -140,11 +195,61 @@ fn could_not_run(e: anyhow::Error) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// `--since`'s version (or `since` of rollsafe.toml) as rollsafe's version
+/// in `catalog`'s layout.
+fn since_version(catalog: &Catalog, text: &str) -> anyhow::Result<i32> {
+    catalog.resolve_version(text).ok_or_else(|| {
+        anyhow::anyhow!(
+            "--since {text} is not a migration version (the files have {}); pass one of those",
+            catalog
+                .migrations()
+                .iter()
+                .map(|m| m.label.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })
+}
+
+/// The flags with `rollsafe.toml` filled in under them: a flag (or the
+/// environment, for the backend) always wins over the file.
+fn merge_project_config(mut args: VerifyArgs) -> anyhow::Result<VerifyArgs> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let Some((_, config)) = ProjectConfig::discover(args.config.as_deref(), &cwd)? else {
+        return Ok(args);
+    };
+    args.migrations = args.migrations.or(config.migrations);
+    args.apps = args.apps.or(config.apps);
+    args.layout = args.layout.or(config.layout);
+    args.rows = args.rows.or(config.rows);
+    args.since = args.since.or(config.since.map(|v| v.to_string()));
+    args.sandbox.postgres = args.sandbox.postgres.or(config.postgres);
+    let env_image = std::env::var(rollsafe::sandbox::ENV_IMAGE).is_ok_and(|v| !v.trim().is_empty());
+    if !env_image {
+        args.sandbox.image = args.sandbox.image.or(config.image);
+    }
+    Ok(args)
+}
+
 fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
+    let args = merge_project_config(args)?;
     let targets = args.report.targets()?;
-    let catalog = Catalog::load(args.migrations.as_deref())?;
+    if let (None, Some(layout)) = (&args.migrations, args.layout) {
+        if layout != Layout::Refinery {
+            anyhow::bail!("--layout {layout} names the layout of --migrations DIR, and none was given (the embedded migrations are refinery's); pass --migrations, or drop --layout");
+        }
+    }
+    let catalog = Catalog::load_in(args.migrations.as_deref(), args.layout)?;
+    let since = match &args.since {
+        Some(text) => Some(since_version(&catalog, text)?),
+        None => None,
+    };
+    let apps = match &args.apps {
+        Some(dir) => Some(rollsafe::verify::apps::load_dir(dir, &catalog)?),
+        None => None,
+    };
     if args.static_only {
-        let verify = match args.since {
+        let verify = match since {
             Some(v) => Verify::new(catalog)?.since(v)?,
             None => Verify::new(catalog)?,
         };
@@ -168,12 +273,15 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             .map_err(|e| anyhow::anyhow!("--table-rows {e}"))?,
     };
     let verify = Verify::new(catalog)?
-        .rows(args.rows)
+        .rows(args.rows.unwrap_or(DEFAULT_ROWS))
         .lock_policy(args.lock.policy())
         .stall_budget(args.stall_budget)
         .sizes(sizes);
     let mut verify = verify;
-    if let Some(v) = args.since {
+    if let Some(apps) = apps {
+        verify = verify.apps(apps);
+    }
+    if let Some(v) = since {
         verify = verify.since(v)?;
     }
     let mut builder = args.sandbox.builder()?;
@@ -259,8 +367,20 @@ struct TargetDbArgs {
 }
 
 impl TargetDbArgs {
+    /// The catalog `migrate` and `status` apply: refinery's layout only,
+    /// since they keep refinery's history table (versions are its `i32`s).
     fn catalog(&self) -> Result<Catalog, ExitCode> {
-        Catalog::load(self.migrations.as_deref()).map_err(|e| fail(2, &e))
+        let catalog = Catalog::load(self.migrations.as_deref()).map_err(|e| fail(2, &e))?;
+        if catalog.layout != Layout::Refinery {
+            return Err(fail(
+                2,
+                &format!(
+                    "{} holds {} migrations; rollsafe migrate and status keep refinery's history table and apply V<n>__<name>.sql files only: apply these with {} and use rollsafe verify / check on them",
+                    catalog.source, catalog.layout, catalog.layout
+                ),
+            ));
+        }
+        Ok(catalog)
     }
 }
 
@@ -557,6 +677,7 @@ fn main() -> ExitCode {
         Command::Migrate(args) => return migrate(args),
         Command::Status(args) => return status(args),
         Command::Check(args) => check(args),
+        Command::Capture(args) => return capture(args),
     };
     result.unwrap_or_else(could_not_run)
 }

@@ -83,6 +83,14 @@ impl DockerBackend {
     /// Starts a container from `image` and waits until it accepts
     /// connections.
     pub fn start(image: &str) -> Result<DockerBackend, SandboxError> {
+        DockerBackend::start_with(image, &[])
+    }
+
+    /// [`DockerBackend::start`] with extra `-c name=value` server settings.
+    pub fn start_with(
+        image: &str,
+        settings: &[(String, String)],
+    ) -> Result<DockerBackend, SandboxError> {
         engine_answers()?;
         let present = image_present(image);
         let (repo, tag) = split_image(image);
@@ -93,14 +101,23 @@ impl DockerBackend {
             .with_tag(tag)
             // fsync off: a throwaway server; enough connections for parallel
             // tests and concurrency scenarios.
-            .with_cmd([
-                "-c",
-                "fsync=off",
-                "-c",
-                "full_page_writes=off",
-                "-c",
-                "max_connections=300",
-            ])
+            .with_cmd(
+                [
+                    "-c",
+                    "fsync=off",
+                    "-c",
+                    "full_page_writes=off",
+                    "-c",
+                    "max_connections=300",
+                ]
+                .map(String::from)
+                .into_iter()
+                .chain(
+                    settings
+                        .iter()
+                        .flat_map(|(k, v)| ["-c".to_string(), format!("{k}={v}")]),
+                ),
+            )
             // initdb's final sync of the new cluster is most of a start on a
             // busy disk (13 of 16 s measured on a loaded 2-core machine);
             // the cluster is thrown away, so it is skipped.

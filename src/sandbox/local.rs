@@ -246,6 +246,14 @@ fn log_tail(path: &Path, lines: usize) -> String {
 impl LocalBackend {
     /// Initialises a cluster in a new temporary directory and starts it.
     pub fn start(bindir: Option<&Path>) -> Result<LocalBackend, SandboxError> {
+        LocalBackend::start_with(bindir, &[])
+    }
+
+    /// [`LocalBackend::start`] with extra `-c name=value` server settings.
+    pub fn start_with(
+        bindir: Option<&Path>,
+        settings: &[(String, String)],
+    ) -> Result<LocalBackend, SandboxError> {
         let bindir = find_bindir(bindir)?;
         let user = server_user()?;
         let dir = tempfile::Builder::new()
@@ -308,7 +316,7 @@ impl LocalBackend {
         for _ in 0..3 {
             let port = free_loopback_port()?;
             let admin_url = format!("postgres://postgres:{password}@127.0.0.1:{port}/postgres");
-            let mut child = spawn_server(&bindir, &data, dir.path(), port, &as_user)?;
+            let mut child = spawn_server(&bindir, &data, dir.path(), port, settings, &as_user)?;
             match wait_ready(&mut child, &admin_url, &log, Duration::from_secs(60)) {
                 Ok(()) => {
                     return Ok(LocalBackend {
@@ -383,6 +391,7 @@ fn spawn_server(
     data: &Path,
     dir: &Path,
     port: u16,
+    settings: &[(String, String)],
     as_user: &dyn Fn(&mut Command),
 ) -> Result<Child, SandboxError> {
     let log = fs::File::create(dir.join("server.log"))
@@ -398,6 +407,11 @@ fn spawn_server(
         .args(["-c", "unix_socket_directories="])
         .args(["-c", "fsync=off", "-c", "full_page_writes=off"])
         .args(["-c", "synchronous_commit=off", "-c", "max_connections=300"])
+        .args(
+            settings
+                .iter()
+                .flat_map(|(k, v)| ["-c".to_string(), format!("{k}={v}")]),
+        )
         .current_dir(dir)
         .env("LC_ALL", "C")
         .stdin(Stdio::null())

@@ -155,6 +155,8 @@ pub enum SandboxError {
     Sql { context: String, detail: String },
     #[error("cannot read the target's schema with pg_dump: {detail}")]
     Dump { detail: String },
+    #[error("an existing server (a --postgres URL) cannot be started with {settings}; set it in that server's postgresql.conf, or use --postgres docker or local")]
+    SettingsOnServer { settings: String },
 }
 
 impl SandboxError {
@@ -206,6 +208,8 @@ pub struct SandboxBuilder {
     /// From `ROLLSAFE_PG_BINDIR`.
     env_bindir: Option<PathBuf>,
     major: Option<u32>,
+    /// `-c name=value` settings a docker or local server starts with.
+    settings: Vec<(String, String)>,
 }
 
 impl SandboxBuilder {
@@ -256,6 +260,15 @@ impl SandboxBuilder {
         self
     }
 
+    /// A setting the server starts with (`-c name=value`), for what only a
+    /// start can set, e.g. `shared_preload_libraries` (capture's tests load
+    /// `pg_stat_statements`). The server backend cannot honour it and
+    /// refuses to start rather than run without it.
+    pub fn server_setting(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.settings.push((name.into(), value.into()));
+        self
+    }
+
     pub fn choice(&self) -> &BackendChoice {
         &self.choice
     }
@@ -289,6 +302,16 @@ impl SandboxBuilder {
                 self.start_local()
                     .map_err(|e| self.no_way_to_start(vec![(BackendKind::Local, e)]))?,
             ),
+            BackendChoice::Server(_) if !self.settings.is_empty() => {
+                return Err(SandboxError::SettingsOnServer {
+                    settings: self
+                        .settings
+                        .iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                })
+            }
             BackendChoice::Server(url) => Box::new(server::ServerBackend::attach(url)?),
             BackendChoice::Auto => self.start_auto()?,
         };
@@ -317,7 +340,7 @@ impl SandboxBuilder {
     }
 
     fn start_docker(&self) -> Result<docker::DockerBackend, SandboxError> {
-        docker::DockerBackend::start(&self.docker_image())
+        docker::DockerBackend::start_with(&self.docker_image(), &self.settings)
     }
 
     fn start_local(&self) -> Result<local::LocalBackend, SandboxError> {
@@ -346,7 +369,7 @@ impl SandboxBuilder {
                 requested,
             )?),
         };
-        local::LocalBackend::start(bindir.as_deref())
+        local::LocalBackend::start_with(bindir.as_deref(), &self.settings)
     }
 
     /// Docker when an engine answers and the image can be had, else local

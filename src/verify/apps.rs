@@ -3,20 +3,32 @@
 //! needs, plus a driver for the app's behaviours the cross-version checks
 //! exercise (create a complete row, start a two-phase create, read).
 //!
-//! The rollout window follows from `needs`: while migration k rolls out,
-//! every app with `needs ≤ k−1` is still running (it must work on k−1 and
-//! k), and every app with `needs ≤ k` may run on k.
+//! The rollout window follows from `needs` and `retired` (issue 11): an app
+//! runs on the schema versions `needs ≤ version < retired` (no `retired`:
+//! still live, no upper end). While migration k rolls out, the schema is at
+//! k−1 and then at k with the app fleet unchanged, so an app is live during
+//! k ([`AppVersion::live_during`]) when it runs on both: `needs ≤ k−1` and
+//! `k < retired`. An app retired at k (`retired = k`) was stopped before k
+//! was applied and is not replayed against k; one that needs k may run on k
+//! ([`AppVersion::may_run_on`]) but only rolls out after k.
+//!
+//! Besides the embedded sets, a project's apps are read from a directory
+//! (`--apps DIR`, [`load_dir`]): every `*.sql` there is a statement set,
+//! and `<app>.seed.sql` next to it, if any, seeds rows the way that app
+//! writes them (`{rows}` is the row count, as in `src/verify/seed/*.sql`).
 //!
 //! The embedded sets are the DAO's own files (`src/dao/legacy.sql`,
 //! `src/dao/current.sql`) and the drivers call the DAO's Rust API
 //! (`rollsafe::dao`), which executes those very files: the verifier proves
 //! the code that ships.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 
 use postgres::Client;
 use uuid::Uuid;
 
+use crate::catalog::Catalog;
 use crate::dao::statements::{StatementSet, StatementSetError};
 use crate::dao::{AttachRequest, CurrentDao, LegacyDao};
 
@@ -32,8 +44,44 @@ pub enum AppError {
     Parse(#[from] StatementSetError),
     #[error("{source_name}: the header needs `-- app: <name>` and `-- needs: <schema version>` lines before the first statement")]
     MissingHeader { source_name: String },
-    #[error("{source_name}: `-- needs: {value}` is not a schema version number")]
-    BadNeeds { source_name: String, value: String },
+    #[error("{source_name}: `-- needs: {value}` is not a schema version number{hint}")]
+    BadNeeds {
+        source_name: String,
+        value: String,
+        hint: String,
+    },
+    #[error("{source_name}: `-- retired: {value}` is not a schema version number{hint}; write the first version at which the app no longer runs, or drop the line while it is live")]
+    BadRetired {
+        source_name: String,
+        value: String,
+        hint: String,
+    },
+    #[error("{source_name}: `-- retired: {retired}` is not after `-- needs: {needs}`; an app runs on needs ≤ version < retired, so retired must be a later version")]
+    RetiredBeforeNeeds {
+        source_name: String,
+        needs: String,
+        retired: String,
+    },
+    #[error("app `{app}` is declared twice ({first} and {second}); give each app version its own `-- app:` name")]
+    DuplicateApp {
+        app: String,
+        first: String,
+        second: String,
+    },
+    #[error("{file}: seeds app `{app}` but no statement set in {dir} declares `-- app: {app}`; rename it to <app>.seed.sql of an app there, or remove it")]
+    OrphanSeed {
+        file: String,
+        app: String,
+        dir: String,
+    },
+    #[error("apps directory {0} does not exist or is not a directory; pass --apps with the directory holding the apps' statement sets (*.sql)")]
+    MissingDir(PathBuf),
+    #[error("{0} holds no statement set (*.sql with `-- app:` and `-- needs:` headers); add one per app version, or drop --apps to use the embedded apps")]
+    NoApps(PathBuf),
+    #[error("cannot read {path}: {detail}")]
+    Io { path: PathBuf, detail: String },
+    #[error("{path}: is not valid UTF-8; save the file as UTF-8")]
+    NotUtf8 { path: PathBuf },
     #[error("{source_name}: statement `{statement}` has `-- kind: {value}`; use `-- kind: read` or `-- kind: write`")]
     BadKind {
         source_name: String,
@@ -53,26 +101,103 @@ pub enum Kind {
 #[derive(Debug, Clone)]
 pub struct AppVersion {
     pub name: String,
-    /// First schema version the app needs.
+    /// First schema version the app needs (rollsafe's version: see
+    /// [`crate::catalog::Migration::version`]).
     pub needs: i32,
+    /// First schema version at which the app no longer runs (`-- retired:`);
+    /// None while it is live.
+    pub retired: Option<i32>,
+    /// `<app>.seed.sql` next to the set: rows the way this app writes them,
+    /// `{rows}` standing for the row count. None: no seed file.
+    pub seed_sql: Option<String>,
     pub set: StatementSet,
 }
 
 impl AppVersion {
+    /// An app version from a statement set whose `-- needs:`/`-- retired:`
+    /// are refinery versions (`3` or `V3`), as the embedded sets' are.
     pub fn from_set(set: StatementSet) -> Result<AppVersion, AppError> {
+        let refinery = |text: &str| {
+            let t = text.trim();
+            t.strip_prefix('V').unwrap_or(t).parse().ok()
+        };
+        AppVersion::from_set_with(set, &refinery, &refinery, "")
+    }
+
+    /// An app version whose versions are read in `catalog`'s layout (a
+    /// timestamp names the migration with that version).
+    pub fn from_set_in(set: StatementSet, catalog: &Catalog) -> Result<AppVersion, AppError> {
+        let hint = format!(
+            " of {} (its versions run from {} to {})",
+            catalog.source,
+            catalog
+                .migrations()
+                .first()
+                .map_or(String::new(), |m| m.label.clone()),
+            catalog
+                .migrations()
+                .last()
+                .map_or(String::new(), |m| m.label.clone()),
+        );
+        // `needs` names a migration of the directory; `retired` may also be
+        // a version after the last one (an app whose end is planned), which
+        // the rehearsal never reaches.
+        let needs = |text: &str| {
+            catalog
+                .resolve_version(text)
+                .filter(|v| catalog.get(*v).is_some())
+        };
+        let retired = |text: &str| {
+            if catalog.layout == crate::catalog::Layout::Refinery {
+                return catalog.resolve_version(text);
+            }
+            // Other layouts number their migrations 1, 2, 3 …: a later
+            // version is the one after the last.
+            needs(text).or_else(|| {
+                let t = text.trim();
+                let n: u64 = t.strip_prefix('V').unwrap_or(t).parse().ok()?;
+                let last = catalog.migrations().last()?;
+                let last_label = last.label.trim_start_matches('V').parse::<u64>().ok()?;
+                (n > last_label).then_some(last.version.saturating_add(1))
+            })
+        };
+        AppVersion::from_set_with(set, &needs, &retired, &hint)
+    }
+
+    fn from_set_with(
+        set: StatementSet,
+        resolve_needs: &dyn Fn(&str) -> Option<i32>,
+        resolve_retired: &dyn Fn(&str) -> Option<i32>,
+        hint: &str,
+    ) -> Result<AppVersion, AppError> {
         let missing = || AppError::MissingHeader {
             source_name: set.source.clone(),
         };
         let name = set.header("app").ok_or_else(missing)?.to_string();
         let needs_text = set.header("needs").ok_or_else(missing)?;
-        let needs = needs_text
-            .trim()
-            .trim_start_matches('V')
-            .parse()
-            .map_err(|_| AppError::BadNeeds {
-                source_name: set.source.clone(),
-                value: needs_text.to_string(),
-            })?;
+        let needs = resolve_needs(needs_text).ok_or_else(|| AppError::BadNeeds {
+            source_name: set.source.clone(),
+            value: needs_text.to_string(),
+            hint: hint.to_string(),
+        })?;
+        let retired = match set.header("retired") {
+            None => None,
+            Some(text) => {
+                let retired = resolve_retired(text).ok_or_else(|| AppError::BadRetired {
+                    source_name: set.source.clone(),
+                    value: text.to_string(),
+                    hint: hint.to_string(),
+                })?;
+                if retired <= needs {
+                    return Err(AppError::RetiredBeforeNeeds {
+                        source_name: set.source.clone(),
+                        needs: needs_text.to_string(),
+                        retired: text.to_string(),
+                    });
+                }
+                Some(retired)
+            }
+        };
         for st in set.statements() {
             for value in st.meta_values("kind") {
                 if !matches!(value.trim(), "read" | "write") {
@@ -84,7 +209,27 @@ impl AppVersion {
                 }
             }
         }
-        Ok(AppVersion { name, needs, set })
+        Ok(AppVersion {
+            name,
+            needs,
+            retired,
+            seed_sql: None,
+            set,
+        })
+    }
+
+    /// Whether the app may run on schema version `v`: `needs ≤ v < retired`.
+    pub fn may_run_on(&self, v: i32) -> bool {
+        self.needs <= v && self.retired.map_or(true, |r| v < r)
+    }
+
+    /// Whether the app is running while migration `k` rolls out: it runs on
+    /// the schema before (k−1) and keeps running on k, so it must work on
+    /// both. Written `needs ≤ k−1 ∧ k < retired`; with gaps between
+    /// versions (V2, V5) it is the same test against the previous
+    /// migration as long as `needs` and `retired` name migrations.
+    pub fn live_during(&self, k: i32) -> bool {
+        self.may_run_on(k - 1) && self.may_run_on(k)
     }
 
     /// The statement's `-- kind:` declaration, if it has one.
@@ -138,6 +283,67 @@ pub fn embedded_apps() -> Result<Vec<AppVersion>, AppError> {
         .map(|(src, text)| AppVersion::parse(src, text))
         .collect::<Result<Vec<_>, _>>()?;
     apps.sort_by_key(|a| a.needs);
+    Ok(apps)
+}
+
+/// The app versions of a project directory (`--apps DIR`), their versions
+/// read in `catalog`'s layout, ordered by `needs` then name: every `*.sql`
+/// is a statement set, except `<app>.seed.sql`, the seed of app `<app>`.
+pub fn load_dir(dir: &Path, catalog: &Catalog) -> Result<Vec<AppVersion>, AppError> {
+    if !dir.is_dir() {
+        return Err(AppError::MissingDir(dir.to_path_buf()));
+    }
+    let io = |path: &Path, e: std::io::Error| AppError::Io {
+        path: path.to_path_buf(),
+        detail: e.to_string(),
+    };
+    let read = |path: &Path| -> Result<String, AppError> {
+        let bytes = std::fs::read(path).map_err(|e| io(path, e))?;
+        String::from_utf8(bytes).map_err(|_| AppError::NotUtf8 {
+            path: path.to_path_buf(),
+        })
+    };
+    let mut paths = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| io(dir, e))? {
+        let path = entry.map_err(|e| io(dir, e))?.path();
+        if path.extension().is_some_and(|x| x == "sql") && path.is_file() {
+            paths.push(path);
+        }
+    }
+    paths.sort();
+    let mut apps: Vec<AppVersion> = Vec::new();
+    let mut seeds: BTreeMap<String, PathBuf> = BTreeMap::new();
+    for path in paths {
+        let file = path.file_name().unwrap_or_default().to_string_lossy();
+        if let Some(app) = file.strip_suffix(".seed.sql") {
+            seeds.insert(app.to_string(), path.clone());
+            continue;
+        }
+        let source = path.display().to_string();
+        let app = AppVersion::from_set_in(StatementSet::parse(&source, &read(&path)?)?, catalog)?;
+        if let Some(first) = apps.iter().find(|a| a.name == app.name) {
+            return Err(AppError::DuplicateApp {
+                app: app.name,
+                first: first.set.source.clone(),
+                second: source,
+            });
+        }
+        apps.push(app);
+    }
+    for (app, path) in seeds {
+        let Some(target) = apps.iter_mut().find(|a| a.name == app) else {
+            return Err(AppError::OrphanSeed {
+                file: path.display().to_string(),
+                app,
+                dir: dir.display().to_string(),
+            });
+        };
+        target.seed_sql = Some(read(&path)?);
+    }
+    if apps.is_empty() {
+        return Err(AppError::NoApps(dir.to_path_buf()));
+    }
+    apps.sort_by(|a, b| a.needs.cmp(&b.needs).then(a.name.cmp(&b.name)));
     Ok(apps)
 }
 
@@ -255,5 +461,209 @@ mod tests {
         .unwrap();
         assert_eq!(app.declared_kind("s"), Some(Kind::Write));
         assert!(app.writers(&[]).contains("s"));
+    }
+
+    fn app(needs: i32, retired: Option<i32>) -> AppVersion {
+        let retired = retired.map_or(String::new(), |r| format!("-- retired: V{r}\n"));
+        AppVersion::parse(
+            "x.sql",
+            &format!("-- app: a\n-- needs: {needs}\n{retired}-- name: s\nSELECT 1"),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn windows_are_needs_up_to_retired_and_a_rollout_needs_both_sides() {
+        let live = app(2, None);
+        assert_eq!(live.retired, None);
+        assert!(!live.may_run_on(1) && live.may_run_on(2) && live.may_run_on(9));
+        // Live during k: it ran on k−1 and keeps running on k.
+        assert!(
+            !live.live_during(2),
+            "needs 2: rolls out after V2, not during it"
+        );
+        assert!(live.live_during(3) && live.live_during(9));
+
+        let retired = app(2, Some(4));
+        assert_eq!(retired.retired, Some(4));
+        assert!(retired.may_run_on(3) && !retired.may_run_on(4));
+        assert!(retired.live_during(3));
+        assert!(
+            !retired.live_during(4),
+            "retired at V4: stopped before V4 is applied, never replayed against it"
+        );
+    }
+
+    #[test]
+    fn retired_must_be_a_version_after_needs() {
+        let err = AppVersion::parse(
+            "x.sql",
+            "-- app: a\n-- needs: 3\n-- retired: soon\n-- name: s\nSELECT 1",
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("x.sql: `-- retired: soon` is not a schema version number"),
+            "{err}"
+        );
+        let err = AppVersion::parse(
+            "x.sql",
+            "-- app: a\n-- needs: 3\n-- retired: V3\n-- name: s\nSELECT 1",
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "x.sql: `-- retired: V3` is not after `-- needs: 3`; an app runs on needs ≤ version < retired, so retired must be a later version"
+        );
+    }
+
+    fn write(dir: &Path, files: &[(&str, &str)]) {
+        for (f, text) in files {
+            std::fs::write(dir.join(f), text).unwrap();
+        }
+    }
+
+    fn sqlx_catalog() -> (tempfile::TempDir, Catalog) {
+        let dir = tempfile::tempdir().unwrap();
+        write(
+            dir.path(),
+            &[
+                ("20240101120000_books.sql", "CREATE TABLE books (id int)"),
+                (
+                    "20240201120000_title.sql",
+                    "ALTER TABLE books ADD title text",
+                ),
+                ("20240301120000_drop.sql", "SELECT 1"),
+            ],
+        );
+        let catalog = Catalog::from_dir(dir.path()).unwrap();
+        (dir, catalog)
+    }
+
+    #[test]
+    fn a_directory_of_sets_with_seeds_and_timestamp_versions() {
+        let (_m, catalog) = sqlx_catalog();
+        let dir = tempfile::tempdir().unwrap();
+        write(
+            dir.path(),
+            &[
+                (
+                    "shop_v2.sql",
+                    "-- app: shop_v2\n-- needs: 20240201120000\n-- name: titles\nSELECT title FROM books",
+                ),
+                (
+                    "shop_v1.sql",
+                    "-- app: shop_v1\n-- needs: 20240101120000\n-- retired: 20240301120000\n-- name: ids\nSELECT id FROM books",
+                ),
+                ("shop_v1.seed.sql", "INSERT INTO books SELECT generate_series(1, {rows})"),
+                ("notes.txt", "not a set"),
+            ],
+        );
+        let apps = load_dir(dir.path(), &catalog).unwrap();
+        let shape: Vec<_> = apps
+            .iter()
+            .map(|a| (a.name.as_str(), a.needs, a.retired, a.seed_sql.is_some()))
+            .collect();
+        assert_eq!(
+            shape,
+            [("shop_v1", 1, Some(3), true), ("shop_v2", 2, None, false)]
+        );
+        assert!(apps[0].seed_sql.as_deref().unwrap().contains("{rows}"));
+    }
+
+    #[test]
+    fn directory_errors_name_the_file_and_the_fix() {
+        let (_m, catalog) = sqlx_catalog();
+        let dir = tempfile::tempdir().unwrap();
+        let err = load_dir(dir.path(), &catalog).unwrap_err();
+        assert!(matches!(err, AppError::NoApps(_)), "{err}");
+
+        write(
+            dir.path(),
+            &[("a.sql", "-- app: a\n-- needs: 7\n-- name: s\nSELECT 1")],
+        );
+        let err = load_dir(dir.path(), &catalog).unwrap_err().to_string();
+        assert!(
+            err.contains("a.sql: `-- needs: 7` is not a schema version number of")
+                && err.contains("from 20240101120000 to 20240301120000"),
+            "{err}"
+        );
+
+        write(
+            dir.path(),
+            &[
+                (
+                    "a.sql",
+                    "-- app: shop\n-- needs: 20240101120000\n-- name: s\nSELECT 1",
+                ),
+                (
+                    "b.sql",
+                    "-- app: shop\n-- needs: 20240201120000\n-- name: s\nSELECT 1",
+                ),
+            ],
+        );
+        let err = load_dir(dir.path(), &catalog).unwrap_err();
+        assert!(
+            matches!(&err, AppError::DuplicateApp { app, .. } if app == "shop"),
+            "{err}"
+        );
+
+        std::fs::remove_file(dir.path().join("b.sql")).unwrap();
+        write(dir.path(), &[("ghost.seed.sql", "SELECT 1")]);
+        let err = load_dir(dir.path(), &catalog).unwrap_err().to_string();
+        assert!(err.contains("ghost.seed.sql: seeds app `ghost`"), "{err}");
+
+        std::fs::remove_file(dir.path().join("ghost.seed.sql")).unwrap();
+        write(dir.path(), &[("c.sql", "-- name: s\nSELECT 1")]);
+        let err = load_dir(dir.path(), &catalog).unwrap_err().to_string();
+        assert!(
+            err.contains("c.sql: the header needs `-- app: <name>`"),
+            "{err}"
+        );
+
+        let err = load_dir(Path::new("/nonexistent/apps"), &catalog).unwrap_err();
+        assert!(matches!(err, AppError::MissingDir(_)), "{err}");
+    }
+
+    #[test]
+    fn needs_names_a_migration_and_retired_may_lie_beyond_the_last() {
+        let (_m, catalog) = sqlx_catalog();
+        let set = |header: &str| {
+            StatementSet::parse("x.sql", &format!("{header}-- name: s\nSELECT 1")).unwrap()
+        };
+        let app = AppVersion::from_set_in(
+            set("-- app: a\n-- needs: 20240201120000\n-- retired: 20250101000000\n"),
+            &catalog,
+        )
+        .unwrap();
+        assert_eq!((app.needs, app.retired), (2, Some(4)));
+        assert!(
+            app.live_during(3),
+            "a planned retirement never cuts the rehearsal short"
+        );
+        let err = AppVersion::from_set_in(
+            set("-- app: a\n-- needs: 20240201120000\n-- retired: 20240215000000\n"),
+            &catalog,
+        )
+        .unwrap_err();
+        assert!(matches!(err, AppError::BadRetired { .. }), "{err}");
+
+        let dir = tempfile::tempdir().unwrap();
+        write(
+            dir.path(),
+            &[("V1__a.sql", "SELECT 1"), ("V2__b.sql", "SELECT 2")],
+        );
+        let refinery = Catalog::from_dir(dir.path()).unwrap();
+        let err = AppVersion::from_set_in(set("-- app: a\n-- needs: 7\n"), &refinery).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("`-- needs: 7` is not a schema version number of")
+                && err.to_string().contains("from V1 to V2"),
+            "{err}"
+        );
+        let app =
+            AppVersion::from_set_in(set("-- app: a\n-- needs: V1\n-- retired: 9\n"), &refinery)
+                .unwrap();
+        assert_eq!((app.needs, app.retired), (1, Some(9)));
     }
 }

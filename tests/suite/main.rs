@@ -9,6 +9,7 @@ mod common;
 mod dao;
 mod generate;
 mod migrate;
+mod project;
 mod sandbox;
 mod target;
 mod verify;
@@ -30,6 +31,7 @@ fn main() {
     trials.extend(check::tests(&env));
     trials.extend(target::tests(&env));
     trials.extend(generate::tests(&env));
+    trials.extend(project::tests(&env));
     let conclusion = libtest_mimic::run(&args, trials);
     // Drop the shared server before exiting (exit skips destructors).
     drop(env);

@@ -1,0 +1,211 @@
+//! `rollsafe.toml`: a project's settings, so a pipeline runs a bare
+//! `rollsafe verify`.
+//!
+//! The file sits at the repository root (the directory rollsafe runs in) or
+//! is named with `--config FILE`. It holds what the `verify` flags hold —
+//! where the migrations and the apps' statement sets are, the migration
+//! layout, the rows to seed, the PostgreSQL backend and image, and `since` —
+//! and nothing else: an unknown key is refused (a misspelt `migratons` must
+//! not silently rehearse the embedded set). Flags and the environment
+//! (`ROLLSAFE_POSTGRES`, `ROLLSAFE_POSTGRES_IMAGE`) override the file.
+//!
+//! Relative paths are relative to the file's directory, so
+//! `rollsafe verify --config project/rollsafe.toml` means the same as a bare
+//! `rollsafe verify` inside `project/`.
+//!
+//! ```toml
+//! migrations = "migrations"      # directory of migration files
+//! apps = "apps"                  # directory of statement sets (*.sql)
+//! layout = "refinery"            # refinery | sqlx | golang-migrate (default: detected)
+//! rows = 2000                    # rows seeded per rehearsal
+//! postgres = "auto"              # auto | docker | local | postgres://… of a server
+//! image = "postgres:15"          # docker backend's image
+//! since = 2                      # rehearse only the migrations after this version
+//! ```
+//!
+//! What it is not: a place for secrets. A `postgres` URL with a password is
+//! read, never echoed (errors name the file and the key, not the value).
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use thiserror::Error;
+
+use crate::catalog::Layout;
+
+/// The file a bare `rollsafe verify` looks for in the directory it runs in.
+pub const FILE_NAME: &str = "rollsafe.toml";
+
+/// The settings of a `rollsafe.toml`, paths already resolved against the
+/// file's directory.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectConfig {
+    pub migrations: Option<PathBuf>,
+    pub apps: Option<PathBuf>,
+    pub layout: Option<Layout>,
+    pub rows: Option<u64>,
+    pub postgres: Option<String>,
+    pub image: Option<String>,
+    /// The version as the user writes it (`2`, `V2`, `20240101120000`),
+    /// resolved against the migrations' layout by the caller.
+    pub since: Option<VersionText>,
+}
+
+/// A version written as a TOML integer or string.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum VersionText {
+    Number(u64),
+    Text(String),
+}
+
+impl std::fmt::Display for VersionText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VersionText::Number(n) => write!(f, "{n}"),
+            VersionText::Text(t) => f.write_str(t),
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("config file {0} does not exist; pass --config with the path of a rollsafe.toml, or drop --config")]
+    Missing(PathBuf),
+    #[error("cannot read {path}: {detail}")]
+    Io { path: PathBuf, detail: String },
+    #[error("{path}:{line}: {message}; fix it (the keys are migrations, apps, layout, rows, postgres, image and since; see the README's rollsafe.toml section)")]
+    Invalid {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+}
+
+impl ProjectConfig {
+    /// `--config FILE` when given (it must exist), else `rollsafe.toml` in
+    /// `dir` when there is one, else None (the embedded defaults).
+    pub fn discover(
+        explicit: Option<&Path>,
+        dir: &Path,
+    ) -> Result<Option<(PathBuf, ProjectConfig)>, ConfigError> {
+        let path = match explicit {
+            Some(p) if !p.is_file() => return Err(ConfigError::Missing(p.to_path_buf())),
+            Some(p) => p.to_path_buf(),
+            None => {
+                let p = dir.join(FILE_NAME);
+                if !p.is_file() {
+                    return Ok(None);
+                }
+                p
+            }
+        };
+        let config = ProjectConfig::load(&path)?;
+        Ok(Some((path, config)))
+    }
+
+    /// Reads and checks one file.
+    pub fn load(path: &Path) -> Result<ProjectConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Io {
+            path: path.to_path_buf(),
+            detail: e.to_string(),
+        })?;
+        let base = path.parent().unwrap_or(Path::new(""));
+        ProjectConfig::parse(path, &text).map(|c| c.relative_to(base))
+    }
+
+    /// Parses a file's text; `path` names it in errors.
+    pub fn parse(path: &Path, text: &str) -> Result<ProjectConfig, ConfigError> {
+        toml::from_str(text).map_err(|e: toml::de::Error| {
+            let line = e.span().map_or(1, |s| {
+                text.as_bytes()[..s.start.min(text.len())]
+                    .iter()
+                    .filter(|&&b| b == b'\n')
+                    .count()
+                    + 1
+            });
+            // toml's message may run over lines (and its snippet would echo
+            // a value, perhaps a URL with a password): its first line only.
+            let message = e.message().lines().next().unwrap_or("invalid").trim();
+            ConfigError::Invalid {
+                path: path.to_path_buf(),
+                line,
+                message: message.trim_end_matches('.').to_string(),
+            }
+        })
+    }
+
+    fn relative_to(mut self, base: &Path) -> ProjectConfig {
+        for p in [&mut self.migrations, &mut self.apps].into_iter().flatten() {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        }
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_setting_is_read_and_paths_follow_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        std::fs::write(
+            &path,
+            "migrations = \"db/migrations\"\napps = \"/abs/apps\"\nlayout = \"golang-migrate\"\nrows = 500\npostgres = \"local\"\nimage = \"postgres:17\"\nsince = \"20240101120000\"\n",
+        )
+        .unwrap();
+        let (found, c) = ProjectConfig::discover(None, dir.path()).unwrap().unwrap();
+        assert_eq!(found, path);
+        assert_eq!(
+            c,
+            ProjectConfig {
+                migrations: Some(dir.path().join("db/migrations")),
+                apps: Some(PathBuf::from("/abs/apps")),
+                layout: Some(Layout::GolangMigrate),
+                rows: Some(500),
+                postgres: Some("local".into()),
+                image: Some("postgres:17".into()),
+                since: Some(VersionText::Text("20240101120000".into())),
+            }
+        );
+        let c = ProjectConfig::parse(&path, "since = 2").unwrap();
+        assert_eq!(c.since.unwrap().to_string(), "2");
+    }
+
+    #[test]
+    fn no_file_means_the_defaults_and_a_named_file_must_exist() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(ProjectConfig::discover(None, dir.path()).unwrap().is_none());
+        let missing = dir.path().join("nope.toml");
+        let err = ProjectConfig::discover(Some(&missing), dir.path()).unwrap_err();
+        assert!(matches!(err, ConfigError::Missing(_)), "{err}");
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_one_line_with_the_line_number() {
+        let path = Path::new("rollsafe.toml");
+        let err = ProjectConfig::parse(path, "rows = 5\nmigratons = \"m\"\n").unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.starts_with("rollsafe.toml:2: unknown field `migratons`"),
+            "{text}"
+        );
+        assert!(!text.contains('\n'), "{text}");
+        let err = ProjectConfig::parse(path, "layout = \"flyway\"").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("rollsafe.toml:1: unknown variant `flyway`"),
+            "{err}"
+        );
+        let err = ProjectConfig::parse(path, "rows = \"many\"").unwrap_err();
+        assert!(err.to_string().contains("rollsafe.toml:1:"), "{err}");
+        let err = ProjectConfig::parse(path, "postgres = 'postgres://u:hunter2@h/db\nrows = 1")
+            .unwrap_err();
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+    }
+}

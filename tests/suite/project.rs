@@ -1,0 +1,752 @@
+//! Any project's files: `rollsafe.toml`, `--apps DIR`, migration layouts,
+//! `rollsafe capture`, and the bookshop example, through the real binary
+//! and a real database of the suite's server.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use anyhow::{ensure, Context};
+use rollsafe::catalog::Catalog;
+use rollsafe::sandbox::BackendKind;
+use rollsafe::verify::{apps, replay};
+
+use crate::common::{repo_root, rollsafe_bin, TestEnv};
+
+pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
+    // A server of its own, started with pg_stat_statements preloaded: an
+    // existing server (the server backend) cannot be restarted with it, so
+    // there the test is reported as ignored, never as passed.
+    let on_server = env.sandbox.kind() == BackendKind::Server;
+    let preloaded = crate::trials!(
+        "project",
+        env,
+        [capture_writes_the_apps_statements_from_pg_stat_statements]
+    )
+    .into_iter()
+    .map(|t| t.with_ignored_flag(on_server));
+    let mut trials = crate::trials!(
+        "project",
+        env,
+        [
+            bare_verify_reads_rollsafe_toml_and_flags_override_it,
+            config_errors_are_one_line_and_exit_2,
+            layout_and_apps_errors_are_one_line_and_exit_2,
+            migrate_refuses_a_non_refinery_layout_in_one_line,
+            capture_without_pg_stat_statements_says_how_to_enable_it,
+            a_server_backend_refuses_start_settings_it_cannot_apply,
+            capture_classifies_what_the_database_recorded,
+            bookshop_example_migrates_seeds_and_runs_its_apps_in_their_windows,
+        ]
+    );
+    trials.extend(preloaded);
+    trials
+}
+
+/// Runs the binary in `dir` without the suite's backend variables (a test
+/// that needs the server passes `--postgres`).
+fn run_in(dir: &Path, args: &[&str]) -> anyhow::Result<(i32, String, String)> {
+    let out = Command::new(rollsafe_bin())
+        .args(args)
+        .current_dir(dir)
+        .env_remove("ROLLSAFE_POSTGRES")
+        .env_remove("ROLLSAFE_POSTGRES_IMAGE")
+        .env_remove("DATABASE_URL")
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .output()?;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+/// The `rollsafe: error:` lines of a run (progress lines are not errors).
+fn error_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("rollsafe: error:"))
+        .collect()
+}
+
+fn write(dir: &Path, files: &[(&str, &str)]) -> anyhow::Result<()> {
+    for (path, text) in files {
+        let path = dir.join(path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(path, text)?;
+    }
+    Ok(())
+}
+
+/// A tiny sqlx project: two timestamped migrations and one app.
+fn sqlx_project(dir: &Path) -> anyhow::Result<()> {
+    write(
+        dir,
+        &[
+            (
+                "db/20240101120000_notes.sql",
+                "CREATE TABLE notes (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, body text NOT NULL);",
+            ),
+            (
+                "db/20240201120000_notes_pinned.sql",
+                "ALTER TABLE notes ADD COLUMN pinned boolean NOT NULL DEFAULT false;",
+            ),
+            (
+                "apps/notes_v1.sql",
+                "-- app: notes_v1\n-- needs: 20240101120000\n\n-- name: add\nINSERT INTO notes (body) VALUES ($1::text);\n",
+            ),
+        ],
+    )
+}
+
+/// `--static-only` runs everything up to the rehearsal without a server,
+/// so what the file chose (migrations, layout, apps, since) shows in the
+/// report's header.
+fn bare_verify_reads_rollsafe_toml_and_flags_override_it(_: &TestEnv) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    sqlx_project(dir.path())?;
+    write(
+        dir.path(),
+        &[(
+            "rollsafe.toml",
+            "migrations = \"db\"\napps = \"apps\"\nlayout = \"sqlx\"\nsince = \"20240101120000\"\n",
+        )],
+    )?;
+    let (code, stdout, stderr) = run_in(dir.path(), &["verify", "--static-only"])?;
+    ensure!(code == 0, "exit {code}: {stdout}{stderr}");
+    let db = dir.path().join("db").display().to_string();
+    ensure!(
+        stdout.contains(&db) && stdout.contains("20240201120000_notes_pinned.sql"),
+        "the file's migrations were not rehearsed: {stdout}"
+    );
+    ensure!(
+        !stdout.contains("20240101120000_notes.sql"),
+        "since = 20240101120000 rehearses only what comes after it: {stdout}"
+    );
+
+    // A flag wins over the file: --migrations, --layout and --since from
+    // the command line replace the file's.
+    let other = tempfile::tempdir()?;
+    write(
+        other.path(),
+        &[("V1__t.sql", "CREATE TABLE t (id bigint);")],
+    )?;
+    let other_dir = other.path().display().to_string();
+    let (code, stdout, stderr) = run_in(
+        dir.path(),
+        &[
+            "verify",
+            "--static-only",
+            "--migrations",
+            &other_dir,
+            "--layout",
+            "refinery",
+            "--since",
+            "V1",
+        ],
+    )?;
+    // --apps from the file still resolves its `needs` against the flag's
+    // migrations: a sqlx timestamp is no version of a refinery set.
+    ensure!(
+        code == 2 && error_lines(&stderr).len() == 1,
+        "exit {code}: {stdout}{stderr}"
+    );
+    ensure!(
+        stderr
+            .contains("notes_v1.sql: `-- needs: 20240101120000` is not a schema version number of")
+            && stderr.contains(&other_dir),
+        "{stderr}"
+    );
+
+    // --config names the file from anywhere; its paths follow the file.
+    let elsewhere = tempfile::tempdir()?;
+    let config = dir.path().join("rollsafe.toml").display().to_string();
+    let (code, stdout, stderr) = run_in(
+        elsewhere.path(),
+        &["verify", "--static-only", "--config", &config],
+    )?;
+    ensure!(
+        code == 0 && stdout.contains(&db),
+        "exit {code}: {stdout}{stderr}"
+    );
+    Ok(())
+}
+
+fn config_errors_are_one_line_and_exit_2(_: &TestEnv) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    write(
+        dir.path(),
+        &[(
+            "rollsafe.toml",
+            "rows = 100\nmigratons = \"db\"\npostgres = \"postgres://u:Secr3tPw@127.0.0.1:1/x\"\n",
+        )],
+    )?;
+    let (code, stdout, stderr) = run_in(dir.path(), &["verify"])?;
+    ensure!(
+        code == 2 && stdout.is_empty(),
+        "exit {code}: {stdout}{stderr}"
+    );
+    let errors = error_lines(&stderr);
+    ensure!(errors.len() == 1, "{stderr}");
+    ensure!(
+        errors[0].contains("rollsafe.toml:2: unknown field `migratons`"),
+        "{stderr}"
+    );
+    ensure!(!stderr.contains("Secr3tPw"), "{stderr}");
+
+    let (code, _, stderr) = run_in(dir.path(), &["verify", "--config", "nowhere.toml"])?;
+    ensure!(
+        code == 2
+            && error_lines(&stderr).len() == 1
+            && stderr.contains("config file nowhere.toml does not exist"),
+        "exit {code}: {stderr}"
+    );
+
+    // A backend URL with a password, from the file: an unreachable server
+    // is one line without the password.
+    write(
+        dir.path(),
+        &[(
+            "rollsafe.toml",
+            "postgres = \"postgres://u:Secr3tPw@127.0.0.1:1/x\"\n",
+        )],
+    )?;
+    let (code, _, stderr) = run_in(dir.path(), &["verify"])?;
+    ensure!(code == 2, "exit {code}: {stderr}");
+    ensure!(
+        !stderr.contains("Secr3tPw") && error_lines(&stderr).len() == 1,
+        "{stderr}"
+    );
+    Ok(())
+}
+
+fn layout_and_apps_errors_are_one_line_and_exit_2(_: &TestEnv) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    write(
+        dir.path(),
+        &[
+            ("mixed/V1__a.sql", "SELECT 1;"),
+            ("mixed/2_b.sql", "SELECT 2;"),
+            ("ok/V1__a.sql", "CREATE TABLE a (id bigint);"),
+            ("ok/V2__b.sql", "ALTER TABLE a ADD b text;"),
+            (
+                "apps/a.sql",
+                "-- app: a\n-- needs: 2\n-- retired: 2\n-- name: s\nSELECT id FROM a;\n",
+            ),
+        ],
+    )?;
+    let (code, _, stderr) = run_in(
+        dir.path(),
+        &["verify", "--static-only", "--migrations", "mixed"],
+    )?;
+    ensure!(
+        code == 2 && error_lines(&stderr).len() == 1,
+        "exit {code}: {stderr}"
+    );
+    ensure!(
+        stderr.contains("mixed mixes migration layouts (V1__a.sql is refinery, 2_b.sql is sqlx)"),
+        "{stderr}"
+    );
+
+    let (code, _, stderr) = run_in(
+        dir.path(),
+        &[
+            "verify",
+            "--static-only",
+            "--migrations",
+            "ok",
+            "--layout",
+            "golang-migrate",
+        ],
+    )?;
+    ensure!(
+        code == 2 && stderr.contains("V1__a.sql: not a golang-migrate migration file name"),
+        "exit {code}: {stderr}"
+    );
+
+    let (code, _, stderr) = run_in(dir.path(), &["verify", "--static-only", "--layout", "sqlx"])?;
+    ensure!(
+        code == 2
+            && error_lines(&stderr).len() == 1
+            && stderr
+                .contains("--layout sqlx names the layout of --migrations DIR, and none was given"),
+        "exit {code}: {stderr}"
+    );
+
+    let (code, _, stderr) = run_in(
+        dir.path(),
+        &[
+            "verify",
+            "--static-only",
+            "--migrations",
+            "ok",
+            "--apps",
+            "apps",
+        ],
+    )?;
+    ensure!(
+        code == 2 && error_lines(&stderr).len() == 1,
+        "exit {code}: {stderr}"
+    );
+    ensure!(
+        stderr.contains("a.sql: `-- retired: 2` is not after `-- needs: 2`"),
+        "{stderr}"
+    );
+
+    let (code, _, stderr) = run_in(
+        dir.path(),
+        &[
+            "verify",
+            "--static-only",
+            "--migrations",
+            "ok",
+            "--apps",
+            "no-such-dir",
+        ],
+    )?;
+    ensure!(
+        code == 2 && stderr.contains("apps directory no-such-dir does not exist"),
+        "exit {code}: {stderr}"
+    );
+    Ok(())
+}
+
+fn migrate_refuses_a_non_refinery_layout_in_one_line(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    sqlx_project(dir.path())?;
+    let db = env.fresh_database();
+    for command in ["migrate", "status"] {
+        let (code, stdout, stderr) = run_in(
+            dir.path(),
+            &[command, "--database-url", db.url(), "--migrations", "db"],
+        )?;
+        ensure!(
+            code == 2 && stdout.is_empty(),
+            "{command}: exit {code}: {stdout}{stderr}"
+        );
+        ensure!(
+            error_lines(&stderr).len() == 1
+                && stderr.contains("db holds sqlx migrations; rollsafe migrate and status keep refinery's history table"),
+            "{command}: {stderr}"
+        );
+    }
+    // Nothing was applied.
+    let mut c = db.connect()?;
+    let tables: i64 = c
+        .query_one(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'",
+            &[],
+        )?
+        .get(0);
+    ensure!(tables == 0, "{tables} tables were created");
+    Ok(())
+}
+
+/// The password in the suite's URL, if it has one (to prove it is never
+/// printed).
+fn password_of(url: &str) -> Option<String> {
+    url::Url::parse(url)
+        .ok()?
+        .password()
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
+}
+
+fn capture_without_pg_stat_statements_says_how_to_enable_it(env: &TestEnv) -> anyhow::Result<()> {
+    let db = env.fresh_database();
+    let dir = tempfile::tempdir()?;
+    let run = || {
+        run_in(
+            dir.path(),
+            &[
+                "capture",
+                "--database-url",
+                db.url(),
+                "--app",
+                "shop",
+                "--needs",
+                "3",
+                "--out",
+                "shop.sql",
+            ],
+        )
+    };
+    let (code, stdout, stderr) = run()?;
+    ensure!(
+        code == 2 && stdout.is_empty(),
+        "exit {code}: {stdout}{stderr}"
+    );
+    ensure!(error_lines(&stderr).len() == 1, "{stderr}");
+    ensure!(
+        stderr.contains(&format!(
+            "pg_stat_statements is not installed in database {}",
+            db.name()
+        )) && stderr.contains("shared_preload_libraries")
+            && stderr.contains("CREATE EXTENSION pg_stat_statements"),
+        "{stderr}"
+    );
+    if let Some(pw) = password_of(db.url()) {
+        ensure!(!stderr.contains(&pw), "the password was printed: {stderr}");
+    }
+    ensure!(
+        !dir.path().join("shop.sql").exists(),
+        "no set is written on error"
+    );
+
+    // Installed but not loaded at server start: the view cannot be read,
+    // and the message says what the administrator must do.
+    let mut c = db.connect()?;
+    let preloaded: String = c.query_one("SHOW shared_preload_libraries", &[])?.get(0);
+    if c.batch_execute("CREATE EXTENSION pg_stat_statements")
+        .is_ok()
+        && !preloaded.contains("pg_stat_statements")
+    {
+        let (code, _, stderr) = run()?;
+        ensure!(
+            code == 2
+                && error_lines(&stderr).len() == 1
+                && stderr.contains("installed in database")
+                && stderr.contains("did not load it at start")
+                && stderr.contains("add pg_stat_statements to shared_preload_libraries"),
+            "exit {code}: {stderr}"
+        );
+    }
+
+    // Bad arguments are refused before connecting.
+    let (code, _, stderr) = run_in(
+        dir.path(),
+        &[
+            "capture",
+            "--database-url",
+            "postgres://u:Secr3tPw@127.0.0.1:1/x",
+            "--app",
+            "my app",
+            "--needs",
+            "3",
+        ],
+    )?;
+    ensure!(
+        code == 2 && stderr.contains("--app \"my app\" is not a statement set name"),
+        "exit {code}: {stderr}"
+    );
+    let (code, _, stderr) = run_in(
+        dir.path(),
+        &[
+            "capture",
+            "--database-url",
+            "postgres://u:Secr3tPw@127.0.0.1:1/x",
+            "--app",
+            "shop",
+            "--needs",
+            "3",
+        ],
+    )?;
+    ensure!(
+        code == 2 && error_lines(&stderr).len() == 1 && !stderr.contains("Secr3tPw"),
+        "exit {code}: {stderr}"
+    );
+    Ok(())
+}
+
+/// An existing server cannot be restarted with `shared_preload_libraries`:
+/// the sandbox says so instead of handing out a server without it.
+fn a_server_backend_refuses_start_settings_it_cannot_apply(env: &TestEnv) -> anyhow::Result<()> {
+    let err = match rollsafe::sandbox::SandboxBuilder::default()
+        .backend(rollsafe::sandbox::BackendChoice::Server(
+            env.sandbox.admin_url().to_string(),
+        ))
+        .server_setting("shared_preload_libraries", "pg_stat_statements")
+        .start()
+    {
+        Ok(_) => anyhow::bail!("a server backend started with a setting it cannot apply"),
+        Err(e) => e.to_string(),
+    };
+    ensure!(
+        err.starts_with("an existing server (a --postgres URL) cannot be started with shared_preload_libraries=pg_stat_statements"),
+        "{err}"
+    );
+    if let Some(pw) = password_of(env.sandbox.admin_url()) {
+        ensure!(!err.contains(&pw), "{err}");
+    }
+    Ok(())
+}
+
+/// The whole path on a real server with pg_stat_statements loaded: an
+/// app's statements run (extended protocol with parameters, a simple-query
+/// constant, a transaction), `rollsafe capture` writes the set, and the set
+/// is one `--apps` reads, with kinds from the parse and every statement
+/// preparing on the schema it came from.
+fn capture_writes_the_apps_statements_from_pg_stat_statements(env: &TestEnv) -> anyhow::Result<()> {
+    let sandbox = env
+        .builder
+        .clone()
+        .server_setting("shared_preload_libraries", "pg_stat_statements")
+        .start()?;
+    let db = sandbox.fresh_database()?;
+    let mut c = db.connect()?;
+    c.batch_execute(
+        "CREATE EXTENSION pg_stat_statements;
+         CREATE TABLE books (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, title text NOT NULL, stock bigint NOT NULL DEFAULT 0);",
+    )?;
+    // What the app runs.
+    for i in 0..3_i64 {
+        c.execute(
+            "INSERT INTO books (title) VALUES ($1)",
+            &[&format!("book {i}")],
+        )?;
+        c.query("SELECT id, title FROM books WHERE id = $1", &[&i])?;
+        let mut tx = c.transaction()?;
+        tx.query(
+            "WITH sold AS (UPDATE books SET stock = stock - $1 WHERE id = $2 RETURNING id) SELECT count(*) FROM sold",
+            &[&1_i64, &i],
+        )?;
+        tx.commit()?;
+    }
+    c.batch_execute("SELECT count(*) FROM books WHERE title = 'book 1'")?;
+
+    let dir = tempfile::tempdir()?;
+    let capture = |out: &str| {
+        run_in(
+            dir.path(),
+            &[
+                "capture",
+                "--database-url",
+                db.url(),
+                "--app",
+                "shop",
+                "--needs",
+                "1",
+                "--out",
+                out,
+            ],
+        )
+    };
+    // A file that cannot be written is one line.
+    let (code, _, stderr) = capture("missing/shop.sql")?;
+    ensure!(
+        code == 2
+            && error_lines(&stderr).len() == 1
+            && stderr.contains("cannot write missing/shop.sql"),
+        "exit {code}: {stderr}"
+    );
+    std::fs::create_dir(dir.path().join("apps"))?;
+    let (code, stdout, stderr) = capture("apps/shop.sql")?;
+    ensure!(
+        code == 0 && stdout.is_empty(),
+        "exit {code}: {stdout}{stderr}"
+    );
+    if let Some(pw) = password_of(db.url()) {
+        ensure!(!stderr.contains(&pw), "the password was printed: {stderr}");
+    }
+    ensure!(stderr.contains("written to apps/shop.sql"), "{stderr}");
+    let text = std::fs::read_to_string(dir.path().join("apps/shop.sql"))?;
+
+    write(
+        dir.path(),
+        &[(
+            "migrations/V1__books.sql",
+            "CREATE TABLE books (id bigint);",
+        )],
+    )?;
+    let catalog = Catalog::from_dir(&dir.path().join("migrations"))?;
+    let apps = apps::load_dir(&dir.path().join("apps"), &catalog)?;
+    let app = &apps[0];
+    ensure!(app.name == "shop" && app.needs == 1, "{text}");
+    let kind = |name: &str| app.declared_kind(name);
+    ensure!(kind("insert_books") == Some(apps::Kind::Write), "{text}");
+    ensure!(kind("update_books") == Some(apps::Kind::Write), "{text}");
+    ensure!(kind("select_books") == Some(apps::Kind::Read), "{text}");
+    let insert = app.set.get("insert_books")?;
+    ensure!(
+        insert.sql.contains("$1"),
+        "normalised with parameters: {text}"
+    );
+    ensure!(
+        insert.meta_values("calls").next() == Some("3"),
+        "calls are recorded: {text}"
+    );
+    // The simple-query constant was normalised too.
+    ensure!(
+        app.set
+            .statements()
+            .iter()
+            .any(|s| s.sql.contains("title = $1") && s.sql.contains("count(*)")),
+        "{text}"
+    );
+    // The CREATE TABLE is kept for a person to judge; transaction control
+    // and capture's own reads are not there.
+    let reviewed: Vec<&str> = app
+        .set
+        .statements()
+        .iter()
+        .filter(|s| s.meta_values("review").next().is_some())
+        .map(|s| s.name.as_str())
+        .collect();
+    ensure!(reviewed == ["create_books"], "{text}");
+    ensure!(
+        !text.contains("pg_stat_statements s")
+            && !text.contains("pg_extension")
+            && !text.contains("current_database")
+            && !text.contains("\nBEGIN")
+            && !text.contains("COMMIT;"),
+        "{text}"
+    );
+    for st in app
+        .set
+        .statements()
+        .iter()
+        .filter(|s| app.declared_kind(&s.name).is_some())
+    {
+        c.prepare(&st.sql)
+            .with_context(|| format!("{} does not prepare: {}", st.name, st.sql))?;
+    }
+    Ok(())
+}
+
+/// The statements a database recorded, through the code path the
+/// `pg_stat_statements` query feeds ([`rollsafe::capture::write_set`]):
+/// the suite's server does not preload the extension, so the rows are the
+/// ones `pg_stat_statements` stores (normalised, `$n` parameters), read
+/// here from `pg_prepared_statements` after the app-like statements were
+/// prepared on the real schema, and the written set is then replayed
+/// through `rollsafe verify --apps` loading.
+fn capture_classifies_what_the_database_recorded(env: &TestEnv) -> anyhow::Result<()> {
+    let db = env.fresh_database();
+    let mut c = db.connect()?;
+    for sql in [
+        "CREATE TABLE books (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, title text NOT NULL, stock bigint NOT NULL DEFAULT 0)",
+        "PREPARE q1 AS SELECT id, title FROM books WHERE id = $1",
+        "PREPARE q2 AS INSERT INTO books (title) VALUES ($1) RETURNING id",
+        "PREPARE q3 AS WITH sold AS (UPDATE books SET stock = stock - $1 WHERE id = $2 RETURNING id) SELECT count(*) FROM sold",
+        "PREPARE q4 AS DELETE FROM books WHERE id = $1",
+    ] {
+        c.batch_execute(sql)?;
+    }
+    let rows: Vec<rollsafe::capture::Captured> = c
+        .query(
+            "SELECT regexp_replace(statement, '^PREPARE \\w+ AS ', ''), 1::int8 FROM pg_prepared_statements WHERE name LIKE 'q_' ORDER BY name",
+            &[],
+        )?
+        .iter()
+        .map(|r| rollsafe::capture::Captured {
+            query: r.get(0),
+            calls: r.get(1),
+        })
+        .chain([rollsafe::capture::Captured {
+            query: "BEGIN".into(),
+            calls: 9,
+        }])
+        .collect();
+    ensure!(rows.len() == 5, "{rows:?}");
+    let header = rollsafe::capture::Header::new("shop", "1", "the test database".into())?;
+    let set = rollsafe::capture::write_set(&header, &rows);
+    ensure!(
+        (set.reads, set.writes, set.to_review, set.skipped) == (1, 3, 0, 1),
+        "{}",
+        set.text
+    );
+
+    // The written file is a statement set `--apps` reads, and every
+    // statement prepares on the schema it was captured from.
+    let dir = tempfile::tempdir()?;
+    write(
+        dir.path(),
+        &[
+            (
+                "migrations/V1__books.sql",
+                "CREATE TABLE books (id bigint);",
+            ),
+            ("apps/shop.sql", &set.text),
+        ],
+    )?;
+    let catalog = Catalog::from_dir(&dir.path().join("migrations"))?;
+    let apps = apps::load_dir(&dir.path().join("apps"), &catalog)?;
+    ensure!(apps.len() == 1 && apps[0].name == "shop" && apps[0].needs == 1);
+    let writers: Vec<&str> = apps[0]
+        .set
+        .statements()
+        .iter()
+        .filter(|s| apps[0].declared_kind(&s.name) == Some(apps::Kind::Write))
+        .map(|s| s.name.as_str())
+        .collect();
+    ensure!(
+        writers == ["insert_books", "update_books", "delete_books"],
+        "{writers:?}\n{}",
+        set.text
+    );
+    for (i, st) in apps[0].set.statements().iter().enumerate() {
+        c.batch_execute(&format!("PREPARE replay{i} AS {}", st.sql))
+            .with_context(|| format!("{} does not prepare", st.name))?;
+    }
+    Ok(())
+}
+
+/// The README's example: its migrations apply with the real migrator, each
+/// app's seed writes rows at the first version of its window, and every
+/// statement of each app executes (rolled back) on every version it may run
+/// on — and shop_v1, retired at V4, would not.
+fn bookshop_example_migrates_seeds_and_runs_its_apps_in_their_windows(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let root = repo_root().join("examples/bookshop");
+    let catalog = Catalog::from_dir(&root.join("migrations"))?;
+    let apps = apps::load_dir(&root.join("apps"), &catalog)?;
+    let names: Vec<(&str, i32, Option<i32>)> = apps
+        .iter()
+        .map(|a| (a.name.as_str(), a.needs, a.retired))
+        .collect();
+    ensure!(
+        names == [("shop_v1", 2, Some(4)), ("shop_v2", 3, None)],
+        "{names:?}"
+    );
+    ensure!(
+        apps.iter().all(|a| a.seed_sql.is_some()),
+        "both apps have seeds"
+    );
+    let latest = catalog.latest();
+    let db = env.fresh_database();
+    let mut c = db.connect()?;
+    for v in catalog.migrations().iter().map(|m| m.version) {
+        let options = rollsafe::migrate::Options {
+            target: Some(v),
+            ..Default::default()
+        };
+        rollsafe::migrate::migrate(db.url(), &catalog, &options)?;
+        for app in apps.iter().filter(|a| a.needs == v) {
+            let seed = app.seed_sql.as_deref().unwrap_or_default();
+            c.batch_execute(&seed.replace("{rows}", "50"))
+                .with_context(|| format!("{}'s seed on V{v}", app.name))?;
+        }
+        // The verifier's own replay: every statement prepared and executed
+        // with its declared (or generated) parameters, rolled back.
+        for app in apps.iter().filter(|a| a.may_run_on(v)) {
+            let outcomes = replay::replay_all(&mut c, app)?;
+            ensure!(outcomes.len() == app.set.statements().len());
+            for o in outcomes {
+                if let Some((step, message)) = o.failure {
+                    anyhow::bail!(
+                        "{}.{} fails on V{v} at {step:?}: {message}",
+                        app.name,
+                        o.statement
+                    );
+                }
+            }
+        }
+    }
+    // The retired app really could not run on the last version: that is why
+    // its window ends there.
+    let v1 = &apps[0];
+    ensure!(!v1.may_run_on(latest) && !v1.live_during(latest));
+    let failed: Vec<String> = replay::replay_all(&mut c, v1)?
+        .into_iter()
+        .filter(|o| o.failure.is_some())
+        .map(|o| o.statement)
+        .collect();
+    ensure!(
+        failed == ["place_order", "orders_for_book"],
+        "shop_v1 names gift_note, dropped at V4: {failed:?}"
+    );
+    Ok(())
+}
