@@ -32,9 +32,19 @@ use crate::catalog::Catalog;
 use crate::dao::statements::{StatementSet, StatementSetError};
 use crate::dao::{AttachRequest, CurrentDao, LegacyDao};
 
-const EMBEDDED_SETS: &[(&str, &str)] = &[
-    ("src/dao/legacy.sql", crate::dao::LEGACY_SQL),
-    ("src/dao/current.sql", crate::dao::CURRENT_SQL),
+/// (statement set's source, its text, its bulk seed): the shipped
+/// project's two app versions, data like any `--apps DIR`.
+const EMBEDDED_SETS: &[(&str, &str, &str)] = &[
+    (
+        "src/dao/legacy.sql",
+        crate::dao::LEGACY_SQL,
+        include_str!("seed/legacy.sql"),
+    ),
+    (
+        "src/dao/current.sql",
+        crate::dao::CURRENT_SQL,
+        include_str!("seed/current.sql"),
+    ),
 ];
 
 /// Why a statement set cannot be used as an app version.
@@ -280,7 +290,12 @@ impl AppVersion {
 pub fn embedded_apps() -> Result<Vec<AppVersion>, AppError> {
     let mut apps = EMBEDDED_SETS
         .iter()
-        .map(|(src, text)| AppVersion::parse(src, text))
+        .map(|(src, text, seed)| {
+            AppVersion::parse(src, text).map(|mut a| {
+                a.seed_sql = Some(seed.to_string());
+                a
+            })
+        })
         .collect::<Result<Vec<_>, _>>()?;
     apps.sort_by_key(|a| a.needs);
     Ok(apps)
@@ -383,6 +398,11 @@ pub trait AppDriver: Send {
     fn sees(&self, c: &mut Client, id: Uuid) -> anyhow::Result<bool>;
     /// What this app's list reader returns for a collection.
     fn list(&self, c: &mut Client, collection: Uuid) -> anyhow::Result<Vec<Uuid>>;
+    /// Whether the app creates in two phases (the `dao` check exercises
+    /// its create, retry and race behaviour).
+    fn two_phase(&self) -> bool {
+        false
+    }
 }
 
 /// The legacy app: `rollsafe::dao::LegacyDao` (one-phase create).
@@ -411,6 +431,9 @@ impl AppDriver for LegacyDriver {
 pub struct CurrentDriver;
 
 impl AppDriver for CurrentDriver {
+    fn two_phase(&self) -> bool {
+        true
+    }
     fn create_complete(&self, c: &mut Client, req: &AttachRequest) -> anyhow::Result<Uuid> {
         Ok(CurrentDao::new(c).attach(req)?.id)
     }

@@ -615,7 +615,11 @@ impl Run<'_> {
     /// collections.
     fn visible(db: &Database, apps: &[&AppVersion]) -> Result<backfill::Visible, VerifyError> {
         let mut out = backfill::Visible::default();
-        if apps.is_empty() {
+        // Only an app with a driver has a list reader to compare.
+        if !apps.iter().any(|a| a.driver().is_some()) {
+            if !apps.is_empty() {
+                out.not_listed = Some("no live app has a reader rollsafe can drive".into());
+            }
             return Ok(out);
         }
         let mut c = step("connecting", db.connect())?;
@@ -790,7 +794,7 @@ impl Run<'_> {
                 prev = v;
                 continue;
             }
-            let live: Vec<&AppVersion> = self.v.apps.iter().filter(|a| a.needs <= prev).collect();
+            let live: Vec<&AppVersion> = self.v.apps.iter().filter(|a| a.live_during(v)).collect();
 
             // Seeded path. With no app live at V{prev}, nothing writes rows
             // and the seeded database would be a copy of the empty one: the
@@ -807,11 +811,17 @@ impl Run<'_> {
                     stopped = Some(vec![compat::live_app_cannot_write(prev, v, app, e)]);
                     break;
                 }
-                let rows = s
+                let mut rows = s
                     .per_app
                     .iter()
                     .map(|(_, n, k)| *n as i64 + *k as i64)
                     .sum::<i64>();
+                if let Some(g) = &s.generated {
+                    rows += g.seeded.iter().map(|t| t.written as i64).sum::<i64>();
+                    self.report
+                        .findings
+                        .extend(rewrite::tables_not_seeded(v, prev, g));
+                }
                 Some((seeded, rows))
             };
             let seeded_rows = seeded.as_ref().map_or(0, |(_, n)| *n);
@@ -892,7 +902,7 @@ impl Run<'_> {
             // backfill directives are to be checked.
             let (seeded, applied_db) = match seeded {
                 Some((db, _)) => (true, Some(db)),
-                None if self.v.apps.iter().any(|a| a.needs <= v) || !m.directives.is_empty() => {
+                None if self.v.apps.iter().any(|a| a.may_run_on(v)) || !m.directives.is_empty() => {
                     (false, Some(self.clone_db(&empty_prev)?))
                 }
                 None => (false, None),
@@ -935,11 +945,12 @@ impl Run<'_> {
         for st in staged {
             let m = &migrations[st.index];
             let (v, prev) = (m.version, st.prev);
-            let live: Vec<&AppVersion> = self.v.apps.iter().filter(|a| a.needs <= prev).collect();
-            let runnable: Vec<&AppVersion> = self.v.apps.iter().filter(|a| a.needs <= v).collect();
+            let live: Vec<&AppVersion> = self.v.apps.iter().filter(|a| a.live_during(v)).collect();
+            let runnable: Vec<&AppVersion> =
+                self.v.apps.iter().filter(|a| a.may_run_on(v)).collect();
             let newly: Vec<String> = runnable
                 .iter()
-                .filter(|a| a.needs > prev)
+                .filter(|a| !a.may_run_on(prev))
                 .map(|a| a.name.clone())
                 .collect();
             let Staged {
@@ -1113,7 +1124,7 @@ impl Run<'_> {
             .v
             .apps
             .iter()
-            .any(|a| a.name == "current" && a.needs <= prev)
+            .any(|a| a.driver().is_some_and(|d| d.two_phase()) && a.may_run_on(prev))
         {
             self.v.say("dao: two-phase behaviour on the final schema");
             self.ran(dao::CHECK, Some(prev));

@@ -1,26 +1,24 @@
 //! Seeding a rehearsal database with rows written by the app versions live
 //! at its schema version.
 //!
-//! Two kinds of rows, for two reasons:
-//! - bulk rows, `INSERT … SELECT generate_series` per app version
-//!   (`seed/<app>.sql`), shaped like that app's rows: the same columns its
-//!   insert names, the same completeness (legacy: all complete; current:
-//!   1 % in flight, not ready). Set-based so that `--rows 1000000` seeds in
-//!   seconds rather than the minutes a million single-row round trips take;
-//!   the table size is what makes rewrites and lock stalls measurable.
-//! - a few rows through the app's own driver (its real statements), so that
-//!   the rows the app itself writes are in the picture too.
+//! Per live app, the first that applies:
+//! - its bulk seed (`seed_sql`: `<app>.seed.sql` next to its statement set,
+//!   or the embedded apps' `seed/<app>.sql`), `INSERT … SELECT
+//!   generate_series` with a `{rows}` placeholder, shaped like that app's
+//!   rows. Set-based so that `--rows 1000000` seeds in seconds rather than
+//!   the minutes a million single-row round trips take; the table size is
+//!   what makes rewrites and lock stalls measurable;
+//! - otherwise rows generated from the catalogue ([`super::generate`]),
+//!   once for every such app, followed by those apps' own writes.
 //!
-//! The rows are split evenly between the live app versions.
+//! Then a few rows through each app's driver where it has one (its real
+//! statements), so that the rows the app itself writes are in the picture
+//! too. The rows are split evenly between the live app versions.
 
 use postgres::Client;
 
 use super::apps::{request_with_new_collection, AppVersion};
-
-const SEEDS: &[(&str, &str)] = &[
-    ("legacy", include_str!("seed/legacy.sql")),
-    ("current", include_str!("seed/current.sql")),
-];
+use super::generate::{self, RowCounts};
 
 /// Rows each live app writes through its own statements on top of the bulk.
 const ROWS_THROUGH_APP: usize = 3;
@@ -30,8 +28,10 @@ const ROWS_THROUGH_APP: usize = 3;
 pub struct Seeded {
     /// (app, bulk rows, rows through the app).
     pub per_app: Vec<(String, u64, usize)>,
-    /// Live apps rollsafe has no seed for.
+    /// Live apps without a seed of their own (their rows were generated).
     pub unseeded: Vec<String>,
+    /// What the catalogue-driven generator did for them, if it ran.
+    pub generated: Option<generate::Generated>,
     /// (app, message) of apps whose rows could not be written (the schema
     /// no longer fits them); the database is as if they had not tried.
     pub failed: Vec<(String, String)>,
@@ -45,7 +45,7 @@ pub fn seed(c: &mut Client, live: &[&AppVersion], rows: u64) -> anyhow::Result<S
     }
     let share = rows / live.len() as u64;
     for (i, app) in live.iter().enumerate() {
-        let Some((_, sql)) = SEEDS.iter().find(|(n, _)| *n == app.name) else {
+        let Some(sql) = app.seed_sql.as_deref() else {
             out.unseeded.push(app.name.clone());
             continue;
         };
@@ -79,6 +79,15 @@ pub fn seed(c: &mut Client, live: &[&AppVersion], rows: u64) -> anyhow::Result<S
             }
         }
         out.per_app.push((app.name.clone(), n, through_app));
+    }
+    if !out.unseeded.is_empty() {
+        let apps: Vec<&AppVersion> = live
+            .iter()
+            .filter(|a| out.unseeded.contains(&a.name))
+            .copied()
+            .collect();
+        let per_table = share * apps.len() as u64 + (rows - share * live.len() as u64);
+        out.generated = Some(generate::seed(c, &RowCounts::new(per_table), &apps)?);
     }
     c.batch_execute("ANALYZE")?;
     Ok(out)

@@ -345,15 +345,25 @@ pub fn safe_order(versions: &[i32], apps: &[AppVersion]) -> Vec<String> {
     for &v in versions {
         let newly: Vec<&str> = apps
             .iter()
-            .filter(|a| a.needs > prev && a.needs <= v)
+            .filter(|a| a.may_run_on(v) && !a.may_run_on(prev))
             .map(|a| a.name.as_str())
             .collect();
         let running: Vec<&str> = apps
             .iter()
-            .filter(|a| a.needs <= prev)
+            .filter(|a| a.live_during(v))
             .map(|a| a.name.as_str())
             .collect();
-        let mut s = format!("apply V{v}");
+        // Retired at v: it must be stopped before v is applied.
+        let retiring: Vec<&str> = apps
+            .iter()
+            .filter(|a| a.may_run_on(prev) && !a.may_run_on(v) && prev > 0)
+            .map(|a| a.name.as_str())
+            .collect();
+        let mut s = if retiring.is_empty() {
+            format!("apply V{v}")
+        } else {
+            format!("stop the {} app, then apply V{v}", retiring.join(" and "))
+        };
         if !newly.is_empty() {
             s.push_str(&format!(", then roll out the {} app", newly.join(" and ")));
         }

@@ -30,6 +30,45 @@ use crate::verify::rehearsal::{Applied, StatementRun, TableWork};
 use super::ms;
 
 pub const CHECK: &str = "rewrite";
+
+/// Tables the row generator could not fill before migration `v` (at
+/// `prev`): work on their rows cannot be measured, so each is a warning
+/// naming what stood in the way, and the measurements on it are of an
+/// empty table.
+pub fn tables_not_seeded(
+    v: i32,
+    prev: i32,
+    generated: &crate::verify::generate::Generated,
+) -> Vec<Finding> {
+    let mut out: Vec<Finding> = generated
+        .unseeded
+        .iter()
+        .map(|t| {
+            let what = match &t.constraint {
+                Some(c) => format!("constraint {c}: {}", t.reason),
+                None => t.reason.clone(),
+            };
+            Finding::new(
+                CHECK,
+                "table-not-seeded",
+                Severity::Warn,
+                Some(v),
+                format!(
+                    "{} could not be seeded at V{prev} ({what}); the rewrite and lock checks measured it empty",
+                    t.table
+                ),
+            )
+            .evidence("table", t.table.clone())
+            .evidence("constraint", t.constraint.clone().unwrap_or_default())
+            .advice("give the app a seed file (<app>.seed.sql next to its statement set) that writes rows the way it does")
+        })
+        .collect();
+    out.extend(generated.warnings.iter().map(|w| {
+        Finding::new(CHECK, "seeding-warning", Severity::Warn, Some(v), w.clone())
+            .advice("give the app a seed file (<app>.seed.sql next to its statement set)")
+    }));
+    out
+}
 pub const DESCRIPTION: &str =
     "no work that grows with a table (rewrite, rows written, a full pass) under a lock that blocks the live apps, measured per statement at 0 and N rows";
 
