@@ -79,7 +79,8 @@ impl Default for BackfillOptions {
 pub struct BackfillProgress {
     pub version: i32,
     pub table: String,
-    /// Rows updated so far, earlier (killed) runs included.
+    /// Rows settled so far (updated and no longer matching the
+    /// predicate), earlier (killed) runs included.
     pub rows_done: u64,
     /// Rows updated by earlier runs, when this one resumed.
     pub resumed_from: u64,
@@ -261,8 +262,9 @@ pub fn run(
     let batch_sql = |bounded: bool| {
         format!(
             "WITH batch AS (SELECT {pk} AS k FROM {t} {bound} ORDER BY {pk} LIMIT {n}), \
-                  done AS (UPDATE {t} SET {set} WHERE {pk} IN (SELECT k FROM batch) AND ({pred}) RETURNING 1) \
-             SELECT (SELECT k FROM batch ORDER BY k DESC LIMIT 1)::text, (SELECT count(*) FROM done)",
+                  done AS (UPDATE {t} SET {set} WHERE {pk} IN (SELECT k FROM batch) AND ({pred}) RETURNING ({pred}) AS still) \
+             SELECT (SELECT k FROM batch ORDER BY k DESC LIMIT 1)::text, \
+                    (SELECT count(*) FROM done WHERE still IS NOT TRUE)",
             t = b.table,
             set = b.set,
             pred = b.predicate,

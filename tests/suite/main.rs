@@ -8,6 +8,7 @@ mod check;
 mod common;
 mod dao;
 mod migrate;
+mod no_transaction;
 mod sandbox;
 mod verify;
 
@@ -26,6 +27,7 @@ fn main() {
     trials.extend(migrate::tests(&env));
     trials.extend(dao::tests(&env));
     trials.extend(check::tests(&env));
+    trials.extend(no_transaction::tests(&env));
     let conclusion = libtest_mimic::run(&args, trials);
     // Drop the shared server before exiting (exit skips destructors).
     drop(env);
