@@ -15,9 +15,12 @@
 //! - `DROP … IF EXISTS`;
 //! - `ALTER TABLE` whose every action is `ADD [COLUMN] IF NOT EXISTS`,
 //!   `DROP [COLUMN|CONSTRAINT] IF EXISTS`, `VALIDATE CONSTRAINT`,
+//!   `ADD CONSTRAINT c …` after `DROP CONSTRAINT IF EXISTS c` in the same
+//!   statement (one statement is atomic, so the pair converges),
 //!   `ALTER [COLUMN] … SET|DROP DEFAULT`, `… SET|DROP NOT NULL`,
 //!   `… SET STATISTICS`, `SET (…)`, `RESET (…)`, `ENABLE|DISABLE TRIGGER`
 //!   (each leaves the same state however often it runs);
+//! - `ALTER TYPE … ADD VALUE IF NOT EXISTS`;
 //! - `COMMENT ON`, `GRANT`, `REVOKE`, `ANALYZE`, `VACUUM`, `REINDEX`,
 //!   `REFRESH MATERIALIZED VIEW`, `SET`, `RESET`;
 //! - everything else (`ADD CONSTRAINT`, `RENAME`, `INSERT`, `UPDATE`, `DO`,
@@ -155,9 +158,19 @@ fn judge(s: &Statement) -> Result<Option<String>, String> {
                 }
             }
             ast::Stmt::AlterTable(at) => {
+                // Constraints this statement drops IF EXISTS before it adds
+                // them again: the pair is re-runnable as one statement.
+                let mut dropped: Vec<String> = Vec::new();
                 for action in at.actions() {
                     let a = words(&action.syntax().text().to_string());
-                    if !action_is_rerunnable(&a) {
+                    if starts_with(&a, &["DROP", "CONSTRAINT", "IF", "EXISTS"]) {
+                        if let Some(name) = a.get(4) {
+                            dropped.push(name.clone());
+                        }
+                    }
+                    let re_added = starts_with(&a, &["ADD", "CONSTRAINT"])
+                        && a.get(2).is_some_and(|n| dropped.contains(n));
+                    if !re_added && !action_is_rerunnable(&a) {
                         return Err(format!(
                             "ALTER TABLE action `{}` is not re-runnable; {REWRITE_HINT}",
                             a.join(" ")
@@ -196,7 +209,10 @@ fn judge(s: &Statement) -> Result<Option<String>, String> {
                     &["SET"],
                     &["RESET"],
                 ];
-                if IDEMPOTENT.iter().any(|p| starts_with(&w, p)) {
+                let adds_enum_value_if_missing = starts_with(&w, &["ALTER", "TYPE"])
+                    && w.windows(5)
+                        .any(|x| x == ["ADD", "VALUE", "IF", "NOT", "EXISTS"]);
+                if adds_enum_value_if_missing || IDEMPOTENT.iter().any(|p| starts_with(&w, p)) {
                     Ok(None)
                 } else {
                     Err(format!(
@@ -275,11 +291,13 @@ mod tests {
              CREATE OR REPLACE FUNCTION f() RETURNS int LANGUAGE sql AS $$ SELECT 1; SELECT 2 $$;\n\
              ALTER TABLE items ADD COLUMN IF NOT EXISTS c int, ALTER COLUMN c SET DEFAULT 0;\n\
              ALTER TABLE items VALIDATE CONSTRAINT items_c_check;\n\
+             ALTER TABLE items DROP CONSTRAINT IF EXISTS c_pos, ADD CONSTRAINT c_pos CHECK (c > 0) NOT VALID;\n\
              DROP INDEX CONCURRENTLY IF EXISTS old_idx;\n\
-             COMMENT ON TABLE items IS 'x';\n",
+             COMMENT ON TABLE items IS 'x';\n\
+             ALTER TYPE mood ADD VALUE IF NOT EXISTS 'ok';\n",
         );
         let steps = plan_steps(&m).unwrap();
-        assert_eq!(steps.len(), 8);
+        assert_eq!(steps.len(), 10);
         assert_eq!(steps[0].concurrent_index.as_deref(), Some("items_a"));
         assert_eq!(steps[1].concurrent_index.as_deref(), Some("\"Items_B\""));
         assert!(steps[2..].iter().all(|s| s.concurrent_index.is_none()));
@@ -293,6 +311,11 @@ mod tests {
             ("COMMENT ON TABLE t IS 'x';\nALTER TABLE t ADD CONSTRAINT c CHECK (a > 0) NOT VALID;", 3, "ADD CONSTRAINT"),
             ("UPDATE t SET a = 1;", 2, "batched-update"),
             ("DROP TABLE t;", 2, "IF EXISTS"),
+            (
+                "ALTER TABLE t DROP CONSTRAINT IF EXISTS other, ADD CONSTRAINT c CHECK (a > 0);",
+                2,
+                "ADD CONSTRAINT",
+            ),
             ("ALTER TABLE t RENAME COLUMN a TO b;", 2, "RENAME"),
         ] {
             let m = migration(&format!("-- rollsafe:no-transaction\n{sql}"));

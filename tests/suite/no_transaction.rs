@@ -19,7 +19,7 @@ use rollsafe::migrate::backfill::BackfillOptions;
 use rollsafe::migrate::{self, MigrateError, Options};
 use rollsafe::verify::checks::locks::STALL_BUDGET;
 
-use crate::common::{rollsafe_bin, TestEnv};
+use crate::common::{repo_root, rollsafe_bin, TestEnv};
 
 pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
     crate::trials!(
@@ -34,6 +34,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             dollar_quoted_function_body_with_semicolons_is_one_statement,
             eight_concurrent_migrators_on_a_no_transaction_migration,
             backfill_leaving_matching_rows_is_not_recorded_and_status_shows_it,
+            readme_example_backfills_output_collection_id_then_validates,
         ]
     )
 }
@@ -629,5 +630,82 @@ fn backfill_leaving_matching_rows_is_not_recorded_and_status_shows_it(
         "{err}"
     );
     ensure!(history(&mut db2.connect()?)?.is_empty(), "V1 recorded");
+    Ok(())
+}
+
+/// The README's example (examples/batched-backfill/ on top of the shipped
+/// migrations) on legacy rows whose output_collection_id was never set.
+fn readme_example_backfills_output_collection_id_then_validates(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    for src in [
+        repo_root().join("migrations"),
+        repo_root().join("examples/batched-backfill"),
+    ] {
+        for entry in std::fs::read_dir(&src)? {
+            let p = entry?.path();
+            if p.extension().is_some_and(|x| x == "sql") {
+                std::fs::copy(&p, dir.path().join(p.file_name().context("file name")?))?;
+            }
+        }
+    }
+    let cat = catalog(dir.path())?;
+    ensure!(cat.latest() == 5, "example set ends at V{}", cat.latest());
+    let db = env.fresh_database();
+    migrate::migrate(db.url(), &cat, &to(3))?;
+    let mut c = db.connect()?;
+    let rows: i32 = 3_000;
+    c.batch_execute(
+        "INSERT INTO collections (id, name, tenant_id, database_id) \
+         VALUES ('00000000-0000-0000-0000-0000000000aa', 'input', 't', '00000000-0000-0000-0000-0000000000db')",
+    )?;
+    c.execute(
+        "INSERT INTO collections (id, name, tenant_id, database_id) \
+         SELECT gen_random_uuid(), 'out_' || g, 't', '00000000-0000-0000-0000-0000000000db' FROM generate_series(1, $1) g",
+        &[&rows],
+    )?;
+    c.execute(
+        "INSERT INTO attached_functions (id, name, tenant_id, database_id, input_collection_id, \
+             output_collection_name, output_collection_id, function_id, function_params) \
+         SELECT gen_random_uuid(), 'fn_' || g, 't', '00000000-0000-0000-0000-0000000000db', \
+                '00000000-0000-0000-0000-0000000000aa', 'out_' || g, NULL, \
+                'ccf2e3ba-633e-43ba-9394-46b0c54c61e3', '{}'::jsonb \
+           FROM generate_series(1, $1) g",
+        &[&rows],
+    )?;
+    let options = Options {
+        backfill: BackfillOptions {
+            batch_size: 500,
+            pause: Duration::ZERO,
+        },
+        ..Default::default()
+    };
+    let out = migrate::migrate(db.url(), &cat, &options)?;
+    let applied: Vec<i32> = out.applied.iter().map(|a| a.version).collect();
+    ensure!(applied == [4, 5], "applied {applied:?}");
+    let wrong: i64 = c
+        .query_one(
+            "SELECT count(*) FROM attached_functions f LEFT JOIN collections c ON c.id = f.output_collection_id \
+              WHERE c.name IS DISTINCT FROM f.output_collection_name",
+            &[],
+        )?
+        .get(0);
+    ensure!(
+        wrong == 0,
+        "{wrong} rows without their own output collection"
+    );
+    let validated: bool = c
+        .query_one(
+            "SELECT convalidated FROM pg_constraint WHERE conname = 'attached_functions_ready_has_output'",
+            &[],
+        )?
+        .get(0);
+    ensure!(validated, "the constraint is not validated");
+    ensure!(
+        history(&mut c)? == [1, 2, 3, 4, 5],
+        "history {:?}",
+        history(&mut c)?
+    );
     Ok(())
 }
