@@ -35,6 +35,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             eight_concurrent_migrators_on_a_no_transaction_migration,
             backfill_leaving_matching_rows_is_not_recorded_and_status_shows_it,
             readme_example_backfills_output_collection_id_then_validates,
+            rehearsal_applies_a_no_transaction_file_statement_by_statement,
         ]
     )
 }
@@ -706,6 +707,57 @@ fn readme_example_backfills_output_collection_id_then_validates(
         history(&mut c)? == [1, 2, 3, 4, 5],
         "history {:?}",
         history(&mut c)?
+    );
+    Ok(())
+}
+
+/// verify's measured apply, for a no-transaction file: outside a
+/// transaction (the transactional apply fails on CONCURRENTLY), each
+/// statement measured, the index it built reported.
+fn rehearsal_applies_a_no_transaction_file_statement_by_statement(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    use rollsafe::verify::rehearsal::{self, End};
+    let db = env.fresh_database();
+    let dir = write_dir(&[("V1__items.sql", ITEMS)])?;
+    migrate::migrate(db.url(), &catalog(dir.path())?, &Options::default())?;
+    seed_items(&mut db.connect()?, 10_000, 100)?;
+    let sql = "-- rollsafe:no-transaction\n\
+               CREATE INDEX CONCURRENTLY IF NOT EXISTS items_a ON items (a);\n\
+               ALTER TABLE items ADD COLUMN IF NOT EXISTS c int;\n";
+    let in_tx = rehearsal::apply_measured(db.url(), sql, None, End::Commit)?;
+    ensure!(
+        in_tx
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("cannot run inside a transaction block")),
+        "the transactional apply should fail: {:?}",
+        in_tx.error
+    );
+    let applied =
+        rehearsal::apply_measured_no_transaction(db.url(), sql, Some(Duration::from_millis(500)))?;
+    ensure!(applied.ok(), "{:?}", applied.error);
+    ensure!(
+        applied.statements.len() == 2 && applied.statements[1].line == 3,
+        "{:?}",
+        applied.statements
+    );
+    ensure!(
+        applied.statements[0].built_indexes == [("items".to_string(), "items_a".to_string())],
+        "{:?}",
+        applied.statements[0].built_indexes
+    );
+    let mut c = db.connect()?;
+    ensure!(
+        index_state(&mut c, "items_a")? == (true, true),
+        "items_a missing or invalid"
+    );
+    // A second run is a no-op that succeeds (the file is re-runnable).
+    let again = rehearsal::apply_measured_no_transaction(db.url(), sql, None)?;
+    ensure!(
+        again.ok() && again.statements.iter().all(|s| s.built_indexes.is_empty()),
+        "{:?}",
+        again.error
     );
     Ok(())
 }
