@@ -100,6 +100,42 @@ fn index_state(c: &mut Client, name: &str) -> anyhow::Result<(bool, bool)> {
     Ok(row.map_or((false, false), |r| (true, r.get(0))))
 }
 
+/// `rollsafe check --format json` on `url` against `dir`; the finding
+/// `id` (e.g. `invariants.invalid-index`), which must exist.
+fn check_finding(
+    env: &TestEnv,
+    url: &str,
+    dir: &Path,
+    id: &str,
+) -> anyhow::Result<serde_json::Value> {
+    let out = Command::new(rollsafe_bin())
+        .args([
+            "check",
+            "--database-url",
+            url,
+            "--format",
+            "json",
+            "--postgres",
+        ])
+        .arg(env.sandbox.admin_url())
+        .arg("--migrations")
+        .arg(dir)
+        .env_remove("DATABASE_URL")
+        .stdin(Stdio::null())
+        .output()?;
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).with_context(|| {
+        format!(
+            "check printed no JSON report: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })?;
+    report["findings"]
+        .as_array()
+        .and_then(|a| a.iter().find(|f| f["id"] == id))
+        .cloned()
+        .with_context(|| format!("no finding {id} in {report:#}"))
+}
+
 // ---------------------------------------------------------------- tests
 
 fn cic_applies_on_a_populated_table_while_a_writer_runs(env: &TestEnv) -> anyhow::Result<()> {
@@ -215,6 +251,12 @@ fn failed_cic_leaves_an_invalid_index_and_the_rerun_rebuilds_it(
         "the first statement should stay applied"
     );
     ensure!(history(&mut c)? == [1], "V2 must not be recorded");
+    let f = check_finding(env, db.url(), dir.path(), "invariants.invalid-index")?;
+    let advice = f["advice"].as_str().unwrap_or_default();
+    ensure!(
+        advice.contains("run `rollsafe migrate`") && advice.contains("V2__items_a_unique.sql"),
+        "{f:#}"
+    );
 
     // The cause fixed (not the file): the rerun drops the invalid index
     // and builds it again; items_b's IF NOT EXISTS keeps it.
@@ -287,6 +329,24 @@ fn migrator_pid(c: &mut Client, within: Duration) -> anyhow::Result<Option<i32>>
     Ok(None)
 }
 
+/// Waits (bounded) until backend `pid` runs a backfill batch.
+fn wait_for_batches(c: &mut Client, pid: i32, within: Duration) -> anyhow::Result<()> {
+    let start = Instant::now();
+    while start.elapsed() < within {
+        let batching: bool = c
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND query LIKE 'WITH batch AS%')",
+                &[&pid],
+            )?
+            .get(0);
+        if batching {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    Ok(())
+}
+
 fn ten_kills_during_a_200k_row_batched_backfill_converge(env: &TestEnv) -> anyhow::Result<()> {
     let db = env.fresh_database();
     let dir = write_dir(&[
@@ -316,8 +376,13 @@ fn ten_kills_during_a_200k_row_batched_backfill_converge(env: &TestEnv) -> anyho
         let url = db.url().to_string();
         let (cat2, opts2) = (cat.clone(), options.clone());
         let run = std::thread::spawn(move || migrate::migrate(&url, &cat2, &opts2));
-        let delay = Duration::from_millis(rng.random_range(20..400));
+        // Even rounds: at a random point of the backfill itself; odd
+        // rounds: at a random point from the lock on (schema part included).
+        let delay = Duration::from_millis(rng.random_range(0..300));
         if let Some(pid) = migrator_pid(&mut c, Duration::from_secs(10))? {
+            if round % 2 == 0 {
+                wait_for_batches(&mut c, pid, Duration::from_secs(10))?;
+            }
             std::thread::sleep(delay);
             c.execute("SELECT pg_terminate_backend($1)", &[&pid])?;
         }
@@ -615,6 +680,17 @@ fn backfill_leaving_matching_rows_is_not_recorded_and_status_shows_it(
             && l.contains("V2 items unfinished")
             && l.contains("rollsafe migrate")),
         "{stdout}"
+    );
+
+    let f = check_finding(env, db.url(), dir.path(), "invariants.backfill-unfinished")?;
+    ensure!(
+        f["severity"] == "warn"
+            && f["evidence"]["rows_done"] == serde_json::json!(5_000 - still)
+            && f["advice"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("rollsafe migrate --target 2"),
+        "{f:#}"
     );
 
     // A table without a single-column primary key is refused, nothing run.
