@@ -481,7 +481,23 @@ fn migrate(args: MigrateArgs) -> ExitCode {
             plan.pending.len()
         );
         for m in &plan.pending {
-            println!("\n-- {m}\n{}", m.sql.trim_end());
+            let how = if m.runs_outside_transaction() {
+                let backfills = m.batched_updates().count();
+                format!(
+                    " (outside a transaction, statement by statement{})",
+                    if backfills > 0 {
+                        format!(
+                            ", then {backfills} batched update(s) of {} keys per batch",
+                            args.batch_size
+                        )
+                    } else {
+                        String::new()
+                    }
+                )
+            } else {
+                String::new()
+            };
+            println!("\n-- {m}{how}\n{}", m.sql.trim_end());
         }
         return ExitCode::SUCCESS;
     }

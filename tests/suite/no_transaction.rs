@@ -732,7 +732,7 @@ fn readme_example_backfills_output_collection_id_then_validates(
     let db = env.fresh_database();
     migrate::migrate(db.url(), &cat, &to(3))?;
     let mut c = db.connect()?;
-    let rows: i32 = 3_000;
+    let rows: i32 = 3_000; // a multiple of the batch size below
     c.batch_execute(
         "INSERT INTO collections (id, name, tenant_id, database_id) \
          VALUES ('00000000-0000-0000-0000-0000000000aa', 'input', 't', '00000000-0000-0000-0000-0000000000db')",
@@ -751,16 +751,48 @@ fn readme_example_backfills_output_collection_id_then_validates(
            FROM generate_series(1, $1) g",
         &[&rows],
     )?;
-    let options = Options {
-        backfill: BackfillOptions {
-            batch_size: 500,
-            pause: Duration::ZERO,
-        },
-        ..Default::default()
-    };
-    let out = migrate::migrate(db.url(), &cat, &options)?;
-    let applied: Vec<i32> = out.applied.iter().map(|a| a.version).collect();
-    ensure!(applied == [4, 5], "applied {applied:?}");
+    // Through the CLI: --batch-size / --batch-pause, progress lines on a
+    // non-terminal stderr.
+    let out = Command::new(rollsafe_bin())
+        .args([
+            "migrate",
+            "--database-url",
+            db.url(),
+            "--batch-size",
+            "250",
+            "--batch-pause",
+            "0",
+        ])
+        .arg("--migrations")
+        .arg(dir.path())
+        .env_remove("DATABASE_URL")
+        .stdin(Stdio::null())
+        .output()?;
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    ensure!(
+        out.status.code() == Some(0),
+        "exit {:?}: {stdout}\n{stderr}",
+        out.status.code()
+    );
+    for file in [
+        "applied V4__attached_functions_output_collection_backfill.sql",
+        "applied V5__attached_functions_ready_has_output.sql",
+    ] {
+        ensure!(stdout.contains(file), "{stdout}");
+    }
+    let done = format!(
+        "[rollsafe migrate] backfill V4 attached_functions: {rows} of ~{rows} rows, {} batches",
+        rows / 250
+    );
+    ensure!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with(&done) && l.ends_with(", done")),
+        "no final progress line `{done}…, done` in:\n{stderr}"
+    );
     let wrong: i64 = c
         .query_one(
             "SELECT count(*) FROM attached_functions f LEFT JOIN collections c ON c.id = f.output_collection_id \
