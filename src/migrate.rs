@@ -856,13 +856,14 @@ fn apply_outside_transaction(
                 })
             }
             Err(BackfillError::Sql { context, error }) => {
-                return Err(MigrateError::Failed {
-                    migration: format!("{m} (batched update of {}, line {})", b.table, b.line),
+                // Batches done so far stay committed with their progress:
+                // the rerun resumes after them.
+                return Err(MigrateError::StatementFailed {
+                    migration: m.to_string(),
+                    line: b.line,
+                    statement: format!("-- rollsafe:batched-update {} …", b.table),
                     detail: one_line(&format!("{context}: {}", pg_message(&error))),
-                    earlier:
-                        "; batches done so far stay applied and the next run resumes after them"
-                            .into(),
-                })
+                });
             }
         }
     }
