@@ -138,7 +138,7 @@ fn main() {
     let one_from = Instant::now();
     let updated = c
         .execute(
-            "UPDATE items SET b = a * 3 WHERE b IS DISTINCT FROM a * 3",
+            "UPDATE items SET b = a * 3 + 1 WHERE b IS DISTINCT FROM a * 3 + 1",
             &[],
         )
         .expect("one-transaction update");
