@@ -28,6 +28,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
         [
             cic_applies_on_a_populated_table_while_a_writer_runs,
             failed_cic_leaves_an_invalid_index_and_the_rerun_rebuilds_it,
+            cic_killed_mid_build_is_rebuilt_by_the_rerun,
             ten_kills_during_a_200k_row_batched_backfill_converge,
             non_rerunnable_file_is_refused_before_anything_runs,
             concurrently_in_a_transactional_file_names_the_directive,
@@ -307,6 +308,75 @@ fn failed_cic_leaves_an_invalid_index_and_the_rerun_rebuilds_it(
         status.drift().next().is_none() && status.pending().next().is_none(),
         "status after rerun: {status:?}"
     );
+    Ok(())
+}
+
+fn cic_killed_mid_build_is_rebuilt_by_the_rerun(env: &TestEnv) -> anyhow::Result<()> {
+    let db = env.fresh_database();
+    let dir = write_dir(&[
+        ("V1__items.sql", ITEMS),
+        (
+            "V2__items_a_b_index.sql",
+            "-- rollsafe:no-transaction\nCREATE INDEX CONCURRENTLY IF NOT EXISTS items_a_b ON items (a, b, id);\n",
+        ),
+    ])?;
+    let cat = catalog(dir.path())?;
+    migrate::migrate(db.url(), &cat, &to(1))?;
+    let mut c = db.connect()?;
+    seed_items(&mut c, 300_000, 7919)?;
+    let url = db.url().to_string();
+    let cat2 = cat.clone();
+    let run = std::thread::spawn(move || migrate::migrate(&url, &cat2, &Options::default()));
+    // Terminate the migrator's backend while it builds the index.
+    let start = Instant::now();
+    let mut killed = false;
+    while start.elapsed() < Duration::from_secs(20) && !run.is_finished() {
+        let building: Option<i32> = c
+            .query_opt(
+                "SELECT pid FROM pg_stat_progress_create_index \
+                  WHERE datname = current_database() AND phase LIKE 'building index%'",
+                &[],
+            )?
+            .map(|r| r.get(0));
+        if let Some(pid) = building {
+            killed = c
+                .query_one("SELECT pg_terminate_backend($1)", &[&pid])?
+                .get(0);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let result = run
+        .join()
+        .map_err(|_| anyhow::anyhow!("migrator panicked"))?;
+    ensure!(
+        killed,
+        "the build finished before it could be killed ({result:?})"
+    );
+    ensure!(result.is_err(), "the killed run reported success");
+    ensure!(
+        index_state(&mut c, "items_a_b")? == (true, false),
+        "the killed build left no invalid index"
+    );
+    ensure!(history(&mut c)? == [1], "V2 recorded by the killed run");
+
+    let out = migrate::migrate(db.url(), &cat, &Options::default())?;
+    ensure!(
+        out.applied.len() == 1 && out.applied[0].version == 2,
+        "rerun applied {}",
+        out.applied.len()
+    );
+    ensure!(
+        index_state(&mut c, "items_a_b")? == (true, true),
+        "the rerun did not rebuild a valid index"
+    );
+    let v2_rows: i64 = c
+        .query_one(
+            "SELECT count(*) FROM refinery_schema_history WHERE version = 2",
+            &[],
+        )?
+        .get(0);
+    ensure!(v2_rows == 1, "V2 recorded {v2_rows} times");
     Ok(())
 }
 
