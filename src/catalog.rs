@@ -27,7 +27,8 @@
 //! edited applied migration shows up as divergent.
 //!
 //! Directives are SQL comments of the form `-- rollsafe:<key> <value>` that
-//! tell the verifier what a migration promises; see [`Directive`].
+//! tell the verifier what a migration promises and `migrate` how to apply
+//! it; see [`Directive`].
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -44,11 +45,37 @@ pub enum Directive {
     /// row that existed before it satisfies `<predicate>` (SQL over the
     /// table's columns), e.g. `attached_functions is_ready = true`.
     Backfill { table: String, predicate: String },
+    /// `-- rollsafe:no-transaction`: the file runs outside a transaction,
+    /// one statement at a time (for `CREATE INDEX CONCURRENTLY` and other
+    /// statements PostgreSQL refuses inside one). Its statements must be
+    /// re-runnable, since a failed or killed run is run again from the top
+    /// (`migrate::no_transaction`).
+    NoTransaction,
+    /// `-- rollsafe:batched-update <table> SET <col> = <expr> WHERE
+    /// <predicate>`: after the file's statements, `migrate` updates the rows
+    /// matching `<predicate>` in primary-key batches, each its own short
+    /// transaction, resumable (`migrate::backfill`).
+    BatchedUpdate(BatchedUpdate),
+}
+
+/// One `-- rollsafe:batched-update` directive, checked by squawk's grammar
+/// as the `UPDATE <table> SET … WHERE …` it stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchedUpdate {
+    /// The table as written (may be schema-qualified).
+    pub table: String,
+    /// The assignments after `SET`, as written: `b = a * 2, c = 1`.
+    pub set: String,
+    /// The `WHERE` condition: the rows still to update. A row the update
+    /// has handled must no longer match it (the run checks this at the end).
+    pub predicate: String,
+    /// 1-based line of the directive in its file.
+    pub line: usize,
 }
 
 /// The directive keys rollsafe knows; any other `-- rollsafe:` key is
 /// refused with its file and line (a typo must never be silently ignored).
-pub const DIRECTIVES: &[&str] = &["backfill"];
+pub const DIRECTIVES: &[&str] = &["backfill", "no-transaction", "batched-update"];
 
 /// How a project names its migration files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
@@ -136,9 +163,31 @@ impl Migration {
     }
 
     pub fn backfills(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.directives.iter().map(|d| match d {
-            Directive::Backfill { table, predicate } => (table.as_str(), predicate.as_str()),
+        self.directives.iter().filter_map(|d| match d {
+            Directive::Backfill { table, predicate } => Some((table.as_str(), predicate.as_str())),
+            _ => None,
         })
+    }
+
+    /// The file says `-- rollsafe:no-transaction`.
+    pub fn no_transaction(&self) -> bool {
+        self.directives.contains(&Directive::NoTransaction)
+    }
+
+    /// The file's `-- rollsafe:batched-update` directives, in file order.
+    pub fn batched_updates(&self) -> impl Iterator<Item = &BatchedUpdate> {
+        self.directives.iter().filter_map(|d| match d {
+            Directive::BatchedUpdate(b) => Some(b),
+            _ => None,
+        })
+    }
+
+    /// Whether `migrate` applies this file statement by statement rather
+    /// than in one transaction with its history row: `no-transaction`, and
+    /// any file with a batched update (its batches commit one by one, so
+    /// the file as a whole cannot be one transaction).
+    pub fn runs_outside_transaction(&self) -> bool {
+        self.no_transaction() || self.batched_updates().next().is_some()
     }
 }
 
@@ -188,11 +237,12 @@ pub enum CatalogError {
         first: String,
         second: String,
     },
-    #[error("{file}:{line}: malformed directive `{text}`; expected `-- rollsafe:backfill <table> <predicate>`")]
+    #[error("{file}:{line}: malformed directive `{text}`; expected {expected}")]
     BadDirective {
         file: String,
         line: usize,
         text: String,
+        expected: String,
     },
     #[error("{file}:{line}: unknown directive `-- rollsafe:{key}`; rollsafe knows {known} (fix the spelling, or make it a plain comment by removing `rollsafe:`)")]
     UnknownDirective {
@@ -364,12 +414,32 @@ fn parse_directives(file: &str, sql: &str) -> Result<Vec<Directive>, CatalogErro
         };
         let (key, value) = body.split_once(char::is_whitespace).unwrap_or((body, ""));
         let value = value.trim();
-        let bad = || CatalogError::BadDirective {
+        let bad_because = |expected: &str| CatalogError::BadDirective {
             file: file.to_string(),
             line: i + 1,
             text: line.trim().to_string(),
+            expected: expected.to_string(),
         };
+        let bad = || bad_because("`-- rollsafe:backfill <table> <predicate>`");
         match key {
+            "no-transaction" => {
+                if !value.is_empty() {
+                    return Err(bad_because(
+                        "`-- rollsafe:no-transaction` alone on its line (it takes no value)",
+                    ));
+                }
+                if !out.contains(&Directive::NoTransaction) {
+                    out.push(Directive::NoTransaction);
+                }
+            }
+            "batched-update" => {
+                let parsed = parse_batched_update(value, i + 1).map_err(|why| {
+                    bad_because(&format!(
+                        "`-- rollsafe:batched-update <table> SET <column> = <expression> WHERE <predicate>` on one line ({why})"
+                    ))
+                })?;
+                out.push(Directive::BatchedUpdate(parsed));
+            }
             "backfill" => {
                 let (table, predicate) = value.split_once(char::is_whitespace).ok_or_else(bad)?;
                 if predicate.trim().is_empty() {
@@ -395,6 +465,59 @@ fn parse_directives(file: &str, sql: &str) -> Result<Vec<Directive>, CatalogErro
         }
     }
     Ok(out)
+}
+
+/// Reads `<table> SET … WHERE …` as the `UPDATE` statement it stands for,
+/// with squawk's grammar (a `WHERE` inside a subquery of the expression is
+/// not the predicate's). Refuses what a batched update cannot do: no
+/// `WHERE` (a predicate is what says which rows are left), `FROM`,
+/// `RETURNING`, `WITH`, or more than one statement.
+fn parse_batched_update(value: &str, line: usize) -> Result<BatchedUpdate, String> {
+    use squawk_syntax::ast::{self, AstNode};
+    use squawk_syntax::SyntaxKind;
+    let update_sql = format!("UPDATE {value}");
+    let found = crate::sql::with_parse(&update_sql, |parse| {
+        if let Some(e) = parse.errors().first() {
+            return Err(format!("not a valid UPDATE: {e}"));
+        }
+        let stmts: Vec<ast::Stmt> = parse.tree().stmts().collect();
+        let [ast::Stmt::Update(update)] = stmts.as_slice() else {
+            return Err("not one UPDATE statement".into());
+        };
+        let node = update.syntax();
+        let child = |kind: SyntaxKind| node.children().find(|n| n.kind() == kind);
+        for (kind, what) in [
+            (SyntaxKind::FROM_CLAUSE, "FROM"),
+            (SyntaxKind::RETURNING_CLAUSE, "RETURNING"),
+            (SyntaxKind::WITH_CLAUSE, "WITH"),
+        ] {
+            if child(kind).is_some() {
+                return Err(format!("{what} is not supported"));
+            }
+        }
+        let table = update
+            .relation_name()
+            .map(|r| r.syntax().text().to_string())
+            .ok_or("no table")?;
+        let set = update
+            .set_clause()
+            .and_then(|s| s.set_column_list())
+            .map(|l| l.syntax().text().to_string())
+            .ok_or("no SET")?;
+        let predicate = child(SyntaxKind::WHERE_CLAUSE)
+            .and_then(|w| w.children().next())
+            .map(|e| e.text().to_string())
+            .ok_or("no WHERE predicate")?;
+        Ok((table, set, predicate))
+    })
+    .map_err(|e| e.to_string())??;
+    let (table, set, predicate) = found;
+    Ok(BatchedUpdate {
+        table: table.trim().to_string(),
+        set: set.trim().to_string(),
+        predicate: predicate.trim().to_string(),
+        line,
+    })
 }
 
 impl Catalog {
@@ -691,8 +814,47 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             err.to_string(),
-            "V1__a.sql:2: unknown directive `-- rollsafe:backfil`; rollsafe knows `-- rollsafe:backfill` (fix the spelling, or make it a plain comment by removing `rollsafe:`)"
+            "V1__a.sql:2: unknown directive `-- rollsafe:backfil`; rollsafe knows `-- rollsafe:backfill`, `-- rollsafe:no-transaction`, `-- rollsafe:batched-update` (fix the spelling, or make it a plain comment by removing `rollsafe:`)"
         );
+    }
+
+    #[test]
+    fn no_transaction_and_batched_update_directives_are_read() {
+        let c = Catalog::from_files(
+            Source::Embedded,
+            files(&[(
+                "V1__a.sql",
+                "-- rollsafe:no-transaction\n\
+                 -- rollsafe:batched-update items SET b = (SELECT max(x) FROM y WHERE y.id = items.a), c = 1 WHERE b IS NULL AND a > 0\n\
+                 CREATE INDEX CONCURRENTLY IF NOT EXISTS i ON items (a);",
+            )]),
+        )
+        .unwrap();
+        let m = &c.migrations()[0];
+        assert!(m.no_transaction() && m.runs_outside_transaction());
+        let b: Vec<&BatchedUpdate> = m.batched_updates().collect();
+        assert_eq!(
+            b,
+            [&BatchedUpdate {
+                table: "items".into(),
+                set: "b = (SELECT max(x) FROM y WHERE y.id = items.a), c = 1".into(),
+                predicate: "b IS NULL AND a > 0".into(),
+                line: 2,
+            }]
+        );
+        for bad in [
+            "-- rollsafe:batched-update items SET b = 1",
+            "-- rollsafe:batched-update items b = 1 WHERE b IS NULL",
+            "-- rollsafe:batched-update items SET b = 1 FROM y WHERE b IS NULL",
+            "-- rollsafe:no-transaction please",
+        ] {
+            let err =
+                Catalog::from_files(Source::Embedded, files(&[("V1__a.sql", bad)])).unwrap_err();
+            assert!(
+                matches!(err, CatalogError::BadDirective { line: 1, .. }),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

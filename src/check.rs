@@ -16,7 +16,10 @@
 //!   applied migration holds for the rows created before it was applied (for
 //!   V3: no legacy row left not ready); not-ready attached functions older
 //!   than `--stuck-after` (abandoned two-phase creates) with their ids; no
-//!   invalid index; no NOT VALID constraint.
+//!   invalid index; no NOT VALID constraint; no unfinished
+//!   `-- rollsafe:batched-update` backfill. An unfinished backfill, and an
+//!   invalid index that a pending `-- rollsafe:no-transaction` migration
+//!   builds, name the command that finishes them (`rollsafe migrate`).
 //!
 //! Read-only by construction: the session runs with
 //! `default_transaction_read_only = on`, so a role with only read rights
@@ -167,13 +170,41 @@ impl Check {
         report
             .findings
             .extend(stuck_findings(&mut client, &live, self.stuck_after)?);
+        report.findings.extend(validity_findings(
+            &live,
+            status.current,
+            &self.pending_concurrent_indexes(&status),
+        ));
+        let backfills = crate::migrate::backfill::read_states(&mut client)
+            .map_err(|e| CheckError::sql("reading backfill progress", &e))?;
         report
             .findings
-            .extend(validity_findings(&live, status.current));
+            .extend(backfill_progress_findings(&backfills));
 
         report.duration_ms = started.elapsed().as_millis() as u64;
         report.finish();
         Ok(report)
+    }
+
+    /// The indexes (names as the catalogue writes them) that pending
+    /// no-transaction migrations build concurrently, each with the file.
+    fn pending_concurrent_indexes(&self, status: &migrate::Status) -> Vec<(String, String)> {
+        status
+            .pending()
+            .filter_map(|v| self.catalog.get(v.version))
+            .filter_map(|m| {
+                crate::migrate::no_transaction::plan_steps(m)
+                    .ok()
+                    .map(|steps| (m, steps))
+            })
+            .flat_map(|(m, steps)| {
+                steps
+                    .into_iter()
+                    .filter_map(|s| s.concurrent_index)
+                    .map(|i| (i.trim_matches('"').to_string(), m.file.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
     }
 
     /// The schema the migrations up to `version` define, and where it came
@@ -447,9 +478,69 @@ fn stuck_findings(
     }])
 }
 
-fn validity_findings(live: &Snapshot, version: Option<i32>) -> Vec<Finding> {
+/// One warning per backfill a `rollsafe migrate` started and did not
+/// finish (killed, interrupted, or stopped on rows that still match).
+fn backfill_progress_findings(states: &[crate::migrate::backfill::BackfillState]) -> Vec<Finding> {
+    states
+        .iter()
+        .filter(|b| !b.finished)
+        .map(|b| {
+            Finding::new(
+                "invariants",
+                "backfill-unfinished",
+                Severity::Warn,
+                Some(b.version),
+                format!(
+                    "the batched update of {} (V{}) is unfinished: {} rows updated in {} batches, last key {}, last progress {}; V{} is not applied until it finishes",
+                    b.table,
+                    b.version,
+                    b.rows_done,
+                    b.batches,
+                    b.last_key.as_deref().unwrap_or("(none)"),
+                    b.updated_at,
+                    b.version
+                ),
+            )
+            .evidence("table", b.table.clone())
+            .evidence("rows_done", b.rows_done)
+            .evidence("last_key", b.last_key.clone())
+            .advice(format!(
+                "run `rollsafe migrate --target {}` (or `rollsafe migrate`): it resumes the backfill after the last key done and records V{} once every row is updated",
+                b.version, b.version
+            ))
+        })
+        .collect()
+}
+
+fn validity_findings(
+    live: &Snapshot,
+    version: Option<i32>,
+    pending_concurrent: &[(String, String)],
+) -> Vec<Finding> {
     let mut out = Vec::new();
     let invalid = live.invalid_indexes();
+    // An invalid index a pending no-transaction migration builds is its
+    // interrupted build: rerunning migrate drops and rebuilds it.
+    let rebuilt_by: Vec<&String> = invalid
+        .iter()
+        .filter_map(|qualified| {
+            let name = qualified.rsplit('.').next().unwrap_or(qualified);
+            pending_concurrent
+                .iter()
+                .find(|(i, _)| i == name)
+                .map(|(_, file)| file)
+        })
+        .collect();
+    let advice = if !invalid.is_empty() && rebuilt_by.len() == invalid.len() {
+        let mut files: Vec<&str> = rebuilt_by.iter().map(|f| f.as_str()).collect();
+        files.dedup();
+        format!(
+            "run `rollsafe migrate`: the pending no-transaction migration {} builds it, and a rerun drops the invalid index concurrently and builds it again (fix the cause first, e.g. duplicate rows for a unique index)",
+            files.join(", ")
+        )
+    } else {
+        "DROP INDEX CONCURRENTLY the invalid index, fix the cause (e.g. duplicate rows for a unique index), and build it again; if a pending `-- rollsafe:no-transaction` migration builds it, `rollsafe migrate` does both".to_string()
+    };
     out.push(if invalid.is_empty() {
         Finding::new("invariants", "indexes-valid", Severity::Info, version, "every index is valid")
     } else {
@@ -461,7 +552,7 @@ fn validity_findings(live: &Snapshot, version: Option<i32>) -> Vec<Finding> {
             format!("invalid index(es): {} (a CREATE INDEX CONCURRENTLY that failed leaves one behind; it slows writes and serves no reads)", invalid.join(", ")),
         )
         .evidence("indexes", invalid)
-        .advice("DROP INDEX CONCURRENTLY the invalid index, fix the cause (e.g. duplicate rows for a unique index), and build it again")
+        .advice(advice)
     });
     let unvalidated = live.unvalidated_constraints();
     out.push(if unvalidated.is_empty() {

@@ -399,6 +399,59 @@ struct MigrateArgs {
     /// How long to wait for another `rollsafe migrate` on the same database.
     #[arg(long, default_value = "120s", value_parser = parse_duration)]
     migrator_wait: std::time::Duration,
+    /// Primary keys per batch of a `-- rollsafe:batched-update` backfill (each batch is its own short transaction).
+    #[arg(long, default_value = "1000", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    batch_size: u32,
+    /// Pause between backfill batches, so the app's writes and autovacuum keep up (e.g. 50ms, 0).
+    #[arg(long, default_value = "50ms", value_parser = parse_duration)]
+    batch_pause: Duration,
+}
+
+/// Backfill progress for `migrate`: on a terminal an indicatif bar with
+/// rows/s and ETA; otherwise (CI logs) one line every [`LINE_EVERY`]
+/// batches and one at the end.
+fn backfill_progress() -> rollsafe::migrate::backfill::ProgressSink {
+    use rollsafe::migrate::backfill::{BackfillProgress, ProgressSink};
+    use std::sync::{Arc, Mutex};
+    const LINE_EVERY: u64 = 50;
+    let terminal = std::io::stderr().is_terminal();
+    let bar: Arc<Mutex<Option<(String, indicatif::ProgressBar)>>> = Arc::new(Mutex::new(None));
+    ProgressSink(Arc::new(move |p: &BackfillProgress| {
+        let key = format!("V{} {}", p.version, p.table);
+        let rate = (p.rows_done - p.resumed_from) as f64 / p.elapsed.as_secs_f64().max(1e-3);
+        if !terminal {
+            if p.finished || p.batches % LINE_EVERY == 0 {
+                eprintln!(
+                    "[rollsafe migrate] backfill {key}: {} of ~{} rows, {} batches, {rate:.0} rows/s{}",
+                    p.rows_done,
+                    p.rows_total,
+                    p.batches,
+                    if p.finished { ", done" } else { "" }
+                );
+            }
+            return;
+        }
+        let mut slot = bar.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.as_ref().map_or(true, |(k, _)| *k != key) {
+            let b = indicatif::ProgressBar::new(p.rows_total).with_style(
+                indicatif::ProgressStyle::with_template(
+                    "{msg} [{bar:30}] {pos}/{len} rows, {per_sec}, ETA {eta}",
+                )
+                .expect("a valid template"),
+            );
+            b.set_message(format!("backfill {key}"));
+            b.set_position(p.resumed_from);
+            b.reset_eta();
+            *slot = Some((key, b));
+        }
+        if let Some((_, b)) = slot.as_ref() {
+            b.set_length(p.rows_total.max(p.rows_done));
+            b.set_position(p.rows_done);
+            if p.finished {
+                b.finish();
+            }
+        }
+    }))
 }
 
 #[derive(Args)]
@@ -549,6 +602,11 @@ fn migrate(args: MigrateArgs) -> ExitCode {
         target: args.target,
         lock: args.lock.policy(),
         migrator_wait: args.migrator_wait,
+        backfill: rollsafe::migrate::backfill::BackfillOptions {
+            batch_size: args.batch_size,
+            pause: args.batch_pause,
+        },
+        progress: Some(backfill_progress()),
     };
     println!("database:   {}", db::redact_url(url));
     println!("migrations: {}", catalog.source);
@@ -563,7 +621,23 @@ fn migrate(args: MigrateArgs) -> ExitCode {
             plan.pending.len()
         );
         for m in &plan.pending {
-            println!("\n-- {m}\n{}", m.sql.trim_end());
+            let how = if m.runs_outside_transaction() {
+                let backfills = m.batched_updates().count();
+                format!(
+                    " (outside a transaction, statement by statement{})",
+                    if backfills > 0 {
+                        format!(
+                            ", then {backfills} batched update(s) of {} keys per batch",
+                            args.batch_size
+                        )
+                    } else {
+                        String::new()
+                    }
+                )
+            } else {
+                String::new()
+            };
+            println!("\n-- {m}{how}\n{}", m.sql.trim_end());
         }
         return ExitCode::SUCCESS;
     }
@@ -655,6 +729,17 @@ fn status(args: StatusArgs) -> ExitCode {
                     v.file
                         .clone()
                         .unwrap_or_else(|| format!("(no file; applied as `{}`)", v.name))
+                );
+            }
+            for b in st.unfinished_backfills() {
+                println!(
+                    "backfill:   V{} {} unfinished: {} rows updated in {} batches, last key {}, last progress {}; run `rollsafe migrate` to resume it",
+                    b.version,
+                    b.table,
+                    b.rows_done,
+                    b.batches,
+                    b.last_key.as_deref().unwrap_or("(none)"),
+                    b.updated_at
                 );
             }
             for v in st.drift() {

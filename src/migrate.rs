@@ -36,6 +36,17 @@
 //!   the code) and out-of-order (a file older than the newest applied
 //!   version, never applied) versions stop the run with a message naming
 //!   the file and the checksums.
+//! - **Files that cannot run in one transaction.** A
+//!   `-- rollsafe:no-transaction` file (and any file with a
+//!   `-- rollsafe:batched-update`) runs statement by statement, each under
+//!   the same lock policy, under the same advisory lock; its history row
+//!   (same table, format and checksum refinery writes, so refinery reads it
+//!   as applied) is written only after every statement and every backfill
+//!   finished. Its statements must be re-runnable, judged before anything
+//!   runs ([`no_transaction`]); an INVALID index left by a failed
+//!   `CREATE INDEX CONCURRENTLY` is dropped and rebuilt; a backfill resumes
+//!   from its progress row ([`backfill`]). `CONCURRENTLY` in a transactional
+//!   file is refused before anything runs, naming the directive.
 //! - **Dry run** reads the history (without creating the table) and returns
 //!   the plan; nothing is written.
 //!
@@ -64,6 +75,11 @@ use crate::catalog::{Catalog, Migration};
 use crate::db::{self, ConnectError};
 use crate::lock_policy::{is_lock_timeout, LockPolicy};
 
+pub mod backfill;
+pub mod no_transaction;
+
+use backfill::{BackfillError, BackfillOptions, BackfillState, ProgressSink};
+
 /// refinery's history table (its default name).
 pub const HISTORY_TABLE: &str = "refinery_schema_history";
 
@@ -80,6 +96,10 @@ pub struct Options {
     pub lock: LockPolicy,
     /// How long to wait for another migrator's advisory lock.
     pub migrator_wait: Duration,
+    /// Batch size and pause of `-- rollsafe:batched-update` backfills.
+    pub backfill: BackfillOptions,
+    /// Called after every backfill batch (the library never prints).
+    pub progress: Option<ProgressSink>,
 }
 
 impl Default for Options {
@@ -88,6 +108,8 @@ impl Default for Options {
             target: None,
             lock: LockPolicy::default(),
             migrator_wait: Duration::from_secs(120),
+            backfill: BackfillOptions::default(),
+            progress: None,
         }
     }
 }
@@ -183,9 +205,18 @@ pub struct Status {
     /// Whether the history table exists at all.
     pub history_table: bool,
     pub versions: Vec<VersionStatus>,
+    /// Backfills with progress in the database (`rollsafe_backfill_progress`),
+    /// finished or not.
+    pub backfills: Vec<BackfillState>,
 }
 
 impl Status {
+    /// Backfills a run started and did not finish: `rollsafe migrate`
+    /// resumes them.
+    pub fn unfinished_backfills(&self) -> impl Iterator<Item = &BackfillState> {
+        self.backfills.iter().filter(|b| !b.finished)
+    }
+
     pub fn drift(&self) -> impl Iterator<Item = &VersionStatus> {
         self.versions.iter().filter(|v| v.state.is_drift())
     }
@@ -220,6 +251,39 @@ pub enum MigrateError {
         max_timeout: Duration,
         blocker: String,
     },
+    #[error("{file}:{line}: `{statement}` cannot run inside a transaction, and this migration runs in one; add a line `-- rollsafe:no-transaction` to the file (it then runs one statement at a time, each of which must be re-runnable); nothing was applied")]
+    NeedsNoTransaction {
+        file: String,
+        line: usize,
+        statement: String,
+    },
+    #[error("{file}:{line}: `{statement}` is not re-runnable: {why}; nothing was applied")]
+    NotRerunnable {
+        file: String,
+        line: usize,
+        statement: String,
+        why: String,
+    },
+    #[error("{migration} stopped at line {line} (`{statement}`): {detail}; the statements before it stay applied and the migration is not recorded as applied; fix the cause and run `rollsafe migrate` again (it resumes: every statement is re-runnable)")]
+    StatementFailed {
+        migration: String,
+        line: usize,
+        statement: String,
+        detail: String,
+    },
+    #[error("{migration}: the batched update of {table} cannot run: {why}; nothing of the backfill was applied")]
+    BackfillRefused {
+        migration: String,
+        table: String,
+        why: String,
+    },
+    #[error("{migration}: after the batched update of {table}, {remaining} row(s) still match `{predicate}`, so the migration is not recorded as applied; make the SET expression settle every matching row (or fix those rows), then run `rollsafe migrate` again")]
+    BackfillIncomplete {
+        migration: String,
+        table: String,
+        remaining: i64,
+        predicate: String,
+    },
     #[error("{context}: {detail}")]
     Sql { context: String, detail: String },
 }
@@ -231,9 +295,14 @@ impl MigrateError {
             MigrateError::Drift(_)
             | MigrateError::MigratorBusy { .. }
             | MigrateError::Failed { .. }
+            | MigrateError::StatementFailed { .. }
+            | MigrateError::BackfillIncomplete { .. }
             | MigrateError::LockTimeout { .. } => 1,
             MigrateError::Connect(_)
             | MigrateError::UnknownTarget { .. }
+            | MigrateError::NeedsNoTransaction { .. }
+            | MigrateError::NotRerunnable { .. }
+            | MigrateError::BackfillRefused { .. }
             | MigrateError::Sql { .. } => 2,
         }
     }
@@ -348,6 +417,7 @@ pub fn compare(catalog: &Catalog, history_table: bool, history: &[HistoryRow]) -
         latest,
         history_table,
         versions,
+        backfills: Vec::new(),
     }
 }
 
@@ -355,7 +425,10 @@ pub fn compare(catalog: &Catalog, history_table: bool, history: &[HistoryRow]) -
 pub fn status(url: &str, catalog: &Catalog) -> Result<Status, MigrateError> {
     let mut client = db::connect(url)?;
     let (exists, history) = read_history(&mut client)?;
-    Ok(compare(catalog, exists, &history))
+    let mut status = compare(catalog, exists, &history);
+    status.backfills = backfill::read_states(&mut client)
+        .map_err(|e| MigrateError::sql("reading backfill progress", &e))?;
+    Ok(status)
 }
 
 /// What a run would apply.
@@ -390,17 +463,42 @@ fn plan_from(status: &Status, catalog: &Catalog, target: i32) -> Result<Plan, Mi
     if !drift.is_empty() {
         return Err(MigrateError::Drift(drift));
     }
-    let pending = status
+    let pending: Vec<Migration> = status
         .pending()
         .filter(|v| v.version <= target)
         .filter_map(|v| catalog.get(v.version).cloned())
         .collect();
+    for m in &pending {
+        refuse_unrunnable(catalog, m)?;
+    }
     Ok(Plan {
         current: status.current,
         target,
         pending,
         beyond_target: status.current.is_some_and(|c| c > target),
     })
+}
+
+/// Refuses, before anything runs, a file migrate could only half apply:
+/// `CONCURRENTLY` in a transactional file, a statement of a no-transaction
+/// file that is not re-runnable.
+fn refuse_unrunnable(catalog: &Catalog, m: &Migration) -> Result<(), MigrateError> {
+    if let Some((line, statement)) = no_transaction::concurrently_in_transaction(m) {
+        return Err(MigrateError::NeedsNoTransaction {
+            file: catalog.path_of(m),
+            line,
+            statement,
+        });
+    }
+    if m.runs_outside_transaction() {
+        no_transaction::plan_steps(m).map_err(|e| MigrateError::NotRerunnable {
+            file: catalog.path_of(m),
+            line: e.line,
+            statement: e.statement,
+            why: e.why,
+        })?;
+    }
+    Ok(())
 }
 
 /// The plan for `migrate` without changing anything (not even creating the
@@ -449,7 +547,11 @@ pub fn migrate(url: &str, catalog: &Catalog, options: &Options) -> Result<Outcom
             .get(0);
         let watcher = BlockerWatcher::start(url, pid, options.lock.first_timeout);
         for m in &plan.pending {
-            let result = apply_one(&mut client, catalog, m, options, &watcher);
+            let result = if m.runs_outside_transaction() {
+                apply_outside_transaction(&mut client, m, options, &watcher)
+            } else {
+                apply_one(&mut client, catalog, m, options, &watcher)
+            };
             match result {
                 Ok(a) => applied.push(a),
                 Err(mut e) => {
@@ -636,6 +738,182 @@ fn apply_one(
             })
         }
     }
+}
+
+/// refinery's history table, as refinery creates it (for a first
+/// migration that runs outside a transaction).
+const HISTORY_DDL: &str = "CREATE TABLE IF NOT EXISTS refinery_schema_history(
+             version int4 PRIMARY KEY,
+             name VARCHAR(255),
+             applied_on VARCHAR(255),
+             checksum VARCHAR(255))";
+
+/// Applies a file that runs outside a transaction (see
+/// [`no_transaction`]): each statement under the lock policy, then its
+/// backfills, then its history row — the row, exactly as refinery writes
+/// it, only once everything else succeeded.
+fn apply_outside_transaction(
+    client: &mut Client,
+    m: &Migration,
+    options: &Options,
+    watcher: &BlockerWatcher,
+) -> Result<Applied, MigrateError> {
+    let started = Instant::now();
+    let steps = no_transaction::plan_steps(m).map_err(|e| MigrateError::NotRerunnable {
+        file: m.file.clone(),
+        line: e.line,
+        statement: e.statement,
+        why: e.why,
+    })?;
+    let mut attempts_total = 0;
+    for step in &steps {
+        let stmt = &step.statement;
+        let result = options.lock.run(
+            |n, timeout| {
+                watcher.reset();
+                log::info!(
+                    "{m} line {}: attempt {n}, lock_timeout {timeout:?}",
+                    stmt.line
+                );
+                client.batch_execute(&format!(
+                    "SET lock_timeout = '{}ms'",
+                    timeout.as_millis().max(1)
+                ))?;
+                if let Some(index) = &step.concurrent_index {
+                    drop_invalid_index(client, index)?;
+                }
+                client.batch_execute(&stmt.text)
+            },
+            is_lock_timeout,
+        );
+        let _ = client.batch_execute("RESET lock_timeout");
+        match result {
+            Ok((_, attempts)) => attempts_total += attempts.count,
+            Err(Err(gave_up)) => {
+                return Err(MigrateError::LockTimeout {
+                    migration: format!("{m} line {}", stmt.line),
+                    attempts: gave_up.attempts.count,
+                    elapsed: gave_up.attempts.elapsed,
+                    max_timeout: options.lock.max_timeout,
+                    blocker: watcher
+                        .blocker()
+                        .unwrap_or_else(|| "a backend that could not be identified".into()),
+                })
+            }
+            Err(Ok(e)) => {
+                return Err(MigrateError::StatementFailed {
+                    migration: m.to_string(),
+                    line: stmt.line,
+                    statement: stmt.excerpt(80),
+                    detail: one_line(&pg_message(&e)),
+                })
+            }
+        }
+    }
+    let has_backfills = m.batched_updates().next().is_some();
+    if has_backfills {
+        backfill::ensure_progress_table(client)
+            .map_err(|e| MigrateError::sql("creating the backfill progress table", &e))?;
+    }
+    for (i, b) in m.batched_updates().enumerate() {
+        let done = backfill::run(
+            client,
+            m,
+            i,
+            b,
+            &options.backfill,
+            &options.lock,
+            options.progress.as_ref(),
+        );
+        match done {
+            Ok(_) => {}
+            Err(BackfillError::Refused(why)) => {
+                return Err(MigrateError::BackfillRefused {
+                    migration: m.to_string(),
+                    table: b.table.clone(),
+                    why,
+                })
+            }
+            Err(BackfillError::Incomplete { remaining }) => {
+                return Err(MigrateError::BackfillIncomplete {
+                    migration: m.to_string(),
+                    table: b.table.clone(),
+                    remaining,
+                    predicate: b.predicate.clone(),
+                })
+            }
+            Err(BackfillError::LockTimeout {
+                attempts, elapsed, ..
+            }) => {
+                return Err(MigrateError::LockTimeout {
+                    migration: format!("{m} (batched update of {})", b.table),
+                    attempts,
+                    elapsed,
+                    max_timeout: options.lock.max_timeout,
+                    blocker: watcher
+                        .blocker()
+                        .unwrap_or_else(|| "a backend that could not be identified".into()),
+                })
+            }
+            Err(BackfillError::Sql { context, error }) => {
+                // Batches done so far stay committed with their progress:
+                // the rerun resumes after them.
+                return Err(MigrateError::StatementFailed {
+                    migration: m.to_string(),
+                    line: b.line,
+                    statement: format!("-- rollsafe:batched-update {} …", b.table),
+                    detail: one_line(&format!("{context}: {}", pg_message(&error))),
+                });
+            }
+        }
+    }
+    record_history(client, m, has_backfills)
+        .map_err(|e| MigrateError::sql(format!("recording {m} in {HISTORY_TABLE}"), &e))?;
+    Ok(Applied {
+        version: m.version,
+        file: m.file.clone(),
+        elapsed: started.elapsed(),
+        attempts: attempts_total.max(1),
+    })
+}
+
+/// Drops `index` when it exists and is INVALID (a failed or killed
+/// `CREATE INDEX CONCURRENTLY`), so that the statement's IF NOT EXISTS
+/// does not keep the broken index. Concurrently: a plain DROP INDEX would
+/// take ACCESS EXCLUSIVE on the table.
+fn drop_invalid_index(client: &mut Client, index: &str) -> Result<(), postgres::Error> {
+    let invalid: bool = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass($1) AND NOT indisvalid)",
+            &[&index],
+        )?
+        .get(0);
+    if invalid {
+        log::info!("dropping the invalid index {index} left by an earlier run");
+        client.batch_execute(&format!("DROP INDEX CONCURRENTLY IF EXISTS {index}"))?;
+    }
+    Ok(())
+}
+
+/// Writes `m`'s history row as refinery does (version, name, RFC 3339 UTC
+/// time, decimal checksum), and marks its backfills finished, in one
+/// transaction.
+fn record_history(
+    client: &mut Client,
+    m: &Migration,
+    has_backfills: bool,
+) -> Result<(), postgres::Error> {
+    client.batch_execute(HISTORY_DDL)?;
+    let mut tx = client.transaction()?;
+    let applied_on = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
+    tx.execute(
+        "INSERT INTO refinery_schema_history (version, name, applied_on, checksum) VALUES ($1, $2, $3, $4)",
+        &[&m.version, &m.name, &applied_on, &m.checksum.to_string()],
+    )?;
+    if has_backfills {
+        backfill::mark_finished(&mut tx, m.version)?;
+    }
+    tx.commit()
 }
 
 /// One failed attempt of [`apply_one`].

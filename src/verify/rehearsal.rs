@@ -406,6 +406,32 @@ pub fn apply_measured(
     lock_timeout: Option<Duration>,
     end: End,
 ) -> anyhow::Result<Applied> {
+    apply_measured_in(url, sql, lock_timeout, end, true)
+}
+
+/// Applies a `-- rollsafe:no-transaction` file's `sql` statement by
+/// statement outside a transaction (each commits on its own, as `migrate`
+/// runs it; `CREATE INDEX CONCURRENTLY` refuses a transaction block).
+/// Measured as [`apply_measured`] does, except per-statement work
+/// (`StatementRun::work` stays empty: the per-transaction counters reset
+/// with every statement) and locks held after each statement (none: each
+/// commits). A failure leaves the statements before it applied. Batched
+/// updates are not run here (`migrate::backfill`).
+pub fn apply_measured_no_transaction(
+    url: &str,
+    sql: &str,
+    lock_timeout: Option<Duration>,
+) -> anyhow::Result<Applied> {
+    apply_measured_in(url, sql, lock_timeout, End::Commit, false)
+}
+
+fn apply_measured_in(
+    url: &str,
+    sql: &str,
+    lock_timeout: Option<Duration>,
+    end: End,
+    transaction: bool,
+) -> anyhow::Result<Applied> {
     // Sizes and files before, on a connection of their own (counting rows
     // would pollute the migration connection's statistics).
     let mut existing: Vec<Existing> = Vec::new();
@@ -456,9 +482,12 @@ pub fn apply_measured(
     for t in &existing {
         c.batch_execute(&format!("SELECT FROM {} LIMIT 0", db::quote_ident(&t.name)))?;
     }
-    c.batch_execute("BEGIN")?;
+    if transaction {
+        c.batch_execute("BEGIN")?;
+    }
     if let Some(t) = lock_timeout {
-        c.batch_execute(&format!("SET LOCAL lock_timeout = '{}ms'", t.as_millis()))?;
+        let scope = if transaction { "LOCAL " } else { "" };
+        c.batch_execute(&format!("SET {scope}lock_timeout = '{}ms'", t.as_millis()))?;
     }
     let lsn0 = wal_lsn(&mut c)?;
     let t0 = Instant::now();
@@ -502,17 +531,21 @@ pub fn apply_measured(
                     (t.name.clone(), sizes)
                 })
                 .collect();
-            c.batch_execute("ROLLBACK")?;
+            if transaction {
+                c.batch_execute("ROLLBACK")?;
+            }
             return Ok(out);
         }
-        let now = xact_work(&mut c, &existing)?;
-        for t in &existing {
-            let w = now[&t.oid].minus(totals[&t.oid]);
-            if w != Work::default() {
-                run.work.insert(t.name.clone(), w);
+        if transaction {
+            let now = xact_work(&mut c, &existing)?;
+            for t in &existing {
+                let w = now[&t.oid].minus(totals[&t.oid]);
+                if w != Work::default() {
+                    run.work.insert(t.name.clone(), w);
+                }
             }
+            totals = now;
         }
-        totals = now;
         run.locks_after = held_locks(&mut c, &existing)?;
         let (files, indexes) = files_and_indexes(&mut c, &existing)?;
         for t in &existing {
@@ -580,9 +613,10 @@ pub fn apply_measured(
         }
         out.tables.insert(t.name.clone(), w);
     }
-    match end {
-        End::Commit => c.batch_execute("COMMIT")?,
-        End::Rollback => c.batch_execute("ROLLBACK")?,
+    match (transaction, end) {
+        (false, _) => {}
+        (true, End::Commit) => c.batch_execute("COMMIT")?,
+        (true, End::Rollback) => c.batch_execute("ROLLBACK")?,
     }
     out.held = t0.elapsed();
     Ok(out)

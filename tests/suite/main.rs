@@ -10,6 +10,7 @@ mod dao;
 mod generate;
 mod migrate;
 mod project;
+mod no_transaction;
 mod sandbox;
 mod target;
 mod verify;
@@ -32,6 +33,7 @@ fn main() {
     trials.extend(target::tests(&env));
     trials.extend(generate::tests(&env));
     trials.extend(project::tests(&env));
+    trials.extend(no_transaction::tests(&env));
     let conclusion = libtest_mimic::run(&args, trials);
     // Drop the shared server before exiting (exit skips destructors).
     drop(env);

@@ -1,0 +1,11 @@
+-- V4 (example, not shipped): every ready attached function gets its
+-- output_collection_id, looked up row by row from its output collection.
+--
+-- A row-dependent value has no catalogue-only shortcut (a constant default
+-- would be wrong), and one UPDATE of the whole table would hold its row
+-- locks and write all its WAL in one transaction. The batched update runs
+-- in primary-key batches of --batch-size rows, each its own short
+-- transaction under the lock policy, resumable after a kill; V4 is recorded
+-- as applied only when no row matches the WHERE any more.
+--
+-- rollsafe:batched-update attached_functions SET output_collection_id = (SELECT c.id FROM collections c WHERE c.database_id = attached_functions.database_id AND c.name = attached_functions.output_collection_name AND NOT c.is_deleted) WHERE is_ready AND NOT is_deleted AND output_collection_id IS NULL
