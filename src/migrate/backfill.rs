@@ -169,6 +169,32 @@ pub enum BackfillError {
     },
 }
 
+impl std::fmt::Display for BackfillError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BackfillError::Refused(why) => f.write_str(why),
+            BackfillError::Incomplete { remaining } => {
+                write!(
+                    f,
+                    "{remaining} rows still match the predicate after the final pass"
+                )
+            }
+            BackfillError::LockTimeout {
+                attempts,
+                elapsed,
+                last,
+            } => write!(
+                f,
+                "a batch gave up on its locks after {attempts} attempts over {elapsed:.1?} ({})",
+                crate::verify::replay::message(last)
+            ),
+            BackfillError::Sql { context, error } => {
+                write!(f, "{context}: {}", crate::verify::replay::message(error))
+            }
+        }
+    }
+}
+
 fn sql_err(context: impl Into<String>) -> impl FnOnce(postgres::Error) -> BackfillError {
     let context = context.into();
     move |error| BackfillError::Sql { context, error }

@@ -665,6 +665,54 @@ impl Run<'_> {
         Ok(out)
     }
 
+    /// Runs `m`'s batched updates on `db` as `migrate` does (batches under
+    /// the lock policy), then counts the rows each still matches.
+    fn run_batched_updates(
+        &self,
+        db: &Database,
+        m: &crate::catalog::Migration,
+    ) -> Result<Vec<backfill::BatchedRun>, VerifyError> {
+        use crate::migrate::backfill as batches;
+        let mut out = Vec::new();
+        if m.batched_updates().next().is_none() {
+            return Ok(out);
+        }
+        let mut c = step("connecting", db.connect())?;
+        step(
+            "creating the backfill progress table",
+            batches::ensure_progress_table(&mut c),
+        )?;
+        for (i, b) in m.batched_updates().enumerate() {
+            self.v
+                .say(&format!("V{}: batched update of {}", m.version, b.table));
+            let started = Instant::now();
+            let result = batches::run(
+                &mut c,
+                m,
+                i,
+                b,
+                &batches::BackfillOptions::default(),
+                &self.v.lock_policy,
+                None,
+            )
+            .map_err(|e| e.to_string());
+            let remaining = c
+                .query_one(
+                    &format!("SELECT count(*) FROM {} WHERE {}", b.table, b.predicate),
+                    &[],
+                )
+                .map(|r| r.get::<_, i64>(0))
+                .map_err(|e| replay::message(&e));
+            out.push(backfill::BatchedRun {
+                directive: b.clone(),
+                rows: result,
+                remaining,
+                took: started.elapsed(),
+            });
+        }
+        Ok(out)
+    }
+
     fn public_tables(db: &Database) -> Result<Vec<String>, VerifyError> {
         let mut c = step("connecting", db.connect())?;
         Ok(step(
@@ -832,7 +880,9 @@ impl Run<'_> {
                 None => BTreeMap::new(),
             };
             let tables = Self::public_tables(&empty_prev)?;
-            if prev > 0 {
+            if prev > 0 && m.runs_outside_transaction() {
+                self.report.findings.push(locks::probe_not_applicable(v));
+            } else if prev > 0 {
                 let probe_db = match &seeded {
                     Some((db, _)) => self.clone_db(db)?,
                     None => self.clone_db(&empty_prev)?,
@@ -876,19 +926,44 @@ impl Run<'_> {
             self.v.say(&format!("V{v}: applying on an empty database"));
             let empty = &empty_prev;
             let before = Self::snapshot(empty)?;
-            let injected = format!(
-                "{}\n;\nDO $rollsafe$ BEGIN RAISE EXCEPTION 'rollsafe: injected failure'; END $rollsafe$",
-                m.sql
-            );
-            step(
-                "forcing a failure",
-                rehearsal::apply_measured(empty.url(), &injected, None, End::Commit),
-            )?;
-            let trace = Self::snapshot(empty)?.diff(&before);
-            let mut at_zero = step(
-                "applying on an empty database",
-                rehearsal::apply_measured(empty.url(), &m.sql, None, End::Commit),
-            )?;
+            let (mut at_zero, trace) = if m.runs_outside_transaction() {
+                // Outside a transaction a failure leaves the statements
+                // before it applied: what must hold instead is that a rerun
+                // converges (migrate reruns the file after a failure or a
+                // kill). Applied, then run again: the second run must
+                // succeed and change nothing.
+                let at_zero = step(
+                    "applying on an empty database",
+                    rehearsal::apply_measured_no_transaction(empty.url(), &m.sql, None),
+                )?;
+                if at_zero.ok() {
+                    let applied = Self::snapshot(empty)?;
+                    let rerun = step(
+                        "running it again",
+                        rehearsal::apply_measured_no_transaction(empty.url(), &m.sql, None),
+                    )?;
+                    let changed = Self::snapshot(empty)?.diff(&applied);
+                    self.report
+                        .findings
+                        .extend(apply::evaluate_rerun(v, &rerun, &changed));
+                }
+                (at_zero, Vec::new())
+            } else {
+                let injected = format!(
+                    "{}\n;\nDO $rollsafe$ BEGIN RAISE EXCEPTION 'rollsafe: injected failure'; END $rollsafe$",
+                    m.sql
+                );
+                step(
+                    "forcing a failure",
+                    rehearsal::apply_measured(empty.url(), &injected, None, End::Commit),
+                )?;
+                let trace = Self::snapshot(empty)?.diff(&before);
+                let at_zero = step(
+                    "applying on an empty database",
+                    rehearsal::apply_measured(empty.url(), &m.sql, None, End::Commit),
+                )?;
+                (at_zero, trace)
+            };
             at_zero.file = self.v.catalog.path_of(m);
             self.ran(apply::CHECK, Some(v));
             if !at_zero.ok() {
@@ -983,10 +1058,24 @@ impl Run<'_> {
                         ),
                     )?;
                     std::thread::sleep(WORKLOAD_MARGIN);
-                    let at_n =
-                        rehearsal::apply_measured(applied_db.url(), &m.sql, None, End::Commit);
+                    let at_n = if m.runs_outside_transaction() {
+                        rehearsal::apply_measured_no_transaction(applied_db.url(), &m.sql, None)
+                    } else {
+                        rehearsal::apply_measured(applied_db.url(), &m.sql, None, End::Commit)
+                    };
+                    // Batched updates run after the file's statements, as
+                    // migrate runs them, with the workload still on.
+                    let batched = match &at_n {
+                        Ok(a) if a.ok() => Some(self.run_batched_updates(applied_db, m)?),
+                        _ => None,
+                    };
                     std::thread::sleep(WORKLOAD_MARGIN);
                     let workload = workload.stop();
+                    if let Some(batched) = batched {
+                        self.report
+                            .findings
+                            .extend(backfill::batched_updates(v, &batched));
+                    }
                     let mut at_n = step("applying on a seeded database", at_n)?;
                     at_n.file = self.v.catalog.path_of(m);
                     (at_n, Some(workload))

@@ -61,6 +61,9 @@ fn all_backends_trials(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             slow_migration_without_conflict_is_not_blamed_on_lock_timeout,
             lock_timeout_above_the_stall_budget_is_caught,
             misspelt_directive_is_refused,
+            concurrent_index_outside_a_transaction_passes_and_reruns_cleanly,
+            batched_backfill_example_is_rehearsed_under_the_workload,
+            batched_update_that_never_settles_is_an_error,
             sizes_from_a_real_database_drive_the_prediction,
             findings_point_at_the_statement_and_line,
             since_rehearses_only_later_migrations_and_judges_them_as_a_full_run,
@@ -1593,6 +1596,82 @@ fn findings_point_at_the_statement_and_line(env: &TestEnv) -> anyhow::Result<()>
         v4.statements[1].rows_touched >= ROWS as i64,
         "{:?}",
         v4.statements[1]
+    );
+    Ok(())
+}
+
+fn finding<'r>(r: &'r Report, v: i32, id: &str) -> anyhow::Result<&'r rollsafe::report::Finding> {
+    r.findings
+        .iter()
+        .find(|f| f.migration == Some(v) && f.id == id)
+        .with_context(|| {
+            format!(
+                "no {id} on V{v}: {:?}",
+                r.findings
+                    .iter()
+                    .map(|f| (&f.id, f.migration))
+                    .collect::<Vec<_>>()
+            )
+        })
+}
+
+fn concurrent_index_outside_a_transaction_passes_and_reruns_cleanly(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    // The advice verify gives for a blocking index build, followed: it
+    // applies (no apply.fails-on-empty), blocks no app, and reruns cleanly.
+    let dir = with_later(&["-- rollsafe:no-transaction\n\
+         CREATE INDEX CONCURRENTLY IF NOT EXISTS af_name_cic ON attached_functions (name);"]);
+    let r = rehearse(env, dir.path())?;
+    expect_pass(&r)?;
+    finding(&r, 4, "apply.rerun-converges")?;
+    ensure!(finding(&r, 4, "locks.probe-skipped")?.severity == Severity::Skipped);
+    // The same index built in the migration's transaction is an error.
+    let blocking = rehearse(
+        env,
+        with_later(&["CREATE INDEX af_name_blocking ON attached_functions (name);"]).path(),
+    )?;
+    expect_error(&blocking, 4, "locks.blocking-index-build")?;
+    Ok(())
+}
+
+fn batched_backfill_example_is_rehearsed_under_the_workload(env: &TestEnv) -> anyhow::Result<()> {
+    // README's example: a row-dependent backfill in batches, then a
+    // CHECK added NOT VALID and validated, outside a transaction.
+    let example = repo_root().join("examples/batched-backfill");
+    let v4 = std::fs::read_to_string(
+        example.join("V4__attached_functions_output_collection_backfill.sql"),
+    )?;
+    let v5 = std::fs::read_to_string(example.join("V5__attached_functions_ready_has_output.sql"))?;
+    let r = rehearse(env, with_later(&[&v4, &v5]).path())?;
+    expect_pass(&r)?;
+    let done = finding(&r, 4, "backfill.batched-update-complete")?;
+    // The seeded rows already name their output collection (both apps
+    // write it), so the batches walk the table and settle nothing.
+    ensure!(
+        done.evidence["batches"].as_u64().unwrap_or(0) > 0,
+        "{:?}",
+        done.evidence
+    );
+    finding(&r, 5, "apply.rerun-converges")?;
+    Ok(())
+}
+
+fn batched_update_that_never_settles_is_an_error(env: &TestEnv) -> anyhow::Result<()> {
+    // The SET leaves every row matching the WHERE: the backfill can never
+    // end, and verify says so before migrate loops on production.
+    let dir = with_later(&[
+        "ALTER TABLE attached_functions ADD COLUMN name_len int;",
+        "-- rollsafe:batched-update attached_functions SET name_len = NULL WHERE name_len IS NULL",
+    ]);
+    let r = rehearse(env, dir.path())?;
+    ensure!(!r.passed);
+    ensure!(
+        r.errors().any(|f| f.migration == Some(5)
+            && (f.id == "backfill.batched-update-fails"
+                || f.id == "backfill.batched-update-incomplete")),
+        "{:?}",
+        error_ids(&r)
     );
     Ok(())
 }

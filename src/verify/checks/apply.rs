@@ -181,6 +181,45 @@ pub fn evaluate_second_run(v: Option<i32>, result: anyhow::Result<SecondRun>) ->
     .advice("a migration must be recorded in the history in the same transaction that applies it")
 }
 
+/// A `-- rollsafe:no-transaction` file run a second time on the database
+/// it was just applied to: `migrate` reruns such a file after a failure or
+/// a kill, so the rerun must succeed and change nothing.
+pub fn evaluate_rerun(v: i32, rerun: &Applied, changed: &[String]) -> Vec<Finding> {
+    if let Some(e) = &rerun.error {
+        return vec![Finding::new(
+            CHECK,
+            "rerun-fails",
+            Severity::Error,
+            Some(v),
+            format!("runs outside a transaction, but running it again after it applied fails: {e}"),
+        )
+        .at(rerun.failed_statement.and_then(|i| rerun.location(i)))
+        .advice("a failed or killed run leaves the statements before the failure applied and migrate reruns the file: make every statement re-runnable (IF NOT EXISTS, IF EXISTS, OR REPLACE)")];
+    }
+    if !changed.is_empty() {
+        return vec![Finding::new(
+            CHECK,
+            "rerun-changes-schema",
+            Severity::Error,
+            Some(v),
+            format!(
+                "runs outside a transaction, and running it again changes the schema: {}",
+                changed.join("; ")
+            ),
+        )
+        .evidence("changes", changed.len())
+        .advice("each statement must converge: a rerun after a failure must leave the schema as one clean run does")];
+    }
+    vec![Finding::new(
+        CHECK,
+        "rerun-converges",
+        Severity::Info,
+        Some(v),
+        "runs outside a transaction; running it again succeeds and changes nothing",
+    )
+    .evidence("rerun_ms", ms(rerun.duration))]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

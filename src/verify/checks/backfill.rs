@@ -228,6 +228,43 @@ pub fn compare_readers(
     out
 }
 
+/// One `-- rollsafe:batched-update` as the rehearsal ran it on the seeded
+/// database, with the live apps' workload on.
+#[derive(Debug, Clone)]
+pub struct BatchedRun {
+    pub directive: crate::catalog::BatchedUpdate,
+    /// The runner's last progress, or why it stopped.
+    pub rows: Result<crate::migrate::backfill::BackfillProgress, String>,
+    /// Rows its predicate still matches afterwards.
+    pub remaining: Result<i64, String>,
+    pub took: std::time::Duration,
+}
+
+/// Each batched update must finish with no row left matching its
+/// predicate (the runner would not record the migration otherwise).
+pub fn batched_updates(v: i32, runs: &[BatchedRun]) -> Vec<Finding> {
+    runs.iter()
+        .map(|r| {
+            let d = &r.directive;
+            let what = format!("batched update of {} (line {})", d.table, d.line);
+            match (&r.rows, &r.remaining) {
+                (Err(e), _) => Finding::new(CHECK, "batched-update-fails", Severity::Error, Some(v), format!("{what} fails on the seeded database: {e}"))
+                    .advice("run the directive's UPDATE on a copy to see why; each batch is its own transaction, so a rerun resumes after the last batch that committed"),
+                (Ok(_), Err(e)) => Finding::new(CHECK, "batched-update-unchecked", Severity::Skipped, Some(v), format!("{what} ran, but its predicate could not be counted afterwards: {e}"))
+                    .advice("the predicate must be a condition over the table's columns"),
+                (Ok(p), Ok(n)) if *n > 0 => Finding::new(CHECK, "batched-update-incomplete", Severity::Error, Some(v), format!("{what} leaves {n} rows still matching its predicate ({})", d.predicate))
+                    .evidence("rows_done", p.rows_done)
+                    .evidence("rows_left", *n)
+                    .advice("the SET must make each row stop matching the WHERE, or the backfill never ends"),
+                (Ok(p), Ok(_)) => Finding::new(CHECK, "batched-update-complete", Severity::Info, Some(v), format!("{what}: {} rows in {} batches under the live apps' workload; no row matches its predicate afterwards", p.rows_done, p.batches))
+                    .evidence("rows_done", p.rows_done)
+                    .evidence("batches", p.batches)
+                    .evidence("ms", super::ms(r.took)),
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -327,6 +327,21 @@ pub fn evaluate_probe(
     out
 }
 
+/// The long-transaction probe replays a migration inside one transaction;
+/// a `-- rollsafe:no-transaction` file cannot run in one, and `migrate`
+/// runs each of its statements under the lock policy instead. Said, never
+/// passed as ok.
+pub fn probe_not_applicable(v: i32) -> Finding {
+    Finding::new(
+        CHECK,
+        "probe-skipped",
+        Severity::Skipped,
+        Some(v),
+        "runs outside a transaction: the long-transaction probe (one transaction per attempt) does not apply; migrate runs each statement under the stepped lock policy",
+    )
+    .advice("the seeded apply under the live apps' workload measured its stalls")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
