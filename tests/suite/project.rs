@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use anyhow::{ensure, Context};
 use rollsafe::catalog::Catalog;
+use rollsafe::report::{Report, Severity};
 use rollsafe::sandbox::BackendKind;
-use rollsafe::verify::{apps, replay};
+use rollsafe::verify::{apps, replay, Verify};
 
 use crate::common::{repo_root, rollsafe_bin, TestEnv};
 
@@ -37,6 +38,23 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             a_server_backend_refuses_start_settings_it_cannot_apply,
             capture_classifies_what_the_database_recorded,
             bookshop_example_migrates_seeds_and_runs_its_apps_in_their_windows,
+            bookshop_correct_migrations_pass,
+            bookshop_not_null_without_default_is_caught,
+            bookshop_renamed_column_an_app_reads_is_caught,
+            bookshop_blocking_index_build_is_caught,
+            bookshop_rewriting_type_change_is_caught,
+            ledger_correct_migrations_pass_on_generated_rows,
+            ledger_not_null_without_default_breaks_the_old_apps_insert,
+            ledger_dropped_column_an_app_reads_is_caught,
+            ledger_blocking_index_build_is_caught,
+            ledger_rewriting_type_change_is_caught,
+            forum_correct_migrations_pass,
+            forum_not_null_without_default_is_caught,
+            forum_renamed_column_is_caught_for_the_live_app_only,
+            forum_blocking_index_build_is_caught,
+            forum_rewriting_type_change_is_caught,
+            dropping_the_retired_apps_column_is_caught_when_it_is_not_retired,
+            a_directory_mixing_the_projects_layouts_is_refused_with_file_names,
         ]
     );
     trials.extend(preloaded);
@@ -747,6 +765,427 @@ fn bookshop_example_migrates_seeds_and_runs_its_apps_in_their_windows(
     ensure!(
         failed == ["place_order", "orders_for_book"],
         "shop_v1 names gift_note, dropped at V4: {failed:?}"
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------
+// Other projects' shapes: the bookshop example and two fixture projects
+// (tests/fixtures/projects/): `ledger` (refinery layout; uuid keys, a
+// composite primary and foreign key, an enum, a domain, jsonb; no seed
+// files, so the catalogue generator writes its rows) and `forum` (sqlx
+// layout with timestamp versions; serial and identity ids, a
+// self-referencing foreign key, CHECKs, text[], UNIQUE text; seed files
+// and an app retired before the last migration). Each project's correct
+// migrations pass with zero errors; each unsafe change, written as the
+// last migration on top of them, is caught with the check's error.
+// ---------------------------------------------------------------------
+
+/// Rows per rehearsal: enough for work proportional to a table to show,
+/// small because many rehearsals share two cores in CI.
+const PROJECT_ROWS: u64 = 500;
+
+/// A project's directory: the example or a fixture.
+fn project_root(name: &str) -> std::path::PathBuf {
+    match name {
+        "bookshop" => repo_root().join("examples/bookshop"),
+        _ => repo_root().join("tests/fixtures/projects").join(name),
+    }
+}
+
+/// The file name a proposed migration takes in the project's layout:
+/// after its last one (refinery V5, a later sqlx timestamp).
+fn proposed_file(project: &str) -> &'static str {
+    match project {
+        "forum" => "20240401090000_proposed.sql",
+        _ => "V5__proposed.sql",
+    }
+}
+
+/// The project's migrations copied into a temporary directory, with
+/// `last` as a proposed migration after them.
+fn migrations_with(project: &str, last: Option<&str>) -> anyhow::Result<tempfile::TempDir> {
+    let dir = tempfile::tempdir()?;
+    for entry in std::fs::read_dir(project_root(project).join("migrations"))? {
+        let path = entry?.path();
+        if let Some(file) = path.file_name() {
+            std::fs::copy(&path, dir.path().join(file))?;
+        }
+    }
+    if let Some(sql) = last {
+        std::fs::write(dir.path().join(proposed_file(project)), sql)?;
+    }
+    Ok(dir)
+}
+
+/// Rehearses `migrations` with the apps of `apps_dir`, through the library
+/// (what `rollsafe verify --migrations DIR --apps DIR` runs).
+fn rehearse_with(env: &TestEnv, migrations: &Path, apps_dir: &Path) -> anyhow::Result<Report> {
+    let catalog = Catalog::from_dir(migrations)?;
+    let apps = apps::load_dir(apps_dir, &catalog)?;
+    Ok(Verify::new(catalog)?
+        .apps(apps)
+        .rows(PROJECT_ROWS)
+        .run(&env.sandbox)?)
+}
+
+/// The project's migrations plus `last`, rehearsed with its own apps; also
+/// returns the proposed migration's version (rollsafe's ordinal).
+fn rehearse_project(
+    env: &TestEnv,
+    project: &str,
+    last: Option<&str>,
+) -> anyhow::Result<(Report, i32)> {
+    let dir = migrations_with(project, last)?;
+    let latest = Catalog::from_dir(dir.path())?.latest();
+    let report = rehearse_with(env, dir.path(), &project_root(project).join("apps"))?;
+    Ok((report, latest))
+}
+
+fn described(r: &Report, severity: Severity) -> Vec<String> {
+    r.findings
+        .iter()
+        .filter(|f| f.severity == severity)
+        .map(|f| format!("V{}:{}: {}", f.migration.unwrap_or(0), f.id, f.message))
+        .collect()
+}
+
+fn expect_pass(r: &Report) -> anyhow::Result<()> {
+    ensure!(
+        r.passed && r.errors().count() == 0,
+        "expected no errors, got {:#?}",
+        described(r, Severity::Error)
+    );
+    Ok(())
+}
+
+/// The report failed with an error whose id starts with `prefix` on
+/// migration `v`; returns the ids of those errors.
+fn expect_error(r: &Report, v: i32, prefix: &str) -> anyhow::Result<Vec<String>> {
+    let ids: Vec<String> = r
+        .errors()
+        .filter(|f| f.migration == Some(v) && f.id.starts_with(prefix))
+        .map(|f| f.id.clone())
+        .collect();
+    ensure!(
+        !r.passed && !ids.is_empty(),
+        "no error {prefix}* on V{v}; errors: {:#?}",
+        described(r, Severity::Error)
+    );
+    Ok(ids)
+}
+
+/// Errors on migrations before `v`: a proposed last migration must not
+/// make the correct ones fail.
+fn expect_no_error_before(r: &Report, v: i32) -> anyhow::Result<()> {
+    let earlier: Vec<String> = r
+        .errors()
+        .filter(|f| f.migration.is_some_and(|m| m < v))
+        .map(|f| format!("V{}:{}: {}", f.migration.unwrap_or(0), f.id, f.message))
+        .collect();
+    ensure!(earlier.is_empty(), "errors before V{v}: {earlier:#?}");
+    Ok(())
+}
+
+/// The apps a report's compat findings name for migration `v`.
+fn compat_apps(r: &Report, v: i32) -> Vec<String> {
+    r.findings
+        .iter()
+        .filter(|f| f.check == "compat" && f.migration == Some(v))
+        .filter_map(|f| f.evidence.get("app").and_then(|a| a.as_str()))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A breaking last migration: caught by `prefix` on the proposed version,
+/// nothing earlier blamed.
+fn caught(env: &TestEnv, project: &str, sql: &str, prefix: &str) -> anyhow::Result<Report> {
+    let (r, v) = rehearse_project(env, project, Some(sql))?;
+    expect_error(&r, v, prefix)?;
+    expect_no_error_before(&r, v)?;
+    Ok(r)
+}
+
+/// A NOT NULL column without a default on a table with rows cannot even
+/// be added: the seeded apply fails (the empty one succeeds, so only data
+/// written the way the apps write it shows it).
+const NOT_NULL_FAILS_ON_SEEDED: &str = "apply.fails-on-seeded";
+
+fn bookshop_correct_migrations_pass(env: &TestEnv) -> anyhow::Result<()> {
+    let (r, _) = rehearse_project(env, "bookshop", None)?;
+    expect_pass(&r)?;
+    // shop_v1 is retired at V4 (which drops the gift_note it writes): it
+    // is never replayed against V4.
+    ensure!(
+        !compat_apps(&r, 4).iter().any(|a| a == "shop_v1"),
+        "{:#?}",
+        described(&r, Severity::Warn)
+    );
+    Ok(())
+}
+
+fn bookshop_not_null_without_default_is_caught(env: &TestEnv) -> anyhow::Result<()> {
+    caught(
+        env,
+        "bookshop",
+        "ALTER TABLE orders ADD COLUMN channel text NOT NULL;",
+        NOT_NULL_FAILS_ON_SEEDED,
+    )
+    .map(drop)
+}
+
+fn bookshop_renamed_column_an_app_reads_is_caught(env: &TestEnv) -> anyhow::Result<()> {
+    let r = caught(
+        env,
+        "bookshop",
+        "ALTER TABLE books RENAME COLUMN title TO name;",
+        "compat.",
+    )?;
+    ensure!(
+        compat_apps(&r, 5).iter().any(|a| a == "shop_v2"),
+        "{:#?}",
+        described(&r, Severity::Error)
+    );
+    Ok(())
+}
+
+fn bookshop_blocking_index_build_is_caught(env: &TestEnv) -> anyhow::Result<()> {
+    caught(
+        env,
+        "bookshop",
+        "CREATE INDEX books_title_idx ON books (title);",
+        "locks.blocking-index-build",
+    )
+    .map(drop)
+}
+
+fn bookshop_rewriting_type_change_is_caught(env: &TestEnv) -> anyhow::Result<()> {
+    caught(
+        env,
+        "bookshop",
+        "ALTER TABLE books ALTER COLUMN price_cents TYPE numeric(12, 2);",
+        "rewrite.",
+    )
+    .map(drop)
+}
+
+/// ledger ships no seed files: every row of every rehearsal is the
+/// generator's. What it could not seed is a warning naming the
+/// constraint, never an error, and none is expected on this schema.
+fn ledger_correct_migrations_pass_on_generated_rows(env: &TestEnv) -> anyhow::Result<()> {
+    let root = project_root("ledger");
+    let catalog = Catalog::from_dir(&root.join("migrations"))?;
+    let apps = apps::load_dir(&root.join("apps"), &catalog)?;
+    ensure!(
+        apps.iter().all(|a| a.seed_sql.is_none()),
+        "ledger has no seed files"
+    );
+    let (r, _) = rehearse_project(env, "ledger", None)?;
+    expect_pass(&r)?;
+    let unseeded: Vec<String> = r
+        .findings
+        .iter()
+        .filter(|f| f.id == "rewrite.table-not-seeded" || f.id == "rewrite.seeding-warning")
+        .map(|f| format!("V{}: {}", f.migration.unwrap_or(0), f.message))
+        .collect();
+    ensure!(
+        unseeded.is_empty(),
+        "the generator could not seed: {unseeded:#?}"
+    );
+    Ok(())
+}
+
+/// A NOT NULL column added in two steps (a default to get it in, then the
+/// default dropped) applies on any table, but ledger_v1's `open_account`,
+/// which does not know the column, can no longer insert.
+fn ledger_not_null_without_default_breaks_the_old_apps_insert(env: &TestEnv) -> anyhow::Result<()> {
+    let r = caught(
+        env,
+        "ledger",
+        "ALTER TABLE accounts ADD COLUMN owner text NOT NULL DEFAULT 'unknown';\n\
+         ALTER TABLE accounts ALTER COLUMN owner DROP DEFAULT;",
+        "compat.",
+    )?;
+    ensure!(
+        compat_apps(&r, 5).iter().any(|a| a == "ledger_v1"),
+        "{:#?}",
+        described(&r, Severity::Error)
+    );
+    // And added in one step, the seeded apply fails.
+    caught(
+        env,
+        "ledger",
+        "ALTER TABLE journal_entries ADD COLUMN currency char(3) NOT NULL;",
+        NOT_NULL_FAILS_ON_SEEDED,
+    )
+    .map(drop)
+}
+
+fn ledger_dropped_column_an_app_reads_is_caught(env: &TestEnv) -> anyhow::Result<()> {
+    let r = caught(
+        env,
+        "ledger",
+        "ALTER TABLE journal_entries DROP COLUMN details;",
+        "compat.",
+    )?;
+    ensure!(
+        compat_apps(&r, 5).iter().any(|a| a == "ledger_v1"),
+        "ledger_v1 reads details: {:#?}",
+        described(&r, Severity::Error)
+    );
+    Ok(())
+}
+
+fn ledger_blocking_index_build_is_caught(env: &TestEnv) -> anyhow::Result<()> {
+    caught(
+        env,
+        "ledger",
+        "CREATE INDEX journal_entries_booked_at_idx ON journal_entries (booked_at);",
+        "locks.blocking-index-build",
+    )
+    .map(drop)
+}
+
+fn ledger_rewriting_type_change_is_caught(env: &TestEnv) -> anyhow::Result<()> {
+    caught(
+        env,
+        "ledger",
+        "ALTER TABLE journal_entries ALTER COLUMN amount TYPE numeric(14, 2);",
+        "rewrite.",
+    )
+    .map(drop)
+}
+
+/// forum's V4 drops `users.signature`, which only forum_v1 used, and
+/// forum_v1 is retired at V4: the drop passes, and forum_v1 is not
+/// replayed against V4.
+fn forum_correct_migrations_pass(env: &TestEnv) -> anyhow::Result<()> {
+    let root = project_root("forum");
+    let catalog = Catalog::from_dir(&root.join("migrations"))?;
+    ensure!(
+        catalog.migrations().len() == 4 && catalog.latest() == 4,
+        "sqlx timestamps are ordered as 1..4"
+    );
+    let apps = apps::load_dir(&root.join("apps"), &catalog)?;
+    let windows: Vec<(&str, i32, Option<i32>)> = apps
+        .iter()
+        .map(|a| (a.name.as_str(), a.needs, a.retired))
+        .collect();
+    ensure!(
+        windows == [("forum_v1", 2, Some(4)), ("forum_v2", 3, None)],
+        "{windows:?}"
+    );
+    let (r, _) = rehearse_project(env, "forum", None)?;
+    expect_pass(&r)?;
+    ensure!(
+        !compat_apps(&r, 4).iter().any(|a| a == "forum_v1"),
+        "forum_v1 is retired at V4: {:#?}",
+        described(&r, Severity::Warn)
+    );
+    Ok(())
+}
+
+fn forum_not_null_without_default_is_caught(env: &TestEnv) -> anyhow::Result<()> {
+    caught(
+        env,
+        "forum",
+        "ALTER TABLE threads ADD COLUMN locked boolean NOT NULL;",
+        NOT_NULL_FAILS_ON_SEEDED,
+    )
+    .map(drop)
+}
+
+/// forum_v1 also reads `comments.body`, but it was retired before: the
+/// compat errors name forum_v2 only.
+fn forum_renamed_column_is_caught_for_the_live_app_only(env: &TestEnv) -> anyhow::Result<()> {
+    let r = caught(
+        env,
+        "forum",
+        "ALTER TABLE comments RENAME COLUMN body TO content;",
+        "compat.",
+    )?;
+    let named = compat_apps(&r, 5);
+    ensure!(
+        named.iter().any(|a| a == "forum_v2") && !named.iter().any(|a| a == "forum_v1"),
+        "{named:?}: {:#?}",
+        described(&r, Severity::Error)
+    );
+    Ok(())
+}
+
+fn forum_blocking_index_build_is_caught(env: &TestEnv) -> anyhow::Result<()> {
+    caught(
+        env,
+        "forum",
+        "CREATE UNIQUE INDEX users_lower_email_idx ON users (lower(email));",
+        "locks.blocking-index-build",
+    )
+    .map(drop)
+}
+
+fn forum_rewriting_type_change_is_caught(env: &TestEnv) -> anyhow::Result<()> {
+    caught(
+        env,
+        "forum",
+        "ALTER TABLE comments ALTER COLUMN score TYPE bigint;",
+        "rewrite.",
+    )
+    .map(drop)
+}
+
+/// The control for the retired window: the same forum with forum_v1 still
+/// live (its `-- retired:` line removed) cannot drop `signature` — the
+/// drop passes above only because the app that reads it is gone.
+fn dropping_the_retired_apps_column_is_caught_when_it_is_not_retired(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let apps_dir = tempfile::tempdir()?;
+    for entry in std::fs::read_dir(project_root("forum").join("apps"))? {
+        let path = entry?.path();
+        let text = std::fs::read_to_string(&path)?;
+        let kept: String = text
+            .lines()
+            .filter(|l| !l.starts_with("-- retired:"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        if let Some(file) = path.file_name() {
+            std::fs::write(apps_dir.path().join(file), kept)?;
+        }
+    }
+    let migrations = migrations_with("forum", None)?;
+    let r = rehearse_with(env, migrations.path(), apps_dir.path())?;
+    expect_error(&r, 4, "compat.")?;
+    ensure!(
+        compat_apps(&r, 4).iter().any(|a| a == "forum_v1"),
+        "{:#?}",
+        described(&r, Severity::Error)
+    );
+    Ok(())
+}
+
+/// ledger's refinery files and forum's sqlx files in one directory: the
+/// catalogue refuses it in one line naming a file of each layout.
+fn a_directory_mixing_the_projects_layouts_is_refused_with_file_names(
+    _: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = migrations_with("ledger", None)?;
+    let forum_first = "20240110090000_users.sql";
+    std::fs::copy(
+        project_root("forum").join("migrations").join(forum_first),
+        dir.path().join(forum_first),
+    )?;
+    let err = match Catalog::from_dir(dir.path()) {
+        Ok(_) => anyhow::bail!("a directory mixing layouts was accepted"),
+        Err(e) => e.to_string(),
+    };
+    ensure!(
+        err.contains("mixes migration layouts")
+            && err.contains(forum_first)
+            && err.contains("is sqlx")
+            && err.contains("is refinery")
+            && err.contains("V1__accounts.sql")
+            && !err.contains('\n'),
+        "{err}"
     );
     Ok(())
 }
