@@ -168,6 +168,11 @@ pub fn live_app_cannot_write(prev: i32, v: i32, app: &str, e: &str) -> Finding {
 }
 
 /// Rows shaped like an app's cannot be written on the compat database.
+/// That database already holds the rows seeded before the migration (for
+/// an app live then, by its own seed), so the seed runs there again: one
+/// that writes fixed values into a UNIQUE column fails on its own earlier
+/// rows, not on the schema, and the advice says so (the statements' own
+/// findings say whether the schema is to blame).
 pub fn rows_cannot_be_written(v: i32, app: &str, e: &str) -> Finding {
     Finding::new(
         CHECK,
@@ -177,7 +182,9 @@ pub fn rows_cannot_be_written(v: i32, app: &str, e: &str) -> Finding {
         format!("rows shaped like the {app} app's cannot be written on V{v}: {e}"),
     )
     .evidence("app", app.to_string())
-    .advice("see the statement failures of this app on this version")
+    .advice(format!(
+        "the {app} app's seed runs here on top of the rows seeded before V{v}, often its own: if the error names a UNIQUE constraint, give those values a per-run part (gen_random_uuid(), random()) so the seed can run more than once; otherwise see this app's statement failures on V{v}"
+    ))
 }
 
 fn fail(v: i32, name: &str, sev: Severity, msg: String, advice: &str) -> Finding {
