@@ -1,6 +1,9 @@
 //! Any project's files: `rollsafe.toml`, `--apps DIR`, migration layouts,
 //! `rollsafe capture`, and the bookshop example, through the real binary
-//! and a real database of the suite's server.
+//! and a real database of the suite's server; then `verify` on three
+//! projects of different shapes (the bookshop example and the fixtures in
+//! `tests/fixtures/projects/`): their correct migrations pass, and each
+//! unsafe change written as their last migration is caught.
 
 use std::path::Path;
 use std::process::Command;
