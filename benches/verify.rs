@@ -11,7 +11,9 @@
 //! shipped V1..V3, trivial nullable columns up to N, plus one new
 //! migration): the full verify, `verify --since N`, and the floor of each
 //! (a server, every migration applied once, rows seeded), to show how each
-//! grows with the history. Prints figures; asserts nothing.
+//! grows with the history, and `verify --from-target` against a database
+//! at V{N} (a throwaway server of the same backend). Prints figures;
+//! asserts nothing.
 //!
 //! `cargo bench --bench verify` (the backend follows ROLLSAFE_POSTGRES,
 //! default auto; ROLLSAFE_BENCH_ROWS overrides the row counts, e.g. `10000`;
@@ -125,6 +127,28 @@ fn main() {
         let f = floor_of(&catalog, DEFAULT_ROWS);
         let since = n.to_string();
         let (s, s_verdict) = verify_with(DEFAULT_ROWS, &["--migrations", path, "--since", &since]);
+        // A target at V{n}: a database of a throwaway server of its own,
+        // migrated by the real migrator.
+        let target_server = SandboxBuilder::from_env()
+            .expect("ROLLSAFE_POSTGRES")
+            .start()
+            .expect("sandbox for the target");
+        let target = target_server.fresh_database().expect("target database");
+        rollsafe::migrate::migrate(
+            target.url(),
+            &catalog,
+            &rollsafe::migrate::Options {
+                target: Some(n),
+                ..Default::default()
+            },
+        )
+        .expect("migrating the target");
+        let (t, t_verdict) = verify_with(
+            DEFAULT_ROWS,
+            &["--migrations", path, "--from-target", target.url()],
+        );
+        drop(target);
+        drop(target_server);
         let full = if n <= full_max {
             let (v, verdict) = verify_with(DEFAULT_ROWS, &["--migrations", path]);
             format!(
@@ -136,10 +160,12 @@ fn main() {
             "not run (ROLLSAFE_BENCH_FULL_MAX)".to_string()
         };
         println!(
-            "N {n:>4}: floor {} | verify --since {n} {} ({:.1}x floor; {s_verdict}) | full verify {full}",
+            "N {n:>4}: floor {} | verify --since {n} {} ({:.1}x floor; {s_verdict}) | verify --from-target (at V{n}) {} ({:.1}x floor; {t_verdict}) | full verify {full}",
             secs(f),
             secs(s),
             s.as_secs_f64() / f.as_secs_f64(),
+            secs(t),
+            t.as_secs_f64() / f.as_secs_f64(),
         );
     }
 }

@@ -895,6 +895,20 @@ fn drop_invalid_index(client: &mut Client, index: &str) -> Result<(), postgres::
     Ok(())
 }
 
+/// Records `applied` in the history as refinery would have (creating the
+/// table if needed), for a database whose schema was brought to them
+/// another way: verify's rehearsal base, so that `migrate` on it applies
+/// only what comes after.
+pub fn record_applied<'a>(
+    client: &mut Client,
+    applied: impl IntoIterator<Item = &'a Migration>,
+) -> Result<(), postgres::Error> {
+    for m in applied {
+        record_history(client, m, false)?;
+    }
+    Ok(())
+}
+
 /// Writes `m`'s history row as refinery does (version, name, RFC 3339 UTC
 /// time, decimal checksum), and marks its backfills finished, in one
 /// transaction.

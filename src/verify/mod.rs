@@ -472,6 +472,22 @@ fn step<T, E: std::fmt::Display>(what: &str, r: Result<T, E>) -> Result<T, Verif
     })
 }
 
+/// Applies `m` as `migrate` would, unmeasured: in one transaction, or
+/// statement by statement for a file that runs outside one (its batched
+/// updates have no rows to settle in a base without data).
+fn apply_unchecked(c: &mut postgres::Client, m: &crate::catalog::Migration) -> Result<(), String> {
+    if m.runs_outside_transaction() {
+        for st in crate::sql::split(&m.sql).statements {
+            c.batch_execute(&st.text)
+                .map_err(|e| format!("line {}: {}", st.line, replay::message(&e)))?;
+        }
+        return Ok(());
+    }
+    c.transaction()
+        .and_then(|mut tx| tx.batch_execute(&m.sql).and_then(|_| tx.commit()))
+        .map_err(|e| replay::message(&e))
+}
+
 /// What blocks the live apps: the lock modes their replayed statements
 /// took per table (a declared `-- kind: write` counts as ROW EXCLUSIVE on
 /// the tables it touched). With no live app, every table counts as read
@@ -665,6 +681,70 @@ impl Run<'_> {
         Ok(out)
     }
 
+    /// A copy of the previous migration's seeded database (at its V{prev−1})
+    /// with that migration applied: (database, rows it holds, names of the
+    /// apps whose rows they are). None when there is none to reuse (no
+    /// live app then, or a migration that runs outside a transaction,
+    /// whose batches the plain apply would not run) or the migration fails
+    /// on it (stage 2 reports that).
+    fn reuse_seeded(
+        &self,
+        last: Option<&Staged>,
+        migrations: &[crate::catalog::Migration],
+    ) -> Result<Option<(Database, i64, Vec<String>)>, VerifyError> {
+        let Some(last) = last.filter(|l| l.seeded) else {
+            return Ok(None);
+        };
+        let (Some(base), m) = (&last.applied_db, &migrations[last.index]) else {
+            return Ok(None);
+        };
+        if m.runs_outside_transaction() {
+            return Ok(None);
+        }
+        let db = self.clone_db(base)?;
+        let mut c = step("connecting", db.connect())?;
+        if apply_unchecked(&mut c, m).is_err() {
+            return Ok(None);
+        }
+        let apps = self
+            .v
+            .apps
+            .iter()
+            .filter(|a| a.live_during(m.version))
+            .map(|a| a.name.clone())
+            .collect();
+        drop(c);
+        Ok(Some((db, last.seeded_rows, apps)))
+    }
+
+    /// Restores the target's schema and reference rows into `db`.
+    fn restore_target(&self, t: &target::Target, db: &Database) -> Result<(), VerifyError> {
+        self.v
+            .say("reading the target's schema (pg_dump --schema-only)");
+        let scrubbed =
+            |e: SandboxError| VerifyError::Target(crate::db::scrub(&e.to_string(), t.url()));
+        let schema = self.sandbox.dump_schema(t.url()).map_err(scrubbed)?;
+        let rows = self
+            .sandbox
+            .dump_rows(t.url(), &t.reference_tables()?)
+            .map_err(scrubbed)?;
+        let mut c = step("connecting", db.connect())?;
+        // The dump empties search_path for its session: reset it before
+        // anything else runs on this connection.
+        let restored = c
+            .batch_execute(&schema)
+            .and_then(|_| c.batch_execute(&rows))
+            .and_then(|_| c.batch_execute("RESET ALL"));
+        restored.map_err(|e| {
+            VerifyError::Target(format!(
+                "the schema of {} does not restore on PostgreSQL {} ({}); rehearse on the target's major (the default) and make the extensions it uses available to the sandbox",
+                t.described,
+                self.sandbox.server_major(),
+                replay::message(&e)
+            ))
+        })
+    }
+
     /// Runs `m`'s batched updates on `db` as `migrate` does (batches under
     /// the lock policy), then counts the rows each still matches.
     fn run_batched_updates(
@@ -682,20 +762,55 @@ impl Run<'_> {
             "creating the backfill progress table",
             batches::ensure_progress_table(&mut c),
         )?;
+        drop(c);
         for (i, b) in m.batched_updates().enumerate() {
             self.v
                 .say(&format!("V{}: batched update of {}", m.version, b.table));
             let started = Instant::now();
-            let result = batches::run(
-                &mut c,
-                m,
-                i,
-                b,
-                &batches::BackfillOptions::default(),
-                &self.v.lock_policy,
-                None,
-            )
-            .map_err(|e| e.to_string());
+            let run = |c: &mut postgres::Client| {
+                batches::run(
+                    c,
+                    m,
+                    i,
+                    b,
+                    &batches::BackfillOptions::default(),
+                    &self.v.lock_policy,
+                    None,
+                )
+                .map_err(|e| e.to_string())
+            };
+            // Killed at a random moment (its connection terminated, as a
+            // killed migrate's would be), then run again: it must resume
+            // and settle every row.
+            let mut c = step("connecting", db.connect())?;
+            let pid: i32 = step(
+                "reading the backend pid",
+                c.query_one("SELECT pg_backend_pid()", &[]),
+            )?
+            .get(0);
+            let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let delay = Duration::from_millis(rand::random_range(0..400));
+            let killer = {
+                let (done, url) = (done.clone(), db.url().to_string());
+                std::thread::spawn(move || -> bool {
+                    std::thread::sleep(delay);
+                    if done.load(std::sync::atomic::Ordering::SeqCst) {
+                        return false;
+                    }
+                    crate::db::connect(&url)
+                        .ok()
+                        .and_then(|mut a| {
+                            a.query_one("SELECT pg_terminate_backend($1)", &[&pid]).ok()
+                        })
+                        .is_some_and(|r| r.get::<_, bool>(0))
+                })
+            };
+            let first = run(&mut c);
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            let killed = killer.join().unwrap_or(false) && first.is_err();
+            drop(c);
+            let mut c = step("connecting", db.connect())?;
+            let result = if killed { run(&mut c) } else { first };
             let remaining = c
                 .query_one(
                     &format!("SELECT count(*) FROM {} WHERE {}", b.table, b.predicate),
@@ -707,6 +822,7 @@ impl Run<'_> {
                 directive: b.clone(),
                 rows: result,
                 remaining,
+                killed_after: killed.then_some(delay),
                 took: started.elapsed(),
             });
         }
@@ -746,58 +862,53 @@ impl Run<'_> {
     fn all(&mut self) -> Result<(), VerifyError> {
         let migrations = self.v.catalog.migrations().to_vec();
         let empty_prev = self.sandbox.fresh_database()?;
-        // The migrator applies the catalog step by step, twice per step
-        // (apply: a second run is a no-op), on a database of its own, in
-        // the background.
-        let migrator_db = self.sandbox.fresh_database()?;
+        // The base the rehearsed migrations start from: the target's
+        // schema, or the files up to --since applied once, unchecked.
         if let Some(t) = &self.v.target {
-            self.v
-                .say("reading the target's schema (pg_dump --schema-only)");
-            let schema = self
-                .sandbox
-                .dump_schema(t.url())
-                .map_err(|e| VerifyError::Target(crate::db::scrub(&e.to_string(), t.url())))?;
-            let rows = self
-                .sandbox
-                .dump_rows(t.url(), &t.reference_tables()?)
-                .map_err(|e| VerifyError::Target(crate::db::scrub(&e.to_string(), t.url())))?;
-            for (db, history) in [(&empty_prev, false), (&migrator_db, true)] {
-                let mut c = step("connecting", db.connect())?;
-                // The dump empties search_path for its session: reset it
-                // before anything else runs on this connection.
-                let restored = c.batch_execute(&schema).and_then(|_| {
-                    c.batch_execute(&rows)?;
-                    c.batch_execute("RESET ALL")?;
-                    if history {
-                        t.copy_history(&mut c)
-                    } else {
-                        Ok(())
-                    }
-                });
-                if let Err(e) = restored {
-                    return Err(VerifyError::Target(format!(
-                        "the schema of {} does not restore on PostgreSQL {} ({}); rehearse on the target's major (the default) and make the extensions it uses available to the sandbox",
-                        t.described,
-                        self.sandbox.server_major(),
-                        replay::message(&e)
-                    )));
+            self.restore_target(t, &empty_prev)?;
+        } else if let Some(s) = self.v.since {
+            self.v.say(&format!(
+                "applying V1..V{s} once (up to --since, not rehearsed)"
+            ));
+            let mut c = step("connecting", empty_prev.connect())?;
+            for m in migrations.iter().filter(|m| m.version <= s) {
+                if let Err(e) = apply_unchecked(&mut c, m) {
+                    return Err(VerifyError::PrefixFails {
+                        version: m.version,
+                        file: m.file.clone(),
+                        detail: e,
+                    });
                 }
             }
         }
+        // The migrator applies the rehearsed migrations step by step,
+        // twice per step (apply: a second run is a no-op), on a database
+        // of its own, in the background. With a base, it starts from a copy
+        // of it whose history says what the base holds (no need to migrate
+        // the whole history again: the cost follows the change).
+        let migrator_db = match (&self.v.target, self.v.since) {
+            (None, None) => self.sandbox.fresh_database()?,
+            (target, Some(s)) => {
+                let db = self.clone_db(&empty_prev)?;
+                let mut c = step("connecting", db.connect())?;
+                let recorded = match target {
+                    Some(t) => t.copy_history(&mut c),
+                    None => crate::migrate::record_applied(
+                        &mut c,
+                        migrations.iter().filter(|m| m.version <= s),
+                    ),
+                };
+                step("writing the base's history", recorded)?;
+                db
+            }
+            (Some(_), None) => {
+                // Nothing applied on the target yet: its schema, no history.
+                self.clone_db(&empty_prev)?
+            }
+        };
         let (catalog, policy, since) = (self.v.catalog.clone(), self.v.lock_policy, self.v.since);
         self.migrator = Some(std::thread::spawn(move || {
             let mut out = Vec::new();
-            if let Some(s) = since {
-                let options = crate::migrate::Options {
-                    target: Some(s),
-                    lock: policy,
-                    ..Default::default()
-                };
-                if let Err(e) = crate::migrate::migrate(migrator_db.url(), &catalog, &options) {
-                    out.push((s, Err(anyhow::Error::from(e))));
-                    return out;
-                }
-            }
             for m in catalog
                 .migrations()
                 .iter()
@@ -820,25 +931,7 @@ impl Run<'_> {
         for (index, m) in migrations.iter().enumerate() {
             let v = m.version;
             if self.v.since.is_some_and(|s| v <= s) {
-                if self.v.target.is_some() {
-                    // Already in the target's schema.
-                    prev = v;
-                    continue;
-                }
-                // Before --since: applied once into the template, unchecked.
-                self.v
-                    .say(&format!("V{v}: applying (up to --since, not rehearsed)"));
-                let mut c = step("connecting", empty_prev.connect())?;
-                let applied = c
-                    .transaction()
-                    .and_then(|mut tx| tx.batch_execute(&m.sql).and_then(|_| tx.commit()));
-                if let Err(e) = applied {
-                    return Err(VerifyError::PrefixFails {
-                        version: v,
-                        file: m.file.clone(),
-                        detail: replay::message(&e),
-                    });
-                }
+                // In the base already.
                 prev = v;
                 continue;
             }
@@ -847,23 +940,50 @@ impl Run<'_> {
             // Seeded path. With no app live at V{prev}, nothing writes rows
             // and the seeded database would be a copy of the empty one: the
             // empty path's apply stands for both (two copies fewer).
+            // Otherwise the previous migration's seeded database (still at
+            // its V{prev-1}) is the starting point: a copy of it with that
+            // migration applied holds the rows written before, migrated as
+            // production's are; only apps that start running now add rows.
+            let reused = if live.is_empty() {
+                None
+            } else {
+                self.reuse_seeded(staged.last(), &migrations)?
+            };
             let seeded = if live.is_empty() {
                 None
             } else {
-                self.v
-                    .say(&format!("V{v}: seeding {} rows at V{prev}", self.v.rows));
-                let seeded = self.clone_db(&empty_prev)?;
+                let (seeded, carried, writers): (Database, i64, Vec<&AppVersion>) = match reused {
+                    Some((db, carried, before)) => {
+                        let newly: Vec<&AppVersion> = live
+                            .iter()
+                            .filter(|a| !before.contains(&a.name))
+                            .copied()
+                            .collect();
+                        (db, carried, newly)
+                    }
+                    None => (self.clone_db(&empty_prev)?, 0, live.clone()),
+                };
+                let rows = if carried > 0 {
+                    self.v.rows * writers.len() as u64 / live.len() as u64
+                } else {
+                    self.v.rows
+                };
+                self.v.say(&if carried > 0 {
+                    format!("V{v}: {carried} seeded rows carried to V{prev}, {rows} more written")
+                } else {
+                    format!("V{v}: seeding {rows} rows at V{prev}")
+                });
                 let mut c = step("connecting", seeded.connect())?;
-                let s = step("seeding", seed::seed(&mut c, &live, self.v.rows))?;
+                let s = step("seeding", seed::seed(&mut c, &writers, rows))?;
                 if let Some((app, e)) = s.failed.first() {
                     stopped = Some(vec![compat::live_app_cannot_write(prev, v, app, e)]);
                     break;
                 }
-                let mut rows = s
-                    .per_app
-                    .iter()
-                    .map(|(_, n, k)| *n as i64 + *k as i64)
-                    .sum::<i64>();
+                let mut rows = carried
+                    + s.per_app
+                        .iter()
+                        .map(|(_, n, k)| *n as i64 + *k as i64)
+                        .sum::<i64>();
                 if let Some(g) = &s.generated {
                     rows += g.seeded.iter().map(|t| t.written as i64).sum::<i64>();
                     self.report
@@ -927,26 +1047,40 @@ impl Run<'_> {
             let empty = &empty_prev;
             let before = Self::snapshot(empty)?;
             let (mut at_zero, trace) = if m.runs_outside_transaction() {
-                // Outside a transaction a failure leaves the statements
-                // before it applied: what must hold instead is that a rerun
-                // converges (migrate reruns the file after a failure or a
-                // kill). Applied, then run again: the second run must
-                // succeed and change nothing.
+                // Outside a transaction a failure or a kill leaves the
+                // statements before it applied, and migrate reruns the file:
+                // what must hold is that the rerun converges. A copy of the
+                // template at V{prev} is killed after a random statement
+                // and rerun; its schema must be the clean run's.
+                let killed = self.clone_db(empty)?;
                 let at_zero = step(
                     "applying on an empty database",
                     rehearsal::apply_measured_no_transaction(empty.url(), &m.sql, None),
                 )?;
                 if at_zero.ok() {
-                    let applied = Self::snapshot(empty)?;
+                    let clean = Self::snapshot(empty)?;
+                    let statements = crate::sql::split(&m.sql).statements;
+                    // 1..=n: n is a rerun after a complete run.
+                    let k = rand::random_range(1..=statements.len().max(1));
+                    let mut c = step("connecting", killed.connect())?;
+                    for st in statements.iter().take(k) {
+                        let _ = c.batch_execute(&st.text);
+                    }
+                    drop(c);
                     let rerun = step(
-                        "running it again",
-                        rehearsal::apply_measured_no_transaction(empty.url(), &m.sql, None),
+                        "rerunning after a kill",
+                        rehearsal::apply_measured_no_transaction(killed.url(), &m.sql, None),
                     )?;
-                    let changed = Self::snapshot(empty)?.diff(&applied);
-                    self.report
-                        .findings
-                        .extend(apply::evaluate_rerun(v, &rerun, &changed));
+                    let changed = Self::snapshot(&killed)?.diff(&clean);
+                    let line = statements.get(k - 1).map_or(0, |st| st.line);
+                    self.report.findings.extend(apply::evaluate_rerun(
+                        v,
+                        &rerun,
+                        &changed,
+                        (k, statements.len(), line),
+                    ));
                 }
+                drop(killed);
                 (at_zero, Vec::new())
             } else {
                 let injected = format!(

@@ -516,6 +516,12 @@ fn non_transactional_statement_fails_to_apply(env: &TestEnv) -> anyhow::Result<(
     let r = rehearse(env, dir.path())?;
     let f = expect_error(&r, 4, "apply.fails-on-empty")?;
     ensure!(f.message.contains("transaction block"), "{}", f.message);
+    // The advice names the way out: the no-transaction directive.
+    ensure!(
+        f.advice.contains("-- rollsafe:no-transaction"),
+        "{}",
+        f.advice
+    );
     Ok(())
 }
 
@@ -1624,8 +1630,24 @@ fn concurrent_index_outside_a_transaction_passes_and_reruns_cleanly(
          CREATE INDEX CONCURRENTLY IF NOT EXISTS af_name_cic ON attached_functions (name);"]);
     let r = rehearse(env, dir.path())?;
     expect_pass(&r)?;
-    finding(&r, 4, "apply.rerun-converges")?;
+    let converges = finding(&r, 4, "apply.rerun-converges")?;
+    ensure!(converges.evidence["killed_after_statement"].as_u64() == Some(1));
     ensure!(finding(&r, 4, "locks.probe-skipped")?.severity == Severity::Skipped);
+    // A file whose rerun after a kill fails: the second statement is not
+    // re-runnable, whichever statement the kill follows.
+    let fragile = rehearse(
+        env,
+        with_later(&["-- rollsafe:no-transaction\n\
+             CREATE INDEX CONCURRENTLY IF NOT EXISTS af_tenant_cic ON attached_functions (tenant_id);\n\
+             ALTER TABLE attached_functions ADD COLUMN cic_note text;"])
+        .path(),
+    )?;
+    ensure!(
+        fragile.errors().any(|f| f.migration == Some(4)
+            && (f.id == "apply.rerun-fails" || f.id == "apply.migrator-fails")),
+        "{:?}",
+        error_ids(&fragile)
+    );
     // The same index built in the migration's transaction is an error.
     let blocking = rehearse(
         env,

@@ -33,7 +33,12 @@ pub fn evaluate(
             Finding::new(CHECK, "fails-on-empty", Severity::Error, Some(v), format!("fails on an empty database: {e}"))
                 .at(on_empty.failed_statement.and_then(|i| on_empty.location(i)))
                 .evidence("sqlstate", on_empty.sqlstate.clone().unwrap_or_default())
-                .advice("fix the SQL; it must apply on a database at the previous version (each migration runs in one transaction, so CREATE INDEX CONCURRENTLY and other non-transactional statements cannot be used)"),
+                .advice(if on_empty.sqlstate.as_deref() == Some("25001") {
+                    // active_sql_transaction: CREATE INDEX CONCURRENTLY & co.
+                    "this statement cannot run inside a transaction: put it in a migration of its own that starts with `-- rollsafe:no-transaction` (its statements then run one by one and must be re-runnable, e.g. CREATE INDEX CONCURRENTLY IF NOT EXISTS)"
+                } else {
+                    "fix the SQL; it must apply on a database at the previous version"
+                }),
         );
         return out;
     }
@@ -181,42 +186,57 @@ pub fn evaluate_second_run(v: Option<i32>, result: anyhow::Result<SecondRun>) ->
     .advice("a migration must be recorded in the history in the same transaction that applies it")
 }
 
-/// A `-- rollsafe:no-transaction` file run a second time on the database
-/// it was just applied to: `migrate` reruns such a file after a failure or
-/// a kill, so the rerun must succeed and change nothing.
-pub fn evaluate_rerun(v: i32, rerun: &Applied, changed: &[String]) -> Vec<Finding> {
+/// A `-- rollsafe:no-transaction` file killed after statement `k` of `n`
+/// (at `line`), then run again, as `migrate` reruns it: the rerun must
+/// succeed and leave the schema one clean run leaves (`changed` is the
+/// difference).
+pub fn evaluate_rerun(
+    v: i32,
+    rerun: &Applied,
+    changed: &[String],
+    (k, n, line): (usize, usize, usize),
+) -> Vec<Finding> {
+    let when = if k >= n {
+        "run again after it completed".to_string()
+    } else {
+        format!("killed after statement {k} of {n} (line {line}) and run again")
+    };
     if let Some(e) = &rerun.error {
         return vec![Finding::new(
             CHECK,
             "rerun-fails",
             Severity::Error,
             Some(v),
-            format!("runs outside a transaction, but running it again after it applied fails: {e}"),
+            format!("runs outside a transaction; {when}, it fails: {e}"),
         )
         .at(rerun.failed_statement.and_then(|i| rerun.location(i)))
+        .evidence("killed_after_statement", k)
         .advice("a failed or killed run leaves the statements before the failure applied and migrate reruns the file: make every statement re-runnable (IF NOT EXISTS, IF EXISTS, OR REPLACE)")];
     }
     if !changed.is_empty() {
         return vec![Finding::new(
             CHECK,
-            "rerun-changes-schema",
+            "rerun-diverges",
             Severity::Error,
             Some(v),
             format!(
-                "runs outside a transaction, and running it again changes the schema: {}",
+                "runs outside a transaction; {when}, its schema differs from a clean run's: {}",
                 changed.join("; ")
             ),
         )
-        .evidence("changes", changed.len())
-        .advice("each statement must converge: a rerun after a failure must leave the schema as one clean run does")];
+        .evidence("killed_after_statement", k)
+        .evidence("differences", changed.len())
+        .advice("each statement must converge: a rerun after a kill must leave the schema one clean run leaves")];
     }
     vec![Finding::new(
         CHECK,
         "rerun-converges",
         Severity::Info,
         Some(v),
-        "runs outside a transaction; running it again succeeds and changes nothing",
+        format!("runs outside a transaction; {when}, it converges to the clean run's schema"),
     )
+    .evidence("killed_after_statement", k)
+    .evidence("statements", n)
     .evidence("rerun_ms", ms(rerun.duration))]
 }
 

@@ -237,6 +237,9 @@ pub struct BatchedRun {
     pub rows: Result<crate::migrate::backfill::BackfillProgress, String>,
     /// Rows its predicate still matches afterwards.
     pub remaining: Result<i64, String>,
+    /// When its first run was killed (then resumed by a second), how long
+    /// after it started.
+    pub killed_after: Option<std::time::Duration>,
     pub took: std::time::Duration,
 }
 
@@ -256,9 +259,15 @@ pub fn batched_updates(v: i32, runs: &[BatchedRun]) -> Vec<Finding> {
                     .evidence("rows_done", p.rows_done)
                     .evidence("rows_left", *n)
                     .advice("the SET must make each row stop matching the WHERE, or the backfill never ends"),
-                (Ok(p), Ok(_)) => Finding::new(CHECK, "batched-update-complete", Severity::Info, Some(v), format!("{what}: {} rows in {} batches under the live apps' workload; no row matches its predicate afterwards", p.rows_done, p.batches))
+                (Ok(p), Ok(_)) => Finding::new(CHECK, "batched-update-complete", Severity::Info, Some(v), format!(
+                    "{what}: {} rows in {} batches under the live apps' workload{}; no row matches its predicate afterwards",
+                    p.rows_done,
+                    p.batches,
+                    r.killed_after.map_or(String::new(), |d| format!(", killed {} ms in and resumed", d.as_millis()))
+                ))
                     .evidence("rows_done", p.rows_done)
                     .evidence("batches", p.batches)
+                    .evidence("killed", r.killed_after.is_some())
                     .evidence("ms", super::ms(r.took)),
             }
         })
