@@ -560,6 +560,7 @@ impl Sandbox {
         );
         let started = std::time::Instant::now();
         let mut admin = self.connect_admin()?;
+        let connected = started.elapsed();
         // A template must have no other sessions while it is copied; an
         // autovacuum worker or a closing client can hold it for a moment
         // (SQLSTATE 55006, object_in_use), so a few short retries make the
@@ -569,8 +570,9 @@ impl Sandbox {
             match admin.batch_execute(&sql) {
                 Ok(()) => {
                     log::debug!(
-                        "clone {template} -> {name}: {attempt} retries, {:?}",
-                        started.elapsed()
+                        "clone {template} -> {name}: {attempt} retries, {:?} (connect {:?})",
+                        started.elapsed(),
+                        connected
                     );
                     break;
                 }

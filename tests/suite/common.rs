@@ -144,3 +144,24 @@ pub fn fingerprint(c: &mut postgres::Client) -> anyhow::Result<String> {
         .get(0);
     Ok(format!("{history:?}\n{schema}\n{rows}"))
 }
+
+/// The versions in refinery's history table, oldest first (none when the
+/// table does not exist).
+pub fn history(c: &mut postgres::Client) -> anyhow::Result<Vec<i32>> {
+    let exists: bool = c
+        .query_one(
+            "SELECT to_regclass('refinery_schema_history') IS NOT NULL",
+            &[],
+        )?
+        .get(0);
+    if !exists {
+        return Ok(vec![]);
+    }
+    Ok(c.query(
+        "SELECT version FROM refinery_schema_history ORDER BY version",
+        &[],
+    )?
+    .iter()
+    .map(|r| r.get(0))
+    .collect())
+}

@@ -16,7 +16,7 @@ use rollsafe::lock_policy::LockPolicy;
 use rollsafe::migrate::{self, MigrateError, Options};
 use rollsafe::sandbox::{BackendKind, Database};
 
-use crate::common::{repo_root, rollsafe_bin, TestEnv};
+use crate::common::{history, repo_root, rollsafe_bin, TestEnv};
 
 pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
     crate::trials!(
@@ -72,25 +72,6 @@ fn expect_code(o: &Output, code: i32, what: &str) -> anyhow::Result<()> {
         o.status.code()
     );
     Ok(())
-}
-
-fn history(c: &mut Client) -> anyhow::Result<Vec<i32>> {
-    let exists: bool = c
-        .query_one(
-            "SELECT to_regclass('refinery_schema_history') IS NOT NULL",
-            &[],
-        )?
-        .get(0);
-    if !exists {
-        return Ok(vec![]);
-    }
-    Ok(c.query(
-        "SELECT version FROM refinery_schema_history ORDER BY version",
-        &[],
-    )?
-    .iter()
-    .map(|r| r.get(0))
-    .collect())
 }
 
 fn table_exists(c: &mut Client, name: &str) -> anyhow::Result<bool> {
