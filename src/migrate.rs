@@ -307,6 +307,25 @@ impl MigrateError {
         }
     }
 
+    /// The lock policy gave up on `migration` after `attempts`: names the
+    /// blocker the watcher saw.
+    fn gave_up(
+        migration: String,
+        attempts: crate::lock_policy::Attempts,
+        options: &Options,
+        watcher: &BlockerWatcher,
+    ) -> MigrateError {
+        MigrateError::LockTimeout {
+            migration,
+            attempts: attempts.count,
+            elapsed: attempts.elapsed,
+            max_timeout: options.lock.max_timeout,
+            blocker: watcher
+                .blocker()
+                .unwrap_or_else(|| "a backend that could not be identified".into()),
+        }
+    }
+
     fn sql(context: impl Into<String>, e: &postgres::Error) -> MigrateError {
         MigrateError::Sql {
             context: context.into(),
@@ -716,15 +735,12 @@ fn apply_one(
                 attempts: attempts.count,
             })
         }
-        Err(Err(gave_up)) => Err(MigrateError::LockTimeout {
-            migration: m.to_string(),
-            attempts: gave_up.attempts.count,
-            elapsed: gave_up.attempts.elapsed,
-            max_timeout: options.lock.max_timeout,
-            blocker: watcher
-                .blocker()
-                .unwrap_or_else(|| "a backend that could not be identified".into()),
-        }),
+        Err(Err(gave_up)) => Err(MigrateError::gave_up(
+            m.to_string(),
+            gave_up.attempts,
+            options,
+            watcher,
+        )),
         Err(Ok(RunError::Setup(e))) => Err(MigrateError::sql("setting lock_timeout", &e)),
         Err(Ok(RunError::Refinery(e))) => {
             let detail = match pg_error(&e) {
@@ -790,15 +806,12 @@ fn apply_outside_transaction(
         match result {
             Ok((_, attempts)) => attempts_total += attempts.count,
             Err(Err(gave_up)) => {
-                return Err(MigrateError::LockTimeout {
-                    migration: format!("{m} line {}", stmt.line),
-                    attempts: gave_up.attempts.count,
-                    elapsed: gave_up.attempts.elapsed,
-                    max_timeout: options.lock.max_timeout,
-                    blocker: watcher
-                        .blocker()
-                        .unwrap_or_else(|| "a backend that could not be identified".into()),
-                })
+                return Err(MigrateError::gave_up(
+                    format!("{m} line {}", stmt.line),
+                    gave_up.attempts,
+                    options,
+                    watcher,
+                ))
             }
             Err(Ok(e)) => {
                 return Err(MigrateError::StatementFailed {

@@ -56,23 +56,33 @@ impl Target {
     /// Reads the target's history and major; refuses a history that
     /// diverges from `catalog` as `migrate` would.
     pub fn read(url: &str, catalog: &Catalog) -> Result<Target, VerifyError> {
-        let fail = |e: MigrateError| match e {
-            MigrateError::Drift(problems) => VerifyError::TargetDrift {
-                target: db::redact_url(url),
-                detail: problems.join("; "),
-            },
-            other => VerifyError::Target(db::scrub(&other.to_string(), url)),
-        };
-        let plan = migrate::plan(url, catalog, &migrate::Options::default()).map_err(fail)?;
+        let fail = |e: MigrateError| VerifyError::Target(db::scrub(&e.to_string(), url));
         let mut c: Client = db::connect(url).map_err(|e| fail(e.into()))?;
-        let (_, history) = migrate::read_history(&mut c).map_err(fail)?;
-        let major = db::server_major(url).map_err(|e| fail(e.into()))?;
+        let (exists, history) = migrate::read_history(&mut c).map_err(fail)?;
+        // The same comparison, and the same refusal, as `migrate`'s.
+        let status = migrate::compare(catalog, exists, &history);
+        let drift: Vec<String> = status.drift().filter_map(|v| v.drift_message()).collect();
+        if !drift.is_empty() {
+            return Err(VerifyError::TargetDrift {
+                target: db::redact_url(url),
+                detail: drift.join("; "),
+            });
+        }
+        let version: String = c
+            .query_one("SHOW server_version_num", &[])
+            .map_err(|e| {
+                VerifyError::Target(format!(
+                    "reading the server's version: {}",
+                    super::replay::message(&e)
+                ))
+            })?
+            .get(0);
         Ok(Target {
             url: url.to_string(),
             described: db::redact_url(url),
-            applied: plan.current,
+            applied: status.current,
             history,
-            major,
+            major: version.trim().parse::<u32>().unwrap_or(0) / 10_000,
         })
     }
 

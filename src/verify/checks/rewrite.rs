@@ -294,11 +294,11 @@ fn judge(
             "full-scan-under-lock",
             Severity::Error,
             format!(
-                "{at}: reads all {} rows of {} ({} tuples by sequential pass, {} heap blocks) while holding {under}: validating a constraint or NOT NULL this way stalls the app for as long as the table takes{prediction}",
+                "{at}: reads all {} rows of {} ({} tuples by sequential pass, {} heap blocks) while holding {under}: a full pass under that lock stalls the app for as long as the table takes{prediction}",
                 t.rows_before, t.table, w.tuples_read, w.heap_blocks
             ),
         )
-        .advice("add the constraint NOT VALID (no scan), then VALIDATE CONSTRAINT in a later migration: its scan takes only SHARE UPDATE EXCLUSIVE, which blocks neither reads nor writes; for NOT NULL, validate a CHECK (col IS NOT NULL) first (PostgreSQL 12+ then skips the SET NOT NULL scan)")
+        .advice("add the constraint NOT VALID (no scan), then VALIDATE CONSTRAINT in a later migration: its scan takes only SHARE UPDATE EXCLUSIVE, which blocks neither reads nor writes; for NOT NULL, validate a CHECK (col IS NOT NULL) first (PostgreSQL 12+ then skips the SET NOT NULL scan); rebuild indexes with REINDEX … CONCURRENTLY in a `-- rollsafe:no-transaction` migration")
     })
 }
 
