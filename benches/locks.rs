@@ -18,10 +18,10 @@
 use std::time::Duration;
 
 use rollsafe::catalog::Catalog;
+use rollsafe::dao::shipped::apps as embedded_apps;
 use rollsafe::lock_policy::LockPolicy;
 use rollsafe::migrate::{self, Options};
 use rollsafe::sandbox::{Database, Sandbox, SandboxBuilder};
-use rollsafe::verify::apps::embedded_apps;
 use rollsafe::verify::lock_modes::Needs;
 use rollsafe::verify::predict::{self, Sizes};
 use rollsafe::verify::rehearsal::{self, End};

@@ -25,8 +25,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rollsafe::catalog::Catalog;
+use rollsafe::dao::shipped::apps as embedded_apps;
 use rollsafe::sandbox::SandboxBuilder;
-use rollsafe::verify::apps::embedded_apps;
 use rollsafe::verify::{seed, DEFAULT_ROWS};
 
 fn secs(d: Duration) -> String {

@@ -160,9 +160,7 @@ pub fn read_statements(url: &str) -> Result<Vec<Captured>, CaptureError> {
         db::quote_ident(&schema)
     );
     let rows = tx.query(&sql, &[]).map_err(|e| {
-        let text = e
-            .as_db_error()
-            .map_or(e.to_string(), |d| d.message().to_string());
+        let text = crate::errors::one_line(&e);
         if text.contains("shared_preload_libraries") {
             CaptureError::NotLoaded {
                 database: database.clone(),

@@ -13,10 +13,10 @@
 //!   snapshot (`schema.json`) when the database is at the latest version and
 //!   one exists, else what the migrations build in throwaway Postgres.
 //! - `invariants` — every `-- rollsafe:backfill <table> <predicate>` of an
-//!   applied migration holds for the rows created before it was applied (for
-//!   V3: no legacy row left not ready); not-ready attached functions older
-//!   than `--stuck-after` (abandoned two-phase creates) with their ids; no
-//!   invalid index; no NOT VALID constraint; no unfinished
+//!   applied migration holds for the rows created before it was applied;
+//!   the project's own invariants ([`Invariant`]: the shipped project adds
+//!   its stuck two-phase creates, `crate::dao::shipped::stuck_rows`); no
+//!   invalid index; no NOT VALID constraint (`crate::validity`); no unfinished
 //!   `-- rollsafe:batched-update` backfill. An unfinished backfill, and an
 //!   invalid index that a pending `-- rollsafe:no-transaction` migration
 //!   builds, name the command that finishes them (`rollsafe migrate`).
@@ -27,7 +27,8 @@
 //!
 //! Not here: applying anything (`migrate`), rehearsals (`verify`).
 
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
 use postgres::Client;
 use thiserror::Error;
@@ -39,11 +40,20 @@ use crate::report::{CheckRun, Finding, Report, Severity};
 use crate::sandbox::{SandboxBuilder, SandboxError};
 use crate::schema::Snapshot;
 
-/// Not-ready rows older than this are reported as stuck by default.
-pub const DEFAULT_STUCK_AFTER: Duration = Duration::from_secs(3600);
-
 /// How many ids a finding lists before it only counts.
-const MAX_IDS: usize = 20;
+pub const MAX_IDS: usize = 20;
+
+/// A rule a project adds to the `invariants` check: it reads the live
+/// database (a read-only session) and its schema and says what it found.
+/// Its findings are made in the project's module.
+#[derive(Clone)]
+pub struct Invariant {
+    /// What holds when it passes, for the check's description.
+    pub describes: &'static str,
+    #[allow(clippy::type_complexity)]
+    pub run:
+        Arc<dyn Fn(&mut Client, &Snapshot) -> Result<Vec<Finding>, postgres::Error> + Send + Sync>,
+}
 
 /// Why the audit could not run (exit 2). Problems it *finds* are findings.
 #[derive(Debug, Error)]
@@ -66,9 +76,7 @@ impl CheckError {
     fn sql(context: impl Into<String>, e: &postgres::Error) -> CheckError {
         CheckError::Sql {
             context: context.into(),
-            detail: e
-                .as_db_error()
-                .map_or_else(|| e.to_string(), |d| d.message().to_string()),
+            detail: crate::errors::one_line(e),
         }
     }
 }
@@ -77,7 +85,7 @@ impl CheckError {
 #[derive(Clone)]
 pub struct Check {
     catalog: Catalog,
-    stuck_after: Duration,
+    invariants: Vec<Invariant>,
     sandbox: SandboxBuilder,
 }
 
@@ -87,13 +95,15 @@ impl Check {
     pub fn new(catalog: Catalog, sandbox: SandboxBuilder) -> Check {
         Check {
             catalog,
-            stuck_after: DEFAULT_STUCK_AFTER,
+            invariants: Vec::new(),
             sandbox,
         }
     }
 
-    pub fn stuck_after(mut self, d: Duration) -> Self {
-        self.stuck_after = d;
+    /// Adds a project's own invariant (the shipped project's:
+    /// `crate::dao::shipped::stuck_rows`).
+    pub fn invariant(mut self, invariant: Invariant) -> Self {
+        self.invariants.push(invariant);
         self
     }
 
@@ -160,17 +170,30 @@ impl Check {
         report.checks.push(CheckRun {
             check: "invariants".into(),
             migration: status.current,
-            description: "backfills hold, no stuck not-ready rows, no invalid indexes or NOT VALID constraints".into(),
+            description: std::iter::once("backfills hold")
+                .chain(self.invariants.iter().map(|i| i.describes))
+                .chain([
+                    "no invalid indexes or NOT VALID constraints, no unfinished batched updates",
+                ])
+                .collect::<Vec<_>>()
+                .join(", "),
         });
         if !drifted {
             report
                 .findings
                 .extend(self.backfill_findings(&mut client, &status)?);
         }
-        report
-            .findings
-            .extend(stuck_findings(&mut client, &live, self.stuck_after)?);
-        report.findings.extend(validity_findings(
+        for invariant in &self.invariants {
+            let found = (invariant.run)(&mut client, &live).map_err(|e| {
+                CheckError::sql(
+                    format!("checking that there are {}", invariant.describes),
+                    &e,
+                )
+            })?;
+            report.findings.extend(found);
+        }
+        report.findings.extend(crate::validity::findings(
+            "invariants",
             &live,
             status.current,
             &self.pending_concurrent_indexes(&status),
@@ -423,61 +446,6 @@ fn schema_findings(
         .evidence("other_tables", foreign)]
 }
 
-/// Not-ready attached functions older than `stuck_after`: two-phase creates
-/// that crashed and were never retried or swept.
-fn stuck_findings(
-    client: &mut Client,
-    live: &Snapshot,
-    stuck_after: Duration,
-) -> Result<Vec<Finding>, CheckError> {
-    let has_readiness = live
-        .tables
-        .get("attached_functions")
-        .is_some_and(|t| t.columns.iter().any(|c| c.name == "is_ready"));
-    if !has_readiness {
-        return Ok(Vec::new());
-    }
-    let rows = client
-        .query(
-            "SELECT id::text, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') \
-             FROM attached_functions \
-             WHERE NOT is_ready AND NOT is_deleted \
-               AND created_at < now() - make_interval(secs => $1) \
-             ORDER BY created_at",
-            &[&stuck_after.as_secs_f64()],
-        )
-        .map_err(|e| CheckError::sql("looking for stuck not-ready rows", &e))?;
-    let bound = format!("{}s", stuck_after.as_secs());
-    Ok(vec![if rows.is_empty() {
-        Finding::new(
-            "invariants",
-            "no-stuck-rows",
-            Severity::Info,
-            None,
-            format!("no attached function has been not ready for longer than {bound}"),
-        )
-        .evidence("stuck_after_s", stuck_after.as_secs())
-    } else {
-        let ids: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
-        let oldest: String = rows[0].get(1);
-        Finding::new(
-            "invariants",
-            "stuck-not-ready",
-            Severity::Warn,
-            None,
-            format!(
-                "{} attached function(s) not ready for longer than {bound} (oldest created {oldest} UTC): {}",
-                ids.len(),
-                ids.iter().take(MAX_IDS).cloned().collect::<Vec<_>>().join(", ")
-            ),
-        )
-        .evidence("stuck", ids.len())
-        .evidence("ids", ids.into_iter().take(MAX_IDS).collect::<Vec<_>>())
-        .evidence("stuck_after_s", stuck_after.as_secs())
-        .advice("these creates crashed between phases: retry the attach (it resumes) or retire them with the DAO's sweep_stuck")
-    }])
-}
-
 /// One warning per backfill a `rollsafe migrate` started and did not
 /// finish (killed, interrupted, or stopped on rows that still match).
 fn backfill_progress_findings(states: &[crate::migrate::backfill::BackfillState]) -> Vec<Finding> {
@@ -510,63 +478,4 @@ fn backfill_progress_findings(states: &[crate::migrate::backfill::BackfillState]
             ))
         })
         .collect()
-}
-
-fn validity_findings(
-    live: &Snapshot,
-    version: Option<i32>,
-    pending_concurrent: &[(String, String)],
-) -> Vec<Finding> {
-    let mut out = Vec::new();
-    let invalid = live.invalid_indexes();
-    // An invalid index a pending no-transaction migration builds is its
-    // interrupted build: rerunning migrate drops and rebuilds it.
-    let rebuilt_by: Vec<&String> = invalid
-        .iter()
-        .filter_map(|qualified| {
-            let name = qualified.rsplit('.').next().unwrap_or(qualified);
-            pending_concurrent
-                .iter()
-                .find(|(i, _)| i == name)
-                .map(|(_, file)| file)
-        })
-        .collect();
-    let advice = if !invalid.is_empty() && rebuilt_by.len() == invalid.len() {
-        let mut files: Vec<&str> = rebuilt_by.iter().map(|f| f.as_str()).collect();
-        files.dedup();
-        format!(
-            "run `rollsafe migrate`: the pending no-transaction migration {} builds it, and a rerun drops the invalid index concurrently and builds it again (fix the cause first, e.g. duplicate rows for a unique index)",
-            files.join(", ")
-        )
-    } else {
-        "DROP INDEX CONCURRENTLY the invalid index, fix the cause (e.g. duplicate rows for a unique index), and build it again; if a pending `-- rollsafe:no-transaction` migration builds it, `rollsafe migrate` does both".to_string()
-    };
-    out.push(if invalid.is_empty() {
-        Finding::new("invariants", "indexes-valid", Severity::Info, version, "every index is valid")
-    } else {
-        Finding::new(
-            "invariants",
-            "invalid-index",
-            Severity::Error,
-            version,
-            format!("invalid index(es): {} (a CREATE INDEX CONCURRENTLY that failed leaves one behind; it slows writes and serves no reads)", invalid.join(", ")),
-        )
-        .evidence("indexes", invalid)
-        .advice(advice)
-    });
-    let unvalidated = live.unvalidated_constraints();
-    out.push(if unvalidated.is_empty() {
-        Finding::new("invariants", "constraints-validated", Severity::Info, version, "every constraint is validated")
-    } else {
-        Finding::new(
-            "invariants",
-            "not-valid-constraint",
-            Severity::Error,
-            version,
-            format!("constraint(s) added NOT VALID and never validated: {} (existing rows are not guaranteed to satisfy them)", unvalidated.join(", ")),
-        )
-        .evidence("constraints", unvalidated)
-        .advice("run ALTER TABLE … VALIDATE CONSTRAINT … (takes only a SHARE UPDATE EXCLUSIVE lock) in a migration")
-    });
-    out
 }

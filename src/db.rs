@@ -226,7 +226,7 @@ pub fn config(url: &str) -> Result<Config, ConnectError> {
         .parse()
         .map_err(|e: postgres::Error| ConnectError {
             url: redact_url(url),
-            cause: scrub(&error_chain(&e), url),
+            cause: scrub(&crate::errors::one_line(&e), url),
             hint: "check the URL's form: postgres://USER:PASSWORD@HOST:PORT/DATABASE[?sslmode=...]",
             kind: ConnectErrorKind::InvalidUrl,
         })?;
@@ -306,23 +306,10 @@ pub fn connect(url: &str) -> Result<Client, ConnectError> {
     config.connect(tls).map_err(|e| classify(url, &options, &e))
 }
 
-/// The error and its sources, joined: the driver's top-level message alone
-/// ("error performing TLS handshake") hides the reason.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(inner) = source {
-        let text = inner.to_string();
-        if !s.contains(&text) {
-            s = format!("{s}: {text}");
-        }
-        source = inner.source();
-    }
-    s.replace('\n', " ")
-}
-
 fn classify(url: &str, tls: &TlsOptions, e: &postgres::Error) -> ConnectError {
-    let chain = error_chain(e);
+    // The whole chain: the driver's top-level message alone ("error
+    // performing TLS handshake") hides the reason.
+    let chain = crate::errors::one_line(e);
     let tls_failed = e.as_db_error().is_none()
         && (chain.contains("TLS") || chain.contains("SSL") || chain.contains("certificate"));
     let (kind, hint) = match e.as_db_error().map(|d| d.code().code()) {
@@ -356,12 +343,7 @@ fn classify(url: &str, tls: &TlsOptions, e: &postgres::Error) -> ConnectError {
             "check that the server runs and that host and port in the URL are right",
         ),
     };
-    // The driver's Display for a db error is "db error: FATAL: ..."; the
-    // server's message alone reads better.
-    let cause = match e.as_db_error() {
-        Some(db) => db.message().to_string(),
-        None => chain,
-    };
+    let cause = chain;
     ConnectError {
         url: redact_url(url),
         cause: scrub(&cause, url),

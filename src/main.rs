@@ -466,7 +466,7 @@ struct StatusArgs {
 struct CheckArgs {
     #[command(flatten)]
     db: TargetDbArgs,
-    /// Report not-ready attached functions older than this (e.g. 1h, 30m, 90s).
+    /// Report not-ready attached functions older than this (e.g. 1h, 30m, 90s); the shipped project's invariant, checked when --migrations is not given.
     #[arg(long, default_value = "1h", value_parser = parse_duration)]
     stuck_after: Duration,
     #[command(flatten)]
@@ -557,8 +557,14 @@ fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
             builder = builder.postgres_major(major);
         }
     }
-    let report = rollsafe::check::Check::new(catalog, builder)
-        .stuck_after(args.stuck_after)
+    // The shipped project's own invariant goes with its migrations; another
+    // project's (--migrations DIR) does not have its tables.
+    let shipped = matches!(catalog.source, rollsafe::catalog::Source::Embedded);
+    let mut audit = rollsafe::check::Check::new(catalog, builder);
+    if shipped {
+        audit = audit.invariant(rollsafe::dao::shipped::stuck_rows(args.stuck_after));
+    }
+    let report = audit
         .run(url)
         .map_err(|e| anyhow::anyhow!(db::scrub(&e.to_string(), url)))?;
     args.report.emit(&targets, &report)

@@ -329,33 +329,9 @@ impl MigrateError {
     fn sql(context: impl Into<String>, e: &postgres::Error) -> MigrateError {
         MigrateError::Sql {
             context: context.into(),
-            detail: one_line(&pg_message(e)),
+            detail: crate::errors::detailed(e),
         }
     }
-}
-
-/// The server's message (with detail and hint) or the driver's.
-fn pg_message(e: &postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => {
-            let mut s = format!("{} (SQLSTATE {})", db.message(), db.code().code());
-            if let Some(d) = db.detail() {
-                s.push_str(&format!("; {d}"));
-            }
-            if let Some(h) = db.hint() {
-                s.push_str(&format!("; hint: {h}"));
-            }
-            if let Some(w) = db.where_() {
-                s.push_str(&format!("; where: {w}"));
-            }
-            s
-        }
-        None => e.to_string(),
-    }
-}
-
-fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// Reads the history without creating it: empty (and `false`) when the
@@ -744,12 +720,12 @@ fn apply_one(
         Err(Ok(RunError::Setup(e))) => Err(MigrateError::sql("setting lock_timeout", &e)),
         Err(Ok(RunError::Refinery(e))) => {
             let detail = match pg_error(&e) {
-                Some(p) => pg_message(p),
-                None => e.to_string(),
+                Some(p) => crate::errors::detailed(p),
+                None => crate::errors::one_line(&e),
             };
             Err(MigrateError::Failed {
                 migration: m.to_string(),
-                detail: one_line(&detail),
+                detail,
                 earlier: String::new(),
             })
         }
@@ -818,7 +794,7 @@ fn apply_outside_transaction(
                     migration: m.to_string(),
                     line: stmt.line,
                     statement: stmt.excerpt(80),
-                    detail: one_line(&pg_message(&e)),
+                    detail: crate::errors::detailed(&e),
                 })
             }
         }
@@ -875,7 +851,7 @@ fn apply_outside_transaction(
                     migration: m.to_string(),
                     line: b.line,
                     statement: format!("-- rollsafe:batched-update {} …", b.table),
-                    detail: one_line(&format!("{context}: {}", pg_message(&error))),
+                    detail: format!("{context}: {}", crate::errors::detailed(&error)),
                 });
             }
         }
@@ -1033,7 +1009,7 @@ fn describe_blockers(client: &mut Client, pid: i32) -> Option<String> {
     Some(
         rows.iter()
             .map(|r| {
-                let query = one_line(&r.get::<_, String>(5));
+                let query = crate::errors::collapse(&r.get::<_, String>(5));
                 let query: String = if query.chars().count() > 100 {
                     query.chars().take(100).collect::<String>() + "…"
                 } else {

@@ -11,13 +11,19 @@
 //! below pins that every name the code asks for exists and that no statement
 //! in a file is dead.
 //!
+//! - [`shipped`]: the shipped project as data for `verify` and `check`: these
+//!   apps with their seeds and drivers, and its own checks ([`check`], the
+//!   stuck-rows invariant).
+//!
 //! Not here: connection handling (`db`), schema changes (`migrations/`).
 //!
 //! [`current.sql`]: CURRENT_SQL
 //! [`legacy.sql`]: LEGACY_SQL
 
+pub mod check;
 pub mod current;
 pub mod legacy;
+pub mod shipped;
 pub mod statements;
 
 use std::collections::HashMap;

@@ -186,10 +186,10 @@ impl std::fmt::Display for BackfillError {
             } => write!(
                 f,
                 "a batch gave up on its locks after {attempts} attempts over {elapsed:.1?} ({})",
-                crate::verify::replay::message(last)
+                crate::errors::one_line(last)
             ),
             BackfillError::Sql { context, error } => {
-                write!(f, "{context}: {}", crate::verify::replay::message(error))
+                write!(f, "{context}: {}", crate::errors::one_line(error))
             }
         }
     }

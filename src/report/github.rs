@@ -108,7 +108,7 @@ mod tests {
         );
         assert_eq!(
             message,
-            "attached_functions rewritten <&>%0Aadvice: use a constant default"
+            "jobs rewritten <&>%0Aadvice: use a constant default"
         );
         // A finding about the whole migration points at its first line.
         let (cmd, props, message) = parse(lines[1]);

@@ -151,7 +151,7 @@ mod tests {
         assert_eq!(err["location"]["lines"]["begin"], 4);
         assert_eq!(
             err["description"],
-            "attached_functions rewritten <&> (advice: use a constant default)"
+            "jobs rewritten <&> (advice: use a constant default)"
         );
         assert_eq!(by_id("locks.lock-modes")["severity"], "minor");
         assert_eq!(by_id("locks.lock-modes")["location"]["lines"]["begin"], 1);

@@ -275,7 +275,7 @@ mod tests {
             "{md}"
         );
         let err = md
-            .find("| **error** | `rewrite.table-rewritten` | `migrations/V3__b.sql:4` | attached_functions rewritten &lt;&amp;><br>advice: use a constant default |")
+            .find("| **error** | `rewrite.table-rewritten` | `migrations/V3__b.sql:4` | jobs rewritten &lt;&amp;><br>advice: use a constant default |")
             .unwrap_or_else(|| panic!("{md}"));
         let warn = md
             .find("| warn | `locks.lock-modes` | `migrations/V3__b.sql:1` | scan |")
@@ -287,11 +287,11 @@ mod tests {
         assert!(!md.contains("no rewrite"), "info is only counted: {md}");
         assert!(md.contains("1 passing measurement(s)"), "{md}");
         assert!(
-            md.contains("1. apply V3, then roll out the current app"),
+            md.contains("1. apply V3, then roll out the new app"),
             "{md}"
         );
         assert!(md.contains(
-            "| 4 | `ALTER TABLE attached_functions ADD COLUMN x int` | ACCESS EXCLUSIVE on attached_functions | 0.4 ms | 9.5 ms | 10 |"
+            "| 4 | `ALTER TABLE jobs ADD COLUMN x int` | ACCESS EXCLUSIVE on jobs | 0.4 ms | 9.5 ms | 10 |"
         ), "{md}");
         assert!(!md.contains("more findings"), "{md}");
     }

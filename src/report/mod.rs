@@ -417,8 +417,8 @@ pub(crate) fn sample_report() -> Report {
             statements: vec![StatementRow {
                 line: 4,
                 column: 1,
-                excerpt: "ALTER TABLE attached_functions ADD COLUMN x int".into(),
-                new_locks: vec!["ACCESS EXCLUSIVE on attached_functions".into()],
+                excerpt: "ALTER TABLE jobs ADD COLUMN x int".into(),
+                new_locks: vec!["ACCESS EXCLUSIVE on jobs".into()],
                 ms_at_0_rows: 0.4,
                 ms_at_n_rows: 9.5,
                 rows_touched: 10,
@@ -426,12 +426,12 @@ pub(crate) fn sample_report() -> Report {
         },
     ];
     r.apps = vec![RehearsedApp {
-        name: "legacy".into(),
+        name: "old".into(),
         needs: 2,
         statements: 4,
     }];
     r.rows = 10;
-    r.safe_order = vec!["apply V3, then roll out the current app".into()];
+    r.safe_order = vec!["apply V3, then roll out the new app".into()];
     for check in ["rewrite", "locks"] {
         for m in [2, 3] {
             r.checks.push(CheckRun {
@@ -449,7 +449,7 @@ pub(crate) fn sample_report() -> Report {
             "table-rewritten",
             Severity::Error,
             Some(3),
-            "attached_functions rewritten <&>",
+            "jobs rewritten <&>",
         )
         .evidence("rows", 10)
         .advice("use a constant default")
@@ -457,7 +457,7 @@ pub(crate) fn sample_report() -> Report {
             file: "migrations/V3__b.sql".into(),
             line: 4,
             column: 1,
-            excerpt: "ALTER TABLE attached_functions ADD COLUMN x int".into(),
+            excerpt: "ALTER TABLE jobs ADD COLUMN x int".into(),
         })),
         Finding::new("locks", "lock-modes", Severity::Warn, Some(3), "scan"),
         Finding::new(

@@ -194,16 +194,16 @@ mod tests {
         assert!(v2 < v3 && v3 < err, "{text}");
         assert!(text.contains("advice:   use a constant default"), "{text}");
         assert!(
-            text.contains("at:       migrations/V3__b.sql:4:1  ALTER TABLE attached_functions ADD COLUMN x int"),
+            text.contains("at:       migrations/V3__b.sql:4:1  ALTER TABLE jobs ADD COLUMN x int"),
             "{text}"
         );
         assert!(
-            text.contains("line 4    ALTER TABLE attached_functions ADD COLUMN x")
-                && text.contains("ACCESS EXCLUSIVE on attached_functions"),
+            text.contains("line 4    ALTER TABLE jobs ADD COLUMN x")
+                && text.contains("ACCESS EXCLUSIVE on jobs"),
             "{text}"
         );
         assert!(
-            text.contains("1. apply V3, then roll out the current app"),
+            text.contains("1. apply V3, then roll out the new app"),
             "{text}"
         );
         assert!(

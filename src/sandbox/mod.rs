@@ -161,13 +161,9 @@ pub enum SandboxError {
 
 impl SandboxError {
     fn sql(context: impl Into<String>, e: postgres::Error) -> SandboxError {
-        let detail = match e.as_db_error() {
-            Some(db) => db.message().to_string(),
-            None => e.to_string(),
-        };
         SandboxError::Sql {
             context: context.into(),
-            detail,
+            detail: crate::errors::one_line(&e),
         }
     }
 }

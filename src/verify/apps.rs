@@ -1,7 +1,8 @@
 //! The application versions a rehearsal replays: each is a named statement
 //! set (the queries the app runs) that declares the first schema version it
-//! needs, plus a driver for the app's behaviours the cross-version checks
-//! exercise (create a complete row, start a two-phase create, read).
+//! needs and, when its project brings one, a driver for the app's
+//! behaviours the cross-version checks exercise (create a complete row,
+//! start a two-phase create, read) and the project's own checks.
 //!
 //! The rollout window follows from `needs` and `retired` (issue 11): an app
 //! runs on the schema versions `needs ≤ version < retired` (no `retired`:
@@ -17,35 +18,21 @@
 //! and `<app>.seed.sql` next to it, if any, seeds rows the way that app
 //! writes them (`{rows}` is the row count, as in `src/verify/seed/*.sql`).
 //!
-//! The embedded sets are the DAO's own files (`src/dao/legacy.sql`,
-//! `src/dao/current.sql`) and the drivers call the DAO's Rust API
-//! (`rollsafe::dao`), which executes those very files: the verifier proves
-//! the code that ships.
+//! The shipped project's apps are the same data, embedded
+//! ([`crate::dao::shipped`]): statement sets, seeds, and drivers that call
+//! the DAO's Rust API, which executes those very statement sets, so the
+//! verifier proves the code that ships. Nothing here knows an app by name.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use postgres::Client;
 use uuid::Uuid;
 
 use crate::catalog::Catalog;
 use crate::dao::statements::{StatementSet, StatementSetError};
-use crate::dao::{AttachRequest, CurrentDao, LegacyDao};
-
-/// (statement set's source, its text, its bulk seed): the shipped
-/// project's two app versions, data like any `--apps DIR`.
-const EMBEDDED_SETS: &[(&str, &str, &str)] = &[
-    (
-        "src/dao/legacy.sql",
-        crate::dao::LEGACY_SQL,
-        include_str!("seed/legacy.sql"),
-    ),
-    (
-        "src/dao/current.sql",
-        crate::dao::CURRENT_SQL,
-        include_str!("seed/current.sql"),
-    ),
-];
+use crate::report::Finding;
 
 /// Why a statement set cannot be used as an app version.
 #[derive(Debug, thiserror::Error)]
@@ -108,7 +95,7 @@ pub enum Kind {
 }
 
 /// One app version: its statements and its rollout window's start.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct AppVersion {
     pub name: String,
     /// First schema version the app needs (rollsafe's version: see
@@ -121,6 +108,22 @@ pub struct AppVersion {
     /// `{rows}` standing for the row count. None: no seed file.
     pub seed_sql: Option<String>,
     pub set: StatementSet,
+    /// The app's behaviours, when its project brings a driver (the shipped
+    /// project does; `--apps DIR` apps have none and are only replayed).
+    pub driver: Option<Arc<dyn AppDriver>>,
+}
+
+impl std::fmt::Debug for AppVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppVersion")
+            .field("name", &self.name)
+            .field("needs", &self.needs)
+            .field("retired", &self.retired)
+            .field("seed_sql", &self.seed_sql.is_some())
+            .field("set", &self.set.source)
+            .field("driver", &self.driver.is_some())
+            .finish()
+    }
 }
 
 impl AppVersion {
@@ -225,6 +228,7 @@ impl AppVersion {
             retired,
             seed_sql: None,
             set,
+            driver: None,
         })
     }
 
@@ -281,31 +285,6 @@ impl AppVersion {
     pub fn parse(source: &str, text: &str) -> Result<AppVersion, AppError> {
         AppVersion::from_set(StatementSet::parse(source, text)?)
     }
-
-    /// The driver for this app's behaviours, when rollsafe knows the app
-    /// (its DAO).
-    pub fn driver(&self) -> Option<Box<dyn AppDriver>> {
-        match self.name.as_str() {
-            "legacy" => Some(Box::new(LegacyDriver)),
-            "current" => Some(Box::new(CurrentDriver)),
-            _ => None,
-        }
-    }
-}
-
-/// The app versions embedded in rollsafe, ordered by `needs`.
-pub fn embedded_apps() -> Result<Vec<AppVersion>, AppError> {
-    let mut apps = EMBEDDED_SETS
-        .iter()
-        .map(|(src, text, seed)| {
-            AppVersion::parse(src, text).map(|mut a| {
-                a.seed_sql = Some(seed.to_string());
-                a
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    apps.sort_by_key(|a| a.needs);
-    Ok(apps)
 }
 
 /// The app versions of a project directory (`--apps DIR`), their versions
@@ -369,107 +348,45 @@ pub fn load_dir(dir: &Path, catalog: &Catalog) -> Result<Vec<AppVersion>, AppErr
     Ok(apps)
 }
 
-/// A request against a fresh input collection of its own (created here,
-/// as the collections side would), so scenarios never collide.
-pub fn request_with_new_collection(c: &mut Client, label: &str) -> anyhow::Result<AttachRequest> {
-    let collection = Uuid::new_v4();
-    let database = Uuid::new_v4();
-    c.execute(
-        "INSERT INTO collections (id, name, tenant_id, database_id) VALUES ($1, $2, 'rollsafe', $3)",
-        &[&collection, &format!("rollsafe_input_{label}_{collection}"), &database],
-    )?;
-    let function_id: Uuid = c
-        .query_one("SELECT id FROM functions ORDER BY name LIMIT 1", &[])?
-        .get(0);
-    Ok(AttachRequest {
-        name: format!("rollsafe_{label}"),
-        tenant_id: "rollsafe".into(),
-        database_id: database,
-        input_collection_id: collection,
-        output_collection_name: format!("rollsafe_{label}_output_{collection}"),
-        function_id,
-        function_params: serde_json::json!({}),
-        min_records_for_invocation: 100,
-    })
-}
-
-/// The app behaviours the cross-version checks and the seeding exercise,
-/// each through the app's DAO.
-pub trait AppDriver: Send {
-    /// Creates a complete (ready) attached function the way this app does.
-    fn create_complete(&self, c: &mut Client, req: &AttachRequest) -> anyhow::Result<Uuid>;
-    /// Phase 1 of a two-phase create (a not-ready row); None for apps that
-    /// create in one phase.
-    fn begin_create(&self, c: &mut Client, req: &AttachRequest) -> anyhow::Result<Option<Uuid>>;
-    /// Whether this app's ordinary reader (`get_by_id`) returns the row.
+/// An app's behaviours, driven through the app's own code (the shipped
+/// project's DAO), for the cross-version checks, the backfill's reader
+/// comparison and the seeding. Rows are identified by uuid; each create
+/// makes what it needs (a parent group of its own, named after `label`) so
+/// scenarios never collide.
+pub trait AppDriver: Send + Sync {
+    /// Creates a complete row the way this app does.
+    fn create_complete(&self, c: &mut Client, label: &str) -> anyhow::Result<Uuid>;
+    /// Phase 1 of a two-phase create (a row not yet complete); None for an
+    /// app that creates in one phase.
+    fn begin_create(&self, c: &mut Client, label: &str) -> anyhow::Result<Option<Uuid>>;
+    /// Whether this app's ordinary reader returns the row.
     fn sees(&self, c: &mut Client, id: Uuid) -> anyhow::Result<bool>;
-    /// What this app's list reader returns for a collection.
-    fn list(&self, c: &mut Client, collection: Uuid) -> anyhow::Result<Vec<Uuid>>;
-    /// Whether the app creates in two phases (the `dao` check exercises
-    /// its create, retry and race behaviour).
-    fn two_phase(&self) -> bool {
-        false
+    /// Up to `n` groups the list reader lists by, in a deterministic order,
+    /// so a million seeded rows stay quick to compare.
+    fn sample_groups(&self, c: &mut Client, n: i64) -> Result<Vec<Uuid>, postgres::Error>;
+    /// What this app's list reader returns for a group.
+    fn list(&self, c: &mut Client, group: Uuid) -> anyhow::Result<Vec<Uuid>>;
+    /// The project's own check of this app's behaviour on the final schema
+    /// (the shipped project: the two-phase create's retry and race rules);
+    /// None: the project declares none.
+    fn final_check(&self) -> Option<ProjectCheck> {
+        None
     }
 }
 
-/// The legacy app: `rollsafe::dao::LegacyDao` (one-phase create).
-pub struct LegacyDriver;
-
-impl AppDriver for LegacyDriver {
-    fn create_complete(&self, c: &mut Client, req: &AttachRequest) -> anyhow::Result<Uuid> {
-        Ok(LegacyDao::new(c).create(req)?)
-    }
-    fn begin_create(&self, _: &mut Client, _: &AttachRequest) -> anyhow::Result<Option<Uuid>> {
-        Ok(None)
-    }
-    fn sees(&self, c: &mut Client, id: Uuid) -> anyhow::Result<bool> {
-        Ok(LegacyDao::new(c).get_by_id(id)?.is_some())
-    }
-    fn list(&self, c: &mut Client, collection: Uuid) -> anyhow::Result<Vec<Uuid>> {
-        Ok(LegacyDao::new(c)
-            .list_by_collection(collection)?
-            .into_iter()
-            .map(|f| f.id)
-            .collect())
-    }
-}
-
-/// The current app: `rollsafe::dao::CurrentDao` (two-phase attach).
-pub struct CurrentDriver;
-
-impl AppDriver for CurrentDriver {
-    fn two_phase(&self) -> bool {
-        true
-    }
-    fn create_complete(&self, c: &mut Client, req: &AttachRequest) -> anyhow::Result<Uuid> {
-        Ok(CurrentDao::new(c).attach(req)?.id)
-    }
-    fn begin_create(&self, c: &mut Client, req: &AttachRequest) -> anyhow::Result<Option<Uuid>> {
-        Ok(Some(CurrentDao::new(c).insert_not_ready(req)?.attached.id))
-    }
-    fn sees(&self, c: &mut Client, id: Uuid) -> anyhow::Result<bool> {
-        Ok(CurrentDao::new(c).get_by_id(id)?.is_some())
-    }
-    fn list(&self, c: &mut Client, collection: Uuid) -> anyhow::Result<Vec<Uuid>> {
-        Ok(CurrentDao::new(c)
-            .list_by_collection(collection)?
-            .into_iter()
-            .map(|f| f.id)
-            .collect())
-    }
+/// A check a project declares for its own apps: run once on a database at
+/// the final schema (its url), when an app declaring it may run there. Its
+/// findings are made in the project's module and carry `check` as prefix.
+#[derive(Clone, Copy)]
+pub struct ProjectCheck {
+    pub check: &'static str,
+    pub description: &'static str,
+    pub run: fn(v: i32, url: &str) -> Vec<Finding>,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn embedded_apps_declare_their_windows() {
-        let apps = embedded_apps().unwrap();
-        let windows: Vec<(&str, i32)> = apps.iter().map(|a| (a.name.as_str(), a.needs)).collect();
-        assert_eq!(windows, [("legacy", 2), ("current", 3)]);
-        assert!(apps.iter().all(|a| a.driver().is_some()));
-    }
 
     #[test]
     fn header_is_required() {

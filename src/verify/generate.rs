@@ -1643,7 +1643,11 @@ fn insert_rows(
                 .as_db_error()
                 .and_then(|d| d.constraint())
                 .map(str::to_string);
-            Ok(unseeded(t, constraint.as_deref(), replay::message(&e)))
+            Ok(unseeded(
+                t,
+                constraint.as_deref(),
+                crate::errors::one_line(&e),
+            ))
         }
     }
 }
@@ -1715,7 +1719,7 @@ fn fill_broken_reference(
             tx.commit()?;
             Ok(Ok(()))
         }
-        Err(e) if e.as_db_error().is_some() => Ok(Err(replay::message(&e))),
+        Err(e) if e.as_db_error().is_some() => Ok(Err(crate::errors::one_line(&e))),
         Err(e) => Err(e),
     }
 }
@@ -1786,7 +1790,7 @@ fn fits_column(
             e.as_db_error()
                 .and_then(|d| d.constraint())
                 .map(str::to_string),
-            replay::message(&e),
+            crate::errors::one_line(&e),
         ))),
         Err(e) => Err(e),
     }
@@ -1862,7 +1866,8 @@ fn run_app_writes(
         let mut p = match replay::prepare(c, app, &st.name, &handle) {
             Ok(p) => p,
             Err(e) => {
-                w.failures.push(format!("PREPARE: {}", replay::message(&e)));
+                w.failures
+                    .push(format!("PREPARE: {}", crate::errors::one_line(&e)));
                 out.push(w);
                 c.batch_execute("DEALLOCATE ALL")?;
                 continue;
@@ -1877,7 +1882,9 @@ fn run_app_writes(
             }
             match replay::execute(c, &p) {
                 Ok(()) => w.succeeded += 1,
-                Err((step, e)) => w.failures.push(format!("{step}: {}", replay::message(&e))),
+                Err((step, e)) => w
+                    .failures
+                    .push(format!("{step}: {}", crate::errors::one_line(&e))),
             }
         }
         c.batch_execute(&format!("DEALLOCATE {handle}"))?;

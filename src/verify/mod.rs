@@ -55,8 +55,8 @@ use crate::report::{CheckRun, Finding, RehearsedApp, Report};
 use crate::sandbox::{Database, Sandbox, SandboxBuilder, SandboxError};
 use crate::schema::Snapshot;
 
-use apps::{AppError, AppVersion};
-use checks::{apply, backfill, compat, dao, locks, post, r#static, rewrite};
+use apps::{AppError, AppVersion, ProjectCheck};
+use checks::{apply, backfill, compat, locks, post, r#static, rewrite};
 use lock_modes::Needs;
 use predict::Sizes;
 use rehearsal::{End, LiveApp, LongTransactionProbe};
@@ -166,7 +166,7 @@ impl Verify {
         };
         Ok(Verify {
             catalog,
-            apps: apps::embedded_apps()?,
+            apps: crate::dao::shipped::apps()?,
             rows: DEFAULT_ROWS,
             lock_policy: LockPolicy::default(),
             stall_budget: locks::STALL_BUDGET,
@@ -479,13 +479,13 @@ fn apply_unchecked(c: &mut postgres::Client, m: &crate::catalog::Migration) -> R
     if m.runs_outside_transaction() {
         for st in crate::sql::split(&m.sql).statements {
             c.batch_execute(&st.text)
-                .map_err(|e| format!("line {}: {}", st.line, replay::message(&e)))?;
+                .map_err(|e| format!("line {}: {}", st.line, crate::errors::one_line(&e)))?;
         }
         return Ok(());
     }
     c.transaction()
         .and_then(|mut tx| tx.batch_execute(&m.sql).and_then(|_| tx.commit()))
-        .map_err(|e| replay::message(&e))
+        .map_err(|e| crate::errors::one_line(&e))
 }
 
 /// What blocks the live apps: the lock modes their replayed statements
@@ -540,16 +540,7 @@ impl Run<'_> {
         if let Some(handle) = self.lint.take() {
             match handle.join() {
                 Ok(linted) => self.linted = linted,
-                Err(_) => self.report.findings.push(
-                    Finding::new(
-                        r#static::CHECK,
-                        "not-run",
-                        crate::report::Severity::Skipped,
-                        None,
-                        "the static precheck could not run (its thread panicked: a bug in rollsafe); the rehearsal's measurements stand on their own",
-                    )
-                    .advice("report it with the migration files"),
-                ),
+                Err(_) => self.report.findings.push(r#static::not_run()),
             }
         }
     }
@@ -627,43 +618,43 @@ impl Run<'_> {
         }
     }
 
-    /// What each app's list reader returns over a sample of input
-    /// collections.
+    /// What each app's list reader returns over a sample of the groups it
+    /// lists by (through the apps' drivers).
     fn visible(db: &Database, apps: &[&AppVersion]) -> Result<backfill::Visible, VerifyError> {
         let mut out = backfill::Visible::default();
         // Only an app with a driver has a list reader to compare.
-        if !apps.iter().any(|a| a.driver().is_some()) {
+        let Some(sampler) = apps.iter().find_map(|a| a.driver.clone()) else {
             if !apps.is_empty() {
                 out.not_listed = Some("no live app has a reader rollsafe can drive".into());
             }
             return Ok(out);
-        }
+        };
         let mut c = step("connecting", db.connect())?;
-        let collections = match backfill::sample_collections(&mut c) {
-            Ok(c) => c,
+        let groups = match sampler.sample_groups(&mut c, backfill::SAMPLE_GROUPS) {
+            Ok(g) => g,
             Err(e) => {
                 out.not_listed = Some(format!(
                     "the rows to compare could not be sampled ({})",
-                    replay::message(&e)
+                    crate::errors::one_line(&e)
                 ));
                 return Ok(out);
             }
         };
-        out.sampled = collections.len();
-        if collections.is_empty() {
+        out.sampled = groups.len();
+        if groups.is_empty() {
             out.not_listed = Some("no rows to compare".into());
         }
         let mut driven = false;
         for app in apps {
-            let Some(d) = app.driver() else { continue };
+            let Some(d) = &app.driver else { continue };
             driven = true;
             let mut seen = std::collections::BTreeSet::new();
             let mut failed = None;
-            for coll in &collections {
-                match d.list(&mut c, *coll) {
+            for group in &groups {
+                match d.list(&mut c, *group) {
                     Ok(ids) => seen.extend(ids),
                     Err(e) => {
-                        failed = Some(replay::one_line(&e));
+                        failed = Some(crate::errors::one_line(e.as_ref()));
                         break;
                     }
                 }
@@ -740,7 +731,7 @@ impl Run<'_> {
                 "the schema of {} does not restore on PostgreSQL {} ({}); rehearse on the target's major (the default) and make the extensions it uses available to the sandbox",
                 t.described,
                 self.sandbox.server_major(),
-                replay::message(&e)
+                crate::errors::one_line(&e)
             ))
         })
     }
@@ -817,7 +808,7 @@ impl Run<'_> {
                     &[],
                 )
                 .map(|r| r.get::<_, i64>(0))
-                .map_err(|e| replay::message(&e));
+                .map_err(|e| crate::errors::one_line(&e));
             out.push(backfill::BatchedRun {
                 directive: b.clone(),
                 rows: result,
@@ -1153,19 +1144,9 @@ impl Run<'_> {
         }
 
         if staged.is_empty() && stopped.is_none() && self.v.since.is_some() {
-            self.report.findings.push(
-                Finding::new(
-                    apply::CHECK,
-                    "nothing-rehearsed",
-                    crate::report::Severity::Skipped,
-                    None,
-                    format!(
-                        "every migration is at or before --since V{}: none was rehearsed",
-                        self.v.since.unwrap_or_default()
-                    ),
-                )
-                .advice("pass the version before the first migration you want judged"),
-            );
+            self.report
+                .findings
+                .push(apply::nothing_rehearsed(self.v.since.unwrap_or_default()));
         }
 
         // Stage 2: everything that needs the seeded databases, while the
@@ -1361,20 +1342,31 @@ impl Run<'_> {
             .findings
             .extend(post::evaluate(prev, &seeded_final, &empty_final, expected));
 
-        // dao: the newest apps' behaviour at the final version, on the
-        // empty path's database itself (its schema was read above; the
-        // rows dao writes are needed by nothing after).
-        if self
-            .v
-            .apps
-            .iter()
-            .any(|a| a.driver().is_some_and(|d| d.two_phase()) && a.may_run_on(prev))
-        {
-            self.v.say("dao: two-phase behaviour on the final schema");
-            self.ran(dao::CHECK, Some(prev));
+        // The project's own checks of the apps that may run on the final
+        // version (the shipped project: `dao`), on the empty path's
+        // database itself (its schema was read above; the rows they write
+        // are needed by nothing after).
+        let mut declared: Vec<ProjectCheck> = Vec::new();
+        for app in self.v.apps.iter().filter(|a| a.may_run_on(prev)) {
+            if let Some(pc) = app.driver.as_ref().and_then(|d| d.final_check()) {
+                if !declared.iter().any(|d| d.check == pc.check) {
+                    declared.push(pc);
+                }
+            }
+        }
+        for pc in declared {
+            self.v.say(&format!(
+                "{}: {} on the final schema",
+                pc.check, pc.description
+            ));
+            self.report.checks.push(CheckRun {
+                check: pc.check.to_string(),
+                migration: Some(prev),
+                description: pc.description.to_string(),
+            });
             self.report
                 .findings
-                .extend(dao::run(prev, empty_prev.url()));
+                .extend((pc.run)(prev, empty_prev.url()));
         }
         self.v.say("waiting for the long-transaction probes");
         Ok(())

@@ -66,7 +66,7 @@ impl Sizes {
                 anyhow::anyhow!(
                     "cannot read table sizes (pg_class.reltuples) from {}: {}",
                     crate::db::redact_url(url),
-                    crate::verify::replay::message(&e)
+                    crate::errors::one_line(&e)
                 )
             })?
             .iter()

@@ -510,9 +510,9 @@ fn apply_measured_in(
             out.duration = t0.elapsed();
             out.held = out.duration;
             out.error = Some(if split.exact && split.statements.len() > 1 {
-                format!("line {}: {}", st.line, replay::message(&e))
+                format!("line {}: {}", st.line, crate::errors::one_line(&e))
             } else {
-                replay::message(&e)
+                crate::errors::one_line(&e)
             });
             out.sqlstate = e.code().map(|s| s.code().to_string());
             out.failed_statement = Some(i);
@@ -721,7 +721,7 @@ impl Workload {
                             &stats,
                             format!("{app_name}.{} ({kind})", p.statement),
                             t.elapsed(),
-                            result.err().map(|(_, e)| replay::message(&e)),
+                            result.err().map(|(_, e)| crate::errors::one_line(&e)),
                         );
                     }
                 }
@@ -742,7 +742,7 @@ impl Workload {
                             &stats,
                             format!("a reader of {t}"),
                             t0.elapsed(),
-                            r.err().map(|e| replay::message(&e)),
+                            r.err().map(|e| crate::errors::one_line(&e)),
                         );
                     }
                     std::thread::sleep(Duration::from_millis(5));
@@ -943,7 +943,7 @@ pub fn probe_long_transaction(
             a.count,
         ),
         (None, Err(Err(gave_up))) => (ProbeEnd::GaveUp, gave_up.attempts.count),
-        (None, Err(Ok(e))) => (ProbeEnd::Failed(replay::message(&e)), 0),
+        (None, Err(Ok(e))) => (ProbeEnd::Failed(crate::errors::one_line(&e)), 0),
     };
     Ok(LongTransactionProbe {
         held_tables: tables.to_vec(),

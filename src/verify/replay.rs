@@ -187,32 +187,6 @@ pub fn execute(c: &mut Client, p: &Prepared) -> Result<(), (Step, postgres::Erro
     execute_with(c, p, &args).map_err(|e| (Step::Execute, e))
 }
 
-/// The server's message of an error (without the driver's prefix).
-pub fn message(e: &postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => db.message().to_string(),
-        None => e.to_string(),
-    }
-}
-
-/// One line for an error of an app operation: the DAO's own message when
-/// it says what broke (a column type the code cannot read), else the
-/// server's message when the database refused, else the first line of the
-/// chain.
-pub fn one_line(e: &anyhow::Error) -> String {
-    let pg = e
-        .chain()
-        .find_map(|cause| cause.downcast_ref::<postgres::Error>());
-    match (pg, e.downcast_ref::<crate::dao::DaoError>()) {
-        (_, Some(dao @ crate::dao::DaoError::ColumnType { .. })) => dao.to_string(),
-        (Some(pg), Some(crate::dao::DaoError::Database { context, .. })) => {
-            format!("{context}: {}", message(pg))
-        }
-        (Some(pg), _) => message(pg),
-        (None, _) => format!("{e:#}").lines().next().unwrap_or("").to_string(),
-    }
-}
-
 /// Every statement of `app` prepared and executed on `c`, each inside a
 /// savepoint of one transaction that is rolled back: the database is left
 /// as it was. The locks each execution took are read before its savepoint
@@ -230,17 +204,19 @@ pub fn replay_all(c: &mut Client, app: &AppVersion) -> Result<Vec<Outcome>, post
         };
         c.batch_execute("SAVEPOINT rollsafe_replay")?;
         match prepare(c, app, &st.name, &handle) {
-            Err(e) => o.failure = Some((Step::Prepare, message(&e))),
+            Err(e) => o.failure = Some((Step::Prepare, crate::errors::one_line(&e))),
             Ok(p) => {
                 o.columns = p.columns.clone();
                 o.params = p.params.iter().map(|(t, _)| t.clone()).collect();
                 c.batch_execute("SAVEPOINT rollsafe_params")?;
                 match arguments(c, &p) {
-                    Err(e) => o.failure = Some((Step::Params, message(&e))),
+                    Err(e) => o.failure = Some((Step::Params, crate::errors::one_line(&e))),
                     Ok(args) => {
                         c.batch_execute("ROLLBACK TO SAVEPOINT rollsafe_params")?;
                         match execute_with(c, &p, &args) {
-                            Err(e) => o.failure = Some((Step::Execute, message(&e))),
+                            Err(e) => {
+                                o.failure = Some((Step::Execute, crate::errors::one_line(&e)))
+                            }
                             Ok(()) => o.locks = own_table_locks(c)?,
                         }
                     }

@@ -17,7 +17,7 @@
 
 use postgres::Client;
 
-use super::apps::{request_with_new_collection, AppVersion};
+use super::apps::AppVersion;
 use super::generate::{self, RowCounts};
 
 /// Rows each live app writes through its own statements on top of the bulk.
@@ -61,18 +61,17 @@ pub fn seed(c: &mut Client, live: &[&AppVersion], rows: u64) -> anyhow::Result<S
             if let Err(e) = tx.batch_execute(&sql.replace("{rows}", &n.to_string())) {
                 drop(tx);
                 out.failed
-                    .push((app.name.clone(), super::replay::message(&e)));
+                    .push((app.name.clone(), crate::errors::one_line(&e)));
                 continue;
             }
         }
         tx.commit()?;
         let mut through_app = 0;
-        if let Some(driver) = app.driver() {
+        if let Some(driver) = &app.driver {
             for k in 0..ROWS_THROUGH_APP {
-                let req = request_with_new_collection(c, &format!("seed_{}_{k}", app.name))?;
-                if let Err(e) = driver.create_complete(c, &req) {
+                if let Err(e) = driver.create_complete(c, &format!("seed_{}_{k}", app.name)) {
                     out.failed
-                        .push((app.name.clone(), super::replay::one_line(&e)));
+                        .push((app.name.clone(), crate::errors::one_line(e.as_ref())));
                     break;
                 }
                 through_app += 1;

@@ -73,7 +73,7 @@ impl Target {
             .map_err(|e| {
                 VerifyError::Target(format!(
                     "reading the server's version: {}",
-                    super::replay::message(&e)
+                    crate::errors::one_line(&e)
                 ))
             })?
             .get(0);
@@ -112,7 +112,7 @@ impl Target {
             VerifyError::Target(db::scrub(
                 &format!(
                     "listing the target's small tables: {}",
-                    super::replay::message(&e)
+                    crate::errors::one_line(&e)
                 ),
                 &self.url,
             ))

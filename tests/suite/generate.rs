@@ -11,7 +11,8 @@ use std::time::Instant;
 
 use anyhow::ensure;
 use postgres::Client;
-use rollsafe::verify::apps::{embedded_apps, AppVersion};
+use rollsafe::dao::shipped::apps as embedded_apps;
+use rollsafe::verify::apps::AppVersion;
 use rollsafe::verify::generate::{self, Generated, RowCounts};
 
 use crate::common::TestEnv;

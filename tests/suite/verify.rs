@@ -1007,7 +1007,7 @@ fn additive_migration_passes_with_zero_errors(env: &TestEnv) -> anyhow::Result<(
         .iter()
         .find(|f| f.id == "backfill.readers-agree" && f.migration == Some(4))
         .context("readers not compared on V4")?;
-    ensure!(agree.evidence["sampled_collections"].as_u64().unwrap() > 0);
+    ensure!(agree.evidence["sampled_groups"].as_u64().unwrap() > 0);
     ensure!(r.count(Severity::Skipped) == 0, "{:?}", r.findings);
     Ok(())
 }
@@ -1104,7 +1104,7 @@ fn sizes_from_a_real_database_drive_the_prediction(env: &TestEnv) -> anyhow::Res
     // "Production": V3 with 3000 legacy rows, analysed.
     let prod = env.migrated_database(3);
     {
-        let apps = rollsafe::verify::apps::embedded_apps()?;
+        let apps = rollsafe::dao::shipped::apps()?;
         let legacy: Vec<_> = apps.iter().filter(|a| a.name == "legacy").collect();
         let mut c = prod.connect()?;
         rollsafe::verify::seed::seed(&mut c, &legacy, 3000)?;
@@ -1333,7 +1333,7 @@ fn merge_statement_is_a_compat_error_on_13_only(_: &TestEnv, majors: &[u32]) -> 
          WHEN NOT MATCHED THEN INSERT (id, name, tenant_id, database_id)\n\
          VALUES (s.id, 'merged', 'rollsafe', gen_random_uuid())",
     )?;
-    let mut apps = rollsafe::verify::apps::embedded_apps()?;
+    let mut apps = rollsafe::dao::shipped::apps()?;
     apps.push(merger);
     let r = Verify::new(Catalog::embedded()?)?
         .rows(ROWS)

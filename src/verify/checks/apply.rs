@@ -21,6 +21,18 @@ pub const DESCRIPTION: &str =
 /// Judges the applies of migration `v`: on an empty database, on a seeded
 /// one (None when not reached), and the schema differences a forced failure
 /// left behind.
+/// `--since` left nothing to rehearse.
+pub fn nothing_rehearsed(since: i32) -> Finding {
+    Finding::new(
+        CHECK,
+        "nothing-rehearsed",
+        Severity::Skipped,
+        None,
+        format!("every migration is at or before --since V{since}: none was rehearsed"),
+    )
+    .advice("pass the version before the first migration you want judged")
+}
+
 pub fn evaluate(
     v: i32,
     on_empty: &Applied,
@@ -151,7 +163,7 @@ pub fn evaluate_second_run(v: Option<i32>, result: anyhow::Result<SecondRun>) ->
             v,
             format!(
                 "rollsafe migrate fails on it: {}",
-                crate::verify::replay::one_line(&e)
+                crate::errors::one_line(e.as_ref())
             ),
         )
         .advice(

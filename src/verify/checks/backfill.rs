@@ -2,13 +2,14 @@
 //! migration's `-- rollsafe:backfill <table> <predicate>` promises, and no
 //! app's readers lose rows.
 //!
-//! The second half is the bug that started rollsafe: `is_ready DEFAULT
-//! false` made every existing row invisible to the readers that filter on
-//! it. Measured by listing the rows each app's reader returns (its
-//! `list_by_collection`, over a sample of input collections) before and
-//! after the migration: every app that ran before must see the same rows
-//! after, and an app that becomes deployable with this migration must see
-//! the rows the newest app before it saw.
+//! The second half is the bug that started rollsafe: a readiness column
+//! added with `DEFAULT false` made every existing row invisible to the
+//! readers that filter on it. Measured, for apps whose project brings a
+//! driver, by listing the rows each app's list reader returns over a
+//! sample of the groups it lists by, before and after the migration: every
+//! app that ran before must see the same rows after, and an app that
+//! becomes deployable with this migration must see the rows the newest app
+//! before it saw.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -41,7 +42,7 @@ pub fn check_directives(c: &mut Client, m: &Migration) -> Vec<Finding> {
                     Some(m.version),
                     format!(
                         "cannot evaluate `-- rollsafe:backfill {table} {predicate}`: {}",
-                        crate::verify::replay::message(&e)
+                        crate::errors::one_line(&e)
                     ),
                 )
                 .advice("the directive is `-- rollsafe:backfill <table> <SQL predicate over its columns>`"),
@@ -78,28 +79,18 @@ pub fn check_directives(c: &mut Client, m: &Migration) -> Vec<Finding> {
     out
 }
 
-/// The input collections whose rows the reader comparison lists: a
-/// deterministic sample, so `--rows 1000000` stays fast.
-pub const SAMPLE_COLLECTIONS: i64 = 100;
+/// How many groups (the shipped project's input collections) the reader
+/// comparison lists: a deterministic sample, so `--rows 1000000` stays fast.
+pub const SAMPLE_GROUPS: i64 = 100;
 
-pub fn sample_collections(c: &mut Client) -> Result<Vec<Uuid>, postgres::Error> {
-    Ok(c.query(
-        "SELECT DISTINCT input_collection_id FROM attached_functions ORDER BY 1 LIMIT $1",
-        &[&SAMPLE_COLLECTIONS],
-    )?
-    .iter()
-    .map(|r| r.get(0))
-    .collect())
-}
-
-/// What each app's list reader returned over the sampled collections.
+/// What each app's list reader returned over the sampled groups.
 #[derive(Debug, Clone, Default)]
 pub struct Visible {
     /// Rows each app's reader returned, by app name.
     pub seen: BTreeMap<String, BTreeSet<Uuid>>,
     /// (app, message) of readers that failed (the app can no longer read).
     pub failed: Vec<(String, String)>,
-    /// How many input collections were sampled.
+    /// How many groups were sampled.
     pub sampled: usize,
     /// Why nothing could be listed, when nothing was.
     pub not_listed: Option<String>,
@@ -157,7 +148,7 @@ pub fn compare_readers(
                     "example_missing",
                     expected.difference(seen).next().map(|u| u.to_string()).unwrap_or_default(),
                 )
-                .advice("existing rows must read the same after the migration: give a new filter column a default that makes existing rows pass the filter (is_ready DEFAULT true)"),
+                .advice("existing rows must read the same after the migration: give a new filter column a default that makes existing rows pass the filter (a readiness flag: DEFAULT true)"),
             );
         }
     };
@@ -222,7 +213,7 @@ pub fn compare_readers(
                 ),
             )
             .evidence("rows_compared", rows)
-            .evidence("sampled_collections", before.sampled),
+            .evidence("sampled_groups", before.sampled),
         );
     }
     out
@@ -279,34 +270,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn new_readers_missing_legacy_rows_is_an_error() {
+    fn new_readers_missing_old_rows_is_an_error() {
         let ids: BTreeSet<Uuid> = (0..5).map(|_| Uuid::new_v4()).collect();
         let visible = |seen: Vec<(&str, BTreeSet<Uuid>)>| Visible {
             seen: seen.into_iter().map(|(a, s)| (a.to_string(), s)).collect(),
             sampled: 5,
             ..Visible::default()
         };
-        let before = visible(vec![("legacy", ids.clone())]);
-        let after = visible(vec![("legacy", ids.clone()), ("current", BTreeSet::new())]);
-        let f = compare_readers(3, &before, &after, &["legacy".into()], &["current".into()]);
+        let before = visible(vec![("old", ids.clone())]);
+        let after = visible(vec![("old", ids.clone()), ("new", BTreeSet::new())]);
+        let f = compare_readers(3, &before, &after, &["old".into()], &["new".into()]);
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].id, "backfill.new-readers-miss-rows");
         assert_eq!(f[0].evidence["missing"], 5);
-        let after_ok = visible(vec![("legacy", ids.clone()), ("current", ids)]);
-        let f = compare_readers(
-            3,
-            &before,
-            &after_ok,
-            &["legacy".into()],
-            &["current".into()],
-        );
+        let after_ok = visible(vec![("old", ids.clone()), ("new", ids)]);
+        let f = compare_readers(3, &before, &after_ok, &["old".into()], &["new".into()]);
         assert_eq!(f[0].id, "backfill.readers-agree");
-        assert_eq!(f[0].evidence["sampled_collections"], 5);
+        assert_eq!(f[0].evidence["sampled_groups"], 5);
         let nothing = Visible {
-            not_listed: Some("no attached_functions table".into()),
+            not_listed: Some("no table to list".into()),
             ..Visible::default()
         };
-        let f = compare_readers(3, &nothing, &nothing, &["legacy".into()], &[]);
+        let f = compare_readers(3, &nothing, &nothing, &["old".into()], &[]);
         assert_eq!(
             (f[0].id.as_str(), f[0].severity),
             ("backfill.readers-not-compared", Severity::Skipped)

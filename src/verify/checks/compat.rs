@@ -16,9 +16,10 @@
 
 use postgres::Client;
 
+use crate::errors::one_line;
 use crate::report::{Finding, Severity};
-use crate::verify::apps::{request_with_new_collection, AppVersion};
-use crate::verify::replay::{one_line, Outcome};
+use crate::verify::apps::AppVersion;
+use crate::verify::replay::Outcome;
 
 pub const CHECK: &str = "compat";
 pub const DESCRIPTION: &str =
@@ -210,7 +211,7 @@ pub fn cross_version(
                 "the {} and {} apps cannot run side by side on V{v}: {}",
                 older.name,
                 newer.name,
-                one_line(&e)
+                one_line(e.as_ref())
             ),
         )
         .evidence("older", older.name.clone())
@@ -225,7 +226,7 @@ fn cross_version_scenario(
     older: &AppVersion,
     newer: &AppVersion,
 ) -> anyhow::Result<Vec<Finding>> {
-    let (Some(old), Some(new)) = (older.driver(), newer.driver()) else {
+    let (Some(old), Some(new)) = (&older.driver, &newer.driver) else {
         return Ok(vec![Finding::new(
             CHECK,
             "cross-version-skipped",
@@ -242,13 +243,16 @@ fn cross_version_scenario(
     let mut ok = Vec::new();
 
     // Rows the older app writes during the rollout.
-    let req = request_with_new_collection(c, &format!("{o}_during_rollout"))?;
-    match old.create_complete(c, &req) {
+    let label = format!("{o}_during_rollout");
+    match old.create_complete(c, &label) {
         Err(e) => out.push(fail(
             v,
             "old-app-cannot-write",
             Severity::Error,
-            format!("the {o} app cannot create on V{v}: {}", one_line(&e)),
+            format!(
+                "the {o} app cannot create on V{v}: {}",
+                one_line(e.as_ref())
+            ),
             "the older app keeps running during the rollout; its writes must still succeed",
         )),
         Ok(id) => {
@@ -263,7 +267,7 @@ fn cross_version_scenario(
                         "old-writes-invisible-to-new",
                         Severity::Error,
                         format!("a row the {o} app created during the rollout is invisible to the {n} app's readers"),
-                        "rows written by the older app are complete: the new column's default must make them visible (is_ready DEFAULT true)",
+                        "rows written by the older app are complete: a readiness column's default must make them visible (DEFAULT true), or its backfill must",
                     )
                     .evidence("row", id.to_string()),
                 );
@@ -272,8 +276,8 @@ fn cross_version_scenario(
     }
 
     // The newer app's creations in flight.
-    let req = request_with_new_collection(c, &format!("{n}_in_flight"))?;
-    if let Some(id) = new.begin_create(c, &req)? {
+    let label = format!("{n}_in_flight");
+    if let Some(id) = new.begin_create(c, &label)? {
         if new.sees(c, id)? {
             out.push(
                 fail(
@@ -281,7 +285,7 @@ fn cross_version_scenario(
                     "not-ready-visible-to-new",
                     Severity::Error,
                     format!("a not-ready row of the {n} app is visible to its own readers"),
-                    "readers must filter on readiness (is_ready) so half-built rows stay hidden",
+                    "readers must filter on readiness so half-built rows stay hidden",
                 )
                 .evidence("row", id.to_string()),
             );
@@ -295,7 +299,7 @@ fn cross_version_scenario(
                     "not-ready-visible-to-old",
                     Severity::Warn,
                     format!("a not-ready row of the {n} app is visible to the {o} app's readers while both run"),
-                    "expected while the older app runs (it does not know readiness); keep the rollout short and make the older app tolerate a missing output collection",
+                    "expected while the older app runs (it does not know readiness); keep the rollout short and make the older app tolerate rows that are not complete yet",
                 )
                 .evidence("row", id.to_string()),
             );
@@ -304,11 +308,11 @@ fn cross_version_scenario(
 
     // Rolling the app back: the older app reads the newer app's rows and
     // still writes.
-    let req = request_with_new_collection(c, &format!("{n}_before_rollback"))?;
-    let id = new.create_complete(c, &req)?;
+    let label = format!("{n}_before_rollback");
+    let id = new.create_complete(c, &label)?;
     let reads = old.sees(c, id)?;
-    let req = request_with_new_collection(c, &format!("{o}_after_rollback"))?;
-    let writes = old.create_complete(c, &req);
+    let label = format!("{o}_after_rollback");
+    let writes = old.create_complete(c, &label);
     if !reads || writes.is_err() {
         out.push(fail(
             v,
@@ -319,7 +323,7 @@ fn cross_version_scenario(
                 if reads { "" } else { "it does not see rows the newer app created; " },
                 writes
                     .err()
-                    .map(|e| format!("its create fails: {}", one_line(&e)))
+                    .map(|e| format!("its create fails: {}", one_line(e.as_ref())))
                     .unwrap_or_default()
             ),
             "an app rollback must keep working on the new schema: do not make the old app's rows or writes invalid",
@@ -389,11 +393,26 @@ pub fn safe_order(versions: &[i32], apps: &[AppVersion]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::apps::embedded_apps;
+
+    /// Two app versions: `old` from V2, `new` from V3.
+    fn apps() -> Vec<AppVersion> {
+        let set = |name: &str, needs: i32| {
+            AppVersion::parse(
+                &format!("{name}.sql"),
+                &format!(
+                    "-- app: {name}\n-- needs: {needs}\n\
+                     -- name: get_by_id\nSELECT id FROM t WHERE id = $1;\n\
+                     -- name: insert\nINSERT INTO t (id) VALUES ($1::uuid);\n"
+                ),
+            )
+            .unwrap()
+        };
+        vec![set("old", 2), set("new", 3)]
+    }
 
     #[test]
     fn a_changed_result_or_parameter_type_is_an_error() {
-        let apps = embedded_apps().unwrap();
+        let apps = apps();
         let outcome = |col: &str, param: &str| Outcome {
             statement: "get_by_id".into(),
             columns: vec![
@@ -437,21 +456,21 @@ mod tests {
     }
 
     #[test]
-    fn safe_order_of_the_shipped_windows() {
-        let apps = embedded_apps().unwrap();
+    fn safe_order_follows_the_windows() {
+        let apps = apps();
         assert_eq!(
             safe_order(&[1, 2, 3], &apps),
             [
                 "apply V1",
-                "apply V2, then roll out the legacy app",
-                "apply V3, then roll out the current app; the legacy app keeps working throughout",
+                "apply V2, then roll out the old app",
+                "apply V3, then roll out the new app; the old app keeps working throughout",
             ]
         );
     }
 
     #[test]
     fn failing_statement_is_an_error_naming_app_statement_and_version() {
-        let apps = embedded_apps().unwrap();
+        let apps = apps();
         let o = Outcome {
             statement: "insert".into(),
             failure: Some((
@@ -464,6 +483,6 @@ mod tests {
         assert_eq!(f[0].id, "compat.statement-fails");
         assert!(f[0]
             .message
-            .contains("legacy app's `insert` fails on V3 at EXECUTE"));
+            .contains("old app's `insert` fails on V3 at EXECUTE"));
     }
 }

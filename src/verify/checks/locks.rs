@@ -349,7 +349,7 @@ mod tests {
 
     fn applied(mode: &str, index: bool, held: Duration) -> Applied {
         let table = TableWork {
-            table: "attached_functions".into(),
+            table: "jobs".into(),
             rows_before: 2000,
             locks: vec![mode.into()],
             ..TableWork::default()
@@ -357,12 +357,12 @@ mod tests {
         Applied {
             held,
             duration: held,
-            tables: [("attached_functions".to_string(), table)].into(),
+            tables: [("jobs".to_string(), table)].into(),
             statements: vec![StatementRun {
                 duration: held,
-                locks_after: [("attached_functions".to_string(), vec![mode.to_string()])].into(),
+                locks_after: [("jobs".to_string(), vec![mode.to_string()])].into(),
                 built_indexes: if index {
-                    vec![("attached_functions".into(), "ix".into())]
+                    vec![("jobs".into(), "ix".into())]
                 } else {
                     vec![]
                 },
@@ -395,14 +395,14 @@ mod tests {
 
     fn probe(end: ProbeEnd, worst: Duration) -> LongTransactionProbe {
         LongTransactionProbe {
-            held_tables: vec!["attached_functions".into()],
+            held_tables: vec!["jobs".into()],
             hold: Duration::from_millis(1500),
             end,
             attempts: 6,
             longest_lock_wait: Duration::from_millis(500),
             app: WorkloadStats {
                 max_stall: worst,
-                max_stall_statement: "legacy.get_by_id (read)".into(),
+                max_stall_statement: "old.get_by_id (read)".into(),
                 ..WorkloadStats::default()
             },
         }

@@ -2,12 +2,13 @@
 //! (the prefix of its finding ids: `rewrite.table-rewritten` lives in
 //! `rewrite.rs`), a one-line description, and turns measurements into
 //! findings with evidence and advice. The pipeline (`verify/mod.rs`) runs
-//! the scenarios; the checks judge.
+//! the scenarios; the checks judge. A project may add checks of its own
+//! through its apps' drivers (`crate::verify::apps::ProjectCheck`: the
+//! shipped project's `dao`, in `crate::dao::check`).
 
 pub mod apply;
 pub mod backfill;
 pub mod compat;
-pub mod dao;
 pub mod locks;
 pub mod post;
 pub mod rewrite;
@@ -22,7 +23,6 @@ pub const ALL: &[(&str, &str)] = &[
     (locks::CHECK, locks::DESCRIPTION),
     (backfill::CHECK, backfill::DESCRIPTION),
     (compat::CHECK, compat::DESCRIPTION),
-    (dao::CHECK, dao::DESCRIPTION),
     (post::CHECK, post::DESCRIPTION),
 ];
 

@@ -1,8 +1,7 @@
 //! `post`: the final schema is sound and is the one expected.
 //!
-//! No invalid index (`pg_index.indisvalid`: a failed concurrent build leaves
-//! one that costs writes and serves no read), no constraint left NOT VALID
-//! (`pg_constraint.convalidated`: existing rows were never checked), and the
+//! No invalid index and no constraint left NOT VALID (the judgement `check`
+//! makes on a live database: `crate::validity`), and the
 //! final schema equal to the expected snapshot — both the one reached on
 //! the seeded path (each migration applied onto the live apps' rows) and the
 //! one reached on an empty database.
@@ -29,23 +28,7 @@ pub fn evaluate(
     empty: &Snapshot,
     expected: Expected<'_>,
 ) -> Vec<Finding> {
-    let mut out = Vec::new();
-    let invalid = seeded.invalid_indexes();
-    if !invalid.is_empty() {
-        out.push(
-            Finding::new(CHECK, "invalid-index", Severity::Error, Some(v), format!("invalid indexes remain: {}", invalid.join(", ")))
-                .evidence("indexes", invalid.join(", "))
-                .advice("drop the invalid index and build it again (CREATE INDEX CONCURRENTLY), then check pg_index.indisvalid"),
-        );
-    }
-    let unvalidated = seeded.unvalidated_constraints();
-    if !unvalidated.is_empty() {
-        out.push(
-            Finding::new(CHECK, "not-valid-constraint", Severity::Error, Some(v), format!("constraints left NOT VALID: {}", unvalidated.join(", ")))
-                .evidence("constraints", unvalidated.join(", "))
-                .advice("add a migration that runs ALTER TABLE … VALIDATE CONSTRAINT (SHARE UPDATE EXCLUSIVE: does not block the app)"),
-        );
-    }
+    let mut out = crate::validity::findings(CHECK, seeded, Some(v), &[]);
     let paths = seeded.diff(empty);
     if !paths.is_empty() {
         out.push(
@@ -122,6 +105,7 @@ mod tests {
             ids,
             [
                 "post.invalid-index",
+                "post.constraints-validated",
                 "post.paths-differ",
                 "post.schema-differs"
             ]

@@ -323,26 +323,22 @@ mod tests {
 
     fn applied(mode: &str, work: Work, rewrote: bool) -> Applied {
         let table = TableWork {
-            table: "attached_functions".into(),
+            table: "jobs".into(),
             rows_before: 2000,
             pages_before: 40,
             locks: vec![mode.into()],
             ..TableWork::default()
         };
         let locks: BTreeMap<String, Vec<String>> =
-            [("attached_functions".to_string(), vec![mode.to_string()])].into();
+            [("jobs".to_string(), vec![mode.to_string()])].into();
         Applied {
-            tables: [("attached_functions".to_string(), table)].into(),
+            tables: [("jobs".to_string(), table)].into(),
             statements: vec![StatementRun {
                 line: 3,
-                excerpt: "ALTER TABLE attached_functions …".into(),
+                excerpt: "ALTER TABLE jobs …".into(),
                 locks_after: locks,
-                work: [("attached_functions".to_string(), work)].into(),
-                rewrote: if rewrote {
-                    vec!["attached_functions".into()]
-                } else {
-                    vec![]
-                },
+                work: [("jobs".to_string(), work)].into(),
+                rewrote: if rewrote { vec!["jobs".into()] } else { vec![] },
                 ..StatementRun::default()
             }],
             split_exact: true,
@@ -352,8 +348,8 @@ mod tests {
 
     fn reader_writer() -> Needs {
         let mut n = Needs::default();
-        n.add("attached_functions", "AccessShareLock");
-        n.add("attached_functions", "RowExclusiveLock");
+        n.add("jobs", "AccessShareLock");
+        n.add("jobs", "RowExclusiveLock");
         n
     }
 

@@ -149,6 +149,18 @@ struct Raw {
 /// it, for locations), in file order. Never panics: a file the parser
 /// cannot take is one [`NOT_LINTED`] warning, each statement it could not
 /// parse a [`SYNTAX_ERROR`] warning.
+/// The precheck's thread died: the rehearsal goes on without its warnings.
+pub fn not_run() -> Finding {
+    Finding::new(
+        CHECK,
+        "not-run",
+        Severity::Skipped,
+        None,
+        "the static precheck could not run (its thread panicked: a bug in rollsafe); the rehearsal's measurements stand on their own",
+    )
+    .advice("report it with the migration files")
+}
+
 pub fn lint(file: &str, sql: &str) -> Vec<Warning> {
     let split = crate::sql::split(sql);
     let lines = LineIndex::new(sql);
@@ -540,9 +552,9 @@ mod tests {
     fn violations_point_at_their_line_statement_and_table() {
         let sql = "\
 -- V4: three statements
-CREATE INDEX attached_functions_name ON attached_functions (name);
+CREATE INDEX customer_addresses_name ON customer_addresses (name);
 
-ALTER TABLE attached_functions
+ALTER TABLE customer_addresses
     ALTER COLUMN name SET NOT NULL;
 ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
 ";
@@ -570,16 +582,16 @@ ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
         assert_eq!(
             at,
             [
-                (2, 1, Some(0), Some("attached_functions")),
+                (2, 1, Some(0), Some("customer_addresses")),
                 // The construct, not the statement's first line.
-                (5, 23, Some(1), Some("attached_functions")),
+                (5, 23, Some(1), Some("customer_addresses")),
                 (6, 32, Some(2), Some("collections")),
             ]
         );
         assert_eq!(ws[1].flagged, "SET NOT NULL");
         assert_eq!(
             ws[1].location.excerpt,
-            "ALTER TABLE attached_functions ALTER COLUMN name SET NOT NU…"
+            "ALTER TABLE customer_addresses ALTER COLUMN name SET NOT NU…"
         );
         assert_eq!(ws[0].location.file, FILE);
         assert!(ws[0].help.as_deref().unwrap().contains("concurrently"));
@@ -609,9 +621,11 @@ ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
         );
         assert_eq!(rules(&ws), ["ban-concurrent-index-creation-in-transaction"]);
         assert_eq!((ws[0].location.line, ws[0].statement), (2, Some(1)));
-        // The shipped V3 (NOT NULL DEFAULT true) is not flagged at all.
-        let v3 = include_str!("../../../migrations/V3__attached_functions_is_ready.sql");
-        assert_eq!(rules(&lint(FILE, v3)), Vec::<&str>::new());
+        // A readiness column NOT NULL with a constant default is not
+        // flagged at all (no rewrite since PostgreSQL 11).
+        let ready =
+            "ALTER TABLE customer_addresses ADD COLUMN is_ready boolean NOT NULL DEFAULT true;";
+        assert_eq!(rules(&lint(FILE, ready)), Vec::<&str>::new());
         // Ignore comments work as in squawk.
         let ws = lint(
             FILE,
@@ -666,13 +680,13 @@ ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
     /// 10 000 rows: an index build, a full pass for SET NOT NULL, and a
     /// CHECK on a table whose work did not grow.
     fn applied() -> Applied {
-        let af = "attached_functions";
+        let af = "customer_addresses";
         Applied {
             tables: BTreeMap::from([table(af, 10_000), table("collections", 500)]),
             statements: vec![
                 StatementRun {
                     locks_after: locks(af, "ShareLock"),
-                    built_indexes: vec![(af.into(), "attached_functions_name".into())],
+                    built_indexes: vec![(af.into(), "customer_addresses_name".into())],
                     ..StatementRun::default()
                 },
                 StatementRun {
@@ -701,8 +715,8 @@ ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
     fn three() -> Vec<Warning> {
         lint(
             FILE,
-            "CREATE INDEX attached_functions_name ON attached_functions (name);\n\
-             ALTER TABLE attached_functions ALTER COLUMN name SET NOT NULL;\n\
+            "CREATE INDEX customer_addresses_name ON customer_addresses (name);\n\
+             ALTER TABLE customer_addresses ALTER COLUMN name SET NOT NULL;\n\
              ALTER TABLE collections ADD CONSTRAINT c CHECK (name <> '');",
         )
     }
@@ -720,12 +734,12 @@ ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
                 (
                     "static.require-concurrent-index-creation",
                     Severity::Error,
-                    "confirmed: index attached_functions_name built over 10000 rows of attached_functions under SHARE (blocks its writes)"
+                    "confirmed: index customer_addresses_name built over 10000 rows of customer_addresses under SHARE (blocks its writes)"
                 ),
                 (
                     "static.adding-not-nullable-field",
                     Severity::Error,
-                    "confirmed: 10000 rows of attached_functions scanned under ACCESS EXCLUSIVE (blocks its reads and writes)"
+                    "confirmed: 10000 rows of customer_addresses scanned under ACCESS EXCLUSIVE (blocks its reads and writes)"
                 ),
                 (
                     "static.constraint-missing-not-valid",
@@ -744,14 +758,14 @@ ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
             .contains("blocks reads"));
         assert!(f[2].advice.is_empty());
 
-        // No live app writes attached_functions: SHARE blocks nobody.
+        // No live app writes customer_addresses: SHARE blocks nobody.
         let mut readers = Needs::default();
-        readers.add("attached_functions", "AccessShareLock");
+        readers.add("customer_addresses", "AccessShareLock");
         let f = judge(4, &three(), &applied(), &readers);
         assert_eq!(f[0].severity, Severity::Info);
         assert!(
             f[0].message.ends_with(
-                "under SHARE, which blocks none of the live apps' statements on attached_functions"
+                "under SHARE, which blocks none of the live apps' statements on customer_addresses"
             ),
             "{}",
             f[0].message
@@ -763,25 +777,25 @@ ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
     fn new_or_empty_tables_and_unreached_statements_are_judged_apart() {
         // Created in this migration: not among the tables that existed.
         let mut a = applied();
-        a.tables.remove("attached_functions");
+        a.tables.remove("customer_addresses");
         let f = judge(4, &three(), &a, &Needs::unknown());
         assert_eq!(f[0].severity, Severity::Info);
         assert_eq!(
             f[0].message,
-            "refuted: attached_functions is created in this migration: nothing to lock, no rows"
+            "refuted: customer_addresses is created in this migration: nothing to lock, no rows"
         );
 
         // Existing but empty in the rehearsal: untested, still a warning.
         let mut a = applied();
         a.tables.insert(
-            "attached_functions".into(),
-            table("attached_functions", 0).1,
+            "customer_addresses".into(),
+            table("customer_addresses", 0).1,
         );
         let f = judge(4, &three(), &a, &Needs::unknown());
         assert_eq!(f[0].severity, Severity::Warn);
         assert!(f[0]
             .message
-            .contains("(untested: attached_functions held no rows"));
+            .contains("(untested: customer_addresses held no rows"));
         assert_eq!(f[0].evidence["verdict"], "untested");
 
         // The migration failed at its second statement: the third was not
@@ -791,7 +805,7 @@ ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
         a.failed_statement = Some(1);
         a.statements.truncate(2);
         a.statements[1].line = 2;
-        a.statements[1].excerpt = "ALTER TABLE attached_functions".into();
+        a.statements[1].excerpt = "ALTER TABLE customer_addresses".into();
         let f = judge(4, &three(), &a, &Needs::unknown());
         assert_eq!(
             f.iter().map(|f| f.severity).collect::<Vec<_>>(),
@@ -803,7 +817,7 @@ ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
             .contains("untested: not reached: the migration failed before it, at line 2"));
 
         // Rules the rehearsal does not measure stay plain warnings.
-        let ws = lint(FILE, "ALTER TABLE attached_functions DROP COLUMN name;");
+        let ws = lint(FILE, "ALTER TABLE customer_addresses DROP COLUMN name;");
         assert_eq!(rules(&ws), ["ban-drop-column"]);
         let f = judge(4, &ws, &applied(), &Needs::unknown());
         assert_eq!(
@@ -817,7 +831,7 @@ ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
     fn rejections_are_confirmed_by_a_failure_and_refuted_by_an_apply() {
         let ws = lint(
             FILE,
-            "SELECT 1;\nCREATE INDEX CONCURRENTLY i ON attached_functions (name);",
+            "SELECT 1;\nCREATE INDEX CONCURRENTLY i ON customer_addresses (name);",
         );
         // In file order: the statement, then its CONCURRENTLY.
         assert_eq!(
@@ -847,7 +861,7 @@ ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
 
         let ws = lint(
             FILE,
-            "ALTER TABLE attached_functions ADD COLUMN n bigint NOT NULL;",
+            "ALTER TABLE customer_addresses ADD COLUMN n bigint NOT NULL;",
         );
         assert_eq!(rules(&ws), ["adding-required-field"]);
         let f = judge(4, &ws, &applied(), &Needs::unknown());
@@ -855,7 +869,7 @@ ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
             (f[0].severity, f[0].message.as_str()),
             (
                 Severity::Info,
-                "refuted: applied on 10000 rows of attached_functions"
+                "refuted: applied on 10000 rows of customer_addresses"
             )
         );
     }

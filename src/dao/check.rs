@@ -1,6 +1,7 @@
-//! `dao`: the current DAO's behaviour on the final schema, on a fresh
-//! database built by the real migrations, through its Rust API
-//! (`rollsafe::dao::CurrentDao`, which runs `src/dao/current.sql`):
+//! `dao`: the shipped project's own check, declared by its current app's
+//! driver ([`crate::dao::shipped`]) and run by verify on the final schema,
+//! on a fresh database built by the real migrations, through the DAO's Rust
+//! API (`rollsafe::dao::CurrentDao`, which runs `src/dao/current.sql`):
 //!
 //! - phase 1 (`insert_not_ready`) leaves a row that the getters
 //!   (`get_by_id`, `get_by_name`, `list_by_collection`) hide and
@@ -17,18 +18,25 @@
 use postgres::Client;
 use uuid::Uuid;
 
+use crate::dao::shipped::request_with_new_collection;
 use crate::dao::{AttachRequest, CurrentDao};
 use crate::db;
 use crate::report::{Finding, Severity};
-use crate::verify::apps::request_with_new_collection;
+use crate::verify::apps::ProjectCheck;
 
 pub const CHECK: &str = "dao";
 pub const DESCRIPTION: &str =
     "two-phase create on the final schema: in-flight rows hidden, finish idempotent (also concurrently), retries reuse the row, never ready → not ready";
 
-/// Runs the scenario on the database at `url` when the app versions at the
-/// final schema include the current (two-phase) app; an operation that
-/// fails outright is an error finding.
+/// The check as the current app's driver declares it.
+pub const PROJECT_CHECK: ProjectCheck = ProjectCheck {
+    check: CHECK,
+    description: DESCRIPTION,
+    run,
+};
+
+/// Runs the scenario on the database at `url` (schema version `v`); an
+/// operation that fails outright is an error finding.
 pub fn run(v: i32, url: &str) -> Vec<Finding> {
     match scenario(url) {
         Ok(problems) if problems.is_empty() => vec![Finding::new(
@@ -52,7 +60,7 @@ pub fn run(v: i32, url: &str) -> Vec<Finding> {
             "operation-fails",
             Severity::Error,
             Some(v),
-            format!("the current DAO fails on V{v}: {}", crate::verify::replay::one_line(&e)),
+            format!("the current DAO fails on V{v}: {}", crate::errors::one_line(e.as_ref())),
         )
         .advice("the DAO's statements must match the final schema")],
     }

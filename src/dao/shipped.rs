@@ -1,0 +1,237 @@
+//! The shipped project as data: rollsafe's own migrations (`migrations/`,
+//! embedded by [`crate::catalog`]) and the attached-functions app versions,
+//! wired into `verify` and `check` through the mechanisms any project uses.
+//!
+//! - [`apps`]: the two app versions, `legacy` (one-phase create, needs V2)
+//!   and `current` (two-phase attach, needs V3): their statement sets are
+//!   the DAO's own files (`src/dao/legacy.sql`, `src/dao/current.sql`) and
+//!   their seeds `src/dao/seed/*.sql`, read like an `--apps DIR`. Each
+//!   carries a driver that calls the DAO's Rust API, so the cross-version
+//!   checks and the seeding exercise the code that ships.
+//! - The `dao` check ([`crate::dao::check`]), declared by the current app's
+//!   driver: verify runs it only when an app declaring it may run on the
+//!   final schema.
+//! - [`stuck_rows`]: `check`'s invariant that no two-phase create was
+//!   abandoned half-way (not-ready rows older than `--stuck-after`).
+//!
+//! Nothing in `src/verify` or `src/check.rs` names these apps or tables:
+//! another project brings its own statement sets and, if it wants, drivers
+//! and invariants of its own.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use postgres::Client;
+use uuid::Uuid;
+
+use crate::check::{Invariant, MAX_IDS};
+use crate::dao::{AttachRequest, CurrentDao, LegacyDao};
+use crate::report::{Finding, Severity};
+use crate::schema::Snapshot;
+use crate::verify::apps::{AppDriver, AppError, AppVersion, ProjectCheck};
+
+/// (statement set's source, its text, its bulk seed, its driver).
+fn embedded() -> [(&'static str, &'static str, &'static str, Arc<dyn AppDriver>); 2] {
+    [
+        (
+            "src/dao/legacy.sql",
+            crate::dao::LEGACY_SQL,
+            include_str!("seed/legacy.sql"),
+            Arc::new(LegacyDriver),
+        ),
+        (
+            "src/dao/current.sql",
+            crate::dao::CURRENT_SQL,
+            include_str!("seed/current.sql"),
+            Arc::new(CurrentDriver),
+        ),
+    ]
+}
+
+/// The shipped project's app versions, ordered by `needs`.
+pub fn apps() -> Result<Vec<AppVersion>, AppError> {
+    let mut apps = embedded()
+        .into_iter()
+        .map(|(src, text, seed, driver)| {
+            AppVersion::parse(src, text).map(|mut a| {
+                a.seed_sql = Some(seed.to_string());
+                a.driver = Some(driver);
+                a
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    apps.sort_by_key(|a| a.needs);
+    Ok(apps)
+}
+
+/// A request against a fresh input collection of its own (created here,
+/// as the collections side would), so scenarios never collide.
+pub fn request_with_new_collection(c: &mut Client, label: &str) -> anyhow::Result<AttachRequest> {
+    let collection = Uuid::new_v4();
+    let database = Uuid::new_v4();
+    c.execute(
+        "INSERT INTO collections (id, name, tenant_id, database_id) VALUES ($1, $2, 'rollsafe', $3)",
+        &[&collection, &format!("rollsafe_input_{label}_{collection}"), &database],
+    )?;
+    let function_id: Uuid = c
+        .query_one("SELECT id FROM functions ORDER BY name LIMIT 1", &[])?
+        .get(0);
+    Ok(AttachRequest {
+        name: format!("rollsafe_{label}"),
+        tenant_id: "rollsafe".into(),
+        database_id: database,
+        input_collection_id: collection,
+        output_collection_name: format!("rollsafe_{label}_output_{collection}"),
+        function_id,
+        function_params: serde_json::json!({}),
+        min_records_for_invocation: 100,
+    })
+}
+
+/// The input collections the list readers list by: a deterministic sample.
+fn sample_collections(c: &mut Client, n: i64) -> Result<Vec<Uuid>, postgres::Error> {
+    Ok(c.query(
+        "SELECT DISTINCT input_collection_id FROM attached_functions ORDER BY 1 LIMIT $1",
+        &[&n],
+    )?
+    .iter()
+    .map(|r| r.get(0))
+    .collect())
+}
+
+/// The legacy app: `rollsafe::dao::LegacyDao` (one-phase create).
+struct LegacyDriver;
+
+impl AppDriver for LegacyDriver {
+    fn create_complete(&self, c: &mut Client, label: &str) -> anyhow::Result<Uuid> {
+        let req = request_with_new_collection(c, label)?;
+        Ok(LegacyDao::new(c).create(&req)?)
+    }
+    fn begin_create(&self, _: &mut Client, _: &str) -> anyhow::Result<Option<Uuid>> {
+        Ok(None)
+    }
+    fn sees(&self, c: &mut Client, id: Uuid) -> anyhow::Result<bool> {
+        Ok(LegacyDao::new(c).get_by_id(id)?.is_some())
+    }
+    fn sample_groups(&self, c: &mut Client, n: i64) -> Result<Vec<Uuid>, postgres::Error> {
+        sample_collections(c, n)
+    }
+    fn list(&self, c: &mut Client, collection: Uuid) -> anyhow::Result<Vec<Uuid>> {
+        Ok(LegacyDao::new(c)
+            .list_by_collection(collection)?
+            .into_iter()
+            .map(|f| f.id)
+            .collect())
+    }
+}
+
+/// The current app: `rollsafe::dao::CurrentDao` (two-phase attach); it
+/// declares the `dao` check.
+struct CurrentDriver;
+
+impl AppDriver for CurrentDriver {
+    fn create_complete(&self, c: &mut Client, label: &str) -> anyhow::Result<Uuid> {
+        let req = request_with_new_collection(c, label)?;
+        Ok(CurrentDao::new(c).attach(&req)?.id)
+    }
+    fn begin_create(&self, c: &mut Client, label: &str) -> anyhow::Result<Option<Uuid>> {
+        let req = request_with_new_collection(c, label)?;
+        Ok(Some(CurrentDao::new(c).insert_not_ready(&req)?.attached.id))
+    }
+    fn sees(&self, c: &mut Client, id: Uuid) -> anyhow::Result<bool> {
+        Ok(CurrentDao::new(c).get_by_id(id)?.is_some())
+    }
+    fn sample_groups(&self, c: &mut Client, n: i64) -> Result<Vec<Uuid>, postgres::Error> {
+        sample_collections(c, n)
+    }
+    fn list(&self, c: &mut Client, collection: Uuid) -> anyhow::Result<Vec<Uuid>> {
+        Ok(CurrentDao::new(c)
+            .list_by_collection(collection)?
+            .into_iter()
+            .map(|f| f.id)
+            .collect())
+    }
+    fn final_check(&self) -> Option<ProjectCheck> {
+        Some(crate::dao::check::PROJECT_CHECK)
+    }
+}
+
+/// `check`'s invariant for the shipped project: not-ready attached
+/// functions older than `stuck_after` are two-phase creates that crashed
+/// and were never retried or swept.
+pub fn stuck_rows(stuck_after: Duration) -> Invariant {
+    Invariant {
+        describes: "no stuck not-ready attached functions",
+        run: Arc::new(move |c: &mut Client, live: &Snapshot| stuck_findings(c, live, stuck_after)),
+    }
+}
+
+fn stuck_findings(
+    client: &mut Client,
+    live: &Snapshot,
+    stuck_after: Duration,
+) -> Result<Vec<Finding>, postgres::Error> {
+    let has_readiness = live
+        .tables
+        .get("attached_functions")
+        .is_some_and(|t| t.columns.iter().any(|c| c.name == "is_ready"));
+    if !has_readiness {
+        return Ok(Vec::new());
+    }
+    let rows = client.query(
+        "SELECT id::text, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') \
+         FROM attached_functions \
+         WHERE NOT is_ready AND NOT is_deleted \
+           AND created_at < now() - make_interval(secs => $1) \
+         ORDER BY created_at",
+        &[&stuck_after.as_secs_f64()],
+    )?;
+    let bound = format!("{}s", stuck_after.as_secs());
+    Ok(vec![if rows.is_empty() {
+        Finding::new(
+            "invariants",
+            "no-stuck-rows",
+            Severity::Info,
+            None,
+            format!("no attached function has been not ready for longer than {bound}"),
+        )
+        .evidence("stuck_after_s", stuck_after.as_secs())
+    } else {
+        let ids: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        let oldest: String = rows[0].get(1);
+        Finding::new(
+            "invariants",
+            "stuck-not-ready",
+            Severity::Warn,
+            None,
+            format!(
+                "{} attached function(s) not ready for longer than {bound} (oldest created {oldest} UTC): {}",
+                ids.len(),
+                ids.iter().take(MAX_IDS).cloned().collect::<Vec<_>>().join(", ")
+            ),
+        )
+        .evidence("stuck", ids.len())
+        .evidence("ids", ids.into_iter().take(MAX_IDS).collect::<Vec<_>>())
+        .evidence("stuck_after_s", stuck_after.as_secs())
+        .advice("these creates crashed between phases: retry the attach (it resumes) or retire them with the DAO's sweep_stuck")
+    }])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apps_declare_their_windows_and_drivers() {
+        let apps = apps().unwrap();
+        let windows: Vec<(&str, i32)> = apps.iter().map(|a| (a.name.as_str(), a.needs)).collect();
+        assert_eq!(windows, [("legacy", 2), ("current", 3)]);
+        assert!(apps.iter().all(|a| a.driver.is_some()));
+        let declaring: Vec<&str> = apps
+            .iter()
+            .filter(|a| a.driver.as_ref().is_some_and(|d| d.final_check().is_some()))
+            .map(|a| a.name.as_str())
+            .collect();
+        assert_eq!(declaring, ["current"]);
+    }
+}
