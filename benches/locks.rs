@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use rollsafe::catalog::Catalog;
-use rollsafe::dao::shipped::apps as embedded_apps;
+use rollsafe::dao::shipped;
 use rollsafe::lock_policy::LockPolicy;
 use rollsafe::migrate::{self, Options};
 use rollsafe::sandbox::{Database, Sandbox, SandboxBuilder};
@@ -44,7 +44,7 @@ fn database(sandbox: &Sandbox, version: i32, rows: u64) -> Database {
     };
     migrate::migrate(db.url(), &catalog, &options).expect("migrate");
     if rows > 0 {
-        let apps = embedded_apps().expect("apps");
+        let apps = shipped::apps().expect("apps");
         let legacy: Vec<_> = apps.iter().filter(|a| a.name == "legacy").collect();
         let mut c = db.connect().expect("connect");
         seed::seed(&mut c, &legacy, rows).expect("seed");
@@ -53,7 +53,7 @@ fn database(sandbox: &Sandbox, version: i32, rows: u64) -> Database {
 }
 
 fn stall_behind_long_transaction(sandbox: &Sandbox) {
-    let apps = embedded_apps().expect("apps");
+    let apps = shipped::apps().expect("apps");
     let legacy = apps.iter().find(|a| a.name == "legacy").expect("legacy");
     let v3 = Catalog::embedded()
         .expect("catalog")

@@ -25,7 +25,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rollsafe::catalog::Catalog;
-use rollsafe::dao::shipped::apps as embedded_apps;
+use rollsafe::dao::shipped;
 use rollsafe::sandbox::SandboxBuilder;
 use rollsafe::verify::{seed, DEFAULT_ROWS};
 
@@ -45,7 +45,7 @@ fn floor_of(catalog: &Catalog, rows: u64) -> Duration {
         .expect("sandbox");
     let db = sandbox.fresh_database().expect("database");
     let mut c = db.connect().expect("connect");
-    let apps = embedded_apps().expect("apps");
+    let apps = shipped::apps().expect("apps");
     let mut prev = 0;
     let mut seeded = false;
     for m in catalog.migrations() {

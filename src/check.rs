@@ -39,9 +39,7 @@ use crate::migrate::{self, State};
 use crate::report::{CheckRun, Finding, Report, Severity};
 use crate::sandbox::{SandboxBuilder, SandboxError};
 use crate::schema::Snapshot;
-
-/// How many ids a finding lists before it only counts.
-pub const MAX_IDS: usize = 20;
+use crate::validity::{self, MAX_IDS};
 
 /// A rule a project adds to the `invariants` check: it reads the live
 /// database (a read-only session) and its schema and says what it found.
@@ -192,7 +190,7 @@ impl Check {
             })?;
             report.findings.extend(found);
         }
-        report.findings.extend(crate::validity::findings(
+        report.findings.extend(validity::findings(
             "invariants",
             &live,
             status.current,
@@ -303,18 +301,13 @@ impl Check {
                     ));
                     continue;
                 }
-                // The predicate comes from the migration file (trusted, like
-                // the migration's own SQL); the session is read-only anyway.
-                let sql = format!(
-                    "SELECT id::text FROM {} WHERE created_at < $1::text::timestamptz \
-                     AND NOT coalesce(({predicate}), false) ORDER BY created_at",
-                    db::quote_ident(table)
-                );
-                let rows = client.query(&sql, &[&applied_on]).map_err(|e| {
-                    CheckError::sql(format!("checking `{predicate}` on {table}"), &e)
-                })?;
-                let ids: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
-                out.push(if ids.is_empty() {
+                let count =
+                    validity::backfill_violations(client, table, predicate, Some(&applied_on))
+                        .map_err(|e| {
+                            CheckError::sql(format!("checking `{predicate}` on {table}"), &e)
+                        })?;
+                let ids = count.examples;
+                out.push(if count.violating == 0 {
                     Finding::new(
                         "invariants",
                         "backfill-holds",
@@ -329,9 +322,13 @@ impl Check {
                         "backfill-violated",
                         Severity::Error,
                         Some(m.version),
-                        format!("{} {table} row(s) created before {m} was applied violate `{predicate}` (e.g. {})", ids.len(), ids[0]),
+                        format!(
+                            "{} {table} row(s) created before {m} was applied violate `{predicate}`{}",
+                            count.violating,
+                            ids.first().map(|id| format!(" (e.g. {id})")).unwrap_or_default()
+                        ),
                     )
-                    .evidence("violating", ids.len())
+                    .evidence("violating", count.violating)
                     .evidence("ids", ids.iter().take(MAX_IDS).cloned().collect::<Vec<_>>())
                     .evidence("applied_on", applied_on.clone())
                     .advice("these rows are invisible to readers that rely on the backfill; find what changed them (a manual UPDATE, an app writing the wrong value) and correct them")

@@ -74,8 +74,9 @@ fn server_message(e: &postgres::Error) -> String {
     }
 }
 
-/// Runs of whitespace (newlines included) become one space.
-pub(crate) fn collapse(s: &str) -> String {
+/// Runs of whitespace (newlines included) become one space: any text on
+/// one line.
+pub fn collapse(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 

@@ -191,8 +191,7 @@ impl std::str::FromStr for FormatArg {
 
 /// An error that means "could not run" (exit 2) rather than "found problems".
 fn could_not_run(e: anyhow::Error) -> ExitCode {
-    eprintln!("rollsafe: error: {e:#}");
-    ExitCode::from(2)
+    fail(2, &rollsafe::errors::one_line(e.as_ref()))
 }
 
 /// `--since`'s version (or `since` of rollsafe.toml) as rollsafe's version
@@ -559,7 +558,7 @@ fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     }
     // The shipped project's own invariant goes with its migrations; another
     // project's (--migrations DIR) does not have its tables.
-    let shipped = matches!(catalog.source, rollsafe::catalog::Source::Embedded);
+    let shipped = rollsafe::dao::shipped::owns(&catalog);
     let mut audit = rollsafe::check::Check::new(catalog, builder);
     if shipped {
         audit = audit.invariant(rollsafe::dao::shipped::stuck_rows(args.stuck_after));
@@ -588,11 +587,7 @@ fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
 
 /// Prints a one-line error and returns `code`.
 fn fail(code: u8, e: &dyn std::fmt::Display) -> ExitCode {
-    let line = e
-        .to_string()
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ");
+    let line = rollsafe::errors::collapse(&e.to_string());
     eprintln!("rollsafe: error: {line}");
     ExitCode::from(code)
 }

@@ -1,14 +1,91 @@
-//! Invalid indexes and NOT VALID constraints: one judgement, made by
-//! `verify`'s `post` check on the rehearsed final schema and by `check`'s
-//! `invariants` on a live database, so both say the same thing the same way.
+//! What `verify` and `check` both judge, measured once: invalid indexes
+//! and NOT VALID constraints (`verify`'s `post` check on the rehearsed final
+//! schema, `check`'s `invariants` on a live database, same findings), and
+//! the rows that break a migration's `-- rollsafe:backfill` promise
+//! ([`backfill_violations`]: `verify`'s `backfill` right after the
+//! migration, `check`'s `invariants` on the rows that predate it).
 //!
 //! An invalid index (`pg_index.indisvalid` false) is what a failed
 //! `CREATE INDEX CONCURRENTLY` leaves: it slows every write and serves no
 //! read. A constraint added `NOT VALID` and never validated
 //! (`pg_constraint.convalidated` false) does not vouch for existing rows.
 
+use postgres::Client;
+
+use crate::db::quote_ident;
 use crate::report::{Finding, Severity};
 use crate::schema::Snapshot;
+
+/// How many example ids a finding lists before it only counts.
+pub const MAX_IDS: usize = 20;
+
+/// The rows of a table measured against a `-- rollsafe:backfill` promise.
+#[derive(Debug, Clone, Default)]
+pub struct BackfillCount {
+    /// Rows in scope.
+    pub rows: i64,
+    /// Rows in scope for which the predicate is not true (NULL counts as
+    /// broken: a reader filtering on it would not see the row).
+    pub violating: i64,
+    /// Up to [`MAX_IDS`] violating rows' `id` values, oldest first when the
+    /// table has `created_at`; empty when the table has no `id` column.
+    pub examples: Vec<String>,
+}
+
+/// Counts the rows of `table` that break `predicate`: every row, or with
+/// `created_before` (a timestamp; the table then needs `created_at`) only
+/// the rows created before it, as on a live database where later rows are
+/// the apps' own business. The predicate comes from the migration file,
+/// trusted like the migration's SQL.
+pub fn backfill_violations(
+    c: &mut Client,
+    table: &str,
+    predicate: &str,
+    created_before: Option<&str>,
+) -> Result<BackfillCount, postgres::Error> {
+    let t = quote_ident(table);
+    let scope = if created_before.is_some() {
+        "WHERE created_at < $1::text::timestamptz"
+    } else {
+        "WHERE true"
+    };
+    let params: Vec<&(dyn postgres::types::ToSql + Sync)> = match &created_before {
+        Some(ts) => vec![ts],
+        None => Vec::new(),
+    };
+    let row = c.query_one(
+        &format!(
+            "SELECT count(*), count(*) FILTER (WHERE NOT COALESCE(({predicate}), false)) FROM {t} {scope}"
+        ),
+        &params,
+    )?;
+    let (rows, violating): (i64, i64) = (row.get(0), row.get(1));
+    let mut examples = Vec::new();
+    if violating > 0 {
+        // The row's `id` through jsonb: no error for a table without one.
+        let order = if created_before.is_some() {
+            "ORDER BY created_at"
+        } else {
+            ""
+        };
+        examples = c
+            .query(
+                &format!(
+                    "SELECT to_jsonb({t}.*) ->> 'id' FROM {t} {scope} \
+                     AND NOT COALESCE(({predicate}), false) {order} LIMIT {MAX_IDS}"
+                ),
+                &params,
+            )?
+            .iter()
+            .filter_map(|r| r.get::<_, Option<String>>(0))
+            .collect();
+    }
+    Ok(BackfillCount {
+        rows,
+        violating,
+        examples,
+    })
+}
 
 /// Findings on `live` for `check` at `version`: an info line when all is
 /// well, an error naming each invalid index or unvalidated constraint

@@ -24,10 +24,11 @@ use std::time::Duration;
 use postgres::Client;
 use uuid::Uuid;
 
-use crate::check::{Invariant, MAX_IDS};
+use crate::check::Invariant;
 use crate::dao::{AttachRequest, CurrentDao, LegacyDao};
 use crate::report::{Finding, Severity};
 use crate::schema::Snapshot;
+use crate::validity::MAX_IDS;
 use crate::verify::apps::{AppDriver, AppError, AppVersion, ProjectCheck};
 
 /// (statement set's source, its text, its bulk seed, its driver).
@@ -46,6 +47,23 @@ fn embedded() -> [(&'static str, &'static str, &'static str, Arc<dyn AppDriver>)
             Arc::new(CurrentDriver),
         ),
     ]
+}
+
+/// Whether `catalog` is the shipped project: its embedded migrations, or a
+/// directory that starts with the same first migration (a proposed change
+/// to it, rehearsed with `--migrations DIR`). Another project's directory
+/// gets none of the shipped apps or invariants.
+pub fn owns(catalog: &crate::catalog::Catalog) -> bool {
+    if matches!(catalog.source, crate::catalog::Source::Embedded) {
+        return true;
+    }
+    let Ok(embedded) = crate::catalog::Catalog::embedded() else {
+        return false;
+    };
+    match (catalog.migrations().first(), embedded.migrations().first()) {
+        (Some(a), Some(b)) => a.file == b.file && a.checksum == b.checksum,
+        _ => false,
+    }
 }
 
 /// The shipped project's app versions, ordered by `needs`.

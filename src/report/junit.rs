@@ -7,9 +7,9 @@ use quick_junit::{NonSuccessKind, Property, TestCase, TestCaseStatus, TestSuite}
 
 use super::{Report, Severity};
 
-fn case_name(check: &str, migration: Option<i32>) -> String {
+fn case_name(report: &Report, check: &str, migration: Option<i32>) -> String {
     match migration {
-        Some(v) => format!("{check} V{v}"),
+        Some(v) => format!("{check} {}", report.label(v)),
         None => check.to_string(),
     }
 }
@@ -95,7 +95,7 @@ pub fn render_junit(report: &Report) -> String {
                 );
                 s
             };
-            let mut case = TestCase::new(case_name(check, *migration), status);
+            let mut case = TestCase::new(case_name(report, check, *migration), status);
             case.set_classname(format!("rollsafe.{check}"));
             if !description.is_empty() {
                 case.add_property(Property::new("description", description.clone()));

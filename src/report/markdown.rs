@@ -208,8 +208,8 @@ fn statements_section(report: &Report, budget: &mut Budget) -> String {
     if opened {
         'migrations: for m in migrations {
             let header = format!(
-                "\n**V{}** {}\n\n| line | statement | new locks | at 0 rows | at {} rows | rows touched |\n|---:|---|---|---:|---:|---:|\n",
-                m.version,
+                "\n**{}** {}\n\n| line | statement | new locks | at 0 rows | at {} rows | rows touched |\n|---:|---|---|---:|---:|---:|\n",
+                report.label(m.version),
                 code(&m.path),
                 report.rows
             );

@@ -43,7 +43,7 @@ fn render_statement_tables(out: &mut String, report: &Report) {
         report.rows
     );
     for m in with_rows {
-        let _ = writeln!(out, "  V{} {}", m.version, m.path);
+        let _ = writeln!(out, "  {} {}", report.label(m.version), m.path);
         for s in &m.statements {
             let excerpt: String = if s.excerpt.chars().count() > 44 {
                 s.excerpt.chars().take(43).collect::<String>() + "…"
@@ -81,7 +81,7 @@ pub fn render_text(report: &Report) -> String {
             .migrations
             .iter()
             .filter(|m| !report.applied_only.contains(&m.version))
-            .map(|m| format!("V{}", m.version))
+            .map(|m| report.label(m.version))
             .collect();
         let how = match &report.base {
             Some(_) => "already applied on the target",
@@ -89,12 +89,14 @@ pub fn render_text(report: &Report) -> String {
         };
         let _ = writeln!(
             out,
-            "  rehearsed:  {} (V{first}..V{last} {how})",
+            "  rehearsed:  {} ({}..{} {how})",
             if rehearsed.is_empty() {
                 "nothing".to_string()
             } else {
                 rehearsed.join(", ")
-            }
+            },
+            report.label(*first),
+            report.label(*last)
         );
     }
     if let Some(base) = &report.base {
@@ -106,8 +108,10 @@ pub fn render_text(report: &Report) -> String {
             .iter()
             .map(|a| {
                 format!(
-                    "{} (needs V{}, {} statements)",
-                    a.name, a.needs, a.statements
+                    "{} (needs {}, {} statements)",
+                    a.name,
+                    report.label(a.needs),
+                    a.statements
                 )
             })
             .collect();
@@ -133,8 +137,8 @@ pub fn render_text(report: &Report) -> String {
                 .migrations
                 .iter()
                 .find(|m| m.version == v)
-                .map(|m| format!("V{v} {}", m.file))
-                .unwrap_or_else(|| format!("V{v}")),
+                .map(|m| format!("{} {}", report.label(v), m.file))
+                .unwrap_or_else(|| report.label(v)),
             None => "whole run".to_string(),
         };
         let _ = writeln!(out, "\n{title}");

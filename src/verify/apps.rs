@@ -16,7 +16,7 @@
 //! Besides the embedded sets, a project's apps are read from a directory
 //! (`--apps DIR`, [`load_dir`]): every `*.sql` there is a statement set,
 //! and `<app>.seed.sql` next to it, if any, seeds rows the way that app
-//! writes them (`{rows}` is the row count, as in `src/verify/seed/*.sql`).
+//! writes them (`{rows}` is the row count, as in `src/dao/seed/*.sql`).
 //!
 //! The shipped project's apps are the same data, embedded
 //! ([`crate::dao::shipped`]): statement sets, seeds, and drivers that call

@@ -164,9 +164,16 @@ impl Verify {
                 }
             }
         };
+        // The shipped project's apps go with its migrations; another
+        // project's run replays the apps it is given (`apps`), if any.
+        let apps = if crate::dao::shipped::owns(&catalog) {
+            crate::dao::shipped::apps()?
+        } else {
+            Vec::new()
+        };
         Ok(Verify {
             catalog,
-            apps: crate::dao::shipped::apps()?,
+            apps,
             rows: DEFAULT_ROWS,
             lock_policy: LockPolicy::default(),
             stall_budget: locks::STALL_BUDGET,
@@ -951,12 +958,17 @@ impl Run<'_> {
             // its V{prev-1}) is the starting point: a copy of it with that
             // migration applied holds the rows written before, migrated as
             // production's are; only apps that start running now add rows.
+            // A project with no apps at all (migrations alone) is seeded
+            // by the catalogue generator, so rewrites and locks have rows;
+            // afresh each time, so tables the previous migration created
+            // get rows too.
+            let generate_only = self.v.apps.is_empty() && prev > 0;
             let reused = if live.is_empty() {
                 None
             } else {
                 self.reuse_seeded(staged.last(), &migrations)?
             };
-            let seeded = if live.is_empty() {
+            let seeded = if live.is_empty() && !generate_only {
                 None
             } else {
                 let (seeded, carried, writers): (Database, i64, Vec<&AppVersion>) = match reused {
@@ -971,7 +983,10 @@ impl Run<'_> {
                     None => (self.clone_db(&empty_prev)?, 0, live.clone()),
                 };
                 let rows = if carried > 0 {
-                    self.v.rows * writers.len() as u64 / live.len() as u64
+                    // Only apps that start running now add rows.
+                    (self.v.rows * writers.len() as u64)
+                        .checked_div(live.len() as u64)
+                        .unwrap_or(0)
                 } else {
                     self.v.rows
                 };
@@ -981,7 +996,11 @@ impl Run<'_> {
                     format!("V{v}: seeding {rows} rows at V{prev}")
                 });
                 let mut c = step("connecting", seeded.connect())?;
-                let s = step("seeding", seed::seed(&mut c, &writers, rows))?;
+                let s = if generate_only {
+                    step("seeding", seed::generate_only(&mut c, rows))?
+                } else {
+                    step("seeding", seed::seed(&mut c, &writers, rows))?
+                };
                 if let Some((app, e)) = s.failed.first() {
                     stopped = Some(vec![compat::live_app_cannot_write(prev, v, app, e)]);
                     break;

@@ -37,6 +37,18 @@ pub struct Seeded {
     pub failed: Vec<(String, String)>,
 }
 
+/// A project without apps: `rows` rows per table generated from the
+/// catalogue (none when `rows` is 0: a rehearsal that carries the rows of
+/// the previous one adds none).
+pub fn generate_only(c: &mut Client, rows: u64) -> anyhow::Result<Seeded> {
+    let mut out = Seeded::default();
+    if rows > 0 {
+        out.generated = Some(generate::seed(c, &RowCounts::new(rows), &[])?);
+        c.batch_execute("ANALYZE")?;
+    }
+    Ok(out)
+}
+
 /// Seeds `rows` rows split between `live` apps.
 pub fn seed(c: &mut Client, live: &[&AppVersion], rows: u64) -> anyhow::Result<Seeded> {
     let mut out = Seeded::default();

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use anyhow::ensure;
 use postgres::Client;
-use rollsafe::dao::shipped::apps as embedded_apps;
+use rollsafe::dao::shipped;
 use rollsafe::verify::apps::AppVersion;
 use rollsafe::verify::generate::{self, Generated, RowCounts};
 
@@ -408,7 +408,7 @@ fn shipped_schema_is_seeded_with_the_apps_writes(env: &TestEnv) -> anyhow::Resul
     let mut c = db.connect()?;
     let history = table_rows(&mut c, "refinery_schema_history")?;
     let functions_before = table_rows(&mut c, "functions")?;
-    let apps = embedded_apps()?;
+    let apps = shipped::apps()?;
     let live: Vec<&AppVersion> = apps.iter().collect();
     let n = 500;
     let g = generate::seed(&mut c, &RowCounts::new(n), &live)?;

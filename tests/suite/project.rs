@@ -62,6 +62,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             forum_without_seed_files_passes_on_generated_rows,
             the_generator_seeds_every_table_of_both_fixture_schemas,
             a_seed_that_cannot_run_twice_is_a_warning_that_says_why,
+            migrations_alone_are_seeded_by_the_generator_and_judged,
         ]
     );
     trials.extend(preloaded);
@@ -149,6 +150,13 @@ fn bare_verify_reads_rollsafe_toml_and_flags_override_it(_: &TestEnv) -> anyhow:
     ensure!(
         !stdout.contains("20240101120000_notes.sql"),
         "since = 20240101120000 rehearses only what comes after it: {stdout}"
+    );
+    // The report names migrations as the project does, not by rollsafe's
+    // ordinals.
+    ensure!(
+        stdout.contains("rehearsed:  20240201120000 (20240101120000..20240101120000")
+            && !stdout.contains("V2"),
+        "versions are not the project's labels: {stdout}"
     );
 
     // A flag wins over the file: --migrations, --layout and --since from
@@ -825,6 +833,49 @@ fn migrations_with(project: &str, last: Option<&str>) -> anyhow::Result<tempfile
     Ok(dir)
 }
 
+/// Another project's migrations without any app (no `--apps`): none of the
+/// shipped apps is replayed on them, the generator seeds their tables, so
+/// a blocking index build is measured and caught, and the correct
+/// migrations before it pass.
+fn migrations_alone_are_seeded_by_the_generator_and_judged(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    write(
+        dir.path(),
+        &[
+            (
+                "V1__notes.sql",
+                "CREATE TABLE notes (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, body text NOT NULL);",
+            ),
+            (
+                "V2__notes_pinned.sql",
+                "ALTER TABLE notes ADD COLUMN pinned boolean NOT NULL DEFAULT false;",
+            ),
+            ("V3__notes_body.sql", "CREATE INDEX notes_body ON notes (body);"),
+        ],
+    )?;
+    let r = Verify::new(Catalog::from_dir(dir.path())?)?
+        .rows(PROJECT_ROWS)
+        .run(&env.sandbox)?;
+    ensure!(r.apps.is_empty(), "apps replayed: {:?}", r.apps);
+    expect_no_error_before(&r, 3)?;
+    expect_error(&r, 3, "locks.blocking-index-build")?;
+    let seeded = r
+        .findings
+        .iter()
+        .find(|f| f.id == "apply.applies" && f.migration == Some(2))
+        .and_then(|f| f.evidence.get("rows"))
+        .and_then(|v| v.as_i64());
+    ensure!(
+        seeded == Some(PROJECT_ROWS as i64),
+        "V2 was not applied on generated rows: {seeded:?}"
+    );
+    ensure!(
+        !r.checks.iter().any(|c| c.check == "dao"),
+        "the shipped project's dao check ran on another project"
+    );
+    Ok(())
+}
+
 /// Rehearses `migrations` with the apps of `apps_dir`, through the library
 /// (what `rollsafe verify --migrations DIR --apps DIR` runs).
 fn rehearse_with(env: &TestEnv, migrations: &Path, apps_dir: &Path) -> anyhow::Result<Report> {
@@ -879,6 +930,11 @@ fn expect_clean(r: &Report) -> anyhow::Result<()> {
         .map(|f| format!("V{}:{}: {}", f.migration.unwrap_or(0), f.id, f.message))
         .collect();
     ensure!(warnings.is_empty(), "warnings: {warnings:#?}");
+    // The shipped project's own check runs for it alone.
+    ensure!(
+        !r.checks.iter().any(|c| c.check == "dao"),
+        "the shipped project's dao check ran on another project"
+    );
     // The last migration was applied on rows the apps (or the generator)
     // wrote: the pass is measured, not vacuous.
     let latest = r.findings.iter().filter_map(|f| f.migration).max();

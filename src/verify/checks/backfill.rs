@@ -17,7 +17,6 @@ use postgres::Client;
 use uuid::Uuid;
 
 use crate::catalog::Migration;
-use crate::db::quote_ident;
 use crate::report::{Finding, Severity};
 
 pub const CHECK: &str = "backfill";
@@ -29,11 +28,7 @@ pub const DESCRIPTION: &str =
 pub fn check_directives(c: &mut Client, m: &Migration) -> Vec<Finding> {
     let mut out = Vec::new();
     for (table, predicate) in m.backfills() {
-        let sql = format!(
-            "SELECT count(*), count(*) FILTER (WHERE NOT COALESCE(({predicate}), false)) FROM {}",
-            quote_ident(table)
-        );
-        match c.query_one(&sql, &[]) {
+        match crate::validity::backfill_violations(c, table, predicate, None) {
             Err(e) => out.push(
                 Finding::new(
                     CHECK,
@@ -47,8 +42,8 @@ pub fn check_directives(c: &mut Client, m: &Migration) -> Vec<Finding> {
                 )
                 .advice("the directive is `-- rollsafe:backfill <table> <SQL predicate over its columns>`"),
             ),
-            Ok(row) => {
-                let (rows, bad): (i64, i64) = (row.get(0), row.get(1));
+            Ok(count) => {
+                let (rows, bad) = (count.rows, count.violating);
                 let f = if bad > 0 {
                     Finding::new(
                         CHECK,
