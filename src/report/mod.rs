@@ -519,7 +519,10 @@ pub(crate) fn sample_report() -> Report {
 
 /// `text` with every `V<n>` token (not part of a longer word) that names a
 /// migration in `labels` written as that migration's label.
-fn relabel_text(text: &str, labels: &BTreeMap<i32, String>) -> String {
+pub(crate) fn relabel_text(text: &str, labels: &BTreeMap<i32, String>) -> String {
+    if labels.is_empty() {
+        return text.to_string();
+    }
     let word = |c: char| c.is_alphanumeric() || c == '_';
     let chars: Vec<char> = text.chars().collect();
     let mut out = String::with_capacity(text.len());

@@ -260,9 +260,19 @@ impl Verify {
     }
 
     fn say(&self, s: &str) {
+        // Progress names migrations as the project does (`V3` is
+        // rollsafe's ordinal; a sqlx project knows `20240101120000`).
+        let labels: BTreeMap<i32, String> = self
+            .catalog
+            .migrations()
+            .iter()
+            .filter(|m| m.label != format!("V{}", m.version))
+            .map(|m| (m.version, m.label.clone()))
+            .collect();
+        let s = crate::report::relabel_text(s, &labels);
         log::info!("{s}");
         if let Some(p) = &self.progress {
-            p(s);
+            p(&s);
         }
     }
 
