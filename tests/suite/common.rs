@@ -7,6 +7,8 @@
 //! per backend present on the machine.
 
 use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use libtest_mimic::{Failed, Trial};
 use rollsafe::sandbox::{Database, Sandbox, SandboxBuilder};
@@ -20,13 +22,15 @@ impl TestEnv {
     /// Starts the run's sandbox; a suite that cannot get one fails loudly.
     pub fn start() -> TestEnv {
         let builder = SandboxBuilder::from_env().expect("ROLLSAFE_POSTGRES is invalid");
+        let started = Instant::now();
         let sandbox = builder
             .start()
             .unwrap_or_else(|e| panic!("test suite: no sandbox: {e}"));
         eprintln!(
-            "test suite: sandbox = {} ({})",
+            "test suite: sandbox = {} ({}), started in {:.1}s",
             sandbox.describe(),
-            sandbox.server_version().unwrap_or_default()
+            sandbox.server_version().unwrap_or_default(),
+            started.elapsed().as_secs_f64()
         );
         TestEnv { sandbox, builder }
     }
@@ -58,8 +62,9 @@ pub fn trials(module: &str, env: &std::sync::Arc<TestEnv>, tests: &[(&str, TestF
         .iter()
         .map(|&(name, f)| {
             let env = std::sync::Arc::clone(env);
-            Trial::test(format!("{module}::{name}"), move || {
-                f(&env).map_err(|e| Failed::from(format!("{e:#}")))
+            let name = format!("{module}::{name}");
+            Trial::test(name.clone(), move || {
+                timed(&name, || f(&env)).map_err(|e| Failed::from(format!("{e:#}")))
             })
         })
         .collect()
@@ -164,4 +169,59 @@ pub fn history(c: &mut postgres::Client) -> anyhow::Result<Vec<i32>> {
     .iter()
     .map(|r| r.get(0))
     .collect())
+}
+
+/// How long each test that ran took, for the run's closing summary.
+static DURATIONS: Mutex<Vec<(String, Duration)>> = Mutex::new(Vec::new());
+
+/// Runs one test's body and records how long it took (pass or fail).
+pub fn timed<T>(name: &str, body: impl FnOnce() -> T) -> T {
+    let started = Instant::now();
+    let result = body();
+    let took = started.elapsed();
+    DURATIONS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((name.to_string(), took));
+    result
+}
+
+/// Prints the `n` slowest tests of the run and the time all tests took
+/// together (more than the wall time when they run in parallel), so every
+/// run says where its time went.
+pub fn print_slowest(n: usize) {
+    let mut all = DURATIONS.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if all.is_empty() {
+        return;
+    }
+    all.sort_by(|a, b| b.1.cmp(&a.1));
+    let total: Duration = all.iter().map(|(_, d)| *d).sum();
+    eprintln!(
+        "test suite: {} tests took {:.0}s together; the {} slowest:",
+        all.len(),
+        total.as_secs_f64(),
+        n.min(all.len())
+    );
+    for (name, took) in all.iter().take(n) {
+        eprintln!("  {:>7.1}s  {name}", took.as_secs_f64());
+    }
+}
+
+/// Which tests a run of the suite takes (`ROLLSAFE_SUITE`):
+/// - `all` (the default): every test;
+/// - `contract`: only the sandbox contract (start, connect, databases,
+///   majors, leftovers, TLS), the part that differs between backends.
+///   `ci/test.sh` runs everything once on the default backend and the
+///   contract on every other backend present: the rest talks to a database
+///   through the same `Database` handle whichever backend made it.
+pub fn in_scope(test_name: &str) -> bool {
+    match std::env::var("ROLLSAFE_SUITE").as_deref() {
+        Ok("contract") => is_sandbox_contract(test_name),
+        Ok("all") | Err(_) => true,
+        Ok(other) => panic!("ROLLSAFE_SUITE={other}: expected `all` or `contract`"),
+    }
+}
+
+fn is_sandbox_contract(test_name: &str) -> bool {
+    test_name.starts_with("sandbox::") || test_name == "migrate::tls_sslmodes_are_honoured"
 }

@@ -34,7 +34,10 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
     let env = Arc::clone(env);
     trials.push(
         libtest_mimic::Trial::test("generate::hundred_thousand_rows_per_table", move || {
-            hundred_thousand_rows_per_table(&env).map_err(|e| format!("{e:#}").into())
+            crate::common::timed("generate::hundred_thousand_rows_per_table", || {
+                hundred_thousand_rows_per_table(&env)
+            })
+            .map_err(|e| format!("{e:#}").into())
         })
         .with_ignored_flag(true),
     );

@@ -34,7 +34,9 @@ fn main() {
     trials.extend(generate::tests(&env));
     trials.extend(project::tests(&env));
     trials.extend(no_transaction::tests(&env));
+    trials.retain(|t| common::in_scope(t.name()));
     let conclusion = libtest_mimic::run(&args, trials);
+    common::print_slowest(10);
     // Drop the shared server before exiting (exit skips destructors).
     drop(env);
     conclusion.exit();

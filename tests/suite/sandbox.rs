@@ -55,7 +55,8 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
         trials.push(Trial::ignorable_test(
             format!("sandbox::postgres_{major}_sandbox_runs_postgres_{major}"),
             move || {
-                requested_major_runs_that_major(&env, major)
+                let name = format!("sandbox::postgres_{major}_sandbox_runs_postgres_{major}");
+                crate::common::timed(&name, || requested_major_runs_that_major(&env, major))
                     .map_err(|e| Failed::from(format!("{e:#}")))
             },
         ));

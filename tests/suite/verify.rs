@@ -1265,7 +1265,7 @@ fn per_major_trials(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
                 if let Some(reason) = major_test_ignored(env.sandbox.kind(), majors) {
                     return Ok(libtest_mimic::Completion::ignored_with(reason));
                 }
-                f(&env, majors)
+                crate::common::timed(name, || f(&env, majors))
                     .map(|()| libtest_mimic::Completion::Completed)
                     .map_err(|e| format!("{e:#}").into())
             })
