@@ -3,19 +3,26 @@
 #
 # 1. installs what the tests need when it is missing (PostgreSQL 15
 #    binaries, OpenSSL headers) - as root via apt, as on CI machines;
-# 2. unit tests;
-# 3. the integration suite (tests/suite) once per backend present:
-#    - docker, when a Docker engine answers: the image is located, pulled or
-#      built (ci/build-postgres-image.sh); a failing docker run fails the
-#      whole run - no silent fallback to local binaries;
-#    - local, when PostgreSQL binaries are installed;
-# 4. when a Docker engine answers: `rollsafe verify` (the embedded
-#    migrations) on each PostgreSQL major production runs (13, 15, 17, 18),
-#    their images located, pulled or built (ci/build-postgres-image.sh);
-# 5. checks that the tests left nothing behind (containers, servers, data
+# 2. builds, and meanwhile (when a Docker engine answers) prepares the
+#    server images of every major production runs (13, 15, 17, 18): located,
+#    pulled or built (ci/build-postgres-image.sh), timed as a stage of its own;
+# 3. unit tests;
+# 4. the integration suite (tests/suite) in full once, on the default
+#    backend (docker when an engine answers, else local binaries); a failing
+#    docker run fails the whole run - no silent fallback;
+# 5. the sandbox contract (ROLLSAFE_SUITE=contract: start, connect,
+#    databases, majors, leftovers, TLS) on every other backend present: the
+#    rest of the suite talks to a database through the same handle whichever
+#    backend made it, so running it twice proves nothing new;
+# 6. when a Docker engine answers: `rollsafe verify` (the embedded
+#    migrations) on each PostgreSQL major production runs, two at a time;
+# 7. the install checks (ci/test-install.sh: crate package, image, CI
+#    templates, pre-commit hook) when that script exists;
+# 8. checks that the tests left nothing behind (containers, servers, data
 #    directories), then removes anything a crash may have left.
 #
-# Every stage prints how long it took: `[ci/test.sh] <stage> took Ns`.
+# Every stage prints how long it took: `[ci/test.sh] <stage> took Ns`; the
+# run ends with every stage's time and the ten slowest tests.
 # Extra arguments go to the test harness (e.g. a name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,13 +32,29 @@ say() { echo "[ci/test.sh] $*"; }
 # Runs a stage (a command) and prints how long it took, also when it fails;
 # returns the command's status. The command runs as a condition, so run
 # commands here, not shell functions that rely on `set -e`.
+STAGE_TIMES=()
 stage() {
   local name="$1" started=$SECONDS rc=0
   shift
   say "$name"
   "$@" || rc=$?
   say "$name took $((SECONDS - started))s"
+  STAGE_TIMES+=("$(printf '%6ss  %s%s' "$((SECONDS - started))" "$name" "$([ "$rc" = 0 ] || echo " (exit $rc)")")")
   return "$rc"
+}
+
+# The closing summary, also when a stage failed: every stage's time and the
+# slowest tests of each suite run (the suite prints them to its log).
+SUITE_LOGS=()
+summary() {
+  say "stage times:"
+  printf '  %s\n' "${STAGE_TIMES[@]}"
+  local log
+  for log in "${SUITE_LOGS[@]}"; do
+    [ -f "$log" ] || continue
+    say "slowest tests of $(head -n 1 "$log"):"
+    sed -n '/^test suite: .* tests took/,/^$/p' "$log" | grep -v '^$' | sed 's/^/  /'
+  done
 }
 ci_started=$SECONDS
 IMAGE="${ROLLSAFE_POSTGRES_IMAGE:-postgres:15}"
@@ -108,7 +131,16 @@ remove_resources() {
 # alone.
 before=$(resources | sort)
 created_by_this_run() { comm -13 <(echo "$before") <(resources | sort); }
-trap 'created_by_this_run | remove_resources' EXIT
+LOGDIR=$(mktemp -d)
+on_exit() {
+  local rc=$?
+  created_by_this_run | remove_resources
+  summary
+  say "ci/test.sh took $((SECONDS - ci_started))s"
+  rm -rf "$LOGDIR"
+  exit "$rc"
+}
+trap on_exit EXIT
 
 if [ -n "$before" ]; then
   if [ "${CI:-}" = true ]; then
@@ -120,15 +152,48 @@ if [ -n "$before" ]; then
   fi
 fi
 
+MAJORS=(13 15 17 18)
+HARD_MAJOR=15  # the image the integration suite runs on
+docker_answers=false
+docker info >/dev/null 2>&1 && docker_answers=true
+
+# The images are built from Debian packages (network and disk) while the
+# code compiles (CPU); the stage is timed on its own.
+images_pid=""
+if $docker_answers; then
+  images=("$IMAGE")
+  for major in "${MAJORS[@]}"; do
+    [ "postgres:$major" = "$IMAGE" ] || images+=("postgres:$major")
+  done
+  (
+    started=$SECONDS rc=0
+    say "preparing images ${images[*]} (beside the build)"
+    bash ci/build-postgres-image.sh "${images[@]}" || rc=$?
+    echo "$rc $((SECONDS - started))" >"$LOGDIR/images.rc"
+  ) >"$LOGDIR/images.log" 2>&1 &
+  images_pid=$!
+fi
+
 stage "building (locked dependencies)" cargo build --locked --all-targets
+
+if [ -n "$images_pid" ]; then
+  wait "$images_pid" || true
+  cat "$LOGDIR/images.log"
+  read -r images_rc images_took <"$LOGDIR/images.rc"
+  say "preparing images ${images[*]} took ${images_took}s (exit $images_rc)"
+  STAGE_TIMES+=("$(printf '%6ss  %s' "$images_took" "preparing images ${images[*]} (beside the build)")")
+  # Only the suite's own image is required here; another major's failure
+  # is reported per major below.
+  docker image inspect "$IMAGE" >/dev/null 2>&1 || {
+    say "image $IMAGE could not be prepared (exit $images_rc): see above"
+    exit 1
+  }
+fi
 
 stage "unit tests" cargo test --locked --lib --bins
 
 backends=()
-docker_answers=false
-if docker info >/dev/null 2>&1; then
-  docker_answers=true
-  stage "preparing image $IMAGE" bash ci/build-postgres-image.sh "$IMAGE"
+if $docker_answers; then
   backends+=(docker)
 else
   say "no Docker engine answers: the docker backend is not tested on this machine"
@@ -136,45 +201,80 @@ fi
 if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1; then
   backends+=(local)
 fi
+[ "${#backends[@]}" -gt 0 ] || { say "neither Docker nor PostgreSQL binaries: nothing to test on"; exit 1; }
 
-for backend in "${backends[@]}"; do
-  ROLLSAFE_POSTGRES="$backend" stage "integration suite on the ${backend} backend" \
-    cargo test --locked --test suite -- "$@"
+# The suite, with its output kept for the closing summary.
+suite() {
+  local backend="$1" scope="$2" log="$LOGDIR/suite-$1.log"
+  shift 2
+  echo "the $scope suite on the $backend backend" >"$log"
+  SUITE_LOGS+=("$log")
+  ROLLSAFE_POSTGRES="$backend" ROLLSAFE_SUITE="$scope" \
+    cargo test --locked --test suite -- "$@" 2>&1 | tee -a "$log"
+  return "${PIPESTATUS[0]}"
+}
+
+default_backend="${backends[0]}"
+stage "integration suite (all tests) on the ${default_backend} backend" \
+  suite "$default_backend" all "$@"
+for backend in "${backends[@]:1}"; do
+  stage "integration suite (sandbox contract) on the ${backend} backend" \
+    suite "$backend" contract "$@"
 done
 
 # The rehearsal on every major production runs: the shipped migrations
-# must verify with zero errors on each. An image that cannot be built here
-# (a mirror out of reach) is reported, except 15's, which the suite needs.
-MAJORS=(13 15 17 18)
-HARD_MAJOR=15  # the image the integration suite runs on
+# must verify with zero errors on each, two majors at a time (2 cores).
 majors_summary=()
-if $docker_answers; then
-  other_images=()
+verify_major() {
+  local major="$1" image="postgres:$1" started=$SECONDS code=0
+  cargo run --locked --quiet -- verify --postgres docker --image "$image" \
+    >"$LOGDIR/verify-$major.log" 2>&1 || code=$?
+  echo "$code $((SECONDS - started))" >"$LOGDIR/verify-$major.rc"
+}
+verify_majors() {
+  local major pids=() ready=() code took failed=0
   for major in "${MAJORS[@]}"; do
-    [ "postgres:$major" = "$IMAGE" ] || other_images+=("postgres:$major")
-  done
-  # A failed build is reported per major below (its verify does not run).
-  stage "preparing images ${other_images[*]}" bash ci/build-postgres-image.sh "${other_images[@]}" || true
-  for major in "${MAJORS[@]}"; do
-    image="postgres:$major"
-    if ! docker image inspect "$image" >/dev/null 2>&1; then
-      say "verify on PG$major: not run, image $image could not be prepared (see above)"
+    if ! docker image inspect "postgres:$major" >/dev/null 2>&1; then
+      say "verify on PG$major: not run, image postgres:$major could not be prepared (see above)"
       majors_summary+=("PG$major:no-image")
-      [ "$major" != "$HARD_MAJOR" ] || exit 1
+      [ "$major" != "$HARD_MAJOR" ] || failed=1
       continue
     fi
-    code=0
-    stage "verify on PG$major" \
-      cargo run --locked --quiet -- verify --postgres docker --image "$image" || code=$?
-    say "verify on PG$major: exit $code"
-    majors_summary+=("PG$major:exit-$code")
-    if [ "$code" != 0 ]; then
-      say "verify on PG$major failed: that fails the run"
-      exit 1
-    fi
+    ready+=("$major")
   done
+  local i
+  for ((i = 0; i < ${#ready[@]}; i += 2)); do
+    pids=()
+    for major in "${ready[@]:i:2}"; do
+      verify_major "$major" &
+      pids+=($!)
+    done
+    wait "${pids[@]}" || true
+  done
+  for major in "${ready[@]}"; do
+    read -r code took <"$LOGDIR/verify-$major.rc"
+    say "verify on PG$major: exit $code in ${took}s"
+    if [ "$code" != 0 ]; then
+      cat "$LOGDIR/verify-$major.log"
+      failed=1
+    else
+      grep -E '^(PASSED|FAILED)' "$LOGDIR/verify-$major.log" | sed "s/^/  PG$major: /"
+    fi
+    majors_summary+=("PG$major:exit-$code")
+  done
+  return "$failed"
+}
+if $docker_answers; then
+  stage "verify on PG${MAJORS[*]} (two at a time)" verify_majors || {
+    say "verify failed on a production major: that fails the run"
+    exit 1
+  }
 else
   say "no Docker engine answers: verify on the production majors (${MAJORS[*]}) is not run on this machine"
+fi
+
+if [ -f ci/test-install.sh ]; then
+  stage "install checks (ci/test-install.sh)" bash ci/test-install.sh
 fi
 
 left=$(created_by_this_run)
@@ -184,5 +284,4 @@ else
   say "the tests left resources behind: $(echo "$left" | tr '\n' ' ')"
   exit 1
 fi
-say "all passed on: ${backends[*]}${majors_summary:+; verify per major: ${majors_summary[*]}}"
-say "ci/test.sh took $((SECONDS - ci_started))s"
+say "all passed: full suite on ${default_backend}${backends[1]:+, sandbox contract on ${backends[*]:1}}${majors_summary:+; verify per major: ${majors_summary[*]}}"
