@@ -13,6 +13,7 @@ mod no_transaction;
 mod project;
 mod sandbox;
 mod target;
+mod verdicts;
 mod verify;
 
 use std::sync::Arc;
@@ -34,6 +35,7 @@ fn main() {
     trials.extend(generate::tests(&env));
     trials.extend(project::tests(&env));
     trials.extend(no_transaction::tests(&env));
+    trials.extend(verdicts::tests(&env));
     trials.retain(|t| common::in_scope(t.name()));
     let conclusion = libtest_mimic::run(&args, trials);
     common::print_slowest(10);

@@ -1,0 +1,250 @@
+//! The verdict table: one row per kind of migration, what verify must
+//! conclude (zero errors, or an error of a named check), run through the
+//! real binary against the suite's server. A verdict that changes is a
+//! regression, whatever else the change was for: this table is read before
+//! every stop.
+//!
+//! Rows on the shipped project are the shipped V1..V3 plus the row's
+//! migrations (its apps are replayed: they run through every version).
+//! Rows on a project of their own have no apps: the generator seeds every
+//! table, in every schema, so locks and rewrites are measured on rows.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use anyhow::{ensure, Context};
+use libtest_mimic::Trial;
+
+use crate::common::{rollsafe_bin, timed, TestEnv};
+
+/// What verify must conclude for a row.
+#[derive(Clone, Copy)]
+enum Verdict {
+    /// Exit 0, no error finding.
+    Passes,
+    /// Exit 1 with an error finding whose id starts with one of these, on
+    /// the row's last migration.
+    Error(&'static [&'static str]),
+}
+
+/// Where the row's migrations go.
+#[derive(Clone, Copy)]
+enum Project {
+    /// After the shipped V1..V3, as V4, V5, …
+    Shipped,
+    /// A project of their own (V1, V2, …), no apps.
+    Alone,
+}
+
+struct Row {
+    name: &'static str,
+    project: Project,
+    migrations: &'static [&'static str],
+    verdict: Verdict,
+}
+
+const ROWS: &[Row] = &[
+    Row {
+        name: "nullable_column_passes",
+        project: Project::Shipped,
+        migrations: &["ALTER TABLE attached_functions ADD COLUMN note text;"],
+        verdict: Verdict::Passes,
+    },
+    Row {
+        name: "renamed_table_breaks_the_apps",
+        project: Project::Shipped,
+        migrations: &["ALTER TABLE collections RENAME TO collection_entries;"],
+        verdict: Verdict::Error(&["compat."]),
+    },
+    Row {
+        name: "blocking_index_build_is_an_error",
+        project: Project::Shipped,
+        migrations: &["CREATE INDEX af_name ON attached_functions (name);"],
+        verdict: Verdict::Error(&["locks.blocking-index-build"]),
+    },
+    Row {
+        name: "concurrent_index_in_a_no_transaction_file_passes",
+        project: Project::Shipped,
+        migrations: &[
+            "-- rollsafe:no-transaction\nCREATE INDEX CONCURRENTLY IF NOT EXISTS af_name ON attached_functions (name);",
+        ],
+        verdict: Verdict::Passes,
+    },
+    Row {
+        name: "vacuum_full_in_a_no_transaction_file_is_an_error",
+        project: Project::Shipped,
+        migrations: &["-- rollsafe:no-transaction\nVACUUM FULL attached_functions;"],
+        verdict: Verdict::Error(&["rewrite.", "locks."]),
+    },
+    Row {
+        name: "plain_reindex_in_a_no_transaction_file_is_an_error",
+        project: Project::Shipped,
+        migrations: &["-- rollsafe:no-transaction\nREINDEX TABLE attached_functions;"],
+        verdict: Verdict::Error(&["rewrite.", "locks."]),
+    },
+    Row {
+        name: "reindex_concurrently_passes",
+        project: Project::Shipped,
+        migrations: &["-- rollsafe:no-transaction\nREINDEX TABLE CONCURRENTLY attached_functions;"],
+        verdict: Verdict::Passes,
+    },
+    Row {
+        name: "copy_to_program_is_contained_and_an_error",
+        project: Project::Shipped,
+        migrations: &["COPY (SELECT 1) TO PROGRAM 'touch /tmp/rollsafe-verdicts-pwned';"],
+        verdict: Verdict::Error(&["apply.needs-superuser"]),
+    },
+    Row {
+        name: "forced_row_level_security_without_a_policy_is_an_error",
+        project: Project::Shipped,
+        migrations: &[
+            "ALTER TABLE attached_functions ENABLE ROW LEVEL SECURITY;\nALTER TABLE attached_functions FORCE ROW LEVEL SECURITY;",
+        ],
+        verdict: Verdict::Error(&["compat.", "backfill."]),
+    },
+    Row {
+        name: "forced_row_level_security_with_a_policy_passes",
+        project: Project::Shipped,
+        migrations: &[
+            "ALTER TABLE attached_functions ENABLE ROW LEVEL SECURITY;\nALTER TABLE attached_functions FORCE ROW LEVEL SECURITY;\nCREATE POLICY everyone ON attached_functions USING (true) WITH CHECK (true);",
+        ],
+        verdict: Verdict::Passes,
+    },
+    Row {
+        name: "not_valid_constraint_left_for_the_next_migration_passes",
+        project: Project::Shipped,
+        migrations: &[
+            "ALTER TABLE attached_functions ADD CONSTRAINT af_name_short CHECK (length(name) < 1000) NOT VALID;",
+        ],
+        verdict: Verdict::Passes,
+    },
+    Row {
+        name: "blocking_index_build_in_another_schema_is_an_error",
+        project: Project::Alone,
+        migrations: &[
+            "CREATE SCHEMA sales;\nCREATE TABLE sales.orders (id bigint PRIMARY KEY, customer text NOT NULL, total numeric(12,2) NOT NULL);",
+            "CREATE INDEX orders_customer ON sales.orders (customer);",
+        ],
+        verdict: Verdict::Error(&["locks.blocking-index-build"]),
+    },
+    Row {
+        name: "widening_a_numeric_in_another_schema_passes",
+        project: Project::Alone,
+        migrations: &[
+            "CREATE SCHEMA sales;\nCREATE TABLE sales.orders (id bigint PRIMARY KEY, customer text NOT NULL, total numeric(12,2) NOT NULL);",
+            "ALTER TABLE sales.orders ALTER COLUMN total TYPE numeric(14,2);",
+        ],
+        verdict: Verdict::Passes,
+    },
+    Row {
+        name: "rewriting_a_table_in_another_schema_is_an_error",
+        project: Project::Alone,
+        migrations: &[
+            "CREATE SCHEMA sales;\nCREATE TABLE sales.orders (id bigint PRIMARY KEY, customer text NOT NULL, total numeric(12,2) NOT NULL);",
+            "ALTER TABLE sales.orders ALTER COLUMN total TYPE numeric(12,4);",
+        ],
+        verdict: Verdict::Error(&["rewrite."]),
+    },
+    Row {
+        name: "plain_index_on_a_partitioned_parent_is_an_error",
+        project: Project::Alone,
+        migrations: &[
+            "CREATE TABLE events (id bigint NOT NULL, at date NOT NULL, kind text NOT NULL) PARTITION BY RANGE (at);\nCREATE TABLE events_2026 PARTITION OF events FOR VALUES FROM ('2026-01-01') TO ('2027-01-01');\nCREATE TABLE events_other PARTITION OF events DEFAULT;",
+            "CREATE INDEX events_kind ON events (kind);",
+        ],
+        verdict: Verdict::Error(&["locks.blocking-index-build"]),
+    },
+    Row {
+        name: "nullable_column_on_a_partitioned_table_passes",
+        project: Project::Alone,
+        migrations: &[
+            "CREATE TABLE events (id bigint NOT NULL, at date NOT NULL, kind text NOT NULL) PARTITION BY RANGE (at);\nCREATE TABLE events_2026 PARTITION OF events FOR VALUES FROM ('2026-01-01') TO ('2027-01-01');\nCREATE TABLE events_other PARTITION OF events DEFAULT;",
+            "ALTER TABLE events ADD COLUMN note text;",
+        ],
+        verdict: Verdict::Passes,
+    },
+];
+
+pub fn tests(env: &Arc<TestEnv>) -> Vec<Trial> {
+    ROWS.iter()
+        .map(|row| {
+            let env = Arc::clone(env);
+            let name = format!("verdicts::{}", row.name);
+            Trial::test(name.clone(), move || {
+                timed(&name, || judge(&env, row)).map_err(|e| format!("{e:#}").into())
+            })
+        })
+        .collect()
+}
+
+fn judge(env: &TestEnv, row: &Row) -> anyhow::Result<()> {
+    let dir = project_dir(row)?;
+    let out = Command::new(rollsafe_bin())
+        .args(["verify", "--postgres", env.sandbox.admin_url()])
+        .args(["--rows", "2000", "--format", "json", "--migrations"])
+        .arg(dir.path())
+        .env_remove("ROLLSAFE_POSTGRES")
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .output()?;
+    let code = out.status.code().unwrap_or(-1);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("exit {code}, no JSON report: {}", stderr.trim()))?;
+    let errors: Vec<(i64, String, String)> = report["findings"]
+        .as_array()
+        .context("findings")?
+        .iter()
+        .filter(|f| f["severity"] == "error")
+        .map(|f| {
+            (
+                f["migration"].as_i64().unwrap_or(0),
+                f["id"].as_str().unwrap_or_default().to_string(),
+                f["message"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let last = last_version(row);
+    match row.verdict {
+        Verdict::Passes => ensure!(
+            code == 0 && errors.is_empty(),
+            "expected zero errors, got exit {code}: {errors:?}"
+        ),
+        Verdict::Error(prefixes) => {
+            ensure!(code == 1, "expected exit 1, got {code}: {errors:?}");
+            ensure!(
+                errors
+                    .iter()
+                    .any(|(v, id, _)| *v == last && prefixes.iter().any(|p| id.starts_with(p))),
+                "expected an error {prefixes:?} on V{last}, got {errors:?}"
+            );
+        }
+    }
+    ensure!(
+        !Path::new("/tmp/rollsafe-verdicts-pwned").exists(),
+        "a migration reached outside the sandbox: /tmp/rollsafe-verdicts-pwned exists"
+    );
+    Ok(())
+}
+
+fn last_version(row: &Row) -> i64 {
+    let first = match row.project {
+        Project::Shipped => 4,
+        Project::Alone => 1,
+    };
+    first + row.migrations.len() as i64 - 1
+}
+
+fn project_dir(row: &Row) -> anyhow::Result<tempfile::TempDir> {
+    let dir = match row.project {
+        Project::Shipped => crate::verify::with_later(row.migrations),
+        Project::Alone => {
+            let dir = tempfile::tempdir()?;
+            for (i, sql) in row.migrations.iter().enumerate() {
+                std::fs::write(dir.path().join(format!("V{}__step_{i}.sql", i + 1)), sql)?;
+            }
+            dir
+        }
+    };
+    Ok(dir)
+}
