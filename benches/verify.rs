@@ -95,7 +95,8 @@ fn verify_with(rows: u64, extra: &[&str]) -> (Duration, String) {
 
 fn verify_on(backend: Option<&str>, rows: u64, extra: &[&str]) -> VerifyRun {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rollsafe"));
-    cmd.args(["verify", "--rows", &rows.to_string()]).args(extra);
+    cmd.args(["verify", "--rows", &rows.to_string()])
+        .args(extra);
     if let Some(backend) = backend {
         cmd.args(["--postgres", backend]);
     }
@@ -260,9 +261,7 @@ fn main() {
         let (s, s_verdict) = verify_with(DEFAULT_ROWS, &["--migrations", path, "--since", &since]);
         // A target at V{n}: a database of a throwaway server of its own,
         // migrated by the real migrator.
-        let target_server = builder(None)
-            .start()
-            .expect("sandbox for the target");
+        let target_server = builder(None).start().expect("sandbox for the target");
         let target = target_server.fresh_database().expect("target database");
         rollsafe::migrate::migrate(
             target.url(),
