@@ -194,7 +194,7 @@ pub fn print_slowest(n: usize) {
     if all.is_empty() {
         return;
     }
-    all.sort_by(|a, b| b.1.cmp(&a.1));
+    all.sort_by_key(|(_, took)| std::cmp::Reverse(*took));
     let total: Duration = all.iter().map(|(_, d)| *d).sum();
     eprintln!(
         "test suite: {} tests took {:.0}s together; the {} slowest:",
