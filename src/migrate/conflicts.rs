@@ -393,9 +393,9 @@ fn alter_table_action_mode(a: &[String]) -> &'static str {
         || (starts(&["DETACH", "PARTITION"]) && has(&["CONCURRENTLY"]))
     {
         SHARE_UPDATE_EXCLUSIVE
-    } else if (starts(&["ENABLE"]) || starts(&["DISABLE"])) && has(&["TRIGGER"]) {
-        SHARE_ROW_EXCLUSIVE
-    } else if starts(&["ADD"]) && has(&["FOREIGN", "KEY"]) {
+    } else if ((starts(&["ENABLE"]) || starts(&["DISABLE"])) && has(&["TRIGGER"]))
+        || (starts(&["ADD"]) && has(&["FOREIGN", "KEY"]))
+    {
         SHARE_ROW_EXCLUSIVE
     } else {
         ACCESS_EXCLUSIVE
@@ -568,7 +568,7 @@ impl<'a> Gate<'a> {
         match self.holders() {
             Ok(hs) => hs
                 .into_iter()
-                .find(|h| h.transaction_age.is_none_or(|a| a >= self.older_than))
+                .find(|h| h.transaction_age.map_or(true, |a| a >= self.older_than))
                 .map(|h| h.to_string()),
             Err(e) => {
                 log::warn!(
