@@ -7,7 +7,16 @@
 //!    run: the worst wait any app statement saw, with the old fixed policy
 //!    (5 s lock_timeout) and with the default stepped policy (100 ms
 //!    growing to 500 ms), same run, same database state.
-//! 2. A validating CHECK (`ADD CONSTRAINT … CHECK (…)`, a full pass under
+//! 2. `rollsafe migrate` applying V3 behind a 20 s read transaction (a
+//!    session that ran a SELECT on attached_functions and stays in its
+//!    transaction, ACCESS SHARE granted), 10k legacy rows: the worst wait
+//!    of a separate reader client running `SELECT` on the table in a loop,
+//!    with the previous stepped policy (requests at once, lock_timeout
+//!    100 ms growing to 500 ms) and with the default no-queue policy
+//!    (waits while a conflicting lock is granted, then 50 ms attempts),
+//!    same run, same database state. ROLLSAFE_BENCH_HOLD_SECS overrides
+//!    the 20 s.
+//! 3. A validating CHECK (`ADD CONSTRAINT … CHECK (…)`, a full pass under
 //!    ACCESS EXCLUSIVE) on attached_functions: its lock hold predicted at
 //!    1M rows from a 0-row and a 10k-row apply, against the hold measured
 //!    at 1M rows.
@@ -15,7 +24,10 @@
 //! `cargo bench --bench locks` (the backend follows ROLLSAFE_POSTGRES,
 //! default auto; ROLLSAFE_BENCH_BIG_ROWS overrides the 1M).
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use rollsafe::catalog::Catalog;
 use rollsafe::dao::shipped;
@@ -80,7 +92,7 @@ fn stall_behind_long_transaction(sandbox: &Sandbox) {
                 .max_timeout(Duration::from_secs(5))
                 .first_timeout(Duration::from_secs(5)),
         ),
-        ("new: 100 ms growing to 500 ms", LockPolicy::default()),
+        ("stepped: 100 ms growing to 500 ms", LockPolicy::stepped()),
     ] {
         let db = sandbox.clone_database(&template).expect("clone");
         let p = rehearsal::probe_long_transaction(db.url(), &v3, &tables, &live, policy, hold)
@@ -96,12 +108,117 @@ fn stall_behind_long_transaction(sandbox: &Sandbox) {
     }
 }
 
+/// A reader of attached_functions in a loop on its own connection: when
+/// each query started and how long it took.
+fn reader(url: String, stop: Arc<AtomicBool>) -> JoinHandle<Vec<(Instant, Duration)>> {
+    std::thread::spawn(move || {
+        let mut c = rollsafe::db::connect(&url).expect("reader connects");
+        let mut reads = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            let t = Instant::now();
+            c.query_one("SELECT count(*) FROM attached_functions", &[])
+                .expect("reader query");
+            reads.push((t, t.elapsed()));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        reads
+    })
+}
+
+/// The longest of `reads` started in `[from, to)`.
+fn worst(reads: &[(Instant, Duration)], from: Instant, to: Instant) -> Duration {
+    reads
+        .iter()
+        .filter(|(t, _)| *t >= from && *t < to)
+        .map(|(_, d)| *d)
+        .max()
+        .unwrap_or_default()
+}
+
+fn migrate_behind_long_read_transaction(sandbox: &Sandbox) {
+    let hold = Duration::from_secs(
+        std::env::var("ROLLSAFE_BENCH_HOLD_SECS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(20),
+    );
+    println!(
+        "2. migrate V3 behind a {} read transaction, 10k legacy rows, a separate reader looping SELECT:",
+        ms(hold)
+    );
+    let template = database(sandbox, 2, 10_000);
+    let catalog = Catalog::embedded().expect("catalog");
+    // The baseline (no migrate at all) shows what the machine's load
+    // alone costs the reader.
+    for (name, policy) in [
+        ("baseline: no migrate running", None),
+        (
+            "old: stepped, 100 ms growing to 500 ms",
+            Some(LockPolicy::stepped()),
+        ),
+        (
+            "new: no-queue, then 50 ms attempts",
+            Some(LockPolicy::default()),
+        ),
+    ] {
+        let db = sandbox.clone_database(&template).expect("clone");
+        let mut holder = db.connect().expect("connect");
+        holder
+            .batch_execute(
+                "SET application_name = 'long_report'; BEGIN; SELECT count(*) FROM attached_functions",
+            )
+            .expect("long transaction");
+        let stop = Arc::new(AtomicBool::new(false));
+        let reads = reader(db.url().to_string(), Arc::clone(&stop));
+        let started = Instant::now();
+        let migrator = policy.map(|policy| {
+            let (url, catalog) = (db.url().to_string(), catalog.clone());
+            std::thread::spawn(move || {
+                let options = Options {
+                    lock: policy,
+                    ..Options::default()
+                };
+                let r = migrate::migrate(&url, &catalog, &options);
+                (r, Instant::now())
+            })
+        });
+        std::thread::sleep(hold);
+        holder.batch_execute("COMMIT").expect("commit");
+        let released = Instant::now();
+        let outcome = migrator.map(|m| m.join().expect("migrator thread"));
+        std::thread::sleep(Duration::from_millis(200));
+        stop.store(true, Ordering::Relaxed);
+        let reads = reads.join().expect("reader thread");
+        let end = Instant::now();
+        let how = match outcome {
+            None => String::new(),
+            Some((outcome, done)) => {
+                let applied = outcome.expect("migrate").applied;
+                let v3 = applied.first().expect("V3 applied");
+                format!(
+                    " | {} lock attempts, {} waited without queueing, applied {} after the release",
+                    v3.attempts,
+                    ms(v3.waited),
+                    ms(done.saturating_duration_since(released)),
+                )
+            }
+        };
+        println!(
+            "   {name:<40} worst reader wait {:>7} over {} reads (while held {:>7}, from the release on {:>7}){how}",
+            ms(worst(&reads, started, end)),
+            reads.len(),
+            ms(worst(&reads, started, released)),
+            ms(worst(&reads, released, end)),
+        );
+    }
+}
+
 fn check_hold_prediction(sandbox: &Sandbox) {
     let big: u64 = std::env::var("ROLLSAFE_BENCH_BIG_ROWS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000);
-    println!("2. validating CHECK on attached_functions: hold predicted from 0 and 10k rows vs measured at {big} rows:");
+    println!("3. validating CHECK on attached_functions: hold predicted from 0 and 10k rows vs measured at {big} rows:");
     let empty = database(sandbox, 3, 0);
     let small = database(sandbox, 3, 10_000);
     let at_zero =
@@ -135,5 +252,6 @@ fn main() {
         .start()
         .expect("sandbox");
     stall_behind_long_transaction(&sandbox);
+    migrate_behind_long_read_transaction(&sandbox);
     check_hold_prediction(&sandbox);
 }

@@ -162,7 +162,7 @@ struct VerifyArgs {
 /// rehearses it behind a long transaction).
 #[derive(Args)]
 struct LockArgs {
-    /// Cap of each attempt's lock_timeout: attempts start at 100ms and grow to it, so the app never queues longer behind a waiting lock (e.g. 500ms, 1s).
+    /// Cap of each attempt's lock_timeout, so the app never queues longer behind a waiting lock (e.g. 500ms, 1s). migrate first waits without queueing while another session holds a conflicting lock, then attempts for 50ms; attempts it cannot look ahead for (and verify's probe) start at 100ms and grow to the cap.
     #[arg(long, default_value = "500ms", value_parser = parse_duration)]
     lock_timeout: Duration,
     /// How long to keep retrying a lock before giving up and naming the blocker (e.g. 5m, 30s).
@@ -638,7 +638,26 @@ fn migrate(args: MigrateArgs) -> ExitCode {
             } else {
                 String::new()
             };
-            println!("\n-- {m}{how}\n{}", m.sql.trim_end());
+            let locks = if m.runs_outside_transaction() {
+                rollsafe::sql::split(&m.sql)
+                    .statements
+                    .iter()
+                    .map(|s| {
+                        format!(
+                            "line {}: {}",
+                            s.line,
+                            migrate::conflicts::of_statements(std::slice::from_ref(s)).describe()
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            } else {
+                migrate::conflicts::of_sql(&m.sql).describe()
+            };
+            println!(
+                "\n-- {m}{how}\n-- locks (read from its statements): {locks}\n{}",
+                m.sql.trim_end()
+            );
         }
         return ExitCode::SUCCESS;
     }
@@ -646,14 +665,24 @@ fn migrate(args: MigrateArgs) -> ExitCode {
         Ok(out) => {
             print_position(out.plan.current, out.plan.target, out.plan.beyond_target);
             for a in &out.applied {
+                let mut how = Vec::new();
+                if a.attempts > 1 {
+                    how.push(format!("{} attempts", a.attempts));
+                }
+                if !a.waited.is_zero() {
+                    how.push(format!(
+                        "waited {:.1?} without queueing for a conflicting lock to go",
+                        a.waited
+                    ));
+                }
                 println!(
                     "applied {} in {:.1?}{}",
                     a.file,
                     a.elapsed,
-                    if a.attempts > 1 {
-                        format!(" ({} attempts)", a.attempts)
-                    } else {
+                    if how.is_empty() {
                         String::new()
+                    } else {
+                        format!(" ({})", how.join(", "))
                     }
                 );
             }

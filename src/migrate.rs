@@ -22,15 +22,23 @@
 //!   which wait for every open transaction. The lock is confirmed in
 //!   `pg_locks` for our own backend, and refinery runs on that same client,
 //!   so the lock covers every history read and every apply.
-//! - **Bounded lock waits.** `ALTER TABLE` needs ACCESS EXCLUSIVE; while it
-//!   waits, every later query on the table queues behind it. Each attempt's
-//!   `lock_timeout` bounds that wait, stepped by [`LockPolicy`] (100 ms
-//!   growing to a 500 ms cap, for 5 minutes by default); a timed-out
-//!   migration rolls back and is retried after a pause, so readers get
-//!   through between attempts. A
-//!   watcher on a second connection records who blocks us
-//!   (`pg_blocking_pids`) so that giving up names the blocker: pid, how long
-//!   it has been in its transaction, its query.
+//! - **Lock waits that queue nobody.** `ALTER TABLE` needs ACCESS
+//!   EXCLUSIVE; while it waits, every later query on the table queues
+//!   behind it. So before each attempt a gate ([`conflicts`]) reads the
+//!   locks the migration's statements need (mode per table, from the
+//!   statements; `--dry-run` prints them) and looks in `pg_locks` for a
+//!   session holding a conflicting one; while there is one, migrate polls
+//!   and requests nothing. When there is none, one attempt with a short
+//!   `lock_timeout` (50 ms), backing off with jitter after a lost race, for
+//!   `--retry-for` (5 minutes by default): a reader's worst wait behind a
+//!   long transaction is about one such attempt. Statements whose waits
+//!   queue no app statement (`CREATE INDEX CONCURRENTLY`), and
+//!   [`LockPolicy::stepped`], keep the stepped attempts (100 ms growing to
+//!   500 ms). A timed-out attempt rolls back whole. Giving up names the
+//!   blocker (the gate's holder, or, for an attempt that timed out, the
+//!   backends a watcher on another connection saw in `pg_blocking_pids`):
+//!   pid, user, application, state, transaction age — never its SQL text,
+//!   which may carry data.
 //! - **Drift refused before anything runs.** Divergent (edited after
 //!   apply), missing (applied, file gone), unknown-newer (database ahead of
 //!   the code) and out-of-order (a file older than the newest applied
@@ -76,6 +84,7 @@ use crate::db::{self, ConnectError};
 use crate::lock_policy::{is_lock_timeout, LockPolicy};
 
 pub mod backfill;
+pub mod conflicts;
 pub mod no_transaction;
 
 use backfill::{BackfillError, BackfillOptions, BackfillState, ProgressSink};
@@ -243,12 +252,14 @@ pub enum MigrateError {
         detail: String,
         earlier: String,
     },
-    #[error("{migration} gave up after {attempts} attempts over {elapsed:.1?} (each waited at most {max_timeout:?} for a table lock, so the app never queued longer); blocked by {blocker}; end or wait for that transaction, then run again (or allow a longer --retry-for)")]
+    #[error("{migration} gave up after {attempts} attempts over {elapsed:.1?} (each waited at most {max_timeout:?} for a table lock, so the app never queued longer{waited}); blocked by {blocker}; end or wait for that transaction, then run again (or allow a longer --retry-for)")]
     LockTimeout {
         migration: String,
         attempts: u32,
         elapsed: Duration,
         max_timeout: Duration,
+        /// ", and waited 12.3s without queueing" or empty.
+        waited: String,
         blocker: String,
     },
     #[error("{file}:{line}: `{statement}` cannot run inside a transaction, and this migration runs in one; add a line `-- rollsafe:no-transaction` to the file (it then runs one statement at a time, each of which must be re-runnable); nothing was applied")]
@@ -307,21 +318,27 @@ impl MigrateError {
         }
     }
 
-    /// The lock policy gave up on `migration` after `attempts`: names the
-    /// blocker the watcher saw.
-    fn gave_up(
+    /// The lock policy gave up on `migration`: names the holder the gate
+    /// was waiting for, else the blocker the watcher saw.
+    fn gave_up<E>(
         migration: String,
-        attempts: crate::lock_policy::Attempts,
-        options: &Options,
+        gave_up: crate::lock_policy::GaveUp<E>,
         watcher: &BlockerWatcher,
     ) -> MigrateError {
+        let a = gave_up.attempts;
         MigrateError::LockTimeout {
             migration,
-            attempts: attempts.count,
-            elapsed: attempts.elapsed,
-            max_timeout: options.lock.max_timeout,
-            blocker: watcher
-                .blocker()
+            attempts: a.count,
+            elapsed: a.elapsed,
+            max_timeout: a.last_timeout,
+            waited: if a.waited.is_zero() {
+                String::new()
+            } else {
+                format!(", and waited {:.1?} without queueing", a.waited)
+            },
+            blocker: gave_up
+                .waiting_on
+                .or_else(|| watcher.blocker())
                 .unwrap_or_else(|| "a backend that could not be identified".into()),
         }
     }
@@ -512,6 +529,8 @@ pub struct Applied {
     pub elapsed: Duration,
     /// 1 when the first attempt got its locks.
     pub attempts: u32,
+    /// How long it waited, without queueing, for conflicting holders.
+    pub waited: Duration,
 }
 
 /// What a run did.
@@ -540,12 +559,13 @@ pub fn migrate(url: &str, catalog: &Catalog, options: &Options) -> Result<Outcom
             .query_one("SELECT pg_backend_pid()", &[])
             .map_err(|e| MigrateError::sql("reading our backend pid", &e))?
             .get(0);
-        let watcher = BlockerWatcher::start(url, pid, options.lock.first_timeout);
+        let watcher = BlockerWatcher::start(url, pid, options.lock.attempt_timeout);
+        let mut looks = Looks::open(url, pid, &options.lock);
         for m in &plan.pending {
             let result = if m.runs_outside_transaction() {
-                apply_outside_transaction(&mut client, m, options, &watcher)
+                apply_outside_transaction(&mut client, m, options, &watcher, &mut looks)
             } else {
-                apply_one(&mut client, catalog, m, options, &watcher)
+                apply_one(&mut client, catalog, m, options, &watcher, &mut looks)
             };
             match result {
                 Ok(a) => applied.push(a),
@@ -651,14 +671,56 @@ fn lock_holder(client: &mut Client) -> String {
     }
 }
 
+/// The gate's connection, opened once per run (None: it could not be
+/// opened, and attempts are stepped, as before).
+struct Looks {
+    client: Option<Client>,
+    migrator_pid: i32,
+    older_than: Duration,
+}
+
+impl Looks {
+    fn open(url: &str, migrator_pid: i32, policy: &LockPolicy) -> Looks {
+        let client = if policy.no_queue {
+            db::connect(url)
+                .map_err(|e| {
+                    log::warn!("cannot open a connection to look for conflicting locks ({e}); attempts will request their locks at once, stepped");
+                })
+                .ok()
+        } else {
+            None
+        };
+        Looks {
+            client,
+            migrator_pid,
+            // A holder whose transaction started within one attempt is
+            // likely a short statement (see `conflicts`).
+            older_than: policy.attempt_timeout,
+        }
+    }
+
+    /// A gate for `needed`, when waiting without queueing applies to it:
+    /// some lock it needs would queue the app's statements.
+    fn gate(&mut self, needed: &conflicts::LocksNeeded) -> Option<conflicts::Gate<'_>> {
+        if !needed.queue_the_app() {
+            return None;
+        }
+        let (pid, older_than) = (self.migrator_pid, self.older_than);
+        self.client
+            .as_mut()
+            .map(|c| conflicts::Gate::new(c, needed, pid, older_than))
+    }
+}
+
 /// Applies one migration (and its history row, one transaction) through
-/// refinery, retrying lock timeouts as the [`LockPolicy`] says.
+/// refinery, waiting and retrying as the [`LockPolicy`] says.
 fn apply_one(
     client: &mut Client,
     catalog: &Catalog,
     m: &Migration,
     options: &Options,
     watcher: &BlockerWatcher,
+    looks: &mut Looks,
 ) -> Result<Applied, MigrateError> {
     let migrations: Vec<refinery::Migration> = catalog
         .up_to(m.version)
@@ -671,7 +733,9 @@ fn apply_one(
         .set_abort_missing(true);
     // Each attempt sets its own lock_timeout for the session (refinery
     // opens the transaction itself); a timed-out attempt rolled back whole.
-    let result = options.lock.run(
+    let mut gate = looks.gate(&conflicts::of_sql(&m.sql));
+    let result = options.lock.run_gated(
+        gate.as_mut().map(|g| || g.holder()),
         |n, timeout| {
             watcher.reset();
             log::info!("applying {m} (attempt {n}, lock_timeout {timeout:?})");
@@ -709,14 +773,10 @@ fn apply_one(
                 file: m.file.clone(),
                 elapsed: attempts.elapsed,
                 attempts: attempts.count,
+                waited: attempts.waited,
             })
         }
-        Err(Err(gave_up)) => Err(MigrateError::gave_up(
-            m.to_string(),
-            gave_up.attempts,
-            options,
-            watcher,
-        )),
+        Err(Err(gave_up)) => Err(MigrateError::gave_up(m.to_string(), gave_up, watcher)),
         Err(Ok(RunError::Setup(e))) => Err(MigrateError::sql("setting lock_timeout", &e)),
         Err(Ok(RunError::Refinery(e))) => {
             let detail = match pg_error(&e) {
@@ -749,6 +809,7 @@ fn apply_outside_transaction(
     m: &Migration,
     options: &Options,
     watcher: &BlockerWatcher,
+    looks: &mut Looks,
 ) -> Result<Applied, MigrateError> {
     let started = Instant::now();
     let steps = no_transaction::plan_steps(m).map_err(|e| MigrateError::NotRerunnable {
@@ -757,10 +818,13 @@ fn apply_outside_transaction(
         statement: e.statement,
         why: e.why,
     })?;
-    let mut attempts_total = 0;
+    let (mut attempts_total, mut waited) = (0, Duration::ZERO);
     for step in &steps {
         let stmt = &step.statement;
-        let result = options.lock.run(
+        // Each statement commits on its own: look for its own locks only.
+        let mut gate = looks.gate(&conflicts::of_statements(std::slice::from_ref(stmt)));
+        let result = options.lock.run_gated(
+            gate.as_mut().map(|g| || g.holder()),
             |n, timeout| {
                 watcher.reset();
                 log::info!(
@@ -780,12 +844,14 @@ fn apply_outside_transaction(
         );
         let _ = client.batch_execute("RESET lock_timeout");
         match result {
-            Ok((_, attempts)) => attempts_total += attempts.count,
+            Ok((_, attempts)) => {
+                attempts_total += attempts.count;
+                waited += attempts.waited;
+            }
             Err(Err(gave_up)) => {
                 return Err(MigrateError::gave_up(
                     format!("{m} line {}", stmt.line),
-                    gave_up.attempts,
-                    options,
+                    gave_up,
                     watcher,
                 ))
             }
@@ -839,6 +905,7 @@ fn apply_outside_transaction(
                     attempts,
                     elapsed,
                     max_timeout: options.lock.max_timeout,
+                    waited: String::new(),
                     blocker: watcher
                         .blocker()
                         .unwrap_or_else(|| "a backend that could not be identified".into()),
@@ -863,6 +930,7 @@ fn apply_outside_transaction(
         file: m.file.clone(),
         elapsed: started.elapsed(),
         attempts: attempts_total.max(1),
+        waited,
     })
 }
 
@@ -989,15 +1057,16 @@ impl Drop for BlockerWatcher {
     }
 }
 
-/// "pid 123 (user app, idle in transaction for 12.3s, query: LOCK TABLE …)"
-/// for every backend blocking `pid`; None when nothing blocks it.
+/// "pid 123 (user app, application `report`, idle in transaction,
+/// transaction open for 12.3s)" for every backend blocking `pid`; None
+/// when nothing blocks it. Never its query: another session's SQL text may
+/// carry data.
 fn describe_blockers(client: &mut Client, pid: i32) -> Option<String> {
     let rows = client
         .query(
             "SELECT a.pid, coalesce(a.usename::text, ''), coalesce(a.application_name, ''), \
                     coalesce(a.state, ''), \
-                    coalesce(extract(epoch FROM now() - a.xact_start)::float8, 0), \
-                    coalesce(a.query, '') \
+                    extract(epoch FROM clock_timestamp() - a.xact_start)::float8 \
                FROM pg_stat_activity a \
               WHERE a.pid = ANY (pg_blocking_pids($1)) ORDER BY a.xact_start",
             &[&pid],
@@ -1009,20 +1078,16 @@ fn describe_blockers(client: &mut Client, pid: i32) -> Option<String> {
     Some(
         rows.iter()
             .map(|r| {
-                let query = crate::errors::collapse(&r.get::<_, String>(5));
-                let query: String = if query.chars().count() > 100 {
-                    query.chars().take(100).collect::<String>() + "…"
-                } else {
-                    query
+                let age = match r.get::<_, Option<f64>>(4) {
+                    Some(s) => format!("transaction open for {s:.1}s"),
+                    None => "transaction age not visible to this role".into(),
                 };
                 format!(
-                    "pid {} (user {}, application `{}`, state `{}`, transaction open for {:.1}s, query: {})",
+                    "pid {} (user {}, application `{}`, {}, {age})",
                     r.get::<_, i32>(0),
                     r.get::<_, String>(1),
                     r.get::<_, String>(2),
                     r.get::<_, String>(3),
-                    r.get::<_, f64>(4),
-                    query
                 )
             })
             .collect::<Vec<_>>()

@@ -161,7 +161,8 @@ pub enum BackfillError {
     LockTimeout {
         attempts: u32,
         elapsed: Duration,
-        last: postgres::Error,
+        /// The last attempt's error (none if the window closed first).
+        last: Option<postgres::Error>,
     },
     Sql {
         context: String,
@@ -186,7 +187,8 @@ impl std::fmt::Display for BackfillError {
             } => write!(
                 f,
                 "a batch gave up on its locks after {attempts} attempts over {elapsed:.1?} ({})",
-                crate::errors::one_line(last)
+                last.as_ref()
+                    .map_or_else(|| "no attempt made".into(), |e| crate::errors::one_line(e))
             ),
             BackfillError::Sql { context, error } => {
                 write!(f, "{context}: {}", crate::errors::one_line(error))

@@ -31,7 +31,8 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             eight_concurrent_migrators_apply_each_version_once,
             sigkill_mid_apply_never_splits_a_migration_from_its_history,
             long_transaction_makes_migrate_give_up_naming_the_blocker,
-            behind_a_long_transaction_readers_stay_within_the_stall_budget_and_migrate_succeeds,
+            behind_a_long_read_transaction_migrate_queues_no_reader_and_applies_after_it_ends,
+            no_transaction_statements_wait_without_queueing_and_concurrent_builds_still_run,
             a_held_migration_lock_makes_migrate_wait_then_refuse,
             bad_inputs_give_one_line_errors_and_change_nothing,
             library_refuses_drift_before_running_anything,
@@ -297,6 +298,14 @@ fn dry_run_prints_the_plan_and_changes_nothing(env: &TestEnv) -> anyhow::Result<
     let (out, _) = text(&o);
     ensure!(
         out.contains("1 migration(s) would be applied") && out.contains("V3 (V3__"),
+        "{out}"
+    );
+    // The lock each migration needs per table, read from its statements:
+    // what migrate looks for in pg_locks before each attempt.
+    ensure!(
+        out.contains(
+            "-- locks (read from its statements): ACCESS EXCLUSIVE on attached_functions\n"
+        ),
         "{out}"
     );
     ensure!(
@@ -691,41 +700,70 @@ fn sigkill_mid_apply_never_splits_a_migration_from_its_history(
     Ok(())
 }
 
+/// The longest a reader may wait on a lock behind a migration that waits
+/// without queueing: one 50 ms attempt lost to a race, V3's own
+/// millisecond of ACCESS EXCLUSIVE, and scheduling on a loaded 2-core
+/// machine. The previous stepped policy fails it by design: its attempts
+/// queue readers for 100, 150, 225, 338, then 500 ms, so behind any
+/// transaction longer than ~1.5 s a reader waits at least 338 ms.
+///
+/// It bounds the reader's reads during which its backend was seen waiting
+/// for a lock on the table ([`ReaderRun::worst_lock_wait`]): on this
+/// shared machine a plain read loop with no migration at all has measured
+/// 254 ms (`cargo bench --bench locks`, baseline), which says nothing about
+/// the migration; the wall-clock worst is printed beside it.
+const NO_QUEUE_READER_BOUND: Duration = Duration::from_millis(250);
+
+/// A long read transaction of application `long_report`: BEGIN, a SELECT
+/// on attached_functions (its ACCESS SHARE stays granted until the end),
+/// then aged past one attempt so the gate waits for it from the first look.
+/// The query carries a marker that must never be printed.
+fn long_read_transaction(db: &Database) -> anyhow::Result<(Client, i32)> {
+    let mut holder = db.connect()?;
+    let pid: i32 = holder.query_one("SELECT pg_backend_pid()", &[])?.get(0);
+    holder.batch_execute(
+        "SET application_name = 'long_report'; BEGIN; \
+         SELECT count(*) FROM attached_functions WHERE name <> 'SECRET-CUSTOMER-DATA'",
+    )?;
+    std::thread::sleep(Duration::from_millis(100));
+    Ok((holder, pid))
+}
+
 fn long_transaction_makes_migrate_give_up_naming_the_blocker(env: &TestEnv) -> anyhow::Result<()> {
     let db = env.migrated_database(2);
-    let mut holder = db.connect()?;
-    let holder_pid: i32 = holder.query_one("SELECT pg_backend_pid()", &[])?.get(0);
-    let mut tx = holder.transaction()?;
-    tx.batch_execute("LOCK TABLE attached_functions IN ACCESS SHARE MODE")?;
-
-    // A reader keeps querying the table while migrate tries; its longest
-    // stall is what the application would feel.
-    let reader = Reader::start(db.url());
-    // The default stepped policy (100 ms growing to 500 ms), with a short
-    // window so the test gives up in seconds.
+    let (mut holder, holder_pid) = long_read_transaction(&db)?;
+    let reader = Reader::start(db.url())?;
+    let watch = QueueWatch::start(&db);
     let policy = LockPolicy::default().retry_for(Duration::from_secs(3));
     let start = Instant::now();
     let o = migrate_cli(db.url(), &["--retry-for", "3s"])?;
     let elapsed = start.elapsed();
-    let (worst, reads) = reader.stop()?;
+    let samples = watch.stop()?;
+    let run = reader.stop()?;
+    let (worst, wall, reads) = (run.worst_lock_wait(&samples), run.worst(), run.reads.len());
+    let queued = queued_samples(&samples, None);
     expect_code(&o, 1, "migrate behind a long transaction")?;
     let (_, err) = text(&o);
     let last = err.lines().last().unwrap_or_default();
-    let attempts: u32 = last
-        .split("gave up after ")
-        .nth(1)
-        .and_then(|r| r.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .with_context(|| format!("no attempt count in: {last}"))?;
-    // 3 s of attempts of 100..500 ms with pauses of half each: at least 5.
-    ensure!(attempts >= 5, "only {attempts} attempts in 3 s: {last}");
+    println!("    migrate: {last}");
+    println!("    reader: {reads} reads, worst lock wait {worst:?} (bound {NO_QUEUE_READER_BOUND:?}), worst read {wall:?}; samples with a lock request queued on attached_functions: {queued} of {}", samples.len());
+    // The holder was there at the first look: nothing was ever requested.
     ensure!(
-        last.contains(&format!("pid {holder_pid}")),
-        "blocker pid not named: {last}"
+        last.contains("gave up after 0 attempts") && last.contains("without queueing"),
+        "{last}"
     );
+    ensure!(queued == 0, "{queued} samples saw a queued lock request");
+    for named in [
+        format!("pid {holder_pid} ("),
+        "application `long_report`".to_string(),
+        "transaction open for ".to_string(),
+        "holds ACCESS SHARE on attached_functions".to_string(),
+    ] {
+        ensure!(last.contains(&named), "`{named}` not in: {last}");
+    }
     ensure!(
-        last.contains("LOCK TABLE attached_functions"),
-        "blocker query not named: {last}"
+        !err.contains("SECRET-CUSTOMER-DATA") && !err.contains("count(*)"),
+        "another session's SQL text was printed: {err}"
     );
     // The bound: the window and one last attempt, plus process start-up
     // and connection slack.
@@ -734,23 +772,237 @@ fn long_transaction_makes_migrate_give_up_naming_the_blocker(env: &TestEnv) -> a
         elapsed < bound,
         "gave up after {elapsed:?}, bound {bound:?}"
     );
-    ensure!(reads > 3, "the reader only ran {reads} queries");
-    // No read ever waited longer than the stall budget (1 s): each attempt
-    // queues it for at most the policy's 500 ms cap.
+    ensure!(reads > 20, "the reader only ran {reads} queries");
     ensure!(
-        worst < Duration::from_secs(1),
-        "a reader stalled {worst:?} behind the waiting migration (cap {:?})",
-        policy.max_timeout
+        worst < NO_QUEUE_READER_BOUND,
+        "a reader waited {worst:?} on a lock behind a migrate that should not queue"
     );
     let mut c = db.connect()?;
     ensure!(history(&mut c)? == [1, 2], "a timed-out V3 left a trace");
     ensure!(!column_exists(&mut c, "attached_functions", "is_ready")?);
 
+    // The previous stepped policy, still selectable: it requests at once,
+    // so the same reader, measured the same way, waits past the bound
+    // (its fourth and fifth attempts queue reads for 338 and 500 ms); its
+    // watcher names the blocker the same way (no SQL text either).
+    let catalog = Catalog::embedded()?;
+    let options = Options {
+        lock: LockPolicy::stepped().retry_for(Duration::from_secs(2)),
+        ..Options::default()
+    };
+    let reader = Reader::start(db.url())?;
+    let watch = QueueWatch::start(&db);
+    let e = migrate::migrate(db.url(), &catalog, &options)
+        .err()
+        .context("the stepped policy applied V3 behind the transaction")?;
+    let samples = watch.stop()?;
+    let stepped = reader.stop()?.worst_lock_wait(&samples);
+    println!("    previous stepped policy: a reader's worst lock wait {stepped:?}");
+    ensure!(
+        stepped >= NO_QUEUE_READER_BOUND,
+        "the stepped policy's queued reads ({stepped:?}) were not seen: the measurement proves nothing"
+    );
+    let msg = e.to_string();
+    ensure!(
+        matches!(e, MigrateError::LockTimeout { attempts, .. } if attempts >= 3),
+        "{msg}"
+    );
+    ensure!(
+        msg.contains(&format!("pid {holder_pid} (")) && msg.contains("application `long_report`"),
+        "{msg}"
+    );
+    ensure!(!msg.contains("SECRET-CUSTOMER-DATA"), "{msg}");
+
     // Once the transaction ends, the same command goes through.
-    tx.commit()?;
+    holder.batch_execute("COMMIT")?;
     expect_code(&migrate_cli(db.url(), &[])?, 0, "after the blocker ended")?;
     ensure!(history(&mut c)? == [1, 2, 3]);
     Ok(())
+}
+
+/// Behind a long read transaction, `migrate` (default policy) waits
+/// without queueing: a separate reader's worst wait stays within
+/// [`NO_QUEUE_READER_BOUND`], no lock request is ever seen queued on the
+/// table while the transaction runs, and V3 applies once it ends.
+///
+/// The transaction is held 6 s, not the issue's 20 s (the bench keeps
+/// 20 s): what is measured is the same from the first poll on, and 6 s is
+/// already about nine attempts of the previous policy, five of them at its
+/// 500 ms cap.
+fn behind_a_long_read_transaction_migrate_queues_no_reader_and_applies_after_it_ends(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let hold = Duration::from_secs(6);
+    let db = env.migrated_database(2);
+    let (mut holder, _) = long_read_transaction(&db)?;
+    let reader = Reader::start(db.url())?;
+    let watch = QueueWatch::start(&db);
+    let release = std::thread::spawn(move || -> anyhow::Result<Instant> {
+        std::thread::sleep(hold);
+        let released = Instant::now();
+        holder.batch_execute("COMMIT")?;
+        Ok(released)
+    });
+    let start = Instant::now();
+    let o = migrate_cli(db.url(), &[])?;
+    let elapsed = start.elapsed();
+    let released = release.join().unwrap()?;
+    std::thread::sleep(Duration::from_millis(200));
+    let samples = watch.stop()?;
+    let run = reader.stop()?;
+    let (worst, wall, reads) = (run.worst_lock_wait(&samples), run.worst(), run.reads.len());
+    // From the release on, the migration's one attempt may wait a moment
+    // for a reader's lock, as designed; before it, nothing may queue.
+    let queued = queued_samples(&samples, Some(released));
+    expect_code(&o, 0, "migrate behind a transaction that ends")?;
+    let (out, _) = text(&o);
+    let applied = out
+        .lines()
+        .find(|l| l.contains("applied V3__"))
+        .with_context(|| format!("V3 not applied: {out}"))?;
+    println!("    migrate: {applied}");
+    println!("    reader: {reads} reads, worst lock wait {worst:?} (bound {NO_QUEUE_READER_BOUND:?}), worst read {wall:?}; samples with a lock request queued on attached_functions while held: {queued}");
+    ensure!(applied.contains("without queueing"), "{applied}");
+    ensure!(elapsed >= hold, "applied before the transaction ended");
+    ensure!(queued == 0, "{queued} samples saw a queued lock request");
+    ensure!(reads > 100, "the reader only ran {reads} queries");
+    ensure!(
+        worst < NO_QUEUE_READER_BOUND,
+        "a reader waited {worst:?} on a lock behind a migrate that should not queue"
+    );
+    let mut c = db.connect()?;
+    ensure!(history(&mut c)? == [1, 2, 3]);
+    ensure!(column_exists(&mut c, "attached_functions", "is_ready")?);
+    Ok(())
+}
+
+/// A `-- rollsafe:no-transaction` file behind the long read transaction:
+/// its `CREATE INDEX CONCURRENTLY` (SHARE UPDATE EXCLUSIVE, which queues no
+/// reader, so no gate and the stepped attempts as before) builds while the
+/// transaction is open; its ALTER TABLE then waits without queueing, like
+/// a transactional migration, and runs once the transaction ends.
+fn no_transaction_statements_wait_without_queueing_and_concurrent_builds_still_run(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = migrations_copy()?;
+    std::fs::write(
+        dir.path().join("V4__note_and_index.sql"),
+        "-- rollsafe:no-transaction\n\
+         CREATE INDEX CONCURRENTLY IF NOT EXISTS attached_functions_name ON attached_functions (name);\n\
+         ALTER TABLE attached_functions ADD COLUMN IF NOT EXISTS note text;\n",
+    )?;
+    let db = env.migrated_database(3);
+    let (mut holder, _) = long_read_transaction(&db)?;
+    let reader = Reader::start(db.url())?;
+    let watch = QueueWatch::start(&db);
+    let hold = Duration::from_secs(3);
+    let url = db.url().to_string();
+    let release = std::thread::spawn(move || -> anyhow::Result<(Instant, bool)> {
+        std::thread::sleep(hold);
+        let released = Instant::now();
+        let built_while_held: bool = db::connect(&url)?
+            .query_one(
+                "SELECT coalesce((SELECT indisvalid FROM pg_index \
+                   WHERE indexrelid = to_regclass('attached_functions_name')), false)",
+                &[],
+            )?
+            .get(0);
+        holder.batch_execute("COMMIT")?;
+        Ok((released, built_while_held))
+    });
+    let o = migrate_cli(db.url(), &["--migrations", path_str(dir.path())])?;
+    let (released, built_while_held) = release.join().unwrap()?;
+    std::thread::sleep(Duration::from_millis(200));
+    let samples = watch.stop()?;
+    let run = reader.stop()?;
+    let (worst, wall, reads) = (run.worst_lock_wait(&samples), run.worst(), run.reads.len());
+    let queued = queued_samples(&samples, Some(released));
+    ensure!(
+        built_while_held,
+        "the concurrent index was held back by a read transaction it does not conflict with"
+    );
+    expect_code(&o, 0, "no-transaction file behind a transaction that ends")?;
+    let (out, _) = text(&o);
+    println!(
+        "    migrate: {}",
+        out.lines().find(|l| l.contains("V4__")).unwrap_or_default()
+    );
+    println!("    reader: {reads} reads, worst lock wait {worst:?}, worst read {wall:?}; samples with a lock request queued while held: {queued}");
+    ensure!(queued == 0, "{queued} samples saw a queued lock request");
+    ensure!(
+        worst < NO_QUEUE_READER_BOUND,
+        "a reader waited {worst:?} on a lock behind a migrate that should not queue"
+    );
+    let mut c = db.connect()?;
+    ensure!(history(&mut c)? == [1, 2, 3, 4]);
+    let valid: bool = c
+        .query_one(
+            "SELECT indisvalid FROM pg_index WHERE indexrelid = 'attached_functions_name'::regclass",
+            &[],
+        )?
+        .get(0);
+    ensure!(valid, "the concurrent index is not valid");
+    Ok(())
+}
+
+/// When each sample was taken and which backends it saw waiting for a
+/// lock on attached_functions.
+type QueueSamples = Vec<(Instant, Vec<i32>)>;
+
+/// Samples, every 5 ms on a connection of its own, the lock requests
+/// waiting (not granted) on `db`'s attached_functions, with their pids: a
+/// migration that waits without queueing never makes one while a
+/// conflicting holder is there, and a reader queued behind one shows up.
+struct QueueWatch {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<anyhow::Result<QueueSamples>>,
+}
+
+impl QueueWatch {
+    fn start(db: &Database) -> QueueWatch {
+        let stop = Arc::new(AtomicBool::new(false));
+        let url = db.url().to_string();
+        let thread = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || -> anyhow::Result<QueueSamples> {
+                let mut c = db::connect(&url)?;
+                let mut samples = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let at = Instant::now();
+                    let waiting: Vec<i32> = c
+                        .query(
+                            "SELECT pid FROM pg_locks WHERE NOT granted AND pid IS NOT NULL \
+                              AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+                              AND relation = to_regclass('attached_functions')",
+                            &[],
+                        )?
+                        .iter()
+                        .map(|r| r.get(0))
+                        .collect();
+                    samples.push((at, waiting));
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Ok(samples)
+            })
+        };
+        QueueWatch { stop, thread }
+    }
+
+    fn stop(self) -> anyhow::Result<QueueSamples> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("the queue watcher panicked"))?
+    }
+}
+
+/// How many samples taken before `until` (all, when None) saw a lock
+/// request waiting.
+fn queued_samples(samples: &[(Instant, Vec<i32>)], until: Option<Instant>) -> usize {
+    samples
+        .iter()
+        .filter(|(at, waiting)| until.map_or(true, |u| *at < u) && !waiting.is_empty())
+        .count()
 }
 
 fn a_held_migration_lock_makes_migrate_wait_then_refuse(env: &TestEnv) -> anyhow::Result<()> {
@@ -1396,83 +1648,73 @@ fn tls_sslmodes_are_honoured(env: &TestEnv) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The default policy behind a 2.5 s write transaction: a separate reader
-/// never waits longer than the 1 s stall budget, migrate retries and
-/// succeeds once the transaction ends.
-fn behind_a_long_transaction_readers_stay_within_the_stall_budget_and_migrate_succeeds(
-    env: &TestEnv,
-) -> anyhow::Result<()> {
-    let db = env.migrated_database(2);
-    let mut holder = db.connect()?;
-    holder.batch_execute("BEGIN; LOCK TABLE attached_functions IN ROW EXCLUSIVE MODE")?;
-    let reader = Reader::start(db.url());
-    let release = std::thread::spawn(move || -> anyhow::Result<()> {
-        std::thread::sleep(Duration::from_millis(2500));
-        holder.batch_execute("COMMIT")?;
-        Ok(())
-    });
-    let start = Instant::now();
-    let o = migrate_cli(db.url(), &[])?;
-    let elapsed = start.elapsed();
-    release.join().unwrap()?;
-    let (worst, reads) = reader.stop()?;
-    expect_code(&o, 0, "migrate behind a transaction that ends")?;
-    let (out, _) = text(&o);
-    let attempts: u32 = out
-        .lines()
-        .find(|l| l.contains("V3__"))
-        .and_then(|l| l.split(" (").nth(1))
-        .and_then(|r| r.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .with_context(|| format!("no attempt count: {out}"))?;
-    ensure!(attempts > 3, "{attempts} attempts: {out}");
-    ensure!(
-        elapsed >= Duration::from_millis(2500),
-        "applied before the transaction ended"
-    );
-    ensure!(reads > 20, "the reader only ran {reads} queries");
-    ensure!(
-        worst < Duration::from_secs(1),
-        "a reader waited {worst:?}: over the 1 s stall budget"
-    );
-    let mut c = db.connect()?;
-    ensure!(history(&mut c)? == [1, 2, 3]);
-    Ok(())
-}
-
-/// A reader of attached_functions, like the app's, in a thread: its
-/// longest single query is what the application would feel.
+/// A reader of attached_functions, like the app's, in a thread on its own
+/// connection: when each read started and how long it took.
 struct Reader {
     stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<anyhow::Result<(Duration, usize)>>,
+    pid: i32,
+    thread: std::thread::JoinHandle<anyhow::Result<Vec<(Instant, Duration)>>>,
+}
+
+/// What a [`Reader`] went through.
+struct ReaderRun {
+    pid: i32,
+    reads: Vec<(Instant, Duration)>,
 }
 
 impl Reader {
-    fn start(url: &str) -> Reader {
+    fn start(url: &str) -> anyhow::Result<Reader> {
         let stop = Arc::new(AtomicBool::new(false));
+        let mut c = db::connect(url)?;
+        let pid: i32 = c.query_one("SELECT pg_backend_pid()", &[])?.get(0);
         let thread = {
-            let (stop, url) = (Arc::clone(&stop), url.to_string());
-            std::thread::spawn(move || -> anyhow::Result<(Duration, usize)> {
-                let mut c = db::connect(&url)?;
-                let (mut worst, mut n) = (Duration::ZERO, 0);
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || -> anyhow::Result<Vec<(Instant, Duration)>> {
+                let mut reads = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
                     let t = Instant::now();
                     c.query_one("SELECT count(*) FROM attached_functions", &[])?;
-                    worst = worst.max(t.elapsed());
-                    n += 1;
+                    reads.push((t, t.elapsed()));
                     std::thread::sleep(Duration::from_millis(10));
                 }
-                Ok((worst, n))
+                Ok(reads)
             })
         };
-        Reader { stop, thread }
+        Ok(Reader { stop, pid, thread })
     }
 
-    /// (longest query, queries run).
-    fn stop(self) -> anyhow::Result<(Duration, usize)> {
+    fn stop(self) -> anyhow::Result<ReaderRun> {
         self.stop.store(true, Ordering::Relaxed);
-        self.thread
+        let reads = self
+            .thread
             .join()
-            .map_err(|_| anyhow::anyhow!("the reader thread panicked"))?
+            .map_err(|_| anyhow::anyhow!("the reader thread panicked"))??;
+        Ok(ReaderRun {
+            pid: self.pid,
+            reads,
+        })
+    }
+}
+
+impl ReaderRun {
+    /// The longest read, whatever made it slow.
+    fn worst(&self) -> Duration {
+        self.reads.iter().map(|(_, d)| *d).max().unwrap_or_default()
+    }
+
+    /// The longest read during which the watch saw this reader's backend
+    /// waiting for a lock on the table: what a queued lock request cost
+    /// it, as opposed to the machine's load.
+    fn worst_lock_wait(&self, samples: &[(Instant, Vec<i32>)]) -> Duration {
+        self.reads
+            .iter()
+            .filter(|(t, d)| {
+                samples
+                    .iter()
+                    .any(|(at, waiting)| at >= t && *at <= *t + *d && waiting.contains(&self.pid))
+            })
+            .map(|(_, d)| *d)
+            .max()
+            .unwrap_or_default()
     }
 }

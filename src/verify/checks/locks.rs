@@ -337,7 +337,7 @@ pub fn probe_not_applicable(v: i32) -> Finding {
         "probe-skipped",
         Severity::Skipped,
         Some(v),
-        "runs outside a transaction: the long-transaction probe (one transaction per attempt) does not apply; migrate runs each statement under the stepped lock policy",
+        "runs outside a transaction: the long-transaction probe (one transaction per attempt) does not apply; migrate runs each statement under the lock policy (waiting without queueing where it can see the conflicting holder)",
     )
     .advice("the seeded apply under the live apps' workload measured its stalls")
 }
