@@ -30,7 +30,8 @@ cd "$(dirname "$0")/.."
 REPO="$PWD"
 
 say() { echo "[ci/test-install.sh] $*"; }
-fail() { say "FAILED: $*"; return 1; }
+# Stages run in a subshell: a failed check ends its stage.
+fail() { say "FAILED: $*"; exit 1; }
 
 # Runs a stage and prints how long it took, also when it fails; the run
 # stops at the first failing stage.
@@ -38,10 +39,11 @@ stage() {
   local name="$1" started=$SECONDS rc=0
   shift
   say "$name"
-  "$@" || rc=$?
+  ("$@") || rc=$?
   say "$name took $((SECONDS - started))s"
   if [ "$rc" != 0 ]; then
-    say "stage '$name' failed (exit $rc)"
+    say "stage '$name' failed (exit $rc); findings that failed it:"
+    grep -E '^  ERROR|^::error|^rollsafe: error' "$WORK/out.txt" "$WORK/err.txt" 2>/dev/null || true
     exit 1
   fi
 }
