@@ -260,7 +260,7 @@ for k, v in job["variables"].items():
 print("\n".join(job["script"]))
 EOF
   CODE=0
-  docker run --rm -v "$dir:/builds/shop" -w /builds/shop -e CI_PROJECT_DIR=/builds/shop \
+  docker run --rm -i -v "$dir:/builds/shop" -w /builds/shop -e CI_PROJECT_DIR=/builds/shop \
     --entrypoint sh "$TEST_IMAGE:latest" -e /dev/stdin <"$WORK/component.sh" >"$WORK/out.txt" 2>&1 || CODE=$?
   say "the GitLab component's script (--static-only, fail-on warning) on the harmful bookshop: exit $CODE"
   [ "$CODE" = 1 ] || { tail -n 30 "$WORK/out.txt"; fail "expected exit 1 (warnings and fail-on warning)"; }
