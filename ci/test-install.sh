@@ -236,7 +236,7 @@ action_on_bookshop_pg18() {
 image_pg13_as_unknown_uid() {
   local dir
   dir="$(bookshop_copy pg13)"
-  run_image "$dir" --user 4242:4242 "$TEST_IMAGE:latest" verify --postgres-version 13
+  run_image "$dir" --tmpfs /tmp --user 4242:4242 "$TEST_IMAGE:latest" verify --postgres-version 13
   say "docker run --user 4242:4242 … verify --postgres-version 13 on the bookshop: exit $CODE; $(grep -E '^(PASSED|FAILED)' "$WORK/out.txt" || true)"
   [ "$CODE" = 0 ] || { tail -n 40 "$WORK/out.txt" "$WORK/err.txt"; fail "expected exit 0"; }
   grep -q 'PostgreSQL 13' "$WORK/out.txt" || fail "not rehearsed on PostgreSQL 13"
