@@ -27,7 +27,6 @@
 # images it created.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-REPO="$PWD"
 
 say() { echo "[ci/test-install.sh] $*"; }
 # Stages run in a subshell: a failed check ends its stage.
