@@ -109,7 +109,7 @@ pub fn is_blank(sql: &str) -> bool {
 /// Runs `f` on squawk's parse of `sql` (syntax errors included: the tree is
 /// lossless) with the same guards as [`split`]: the pre-scan first, then
 /// the parse, `f` and the tree's drop on a thread with
-/// [`PARSER_STACK_BYTES`] of stack. For whoever needs more of the tree than
+/// `PARSER_STACK_BYTES` of stack. For whoever needs more of the tree than
 /// the statements (the lint rules of `verify::checks::static`). Never
 /// panics: a file the pre-scan refuses, or a parse or `f` that panics, is
 /// an `Err` saying why.
@@ -156,7 +156,7 @@ pub enum NotSplittable {
     /// `COPY … FROM stdin` data, which are not SQL the server can run.
     #[error("it holds psql backslash commands or COPY … FROM stdin data")]
     Backslash,
-    /// Nested or chained beyond [`MAX_NESTING_PRESSURE`].
+    /// Nested or chained beyond `MAX_NESTING_PRESSURE`.
     #[error("it nests deeper than the parser can safely follow")]
     TooDeep,
     /// Larger than the 4 GiB squawk's 32-bit offsets can address.

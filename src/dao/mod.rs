@@ -254,7 +254,7 @@ pub struct Attached {
 /// What went wrong, for callers that branch on it.
 #[derive(Debug, Error)]
 pub enum DaoError {
-    /// `what` names the thing, e.g. "attached function <id>".
+    /// `what` names the thing, e.g. `attached function <id>`.
     #[error("{what} not found")]
     NotFound { what: String },
     #[error("{}", already_exists_message(name, differing))]

@@ -2,22 +2,22 @@
 //! database is used, then each warning confirmed or refuted by what the
 //! rehearsal measured for its statement.
 //!
-//! [`lint`] runs squawk 2.68's default rules (`squawk-linter`) on the file
+//! `lint` runs squawk 2.68's default rules (`squawk-linter`) on the file
 //! through [`crate::sql::with_parse`] (the splitter's guards: nothing nests
 //! deep enough to overflow the parser's stack, a panic is caught). squawk is
 //! told what rollsafe does: each migration runs in one transaction
 //! (`assume_in_transaction`), so a table created earlier in the file is not
 //! "existing", and `CREATE INDEX CONCURRENTLY` is reported as the failure it
-//! is. A violation becomes a [`Warning`] at its own line and column, tied to
+//! is. A violation becomes a `Warning` at its own line and column, tied to
 //! its statement of [`crate::sql::split`] (the statements the rehearsal
 //! measures one by one) and to the table that statement alters or indexes.
 //! `-- squawk-ignore rule` comments work as in squawk. A file squawk's
 //! grammar cannot parse is a warning (`static.syntax-error`), never an error
 //! by itself: PostgreSQL is the judge.
 //!
-//! [`judge`] then holds each warning against the measured apply of its
+//! `judge` then holds each warning against the measured apply of its
 //! migration (at N rows, under the live apps' workload). Only rules whose
-//! claim the rehearsal measures are judged ([`MEASURED`]); the others, and
+//! claim the rehearsal measures are judged (`MEASURED`); the others, and
 //! warnings the rehearsal could not test (statement not reached, table
 //! empty), stay warnings. Confirmed is an error: the same measurement is
 //! what `rewrite`, `locks` or `apply` fail a run on, and this finding puts
