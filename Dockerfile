@@ -49,12 +49,6 @@ RUN set -eu; \
       rm -rf "/usr/lib/postgresql/$m/lib/bitcode" "/usr/lib/postgresql/$m/lib/llvmjit"* \
         "/usr/share/postgresql/$m/man"; \
     done; \
-    # the local backend passes initdb --no-instructions (PostgreSQL 14+): 13's drops it
-    mv /usr/lib/postgresql/13/bin/initdb /usr/lib/postgresql/13/bin/initdb.bin; \
-    printf '%s\n' '#!/bin/sh' \
-      'for arg do shift; [ "$arg" = --no-instructions ] || set -- "$@" "$arg"; done' \
-      'exec "${0%/*}/initdb.bin" "$@"' >/usr/lib/postgresql/13/bin/initdb; \
-    chmod 0755 /usr/lib/postgresql/13/bin/initdb; \
     missing=$(find /usr/local/bin /usr/lib/postgresql -type f \( -perm -u+x -o -name '*.so' \) \
       -exec ldd {} + 2>/dev/null | grep 'not found' | sort -u || true); \
     if [ -n "$missing" ]; then echo "libraries missing: $missing" >&2; exit 1; fi; \

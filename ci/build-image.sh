@@ -184,22 +184,6 @@ for major in $(printf '%s\n' "${majors[@]}" | sort -rn); do
 	for prog in initdb postgres pg_dump; do
 		cp -L "$src/usr/lib/postgresql/$major/bin/$prog" "$ROOT/usr/lib/postgresql/$major/bin/"
 	done
-	# rollsafe's local backend runs initdb with --no-instructions, an
-	# option of PostgreSQL 14 and later; older initdbs refuse it (it only
-	# silences the "you can now start the server" text), so theirs drops it.
-	if [ "$major" -lt 14 ]; then
-		mv "$ROOT/usr/lib/postgresql/$major/bin/initdb" "$ROOT/usr/lib/postgresql/$major/bin/initdb.bin"
-		cat >"$ROOT/usr/lib/postgresql/$major/bin/initdb" <<'EOF'
-#!/bin/sh
-# initdb without --no-instructions (PostgreSQL 14+), which this major lacks.
-for arg do
-	shift
-	[ "$arg" = --no-instructions ] || set -- "$@" "$arg"
-done
-exec "${0%/*}/initdb.bin" "$@"
-EOF
-		chmod 0755 "$ROOT/usr/lib/postgresql/$major/bin/initdb"
-	fi
 	# The JIT (llvmjit.so and its bitcode) is optional: without it the
 	# server runs with jit unavailable, and it would bring LLVM (~100 MB).
 	cp -a "$src/usr/lib/postgresql/$major/lib" "$ROOT/usr/lib/postgresql/$major/"

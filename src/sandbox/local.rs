@@ -292,10 +292,15 @@ impl LocalBackend {
             .arg("-D")
             .arg(&data)
             .args(["-U", "postgres", "-A", "scram-sha-256", "-E", "UTF8"])
-            .args(["--locale=C", "--no-sync", "--no-instructions"])
+            .args(["--locale=C", "--no-sync"])
             .arg(format!("--pwfile={}", pwfile.display()))
             .current_dir(dir.path())
             .env("LC_ALL", "C");
+        // --no-instructions exists from 14; 13's initdb refuses it (the
+        // instructions it prints instead go to a pipe nobody reads).
+        if !matches!(binaries_major(&bindir), Some(m) if m < 14) {
+            initdb.arg("--no-instructions");
+        }
         as_user(&mut initdb);
         let out = initdb
             .stdin(Stdio::null())
