@@ -21,7 +21,11 @@
 //! postgres = "auto"              # auto | docker | local | postgres://… of a server
 //! image = "postgres:15"          # docker backend's image
 //! since = 2                      # rehearse only the migrations after this version
+//! copy_rows = ["countries"]      # --from-target: also copy these tables' rows
 //! ```
+//!
+//! Values have the flags' ranges (`rows` is `--rows`'s, see
+//! [`crate::bounds`]); one outside is refused with the file and line.
 //!
 //! What it is not: a place for secrets. A `postgres` URL with a password is
 //! read, never echoed (errors name the file and the key, not the value).
@@ -31,6 +35,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use thiserror::Error;
 
+use crate::bounds;
 use crate::catalog::Layout;
 
 /// The file a bare `rollsafe verify` looks for in the directory it runs in.
@@ -44,12 +49,27 @@ pub struct ProjectConfig {
     pub migrations: Option<PathBuf>,
     pub apps: Option<PathBuf>,
     pub layout: Option<Layout>,
+    #[serde(default, deserialize_with = "rows_in_range")]
     pub rows: Option<u64>,
     pub postgres: Option<String>,
     pub image: Option<String>,
     /// The version as the user writes it (`2`, `V2`, `20240101120000`),
     /// resolved against the migrations' layout by the caller.
     pub since: Option<VersionText>,
+    /// Tables whose production rows `--from-target` copies besides the
+    /// ones the migrations fill (`--copy-rows`).
+    #[serde(default)]
+    pub copy_rows: Vec<String>,
+}
+
+/// `rows` within [`bounds::ROWS`]: the error carries the value's span, so
+/// the refusal names its line.
+fn rows_in_range<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let n = u64::deserialize(d)?;
+    bounds::ROWS
+        .check(n)
+        .map(Some)
+        .map_err(|e| serde::de::Error::custom(format!("rows {e}")))
 }
 
 /// A version written as a TOML integer or string.
@@ -75,7 +95,7 @@ pub enum ConfigError {
     Missing(PathBuf),
     #[error("cannot read {path}: {detail}")]
     Io { path: PathBuf, detail: String },
-    #[error("{path}:{line}: {message}; fix it (the keys are migrations, apps, layout, rows, postgres, image and since; see the README's rollsafe.toml section)")]
+    #[error("{path}:{line}: {message}; fix it (the keys are migrations, apps, layout, rows, postgres, image, since and copy_rows; see the README's rollsafe.toml section)")]
     Invalid {
         path: PathBuf,
         line: usize,
@@ -171,6 +191,7 @@ mod tests {
                 postgres: Some("local".into()),
                 image: Some("postgres:17".into()),
                 since: Some(VersionText::Text("20240101120000".into())),
+                copy_rows: Vec::new(),
             }
         );
         let c = ProjectConfig::parse(&path, "since = 2").unwrap();
@@ -201,6 +222,11 @@ mod tests {
             err.to_string()
                 .starts_with("rollsafe.toml:1: unknown variant `flyway`"),
             "{err}"
+        );
+        let err = ProjectConfig::parse(path, "since = 1\nrows = 20000000\n").unwrap_err();
+        assert_eq!(
+            err.to_string().split(';').next().unwrap(),
+            "rollsafe.toml:2: rows 20000000 is out of range"
         );
         let err = ProjectConfig::parse(path, "rows = \"many\"").unwrap_err();
         assert!(err.to_string().contains("rollsafe.toml:1:"), "{err}");

@@ -38,6 +38,7 @@
 //!
 //! # Modules
 //!
+//! - [`bounds`]: the ranges of every duration, count and size a user gives.
 //! - [`catalog`]: the migration files, embedded or from a directory.
 //! - [`config`]: `rollsafe.toml`, a project's settings.
 //! - [`capture`]: statement sets from a running app's `pg_stat_statements`.
@@ -53,6 +54,7 @@
 //! - [`sql`]: splitting SQL files into statements.
 //! - [`validity`]: invalid indexes and NOT VALID constraints (verify and check).
 
+pub mod bounds;
 pub mod capture;
 pub mod catalog;
 pub mod check;

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
+use rollsafe::bounds;
 use rollsafe::catalog::{Catalog, Layout};
 use rollsafe::config::ProjectConfig;
 use rollsafe::db;
@@ -137,18 +138,18 @@ struct VerifyArgs {
     /// Rehearse exactly the migrations pending on this database, on its own schema (pg_dump --schema-only), table sizes and PostgreSQL major. Read-only: a role with pg_read_all_data suffices.
     #[arg(long, value_name = "URL", conflicts_with_all = ["since", "static_only"])]
     from_target: Option<String>,
-    /// Rows seeded per rehearsal (written like the live app versions write them) [default: 10000].
-    #[arg(long, value_name = "N")]
+    /// Rows seeded per rehearsal (written like the live app versions write them), 0 to 10000000 [default: 10000].
+    #[arg(long, value_name = "N", value_parser = count_in(bounds::ROWS))]
     rows: Option<u64>,
     #[command(flatten)]
     report: ReportArgs,
     #[command(flatten)]
     lock: LockArgs,
-    /// The longest any app statement may wait because of a migration (e.g. 1s, 500ms).
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    /// The longest any app statement may wait because of a migration (e.g. 1s, 500ms), 10ms to 10m.
+    #[arg(long, default_value = "1s", value_parser = duration_in(bounds::STALL_BUDGET))]
     stall_budget: Duration,
-    /// Production rows of a table, to predict lock holds at that size (repeatable: --table-rows bookings=48M).
-    #[arg(long = "table-rows", value_name = "TABLE=ROWS")]
+    /// Production rows of a table, to predict lock holds at that size, 0 to 1000000000000 (repeatable: --table-rows bookings=48M).
+    #[arg(long = "table-rows", value_name = "TABLE=ROWS", value_parser = table_rows_pair)]
     table_rows: Vec<String>,
     /// Read production table sizes (pg_class.reltuples, read-only) from this database instead.
     #[arg(long, value_name = "URL", conflicts_with = "table_rows")]
@@ -162,11 +163,11 @@ struct VerifyArgs {
 /// rehearses it behind a long transaction).
 #[derive(Args)]
 struct LockArgs {
-    /// Cap of each attempt's lock_timeout, so the app never queues longer behind a waiting lock (e.g. 500ms, 1s). migrate first waits without queueing while another session holds a conflicting lock, then attempts for 50ms; attempts it cannot look ahead for (and verify's probe) start at 100ms and grow to the cap.
-    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    /// Cap of each attempt's lock_timeout, so the app never queues longer behind a waiting lock (e.g. 500ms, 1s), 10ms to 1m. migrate first waits without queueing while another session holds a conflicting lock, then attempts for 50ms; attempts it cannot look ahead for (and verify's probe) start at 100ms and grow to the cap.
+    #[arg(long, default_value = "500ms", value_parser = duration_in(bounds::LOCK_TIMEOUT))]
     lock_timeout: Duration,
-    /// How long to keep retrying a lock before giving up and naming the blocker (e.g. 5m, 30s).
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    /// How long to keep retrying a lock before giving up and naming the blocker (e.g. 5m, 30s), 0s to 24h.
+    #[arg(long, default_value = "5m", value_parser = duration_in(bounds::RETRY_FOR))]
     retry_for: Duration,
 }
 
@@ -395,14 +396,14 @@ struct MigrateArgs {
     dry_run: bool,
     #[command(flatten)]
     lock: LockArgs,
-    /// How long to wait for another `rollsafe migrate` on the same database.
-    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    /// How long to wait for another `rollsafe migrate` on the same database, 0s to 24h.
+    #[arg(long, default_value = "120s", value_parser = duration_in(bounds::MIGRATOR_WAIT))]
     migrator_wait: std::time::Duration,
     /// Primary keys per batch of a `-- rollsafe:batched-update` backfill (each batch is its own short transaction).
     #[arg(long, default_value = "1000", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     batch_size: u32,
-    /// Pause between backfill batches, so the app's writes and autovacuum keep up (e.g. 50ms, 0).
-    #[arg(long, default_value = "50ms", value_parser = parse_duration)]
+    /// Pause between backfill batches, so the app's writes and autovacuum keep up (e.g. 50ms, 0), 0s to 1m.
+    #[arg(long, default_value = "50ms", value_parser = duration_in(bounds::BATCH_PAUSE))]
     batch_pause: Duration,
 }
 
@@ -465,8 +466,8 @@ struct StatusArgs {
 struct CheckArgs {
     #[command(flatten)]
     db: TargetDbArgs,
-    /// Report not-ready attached functions older than this (e.g. 1h, 30m, 90s); the shipped project's invariant, checked when --migrations is not given.
-    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    /// Report not-ready attached functions older than this (e.g. 1h, 30m, 90s), 1s to 366d; the shipped project's invariant, checked when --migrations is not given.
+    #[arg(long, default_value = "1h", value_parser = duration_in(bounds::STUCK_AFTER))]
     stuck_after: Duration,
     #[command(flatten)]
     report: ReportArgs,
@@ -573,6 +574,34 @@ fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
 enum StatusFormat {
     Text,
     Json,
+}
+
+/// A clap value parser for a duration flag: [`parse_duration`], then
+/// `range` (a value outside it is refused in one line, exit 2).
+fn duration_in(
+    range: bounds::DurationRange,
+) -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync + 'static {
+    move |s| range.check(parse_duration(s)?)
+}
+
+/// A clap value parser for a count flag: a whole number within `range`.
+fn count_in(
+    range: bounds::CountRange,
+) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
+    move |s| {
+        let n = s
+            .trim()
+            .replace('_', "")
+            .parse::<u64>()
+            .map_err(|_| format!("`{s}` is not a whole number of rows (e.g. 10000)"))?;
+        range.check(n)
+    }
+}
+
+/// A clap value parser for `--table-rows TABLE=ROWS`: checked (form and
+/// range) when the flags are read, kept as written.
+fn table_rows_pair(s: &str) -> Result<String, String> {
+    Sizes::from_pairs([s]).map(|_| s.to_string())
 }
 
 /// `5s`, `500ms`, `2m`, `1h`, `1h 30m` (humantime), or plain seconds.

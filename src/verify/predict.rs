@@ -42,6 +42,9 @@ impl Sizes {
                 .ok_or_else(|| format!("`{p}` is not TABLE=ROWS (e.g. bookings=48000000)"))?;
             let n = parse_count(n.trim())
                 .ok_or_else(|| format!("`{p}`: `{n}` is not a row count (e.g. 48000000, 48M)"))?;
+            let n = crate::bounds::TABLE_ROWS
+                .check_f64(n)
+                .map_err(|e| format!("rows {e}"))?;
             rows.insert(table.trim().to_string(), n);
         }
         Ok(Sizes {
