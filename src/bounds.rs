@@ -69,10 +69,10 @@ pub const BATCH_PAUSE: DurationRange = DurationRange {
     max: secs(60),
 };
 
-/// Age after which `check` calls a not-ready row stuck: a second to a year.
+/// Age after which `check` calls a not-ready row stuck: a second to 30 days.
 pub const STUCK_AFTER: DurationRange = DurationRange {
     min: secs(1),
-    max: secs(366 * 24 * 3600),
+    max: secs(30 * 24 * 3600),
 };
 
 /// `statement_timeout` of `check`'s queries over a live table (backfill

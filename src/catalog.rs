@@ -35,6 +35,9 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
+mod directive_sql;
+pub use directive_sql::TableName;
+
 /// The files embedded at build time (see `build.rs`).
 const EMBEDDED: &[(&str, &[u8])] = include!(concat!(env!("OUT_DIR"), "/embedded_migrations.rs"));
 
@@ -44,7 +47,10 @@ pub enum Directive {
     /// `-- rollsafe:backfill <table> <predicate>`: after the migration, every
     /// row that existed before it satisfies `<predicate>` (SQL over the
     /// table's columns), e.g. `attached_functions is_ready = true`.
-    Backfill { table: String, predicate: String },
+    Backfill {
+        table: TableName,
+        predicate: String,
+    },
     /// `-- rollsafe:no-transaction`: the file runs outside a transaction,
     /// one statement at a time (for `CREATE INDEX CONCURRENTLY` and other
     /// statements PostgreSQL refuses inside one). Its statements must be
@@ -59,11 +65,12 @@ pub enum Directive {
 }
 
 /// One `-- rollsafe:batched-update` directive, checked by squawk's grammar
-/// as the `UPDATE <table> SET … WHERE …` it stands for.
+/// as the `UPDATE <table> SET … WHERE …` it stands for
+/// ([`directive_sql`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchedUpdate {
-    /// The table as written (may be schema-qualified).
-    pub table: String,
+    /// The table (may be schema-qualified); `.sql()` quotes it.
+    pub table: TableName,
     /// The assignments after `SET`, as written: `b = a * 2, c = 1`.
     pub set: String,
     /// The `WHERE` condition: the rows still to update. A row the update
@@ -162,9 +169,10 @@ impl Migration {
             .expect("catalog validated the name")
     }
 
-    pub fn backfills(&self) -> impl Iterator<Item = (&str, &str)> {
+    /// The file's `-- rollsafe:backfill` promises: (table, predicate).
+    pub fn backfills(&self) -> impl Iterator<Item = (&TableName, &str)> {
         self.directives.iter().filter_map(|d| match d {
-            Directive::Backfill { table, predicate } => Some((table.as_str(), predicate.as_str())),
+            Directive::Backfill { table, predicate } => Some((table, predicate.as_str())),
             _ => None,
         })
     }
@@ -420,7 +428,6 @@ fn parse_directives(file: &str, sql: &str) -> Result<Vec<Directive>, CatalogErro
             text: line.trim().to_string(),
             expected: expected.to_string(),
         };
-        let bad = || bad_because("`-- rollsafe:backfill <table> <predicate>`");
         match key {
             "no-transaction" => {
                 if !value.is_empty() {
@@ -433,22 +440,26 @@ fn parse_directives(file: &str, sql: &str) -> Result<Vec<Directive>, CatalogErro
                 }
             }
             "batched-update" => {
-                let parsed = parse_batched_update(value, i + 1).map_err(|why| {
-                    bad_because(&format!(
-                        "`-- rollsafe:batched-update <table> SET <column> = <expression> WHERE <predicate>` on one line ({why})"
-                    ))
-                })?;
-                out.push(Directive::BatchedUpdate(parsed));
+                let (table, set, predicate) =
+                    directive_sql::parse_batched_update(value).map_err(|why| {
+                        bad_because(&format!(
+                            "`-- rollsafe:batched-update <table> SET <column> = <expression> WHERE <predicate>` on one line ({why})"
+                        ))
+                    })?;
+                out.push(Directive::BatchedUpdate(BatchedUpdate {
+                    table,
+                    set,
+                    predicate,
+                    line: i + 1,
+                }));
             }
             "backfill" => {
-                let (table, predicate) = value.split_once(char::is_whitespace).ok_or_else(bad)?;
-                if predicate.trim().is_empty() {
-                    return Err(bad());
-                }
-                out.push(Directive::Backfill {
-                    table: table.to_string(),
-                    predicate: predicate.trim().to_string(),
-                });
+                let (table, predicate) = directive_sql::parse_backfill(value).map_err(|why| {
+                    bad_because(&format!(
+                        "`-- rollsafe:backfill <table> <predicate over its columns>` on one line ({why})"
+                    ))
+                })?;
+                out.push(Directive::Backfill { table, predicate });
             }
             _ => {
                 return Err(CatalogError::UnknownDirective {
@@ -465,59 +476,6 @@ fn parse_directives(file: &str, sql: &str) -> Result<Vec<Directive>, CatalogErro
         }
     }
     Ok(out)
-}
-
-/// Reads `<table> SET … WHERE …` as the `UPDATE` statement it stands for,
-/// with squawk's grammar (a `WHERE` inside a subquery of the expression is
-/// not the predicate's). Refuses what a batched update cannot do: no
-/// `WHERE` (a predicate is what says which rows are left), `FROM`,
-/// `RETURNING`, `WITH`, or more than one statement.
-fn parse_batched_update(value: &str, line: usize) -> Result<BatchedUpdate, String> {
-    use squawk_syntax::ast::{self, AstNode};
-    use squawk_syntax::SyntaxKind;
-    let update_sql = format!("UPDATE {value}");
-    let found = crate::sql::with_parse(&update_sql, |parse| {
-        if let Some(e) = parse.errors().first() {
-            return Err(format!("not a valid UPDATE: {e}"));
-        }
-        let stmts: Vec<ast::Stmt> = parse.tree().stmts().collect();
-        let [ast::Stmt::Update(update)] = stmts.as_slice() else {
-            return Err("not one UPDATE statement".into());
-        };
-        let node = update.syntax();
-        let child = |kind: SyntaxKind| node.children().find(|n| n.kind() == kind);
-        for (kind, what) in [
-            (SyntaxKind::FROM_CLAUSE, "FROM"),
-            (SyntaxKind::RETURNING_CLAUSE, "RETURNING"),
-            (SyntaxKind::WITH_CLAUSE, "WITH"),
-        ] {
-            if child(kind).is_some() {
-                return Err(format!("{what} is not supported"));
-            }
-        }
-        let table = update
-            .relation_name()
-            .map(|r| r.syntax().text().to_string())
-            .ok_or("no table")?;
-        let set = update
-            .set_clause()
-            .and_then(|s| s.set_column_list())
-            .map(|l| l.syntax().text().to_string())
-            .ok_or("no SET")?;
-        let predicate = child(SyntaxKind::WHERE_CLAUSE)
-            .and_then(|w| w.children().next())
-            .map(|e| e.text().to_string())
-            .ok_or("no WHERE predicate")?;
-        Ok((table, set, predicate))
-    })
-    .map_err(|e| e.to_string())??;
-    let (table, set, predicate) = found;
-    Ok(BatchedUpdate {
-        table: table.trim().to_string(),
-        set: set.trim().to_string(),
-        predicate: predicate.trim().to_string(),
-        line,
-    })
 }
 
 impl Catalog {
@@ -745,7 +703,10 @@ mod tests {
         assert_eq!(v3.name, "attached_functions_is_ready");
         assert_eq!(
             v3.backfills().collect::<Vec<_>>(),
-            [("attached_functions", "is_ready = true")]
+            [(
+                &TableName::unqualified("attached_functions"),
+                "is_ready = true"
+            )]
         );
         assert_eq!(v3.checksum, v3.to_refinery().checksum());
     }
@@ -836,7 +797,7 @@ mod tests {
         assert_eq!(
             b,
             [&BatchedUpdate {
-                table: "items".into(),
+                table: TableName::unqualified("items"),
                 set: "b = (SELECT max(x) FROM y WHERE y.id = items.a), c = 1".into(),
                 predicate: "b IS NULL AND a > 0".into(),
                 line: 2,

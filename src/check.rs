@@ -24,11 +24,15 @@
 //! Read-only by construction: the session runs with
 //! `default_transaction_read_only = on`, so a role with only read rights
 //! (`pg_read_all_data`) suffices and nothing can be written by accident.
+//! Backfill predicates come from migration files (parsed, never pasted:
+//! `catalog::directive_sql`) and scan production tables, so each runs under
+//! a `statement_timeout` ([`Check::statement_timeout`]); one that does not
+//! finish in time is reported `skipped` with that reason, never `ok`.
 //!
 //! Not here: applying anything (`migrate`), rehearsals (`verify`).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use postgres::Client;
 use thiserror::Error;
@@ -85,7 +89,14 @@ pub struct Check {
     catalog: Catalog,
     invariants: Vec<Invariant>,
     sandbox: SandboxBuilder,
+    statement_timeout: Duration,
 }
+
+/// How long one backfill predicate may scan production by default.
+pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// SQLSTATE 57014 query_canceled: `statement_timeout` expired.
+const QUERY_CANCELED: &str = "57014";
 
 impl Check {
     /// Audits against `catalog`; throwaway Postgres (only needed when no
@@ -95,7 +106,15 @@ impl Check {
             catalog,
             invariants: Vec::new(),
             sandbox,
+            statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
         }
+    }
+
+    /// The `statement_timeout` of each backfill predicate's scan
+    /// (`--statement-timeout`; default [`DEFAULT_STATEMENT_TIMEOUT`]).
+    pub fn statement_timeout(mut self, t: Duration) -> Self {
+        self.statement_timeout = t;
+        self
     }
 
     /// Adds a project's own invariant (the shipped project's:
@@ -269,6 +288,22 @@ impl Check {
         ))
     }
 
+    /// `scan` under the session's `statement_timeout`, reset afterwards
+    /// (the other queries of the audit are catalogue reads).
+    fn timed_predicate<T>(
+        &self,
+        client: &mut Client,
+        scan: impl FnOnce(&mut Client) -> Result<T, postgres::Error>,
+    ) -> Result<T, postgres::Error> {
+        client.batch_execute(&format!(
+            "SET statement_timeout = {}",
+            self.statement_timeout.as_millis().max(1)
+        ))?;
+        let result = scan(client);
+        client.batch_execute("RESET statement_timeout")?;
+        result
+    }
+
     /// Each applied migration's backfill directives, for the rows created
     /// before it was applied.
     fn backfill_findings(
@@ -286,8 +321,8 @@ impl Check {
                 let has_created_at: bool = client
                     .query_one(
                         "SELECT EXISTS (SELECT 1 FROM information_schema.columns \
-                         WHERE table_schema = 'public' AND table_name = $1 AND column_name = 'created_at')",
-                        &[&table],
+                         WHERE table_schema = $1 AND table_name = $2 AND column_name = 'created_at')",
+                        &[&table.schema_or_public(), &table.name],
                     )
                     .map_err(|e| CheckError::sql(format!("inspecting {table}"), &e))?
                     .get(0);
@@ -301,11 +336,30 @@ impl Check {
                     ));
                     continue;
                 }
-                let count =
-                    validity::backfill_violations(client, table, predicate, Some(&applied_on))
-                        .map_err(|e| {
-                            CheckError::sql(format!("checking `{predicate}` on {table}"), &e)
-                        })?;
+                let count = match self.timed_predicate(client, |c| {
+                    validity::backfill_violations(c, table, predicate, Some(&applied_on))
+                }) {
+                    Ok(count) => count,
+                    Err(e) if e.code().map(|c| c.code()) == Some(QUERY_CANCELED) => {
+                        out.push(Finding::new(
+                            "invariants",
+                            "backfill-not-checked",
+                            Severity::Skipped,
+                            Some(m.version),
+                            format!(
+                                "`{predicate}` on {table} did not finish within the statement timeout ({}), so it was not checked; raise --statement-timeout or run check when the database is quieter",
+                                humantime::format_duration(self.statement_timeout)
+                            ),
+                        ));
+                        continue;
+                    }
+                    Err(e) => {
+                        return Err(CheckError::sql(
+                            format!("checking `{predicate}` on {table}"),
+                            &e,
+                        ))
+                    }
+                };
                 let ids = count.examples;
                 out.push(if count.violating == 0 {
                     Finding::new(

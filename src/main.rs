@@ -466,7 +466,7 @@ struct StatusArgs {
 struct CheckArgs {
     #[command(flatten)]
     db: TargetDbArgs,
-    /// Report not-ready attached functions older than this (e.g. 1h, 30m, 90s), 1s to 366d; the shipped project's invariant, checked when --migrations is not given.
+    /// Report not-ready attached functions older than this (e.g. 1h, 30m, 90s), 1s to 30d; the shipped project's invariant, checked when --migrations is not given.
     #[arg(long, default_value = "1h", value_parser = duration_in(bounds::STUCK_AFTER))]
     stuck_after: Duration,
     #[command(flatten)]
@@ -477,6 +477,9 @@ struct CheckArgs {
     /// PostgreSQL major of that throwaway server: a number, or from-target (the audited database's major).
     #[arg(long, value_name = "V|from-target")]
     postgres_version: Option<String>,
+    /// How long each backfill predicate may scan the database (its statement_timeout), 100ms to 1h; one that takes longer is reported skipped.
+    #[arg(long, default_value = "30s", value_parser = duration_in(bounds::CHECK_STATEMENT_TIMEOUT))]
+    statement_timeout: Duration,
 }
 
 /// How findings reports are written (`verify`, `check`).
@@ -560,7 +563,8 @@ fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     // The shipped project's own invariant goes with its migrations; another
     // project's (--migrations DIR) does not have its tables.
     let shipped = rollsafe::dao::shipped::owns(&catalog);
-    let mut audit = rollsafe::check::Check::new(catalog, builder);
+    let mut audit =
+        rollsafe::check::Check::new(catalog, builder).statement_timeout(args.statement_timeout);
     if shipped {
         audit = audit.invariant(rollsafe::dao::shipped::stuck_rows(args.stuck_after));
     }

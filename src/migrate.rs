@@ -885,14 +885,14 @@ fn apply_outside_transaction(
             Err(BackfillError::Refused(why)) => {
                 return Err(MigrateError::BackfillRefused {
                     migration: m.to_string(),
-                    table: b.table.clone(),
+                    table: b.table.to_string(),
                     why,
                 })
             }
             Err(BackfillError::Incomplete { remaining }) => {
                 return Err(MigrateError::BackfillIncomplete {
                     migration: m.to_string(),
-                    table: b.table.clone(),
+                    table: b.table.to_string(),
                     remaining,
                     predicate: b.predicate.clone(),
                 })

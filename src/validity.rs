@@ -12,7 +12,7 @@
 
 use postgres::Client;
 
-use crate::db::quote_ident;
+use crate::catalog::TableName;
 use crate::report::{Finding, Severity};
 use crate::schema::Snapshot;
 
@@ -36,14 +36,15 @@ pub struct BackfillCount {
 /// `created_before` (a timestamp; the table then needs `created_at`) only
 /// the rows created before it, as on a live database where later rows are
 /// the apps' own business. The predicate comes from the migration file,
-/// trusted like the migration's SQL.
+/// checked by the grammar when the catalog was read (one `WHERE`
+/// condition, nothing that writes: `catalog::directive_sql`).
 pub fn backfill_violations(
     c: &mut Client,
-    table: &str,
+    table: &TableName,
     predicate: &str,
     created_before: Option<&str>,
 ) -> Result<BackfillCount, postgres::Error> {
-    let t = quote_ident(table);
+    let t = table.sql();
     let scope = if created_before.is_some() {
         "WHERE created_at < $1::text::timestamptz"
     } else {

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use postgres::Client;
 use serde::Serialize;
 
-use crate::catalog::{BatchedUpdate, Migration};
+use crate::catalog::{BatchedUpdate, Migration, TableName};
 use crate::db::quote_ident;
 use crate::lock_policy::{is_lock_timeout, LockPolicy};
 
@@ -209,9 +209,12 @@ pub fn ensure_progress_table(client: &mut Client) -> Result<(), postgres::Error>
 }
 
 /// The single-column primary key of `table`: (quoted column, its type).
-fn primary_key(client: &mut Client, table: &str) -> Result<(String, String), BackfillError> {
+fn primary_key(
+    client: &mut Client,
+    table: &TableName,
+) -> Result<(String, String), BackfillError> {
     let oid: Option<postgres::types::Oid> = client
-        .query_one("SELECT to_regclass($1)::oid", &[&table])
+        .query_one("SELECT to_regclass($1)::oid", &[&table.sql()])
         .map_err(sql_err(format!("looking up table {table}")))?
         .get(0);
     let Some(oid) = oid else {
@@ -252,12 +255,13 @@ pub fn run(
 ) -> Result<BackfillProgress, BackfillError> {
     let started = Instant::now();
     let (pk, pk_type) = primary_key(client, &b.table)?;
+    let table_name = b.table.to_string();
     let index = index as i32;
     client
         .execute(
             "INSERT INTO rollsafe_backfill_progress (version, backfill, table_name, predicate) \
              VALUES ($1, $2, $3, $4) ON CONFLICT (version, backfill) DO NOTHING",
-            &[&m.version, &index, &b.table, &b.predicate],
+            &[&m.version, &index, &table_name, &b.predicate],
         )
         .map_err(sql_err("recording the backfill's start"))?;
     let row = client
@@ -270,7 +274,11 @@ pub fn run(
     let mut last_key: Option<String> = row.get(0);
     let resumed_from = row.get::<_, i64>(1) as u64;
     let mut batches = row.get::<_, i64>(2) as u64;
-    let count_sql = format!("SELECT count(*) FROM {} WHERE {}", b.table, b.predicate);
+    let count_sql = format!(
+        "SELECT count(*) FROM {} WHERE {}",
+        b.table.sql(),
+        b.predicate
+    );
     let remaining = |client: &mut Client| -> Result<i64, BackfillError> {
         Ok(client
             .query_one(&count_sql, &[])
@@ -279,7 +287,7 @@ pub fn run(
     };
     let mut report = BackfillProgress {
         version: m.version,
-        table: b.table.clone(),
+        table: table_name,
         rows_done: resumed_from,
         resumed_from,
         rows_total: resumed_from + remaining(client)? as u64,
@@ -293,7 +301,7 @@ pub fn run(
                   done AS (UPDATE {t} SET {set} WHERE {pk} IN (SELECT k FROM batch) AND ({pred}) RETURNING ({pred}) AS still) \
              SELECT (SELECT k FROM batch ORDER BY k DESC LIMIT 1)::text, \
                     (SELECT count(*) FROM done WHERE still IS NOT TRUE)",
-            t = b.table,
+            t = b.table.sql(),
             set = b.set,
             pred = b.predicate,
             n = options.batch_size.max(1),

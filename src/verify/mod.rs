@@ -821,7 +821,11 @@ impl Run<'_> {
             let result = if killed { run(&mut c) } else { first };
             let remaining = c
                 .query_one(
-                    &format!("SELECT count(*) FROM {} WHERE {}", b.table, b.predicate),
+                    &format!(
+                        "SELECT count(*) FROM {} WHERE {}",
+                        b.table.sql(),
+                        b.predicate
+                    ),
                     &[],
                 )
                 .map(|r| r.get::<_, i64>(0))

@@ -14,6 +14,7 @@ mod project;
 mod sandbox;
 mod target;
 mod verdicts;
+mod untrusted;
 mod verify;
 
 use std::sync::Arc;
@@ -36,6 +37,7 @@ fn main() {
     trials.extend(project::tests(&env));
     trials.extend(no_transaction::tests(&env));
     trials.extend(verdicts::tests(&env));
+    trials.extend(untrusted::tests(&env));
     trials.retain(|t| common::in_scope(t.name()));
     let conclusion = libtest_mimic::run(&args, trials);
     common::print_slowest(10);

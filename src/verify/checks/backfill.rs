@@ -63,7 +63,7 @@ pub fn check_directives(c: &mut Client, m: &Migration) -> Vec<Finding> {
                     )
                 };
                 out.push(
-                    f.evidence("table", table)
+                    f.evidence("table", table.to_string())
                         .evidence("predicate", predicate)
                         .evidence("rows", rows)
                         .evidence("violating", bad),
