@@ -8,7 +8,9 @@
 //! image as is. One code path serves both.
 //!
 //! The container is removed when the backend is dropped (testcontainers'
-//! RAII handle), also on panic.
+//! RAII handle), also on panic; it is listed in [`super::cleanup`] so a
+//! SIGTERM or Ctrl-C removes it too, and labelled with its owner's pid and
+//! host so the next run removes it when its owner was killed outright.
 
 use std::process::Command;
 use std::time::Duration;
@@ -18,6 +20,7 @@ use testcontainers::runners::SyncRunner;
 use testcontainers::{Container, ImageExt};
 use testcontainers_modules::postgres::Postgres;
 
+use super::cleanup::{self, Held};
 use super::{random_password, run_with_timeout, Backend, BackendKind, SandboxError};
 
 /// Label on every container rollsafe starts, so leftovers can be found
@@ -30,8 +33,9 @@ pub struct DockerBackend {
     image: String,
     admin_url: String,
     host_port: u16,
-    // Dropping the container removes it.
-    _container: Container<Postgres>,
+    // Dropping the container removes it (always Some until dropped).
+    container: Option<Container<Postgres>>,
+    _registration: cleanup::Registration,
 }
 
 /// `repo[:tag]` → (repo, tag); a port in a registry host is not a tag.
@@ -134,7 +138,9 @@ impl DockerBackend {
             .with_env_var("PGDATA", PGDATA)
             .with_mount(Mount::tmpfs_mount(PGDATA))
             .with_label(LABEL, std::process::id().to_string())
+            .with_label(cleanup::HOST_LABEL, cleanup::host_name())
             .with_startup_timeout(Duration::from_secs(120));
+        cleanup::docker_starting();
         let container = request.start().map_err(|e| {
             let detail = e.to_string();
             if present {
@@ -156,11 +162,15 @@ impl DockerBackend {
         let host = container.get_host().map_err(docker_err)?;
         let host_port = container.get_host_port_ipv4(5432).map_err(docker_err)?;
         let admin_url = format!("postgres://postgres:{password}@{host}:{host_port}/postgres");
+        let registration = cleanup::register(Held::Container {
+            id: container.id().to_string(),
+        });
         Ok(DockerBackend {
+            _registration: registration,
             image: image.to_string(),
             admin_url,
             host_port,
-            _container: container,
+            container: Some(container),
         })
     }
 }
@@ -175,7 +185,12 @@ impl Backend for DockerBackend {
     /// connection passed through from the environment by name.
     fn pg_dump(&self) -> Option<Command> {
         let mut cmd = Command::new("docker");
-        cmd.args(["run", "--rm", "--network", "host", "--label", LABEL])
+        cleanup::docker_starting();
+        cmd.args(["run", "--rm", "--network", "host"])
+            .arg("--label")
+            .arg(format!("{LABEL}={}", std::process::id()))
+            .arg("--label")
+            .arg(format!("{}={}", cleanup::HOST_LABEL, cleanup::host_name()))
             .args(super::dump::docker_env_args())
             .args([self.image.as_str(), "pg_dump"]);
         Some(cmd)
@@ -186,12 +201,23 @@ impl Backend for DockerBackend {
     }
 
     fn describe(&self) -> String {
+        let id = self.container.as_ref().map_or("", |c| c.id());
         format!(
             "docker container {} (image {}) on port {}",
-            &self._container.id()[..12.min(self._container.id().len())],
+            &id[..12.min(id.len())],
             self.image,
             self.host_port
         )
+    }
+}
+
+impl Drop for DockerBackend {
+    fn drop(&mut self) {
+        if cleanup::stopping() {
+            // A signal's cleanup is removing it already; a second removal
+            // would only race it and log a conflict.
+            std::mem::forget(self.container.take());
+        }
     }
 }
 

@@ -11,6 +11,11 @@
 //! not leave a server behind. The parent-death signal fires when the
 //! *thread* that started the server exits: start sandboxes on a thread that
 //! outlives them (the main thread, or the thread that also drops them).
+//!
+//! The server and its directory are listed in [`super::cleanup`] for as
+//! long as they exist, so a SIGTERM or Ctrl-C removes them too; the
+//! directory's `rollsafe.pid` names its owner, so a run killed outright
+//! leaves a directory the next run removes.
 
 use std::fs;
 use std::io::{Read, Write};
@@ -24,6 +29,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::{Pid, User};
 
+use super::cleanup::{self, Held};
 use super::{random_password, run_with_timeout, Backend, BackendKind, SandboxError, ENV_BINDIR};
 use crate::db;
 
@@ -38,6 +44,7 @@ pub struct LocalBackend {
     child: Option<Child>,
     // Removed on drop, after the server has stopped.
     dir: tempfile::TempDir,
+    _registration: cleanup::Registration,
 }
 
 fn usable(dir: &Path) -> bool {
@@ -260,6 +267,11 @@ impl LocalBackend {
             .prefix(DIR_PREFIX)
             .tempdir()
             .map_err(|e| local_err("creating a temporary directory", e))?;
+        let registration = cleanup::register(Held::LocalServer {
+            dir: dir.path().to_path_buf(),
+            pid: None,
+        });
+        cleanup::mark_owner(dir.path()).map_err(|e| local_err("marking the directory", e))?;
         let data = dir.path().join("data");
         let pwfile = dir.path().join("pwfile");
         let password = random_password();
@@ -322,6 +334,7 @@ impl LocalBackend {
             let port = free_loopback_port()?;
             let admin_url = format!("postgres://postgres:{password}@127.0.0.1:{port}/postgres");
             let mut child = spawn_server(&bindir, &data, dir.path(), port, settings, &as_user)?;
+            registration.set_server_pid(child.id() as i32);
             match wait_ready(&mut child, &admin_url, &log, Duration::from_secs(60)) {
                 Ok(()) => {
                     return Ok(LocalBackend {
@@ -330,6 +343,7 @@ impl LocalBackend {
                         bindir,
                         child: Some(child),
                         dir,
+                        _registration: registration,
                     })
                 }
                 Err(e) => {
@@ -463,6 +477,12 @@ impl Backend for LocalBackend {
 
 impl Drop for LocalBackend {
     fn drop(&mut self) {
+        if cleanup::stopping() {
+            // A signal's cleanup stops the server and removes the
+            // directory; reaping the server here too would race it.
+            std::mem::forget(self.child.take());
+            return;
+        }
         self.stop();
         // TempDir's own drop removes the directory next.
     }

@@ -25,6 +25,7 @@
 //!
 //! Not here: migrations, verification, anything that prints.
 
+pub mod cleanup;
 pub mod docker;
 mod dump;
 pub mod local;
@@ -287,8 +288,20 @@ impl SandboxBuilder {
         }
     }
 
-    /// Starts (or, for `server`, attaches to) the server.
+    /// Starts (or, for `server`, attaches to) the server. A docker or
+    /// local start first removes what crashed runs left on this host
+    /// ([`cleanup`]).
     pub fn start(&self) -> Result<Sandbox, SandboxError> {
+        match &self.choice {
+            BackendChoice::Server(_) => {}
+            BackendChoice::Local => {
+                cleanup::reap_local_dirs();
+            }
+            BackendChoice::Docker | BackendChoice::Auto => {
+                cleanup::reap_local_dirs();
+                cleanup::reap_containers();
+            }
+        }
         let backend: Box<dyn Backend> = match &self.choice {
             BackendChoice::Docker => Box::new(
                 self.start_docker()
@@ -587,10 +600,19 @@ impl Sandbox {
                 }
             }
         }
+        // Our own servers go whole; on a shared one each database is
+        // listed, so a stopped run drops it.
+        let registration = (!self.shared.backend.owns_server()).then(|| {
+            cleanup::register(cleanup::Held::Database {
+                admin_url: self.admin_url().to_string(),
+                name: name.clone(),
+            })
+        });
         Ok(Database {
             url: db::with_database(self.admin_url(), &name),
             name,
             shared: Arc::clone(&self.shared),
+            _registration: registration,
         })
     }
 }
@@ -600,6 +622,7 @@ pub struct Database {
     name: String,
     url: String,
     shared: Arc<Shared>,
+    _registration: Option<cleanup::Registration>,
 }
 
 impl fmt::Debug for Database {
@@ -636,6 +659,11 @@ impl Database {
 
 impl Drop for Database {
     fn drop(&mut self) {
+        if cleanup::stopping() {
+            // The run is being stopped: `cleanup::drop_all` removes it, and
+            // its server may already be gone.
+            return;
+        }
         let sql = format!(
             "DROP DATABASE IF EXISTS {} WITH (FORCE)",
             quote_ident(&self.name)

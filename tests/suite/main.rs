@@ -5,6 +5,7 @@
 //! tests in its own module.
 
 mod check;
+mod cleanup;
 mod common;
 mod dao;
 mod generate;
@@ -38,6 +39,7 @@ fn main() {
     trials.extend(no_transaction::tests(&env));
     trials.extend(verdicts::tests(&env));
     trials.extend(untrusted::tests(&env));
+    trials.extend(cleanup::tests(&env));
     trials.retain(|t| common::in_scope(t.name()));
     let conclusion = libtest_mimic::run(&args, trials);
     common::print_slowest(10);

@@ -1,0 +1,233 @@
+//! Cleanup on every exit (issue 22): SIGTERM or SIGINT during `verify`
+//! removes the sandbox (data directory and server, or container) within
+//! seconds and exits 143 / 130; what a run killed outright (SIGKILL) left
+//! is removed when the next sandbox starts.
+//!
+//! Each test runs the real binary on its own backend (not the suite's
+//! shared server) and looks for its resources by the owner marks the
+//! product leaves: `rollsafe.pid` in a local directory, the
+//! `rollsafe.sandbox=<pid>` label on a container.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context};
+use libtest_mimic::Trial;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use rollsafe::sandbox::{cleanup, docker, local, BackendKind, SandboxBuilder};
+
+use crate::common::{rollsafe_bin, TestEnv};
+
+pub fn tests(env: &Arc<TestEnv>) -> Vec<Trial> {
+    let trials = crate::trials!(
+        "cleanup",
+        env,
+        [
+            sigterm_during_verify_removes_the_local_sandbox,
+            sigint_during_verify_removes_the_local_sandbox,
+            sigterm_during_verify_removes_the_docker_container,
+            a_killed_runs_local_directory_is_removed_by_the_next_run,
+            a_killed_runs_container_is_removed_by_the_next_run,
+        ]
+    );
+    // Shown as ignored (never silently passed) where the backend is absent.
+    let on_docker = env.sandbox.kind() == BackendKind::Docker;
+    let has_local = local::find_bindir(None).is_ok();
+    trials
+        .into_iter()
+        .map(|t| {
+            let needs_docker = t.name().contains("docker") || t.name().contains("container");
+            let ignored = if needs_docker { !on_docker } else { !has_local };
+            t.with_ignored_flag(ignored)
+        })
+        .collect()
+}
+
+/// What a running `verify` holds.
+#[derive(Debug)]
+enum Resources {
+    Local { dir: PathBuf, server: i32 },
+    Docker { containers: Vec<String> },
+}
+
+/// `rollsafe verify --postgres <backend>` on the embedded migrations,
+/// returned once it is rehearsing V1 (its sandbox is up and in use).
+fn verify_in_progress(backend: &str) -> anyhow::Result<(Child, tempfile::NamedTempFile)> {
+    let stderr = tempfile::NamedTempFile::new()?;
+    let child = Command::new(rollsafe_bin())
+        .args(["verify", "--postgres", backend, "--rows", "2000"])
+        .env_remove("ROLLSAFE_POSTGRES")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(stderr.reopen()?))
+        .spawn()?;
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while Instant::now() < deadline {
+        let text = std::fs::read_to_string(stderr.path())?;
+        if text.contains("V1:") {
+            return Ok((child, stderr));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    bail!(
+        "verify --postgres {backend} did not reach V1 in 180 s: {}",
+        std::fs::read_to_string(stderr.path())?
+    )
+}
+
+fn resources_of(pid: u32, backend: &str) -> anyhow::Result<Resources> {
+    if backend == "docker" {
+        return Ok(Resources::Docker {
+            containers: containers_of(pid)?,
+        });
+    }
+    for entry in std::fs::read_dir(std::env::temp_dir())? {
+        let dir = entry?.path();
+        let owner = std::fs::read_to_string(dir.join(cleanup::OWNER_FILE)).unwrap_or_default();
+        if owner.trim() == pid.to_string() {
+            let postmaster = std::fs::read_to_string(dir.join("data/postmaster.pid"))
+                .context("the server's postmaster.pid")?;
+            let server = postmaster.lines().next().unwrap_or("").trim().parse()?;
+            return Ok(Resources::Local { dir, server });
+        }
+    }
+    bail!("no local sandbox directory owned by pid {pid}")
+}
+
+fn containers_of(pid: u32) -> anyhow::Result<Vec<String>> {
+    let out = Command::new("docker")
+        .args(["ps", "-aq", "--filter"])
+        .arg(format!("label={}={pid}", docker::LABEL))
+        .output()?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(String::from)
+        .collect())
+}
+
+fn alive(pid: i32) -> bool {
+    kill(Pid::from_raw(pid), None).is_ok()
+}
+
+/// Whether anything of `r` is left.
+fn left(r: &Resources, owner: u32) -> anyhow::Result<Vec<String>> {
+    Ok(match r {
+        Resources::Local { dir, server } => {
+            let mut left = Vec::new();
+            if dir.exists() {
+                left.push(format!("data directory {}", dir.display()));
+            }
+            if alive(*server) {
+                left.push(format!("server pid {server}"));
+            }
+            left
+        }
+        Resources::Docker { .. } => containers_of(owner)?
+            .into_iter()
+            .map(|c| format!("container {c}"))
+            .collect(),
+    })
+}
+
+/// Signals a verify in progress on `backend`, measures the time to its
+/// exit, and checks its code and that nothing it held is left.
+fn signal_during_verify(backend: &str, signal: Signal, code: i32) -> anyhow::Result<()> {
+    let (mut child, stderr) = verify_in_progress(backend)?;
+    let pid = child.id();
+    let held = resources_of(pid, backend)?;
+    if let Resources::Docker { containers } = &held {
+        ensure!(!containers.is_empty(), "verify runs a container");
+    }
+    let sent = Instant::now();
+    kill(Pid::from_raw(pid as i32), signal)?;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if sent.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("verify was still running 10 s after {signal}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let took = sent.elapsed();
+    let log = std::fs::read_to_string(stderr.path())?;
+    ensure!(
+        status.code() == Some(code),
+        "exit {status:?} after {signal}, expected {code}: {log}"
+    );
+    let left = left(&held, pid)?;
+    ensure!(
+        left.is_empty(),
+        "left after {signal}: {left:?} ({held:?})"
+    );
+    ensure!(
+        log.contains(&format!("rollsafe: stopped by {signal}")) && !log.contains("error:"),
+        "{log}"
+    );
+    eprintln!(
+        "cleanup: {backend}: {signal} to clean exit {code} in {:.0} ms, nothing left",
+        took.as_secs_f64() * 1000.0
+    );
+    Ok(())
+}
+
+fn sigterm_during_verify_removes_the_local_sandbox(_env: &TestEnv) -> anyhow::Result<()> {
+    signal_during_verify("local", Signal::SIGTERM, 143)
+}
+
+fn sigint_during_verify_removes_the_local_sandbox(_env: &TestEnv) -> anyhow::Result<()> {
+    signal_during_verify("local", Signal::SIGINT, 130)
+}
+
+fn sigterm_during_verify_removes_the_docker_container(_env: &TestEnv) -> anyhow::Result<()> {
+    signal_during_verify("docker", Signal::SIGTERM, 143)
+}
+
+/// SIGKILLs a verify in progress (no cleanup can run), checks that it left
+/// its resources, then starts a sandbox on `backend` and checks they are
+/// gone.
+fn killed_run_is_reaped(backend: &str, builder: SandboxBuilder) -> anyhow::Result<()> {
+    let (mut child, _stderr) = verify_in_progress(backend)?;
+    let pid = child.id();
+    let held = resources_of(pid, backend)?;
+    child.kill()?;
+    child.wait()?;
+    // The local server follows its parent (parent-death signal); its
+    // directory and a container stay.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while let Resources::Local { server, .. } = &held {
+        if !alive(*server) || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ensure!(
+        !left(&held, pid)?.is_empty(),
+        "a SIGKILLed run leaves its sandbox ({held:?})"
+    );
+    let next = builder.start()?;
+    let left = left(&held, pid)?;
+    ensure!(left.is_empty(), "the next start left {left:?}");
+    drop(next);
+    Ok(())
+}
+
+fn a_killed_runs_local_directory_is_removed_by_the_next_run(
+    _env: &TestEnv,
+) -> anyhow::Result<()> {
+    killed_run_is_reaped(
+        "local",
+        SandboxBuilder::from_env()?.backend(rollsafe::sandbox::BackendChoice::Local),
+    )
+}
+
+fn a_killed_runs_container_is_removed_by_the_next_run(_env: &TestEnv) -> anyhow::Result<()> {
+    killed_run_is_reaped(
+        "docker",
+        SandboxBuilder::from_env()?.backend(rollsafe::sandbox::BackendChoice::Docker),
+    )
+}
