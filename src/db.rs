@@ -11,10 +11,14 @@
 //! libpq), `verify-ca` (chain checked against `sslrootcert`, host name
 //! not), `verify-full` (chain and host name). `sslrootcert=FILE` is the CA
 //! bundle to trust (only that file); without it, or with
-//! `sslrootcert=system`, the system's trust store is used. tokio-postgres
+//! `sslrootcert=system`, the system's trust store is used. `sslcert` and
+//! `sslkey` name a client certificate and its key (PEM), presented when
+//! the server asks. tokio-postgres
 //! only knows disable/prefer/require, so [`config`] strips the verify modes
 //! and `sslrootcert` from the URL, asks the driver for TLS, and the
-//! connector built here does the verification.
+//! connector built here does the verification. Helper processes (pg_dump)
+//! get the same options from [`tls_options`] as libpq variables
+//! (`sandbox::dump`), whichever form the connection string has.
 //!
 //! Not here: pooling (rollsafe's jobs are short), sandbox lifecycles
 //! (`sandbox`), migration logic (`migrate`).
@@ -103,13 +107,23 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// The password of a `key=value` string (its `password=` token; None
+/// for a quoted one, which may hold spaces this split cannot follow).
+fn key_value_password(conn: &str) -> Option<String> {
+    conn.split_whitespace()
+        .find_map(|t| t.strip_prefix("password="))
+        .filter(|p| !p.starts_with('\''))
+        .map(str::to_string)
+}
+
 /// Removes every occurrence of the URL's password from `text` (driver
 /// messages sometimes echo connection parameters).
 pub fn scrub(text: &str, url: &str) -> String {
-    match url::Url::parse(url)
-        .ok()
-        .and_then(|u| u.password().map(str::to_string))
-    {
+    let password = match url::Url::parse(url) {
+        Ok(u) => u.password().map(str::to_string),
+        Err(_) => key_value_password(url),
+    };
+    match password {
         Some(pw) if !pw.is_empty() => {
             let decoded = percent_decode(&pw);
             text.replace(&pw, "***").replace(&decoded, "***")
@@ -136,6 +150,12 @@ pub struct TlsOptions {
     pub verify_host: bool,
     /// CA bundle to trust instead of the system's store.
     pub root_cert: Option<std::path::PathBuf>,
+    /// `sslrootcert` as written when it is not a file (`system`).
+    pub root_cert_keyword: Option<String>,
+    /// Client certificate (`sslcert`), PEM.
+    pub client_cert: Option<std::path::PathBuf>,
+    /// Its private key (`sslkey`), PEM.
+    pub client_key: Option<std::path::PathBuf>,
 }
 
 /// Splits libpq TLS options that tokio-postgres does not understand out of
@@ -149,17 +169,27 @@ fn split_tls(url: &str) -> Result<(String, TlsOptions), ConnectError> {
     };
     let mut mode = None;
     let mut root = None;
+    let mut cert = None;
+    let mut key = None;
     let rest: String;
     if let Ok(mut parsed) = url::Url::parse(url) {
         let mut kept = Vec::new();
+        let mut stripped = false;
         for (k, v) in parsed.query_pairs() {
-            match k.as_ref() {
-                "sslmode" => mode = Some(v.into_owned()),
-                "sslrootcert" => root = Some(v.into_owned()),
-                _ => kept.push((k.into_owned(), v.into_owned())),
-            }
+            let slot = match k.as_ref() {
+                "sslmode" => &mut mode,
+                "sslrootcert" => &mut root,
+                "sslcert" => &mut cert,
+                "sslkey" => &mut key,
+                _ => {
+                    kept.push((k.into_owned(), v.into_owned()));
+                    continue;
+                }
+            };
+            *slot = Some(v.into_owned());
+            stripped = true;
         }
-        if mode.is_some() || root.is_some() {
+        if stripped {
             if kept.is_empty() {
                 parsed.set_query(None);
             } else {
@@ -176,6 +206,10 @@ fn split_tls(url: &str) -> Result<(String, TlsOptions), ConnectError> {
                 mode = Some(v.trim_matches('\'').to_string());
             } else if let Some(v) = token.strip_prefix("sslrootcert=") {
                 root = Some(v.trim_matches('\'').to_string());
+            } else if let Some(v) = token.strip_prefix("sslcert=") {
+                cert = Some(v.trim_matches('\'').to_string());
+            } else if let Some(v) = token.strip_prefix("sslkey=") {
+                key = Some(v.trim_matches('\'').to_string());
             } else {
                 kept.push(token);
             }
@@ -183,9 +217,12 @@ fn split_tls(url: &str) -> Result<(String, TlsOptions), ConnectError> {
         rest = kept.join(" ");
     }
     let mode = mode.unwrap_or_else(|| "prefer".to_string());
+    let root_cert_keyword = root.clone().filter(|r| r == "system");
     let root_cert = root
         .filter(|r| r != "system" && !r.is_empty())
         .map(std::path::PathBuf::from);
+    let path = |v: Option<String>| v.filter(|v| !v.is_empty()).map(std::path::PathBuf::from);
+    let (client_cert, client_key) = (path(cert), path(key));
     let (driver_mode, verify_chain, verify_host) = match mode.as_str() {
         "disable" => ("disable", false, false),
         "prefer" => ("prefer", false, false),
@@ -203,6 +240,9 @@ fn split_tls(url: &str) -> Result<(String, TlsOptions), ConnectError> {
             verify_chain,
             verify_host,
             root_cert,
+            root_cert_keyword,
+            client_cert,
+            client_key,
         },
     ))
 }
@@ -282,6 +322,22 @@ fn tls_connector(url: &str, options: &TlsOptions) -> Result<MakeTlsConnector, Co
     } else {
         // libpq's prefer/require: encrypt, do not authenticate the server.
         builder.set_verify(SslVerifyMode::NONE);
+    }
+    if let Some(cert) = &options.client_cert {
+        builder
+            .set_certificate_chain_file(cert)
+            .map_err(|e| tls_err(format!("cannot use sslcert {}: {e}", cert.display())))?;
+        // libpq's default key file is ~/.postgresql/postgresql.key; rollsafe
+        // asks for it to be named.
+        let key = options.client_key.as_ref().ok_or_else(|| {
+            tls_err(format!(
+                "sslcert {} is given without sslkey; name its private key with sslkey=FILE",
+                cert.display()
+            ))
+        })?;
+        builder
+            .set_private_key_file(key, openssl::ssl::SslFiletype::PEM)
+            .map_err(|e| tls_err(format!("cannot use sslkey {}: {e}", key.display())))?;
     }
     let mut connector = MakeTlsConnector::new(builder.build());
     let verify_host = options.verify_host;

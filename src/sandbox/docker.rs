@@ -183,7 +183,7 @@ impl Backend for DockerBackend {
     /// The image's own pg_dump in a throwaway container on the host's
     /// network (so a target on the host's loopback is reachable), with the
     /// connection passed through from the environment by name.
-    fn pg_dump(&self) -> Option<Command> {
+    fn pg_dump(&self, tls_files: &[super::dump::TlsFile]) -> Option<Command> {
         let mut cmd = Command::new("docker");
         cleanup::docker_starting();
         cmd.args(["run", "--rm", "--network", "host"])
@@ -191,7 +191,7 @@ impl Backend for DockerBackend {
             .arg(format!("{LABEL}={}", std::process::id()))
             .arg("--label")
             .arg(format!("{}={}", cleanup::HOST_LABEL, cleanup::host_name()))
-            .args(super::dump::docker_env_args())
+            .args(super::dump::docker_env_args(tls_files))
             .args([self.image.as_str(), "pg_dump"]);
         Some(cmd)
     }

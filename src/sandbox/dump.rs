@@ -7,6 +7,11 @@
 //! role with `pg_read_all_data` (or owning the schema) suffices. The
 //! password travels in `PGPASSWORD`, never on a command line, and never in
 //! a message.
+//!
+//! TLS: pg_dump gets the TLS settings rollsafe's own connections use
+//! ([`crate::db::tls_options`], from a URL or a key=value string alike):
+//! `PGSSLMODE`, `PGSSLROOTCERT`, `PGSSLCERT`, `PGSSLKEY`. A pg_dump in a
+//! container sees those files through read-only mounts.
 
 use std::process::Command;
 use std::time::Duration;
@@ -26,9 +31,46 @@ const PG_ENV: &[&str] = &[
     "PGPASSWORD",
     "PGSSLMODE",
     "PGSSLROOTCERT",
+    "PGSSLCERT",
+    "PGSSLKEY",
 ];
 
-/// `url` as libpq environment variables (absent ones left out).
+/// A file pg_dump reads (a CA bundle, a client certificate or key): the
+/// libpq variable naming it and its absolute path on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFile {
+    pub var: &'static str,
+    pub host_path: std::path::PathBuf,
+}
+
+impl TlsFile {
+    /// Where a container sees it (mounted read-only there).
+    pub fn container_path(&self) -> String {
+        format!("/rollsafe-tls/{}", self.var.to_ascii_lowercase())
+    }
+}
+
+/// The TLS files `url` names, absolute (pg_dump may run elsewhere).
+fn tls_files(url: &str) -> Result<Vec<TlsFile>, SandboxError> {
+    let options = db::tls_options(url)?;
+    let cwd = std::env::current_dir().unwrap_or_default();
+    Ok([
+        ("PGSSLROOTCERT", options.root_cert),
+        ("PGSSLCERT", options.client_cert),
+        ("PGSSLKEY", options.client_key),
+    ]
+    .into_iter()
+    .filter_map(|(var, path)| {
+        path.map(|p| TlsFile {
+            var,
+            host_path: cwd.join(p),
+        })
+    })
+    .collect())
+}
+
+/// `url` as libpq environment variables (absent ones left out), the TLS
+/// files at their paths on this host.
 fn pg_env(url: &str) -> Result<Vec<(&'static str, String)>, SandboxError> {
     let config = db::config(url)?;
     let mut env = Vec::new();
@@ -47,14 +89,13 @@ fn pg_env(url: &str) -> Result<Vec<(&'static str, String)>, SandboxError> {
     if let Some(p) = config.get_password() {
         env.push(("PGPASSWORD", String::from_utf8_lossy(p).into_owned()));
     }
-    if let Ok(parsed) = url::Url::parse(url) {
-        for (k, v) in parsed.query_pairs() {
-            match k.as_ref() {
-                "sslmode" => env.push(("PGSSLMODE", v.into_owned())),
-                "sslrootcert" => env.push(("PGSSLROOTCERT", v.into_owned())),
-                _ => {}
-            }
-        }
+    let tls = db::tls_options(url)?;
+    env.push(("PGSSLMODE", tls.mode));
+    if let Some(keyword) = tls.root_cert_keyword {
+        env.push(("PGSSLROOTCERT", keyword));
+    }
+    for f in tls_files(url)? {
+        env.push((f.var, f.host_path.display().to_string()));
     }
     Ok(env)
 }
@@ -115,7 +156,8 @@ impl Sandbox {
         // A server rollsafe does not own has no pg_dump of its own: one
         // installed here that reads its major will do.
         let major = self.server_major();
-        let mut cmd: Command = match self.shared.backend.pg_dump() {
+        let files = tls_files(url)?;
+        let mut cmd: Command = match self.shared.backend.pg_dump(&files) {
             Some(cmd) => cmd,
             None => Command::new(super::local::find_pg_dump(major).ok_or_else(|| {
                 SandboxError::Dump {
@@ -129,8 +171,12 @@ impl Sandbox {
         for var in PG_ENV {
             cmd.env_remove(var);
         }
+        let in_container = self.kind() == super::BackendKind::Docker;
         for (k, v) in pg_env(url)? {
-            cmd.env(k, v);
+            match files.iter().find(|f| f.var == k) {
+                Some(f) if in_container => cmd.env(k, f.container_path()),
+                _ => cmd.env(k, v),
+            };
         }
         let out = run_reading(&mut cmd, DUMP_TIMEOUT).map_err(|detail| SandboxError::Dump {
             detail: db::scrub(&detail, url),
@@ -198,12 +244,23 @@ fn run_reading(cmd: &mut Command, timeout: Duration) -> Result<std::process::Out
 }
 
 /// The variables a `docker run` passes through from its own environment
-/// (`-e NAME` without a value: the password never appears in its arguments).
-pub(crate) fn docker_env_args() -> Vec<String> {
-    PG_ENV
+/// (`-e NAME` without a value: the password never appears in its
+/// arguments), and a read-only mount of each TLS file at
+/// [`TlsFile::container_path`].
+pub(crate) fn docker_env_args(files: &[TlsFile]) -> Vec<String> {
+    let mut args: Vec<String> = PG_ENV
         .iter()
         .flat_map(|v| ["-e".to_string(), v.to_string()])
-        .collect()
+        .collect();
+    for f in files {
+        args.push("-v".into());
+        args.push(format!(
+            "{}:{}:ro",
+            f.host_path.display(),
+            f.container_path()
+        ));
+    }
+    args
 }
 
 #[cfg(test)]
@@ -229,5 +286,31 @@ mod tests {
         assert_eq!(get("PGDATABASE"), Some("app"));
         assert_eq!(get("PGPASSWORD"), Some("s3cret"));
         assert_eq!(get("PGSSLMODE"), Some("require"));
+    }
+
+    #[test]
+    fn tls_settings_reach_pg_dump_from_either_form() {
+        for conn in [
+            "postgres://u:pw@db.example:5432/app?sslmode=verify-full&sslrootcert=/etc/ca.pem&sslcert=/etc/c.pem&sslkey=/etc/c.key",
+            "host=db.example port=5432 user=u password=pw dbname=app sslmode=verify-full sslrootcert=/etc/ca.pem sslcert=/etc/c.pem sslkey=/etc/c.key",
+        ] {
+            let env = pg_env(conn).unwrap();
+            let get = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
+            assert_eq!(get("PGHOST"), Some("db.example"), "{conn}");
+            assert_eq!(get("PGSSLMODE"), Some("verify-full"), "{conn}");
+            assert_eq!(get("PGSSLROOTCERT"), Some("/etc/ca.pem"), "{conn}");
+            assert_eq!(get("PGSSLCERT"), Some("/etc/c.pem"), "{conn}");
+            assert_eq!(get("PGSSLKEY"), Some("/etc/c.key"), "{conn}");
+            let mounts = super::docker_env_args(&super::tls_files(conn).unwrap()).join(" ");
+            assert!(
+                mounts.contains("-v /etc/ca.pem:/rollsafe-tls/pgsslrootcert:ro")
+                    && mounts.contains("-v /etc/c.key:/rollsafe-tls/pgsslkey:ro")
+                    && !mounts.contains("pw"),
+                "{mounts}"
+            );
+        }
+        // No sslmode: libpq's default, said explicitly.
+        let env = pg_env("host=db user=u").unwrap();
+        assert!(env.contains(&("PGSSLMODE", "prefer".to_string())));
     }
 }

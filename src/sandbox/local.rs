@@ -470,7 +470,7 @@ impl Backend for LocalBackend {
         )
     }
 
-    fn pg_dump(&self) -> Option<Command> {
+    fn pg_dump(&self, _tls_files: &[super::dump::TlsFile]) -> Option<Command> {
         Some(Command::new(self.bindir.join("pg_dump")))
     }
 }

@@ -28,6 +28,7 @@
 pub mod cleanup;
 pub mod docker;
 mod dump;
+pub use dump::TlsFile;
 pub mod local;
 pub mod server;
 
@@ -74,7 +75,11 @@ pub trait Backend: Send + Sync {
     /// A `pg_dump` of the server's own major that reaches the host's
     /// network, with its connection taken from libpq's environment
     /// (`PGHOST`…); None when the backend has none.
-    fn pg_dump(&self) -> Option<std::process::Command> {
+    /// `tls_files` are the CA bundle and client certificate the
+    /// connection names, for a pg_dump that cannot see this host's files
+    /// (a container) to mount.
+    fn pg_dump(&self, tls_files: &[dump::TlsFile]) -> Option<std::process::Command> {
+        let _ = tls_files;
         None
     }
 }
