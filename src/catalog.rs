@@ -47,10 +47,7 @@ pub enum Directive {
     /// `-- rollsafe:backfill <table> <predicate>`: after the migration, every
     /// row that existed before it satisfies `<predicate>` (SQL over the
     /// table's columns), e.g. `attached_functions is_ready = true`.
-    Backfill {
-        table: TableName,
-        predicate: String,
-    },
+    Backfill { table: TableName, predicate: String },
     /// `-- rollsafe:no-transaction`: the file runs outside a transaction,
     /// one statement at a time (for `CREATE INDEX CONCURRENTLY` and other
     /// statements PostgreSQL refuses inside one). Its statements must be

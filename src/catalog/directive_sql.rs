@@ -238,7 +238,9 @@ fn refused_inside(node: &SyntaxNode) -> Option<&'static str> {
             "a subquery that writes (INSERT, UPDATE, DELETE or MERGE) is not allowed"
         }
         SyntaxKind::WITH_CLAUSE => "WITH is not allowed (a data-modifying CTE would write)",
-        SyntaxKind::LOCKING_CLAUSE => "a subquery that locks rows (FOR UPDATE/SHARE) is not allowed",
+        SyntaxKind::LOCKING_CLAUSE => {
+            "a subquery that locks rows (FOR UPDATE/SHARE) is not allowed"
+        }
         _ => return None,
     })
 }
@@ -277,13 +279,23 @@ mod tests {
     #[test]
     fn table_names_are_identifiers_folded_and_quoted_like_postgres_reads_them() {
         let (t, rest) = TableName::leading("Items x = 1").unwrap();
-        assert_eq!((t.sql(), t.to_string(), rest), ("\"items\"".into(), "items".into(), "x = 1"));
+        assert_eq!(
+            (t.sql(), t.to_string(), rest),
+            ("\"items\"".into(), "items".into(), "x = 1")
+        );
         let (t, rest) = TableName::leading("app.\"Order \"\"Lines\"\" x\" a > 0").unwrap();
         assert_eq!(t.schema.as_deref(), Some("app"));
         assert_eq!(t.name, "Order \"Lines\" x");
         assert_eq!(t.sql(), "\"app\".\"Order \"\"Lines\"\" x\"");
         assert_eq!(rest, "a > 0");
-        for bad in ["a.b.c x", "\"unclosed x", "t;drop x", "(select 1) x", "\"\" x", "1t x"] {
+        for bad in [
+            "a.b.c x",
+            "\"unclosed x",
+            "t;drop x",
+            "(select 1) x",
+            "\"\" x",
+            "1t x",
+        ] {
             assert!(TableName::leading(bad).is_err(), "{bad}");
         }
     }
@@ -292,7 +304,10 @@ mod tests {
     fn backfill_predicates_are_one_where_condition() {
         assert_eq!(
             parse_backfill("attached_functions is_ready = true").unwrap(),
-            (TableName::unqualified("attached_functions"), "is_ready = true".into())
+            (
+                TableName::unqualified("attached_functions"),
+                "is_ready = true".into()
+            )
         );
         assert!(parse_backfill("t a IN (SELECT id FROM u WHERE u.ok)").is_ok());
         for (bad, why) in [
@@ -303,7 +318,10 @@ mod tests {
             ("t x = 1 UNION SELECT 1", "UNION"),
             ("t x = 1 GROUP BY x", "follows the predicate"),
             ("t x = 1 ORDER BY x", "follows the predicate"),
-            ("t x IN (WITH d AS (DELETE FROM y RETURNING id) SELECT id FROM d)", "WITH"),
+            (
+                "t x IN (WITH d AS (DELETE FROM y RETURNING id) SELECT id FROM d)",
+                "WITH",
+            ),
             ("t x IN (SELECT id FROM y FOR UPDATE)", "locks rows"),
             ("t x = (", "not valid SQL"),
             ("t", "no predicate"),

@@ -209,10 +209,7 @@ pub fn ensure_progress_table(client: &mut Client) -> Result<(), postgres::Error>
 }
 
 /// The single-column primary key of `table`: (quoted column, its type).
-fn primary_key(
-    client: &mut Client,
-    table: &TableName,
-) -> Result<(String, String), BackfillError> {
+fn primary_key(client: &mut Client, table: &TableName) -> Result<(String, String), BackfillError> {
     let oid: Option<postgres::types::Oid> = client
         .query_one("SELECT to_regclass($1)::oid", &[&table.sql()])
         .map_err(sql_err(format!("looking up table {table}")))?

@@ -140,7 +140,10 @@ pub fn drop_all() -> Dropped {
     dropped.containers = containers.len();
     if dropped.containers > 0 || docker_in_use() {
         for (id, _, _) in labelled_containers(Some(std::process::id())) {
-            if !containers.iter().any(|c| id.starts_with(c.as_str()) || c.starts_with(&id)) {
+            if !containers
+                .iter()
+                .any(|c| id.starts_with(c.as_str()) || c.starts_with(&id))
+            {
                 containers.push(id);
             }
         }
@@ -270,11 +273,16 @@ pub(crate) fn reap_containers() -> usize {
     let host = host_name();
     let dead: Vec<String> = labelled_containers(None)
         .into_iter()
-        .filter(|(_, pid, h)| !host.is_empty() && *h == host && pid.is_some_and(|p| !alive(p as i32)))
+        .filter(|(_, pid, h)| {
+            !host.is_empty() && *h == host && pid.is_some_and(|p| !alive(p as i32))
+        })
         .map(|(id, _, _)| id)
         .collect();
     if !dead.is_empty() {
-        log::info!("removing {} container(s) of crashed rollsafe runs", dead.len());
+        log::info!(
+            "removing {} container(s) of crashed rollsafe runs",
+            dead.len()
+        );
         remove_containers(&dead);
     }
     dead.len()

@@ -160,10 +160,7 @@ fn signal_during_verify(backend: &str, signal: Signal, code: i32) -> anyhow::Res
         "exit {status:?} after {signal}, expected {code}: {log}"
     );
     let left = left(&held, pid)?;
-    ensure!(
-        left.is_empty(),
-        "left after {signal}: {left:?} ({held:?})"
-    );
+    ensure!(left.is_empty(), "left after {signal}: {left:?} ({held:?})");
     ensure!(
         log.contains(&format!("rollsafe: stopped by {signal}")) && !log.contains("error:"),
         "{log}"
@@ -216,9 +213,7 @@ fn killed_run_is_reaped(backend: &str, builder: SandboxBuilder) -> anyhow::Resul
     Ok(())
 }
 
-fn a_killed_runs_local_directory_is_removed_by_the_next_run(
-    _env: &TestEnv,
-) -> anyhow::Result<()> {
+fn a_killed_runs_local_directory_is_removed_by_the_next_run(_env: &TestEnv) -> anyhow::Result<()> {
     killed_run_is_reaped(
         "local",
         SandboxBuilder::from_env()?.backend(rollsafe::sandbox::BackendChoice::Local),

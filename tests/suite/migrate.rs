@@ -1391,16 +1391,16 @@ fn library_refuses_drift_before_running_anything(env: &TestEnv) -> anyhow::Resul
 
 // -------------------------------------------------------------------- TLS
 
-struct Pki {
-    ca_pem: Vec<u8>,
-    other_ca_pem: Vec<u8>,
-    cert_pem: Vec<u8>,
-    key_pem: Vec<u8>,
+pub(crate) struct Pki {
+    pub ca_pem: Vec<u8>,
+    pub other_ca_pem: Vec<u8>,
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
 }
 
 /// A CA, a second unrelated CA, and a server certificate signed by the
 /// first for `other.example` and `localhost` (not for 127.0.0.1).
-fn make_pki() -> anyhow::Result<Pki> {
+pub(crate) fn make_pki() -> anyhow::Result<Pki> {
     use openssl::asn1::Asn1Time;
     use openssl::bn::{BigNum, MsbOption};
     use openssl::hash::MessageDigest;
@@ -1485,7 +1485,7 @@ fn make_pki() -> anyhow::Result<Pki> {
 /// The chmod COPY sends no rows: chmod does not read its input, and a row
 /// written after it exited made the COPY fail with a broken pipe.
 /// PEM has no characters COPY's text format would escape.
-fn write_server_file(c: &mut Client, file: &str, pem: &[u8]) -> anyhow::Result<()> {
+pub(crate) fn write_server_file(c: &mut Client, file: &str, pem: &[u8]) -> anyhow::Result<()> {
     let pem = std::str::from_utf8(pem)?;
     c.batch_execute(
         "CREATE TEMP TABLE IF NOT EXISTS pem_lines (n int, line text); TRUNCATE pem_lines",
@@ -1505,7 +1505,7 @@ fn write_server_file(c: &mut Client, file: &str, pem: &[u8]) -> anyhow::Result<(
     Ok(())
 }
 
-fn ssl_in_use(url: &str) -> anyhow::Result<bool> {
+pub(crate) fn ssl_in_use(url: &str) -> anyhow::Result<bool> {
     let mut c = db::connect(url)?;
     Ok(c.query_one(
         "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",

@@ -26,6 +26,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             from_target_refuses_an_edited_applied_migration,
             from_target_under_a_read_only_role_leaves_the_target_unchanged,
             from_target_with_a_wrong_password_is_one_line_without_it,
+            from_target_dumps_over_tls_verified_against_the_ca,
         ]
     )
 }
@@ -283,5 +284,143 @@ fn from_target_with_a_wrong_password_is_one_line_without_it(env: &TestEnv) -> an
         !stderr.contains("Wr0ngTargetPw") && !stdout.contains("Wr0ngTargetPw"),
         "{stderr}"
     );
+    Ok(())
+}
+
+/// A server of its own that accepts TLS connections only (pg_hba
+/// `hostnossl … reject`), with a certificate for `localhost` signed by the
+/// test CA; returns it and the PKI.
+fn tls_only_sandbox(
+    env: &TestEnv,
+) -> anyhow::Result<(rollsafe::sandbox::Sandbox, crate::migrate::Pki)> {
+    use crate::migrate::{make_pki, ssl_in_use, write_server_file};
+    let sandbox = env.builder.start().context("a sandbox for the TLS test")?;
+    let pki = make_pki()?;
+    let mut admin = sandbox.connect_admin()?;
+    write_server_file(&mut admin, "rollsafe_test.crt", &pki.cert_pem)?;
+    write_server_file(&mut admin, "rollsafe_test.key", &pki.key_pem)?;
+    for sql in [
+        "ALTER SYSTEM SET ssl_cert_file = 'rollsafe_test.crt'",
+        "ALTER SYSTEM SET ssl_key_file = 'rollsafe_test.key'",
+        "ALTER SYSTEM SET ssl = on",
+        "SELECT pg_reload_conf()",
+    ] {
+        admin.batch_execute(sql)?;
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !ssl_in_use(sandbox.admin_url())? {
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "the server did not turn ssl on"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let hba: String = admin.query_one("SHOW hba_file", &[])?.get(0);
+    let data: String = admin.query_one("SHOW data_directory", &[])?.get(0);
+    ensure!(hba == format!("{data}/pg_hba.conf"), "hba_file {hba}");
+    write_server_file(
+        &mut admin,
+        "pg_hba.conf",
+        b"local all all trust\nhostnossl all all all reject\nhostssl all all all scram-sha-256\n",
+    )?;
+    admin.batch_execute("SELECT pg_reload_conf()")?;
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    Ok((sandbox, pki))
+}
+
+fn from_target_dumps_over_tls_verified_against_the_ca(env: &TestEnv) -> anyhow::Result<()> {
+    if env.sandbox.kind() == rollsafe::sandbox::BackendKind::Server {
+        // ALTER SYSTEM and pg_hba.conf on someone else's server are not ours.
+        return Ok(());
+    }
+    let (tls_server, pki) = tls_only_sandbox(env)?;
+    let prod = tls_server.fresh_database()?;
+    let certs = tempfile::tempdir()?;
+    let (right_ca, wrong_ca) = (certs.path().join("ca.pem"), certs.path().join("other.pem"));
+    std::fs::write(&right_ca, &pki.ca_pem)?;
+    std::fs::write(&wrong_ca, &pki.other_ca_pem)?;
+    let u = url::Url::parse(prod.url())?;
+    let password = u.password().unwrap_or_default().to_string();
+    // The key=value form, which pg_dump used to get no TLS settings from.
+    let conn = |sslmode: &str, ca: &Path| {
+        format!(
+            "host=localhost port={} user={} password={password} dbname={} sslmode={sslmode} sslrootcert={}",
+            u.port().unwrap_or(5432),
+            u.username(),
+            prod.name(),
+            ca.display()
+        )
+    };
+    let verified = conn("verify-full", &right_ca);
+    let catalog = Catalog::embedded()?;
+    rollsafe::migrate::migrate(&verified, &catalog, &Default::default())?;
+
+    // pg_dump from the run's own sandbox (a `docker run` with the CA
+    // mounted, or the local binaries): over TLS, verified, or not at all.
+    let schema = env.sandbox.dump_schema(&verified)?;
+    ensure!(
+        schema.contains("CREATE TABLE public.attached_functions"),
+        "{schema}"
+    );
+    let plain = env
+        .sandbox
+        .dump_schema(&conn("disable", &right_ca))
+        .err()
+        .context("the server refuses connections without TLS")?
+        .to_string();
+    ensure!(plain.contains("no encryption"), "{plain}");
+    let wrong = env
+        .sandbox
+        .dump_schema(&conn("verify-full", &wrong_ca))
+        .err()
+        .context("a certificate the given CA did not sign is refused")?
+        .to_string();
+    ensure!(
+        wrong.contains("certificate verify failed") && !wrong.contains(&password),
+        "{wrong}"
+    );
+
+    // The CLI end to end: rehearsed on the target's schema, dumped over TLS.
+    let later = with_later(&["ALTER TABLE attached_functions ADD COLUMN note text;"]);
+    let out = Command::new(rollsafe_bin())
+        .args([
+            "verify",
+            "--postgres",
+            env.sandbox.admin_url(),
+            "--rows",
+            "200",
+        ])
+        .args(["--migrations", later.path().to_str().unwrap()])
+        .args(["--from-target", &verified, "--format", "json"])
+        .env_remove("ROLLSAFE_POSTGRES")
+        .output()?;
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    ensure!(out.status.code() == Some(0), "{stdout}{stderr}");
+    ensure!(!stdout.contains(&password) && !stderr.contains(&password));
+    let out = Command::new(rollsafe_bin())
+        .args([
+            "verify",
+            "--postgres",
+            env.sandbox.admin_url(),
+            "--rows",
+            "200",
+        ])
+        .args(["--migrations", later.path().to_str().unwrap()])
+        .args(["--from-target", &conn("verify-full", &wrong_ca)])
+        .env_remove("ROLLSAFE_POSTGRES")
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        out.status.code() == Some(2)
+            && stderr.trim().lines().count() == 1
+            && stderr.contains("does not verify against sslrootcert")
+            && !stderr.contains(&password),
+        "{stderr}"
+    );
+    drop(prod);
+    drop(tls_server);
     Ok(())
 }
