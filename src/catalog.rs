@@ -174,6 +174,26 @@ impl Migration {
         })
     }
 
+    /// The tables the file's statements `INSERT` into (data-modifying CTEs
+    /// included), read by the grammar: the lookup data a migration fills.
+    /// Dynamic SQL (`EXECUTE` in a `DO` block) is not seen.
+    pub fn inserted_tables(&self) -> Vec<TableName> {
+        use squawk_syntax::ast::{self, AstNode};
+        let mut tables: Vec<TableName> = crate::sql::with_parse(&self.sql, |parse| {
+            parse
+                .syntax_node()
+                .descendants()
+                .filter_map(ast::Insert::cast)
+                .filter_map(|insert| insert.relation_name_ref())
+                .filter_map(|r| TableName::parse(&r.syntax().text().to_string()).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+        tables.sort();
+        tables.dedup();
+        tables
+    }
+
     /// The file says `-- rollsafe:no-transaction`.
     pub fn no_transaction(&self) -> bool {
         self.directives.contains(&Directive::NoTransaction)
@@ -706,6 +726,13 @@ mod tests {
             )]
         );
         assert_eq!(v3.checksum, v3.to_refinery().checksum());
+        // V1 fills the functions catalogue; V2 and V3 insert nothing.
+        let inserted: Vec<Vec<String>> = c
+            .migrations()
+            .iter()
+            .map(|m| m.inserted_tables().iter().map(|t| t.to_string()).collect())
+            .collect();
+        assert_eq!(inserted, [vec!["functions".to_string()], vec![], vec![]]);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use rollsafe::bounds;
-use rollsafe::catalog::{Catalog, Layout};
+use rollsafe::catalog::{Catalog, Layout, TableName};
 use rollsafe::config::ProjectConfig;
 use rollsafe::db;
 use rollsafe::lock_policy::LockPolicy;
@@ -138,6 +138,9 @@ struct VerifyArgs {
     /// Rehearse exactly the migrations pending on this database, on its own schema (pg_dump --schema-only), table sizes and PostgreSQL major. Read-only: a role with pg_read_all_data suffices.
     #[arg(long, value_name = "URL", conflicts_with_all = ["since", "static_only"])]
     from_target: Option<String>,
+    /// With --from-target: also copy this table's production rows into the sandbox (repeatable; schema.table allowed). Otherwise only tables the applied migrations INSERT into (lookup data, at most 1000 rows) are copied; every other table is seeded.
+    #[arg(long = "copy-rows", value_name = "TABLE", requires = "from_target", value_parser = TableName::parse)]
+    copy_rows: Vec<TableName>,
     /// Rows seeded per rehearsal (written like the live app versions write them), 0 to 10000000 [default: 10000].
     #[arg(long, value_name = "N", value_parser = count_in(bounds::ROWS))]
     rows: Option<u64>,
@@ -224,6 +227,16 @@ fn merge_project_config(mut args: VerifyArgs) -> anyhow::Result<VerifyArgs> {
     args.rows = args.rows.or(config.rows);
     args.since = args.since.or(config.since.map(|v| v.to_string()));
     args.sandbox.postgres = args.sandbox.postgres.or(config.postgres);
+    if args.copy_rows.is_empty() {
+        args.copy_rows = config
+            .copy_rows
+            .iter()
+            .map(|t| {
+                TableName::parse(t)
+                    .map_err(|e| anyhow::anyhow!("rollsafe.toml: copy_rows `{t}`: {e}; name a table as table or schema.table"))
+            })
+            .collect::<anyhow::Result<_>>()?;
+    }
     let env_image = std::env::var(rollsafe::sandbox::ENV_IMAGE).is_ok_and(|v| !v.trim().is_empty());
     if !env_image {
         args.sandbox.image = args.sandbox.image.or(config.image);
@@ -256,7 +269,10 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         return args.report.emit(&targets, &verify.static_only());
     }
     let target = match &args.from_target {
-        Some(url) => Some(rollsafe::verify::target::Target::read(url, &catalog)?),
+        Some(url) => Some(
+            rollsafe::verify::target::Target::read(url, &catalog)?
+                .copy_rows(args.copy_rows.clone()),
+        ),
         None => None,
     };
     // The target's own sizes, unless sizes are given another way.

@@ -42,6 +42,21 @@ impl TableName {
         }
     }
 
+    /// A table name as a user writes it (`--copy-rows`, rollsafe.toml):
+    /// `name`, `schema.name`, quoted parts kept as written.
+    pub fn parse(text: &str) -> Result<TableName, String> {
+        match TableName::leading(text.trim())? {
+            (table, "") => Ok(table),
+            (_, rest) => Err(format!("`{rest}` follows the table name")),
+        }
+    }
+
+    /// Whether this names the table `schema`.`name` (an unqualified name
+    /// means `public`, the search path the migrations run with).
+    pub fn names(&self, schema: &str, name: &str) -> bool {
+        self.schema_or_public() == schema && self.name == name
+    }
+
     /// The table for SQL text: every part quoted.
     pub fn sql(&self) -> String {
         match &self.schema {

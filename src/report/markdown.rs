@@ -103,6 +103,13 @@ fn head(report: &Report) -> String {
     if let Some(base) = &report.base {
         let _ = writeln!(out, "Rehearsed on {}.\n", cell(base));
     }
+    if let Some(copied) = &report.copied_rows {
+        let _ = writeln!(
+            out,
+            "Production rows copied: {}.\n",
+            cell(&super::text::copied_rows_phrase(copied))
+        );
+    }
     out
 }
 

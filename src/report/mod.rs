@@ -224,6 +224,11 @@ pub struct Report {
     /// (`--from-target`): "the schema of postgres://…:***@host/db at V60".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base: Option<String>,
+    /// With `--from-target`: the tables whose production rows were copied
+    /// into the sandbox, each with why ("public.functions (filled by
+    /// V1)"); every other table was seeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copied_rows: Option<Vec<String>>,
     /// The deploy order that the run proved safe, one step per line (empty
     /// when the run found errors).
     pub safe_order: Vec<String>,
@@ -246,6 +251,7 @@ impl Report {
             rows: 0,
             applied_only: Vec::new(),
             base: None,
+            copied_rows: None,
             safe_order: Vec::new(),
             checks: Vec::new(),
             findings: Vec::new(),

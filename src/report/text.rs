@@ -68,6 +68,19 @@ fn render_statement_tables(out: &mut String, report: &Report) {
     }
 }
 
+/// `--from-target`'s copied tables as one phrase: production rows stay in
+/// production unless a migration filled the table or the user asked.
+pub(crate) fn copied_rows_phrase(copied: &[String]) -> String {
+    if copied.is_empty() {
+        "no production rows (every table seeded)".to_string()
+    } else {
+        format!(
+            "production rows of {}; every other table seeded",
+            copied.join(", ")
+        )
+    }
+}
+
 pub fn render_text(report: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}", report.tool);
@@ -101,6 +114,9 @@ pub fn render_text(report: &Report) -> String {
     }
     if let Some(base) = &report.base {
         let _ = writeln!(out, "  base:       rehearsed on {base}");
+    }
+    if let Some(copied) = &report.copied_rows {
+        let _ = writeln!(out, "  copied:     {}", copied_rows_phrase(copied));
     }
     if !report.apps.is_empty() {
         let apps: Vec<String> = report

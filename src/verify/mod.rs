@@ -725,16 +725,23 @@ impl Run<'_> {
         Ok(Some((db, last.seeded_rows, apps)))
     }
 
-    /// Restores the target's schema and reference rows into `db`.
-    fn restore_target(&self, t: &target::Target, db: &Database) -> Result<(), VerifyError> {
+    /// Restores the target's schema and the rows of the tables it may copy
+    /// ([`target::Target::tables_to_copy`]) into `db`; returns those tables.
+    fn restore_target(
+        &self,
+        t: &target::Target,
+        db: &Database,
+    ) -> Result<Vec<target::CopiedTable>, VerifyError> {
         self.v
             .say("reading the target's schema (pg_dump --schema-only)");
         let scrubbed =
             |e: SandboxError| VerifyError::Target(crate::db::scrub(&e.to_string(), t.url()));
         let schema = self.sandbox.dump_schema(t.url()).map_err(scrubbed)?;
+        let copied = t.tables_to_copy()?;
+        let qualified: Vec<String> = copied.iter().map(|c| c.qualified.clone()).collect();
         let rows = self
             .sandbox
-            .dump_rows(t.url(), &t.reference_tables()?)
+            .dump_rows(t.url(), &qualified)
             .map_err(scrubbed)?;
         let mut c = step("connecting", db.connect())?;
         // The dump empties search_path for its session: reset it before
@@ -750,7 +757,8 @@ impl Run<'_> {
                 self.sandbox.server_major(),
                 crate::errors::one_line(&e)
             ))
-        })
+        })?;
+        Ok(copied)
     }
 
     /// Runs `m`'s batched updates on `db` as `migrate` does (batches under
@@ -877,7 +885,13 @@ impl Run<'_> {
         // The base the rehearsed migrations start from: the target's
         // schema, or the files up to --since applied once, unchecked.
         if let Some(t) = &self.v.target {
-            self.restore_target(t, &empty_prev)?;
+            let copied = self.restore_target(t, &empty_prev)?;
+            self.report.copied_rows = Some(
+                copied
+                    .into_iter()
+                    .map(|c| format!("{} ({})", c.qualified, c.because))
+                    .collect(),
+            );
         } else if let Some(s) = self.v.since {
             self.v.say(&format!(
                 "applying V1..V{s} once (up to --since, not rehearsed)"

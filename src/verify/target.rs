@@ -12,8 +12,12 @@
 //! production-size prediction come from the same URL
 //! ([`super::predict::Sizes::from_database`]).
 //!
-//! Tables of at most [`REFERENCE_ROWS`] rows (lookup data a migration
-//! inserted) are copied with their rows; the rest are seeded as usual.
+//! Production data stays in production: rows are copied only from tables
+//! the applied migrations themselves fill (an `INSERT` in a migration,
+//! read by the grammar: lookup data such as `functions`) and that hold at
+//! most [`REFERENCE_ROWS`] rows, plus the tables the user names
+//! (`--copy-rows`, `copy_rows` in rollsafe.toml: any size, their choice).
+//! Every other table is seeded as usual. The report lists what was copied.
 //!
 //! The rehearsal then starts from that schema instead of the files' first
 //! migrations: hand-made indexes, an extension, a column added in an
@@ -21,7 +25,7 @@
 
 use postgres::Client;
 
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, TableName};
 use crate::db;
 use crate::migrate::{self, HistoryRow, MigrateError};
 
@@ -44,6 +48,20 @@ pub struct Target {
     pub history: Vec<HistoryRow>,
     /// The target's PostgreSQL major.
     pub major: u32,
+    /// Tables the applied migrations `INSERT` into, with the first
+    /// migration that does (its label).
+    filled: Vec<(TableName, String)>,
+    /// Tables whose rows the user asked to copy (`--copy-rows`).
+    copy_rows: Vec<TableName>,
+}
+
+/// A table whose production rows a rehearsal copies, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopiedTable {
+    /// `schema.table`, quoted as needed (for pg_dump's `--table`).
+    pub qualified: String,
+    /// Why: "filled by V1" or "--copy-rows".
+    pub because: String,
 }
 
 impl std::fmt::Debug for Target {
@@ -77,13 +95,29 @@ impl Target {
                 ))
             })?
             .get(0);
+        let mut filled: Vec<(TableName, String)> = Vec::new();
+        for m in catalog.up_to(status.current.unwrap_or(i32::MIN)) {
+            for t in m.inserted_tables() {
+                if !filled.iter().any(|(f, _)| *f == t) {
+                    filled.push((t, m.label.clone()));
+                }
+            }
+        }
         Ok(Target {
             url: url.to_string(),
             described: db::redact_url(url),
             applied: status.current,
             history,
             major: version.trim().parse::<u32>().unwrap_or(0) / 10_000,
+            filled,
+            copy_rows: Vec::new(),
         })
+    }
+
+    /// Also copy the rows of `tables` (`--copy-rows`), whatever their size.
+    pub fn copy_rows(mut self, tables: Vec<TableName>) -> Self {
+        self.copy_rows = tables;
+        self
     }
 
     /// The URL to connect with (holds the password).
@@ -102,12 +136,12 @@ impl Target {
         }
     }
 
-    /// The target's tables small enough to be reference data (at most
-    /// [`REFERENCE_ROWS`] rows: lookup tables a migration filled, such as
-    /// `functions`), whose rows the rehearsal copies: a schema-only copy
-    /// would leave them empty and the apps' rows could not be written.
-    /// Larger tables are seeded instead. Qualified, quoted names.
-    pub(crate) fn reference_tables(&self) -> Result<Vec<String>, VerifyError> {
+    /// The target's tables whose rows the rehearsal copies (see the module
+    /// docs): lookup tables an applied migration filled, such as
+    /// `functions` — a schema-only copy would leave them empty and the
+    /// apps' rows could not be written — when they hold at most
+    /// [`REFERENCE_ROWS`] rows, and the tables named with `--copy-rows`.
+    pub(crate) fn tables_to_copy(&self) -> Result<Vec<CopiedTable>, VerifyError> {
         let fail = |e: postgres::Error| {
             VerifyError::Target(db::scrub(
                 &format!(
@@ -121,7 +155,8 @@ impl Target {
             .map_err(|e| VerifyError::Target(db::scrub(&e.to_string(), &self.url)))?;
         let tables = c
             .query(
-                "SELECT format('%I.%I', n.nspname, c.relname), c.reltuples::float8
+                "SELECT format('%I.%I', n.nspname, c.relname), c.reltuples::float8,
+                        n.nspname::text, c.relname::text
                  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                  WHERE c.relkind = 'r'
                    AND n.nspname NOT IN ('pg_catalog', 'information_schema')
@@ -134,6 +169,18 @@ impl Target {
         let mut out = Vec::new();
         for row in tables {
             let (name, estimate): (String, f64) = (row.get(0), row.get(1));
+            let (schema, table): (String, String) = (row.get(2), row.get(3));
+            if self.copy_rows.iter().any(|t| t.names(&schema, &table)) {
+                out.push(CopiedTable {
+                    qualified: name,
+                    because: "--copy-rows".into(),
+                });
+                continue;
+            }
+            let Some((_, filled_by)) = self.filled.iter().find(|(t, _)| t.names(&schema, &table))
+            else {
+                continue;
+            };
             if estimate > (REFERENCE_ROWS * 10) as f64 {
                 continue;
             }
@@ -150,7 +197,10 @@ impl Target {
                 .map_err(fail)?
                 .get(0);
             if n as u64 <= REFERENCE_ROWS {
-                out.push(name);
+                out.push(CopiedTable {
+                    qualified: name,
+                    because: format!("filled by {filled_by}"),
+                });
             }
         }
         Ok(out)

@@ -27,6 +27,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             from_target_under_a_read_only_role_leaves_the_target_unchanged,
             from_target_with_a_wrong_password_is_one_line_without_it,
             from_target_dumps_over_tls_verified_against_the_ca,
+            from_target_copies_rows_only_from_tables_the_migrations_fill,
         ]
     )
 }
@@ -422,5 +423,69 @@ fn from_target_dumps_over_tls_verified_against_the_ca(env: &TestEnv) -> anyhow::
     );
     drop(prod);
     drop(tls_server);
+    Ok(())
+}
+
+fn from_target_copies_rows_only_from_tables_the_migrations_fill(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    // Production: the shipped V3 plus a small table no migration fills.
+    let prod = env.migrated_database(3);
+    prod.connect()?.batch_execute(
+        "CREATE TABLE customer_emails (id int PRIMARY KEY, email text NOT NULL);
+         INSERT INTO customer_emails VALUES (1, 'alice@prod.example'), (2, 'bob@prod.example');
+         ANALYZE customer_emails;",
+    )?;
+    // V4 fails wherever a production row reached the sandbox.
+    let later = with_later(&["DO $$ BEGIN
+           IF EXISTS (SELECT 1 FROM customer_emails WHERE email LIKE '%@prod.example') THEN
+             RAISE EXCEPTION 'production rows of customer_emails reached the sandbox';
+           END IF;
+         END $$;"]);
+    let run = |extra: &[&str]| -> anyhow::Result<(i32, serde_json::Value, String)> {
+        let out = Command::new(rollsafe_bin())
+            .args([
+                "verify",
+                "--postgres",
+                env.sandbox.admin_url(),
+                "--rows",
+                "200",
+            ])
+            .args(["--migrations", later.path().to_str().unwrap()])
+            .args(["--from-target", prod.url(), "--format", "json"])
+            .args(extra)
+            .env_remove("ROLLSAFE_POSTGRES")
+            .output()?;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let report = serde_json::from_str(&stdout).unwrap_or(serde_json::Value::Null);
+        Ok((
+            out.status.code().unwrap_or(-1),
+            report,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
+    };
+    let (code, report, stderr) = run(&[])?;
+    ensure!(code == 0, "exit {code}: {report:#} {stderr}");
+    ensure!(
+        report["copied_rows"] == serde_json::json!(["public.functions (filled by V1)"]),
+        "{:#}",
+        report["copied_rows"]
+    );
+    // The opt-in copies them: V4 then sees them and fails.
+    let (code, report, stderr) = run(&["--copy-rows", "customer_emails"])?;
+    ensure!(code == 1, "exit {code}: {report:#} {stderr}");
+    ensure!(
+        report["copied_rows"]
+            .as_array()
+            .is_some_and(|a| a.contains(&serde_json::json!("public.customer_emails (--copy-rows)"))),
+        "{:#}",
+        report["copied_rows"]
+    );
+    ensure!(
+        report
+            .to_string()
+            .contains("production rows of customer_emails reached the sandbox"),
+        "{report:#}"
+    );
     Ok(())
 }
