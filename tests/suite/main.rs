@@ -14,8 +14,8 @@ mod no_transaction;
 mod project;
 mod sandbox;
 mod target;
-mod verdicts;
 mod untrusted;
+mod verdicts;
 mod verify;
 
 use std::sync::Arc;
