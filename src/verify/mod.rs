@@ -464,7 +464,7 @@ struct Staged {
     trace: Vec<String>,
     /// The live apps' statements replayed on the seeded database (V{prev}).
     live_outcomes: BTreeMap<String, Vec<Outcome>>,
-    tables: Vec<String>,
+    tables: Vec<crate::tables::UserTable>,
 }
 
 type MigratorHandle = JoinHandle<Vec<(i32, anyhow::Result<apply::SecondRun>)>>;
@@ -837,18 +837,9 @@ impl Run<'_> {
         Ok(out)
     }
 
-    fn public_tables(db: &Database) -> Result<Vec<String>, VerifyError> {
+    fn user_tables(db: &Database) -> Result<Vec<crate::tables::UserTable>, VerifyError> {
         let mut c = step("connecting", db.connect())?;
-        Ok(step(
-            "listing tables",
-            c.query(
-                "SELECT tablename::text FROM pg_tables WHERE schemaname = 'public' ORDER BY 1",
-                &[],
-            ),
-        )?
-        .iter()
-        .map(|r| r.get::<_, String>(0))
-        .collect())
+        step("listing tables", crate::tables::list(&mut c))
     }
 
     fn replay_apps(
@@ -1035,7 +1026,7 @@ impl Run<'_> {
                 Some((db, _)) => Self::replay_apps(db, &live)?,
                 None => BTreeMap::new(),
             };
-            let tables = Self::public_tables(&empty_prev)?;
+            let tables = Self::user_tables(&empty_prev)?;
             if prev > 0 && m.runs_outside_transaction() {
                 self.report.findings.push(locks::probe_not_applicable(v));
             } else if prev > 0 {

@@ -33,7 +33,8 @@ pub struct Sizes {
 }
 
 impl Sizes {
-    /// `TABLE=N` pairs (N may use `_` separators or a k/M/G suffix).
+    /// `TABLE=N` pairs (N may use `_` separators or a k/M/G suffix; a
+    /// table outside `public` is named with its schema, `sales.orders`).
     pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = &'a str>) -> Result<Sizes, String> {
         let mut rows = BTreeMap::new();
         for p in pairs {
@@ -42,7 +43,7 @@ impl Sizes {
                 .ok_or_else(|| format!("`{p}` is not TABLE=ROWS (e.g. bookings=48000000)"))?;
             let n = parse_count(n.trim())
                 .ok_or_else(|| format!("`{p}`: `{n}` is not a row count (e.g. 48000000, 48M)"))?;
-            rows.insert(table.trim().to_string(), n);
+            rows.insert(crate::tables::display(table), n);
         }
         Ok(Sizes {
             rows,
@@ -50,16 +51,18 @@ impl Sizes {
         })
     }
 
-    /// `reltuples` of every ordinary table of the public schema of the
-    /// database at `url` (read-only: one catalogue query). Tables never
-    /// analysed (reltuples < 0) are left out.
+    /// `reltuples` of every table a rehearsal measures ([`crate::tables`])
+    /// in the database at `url` (read-only: one catalogue query). Tables
+    /// never analysed (reltuples < 0) are left out.
     pub fn from_database(url: &str) -> anyhow::Result<Sizes> {
         let mut c = crate::db::connect(url)?;
         let rows = c
             .query(
-                "SELECT c.relname::text, c.reltuples::float8 FROM pg_class c
-                  WHERE c.relkind IN ('r', 'p') AND c.relnamespace = 'public'::regnamespace
-                    AND c.reltuples >= 0",
+                &format!(
+                    "SELECT t.name, c.reltuples::float8 FROM ({}) t JOIN pg_class c ON c.oid = t.oid
+                      WHERE c.reltuples >= 0",
+                    crate::tables::list_sql()
+                ),
                 &[],
             )
             .map_err(|e| {

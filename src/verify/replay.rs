@@ -230,13 +230,21 @@ pub fn replay_all(c: &mut Client, app: &AppVersion) -> Result<Vec<Outcome>, post
     Ok(out)
 }
 
-/// (table, mode) of the locks this backend holds on ordinary tables.
+/// (table, mode) of the locks this backend holds on the tables a
+/// rehearsal measures ([`crate::tables`]). A lock on a partitioned table
+/// counts on each of its partitions (a migration's lock on any of them
+/// makes the statement wait).
 fn own_table_locks(c: &mut Client) -> Result<Vec<(String, String)>, postgres::Error> {
     Ok(c.query(
-        "SELECT c.relname::text, l.mode FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+        &format!(
+            "SELECT DISTINCT t.name, l.mode FROM pg_locks l
+               CROSS JOIN LATERAL (SELECT l.relation AS oid
+                                   UNION SELECT relid FROM pg_partition_tree(l.relation::regclass)) p
+               JOIN ({}) t ON t.oid = p.oid
               WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' AND l.granted
-                AND c.relkind IN ('r', 'p') AND c.relnamespace = 'public'::regnamespace
               ORDER BY 1, 2",
+            crate::tables::list_sql()
+        ),
         &[],
     )?
     .iter()

@@ -236,7 +236,7 @@ pub fn batched_updates(v: i32, runs: &[BatchedRun]) -> Vec<Finding> {
         .map(|r| {
             let d = &r.directive;
             let what = format!("batched update of {} (line {})", d.table, d.line);
-            match (&r.rows, &r.remaining) {
+            let f = match (&r.rows, &r.remaining) {
                 (Err(e), _) => Finding::new(CHECK, "batched-update-fails", Severity::Error, Some(v), format!("{what} fails on the seeded database: {e}"))
                     .advice("run the directive's UPDATE on a copy to see why; each batch is its own transaction, so a rerun resumes after the last batch that committed"),
                 (Ok(_), Err(e)) => Finding::new(CHECK, "batched-update-unchecked", Severity::Skipped, Some(v), format!("{what} ran, but its predicate could not be counted afterwards: {e}"))
@@ -255,7 +255,9 @@ pub fn batched_updates(v: i32, runs: &[BatchedRun]) -> Vec<Finding> {
                     .evidence("batches", p.batches)
                     .evidence("killed", r.killed_after.is_some())
                     .evidence("ms", super::ms(r.took)),
-            }
+            };
+            // Which directive: two in one file are two findings.
+            f.evidence("table", d.table.clone()).evidence("line", d.line)
         })
         .collect()
 }
