@@ -105,6 +105,8 @@ pub enum VerifyError {
     TargetDrift { target: String, detail: String },
     #[error("--from-target: {0}")]
     Target(String),
+    #[error("--table-rows names {unknown}, which no rehearsed migration's schema has (tables: {known}); name a table as the reports do (outside public with its schema, e.g. sales.orders)")]
+    UnknownTableRows { unknown: String, known: String },
 }
 
 type Progress = Arc<dyn Fn(&str) + Send + Sync>;
@@ -837,6 +839,35 @@ impl Run<'_> {
         Ok(out)
     }
 
+    /// Every table `--table-rows` names must be one the rehearsal met:
+    /// before some migration (`staged`) or at the end (`last`). A typo
+    /// would otherwise predict nothing and say so nowhere.
+    fn tables_sized_exist(&self, staged: &[Staged], last: &Database) -> Result<(), VerifyError> {
+        if !self.v.sizes.given_by_flag() {
+            return Ok(());
+        }
+        let mut known: std::collections::BTreeSet<String> = Self::user_tables(last)?
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        known.extend(staged.iter().flat_map(|s| s.tables.iter().map(|t| t.name.clone())));
+        let unknown: Vec<&str> = self
+            .v
+            .sizes
+            .rows
+            .keys()
+            .filter(|t| !known.contains(*t))
+            .map(String::as_str)
+            .collect();
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        Err(VerifyError::UnknownTableRows {
+            unknown: unknown.join(", "),
+            known: known.into_iter().collect::<Vec<_>>().join(", "),
+        })
+    }
+
     fn user_tables(db: &Database) -> Result<Vec<crate::tables::UserTable>, VerifyError> {
         let mut c = step("connecting", db.connect())?;
         step("listing tables", crate::tables::list(&mut c))
@@ -1163,6 +1194,9 @@ impl Run<'_> {
             prev = v;
         }
 
+        if stopped.is_none() {
+            self.tables_sized_exist(&staged, &empty_prev)?;
+        }
         if staged.is_empty() && stopped.is_none() && self.v.since.is_some() {
             self.report
                 .findings

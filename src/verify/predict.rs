@@ -84,6 +84,12 @@ impl Sizes {
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
     }
+
+    /// Whether the user named these tables (`--table-rows`), as opposed to
+    /// reading them from a database: each must then exist.
+    pub fn given_by_flag(&self) -> bool {
+        self.source == "--table-rows"
+    }
 }
 
 fn parse_count(s: &str) -> Option<f64> {

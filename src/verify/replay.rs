@@ -129,12 +129,29 @@ pub fn prepare(
         })
         .collect();
     // The protocol's Describe gives the result columns' types on every
-    // major (pg_prepared_statements.result_types exists only from 16).
+    // major (pg_prepared_statements.result_types exists only from 16),
+    // with their modifiers: spelled by format_type, a varchar(100) that
+    // became varchar(20) shows.
     let described = c.prepare(&st.sql)?;
+    let (oids, mods): (Vec<u32>, Vec<i32>) = described
+        .columns()
+        .iter()
+        .map(|col| (col.type_().oid(), col.type_modifier()))
+        .unzip();
+    let spelled: Vec<String> = c
+        .query(
+            "SELECT format_type(t, nullif(m, -1)) FROM unnest($1::oid[], $2::int4[])
+                    WITH ORDINALITY AS x(t, m, k) ORDER BY k",
+            &[&oids, &mods],
+        )?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
     let columns = described
         .columns()
         .iter()
-        .map(|col| (col.name().to_string(), col.type_().name().to_string()))
+        .zip(spelled)
+        .map(|(col, t)| (col.name().to_string(), t))
         .collect();
     Ok(Prepared {
         statement: statement.to_string(),
