@@ -12,6 +12,7 @@ mod migrate;
 mod no_transaction;
 mod project;
 mod sandbox;
+mod schemas;
 mod target;
 mod verdicts;
 mod verify;
@@ -36,6 +37,7 @@ fn main() {
     trials.extend(project::tests(&env));
     trials.extend(no_transaction::tests(&env));
     trials.extend(verdicts::tests(&env));
+    trials.extend(schemas::tests(&env));
     trials.retain(|t| common::in_scope(t.name()));
     let conclusion = libtest_mimic::run(&args, trials);
     common::print_slowest(10);
