@@ -46,7 +46,9 @@ pub fn list_sql() -> String {
             AND NOT EXISTS (SELECT 1 FROM pg_depend d
                              WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
                                AND d.deptype = 'e')",
-        parent = NAME.replace("n.nspname", "pn.nspname").replace("c.relname", "p.relname"),
+        parent = NAME
+            .replace("n.nspname", "pn.nspname")
+            .replace("c.relname", "p.relname"),
         history = crate::migrate::HISTORY_TABLE,
     )
 }

@@ -1291,10 +1291,7 @@ fn seed_table(
                     .join(" AND ");
                 let n: i64 = c
                     .query_one(
-                        &format!(
-                            "SELECT count(*) FROM {} WHERE {not_null}",
-                            p.qualified
-                        ),
+                        &format!("SELECT count(*) FROM {} WHERE {not_null}", p.qualified),
                         &[],
                     )?
                     .get(0);
@@ -1452,7 +1449,7 @@ fn seed_table(
         }
     }
     let offset =
-        (existing.max(0) as u64).saturating_add(max_integer_key(c, t, &qt, &carriers, &forced)?);
+        (existing.max(0) as u64).saturating_add(max_integer_key(c, t, qt, &carriers, &forced)?);
     let width = offset.saturating_add(rows);
 
     let mut plan = Plan {

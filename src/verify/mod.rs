@@ -850,7 +850,11 @@ impl Run<'_> {
             .into_iter()
             .map(|t| t.name)
             .collect();
-        known.extend(staged.iter().flat_map(|s| s.tables.iter().map(|t| t.name.clone())));
+        known.extend(
+            staged
+                .iter()
+                .flat_map(|s| s.tables.iter().map(|t| t.name.clone())),
+        );
         let unknown: Vec<&str> = self
             .v
             .sizes

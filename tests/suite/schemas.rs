@@ -123,7 +123,11 @@ fn hazards_outside_public_and_on_a_partitioned_table_are_errors(
     // V3: a type change that rewrites the table.
     let f = error_of(&r, 3, "rewrite.table-rewritten")?;
     ensure!(f.evidence["table"] == "sales.orders", "{:?}", f.evidence);
-    ensure!(f.evidence["relfilenode_changed"] == true, "{:?}", f.evidence);
+    ensure!(
+        f.evidence["relfilenode_changed"] == true,
+        "{:?}",
+        f.evidence
+    );
     ensure!(f.message.contains("rewrites sales.orders"), "{}", f.message);
 
     // V4: a plain CREATE INDEX on the partitioned parent builds on every
@@ -132,7 +136,11 @@ fn hazards_outside_public_and_on_a_partitioned_table_are_errors(
         .errors()
         .filter(|f| f.id == "locks.blocking-index-build" && f.migration == Some(4))
         .collect();
-    ensure!(builds.len() == 1, "{:#?}", builds.iter().map(|f| line(f)).collect::<Vec<_>>());
+    ensure!(
+        builds.len() == 1,
+        "{:#?}",
+        builds.iter().map(|f| line(f)).collect::<Vec<_>>()
+    );
     let f = builds[0];
     ensure!(f.evidence["table"] == "audit.events", "{:?}", f.evidence);
     ensure!(
@@ -156,7 +164,8 @@ fn hazards_outside_public_and_on_a_partitioned_table_are_errors(
         .find(|f| f.migration == Some(5) && f.check == "rewrite")
         .with_context(|| format!("no rewrite error on V5: {:#?}", errors(&r)))?;
     ensure!(
-        f.message.contains("ACCESS EXCLUSIVE on sales.customer_totals"),
+        f.message
+            .contains("ACCESS EXCLUSIVE on sales.customer_totals"),
         "{}",
         f.message
     );

@@ -352,7 +352,10 @@ mod tests {
         let ids: Vec<&str> = f.iter().map(|f| f.id.as_str()).collect();
         assert_eq!(
             ids,
-            ["backfill.reader-fails-before", "backfill.readers-not-compared"]
+            [
+                "backfill.reader-fails-before",
+                "backfill.readers-not-compared"
+            ]
         );
     }
 }

@@ -492,9 +492,8 @@ mod tests {
             ("compat.result-type-modifier-changed", Severity::Warn)
         );
         assert!(
-            f[0].message.contains(
-                "as character varying(20) on V4 but as character varying(100) on V3"
-            ),
+            f[0].message
+                .contains("as character varying(20) on V4 but as character varying(100) on V3"),
             "{}",
             f[0].message
         );

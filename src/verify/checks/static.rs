@@ -299,10 +299,9 @@ fn target_table(stmt: &ast::Stmt) -> Option<String> {
     };
     let table = ident(path.segment()?.text());
     Some(match path.qualifier() {
-        Some(schema) => crate::tables::display(&format!(
-            "{}.{table}",
-            ident(schema.segment()?.text())
-        )),
+        Some(schema) => {
+            crate::tables::display(&format!("{}.{table}", ident(schema.segment()?.text())))
+        }
         None => table,
     })
 }
