@@ -230,6 +230,11 @@ mod tests {
         assert_eq!(s.rows["x"], 2500.0);
         assert!(Sizes::from_pairs(["bookings"]).is_err());
         assert!(Sizes::from_pairs(["bookings=lots"]).is_err());
+        // Named as reports name tables: public. dropped, other schemas kept.
+        let s = Sizes::from_pairs(["public.bookings=1", "sales.orders=2"]).unwrap();
+        assert_eq!(s.rows["bookings"], 1.0);
+        assert_eq!(s.rows["sales.orders"], 2.0);
+        assert!(s.given_by_flag());
     }
 
     #[test]

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use anyhow::{ensure, Context};
 use rollsafe::catalog::Catalog;
 use rollsafe::report::{Finding, Report, Severity};
-use rollsafe::verify::Verify;
+use rollsafe::verify::checks::compat;
+use rollsafe::verify::{apps, replay, Verify};
 
 use crate::common::{rollsafe_bin, TestEnv};
 
@@ -24,6 +25,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             hazards_outside_public_and_on_a_partitioned_table_are_errors,
             safe_counterparts_pass_with_zero_errors,
             table_rows_naming_no_table_is_exit_2_naming_it,
+            an_apps_lock_on_a_partitioned_table_counts_on_each_partition_and_typmods_show,
         ]
     )
 }
@@ -268,5 +270,75 @@ fn table_rows_naming_no_table_is_exit_2_naming_it(env: &TestEnv) -> anyhow::Resu
     // The same table spelled right (public. optional) runs.
     let (code, stderr) = run("sales.orders=48M")?;
     ensure!(code == 0, "exit {code}: {stderr}");
+    Ok(())
+}
+
+/// The replay (what decides which locks block an app) attributes a read
+/// through a partitioned table to each partition, and reads result types
+/// with their modifiers, so a narrowed or widened column shows.
+fn an_apps_lock_on_a_partitioned_table_counts_on_each_partition_and_typmods_show(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let migrations = project(&[])?;
+    let catalog = Catalog::from_dir(migrations.path())?;
+    let apps_dir = tempfile::tempdir()?;
+    std::fs::write(
+        apps_dir.path().join("reports.sql"),
+        "-- app: reports\n-- needs: 1\n\n\
+         -- name: event_by_id\n-- param: $1 = 7\n\
+         SELECT id, kind FROM audit.events WHERE id = $1::bigint;\n\n\
+         -- name: order_total\n\
+         SELECT customer, total FROM sales.orders ORDER BY id LIMIT 1;\n",
+    )?;
+    let app = apps::load_dir(apps_dir.path(), &catalog)?
+        .pop()
+        .context("no app")?;
+    let db = env.fresh_database();
+    let mut c = db.connect()?;
+    c.batch_execute(BASE)?;
+    let before = replay::replay_all(&mut c, &app)?;
+    let event = before
+        .iter()
+        .find(|o| o.statement == "event_by_id")
+        .context("no event_by_id")?;
+    ensure!(event.failure.is_none(), "{:?}", event.failure);
+    for table in ["audit.events", "audit.events_0", "audit.events_1"] {
+        ensure!(
+            event
+                .locks
+                .contains(&(table.to_string(), "AccessShareLock".to_string())),
+            "{table}: {:?}",
+            event.locks
+        );
+    }
+    let order = before
+        .iter()
+        .find(|o| o.statement == "order_total")
+        .context("no order_total")?;
+    ensure!(
+        order.columns
+            == [
+                ("customer".to_string(), "text".to_string()),
+                ("total".to_string(), "numeric(12,2)".to_string())
+            ],
+        "{:?}",
+        order.columns
+    );
+    // Only the modifier changes: visible, as a warning.
+    c.batch_execute("ALTER TABLE sales.orders ALTER COLUMN total TYPE numeric(14,2)")?;
+    let after = replay::replay_all(&mut c, &app)?;
+    let f = compat::type_changes(2, &app, 1, &before, &after);
+    ensure!(f.len() == 1, "{f:?}");
+    ensure!(
+        f[0].id == "compat.result-type-modifier-changed" && f[0].severity == Severity::Warn,
+        "{}",
+        line(&f[0])
+    );
+    ensure!(
+        f[0].evidence["type_before"] == "numeric(12,2)"
+            && f[0].evidence["type_after"] == "numeric(14,2)",
+        "{:?}",
+        f[0].evidence
+    );
     Ok(())
 }
