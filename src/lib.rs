@@ -52,6 +52,7 @@
 //! - [`migrate`]: safe apply to a real database, and its status.
 //! - [`check`]: read-only audit of a real database.
 //! - [`sql`]: splitting SQL files into statements.
+//! - [`tables`]: the tables a rehearsal measures, and how messages name them.
 //! - [`validity`]: invalid indexes and NOT VALID constraints (verify and check).
 
 pub mod bounds;
@@ -68,5 +69,6 @@ pub mod report;
 pub mod sandbox;
 pub mod schema;
 pub mod sql;
+pub mod tables;
 pub mod validity;
 pub mod verify;

@@ -1,12 +1,15 @@
 //! Schema snapshots: what a database's tables look like, as data that can be
 //! compared, stored (JSON) and shown as differences.
 //!
-//! A snapshot covers the user tables of the `public` schema: columns (type,
-//! default, nullability), constraints (definition, validated) and indexes
-//! (definition, valid). Names of databases and OIDs are left out, so two
-//! databases built from the same migrations have equal snapshots. The
-//! migration history table (`refinery_schema_history`) is not part of the
-//! schema the migrations define and is skipped.
+//! A snapshot covers the tables a rehearsal measures ([`crate::tables`]:
+//! every non-system schema, partitioned tables and their partitions,
+//! materialized views), by name (`orders`, `sales.orders`): columns (type
+//! with its modifiers, `character varying(20)`; default; nullability),
+//! constraints (definition, validated) and indexes (definition, valid).
+//! Names of databases and OIDs are left out, so two databases built from
+//! the same migrations have equal snapshots. rollsafe's and refinery's
+//! bookkeeping tables are not part of the schema the migrations define and
+//! are skipped.
 //!
 //! Used by `verify` (the final schema against the expected one, invalid
 //! indexes, NOT VALID constraints) and by `check` (a real database against
@@ -18,9 +21,6 @@ use std::collections::BTreeMap;
 
 use postgres::GenericClient;
 use serde::{Deserialize, Serialize};
-
-/// Tables never part of the compared schema.
-const IGNORED_TABLES: &[&str] = &["refinery_schema_history", "rollsafe_backfill_progress"];
 
 /// The checked-in snapshot of the embedded migrations' final schema.
 const EMBEDDED_EXPECTED: &str = include_str!("../migrations/schema.json");
@@ -65,36 +65,31 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Reads the snapshot of the database `client` is connected to.
+    /// Reads the snapshot of the database `client` is connected to: the
+    /// tables a rehearsal measures ([`crate::tables`]), by name.
     pub fn read(client: &mut impl GenericClient) -> Result<Snapshot, postgres::Error> {
+        let list = crate::tables::list_sql();
         let mut tables: BTreeMap<String, Table> = BTreeMap::new();
-        for row in client.query(
-            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-             WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') ORDER BY 1",
-            &[],
-        )? {
-            let name: String = row.get(0);
-            if !IGNORED_TABLES.contains(&name.as_str()) {
-                tables.insert(
-                    name,
-                    Table {
-                        columns: vec![],
-                        constraints: vec![],
-                        indexes: vec![],
-                    },
-                );
-            }
+        for t in crate::tables::list(client)? {
+            tables.insert(
+                t.name,
+                Table {
+                    columns: vec![],
+                    constraints: vec![],
+                    indexes: vec![],
+                },
+            );
         }
         for row in client.query(
-            "SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
-                    pg_get_expr(d.adbin, d.adrelid)
-             FROM pg_attribute a
-             JOIN pg_class c ON c.oid = a.attrelid
-             JOIN pg_namespace n ON n.oid = c.relnamespace
-             LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-             WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p')
-               AND a.attnum > 0 AND NOT a.attisdropped
-             ORDER BY c.relname, a.attnum",
+            &format!(
+                "SELECT t.name, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+                        pg_get_expr(d.adbin, d.adrelid)
+                 FROM ({list}) t
+                 JOIN pg_attribute a ON a.attrelid = t.oid
+                 LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+                 WHERE a.attnum > 0 AND NOT a.attisdropped
+                 ORDER BY t.name, a.attnum"
+            ),
             &[],
         )? {
             if let Some(t) = tables.get_mut(row.get::<_, &str>(0)) {
@@ -107,14 +102,15 @@ impl Snapshot {
             }
         }
         for row in client.query(
-            "SELECT c.relname, k.conname, pg_get_constraintdef(k.oid), k.convalidated
-             FROM pg_constraint k
-             JOIN pg_class c ON c.oid = k.conrelid
-             JOIN pg_namespace n ON n.oid = c.relnamespace
-             -- PostgreSQL 18 also stores NOT NULL as constraints (contype
-             -- 'n'); nullability is recorded per column, on every major.
-             WHERE n.nspname = 'public' AND k.contype <> 'n'
-             ORDER BY c.relname, k.conname",
+            &format!(
+                "SELECT t.name, k.conname, pg_get_constraintdef(k.oid), k.convalidated
+                 FROM ({list}) t
+                 JOIN pg_constraint k ON k.conrelid = t.oid
+                 -- PostgreSQL 18 also stores NOT NULL as constraints (contype
+                 -- 'n'); nullability is recorded per column, on every major.
+                 WHERE k.contype <> 'n'
+                 ORDER BY t.name, k.conname"
+            ),
             &[],
         )? {
             if let Some(t) = tables.get_mut(row.get::<_, &str>(0)) {
@@ -126,13 +122,13 @@ impl Snapshot {
             }
         }
         for row in client.query(
-            "SELECT c.relname, i.relname, pg_get_indexdef(x.indexrelid), x.indisvalid
-             FROM pg_index x
-             JOIN pg_class c ON c.oid = x.indrelid
-             JOIN pg_class i ON i.oid = x.indexrelid
-             JOIN pg_namespace n ON n.oid = c.relnamespace
-             WHERE n.nspname = 'public'
-             ORDER BY c.relname, i.relname",
+            &format!(
+                "SELECT t.name, i.relname, pg_get_indexdef(x.indexrelid), x.indisvalid
+                 FROM ({list}) t
+                 JOIN pg_index x ON x.indrelid = t.oid
+                 JOIN pg_class i ON i.oid = x.indexrelid
+                 ORDER BY t.name, i.relname"
+            ),
             &[],
         )? {
             if let Some(t) = tables.get_mut(row.get::<_, &str>(0)) {

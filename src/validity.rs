@@ -7,8 +7,10 @@
 //!
 //! An invalid index (`pg_index.indisvalid` false) is what a failed
 //! `CREATE INDEX CONCURRENTLY` leaves: it slows every write and serves no
-//! read. A constraint added `NOT VALID` and never validated
-//! (`pg_constraint.convalidated` false) does not vouch for existing rows.
+//! read (an error). A constraint added `NOT VALID` and not validated yet
+//! (`pg_constraint.convalidated` false) does not vouch for existing rows,
+//! but it is the first half of the safe way to add one (a warning: validate
+//! it in a later migration).
 
 use postgres::Client;
 
@@ -89,8 +91,9 @@ pub fn backfill_violations(
 }
 
 /// Findings on `live` for `check` at `version`: an info line when all is
-/// well, an error naming each invalid index or unvalidated constraint
-/// otherwise. `pending_concurrent` (index, file) are the indexes that
+/// well, an error naming each invalid index, a warning naming each
+/// constraint left NOT VALID (validated by a later migration, the safe
+/// way; `verify` and `check` alike). `pending_concurrent` (index, file) are the indexes that
 /// pending `-- rollsafe:no-transaction` migrations build: an invalid one
 /// among them is an interrupted build that `rollsafe migrate` redoes.
 pub fn findings(
@@ -140,15 +143,19 @@ pub fn findings(
     out.push(if unvalidated.is_empty() {
         Finding::new(check, "constraints-validated", Severity::Info, version, "every constraint is validated")
     } else {
+        // Adding a constraint NOT VALID and validating it in a later
+        // migration is the safe way to add one (rollsafe's own advice):
+        // the state between the two is expected, new rows are already
+        // checked, so it is a warning, not a failed gate.
         Finding::new(
             check,
             "not-valid-constraint",
-            Severity::Error,
+            Severity::Warn,
             version,
-            format!("constraint(s) added NOT VALID and never validated: {} (existing rows are not guaranteed to satisfy them)", unvalidated.join(", ")),
+            format!("constraint(s) left NOT VALID: {} (new rows are checked; existing rows are not guaranteed to satisfy them until validated)", unvalidated.join(", ")),
         )
         .evidence("constraints", unvalidated)
-        .advice("run ALTER TABLE … VALIDATE CONSTRAINT … (takes only a SHARE UPDATE EXCLUSIVE lock) in a migration")
+        .advice("validate it in a later migration: ALTER TABLE … VALIDATE CONSTRAINT … takes only SHARE UPDATE EXCLUSIVE, which blocks neither reads nor writes")
     });
     out
 }

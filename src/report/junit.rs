@@ -55,7 +55,15 @@ pub fn render_junit(report: &Report) -> String {
                 .iter()
                 .filter(|f| f.severity == Severity::Skipped)
                 .collect();
-            let status = if errors.is_empty() && !skipped.is_empty() {
+            let status = if findings.is_empty() {
+                // It ran but had nothing to judge (compat with no app):
+                // nothing was measured, so nothing passed.
+                let mut s = TestCaseStatus::skipped();
+                s.set_message(format!(
+                    "{check} ran nothing here (no finding: e.g. no app to replay)"
+                ));
+                s
+            } else if errors.is_empty() && !skipped.is_empty() {
                 // Part of the check could not measure: not a pass.
                 let mut s = TestCaseStatus::skipped();
                 s.set_message(
@@ -178,5 +186,27 @@ mod tests {
             .unwrap()
             .as_str()
             .contains("warn: [locks.lock-modes]"));
+    }
+
+    #[test]
+    fn a_check_that_ran_nothing_is_skipped_not_passed() {
+        let mut r = super::super::sample_report();
+        r.checks.push(crate::report::CheckRun {
+            check: "compat".into(),
+            migration: Some(3),
+            description: "the apps' statements on each schema".into(),
+        });
+        let xml = render_junit(&r);
+        let parsed = quick_junit::Report::deserialize_from_str(&xml).unwrap();
+        let compat = parsed
+            .test_suites
+            .iter()
+            .find(|s| s.name.as_str() == "compat")
+            .unwrap();
+        assert!(
+            matches!(&compat.test_cases[0].status, TestCaseStatus::Skipped { message: Some(m), .. } if m.as_str().contains("ran nothing")),
+            "{:?}",
+            compat.test_cases[0].status
+        );
     }
 }

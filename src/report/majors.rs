@@ -3,17 +3,37 @@
 //!
 //! A finding seen on every major is listed once; one seen on some says
 //! where ("… (on PostgreSQL 13 only)") and carries the majors. Findings are
-//! the same when their id, migration, severity and statement line are; the
-//! first major's message and evidence stand for all (measured numbers
-//! differ from server to server). The run passed only if it passed on
-//! every major.
+//! the same when their identity is: id, migration, severity, place in the
+//! file, and the evidence that names what they are about (app, statement,
+//! table, index, constraint, the app versions of a pair, a directive's
+//! line…), never measured numbers, which differ from server to server. The
+//! first major's message and evidence stand for all. A finding of one
+//! major stands for at most one of another: two findings of one report
+//! (two batched updates in one file) stay two, whatever their evidence.
+//! The run passed only if it passed on every major.
 
 use super::{CheckRun, Report};
 
 /// Evidence keys that say *what* a finding is about (an error's SQLSTATE or
 /// message, the app, statement, table or column), as opposed to what was
 /// measured.
-const IDENTITY: &[&str] = &["sqlstate", "error", "app", "statement", "table", "column"];
+const IDENTITY: &[&str] = &[
+    "sqlstate",
+    "error",
+    "app",
+    "statement",
+    "table",
+    "column",
+    "param",
+    "index",
+    "constraint",
+    "constraints",
+    "indexes",
+    "predicate",
+    "older",
+    "newer",
+    "line",
+];
 
 /// Merges `runs` (major, its report), in the order given.
 pub fn merge_majors(runs: Vec<(u32, Report)>) -> Report {
@@ -47,14 +67,22 @@ pub fn merge_majors(runs: Vec<(u32, Report)>) -> Report {
                     x.id.clone(),
                     x.migration,
                     x.severity,
-                    x.location.as_ref().map(|l| l.line),
+                    x.location
+                        .as_ref()
+                        .map(|l| (l.file.clone(), l.line, l.column)),
                     IDENTITY
                         .iter()
                         .map(|k| x.evidence.get(*k).map(|v| v.to_string()))
                         .collect::<Vec<_>>(),
                 )
             };
-            match merged.findings.iter_mut().find(|e| key(e) == key(&f)) {
+            // The first one of the same identity this major has not
+            // matched yet: a report's own findings never merge.
+            match merged
+                .findings
+                .iter_mut()
+                .find(|e| !e.majors.contains(&major) && key(e) == key(&f))
+            {
                 Some(existing) => existing.majors.push(major),
                 None => {
                     let mut f = f;
@@ -163,5 +191,69 @@ mod tests {
         assert_eq!(m.findings[1].majors, [18]);
         let m = merge_majors(vec![report(15, false), report(17, false)]);
         assert!(m.passed && m.safe_order == ["apply V3"]);
+    }
+
+    #[test]
+    fn distinct_findings_of_one_report_are_never_merged() {
+        // Two batched updates of one file (same id, no location), and two
+        // cross-version pairs, on two majors.
+        let report = |major: u32| {
+            let mut r = Report::new("rollsafe verify");
+            for line in [3, 7] {
+                r.findings.push(
+                    Finding::new(
+                        "backfill",
+                        "batched-update-complete",
+                        Severity::Info,
+                        Some(4),
+                        format!("batched update of jobs (line {line})"),
+                    )
+                    .evidence("table", "jobs")
+                    .evidence("line", line),
+                );
+            }
+            for (older, newer) in [("v1", "v2"), ("v1", "v3")] {
+                r.findings.push(
+                    Finding::new("compat", "cross-version", Severity::Info, Some(4), "ok")
+                        .evidence("older", older)
+                        .evidence("newer", newer),
+                );
+            }
+            // Same identity twice in one report (nothing tells them
+            // apart): still two.
+            for _ in 0..2 {
+                r.findings.push(Finding::new(
+                    "locks",
+                    "measured",
+                    Severity::Info,
+                    Some(4),
+                    "x",
+                ));
+            }
+            r.finish();
+            (major, r)
+        };
+        let m = merge_majors(vec![report(15), report(17)]);
+        assert_eq!(m.findings.len(), 6, "{:#?}", m.findings);
+        assert!(m.findings.iter().all(|f| f.majors == [15, 17]));
+        let lines: Vec<String> = m
+            .findings
+            .iter()
+            .filter(|f| f.id == "backfill.batched-update-complete")
+            .map(|f| f.message.clone())
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "batched update of jobs (line 3)",
+                "batched update of jobs (line 7)"
+            ]
+        );
+        // One major with a finding the other lacks: kept, and says where.
+        let mut short = report(13);
+        short.1.findings.truncate(5);
+        let m = merge_majors(vec![report(15), short]);
+        assert_eq!(m.findings.len(), 6);
+        assert_eq!(m.findings[5].majors, [15]);
     }
 }

@@ -1,8 +1,9 @@
 //! Seeding any schema: rows generated from the catalogue of the connected
 //! database, for projects that ship no seed file of their own.
 //!
-//! What it does, per ordinary table of schema `public` (rollsafe's and
-//! refinery's own tables left out), in foreign-key order:
+//! What it does, per table of every schema ([`crate::tables`]: rollsafe's
+//! and refinery's own tables left out; a partitioned table through its
+//! parent, so each row lands in its partition), in foreign-key order:
 //!
 //! - one set-based `INSERT … SELECT … FROM generate_series(1, N) AS s(g)`,
 //!   so a million rows cost one statement, not a million round trips. Every
@@ -171,7 +172,7 @@ pub struct AppWrites {
     pub failures: Vec<String>,
 }
 
-/// Seeds every table of schema `public` with generated rows (`rows`), then
+/// Seeds every table ([`crate::tables`]) with generated rows (`rows`), then
 /// runs the write statements of `apps` a few times. Only a lost connection
 /// or an unreadable catalogue is an error; a table that cannot be seeded
 /// is reported in [`Generated::unseeded`].
@@ -259,6 +260,24 @@ pub fn seed(c: &mut Client, rows: &RowCounts, apps: &[&AppVersion]) -> anyhow::R
     for app in apps {
         out.app_writes.extend(run_app_writes(c, app, &mut types)?);
     }
+    // A materialized view holds what its query returned when refreshed:
+    // refreshed over the rows just written, a migration that refreshes or
+    // rebuilds it is measured over rows too.
+    for mv in crate::tables::list(c)?
+        .iter()
+        .filter(|t| t.kind == crate::tables::Kind::MaterializedView && t.populated)
+    {
+        if let Err(e) = c.batch_execute(&format!("REFRESH MATERIALIZED VIEW {}", mv.qualified)) {
+            match e.as_db_error() {
+                Some(_) => out.warnings.push(format!(
+                    "materialized view {} could not be refreshed over the seeded rows: {}",
+                    mv.name,
+                    crate::errors::one_line(&e)
+                )),
+                None => return Err(e.into()),
+            }
+        }
+    }
     c.batch_execute("ANALYZE")?;
     Ok(out)
 }
@@ -269,7 +288,10 @@ pub fn seed(c: &mut Client, rows: &RowCounts, apps: &[&AppVersion]) -> anyhow::R
 #[derive(Debug, Clone)]
 struct Table {
     oid: u32,
+    /// As messages spell it ([`crate::tables`]).
     name: String,
+    /// Schema-qualified, for SQL.
+    qualified: String,
     columns: Vec<Column>,
     /// Column numbers of each UNIQUE / PRIMARY KEY constraint or unique
     /// index (with the columns an expression index mentions).
@@ -486,20 +508,15 @@ fn base_kind(typname: &str) -> TypeKind {
 }
 
 fn read_tables(c: &mut Client, types: &mut TypeCache) -> Result<Vec<Table>, postgres::Error> {
-    // Partitions get their rows through their parent; rollsafe's and
-    // refinery's bookkeeping is not the project's data.
-    let rows = c.query(
-        "SELECT c.oid, c.relname::text FROM pg_class c
-          WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p')
-            AND NOT c.relispartition
-            AND c.relname <> 'refinery_schema_history' AND c.relname NOT LIKE 'rollsafe\\_%'
-          ORDER BY c.relname",
-        &[],
-    )?;
+    // Partitions get their rows through their parent (PostgreSQL routes
+    // each row); a materialized view gets its rows from its refresh.
+    let seedable: Vec<crate::tables::UserTable> = crate::tables::list(c)?
+        .into_iter()
+        .filter(|t| t.partition_of.is_none() && t.kind != crate::tables::Kind::MaterializedView)
+        .collect();
     let mut tables = Vec::new();
-    for row in rows {
-        let oid: u32 = row.get(0);
-        let name: String = row.get(1);
+    for ut in seedable {
+        let (oid, name, qualified) = (ut.oid, ut.name, ut.qualified);
         let mut columns = Vec::new();
         for r in c.query(
             "SELECT a.attnum, a.attname::text, a.atttypid, a.atttypmod,
@@ -529,6 +546,7 @@ fn read_tables(c: &mut Client, types: &mut TypeCache) -> Result<Vec<Table>, post
         let mut t = Table {
             oid,
             name,
+            qualified,
             columns,
             uniques: Vec::new(),
             fks: Vec::new(),
@@ -1162,9 +1180,9 @@ impl Plan<'_> {
             };
             sql.push_str(&format!(
                 " LEFT JOIN (SELECT {keys}, row_number() OVER (ORDER BY {keys}) - 1 AS rollsafe_rn
-                     FROM (SELECT {keys} FROM public.{} WHERE {not_null}{limit}) p) fk{f}
+                     FROM (SELECT {keys} FROM {} WHERE {not_null}{limit}) p) fk{f}
                    ON fk{f}.rollsafe_rn = {pick}",
-                quote_ident(&j.parent)
+                j.parent
             ));
         }
         sql
@@ -1216,7 +1234,7 @@ fn seed_table(
             None,
         )));
     }
-    let qt = format!("public.{}", quote_ident(&t.name));
+    let qt = &t.qualified;
     let existing: i64 = c
         .query_one(&format!("SELECT count(*) FROM {qt}"), &[])?
         .get(0);
@@ -1273,10 +1291,7 @@ fn seed_table(
                     .join(" AND ");
                 let n: i64 = c
                     .query_one(
-                        &format!(
-                            "SELECT count(*) FROM public.{} WHERE {not_null}",
-                            quote_ident(&p.name)
-                        ),
+                        &format!("SELECT count(*) FROM {} WHERE {not_null}", p.qualified),
                         &[],
                     )?
                     .get(0);
@@ -1293,7 +1308,7 @@ fn seed_table(
                         }
                     }
                     joins.push(Join {
-                        parent: p.name.clone(),
+                        parent: p.qualified.clone(),
                         ref_cols,
                         n: n as u64,
                         divisor: None,
@@ -1434,7 +1449,7 @@ fn seed_table(
         }
     }
     let offset =
-        (existing.max(0) as u64).saturating_add(max_integer_key(c, t, &qt, &carriers, &forced)?);
+        (existing.max(0) as u64).saturating_add(max_integer_key(c, t, qt, &carriers, &forced)?);
     let width = offset.saturating_add(rows);
 
     let mut plan = Plan {
@@ -1583,7 +1598,7 @@ fn insert_rows(
 ) -> anyhow::Result<TableResult> {
     let t = plan.table;
     let rows = plan.rows;
-    let qt = format!("public.{}", quote_ident(&t.name));
+    let qt = &t.qualified;
     let mut names = Vec::new();
     for (k, col) in t.columns.iter().enumerate() {
         if plan.expr(k, false).is_some() {
@@ -1616,7 +1631,7 @@ fn insert_rows(
             tx.batch_execute(&format!(
                 "SELECT setval(s, m) FROM (SELECT pg_get_serial_sequence({}, {}) AS s,
                         (SELECT max({}) FROM {qt}) AS m) x WHERE s IS NOT NULL AND m IS NOT NULL",
-                quote_literal(&qt),
+                quote_literal(qt),
                 quote_literal(&col.name),
                 quote_ident(&col.name)
             ))?;
@@ -1695,8 +1710,7 @@ fn fill_broken_reference(
         .map(|(c, r)| format!("{} = p.{}", quote_ident(c), quote_ident(r)))
         .collect::<Vec<_>>()
         .join(", ");
-    let qc = format!("public.{}", quote_ident(&child.name));
-    let qp = format!("public.{}", quote_ident(&parent.name));
+    let (qc, qp) = (&child.qualified, &parent.qualified);
     let n: i64 = c
         .query_one(&format!("SELECT count(*) FROM {qp} WHERE {not_null}"), &[])?
         .get(0);

@@ -105,6 +105,8 @@ pub enum VerifyError {
     TargetDrift { target: String, detail: String },
     #[error("--from-target: {0}")]
     Target(String),
+    #[error("--table-rows names {unknown}, which no rehearsed migration's schema has (tables: {known}); name a table as the reports do (outside public with its schema, e.g. sales.orders)")]
+    UnknownTableRows { unknown: String, known: String },
 }
 
 type Progress = Arc<dyn Fn(&str) + Send + Sync>;
@@ -464,7 +466,7 @@ struct Staged {
     trace: Vec<String>,
     /// The live apps' statements replayed on the seeded database (V{prev}).
     live_outcomes: BTreeMap<String, Vec<Outcome>>,
-    tables: Vec<String>,
+    tables: Vec<crate::tables::UserTable>,
 }
 
 type MigratorHandle = JoinHandle<Vec<(i32, anyhow::Result<apply::SecondRun>)>>;
@@ -849,18 +851,42 @@ impl Run<'_> {
         Ok(out)
     }
 
-    fn public_tables(db: &Database) -> Result<Vec<String>, VerifyError> {
+    /// Every table `--table-rows` names must be one the rehearsal met:
+    /// before some migration (`staged`) or at the end (`last`). A typo
+    /// would otherwise predict nothing and say so nowhere.
+    fn tables_sized_exist(&self, staged: &[Staged], last: &Database) -> Result<(), VerifyError> {
+        if !self.v.sizes.given_by_flag() {
+            return Ok(());
+        }
+        let mut known: std::collections::BTreeSet<String> = Self::user_tables(last)?
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        known.extend(
+            staged
+                .iter()
+                .flat_map(|s| s.tables.iter().map(|t| t.name.clone())),
+        );
+        let unknown: Vec<&str> = self
+            .v
+            .sizes
+            .rows
+            .keys()
+            .filter(|t| !known.contains(*t))
+            .map(String::as_str)
+            .collect();
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        Err(VerifyError::UnknownTableRows {
+            unknown: unknown.join(", "),
+            known: known.into_iter().collect::<Vec<_>>().join(", "),
+        })
+    }
+
+    fn user_tables(db: &Database) -> Result<Vec<crate::tables::UserTable>, VerifyError> {
         let mut c = step("connecting", db.connect())?;
-        Ok(step(
-            "listing tables",
-            c.query(
-                "SELECT tablename::text FROM pg_tables WHERE schemaname = 'public' ORDER BY 1",
-                &[],
-            ),
-        )?
-        .iter()
-        .map(|r| r.get::<_, String>(0))
-        .collect())
+        step("listing tables", crate::tables::list(&mut c))
     }
 
     fn replay_apps(
@@ -1053,7 +1079,7 @@ impl Run<'_> {
                 Some((db, _)) => Self::replay_apps(db, &live)?,
                 None => BTreeMap::new(),
             };
-            let tables = Self::public_tables(&empty_prev)?;
+            let tables = Self::user_tables(&empty_prev)?;
             if prev > 0 && m.runs_outside_transaction() {
                 self.report.findings.push(locks::probe_not_applicable(v));
             } else if prev > 0 {
@@ -1190,6 +1216,9 @@ impl Run<'_> {
             prev = v;
         }
 
+        if stopped.is_none() {
+            self.tables_sized_exist(&staged, &empty_prev)?;
+        }
         if staged.is_empty() && stopped.is_none() && self.v.since.is_some() {
             self.report
                 .findings

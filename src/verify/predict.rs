@@ -33,7 +33,8 @@ pub struct Sizes {
 }
 
 impl Sizes {
-    /// `TABLE=N` pairs (N may use `_` separators or a k/M/G suffix).
+    /// `TABLE=N` pairs (N may use `_` separators or a k/M/G suffix; a
+    /// table outside `public` is named with its schema, `sales.orders`).
     pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = &'a str>) -> Result<Sizes, String> {
         let mut rows = BTreeMap::new();
         for p in pairs {
@@ -45,7 +46,7 @@ impl Sizes {
             let n = crate::bounds::TABLE_ROWS
                 .check_f64(n)
                 .map_err(|e| format!("rows {e}"))?;
-            rows.insert(table.trim().to_string(), n);
+            rows.insert(crate::tables::display(table), n);
         }
         Ok(Sizes {
             rows,
@@ -53,16 +54,18 @@ impl Sizes {
         })
     }
 
-    /// `reltuples` of every ordinary table of the public schema of the
-    /// database at `url` (read-only: one catalogue query). Tables never
-    /// analysed (reltuples < 0) are left out.
+    /// `reltuples` of every table a rehearsal measures ([`crate::tables`])
+    /// in the database at `url` (read-only: one catalogue query). Tables
+    /// never analysed (reltuples < 0) are left out.
     pub fn from_database(url: &str) -> anyhow::Result<Sizes> {
         let mut c = crate::db::connect(url)?;
         let rows = c
             .query(
-                "SELECT c.relname::text, c.reltuples::float8 FROM pg_class c
-                  WHERE c.relkind IN ('r', 'p') AND c.relnamespace = 'public'::regnamespace
-                    AND c.reltuples >= 0",
+                &format!(
+                    "SELECT t.name, c.reltuples::float8 FROM ({}) t JOIN pg_class c ON c.oid = t.oid
+                      WHERE c.reltuples >= 0",
+                    crate::tables::list_sql()
+                ),
                 &[],
             )
             .map_err(|e| {
@@ -83,6 +86,12 @@ impl Sizes {
 
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
+    }
+
+    /// Whether the user named these tables (`--table-rows`), as opposed to
+    /// reading them from a database: each must then exist.
+    pub fn given_by_flag(&self) -> bool {
+        self.source == "--table-rows"
     }
 }
 
@@ -224,6 +233,11 @@ mod tests {
         assert_eq!(s.rows["x"], 2500.0);
         assert!(Sizes::from_pairs(["bookings"]).is_err());
         assert!(Sizes::from_pairs(["bookings=lots"]).is_err());
+        // Named as reports name tables: public. dropped, other schemas kept.
+        let s = Sizes::from_pairs(["public.bookings=1", "sales.orders=2"]).unwrap();
+        assert_eq!(s.rows["bookings"], 1.0);
+        assert_eq!(s.rows["sales.orders"], 2.0);
+        assert!(s.given_by_flag());
     }
 
     #[test]

@@ -32,6 +32,7 @@ use super::lock_modes;
 use super::replay;
 use crate::db;
 use crate::lock_policy::{is_lock_timeout, LockPolicy};
+use crate::tables::UserTable;
 
 /// Work one statement (or a whole migration) did on one table: counts from
 /// the per-transaction statistics, indexes of the table included.
@@ -96,6 +97,9 @@ pub struct TableWork {
     pub locks: Vec<String>,
     /// Indexes the migration built on this (existing) table.
     pub new_indexes: Vec<String>,
+    /// The partitioned table it is a partition of: its rows are counted
+    /// there too, and a lock on that table is a lock on this one.
+    pub partition_of: Option<String>,
 }
 
 impl TableWork {
@@ -282,6 +286,10 @@ struct Existing {
     rows: i64,
     pages: i64,
     indexes: Vec<u32>,
+    partition_of: Option<String>,
+    /// Schema-qualified, for SQL; None when it cannot be read (a
+    /// materialized view not populated yet).
+    qualified: Option<String>,
 }
 
 /// Per-transaction counters of every existing table (its indexes summed
@@ -340,7 +348,9 @@ fn xact_work(c: &mut Client, tables: &[Existing]) -> Result<BTreeMap<u32, Work>,
     Ok(out)
 }
 
-/// Relation locks this backend holds on the existing tables, by table name.
+/// Relation locks this backend holds on the existing tables, by table
+/// name. A lock on a partitioned table counts on each of its partitions:
+/// an app reaching a partition through its parent waits on either.
 fn held_locks(
     c: &mut Client,
     tables: &[Existing],
@@ -352,14 +362,27 @@ fn held_locks(
             AND relation = ANY($1::oid[])",
         &[&oids],
     )?;
+    let tree: Vec<crate::tables::UserTable> = tables
+        .iter()
+        .map(|t| crate::tables::UserTable {
+            oid: t.oid,
+            name: t.name.clone(),
+            qualified: String::new(),
+            kind: crate::tables::Kind::Table,
+            partition_of: t.partition_of.clone(),
+            populated: true,
+        })
+        .collect();
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for r in rows {
         let oid: u32 = r.get(0);
         if let Some(t) = tables.iter().find(|t| t.oid == oid) {
-            let modes = out.entry(t.name.clone()).or_default();
             let mode: String = r.get(1);
-            if !modes.contains(&mode) {
-                modes.push(mode);
+            for name in crate::tables::with_partitions(&tree, &t.name) {
+                let modes = out.entry(name.to_string()).or_default();
+                if !modes.contains(&mode) {
+                    modes.push(mode.clone());
+                }
             }
         }
     }
@@ -444,28 +467,35 @@ fn apply_measured_in(
             .map(|r| r.get(0))
             .collect();
         let tables = c.query(
-            "SELECT c.relname::text, c.oid, c.relfilenode, greatest(c.relpages, 0)::int8,
-                    coalesce((SELECT array_agg(x.indexrelid) FROM pg_index x
-                               WHERE x.indrelid = c.oid), '{}')
-               FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-              WHERE n.nspname = 'public' AND c.relkind = 'r' ORDER BY 1",
+            &format!(
+                "SELECT t.name, t.oid, c.relfilenode, greatest(c.relpages, 0)::int8,
+                        coalesce((SELECT array_agg(x.indexrelid) FROM pg_index x
+                                   WHERE x.indrelid = c.oid), '{{}}'),
+                        t.qualified, t.parent, t.populated
+                   FROM ({}) t JOIN pg_class c ON c.oid = t.oid ORDER BY 1",
+                crate::tables::list_sql()
+            ),
             &[],
         )?;
         for r in tables {
-            let name: String = r.get(0);
-            let rows: i64 = c
-                .query_one(
-                    &format!("SELECT count(*) FROM {}", db::quote_ident(&name)),
-                    &[],
-                )?
-                .get(0);
+            let (qualified, populated): (String, bool) = (r.get(5), r.get(7));
+            // A partitioned table counts its partitions' rows; a
+            // materialized view created WITH NO DATA has none to count.
+            let rows: i64 = if populated {
+                c.query_one(&format!("SELECT count(*) FROM {qualified}"), &[])?
+                    .get(0)
+            } else {
+                0
+            };
             existing.push(Existing {
-                name,
+                name: r.get(0),
                 oid: r.get(1),
                 filenode: r.get(2),
                 rows,
                 pages: r.get(3),
                 indexes: r.get(4),
+                partition_of: r.get(6),
+                qualified: populated.then_some(qualified),
             });
         }
     }
@@ -479,8 +509,8 @@ fn apply_measured_in(
     // entries (relcache), which costs more on a table with indexes and
     // statistics than on an empty one: not row work, so pay it before the
     // clock starts, or it would be extrapolated with the rows.
-    for t in &existing {
-        c.batch_execute(&format!("SELECT FROM {} LIMIT 0", db::quote_ident(&t.name)))?;
+    for q in existing.iter().filter_map(|t| t.qualified.as_ref()) {
+        c.batch_execute(&format!("SELECT FROM {q} LIMIT 0"))?;
     }
     if transaction {
         c.batch_execute("BEGIN")?;
@@ -526,6 +556,7 @@ fn apply_measured_in(
                         table: t.name.clone(),
                         rows_before: t.rows,
                         pages_before: t.pages,
+                        partition_of: t.partition_of.clone(),
                         ..TableWork::default()
                     };
                     (t.name.clone(), sizes)
@@ -574,8 +605,8 @@ fn apply_measured_in(
     let locks = held_locks(&mut c, &existing)?;
     let after: BTreeMap<u32, u32> = c
         .query(
-            "SELECT oid, relfilenode FROM pg_class WHERE relkind = 'r'",
-            &[],
+            "SELECT oid, relfilenode FROM pg_class WHERE oid = ANY($1::oid[])",
+            &[&existing.iter().map(|t| t.oid).collect::<Vec<u32>>()],
         )?
         .iter()
         .map(|r| (r.get(0), r.get(1)))
@@ -599,6 +630,7 @@ fn apply_measured_in(
             pages_before: t.pages,
             work: totals[&t.oid].minus(baseline[&t.oid]),
             locks: locks.get(&t.name).cloned().unwrap_or_default(),
+            partition_of: t.partition_of.clone(),
             ..TableWork::default()
         };
         match after.get(&t.oid) {
@@ -664,7 +696,7 @@ impl Workload {
     /// current schema are left out (compat reports them). All connections
     /// are opened before any thread starts, so a failure leaves nothing
     /// running.
-    pub fn start(url: &str, apps: &[LiveApp], tables: &[String]) -> anyhow::Result<Workload> {
+    pub fn start(url: &str, apps: &[LiveApp], tables: &[UserTable]) -> anyhow::Result<Workload> {
         type Job = (Client, Vec<replay::Prepared>, bool, String);
         let mut jobs: Vec<Job> = Vec::new();
         for (app, writes) in apps {
@@ -728,19 +760,17 @@ impl Workload {
             }));
         }
         {
-            let (stop, stats, tables) = (stop.clone(), stats.clone(), tables.to_vec());
+            let tables: Vec<UserTable> = tables.iter().filter(|t| t.readable()).cloned().collect();
+            let (stop, stats) = (stop.clone(), stats.clone());
             let mut c = plain_reader;
             threads.push(std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
                     for t in &tables {
                         let t0 = Instant::now();
-                        let r = c.batch_execute(&format!(
-                            "SELECT 1 FROM {} LIMIT 1",
-                            db::quote_ident(t)
-                        ));
+                        let r = c.batch_execute(&format!("SELECT 1 FROM {} LIMIT 1", t.qualified));
                         record(
                             &stats,
-                            format!("a reader of {t}"),
+                            format!("a reader of {}", t.name),
                             t0.elapsed(),
                             r.err().map(|e| crate::errors::one_line(&e)),
                         );
@@ -828,18 +858,17 @@ pub const LOCK_WAIT_SLACK: Duration = Duration::from_millis(500);
 pub fn probe_long_transaction(
     url: &str,
     sql: &str,
-    tables: &[String],
+    tables: &[UserTable],
     apps: &[LiveApp],
     policy: LockPolicy,
     hold: Duration,
 ) -> anyhow::Result<LongTransactionProbe> {
     let mut holder = db::connect(url)?;
     holder.batch_execute("BEGIN")?;
-    for t in tables {
-        holder.batch_execute(&format!(
-            "LOCK TABLE {} IN ROW EXCLUSIVE MODE",
-            db::quote_ident(t)
-        ))?;
+    // A materialized view cannot be locked (nor written by an app).
+    let held: Vec<&UserTable> = tables.iter().filter(|t| t.lockable()).collect();
+    for t in &held {
+        holder.batch_execute(&format!("LOCK TABLE {} IN ROW EXCLUSIVE MODE", t.qualified))?;
     }
     let workload = Workload::start(url, apps, tables)?;
     let mut migrator = db::connect(url)?;
@@ -946,7 +975,7 @@ pub fn probe_long_transaction(
         (None, Err(Ok(e))) => (ProbeEnd::Failed(crate::errors::one_line(&e)), 0),
     };
     Ok(LongTransactionProbe {
-        held_tables: tables.to_vec(),
+        held_tables: held.iter().map(|t| t.name.clone()).collect(),
         hold,
         end,
         attempts,

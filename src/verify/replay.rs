@@ -129,12 +129,29 @@ pub fn prepare(
         })
         .collect();
     // The protocol's Describe gives the result columns' types on every
-    // major (pg_prepared_statements.result_types exists only from 16).
+    // major (pg_prepared_statements.result_types exists only from 16),
+    // with their modifiers: spelled by format_type, a varchar(100) that
+    // became varchar(20) shows.
     let described = c.prepare(&st.sql)?;
+    let (oids, mods): (Vec<u32>, Vec<i32>) = described
+        .columns()
+        .iter()
+        .map(|col| (col.type_().oid(), col.type_modifier()))
+        .unzip();
+    let spelled: Vec<String> = c
+        .query(
+            "SELECT format_type(t, nullif(m, -1)) FROM unnest($1::oid[], $2::int4[])
+                    WITH ORDINALITY AS x(t, m, k) ORDER BY k",
+            &[&oids, &mods],
+        )?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
     let columns = described
         .columns()
         .iter()
-        .map(|col| (col.name().to_string(), col.type_().name().to_string()))
+        .zip(spelled)
+        .map(|(col, t)| (col.name().to_string(), t))
         .collect();
     Ok(Prepared {
         statement: statement.to_string(),
@@ -230,13 +247,21 @@ pub fn replay_all(c: &mut Client, app: &AppVersion) -> Result<Vec<Outcome>, post
     Ok(out)
 }
 
-/// (table, mode) of the locks this backend holds on ordinary tables.
+/// (table, mode) of the locks this backend holds on the tables a
+/// rehearsal measures ([`crate::tables`]). A lock on a partitioned table
+/// counts on each of its partitions (a migration's lock on any of them
+/// makes the statement wait).
 fn own_table_locks(c: &mut Client) -> Result<Vec<(String, String)>, postgres::Error> {
     Ok(c.query(
-        "SELECT c.relname::text, l.mode FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+        &format!(
+            "SELECT DISTINCT t.name, l.mode FROM pg_locks l
+               CROSS JOIN LATERAL (SELECT l.relation AS oid
+                                   UNION SELECT relid FROM pg_partition_tree(l.relation::regclass)) p
+               JOIN ({}) t ON t.oid = p.oid
               WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' AND l.granted
-                AND c.relkind IN ('r', 'p') AND c.relnamespace = 'public'::regnamespace
               ORDER BY 1, 2",
+            crate::tables::list_sql()
+        ),
         &[],
     )?
     .iter()

@@ -153,17 +153,20 @@ impl Target {
         };
         let mut c = db::connect(&self.url)
             .map_err(|e| VerifyError::Target(db::scrub(&e.to_string(), &self.url)))?;
+        // Rows live in ordinary tables (partitions included): a
+        // partitioned parent holds none and a materialized view is filled
+        // by its refresh.
         let tables = c
             .query(
-                "SELECT format('%I.%I', n.nspname, c.relname), c.reltuples::float8,
-                        n.nspname::text, c.relname::text
-                 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                 WHERE c.relkind = 'r'
-                   AND n.nspname NOT IN ('pg_catalog', 'information_schema')
-                   AND n.nspname NOT LIKE 'pg_toast%' AND n.nspname NOT LIKE 'pg_temp%'
-                   AND c.relname <> $1
-                 ORDER BY 1",
-                &[&migrate::HISTORY_TABLE],
+                &format!(
+                    "SELECT t.qualified, c.reltuples::float8, n.nspname::text, c.relname::text
+                       FROM ({}) t JOIN pg_class c ON c.oid = t.oid
+                       JOIN pg_namespace n ON n.oid = c.relnamespace
+                      WHERE t.kind = 'r'
+                      ORDER BY 1",
+                    crate::tables::list_sql()
+                ),
+                &[],
             )
             .map_err(fail)?;
         let mut out = Vec::new();

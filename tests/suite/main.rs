@@ -13,6 +13,7 @@ mod migrate;
 mod no_transaction;
 mod project;
 mod sandbox;
+mod schemas;
 mod target;
 mod untrusted;
 mod verdicts;
@@ -40,6 +41,7 @@ fn main() {
     trials.extend(verdicts::tests(&env));
     trials.extend(untrusted::tests(&env));
     trials.extend(cleanup::tests(&env));
+    trials.extend(schemas::tests(&env));
     trials.retain(|t| common::in_scope(t.name()));
     let conclusion = libtest_mimic::run(&args, trials);
     common::print_slowest(10);

@@ -964,8 +964,8 @@ fn type_change_is_a_rewrite_and_a_broken_read_not_a_panic(env: &TestEnv) -> anyh
         .context("no type change")?;
     ensure!(
         f.evidence["column"] == "current_attempts"
-            && f.evidence["type_before"] == "int4"
-            && f.evidence["type_after"] == "int8",
+            && f.evidence["type_before"] == "integer"
+            && f.evidence["type_after"] == "bigint",
         "{:?}",
         f.evidence
     );

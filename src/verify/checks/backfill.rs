@@ -117,12 +117,32 @@ pub fn compare_readers(
             .advice("the app's code must still read every row after the migration: keep the columns it reads, with the types it decodes"),
         );
     }
+    // A reader that already failed before the migration has nothing to
+    // compare with: said, never dropped.
+    for (app, e) in &before.failed {
+        out.push(
+            Finding::new(
+                CHECK,
+                "reader-fails-before",
+                Severity::Warn,
+                Some(v),
+                format!("the {app} app's list reader already fails before the migration, so its rows were not compared: {e}"),
+            )
+            .evidence("app", app.clone())
+            .evidence("error", e.clone())
+            .advice("the app must read its rows on the schema it runs on: see the compat findings of the migration before this one"),
+        );
+    }
+    let mut compared_apps: Vec<String> = Vec::new();
     let mut pair = |app: &str,
                     expected: &BTreeSet<Uuid>,
                     seen: &BTreeSet<Uuid>,
                     name: &str,
                     what: String| {
         compared += 1;
+        if !compared_apps.iter().any(|a| a == app) {
+            compared_apps.push(app.to_string());
+        }
         let missing = expected.difference(seen).count();
         let extra = seen.difference(expected).count();
         if missing > 0 || extra > 0 {
@@ -171,7 +191,8 @@ pub fn compare_readers(
             }
         }
     }
-    if out.is_empty() && compared == 0 && !live_before.is_empty() {
+    let failed_before = before.failed.len();
+    if out.len() == failed_before && compared == 0 && !live_before.is_empty() {
         let why = before
             .not_listed
             .clone()
@@ -188,7 +209,7 @@ pub fn compare_readers(
             .advice("rows lost to a new filter column would not show here; declare a backfill directive (-- rollsafe:backfill <table> <predicate>) to check the rows themselves"),
         );
     }
-    if out.is_empty() && compared > 0 {
+    if out.len() == failed_before && compared > 0 {
         let rows = before.seen.values().map(BTreeSet::len).max().unwrap_or(0);
         out.push(
             Finding::new(
@@ -198,12 +219,7 @@ pub fn compare_readers(
                 Some(v),
                 format!(
                     "after the migration {} see exactly the rows {} saw before",
-                    live_before
-                        .iter()
-                        .chain(newly)
-                        .cloned()
-                        .collect::<Vec<_>>()
-                        .join(" and "),
+                    compared_apps.join(" and "),
                     live_before.last().cloned().unwrap_or_default()
                 ),
             )
@@ -236,7 +252,7 @@ pub fn batched_updates(v: i32, runs: &[BatchedRun]) -> Vec<Finding> {
         .map(|r| {
             let d = &r.directive;
             let what = format!("batched update of {} (line {})", d.table, d.line);
-            match (&r.rows, &r.remaining) {
+            let f = match (&r.rows, &r.remaining) {
                 (Err(e), _) => Finding::new(CHECK, "batched-update-fails", Severity::Error, Some(v), format!("{what} fails on the seeded database: {e}"))
                     .advice("run the directive's UPDATE on a copy to see why; each batch is its own transaction, so a rerun resumes after the last batch that committed"),
                 (Ok(_), Err(e)) => Finding::new(CHECK, "batched-update-unchecked", Severity::Skipped, Some(v), format!("{what} ran, but its predicate could not be counted afterwards: {e}"))
@@ -255,7 +271,9 @@ pub fn batched_updates(v: i32, runs: &[BatchedRun]) -> Vec<Finding> {
                     .evidence("batches", p.batches)
                     .evidence("killed", r.killed_after.is_some())
                     .evidence("ms", super::ms(r.took)),
-            }
+            };
+            // Which directive: two in one file are two findings.
+            f.evidence("table", d.table.to_string()).evidence("line", d.line)
         })
         .collect()
 }
@@ -290,6 +308,54 @@ mod tests {
         assert_eq!(
             (f[0].id.as_str(), f[0].severity),
             ("backfill.readers-not-compared", Severity::Skipped)
+        );
+    }
+
+    #[test]
+    fn a_reader_failing_before_the_migration_is_reported() {
+        let ids: BTreeSet<Uuid> = (0..3).map(|_| Uuid::new_v4()).collect();
+        let before = Visible {
+            seen: [("old".to_string(), ids.clone())].into(),
+            failed: vec![("other".into(), "column \"x\" does not exist".into())],
+            sampled: 3,
+            ..Visible::default()
+        };
+        let after = Visible {
+            seen: [("old".to_string(), ids.clone()), ("other".to_string(), ids)].into(),
+            sampled: 3,
+            ..Visible::default()
+        };
+        let live: Vec<String> = vec!["other".into(), "old".into()];
+        let f = compare_readers(3, &before, &after, &live, &[]);
+        let ids: Vec<(&str, Severity)> = f.iter().map(|f| (f.id.as_str(), f.severity)).collect();
+        assert_eq!(
+            ids,
+            [
+                ("backfill.reader-fails-before", Severity::Warn),
+                ("backfill.readers-agree", Severity::Info)
+            ]
+        );
+        assert_eq!(f[0].evidence["app"], "other");
+        assert!(f[0].message.contains("does not exist"), "{}", f[0].message);
+        // Only the app that was compared is said to agree.
+        assert_eq!(
+            f[1].message,
+            "after the migration old see exactly the rows old saw before"
+        );
+        // Failing before and nothing else compared: the warning, and the
+        // comparison reported as not made.
+        let only = Visible {
+            failed: before.failed.clone(),
+            ..Visible::default()
+        };
+        let f = compare_readers(3, &only, &Visible::default(), &["other".into()], &[]);
+        let ids: Vec<&str> = f.iter().map(|f| f.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "backfill.reader-fails-before",
+                "backfill.readers-not-compared"
+            ]
         );
     }
 }

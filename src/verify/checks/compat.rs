@@ -105,7 +105,31 @@ pub fn type_changes(
                 .iter()
                 .find(|(n, _)| n == name)
                 .or(a.columns.get(i));
-            if let Some((_, new)) = now.filter(|(_, t)| t != old) {
+            let Some((_, new)) = now.filter(|(_, t)| t != old) else {
+                continue;
+            };
+            if without_modifiers(new) == without_modifiers(old) {
+                // Same type, other length or precision: the app still
+                // decodes it, but what it writes may no longer fit.
+                out.push(
+                    Finding::new(
+                        CHECK,
+                        "result-type-modifier-changed",
+                        Severity::Warn,
+                        Some(v),
+                        format!(
+                            "the {} app's `{}` returns column {name} as {new} on V{v} but as {old} on V{prev}: values the app writes there may no longer fit",
+                            app.name, b.statement
+                        ),
+                    )
+                    .evidence("app", app.name.clone())
+                    .evidence("statement", b.statement.clone())
+                    .evidence("column", name.clone())
+                    .evidence("type_before", old.clone())
+                    .evidence("type_after", new.clone())
+                    .advice("narrow a column only once no running app version writes longer or more precise values (a CHECK added NOT VALID, then validated, proves the existing rows fit)"),
+                );
+            } else {
                 out.push(
                     Finding::new(
                         CHECK,
@@ -149,6 +173,22 @@ pub fn type_changes(
                     .advice("keep the types the running app versions bind until none of them runs"),
                 );
             }
+        }
+    }
+    out
+}
+
+/// `character varying(20)` → `character varying`, `timestamp(3) with time
+/// zone` → `timestamp with time zone`: the type without its modifiers.
+fn without_modifiers(t: &str) -> String {
+    let mut out = String::new();
+    let mut depth = 0;
+    for ch in t.chars() {
+        match ch {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            _ if depth == 0 => out.push(ch),
+            _ => {}
         }
     }
     out
@@ -434,6 +474,26 @@ mod tests {
         assert!(
             f[0].message
                 .contains("current_attempts as int8 on V4 but as int4 on V3"),
+            "{}",
+            f[0].message
+        );
+        // Only the modifier changed: visible, a warning (the app still
+        // decodes it).
+        let f = type_changes(
+            4,
+            &apps[0],
+            3,
+            &[outcome("character varying(100)", "uuid")],
+            &[outcome("character varying(20)", "uuid")],
+        );
+        assert_eq!(f.len(), 1);
+        assert_eq!(
+            (f[0].id.as_str(), f[0].severity),
+            ("compat.result-type-modifier-changed", Severity::Warn)
+        );
+        assert!(
+            f[0].message
+                .contains("as character varying(20) on V4 but as character varying(100) on V3"),
             "{}",
             f[0].message
         );

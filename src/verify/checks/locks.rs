@@ -72,6 +72,28 @@ pub fn evaluate(
             let Some(t) = at_n.tables.get(table).filter(|t| t.rows_before > 0) else {
                 continue;
             };
+            // An index on a partitioned table is built on each partition
+            // under the parent's lock: one finding, on the parent, naming
+            // them.
+            let parent_built = |p: &String| st.built_indexes.iter().any(|(x, _)| x == p);
+            if t.partition_of.as_ref().is_some_and(parent_built) {
+                continue;
+            }
+            let partitions: Vec<&str> = st
+                .built_indexes
+                .iter()
+                .filter(|(x, _)| {
+                    at_n.tables
+                        .get(x)
+                        .is_some_and(|p| p.partition_of.as_ref() == Some(table))
+                })
+                .map(|(x, _)| x.as_str())
+                .collect();
+            let on_partitions = if partitions.is_empty() {
+                String::new()
+            } else {
+                format!(", and on each of its partitions: {}", partitions.join(", "))
+            };
             let w = st.work.get(table).copied().unwrap_or_default();
             out.push(
                 Finding::new(
@@ -80,7 +102,7 @@ pub fn evaluate(
                     Severity::Error,
                     Some(v),
                     format!(
-                        "{}: builds index {index} on {table} ({} rows) while holding {}: the app waits for the whole build, which grows with the table",
+                        "{}: builds index {index} on {table} ({} rows{on_partitions}) while holding {}: the app waits for the whole build, which grows with the table",
                         at_n.where_(i),
                         t.rows_before,
                         locks_phrase(&blocking)
@@ -88,6 +110,7 @@ pub fn evaluate(
                 )
                 .at(at_n.location(i))
                 .evidence("table", table.clone())
+                .evidence("partitions", partitions.join(", "))
                 .evidence("index", index.clone())
                 .evidence("rows", t.rows_before)
                 .evidence("tuples_read", w.tuples_read)

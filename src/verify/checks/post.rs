@@ -1,7 +1,8 @@
 //! `post`: the final schema is sound and is the one expected.
 //!
-//! No invalid index and no constraint left NOT VALID (the judgement `check`
-//! makes on a live database: `crate::validity`), and the
+//! No invalid index (an error) and a warning for each constraint left NOT
+//! VALID, to validate in a later migration (the judgement `check` makes on
+//! a live database: `crate::validity`), and the
 //! final schema equal to the expected snapshot — both the one reached on
 //! the seeded path (each migration applied onto the live apps' rows) and the
 //! one reached on an empty database.
@@ -11,7 +12,7 @@ use crate::schema::Snapshot;
 
 pub const CHECK: &str = "post";
 pub const DESCRIPTION: &str =
-    "no invalid indexes, no NOT VALID constraints, final schema equal to the expected snapshot";
+    "no invalid indexes, constraints left NOT VALID named (warning), final schema equal to the expected snapshot";
 
 /// Where the expected snapshot came from, for the message.
 pub enum Expected<'a> {
@@ -76,7 +77,7 @@ pub fn evaluate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schema::{Index, Table};
+    use crate::schema::{Constraint, Index, Table};
 
     #[test]
     fn invalid_index_and_difference_are_errors() {
@@ -110,5 +111,31 @@ mod tests {
                 "post.schema-differs"
             ]
         );
+    }
+
+    #[test]
+    fn a_constraint_left_not_valid_warns_an_invalid_index_fails() {
+        let mut s = Snapshot::default();
+        s.tables.insert(
+            "sales.orders".into(),
+            Table {
+                columns: vec![],
+                constraints: vec![Constraint {
+                    name: "total_nonneg".into(),
+                    definition: "CHECK (total >= 0)".into(),
+                    validated: false,
+                }],
+                indexes: vec![],
+            },
+        );
+        let f = evaluate(4, &s, &s, Expected::Derived);
+        let nv = f
+            .iter()
+            .find(|f| f.id == "post.not-valid-constraint")
+            .unwrap();
+        assert_eq!(nv.severity, Severity::Warn);
+        assert_eq!(nv.evidence["constraints"][0], "sales.orders.total_nonneg");
+        assert!(nv.advice.contains("validate it in a later migration"));
+        assert!(f.iter().all(|f| f.severity != Severity::Error), "{f:?}");
     }
 }

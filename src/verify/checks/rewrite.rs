@@ -105,7 +105,13 @@ pub fn evaluate(
     holds: &[Hold],
 ) -> Vec<Finding> {
     let mut out = Vec::new();
-    let rows_total: i64 = at_n.tables.values().map(|t| t.rows_before).sum();
+    // A partition's rows are counted in its partitioned table already.
+    let rows_total: i64 = at_n
+        .tables
+        .values()
+        .filter(|t| t.partition_of.is_none())
+        .map(|t| t.rows_before)
+        .sum();
     for (i, st) in at_n.statements.iter().enumerate() {
         let blocking = blocking_locks(st, needs);
         // One finding per statement: about its largest table whose work
@@ -294,8 +300,8 @@ fn judge(
             "full-scan-under-lock",
             Severity::Error,
             format!(
-                "{at}: reads all {} rows of {} ({} tuples by sequential pass, {} heap blocks) while holding {under}: a full pass under that lock stalls the app for as long as the table takes{prediction}",
-                t.rows_before, t.table, w.tuples_read, w.heap_blocks
+                "{at}: reads {} tuples of {} by sequential scan ({} rows, {} of its {} heap pages requested) while holding {under}: a scan under that lock stalls the app for as long as it takes, which grows with the table{prediction}",
+                w.tuples_read, t.table, t.rows_before, w.heap_blocks, t.pages_before
             ),
         )
         .advice("add the constraint NOT VALID (no scan), then VALIDATE CONSTRAINT in a later migration: its scan takes only SHARE UPDATE EXCLUSIVE, which blocks neither reads nor writes; for NOT NULL, validate a CHECK (col IS NOT NULL) first (PostgreSQL 12+ then skips the SET NOT NULL scan); rebuild indexes with REINDEX … CONCURRENTLY in a `-- rollsafe:no-transaction` migration")
@@ -388,6 +394,21 @@ mod tests {
         let a = applied("ShareRowExclusiveLock", scan, false);
         let f = evaluate(4, &Applied::default(), &a, &reader_writer(), &[]);
         assert_eq!(first(&f), ("rewrite.full-scan-under-lock", Severity::Error));
+        // It says what was measured: one tuple read is not "all rows".
+        let one = Work {
+            tuples_read: 1,
+            heap_blocks: 1,
+            ..Work::default()
+        };
+        let a = applied("ShareRowExclusiveLock", one, false);
+        let f = evaluate(4, &Applied::default(), &a, &reader_writer(), &[]);
+        assert!(
+            f[0].message
+                .contains("reads 1 tuples of jobs by sequential scan (2000 rows, 1 of its 40 heap pages requested)"),
+            "{}",
+            f[0].message
+        );
+        assert!(!f[0].message.contains("reads all"), "{}", f[0].message);
         // VALIDATE CONSTRAINT: SHARE UPDATE EXCLUSIVE blocks neither.
         let a = applied("ShareUpdateExclusiveLock", scan, false);
         let f = evaluate(4, &Applied::default(), &a, &reader_writer(), &[]);

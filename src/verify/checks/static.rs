@@ -279,7 +279,8 @@ fn violations(parse: &Parse<SourceFile>, sql: &str) -> Vec<Raw> {
     out
 }
 
-/// The `public` table an `ALTER TABLE` or `CREATE INDEX` names.
+/// The table an `ALTER TABLE` or `CREATE INDEX` names, spelled as the
+/// rehearsal names it ([`crate::tables`]: `orders`, `sales.orders`).
 fn target_table(stmt: &ast::Stmt) -> Option<String> {
     let relation = match stmt {
         ast::Stmt::AlterTable(s) => s.table_relation_name(),
@@ -287,13 +288,22 @@ fn target_table(stmt: &ast::Stmt) -> Option<String> {
         _ => None,
     }?;
     let path = relation.table_name_ref()?.path_ref()?;
-    // The rehearsal measures the public schema's tables.
-    if let Some(schema) = path.qualifier() {
-        if schema.segment()?.text() != "public" {
-            return None;
+    // An unquoted identifier is folded to lower case; a quoted one is
+    // kept as written (and printed quoted).
+    let ident = |s: String| {
+        if s.starts_with('"') {
+            s
+        } else {
+            s.to_lowercase()
         }
-    }
-    Some(path.segment()?.text())
+    };
+    let table = ident(path.segment()?.text());
+    Some(match path.qualifier() {
+        Some(schema) => {
+            crate::tables::display(&format!("{}.{table}", ident(schema.segment()?.text())))
+        }
+        None => table,
+    })
 }
 
 fn fold(s: &str) -> String {
