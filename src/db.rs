@@ -194,6 +194,7 @@ fn split_tls(url: &str) -> Result<(String, TlsOptions), ConnectError> {
                 parsed.set_query(None);
             } else {
                 parsed.query_pairs_mut().clear().extend_pairs(kept);
+                spaces_as_percent(&mut parsed);
             }
         }
         rest = parsed.to_string();
@@ -247,10 +248,19 @@ fn split_tls(url: &str) -> Result<(String, TlsOptions), ConnectError> {
     ))
 }
 
+/// Form-urlencoding (`query_pairs_mut`) writes a space as `+`, which the
+/// driver's URL parser does not decode (`options=-c name=value` needs its
+/// space): `%20` instead. A literal `+` is `%2B` by then.
+fn spaces_as_percent(u: &mut url::Url) {
+    let query = u.query().map(|q| q.replace('+', "%20"));
+    u.set_query(query.as_deref());
+}
+
 fn append_param(url: &str, key: &str, value: &str) -> String {
     match url::Url::parse(url) {
         Ok(mut u) => {
             u.query_pairs_mut().append_pair(key, value);
+            spaces_as_percent(&mut u);
             u.to_string()
         }
         Err(_) => format!("{url} {key}={value}"),
@@ -469,6 +479,7 @@ pub fn with_settings(url: &str, settings: &[(&str, String)]) -> String {
             q.append_pair("application_name", name);
         }
     }
+    spaces_as_percent(&mut u);
     u.to_string()
 }
 

@@ -103,6 +103,43 @@ impl Sandbox {
         })
     }
 
+    /// Creates role `name` as a stand-in for a production role the target's
+    /// GRANTs name: `LOGIN` and `INHERIT` as there, no password, and never
+    /// SUPERUSER, CREATEDB, CREATEROLE, REPLICATION or BYPASSRLS whatever it
+    /// has there. None when a role of that name exists already (it is used
+    /// as it is, never changed).
+    pub fn create_stand_in_role(
+        &self,
+        name: &str,
+        login: bool,
+        inherit: bool,
+    ) -> Result<Option<Role>, SandboxError> {
+        let mut admin = self.connect_admin()?;
+        let exists = admin
+            .query_opt("SELECT 1 FROM pg_roles WHERE rolname = $1", &[&name])
+            .map_err(|e| SandboxError::sql(format!("looking up role {name}"), e))?
+            .is_some();
+        if exists {
+            return Ok(None);
+        }
+        let sql = format!(
+            "CREATE ROLE {} {} {} NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS",
+            quote_ident(name),
+            if login { "LOGIN" } else { "NOLOGIN" },
+            if inherit { "INHERIT" } else { "NOINHERIT" },
+        );
+        admin
+            .batch_execute(&sql)
+            .map_err(|e| SandboxError::sql(format!("creating role {name}"), e))?;
+        Ok(Some(Role {
+            inner: Arc::new(RoleInner {
+                name: name.to_string(),
+                password: String::new(),
+                shared: Arc::clone(&self.shared),
+            }),
+        }))
+    }
+
     /// A name for a role of this sandbox alone (`rs_<pid>_<rand>_<what>`),
     /// so that runs sharing a server never meet.
     pub fn unique_role_name(&self, what: &str) -> String {

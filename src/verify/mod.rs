@@ -445,6 +445,7 @@ impl Verify {
             v: self,
             sandbox,
             sessions,
+            stand_ins: Vec::new(),
             report: Report::new("rollsafe verify"),
             probes: Vec::new(),
             migrator: None,
@@ -538,6 +539,9 @@ struct Run<'a> {
     sandbox: &'a Sandbox,
     /// Who runs what: the migrator and the apps' roles.
     sessions: Sessions,
+    /// Stand-ins for the target's roles its GRANTs name (`--from-target`),
+    /// dropped with the run.
+    stand_ins: Vec<crate::sandbox::Role>,
     report: Report,
     probes: Vec<(i32, ProbeHandle)>,
     migrator: Option<MigratorHandle>,
@@ -831,9 +835,14 @@ impl Run<'_> {
     }
 
     /// Restores the target's schema and the rows of the tables it may copy
-    /// ([`target::Target::tables_to_copy`]) into `db`; returns those tables.
+    /// ([`target::Target::tables_to_copy`]) into `db`; returns those
+    /// tables. First stand-ins for the roles its GRANTs name, then the
+    /// schema as the migrator (so the migrator owns it, as production's
+    /// owner role does; extensions and default privileges as the
+    /// superuser, as a DBA installed them), then the rows as the superuser
+    /// (loading them disables triggers).
     fn restore_target(
-        &self,
+        &mut self,
         t: &target::Target,
         db: &Database,
     ) -> Result<Vec<target::CopiedTable>, VerifyError> {
@@ -841,6 +850,11 @@ impl Run<'_> {
             .say("reading the target's schema (pg_dump --schema-only)");
         let scrubbed =
             |e: SandboxError| VerifyError::Target(crate::db::scrub(&e.to_string(), t.url()));
+        for (name, login, inherit) in t.roles()? {
+            if let Some(role) = self.sandbox.create_stand_in_role(&name, login, inherit)? {
+                self.stand_ins.push(role);
+            }
+        }
         let schema = self.sandbox.dump_schema(t.url()).map_err(scrubbed)?;
         let copied = t.tables_to_copy()?;
         let qualified: Vec<String> = copied.iter().map(|c| c.qualified.clone()).collect();
@@ -849,13 +863,38 @@ impl Run<'_> {
             .dump_rows(t.url(), &qualified)
             .map_err(scrubbed)?;
         let mut c = step("connecting", db.connect())?;
-        // The dump empties search_path for its session: reset it before
-        // anything else runs on this connection.
-        let restored = c
-            .batch_execute(&schema)
-            .and_then(|_| c.batch_execute(&rows))
-            .and_then(|_| c.batch_execute("RESET ALL"));
-        restored.map_err(|e| {
+        let as_owner = self
+            .sessions
+            .owner()
+            .map(|r| format!("SET ROLE {}", crate::db::quote_ident(r.name())));
+        let mut restore = || -> Result<(), postgres::Error> {
+            for st in crate::sql::split(&schema).statements {
+                let head = st
+                    .text
+                    .split_whitespace()
+                    .take(3)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+                    .to_uppercase();
+                // Extensions as a DBA installed them; default privileges
+                // name production's roles (`FOR ROLE x`), which the
+                // migrator is not a member of.
+                let by_dba = head.starts_with("CREATE EXTENSION")
+                    || head.starts_with("COMMENT ON EXTENSION")
+                    || head.starts_with("ALTER DEFAULT PRIVILEGES");
+                match (&as_owner, by_dba) {
+                    (Some(_), true) => c.batch_execute(&format!("RESET ROLE; {}", st.text))?,
+                    (Some(set), false) => c.batch_execute(&format!("{set}; {}", st.text))?,
+                    (None, _) => c.batch_execute(&st.text)?,
+                }
+            }
+            c.batch_execute("RESET ROLE")?;
+            c.batch_execute(&rows)?;
+            // The dump empties search_path for its session: reset it
+            // before anything else runs on this connection.
+            c.batch_execute("RESET ALL")
+        };
+        restore().map_err(|e| {
             VerifyError::Target(format!(
                 "the schema of {} does not restore on PostgreSQL {} ({}); rehearse on the target's major (the default) and make the extensions it uses available to the sandbox",
                 t.described,
