@@ -140,9 +140,14 @@ impl Sandbox {
         }))
     }
 
-    /// A name for a role of this sandbox alone (`rs_<pid>_<rand>_<what>`),
-    /// so that runs sharing a server never meet.
+    /// A name no other role of this sandbox, or of another sandbox on the
+    /// same server, has (`rs_<pid>_<rand>_<what>_<n>`): rehearsals sharing
+    /// a server never meet.
     pub fn unique_role_name(&self, what: &str) -> String {
-        format!("{}_{what}", self.shared.prefix)
+        let n = self
+            .shared
+            .counter
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("{}_{what}_{n}", self.shared.prefix)
     }
 }
