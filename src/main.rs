@@ -166,8 +166,8 @@ struct VerifyArgs {
     /// Run migrations as a superuser, as a production whose migrator is one does. By default they run as a role that owns the databases and is not a superuser (no COPY … PROGRAM, no server files, no ALTER SYSTEM, no untrusted languages).
     #[arg(long)]
     migrator_superuser: bool,
-    /// The longest one rehearsed statement (a migration's or an app's) may run before it is cancelled and reported (e.g. 5m, 30s).
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    /// The longest one rehearsed statement (a migration's or an app's) may run before it is cancelled and reported, 1s to 24h (e.g. 5m, 30s).
+    #[arg(long, default_value = "5m", value_parser = duration_in(bounds::VERIFY_STATEMENT_TIMEOUT))]
     statement_timeout: Duration,
     /// Only the static precheck: squawk's lint rules on the migration files, with lines. Starts no Postgres (no Docker, no binaries needed) and measures nothing: its findings are warnings.
     #[arg(long)]
@@ -302,15 +302,6 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         None => Sizes::from_pairs(args.table_rows.iter().map(String::as_str))
             .map_err(|e| anyhow::anyhow!("--table-rows {e}"))?,
     };
-    // 0 would turn PostgreSQL's timeout off; a day is past any CI job.
-    if args.statement_timeout < Duration::from_secs(1)
-        || args.statement_timeout > Duration::from_secs(24 * 3600)
-    {
-        anyhow::bail!(
-            "--statement-timeout {} is out of range; give a duration from 1s to 24h",
-            humantime::format_duration(args.statement_timeout)
-        );
-    }
     let app_role = match &args.app_role {
         Some(text) => Some(rollsafe::verify::apps::role_name(text).ok_or_else(|| {
             anyhow::anyhow!("--app-role {text} is not a role name rollsafe can create; use a plain identifier (letters, digits, _) that does not start with pg_")
