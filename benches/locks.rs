@@ -37,6 +37,7 @@ use rollsafe::sandbox::{Database, Sandbox, SandboxBuilder};
 use rollsafe::verify::lock_modes::Needs;
 use rollsafe::verify::predict::{self, Sizes};
 use rollsafe::verify::rehearsal::{self, End};
+use rollsafe::verify::roles::{Sessions, DEFAULT_STATEMENT_TIMEOUT};
 use rollsafe::verify::{replay, seed};
 
 const CHECK: &str =
@@ -59,7 +60,8 @@ fn database(sandbox: &Sandbox, version: i32, rows: u64) -> Database {
         let apps = shipped::apps().expect("apps");
         let legacy: Vec<_> = apps.iter().filter(|a| a.name == "legacy").collect();
         let mut c = db.connect().expect("connect");
-        seed::seed(&mut c, &legacy, rows).expect("seed");
+        let url = db.url().to_string();
+        seed::seed(&mut c, &legacy, rows, &|_| rollsafe::db::connect(&url)).expect("seed");
     }
     db
 }
@@ -92,8 +94,19 @@ fn stall_behind_long_transaction(sandbox: &Sandbox) {
         ("stepped: 100 ms growing to 500 ms", LockPolicy::stepped()),
     ] {
         let db = sandbox.clone_database(&template).expect("clone");
-        let p = rehearsal::probe_long_transaction(db.url(), &v3, &tables, &live, policy, hold)
-            .expect("probe");
+        // As today's superuser migrator: the bench measures lock waits.
+        let sessions = Sessions::create(sandbox, &[], None, true, DEFAULT_STATEMENT_TIMEOUT)
+            .expect("sessions");
+        let p = rehearsal::probe_long_transaction(
+            db.url(),
+            &sessions,
+            &v3,
+            &tables,
+            &live,
+            policy,
+            hold,
+        )
+        .expect("probe");
         println!(
             "   {name:<32} worst app wait {:>8} ({}), {} attempts, {} app statements, end {:?}",
             ms(p.app.max_stall),
@@ -218,10 +231,10 @@ fn check_hold_prediction(sandbox: &Sandbox) {
     println!("3. validating CHECK on attached_functions: hold predicted from 0 and 10k rows vs measured at {big} rows:");
     let empty = database(sandbox, 3, 0);
     let small = database(sandbox, 3, 10_000);
-    let at_zero =
-        rehearsal::apply_measured(empty.url(), CHECK, None, End::Rollback).expect("apply");
-    let at_small =
-        rehearsal::apply_measured(small.url(), CHECK, None, End::Rollback).expect("apply");
+    let at_zero = rehearsal::apply_measured(empty.url(), empty.url(), CHECK, None, End::Rollback)
+        .expect("apply");
+    let at_small = rehearsal::apply_measured(small.url(), small.url(), CHECK, None, End::Rollback)
+        .expect("apply");
     let sizes = Sizes::from_pairs([format!("attached_functions={big}").as_str()]).expect("sizes");
     let predicted = predict::holds(&at_zero, &at_small, &Needs::unknown(), &sizes);
     let h = predicted
@@ -230,7 +243,8 @@ fn check_hold_prediction(sandbox: &Sandbox) {
         .expect("a blocking lock on attached_functions");
     drop((empty, small));
     let large = database(sandbox, 3, big);
-    let at_big = rehearsal::apply_measured(large.url(), CHECK, None, End::Rollback).expect("apply");
+    let at_big = rehearsal::apply_measured(large.url(), large.url(), CHECK, None, End::Rollback)
+        .expect("apply");
     let err = (h.predicted.as_secs_f64() - at_big.held.as_secs_f64()) / at_big.held.as_secs_f64();
     println!(
         "   measured at 10k rows {} | predicted at {big} rows {} | measured at {big} rows {} | prediction off by {:+.0}%",

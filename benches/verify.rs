@@ -66,7 +66,8 @@ fn floor_of(catalog: &Catalog, rows: u64, backend: Option<&str>) -> Duration {
     for m in catalog.migrations() {
         let live: Vec<_> = apps.iter().filter(|a| a.needs <= prev).collect();
         if !seeded && !live.is_empty() {
-            seed::seed(&mut c, &live, rows).expect("seed");
+            let url = db.url().to_string();
+            seed::seed(&mut c, &live, rows, &|_| rollsafe::db::connect(&url)).expect("seed");
             seeded = true;
         }
         let mut tx = c.transaction().expect("begin");

@@ -83,6 +83,14 @@ pub const CHECK_STATEMENT_TIMEOUT: DurationRange = DurationRange {
     max: secs(3600),
 };
 
+/// `statement_timeout` of every statement `verify` rehearses (a
+/// migration's, an app's): 0 would turn PostgreSQL's timeout off, and a day
+/// is past any CI job.
+pub const VERIFY_STATEMENT_TIMEOUT: DurationRange = DurationRange {
+    min: secs(1),
+    max: secs(24 * 3600),
+};
+
 /// Rows seeded per rehearsal: ten million is already hours of seeding on a
 /// CI runner; larger sizes are predicted (`--table-rows`), not seeded.
 pub const ROWS: CountRange = CountRange {

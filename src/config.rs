@@ -22,6 +22,8 @@
 //! image = "postgres:15"          # docker backend's image
 //! since = 2                      # rehearse only the migrations after this version
 //! copy_rows = ["countries"]      # --from-target: also copy these tables' rows
+//! app_role = "app_rw"            # the role apps connect as unless their file says `-- role:`
+//! migrator_superuser = false     # true: migrations run as a superuser (production's migrator is one)
 //! ```
 //!
 //! Values have the flags' ranges (`rows` is `--rows`'s, see
@@ -60,6 +62,10 @@ pub struct ProjectConfig {
     /// ones the migrations fill (`--copy-rows`).
     #[serde(default)]
     pub copy_rows: Vec<String>,
+    /// The role apps connect as when their statement file declares none.
+    pub app_role: Option<String>,
+    /// Migrations run as a superuser (`--migrator-superuser`).
+    pub migrator_superuser: Option<bool>,
 }
 
 /// `rows` within [`bounds::ROWS`]: the error carries the value's span, so
@@ -95,7 +101,7 @@ pub enum ConfigError {
     Missing(PathBuf),
     #[error("cannot read {path}: {detail}")]
     Io { path: PathBuf, detail: String },
-    #[error("{path}:{line}: {message}; fix it (the keys are migrations, apps, layout, rows, postgres, image, since and copy_rows; see the README's rollsafe.toml section)")]
+    #[error("{path}:{line}: {message}; fix it (the keys are migrations, apps, layout, rows, postgres, image, since, copy_rows, app_role and migrator_superuser; see the README's rollsafe.toml section)")]
     Invalid {
         path: PathBuf,
         line: usize,
@@ -176,7 +182,7 @@ mod tests {
         let path = dir.path().join(FILE_NAME);
         std::fs::write(
             &path,
-            "migrations = \"db/migrations\"\napps = \"/abs/apps\"\nlayout = \"golang-migrate\"\nrows = 500\npostgres = \"local\"\nimage = \"postgres:17\"\nsince = \"20240101120000\"\n",
+            "migrations = \"db/migrations\"\napps = \"/abs/apps\"\nlayout = \"golang-migrate\"\nrows = 500\npostgres = \"local\"\nimage = \"postgres:17\"\nsince = \"20240101120000\"\napp_role = \"shop_rw\"\nmigrator_superuser = true\n",
         )
         .unwrap();
         let (found, c) = ProjectConfig::discover(None, dir.path()).unwrap().unwrap();
@@ -192,6 +198,8 @@ mod tests {
                 image: Some("postgres:17".into()),
                 since: Some(VersionText::Text("20240101120000".into())),
                 copy_rows: Vec::new(),
+                app_role: Some("shop_rw".into()),
+                migrator_superuser: Some(true),
             }
         );
         let c = ProjectConfig::parse(&path, "since = 2").unwrap();

@@ -194,6 +194,7 @@ fn split_tls(url: &str) -> Result<(String, TlsOptions), ConnectError> {
                 parsed.set_query(None);
             } else {
                 parsed.query_pairs_mut().clear().extend_pairs(kept);
+                spaces_as_percent(&mut parsed);
             }
         }
         rest = parsed.to_string();
@@ -247,10 +248,19 @@ fn split_tls(url: &str) -> Result<(String, TlsOptions), ConnectError> {
     ))
 }
 
+/// Form-urlencoding (`query_pairs_mut`) writes a space as `+`, which the
+/// driver's URL parser does not decode (`options=-c name=value` needs its
+/// space): `%20` instead. A literal `+` is `%2B` by then.
+fn spaces_as_percent(u: &mut url::Url) {
+    let query = u.query().map(|q| q.replace('+', "%20"));
+    u.set_query(query.as_deref());
+}
+
 fn append_param(url: &str, key: &str, value: &str) -> String {
     match url::Url::parse(url) {
         Ok(mut u) => {
             u.query_pairs_mut().append_pair(key, value);
+            spaces_as_percent(&mut u);
             u.to_string()
         }
         Err(_) => format!("{url} {key}={value}"),
@@ -424,6 +434,55 @@ pub fn with_database(url: &str, dbname: &str) -> String {
     }
 }
 
+/// `url` connecting as `user` with `password` instead of its own
+/// credentials, with `settings` as [`with_settings`] sets them.
+pub fn as_role(url: &str, user: &str, password: &str, settings: &[(&str, String)]) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) => {
+            let _ = u.set_username(user);
+            let _ = u.set_password(Some(password));
+            with_settings(u.as_str(), settings)
+        }
+        Err(_) => url.to_string(),
+    }
+}
+
+/// `url` with `settings` (`name`, `value`) set for each session at
+/// connection start (libpq's `options=-c name=value`; an
+/// `application_name` goes in its own parameter).
+pub fn with_settings(url: &str, settings: &[(&str, String)]) -> String {
+    let Ok(mut u) = url::Url::parse(url) else {
+        return url.to_string();
+    };
+    if settings.is_empty() {
+        return u.to_string();
+    }
+    let options = settings
+        .iter()
+        .filter(|(k, _)| *k != "application_name")
+        .map(|(k, v)| format!("-c {k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let app = settings.iter().find(|(k, _)| *k == "application_name");
+    let kept: Vec<(String, String)> = u
+        .query_pairs()
+        .filter(|(k, _)| k != "options" && !(app.is_some() && k == "application_name"))
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    {
+        let mut q = u.query_pairs_mut();
+        q.clear().extend_pairs(kept);
+        if !options.is_empty() {
+            q.append_pair("options", &options);
+        }
+        if let Some((_, name)) = app {
+            q.append_pair("application_name", name);
+        }
+    }
+    spaces_as_percent(&mut u);
+    u.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -481,6 +540,24 @@ mod tests {
                 .get_ssl_mode(),
             SslMode::Disable
         );
+    }
+
+    #[test]
+    fn as_role_swaps_credentials_and_sets_session_options() {
+        let u = as_role(
+            "postgres://admin:s3cret@h:1/db?sslmode=disable",
+            "rs_migrator",
+            "pw",
+            &[("statement_timeout", "3000ms".into())],
+        );
+        assert!(u.starts_with("postgres://rs_migrator:pw@h:1/db?"), "{u}");
+        assert!(
+            !u.contains("s3cret") && u.contains("sslmode=disable"),
+            "{u}"
+        );
+        let c = config(&u).unwrap();
+        assert_eq!(c.get_user(), Some("rs_migrator"));
+        assert_eq!(c.get_options(), Some("-c statement_timeout=3000ms"));
     }
 
     #[test]

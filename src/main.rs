@@ -34,6 +34,9 @@ struct Cli {
     command: Command,
 }
 
+// One value, parsed once at start: the size of its largest variant
+// (verify's flags) costs nothing worth a Box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Rehearse every migration in throwaway Postgres and prove rolling-deploy safety.
@@ -157,6 +160,15 @@ struct VerifyArgs {
     /// Read production table sizes (pg_class.reltuples, read-only) from this database instead.
     #[arg(long, value_name = "URL", conflicts_with = "table_rows")]
     sizes_from: Option<String>,
+    /// The database role apps connect as when their statement file declares none (`-- role: NAME`); created before V1, not a superuser, owning nothing: the migrations' GRANTs decide what it may do [default: rollsafe.toml's `app_role`, else the migrator's role].
+    #[arg(long, value_name = "NAME")]
+    app_role: Option<String>,
+    /// Run migrations as a superuser, as a production whose migrator is one does. By default they run as a role that owns the databases and is not a superuser (no COPY … PROGRAM, no server files, no ALTER SYSTEM, no untrusted languages).
+    #[arg(long)]
+    migrator_superuser: bool,
+    /// The longest one rehearsed statement (a migration's or an app's) may run before it is cancelled and reported, 1s to 24h (e.g. 5m, 30s).
+    #[arg(long, default_value = "5m", value_parser = duration_in(bounds::VERIFY_STATEMENT_TIMEOUT))]
+    statement_timeout: Duration,
     /// Only the static precheck: squawk's lint rules on the migration files, with lines. Starts no Postgres (no Docker, no binaries needed) and measures nothing: its findings are warnings.
     #[arg(long)]
     static_only: bool,
@@ -226,6 +238,8 @@ fn merge_project_config(mut args: VerifyArgs) -> anyhow::Result<VerifyArgs> {
     args.layout = args.layout.or(config.layout);
     args.rows = args.rows.or(config.rows);
     args.since = args.since.or(config.since.map(|v| v.to_string()));
+    args.app_role = args.app_role.or(config.app_role);
+    args.migrator_superuser = args.migrator_superuser || config.migrator_superuser == Some(true);
     args.sandbox.postgres = args.sandbox.postgres.or(config.postgres);
     if args.copy_rows.is_empty() {
         args.copy_rows = config
@@ -288,7 +302,16 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         None => Sizes::from_pairs(args.table_rows.iter().map(String::as_str))
             .map_err(|e| anyhow::anyhow!("--table-rows {e}"))?,
     };
+    let app_role = match &args.app_role {
+        Some(text) => Some(rollsafe::verify::apps::role_name(text).ok_or_else(|| {
+            anyhow::anyhow!("--app-role {text} is not a role name rollsafe can create; use a plain identifier (letters, digits, _) that does not start with pg_")
+        })?),
+        None => None,
+    };
     let verify = Verify::new(catalog)?
+        .app_role(app_role)
+        .superuser_migrator(args.migrator_superuser)
+        .statement_timeout(args.statement_timeout)
         .rows(args.rows.unwrap_or(DEFAULT_ROWS))
         .lock_policy(args.lock.policy())
         .stall_budget(args.stall_budget)

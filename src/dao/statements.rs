@@ -20,6 +20,11 @@
 //! `-- name:`. Per-statement metadata are the `-- key: value` comments
 //! directly after `-- name:`. Other comments are kept in the SQL. A trailing
 //! `;` is stripped so the text can be prepared as is.
+//!
+//! Each entry is exactly one statement, as the app prepares it (the
+//! extended protocol runs one statement): an entry the SQL grammar
+//! ([`crate::sql::split`]) splits into more is refused with the line where
+//! the second one starts, so text after a `;` is never run.
 
 use std::collections::BTreeMap;
 
@@ -72,6 +77,12 @@ pub enum StatementSetError {
         "{source_name}:{line}: SQL before the first `-- name:` line; every statement needs a name"
     )]
     Unnamed { source_name: String, line: usize },
+    #[error("{source_name}:{line}: statement `{name}` holds more than one SQL statement (the next starts here); an app runs one statement per entry: give each its own `-- name:`")]
+    MultipleStatements {
+        source_name: String,
+        line: usize,
+        name: String,
+    },
     #[error("{source_name}: no statement named `{name}` (known: {known})")]
     Unknown {
         source_name: String,
@@ -112,8 +123,18 @@ impl StatementSet {
             let Some((name, line, meta, body, _)) = cur else {
                 return Ok(());
             };
-            let sql = body.join("\n");
-            let sql = sql.trim().trim_end_matches(';').trim_end().to_string();
+            let joined = body.join("\n");
+            let split = crate::sql::split(&joined);
+            if let Some(second) = split.statements.get(1) {
+                // The body starts on the line after `-- name:` and its
+                // metadata lines.
+                return Err(StatementSetError::MultipleStatements {
+                    source_name: source.to_string(),
+                    line: line + meta.len() + second.line,
+                    name,
+                });
+            }
+            let sql = joined.trim().trim_end_matches(';').trim_end().to_string();
             let only_comments = sql
                 .lines()
                 .all(|l| l.trim().is_empty() || l.trim().starts_with("--"));
@@ -242,6 +263,26 @@ SELECT count(*) FROM t;
             "SELECT id\n  -- a comment kept in the SQL\n  FROM t WHERE id = $1"
         );
         assert_eq!(set.sql("count"), "SELECT count(*) FROM t");
+    }
+
+    #[test]
+    fn an_entry_with_two_statements_is_refused_at_its_second() {
+        let text = "-- app: a\n-- needs: 2\n\n-- name: ok\nSELECT 1;\n\n-- name: sneaky\n-- param: $1 = 1\nSELECT $1::int;\nCOPY (SELECT 1) TO PROGRAM 'touch /tmp/x';\n";
+        let err = StatementSet::parse("apps/a.sql", text).unwrap_err();
+        assert_eq!(
+            err,
+            StatementSetError::MultipleStatements {
+                source_name: "apps/a.sql".into(),
+                line: 10,
+                name: "sneaky".into()
+            }
+        );
+        assert!(err
+            .to_string()
+            .starts_with("apps/a.sql:10: statement `sneaky` holds more than one SQL statement"));
+        // A `;` inside a string or a dollar quote is no boundary.
+        let one = "-- name: a\nSELECT 'a;b', $$c;d$$;\n";
+        assert!(StatementSet::parse("x.sql", one).is_ok());
     }
 
     #[test]

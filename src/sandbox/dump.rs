@@ -111,15 +111,17 @@ fn without_meta_commands(dump: &str) -> String {
 }
 
 impl Sandbox {
-    /// The schema of the database at `url` (no data, owners or grants),
-    /// as SQL that recreates it in a sandbox database.
+    /// The schema of the database at `url` (no data, no owners; its GRANTs
+    /// and policies included, so the apps' roles get what they have in
+    /// production), as SQL that recreates it in a sandbox database. The
+    /// roles the GRANTs name must exist there first
+    /// ([`crate::verify::target::Target::roles`]).
     pub fn dump_schema(&self, url: &str) -> Result<String, SandboxError> {
         self.pg_dump(
             url,
             &[
                 "--schema-only",
                 "--no-owner",
-                "--no-privileges",
                 "--no-publications",
                 "--no-subscriptions",
                 "--no-tablespaces",

@@ -30,7 +30,10 @@ pub mod docker;
 mod dump;
 pub use dump::TlsFile;
 pub mod local;
+mod role;
 pub mod server;
+
+pub use role::Role;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -161,6 +164,8 @@ pub enum SandboxError {
     Sql { context: String, detail: String },
     #[error("cannot read the target's schema with pg_dump: {detail}")]
     Dump { detail: String },
+    #[error("role `{role}` already exists on {server}; rollsafe creates the roles it rehearses with and never changes an existing one: drop it there, name another role (`-- role:` or --app-role), or rehearse with --postgres docker or local")]
+    RoleExists { role: String, server: String },
     #[error("an existing server (a --postgres URL) cannot be started with {settings}; set it in that server's postgresql.conf, or use --postgres docker or local")]
     SettingsOnServer { settings: String },
 }
@@ -543,6 +548,13 @@ impl Sandbox {
 
     /// A new, empty database of its own, dropped when the handle is.
     pub fn fresh_database(&self) -> Result<Database, SandboxError> {
+        self.fresh_database_owned_by(None)
+    }
+
+    /// A new, empty database owned by `owner` (a role of this sandbox) when
+    /// given: it may create schemas and trusted extensions there, as a
+    /// managed database's owner role may.
+    pub fn fresh_database_owned_by(&self, owner: Option<&Role>) -> Result<Database, SandboxError> {
         // template0 on shared servers: template1 there may carry whatever
         // its owners added. On our own servers template1 is pristine.
         let template = if self.shared.backend.owns_server() {
@@ -550,25 +562,38 @@ impl Sandbox {
         } else {
             "template0"
         };
-        self.create_from(template)
+        self.create_from(template, owner)
     }
 
     /// A copy of `source` (schema and rows), dropped when the handle is.
     /// `source` must have no open connections (a PostgreSQL rule for
     /// templates): close clients on it first.
     pub fn clone_database(&self, source: &Database) -> Result<Database, SandboxError> {
-        self.create_from(&source.name)
+        self.create_from(&source.name, None)
     }
 
-    fn create_from(&self, template: &str) -> Result<Database, SandboxError> {
+    /// [`clone_database`](Self::clone_database), the copy owned by `owner`
+    /// when given (the objects in it keep their owners).
+    pub fn clone_database_owned_by(
+        &self,
+        source: &Database,
+        owner: Option<&Role>,
+    ) -> Result<Database, SandboxError> {
+        self.create_from(&source.name, owner)
+    }
+
+    fn create_from(&self, template: &str, owner: Option<&Role>) -> Result<Database, SandboxError> {
         let name = self.next_name();
         let strategy = if self.shared.file_copy {
             " STRATEGY = FILE_COPY"
         } else {
             ""
         };
+        let owner = owner.map_or(String::new(), |r| {
+            format!(" OWNER {}", quote_ident(r.name()))
+        });
         let sql = format!(
-            "CREATE DATABASE {} TEMPLATE {}{strategy}",
+            "CREATE DATABASE {} TEMPLATE {}{strategy}{owner}",
             quote_ident(&name),
             quote_ident(template)
         );

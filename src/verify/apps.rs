@@ -79,12 +79,27 @@ pub enum AppError {
     Io { path: PathBuf, detail: String },
     #[error("{path}: is not valid UTF-8; save the file as UTF-8")]
     NotUtf8 { path: PathBuf },
+    #[error("{source_name}: `-- role: {value}` is not a role name rollsafe can create; use a plain identifier (letters, digits, _) that does not start with pg_")]
+    BadRole { source_name: String, value: String },
     #[error("{source_name}: statement `{statement}` has `-- kind: {value}`; use `-- kind: read` or `-- kind: write`")]
     BadKind {
         source_name: String,
         statement: String,
         value: String,
     },
+}
+
+/// A role name as an app or `app_role` gives it: a plain identifier
+/// (letters, digits, `_`, not starting with a digit, at most 63 bytes),
+/// not one of PostgreSQL's reserved `pg_` names; None otherwise.
+pub fn role_name(text: &str) -> Option<String> {
+    let t = text.trim();
+    let plain = !t.is_empty()
+        && t.len() <= 63
+        && !t.starts_with(|c: char| c.is_ascii_digit())
+        && t.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !t.to_ascii_lowercase().starts_with("pg_");
+    plain.then(|| t.to_string())
 }
 
 /// What a statement does to the tables it touches.
@@ -111,6 +126,10 @@ pub struct AppVersion {
     /// The app's behaviours, when its project brings a driver (the shipped
     /// project does; `--apps DIR` apps have none and are only replayed).
     pub driver: Option<Arc<dyn AppDriver>>,
+    /// The database role the app connects as (`-- role:`); None: the
+    /// project's default (`app_role`), else the migrator's
+    /// ([`super::roles`]).
+    pub role: Option<String>,
 }
 
 impl std::fmt::Debug for AppVersion {
@@ -122,6 +141,7 @@ impl std::fmt::Debug for AppVersion {
             .field("seed_sql", &self.seed_sql.is_some())
             .field("set", &self.set.source)
             .field("driver", &self.driver.is_some())
+            .field("role", &self.role)
             .finish()
     }
 }
@@ -222,6 +242,13 @@ impl AppVersion {
                 }
             }
         }
+        let role = match set.header("role") {
+            None => None,
+            Some(text) => Some(role_name(text).ok_or_else(|| AppError::BadRole {
+                source_name: set.source.clone(),
+                value: text.to_string(),
+            })?),
+        };
         Ok(AppVersion {
             name,
             needs,
@@ -229,6 +256,7 @@ impl AppVersion {
             seed_sql: None,
             set,
             driver: None,
+            role,
         })
     }
 
@@ -408,6 +436,24 @@ mod tests {
         .unwrap();
         assert_eq!(app.declared_kind("s"), Some(Kind::Write));
         assert!(app.writers(&[]).contains("s"));
+        assert_eq!(app.role, None);
+        let app = AppVersion::parse(
+            "x.sql",
+            "-- app: a\n-- needs: 2\n-- role: shop_rw\n-- name: s\nSELECT 1",
+        )
+        .unwrap();
+        assert_eq!(app.role.as_deref(), Some("shop_rw"));
+        for bad in ["pg_read_server_files", "x; DROP ROLE y", "", "1abc"] {
+            let err = AppVersion::parse(
+                "x.sql",
+                &format!("-- app: a\n-- needs: 2\n-- role: {bad}\n-- name: s\nSELECT 1"),
+            )
+            .unwrap_err();
+            assert!(
+                err.to_string().contains("is not a role name"),
+                "{bad}: {err}"
+            );
+        }
     }
 
     /// A write that failed when replayed took no lock: its syntax tree
@@ -432,6 +478,7 @@ mod tests {
             columns: Vec::new(),
             params: Vec::new(),
             locks: Vec::new(),
+            ..Default::default()
         };
         let outcomes = [failed("add"), failed("take"), failed("get")];
         let writers: Vec<String> = app.writers(&outcomes).into_iter().collect();

@@ -1864,7 +1864,7 @@ fn run_app_writes(
     let outcomes = replay::replay_all(c, app)?;
     let writers = app.writers(&outcomes);
     let mut out = Vec::new();
-    for (s, st) in app.set.statements().iter().enumerate() {
+    for st in app.set.statements() {
         if !writers.contains(&st.name) {
             continue;
         }
@@ -1876,14 +1876,12 @@ fn run_app_writes(
             succeeded: 0,
             failures: Vec::new(),
         };
-        let handle = format!("rs_generate_{s}");
-        let mut p = match replay::prepare(c, app, &st.name, &handle) {
+        let mut p = match replay::prepare(c, app, &st.name) {
             Ok(p) => p,
             Err(e) => {
                 w.failures
                     .push(format!("PREPARE: {}", crate::errors::one_line(&e)));
                 out.push(w);
-                c.batch_execute("DEALLOCATE ALL")?;
                 continue;
             }
         };
@@ -1895,13 +1893,12 @@ fn run_app_writes(
                 }
             }
             match replay::execute(c, &p) {
-                Ok(()) => w.succeeded += 1,
+                Ok(_) => w.succeeded += 1,
                 Err((step, e)) => w
                     .failures
                     .push(format!("{step}: {}", crate::errors::one_line(&e))),
             }
         }
-        c.batch_execute(&format!("DEALLOCATE {handle}"))?;
         out.push(w);
     }
     Ok(out)

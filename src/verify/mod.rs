@@ -38,6 +38,7 @@ pub mod lock_modes;
 pub mod predict;
 pub mod rehearsal;
 pub mod replay;
+pub mod roles;
 pub mod seed;
 pub mod target;
 
@@ -61,6 +62,7 @@ use lock_modes::Needs;
 use predict::Sizes;
 use rehearsal::{End, LiveApp, LongTransactionProbe};
 use replay::Outcome;
+use roles::Sessions;
 
 /// Default rows per seeded rehearsal: enough that work proportional to the
 /// table shows up in rows and files, small enough to seed in well under a
@@ -134,6 +136,13 @@ pub struct Verify {
     target: Option<target::Target>,
     expected: ExpectedSchema,
     progress: Option<Progress>,
+    /// The role apps connect as when their file declares none.
+    app_role: Option<String>,
+    /// `--migrator-superuser`: migrations run as the sandbox's superuser.
+    superuser_migrator: bool,
+    /// The longest one rehearsed statement (a migration's, an app's) may
+    /// run before it is cancelled.
+    statement_timeout: Duration,
 }
 
 impl Verify {
@@ -184,7 +193,33 @@ impl Verify {
             target: None,
             expected,
             progress: None,
+            app_role: None,
+            superuser_migrator: false,
+            statement_timeout: roles::DEFAULT_STATEMENT_TIMEOUT,
         })
+    }
+
+    /// The role apps whose statement file declares none (`-- role:`)
+    /// connect as; without one they connect as the migrator.
+    pub fn app_role(mut self, role: Option<String>) -> Self {
+        self.app_role = role;
+        self
+    }
+
+    /// Run migrations as the sandbox's superuser, as a production whose
+    /// migrator is one does (`--migrator-superuser`). Off by default: a
+    /// migration then runs as a role that owns the databases and is not a
+    /// superuser ([`roles`]).
+    pub fn superuser_migrator(mut self, yes: bool) -> Self {
+        self.superuser_migrator = yes;
+        self
+    }
+
+    /// The longest one rehearsed statement may run: it is then cancelled
+    /// and reported (`apply.statement-timeout`).
+    pub fn statement_timeout(mut self, d: Duration) -> Self {
+        self.statement_timeout = d;
+        self
     }
 
     pub fn rows(mut self, rows: u64) -> Self {
@@ -381,9 +416,38 @@ impl Verify {
             let v = self.clone();
             std::thread::spawn(move || v.lint())
         };
+        // The roles exist before V1, as production's do: the migrations'
+        // GRANTs apply to them.
+        let sessions = Sessions::create(
+            sandbox,
+            &self.apps,
+            self.app_role.as_deref(),
+            self.superuser_migrator,
+            self.statement_timeout,
+        )?;
+        self.say(&format!(
+            "migrations run as {}{}; apps as {}",
+            sessions.migrator_name(),
+            if sessions.superuser_migrator() {
+                " (--migrator-superuser)"
+            } else {
+                " (owner of the databases, not a superuser)"
+            },
+            if self.apps.is_empty() {
+                "none".to_string()
+            } else {
+                self.apps
+                    .iter()
+                    .map(|a| format!("{} as {}", a.name, sessions.role_of(&a.name)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        ));
         let mut run = Run {
             v: self,
             sandbox,
+            sessions,
+            stand_ins: Vec::new(),
             report: Report::new("rollsafe verify"),
             probes: Vec::new(),
             migrator: None,
@@ -475,6 +539,11 @@ type MigratorHandle = JoinHandle<Vec<(i32, anyhow::Result<apply::SecondRun>)>>;
 struct Run<'a> {
     v: &'a Verify,
     sandbox: &'a Sandbox,
+    /// Who runs what: the migrator and the apps' roles.
+    sessions: Sessions,
+    /// Stand-ins for the target's roles its GRANTs name (`--from-target`),
+    /// dropped with the run.
+    stand_ins: Vec<crate::sandbox::Role>,
     report: Report,
     probes: Vec<(i32, ProbeHandle)>,
     migrator: Option<MigratorHandle>,
@@ -575,7 +644,9 @@ impl Run<'_> {
     }
 
     fn clone_db(&self, source: &Database) -> Result<Database, VerifyError> {
-        Ok(self.sandbox.clone_database(source)?)
+        Ok(self
+            .sandbox
+            .clone_database_owned_by(source, self.sessions.owner())?)
     }
 
     fn snapshot(db: &Database) -> Result<Snapshot, VerifyError> {
@@ -589,7 +660,27 @@ impl Run<'_> {
         self.report
             .findings
             .iter()
-            .any(|f| f.migration == Some(v) && f.id == "apply.fails-on-empty")
+            .any(|f| f.migration == Some(v) && apply::FAILS_ON_EMPTY.contains(&f.id.as_str()))
+    }
+
+    /// A connection to `db` as the migrator.
+    fn connect_migrator(&self, db: &Database) -> Result<postgres::Client, VerifyError> {
+        step(
+            "connecting as the migrator",
+            crate::db::connect(&self.sessions.migrator(db.url())),
+        )
+    }
+
+    /// A connection to `db` as `app`'s role.
+    fn connect_app(
+        &self,
+        db: &Database,
+        app: &AppVersion,
+    ) -> Result<postgres::Client, VerifyError> {
+        step(
+            &format!("connecting as the {} app's role", app.name),
+            crate::db::connect(&self.sessions.app(db.url(), &app.name)),
+        )
     }
 
     /// Joins the migrator and the long-transaction probes and turns what
@@ -639,7 +730,11 @@ impl Run<'_> {
 
     /// What each app's list reader returns over a sample of the groups it
     /// lists by (through the apps' drivers).
-    fn visible(db: &Database, apps: &[&AppVersion]) -> Result<backfill::Visible, VerifyError> {
+    fn visible(
+        &self,
+        db: &Database,
+        apps: &[&AppVersion],
+    ) -> Result<backfill::Visible, VerifyError> {
         let mut out = backfill::Visible::default();
         // Only an app with a driver has a list reader to compare.
         let Some(sampler) = apps.iter().find_map(|a| a.driver.clone()) else {
@@ -663,10 +758,24 @@ impl Run<'_> {
         if groups.is_empty() {
             out.not_listed = Some("no rows to compare".into());
         }
+        out.row_security = step(
+            "reading row-level security",
+            c.query(
+                "SELECT format('%I.%I', relnamespace::regnamespace, relname) FROM pg_class
+                  WHERE relrowsecurity AND relkind IN ('r', 'p') ORDER BY 1",
+                &[],
+            ),
+        )?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
         let mut driven = false;
         for app in apps {
             let Some(d) = &app.driver else { continue };
             driven = true;
+            // Each app reads as its own role: row-level security and its
+            // GRANTs decide what it sees.
+            let mut c = self.connect_app(db, app)?;
             let mut seen = std::collections::BTreeSet::new();
             let mut failed = None;
             for group in &groups {
@@ -712,7 +821,7 @@ impl Run<'_> {
             return Ok(None);
         }
         let db = self.clone_db(base)?;
-        let mut c = step("connecting", db.connect())?;
+        let mut c = self.connect_migrator(&db)?;
         if apply_unchecked(&mut c, m).is_err() {
             return Ok(None);
         }
@@ -728,9 +837,14 @@ impl Run<'_> {
     }
 
     /// Restores the target's schema and the rows of the tables it may copy
-    /// ([`target::Target::tables_to_copy`]) into `db`; returns those tables.
+    /// ([`target::Target::tables_to_copy`]) into `db`; returns those
+    /// tables. First stand-ins for the roles its GRANTs name, then the
+    /// schema as the migrator (so the migrator owns it, as production's
+    /// owner role does; extensions and default privileges as the
+    /// superuser, as a DBA installed them), then the rows as the superuser
+    /// (loading them disables triggers).
     fn restore_target(
-        &self,
+        &mut self,
         t: &target::Target,
         db: &Database,
     ) -> Result<Vec<target::CopiedTable>, VerifyError> {
@@ -738,6 +852,11 @@ impl Run<'_> {
             .say("reading the target's schema (pg_dump --schema-only)");
         let scrubbed =
             |e: SandboxError| VerifyError::Target(crate::db::scrub(&e.to_string(), t.url()));
+        for (name, login, inherit) in t.roles()? {
+            if let Some(role) = self.sandbox.create_stand_in_role(&name, login, inherit)? {
+                self.stand_ins.push(role);
+            }
+        }
         let schema = self.sandbox.dump_schema(t.url()).map_err(scrubbed)?;
         let copied = t.tables_to_copy()?;
         let qualified: Vec<String> = copied.iter().map(|c| c.qualified.clone()).collect();
@@ -746,13 +865,38 @@ impl Run<'_> {
             .dump_rows(t.url(), &qualified)
             .map_err(scrubbed)?;
         let mut c = step("connecting", db.connect())?;
-        // The dump empties search_path for its session: reset it before
-        // anything else runs on this connection.
-        let restored = c
-            .batch_execute(&schema)
-            .and_then(|_| c.batch_execute(&rows))
-            .and_then(|_| c.batch_execute("RESET ALL"));
-        restored.map_err(|e| {
+        let as_owner = self
+            .sessions
+            .owner()
+            .map(|r| format!("SET ROLE {}", crate::db::quote_ident(r.name())));
+        let mut restore = || -> Result<(), postgres::Error> {
+            for st in crate::sql::split(&schema).statements {
+                let head = st
+                    .text
+                    .split_whitespace()
+                    .take(3)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+                    .to_uppercase();
+                // Extensions as a DBA installed them; default privileges
+                // name production's roles (`FOR ROLE x`), which the
+                // migrator is not a member of.
+                let by_dba = head.starts_with("CREATE EXTENSION")
+                    || head.starts_with("COMMENT ON EXTENSION")
+                    || head.starts_with("ALTER DEFAULT PRIVILEGES");
+                match (&as_owner, by_dba) {
+                    (Some(_), true) => c.batch_execute(&format!("RESET ROLE; {}", st.text))?,
+                    (Some(set), false) => c.batch_execute(&format!("{set}; {}", st.text))?,
+                    (None, _) => c.batch_execute(&st.text)?,
+                }
+            }
+            c.batch_execute("RESET ROLE")?;
+            c.batch_execute(&rows)?;
+            // The dump empties search_path for its session: reset it
+            // before anything else runs on this connection.
+            c.batch_execute("RESET ALL")
+        };
+        restore().map_err(|e| {
             VerifyError::Target(format!(
                 "the schema of {} does not restore on PostgreSQL {} ({}); rehearse on the target's major (the default) and make the extensions it uses available to the sandbox",
                 t.described,
@@ -775,7 +919,7 @@ impl Run<'_> {
         if m.batched_updates().next().is_none() {
             return Ok(out);
         }
-        let mut c = step("connecting", db.connect())?;
+        let mut c = self.connect_migrator(db)?;
         step(
             "creating the backfill progress table",
             batches::ensure_progress_table(&mut c),
@@ -800,7 +944,7 @@ impl Run<'_> {
             // Killed at a random moment (its connection terminated, as a
             // killed migrate's would be), then run again: it must resume
             // and settle every row.
-            let mut c = step("connecting", db.connect())?;
+            let mut c = self.connect_migrator(db)?;
             let pid: i32 = step(
                 "reading the backend pid",
                 c.query_one("SELECT pg_backend_pid()", &[]),
@@ -827,7 +971,7 @@ impl Run<'_> {
             done.store(true, std::sync::atomic::Ordering::SeqCst);
             let killed = killer.join().unwrap_or(false) && first.is_err();
             drop(c);
-            let mut c = step("connecting", db.connect())?;
+            let mut c = self.connect_migrator(db)?;
             let result = if killed { run(&mut c) } else { first };
             let remaining = c
                 .query_one(
@@ -890,15 +1034,13 @@ impl Run<'_> {
     }
 
     fn replay_apps(
+        &self,
         db: &Database,
         apps: &[&AppVersion],
     ) -> Result<BTreeMap<String, Vec<Outcome>>, VerifyError> {
         let mut out = BTreeMap::new();
-        if apps.is_empty() {
-            return Ok(out);
-        }
-        let mut c = step("connecting", db.connect())?;
         for app in apps {
+            let mut c = self.connect_app(db, app)?;
             let outcomes = step("replaying statements", replay::replay_all(&mut c, app))?;
             out.insert(app.name.clone(), outcomes);
         }
@@ -907,7 +1049,9 @@ impl Run<'_> {
 
     fn all(&mut self) -> Result<(), VerifyError> {
         let migrations = self.v.catalog.migrations().to_vec();
-        let empty_prev = self.sandbox.fresh_database()?;
+        let empty_prev = self
+            .sandbox
+            .fresh_database_owned_by(self.sessions.owner())?;
         // The base the rehearsed migrations start from: the target's
         // schema, or the files up to --since applied once, unchecked.
         if let Some(t) = &self.v.target {
@@ -922,7 +1066,7 @@ impl Run<'_> {
             self.v.say(&format!(
                 "applying V1..V{s} once (up to --since, not rehearsed)"
             ));
-            let mut c = step("connecting", empty_prev.connect())?;
+            let mut c = self.connect_migrator(&empty_prev)?;
             for m in migrations.iter().filter(|m| m.version <= s) {
                 if let Err(e) = apply_unchecked(&mut c, m) {
                     return Err(VerifyError::PrefixFails {
@@ -944,7 +1088,8 @@ impl Run<'_> {
             (None, None) => None,
             (target, Some(s)) => {
                 let db = self.clone_db(&empty_prev)?;
-                let mut c = step("connecting", db.connect())?;
+                // The migrator's history table is its own, as in production.
+                let mut c = self.connect_migrator(&db)?;
                 let recorded = match target {
                     Some(t) => t.copy_history(&mut c),
                     None => crate::migrate::record_applied(
@@ -962,11 +1107,12 @@ impl Run<'_> {
         };
         let (catalog, policy, since) = (self.v.catalog.clone(), self.v.lock_policy, self.v.since);
         let sandbox = self.sandbox.clone();
+        let sessions = self.sessions.clone();
         self.migrator = Some(std::thread::spawn(move || {
             let mut out = Vec::new();
             let migrator_db = match migrator_db {
                 Some(db) => db,
-                None => match sandbox.fresh_database() {
+                None => match sandbox.fresh_database_owned_by(sessions.owner()) {
                     Ok(db) => db,
                     Err(e) => {
                         out.push((
@@ -982,7 +1128,12 @@ impl Run<'_> {
                 .iter()
                 .filter(|m| !since.is_some_and(|s| m.version <= s))
             {
-                let r = apply::second_run(migrator_db.url(), &catalog, m.version, policy);
+                let r = apply::second_run(
+                    &sessions.migrator(migrator_db.url()),
+                    &catalog,
+                    m.version,
+                    policy,
+                );
                 let failed = r.is_err();
                 out.push((m.version, r));
                 if failed {
@@ -1049,11 +1200,19 @@ impl Run<'_> {
                 } else {
                     format!("V{v}: seeding {rows} rows at V{prev}")
                 });
-                let mut c = step("connecting", seeded.connect())?;
+                // Seeds are the project's files: run as the migrator (the
+                // owner of the tables), the rows each app writes as the app.
+                let mut c = self.connect_migrator(&seeded)?;
                 let s = if generate_only {
                     step("seeding", seed::generate_only(&mut c, rows))?
                 } else {
-                    step("seeding", seed::seed(&mut c, &writers, rows))?
+                    let (sessions, url) = (&self.sessions, seeded.url());
+                    step(
+                        "seeding",
+                        seed::seed(&mut c, &writers, rows, &|app| {
+                            crate::db::connect(&sessions.app(url, &app.name))
+                        }),
+                    )?
                 };
                 if let Some((app, e)) = s.failed.first() {
                     stopped = Some(vec![compat::live_app_cannot_write(prev, v, app, e)]);
@@ -1076,7 +1235,7 @@ impl Run<'_> {
             // What the live apps' statements do on V{prev}: their kinds and
             // locks decide what blocks them; compat reports failures.
             let live_outcomes = match &seeded {
-                Some((db, _)) => Self::replay_apps(db, &live)?,
+                Some((db, _)) => self.replay_apps(db, &live)?,
                 None => BTreeMap::new(),
             };
             let tables = Self::user_tables(&empty_prev)?;
@@ -1088,6 +1247,7 @@ impl Run<'_> {
                     None => self.clone_db(&empty_prev)?,
                 };
                 let sql = m.sql.clone();
+                let sessions = self.sessions.clone();
                 let (tables, policy) = (tables.clone(), self.v.lock_policy);
                 let apps: Vec<(AppVersion, std::collections::BTreeSet<String>)> =
                     live_apps(&live, &live_outcomes)
@@ -1098,6 +1258,7 @@ impl Run<'_> {
                     let apps: Vec<LiveApp> = apps.iter().map(|(a, w)| (a, w.clone())).collect();
                     let r = rehearsal::probe_long_transaction(
                         probe_db.url(),
+                        &sessions,
                         &sql,
                         &tables,
                         &apps,
@@ -1114,7 +1275,7 @@ impl Run<'_> {
             // seeded database is then the one the migration is measured on
             // (no copy needed: nothing else reads its state before).
             let readers_before = match &seeded {
-                Some((db, _)) => Self::visible(db, &live)?,
+                Some((db, _)) => self.visible(db, &live)?,
                 None => backfill::Visible::default(),
             };
 
@@ -1135,21 +1296,31 @@ impl Run<'_> {
                 let killed = self.clone_db(empty)?;
                 let at_zero = step(
                     "applying on an empty database",
-                    rehearsal::apply_measured_no_transaction(empty.url(), &m.sql, None),
+                    rehearsal::apply_measured_no_transaction(
+                        empty.url(),
+                        &self.sessions.migrator(empty.url()),
+                        &m.sql,
+                        None,
+                    ),
                 )?;
                 if at_zero.ok() {
                     let clean = Self::snapshot(empty)?;
                     let statements = crate::sql::split(&m.sql).statements;
                     // 1..=n: n is a rerun after a complete run.
                     let k = rand::random_range(1..=statements.len().max(1));
-                    let mut c = step("connecting", killed.connect())?;
+                    let mut c = self.connect_migrator(&killed)?;
                     for st in statements.iter().take(k) {
                         let _ = c.batch_execute(&st.text);
                     }
                     drop(c);
                     let rerun = step(
                         "rerunning after a kill",
-                        rehearsal::apply_measured_no_transaction(killed.url(), &m.sql, None),
+                        rehearsal::apply_measured_no_transaction(
+                            killed.url(),
+                            &self.sessions.migrator(killed.url()),
+                            &m.sql,
+                            None,
+                        ),
                     )?;
                     let changed = Self::snapshot(&killed)?.diff(&clean);
                     let line = statements.get(k - 1).map_or(0, |st| st.line);
@@ -1169,7 +1340,7 @@ impl Run<'_> {
                 );
                 // Only its trace matters, not its measurements: one plain
                 // transaction that fails at the end.
-                let mut c = step("connecting", empty.connect())?;
+                let mut c = self.connect_migrator(empty)?;
                 let _ = c.batch_execute(&format!("BEGIN;\n{injected}"));
                 step(
                     "rolling the forced failure back",
@@ -1179,14 +1350,26 @@ impl Run<'_> {
                 let trace = Self::snapshot(empty)?.diff(&before);
                 let at_zero = step(
                     "applying on an empty database",
-                    rehearsal::apply_measured(empty.url(), &m.sql, None, End::Commit),
+                    rehearsal::apply_measured(
+                        empty.url(),
+                        &self.sessions.migrator(empty.url()),
+                        &m.sql,
+                        None,
+                        End::Commit,
+                    ),
                 )?;
                 (at_zero, trace)
             };
             at_zero.file = self.v.catalog.path_of(m);
             self.ran(apply::CHECK, Some(v));
             if !at_zero.ok() {
-                stopped = Some(apply::evaluate(v, &at_zero, None, &trace));
+                stopped = Some(apply::evaluate(
+                    v,
+                    &at_zero,
+                    None,
+                    &trace,
+                    self.v.statement_timeout,
+                ));
                 self.judge_static(v, &at_zero, &needs_of(&live, &live_outcomes));
                 break;
             }
@@ -1265,15 +1448,28 @@ impl Run<'_> {
                         "starting the workload",
                         rehearsal::Workload::start(
                             applied_db.url(),
+                            &self.sessions,
                             &live_apps(&live, &live_outcomes),
                             &tables,
                         ),
                     )?;
                     std::thread::sleep(WORKLOAD_MARGIN);
+                    let migrator_url = self.sessions.migrator(applied_db.url());
                     let at_n = if m.runs_outside_transaction() {
-                        rehearsal::apply_measured_no_transaction(applied_db.url(), &m.sql, None)
+                        rehearsal::apply_measured_no_transaction(
+                            applied_db.url(),
+                            &migrator_url,
+                            &m.sql,
+                            None,
+                        )
                     } else {
-                        rehearsal::apply_measured(applied_db.url(), &m.sql, None, End::Commit)
+                        rehearsal::apply_measured(
+                            applied_db.url(),
+                            &migrator_url,
+                            &m.sql,
+                            None,
+                            End::Commit,
+                        )
                     };
                     // Batched updates run after the file's statements, as
                     // migrate runs them, with the workload still on.
@@ -1302,6 +1498,7 @@ impl Run<'_> {
                 &at_zero,
                 Some((&at_n, seeded_rows)),
                 &trace,
+                self.v.statement_timeout,
             ));
             self.judge_static(v, &at_n, &needs);
             if !at_n.ok() {
@@ -1327,13 +1524,13 @@ impl Run<'_> {
             self.v.say(&format!("V{v}: backfill and readers"));
             self.ran(backfill::CHECK, Some(v));
             if let Some(applied_db) = &applied_db {
-                let mut c = step("connecting", applied_db.connect())?;
+                let mut c = self.connect_migrator(applied_db)?;
                 self.report
                     .findings
                     .extend(backfill::check_directives(&mut c, m));
             }
             let after = match &applied_db {
-                Some(db) => Self::visible(db, &runnable)?,
+                Some(db) => self.visible(db, &runnable)?,
                 None => backfill::Visible::default(),
             };
             let live_names: Vec<String> = live.iter().map(|a| a.name.clone()).collect();
@@ -1360,10 +1557,13 @@ impl Run<'_> {
                 }
             }
             if let (false, Some(applied_db)) = (runnable.is_empty(), &applied_db) {
-                let mut c = step("connecting", applied_db.connect())?;
+                let mut c = self.connect_migrator(applied_db)?;
+                let (sessions, url) = (&self.sessions, applied_db.url());
                 let seeded_now = step(
                     "seeding the compat database",
-                    seed::seed(&mut c, &runnable, COMPAT_ROWS),
+                    seed::seed(&mut c, &runnable, COMPAT_ROWS, &|app| {
+                        crate::db::connect(&sessions.app(url, &app.name))
+                    }),
                 )?;
                 for (app, e) in &seeded_now.failed {
                     self.report
@@ -1371,6 +1571,7 @@ impl Run<'_> {
                         .push(compat::rows_cannot_be_written(v, app, e));
                 }
                 for app in &runnable {
+                    let mut c = self.connect_app(applied_db, app)?;
                     let outcomes = step("replaying statements", replay::replay_all(&mut c, app))?;
                     self.report
                         .findings
@@ -1385,9 +1586,11 @@ impl Run<'_> {
                 // one that may run on this schema.
                 for older in &live {
                     for newer in runnable.iter().filter(|a| a.needs > older.needs) {
-                        self.report
-                            .findings
-                            .extend(compat::cross_version(v, &mut c, older, newer));
+                        let mut c_old = self.connect_app(applied_db, older)?;
+                        let mut c_new = self.connect_app(applied_db, newer)?;
+                        self.report.findings.extend(compat::cross_version(
+                            v, &mut c_old, &mut c_new, older, newer,
+                        ));
                     }
                 }
             }
@@ -1422,15 +1625,15 @@ impl Run<'_> {
         // version (the shipped project: `dao`), on the empty path's
         // database itself (its schema was read above; the rows they write
         // are needed by nothing after).
-        let mut declared: Vec<ProjectCheck> = Vec::new();
+        let mut declared: Vec<(ProjectCheck, &AppVersion)> = Vec::new();
         for app in self.v.apps.iter().filter(|a| a.may_run_on(prev)) {
             if let Some(pc) = app.driver.as_ref().and_then(|d| d.final_check()) {
-                if !declared.iter().any(|d| d.check == pc.check) {
-                    declared.push(pc);
+                if !declared.iter().any(|(d, _)| d.check == pc.check) {
+                    declared.push((pc, app));
                 }
             }
         }
-        for pc in declared {
+        for (pc, app) in declared {
             self.v.say(&format!(
                 "{}: {} on the final schema",
                 pc.check, pc.description
@@ -1440,9 +1643,10 @@ impl Run<'_> {
                 migration: Some(prev),
                 description: pc.description.to_string(),
             });
-            self.report
-                .findings
-                .extend((pc.run)(prev, empty_prev.url()));
+            self.report.findings.extend((pc.run)(
+                prev,
+                &self.sessions.app(empty_prev.url(), &app.name),
+            ));
         }
         self.v.say("waiting for the long-transaction probes");
         Ok(())

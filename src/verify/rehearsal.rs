@@ -30,6 +30,7 @@ use postgres::Client;
 use super::apps::AppVersion;
 use super::lock_modes;
 use super::replay;
+use super::roles::Sessions;
 use crate::db;
 use crate::lock_policy::{is_lock_timeout, LockPolicy};
 use crate::tables::UserTable;
@@ -421,15 +422,18 @@ fn files_and_indexes(
 }
 
 /// Applies `sql` to the database at `url` in one transaction, statement by
-/// statement, measuring each. `lock_timeout` is set for the transaction
-/// when given.
+/// statement, measuring each: the statements run connected with
+/// `migrator_url` (the same database as the migrator role), rollsafe's
+/// own reads before them with `url`. `lock_timeout` is set for the
+/// transaction when given.
 pub fn apply_measured(
     url: &str,
+    migrator_url: &str,
     sql: &str,
     lock_timeout: Option<Duration>,
     end: End,
 ) -> anyhow::Result<Applied> {
-    apply_measured_in(url, sql, lock_timeout, end, true)
+    apply_measured_in(url, migrator_url, sql, lock_timeout, end, true)
 }
 
 /// Applies a `-- rollsafe:no-transaction` file's `sql` statement by
@@ -442,14 +446,16 @@ pub fn apply_measured(
 /// updates are not run here (`migrate::backfill`).
 pub fn apply_measured_no_transaction(
     url: &str,
+    migrator_url: &str,
     sql: &str,
     lock_timeout: Option<Duration>,
 ) -> anyhow::Result<Applied> {
-    apply_measured_in(url, sql, lock_timeout, End::Commit, false)
+    apply_measured_in(url, migrator_url, sql, lock_timeout, End::Commit, false)
 }
 
 fn apply_measured_in(
     url: &str,
+    migrator_url: &str,
     sql: &str,
     lock_timeout: Option<Duration>,
     end: End,
@@ -500,7 +506,7 @@ fn apply_measured_in(
         }
     }
     let split = crate::sql::split(sql);
-    let mut c = db::connect(url)?;
+    let mut c = db::connect(migrator_url)?;
     let mut out = Applied {
         split_exact: split.exact,
         ..Applied::default()
@@ -696,18 +702,25 @@ impl Workload {
     /// current schema are left out (compat reports them). All connections
     /// are opened before any thread starts, so a failure leaves nothing
     /// running.
-    pub fn start(url: &str, apps: &[LiveApp], tables: &[UserTable]) -> anyhow::Result<Workload> {
+    pub fn start(
+        url: &str,
+        sessions: &Sessions,
+        apps: &[LiveApp],
+        tables: &[UserTable],
+    ) -> anyhow::Result<Workload> {
         type Job = (Client, Vec<replay::Prepared>, bool, String);
         let mut jobs: Vec<Job> = Vec::new();
         for (app, writes) in apps {
             for reads in [true, false] {
-                let mut c = db::connect(url)?;
+                // As the app's own role: its GRANTs and row-level security
+                // decide what it may do, as in production.
+                let mut c = db::connect(&sessions.app(url, &app.name))?;
                 let mut prepared = Vec::new();
-                for (i, st) in app.set.statements().iter().enumerate() {
+                for st in app.set.statements() {
                     if writes.contains(&st.name) == reads {
                         continue;
                     }
-                    if let Ok(p) = replay::prepare(&mut c, app, &st.name, &format!("rs_load_{i}")) {
+                    if let Ok(p) = replay::prepare(&mut c, app, &st.name) {
                         prepared.push(p);
                     }
                 }
@@ -746,7 +759,7 @@ impl Workload {
                         let result = c
                             .batch_execute("BEGIN")
                             .map_err(|e| (replay::Step::Execute, e))
-                            .and_then(|_| replay::execute(&mut c, p));
+                            .and_then(|_| replay::execute(&mut c, p).map(|_| ()));
                         let _ = c.batch_execute("ROLLBACK");
                         let kind = if reads { "read" } else { "write" };
                         record(
@@ -857,6 +870,7 @@ pub const LOCK_WAIT_SLACK: Duration = Duration::from_millis(500);
 /// and connection it starts is gone when it returns, error or not.
 pub fn probe_long_transaction(
     url: &str,
+    sessions: &Sessions,
     sql: &str,
     tables: &[UserTable],
     apps: &[LiveApp],
@@ -870,8 +884,8 @@ pub fn probe_long_transaction(
     for t in &held {
         holder.batch_execute(&format!("LOCK TABLE {} IN ROW EXCLUSIVE MODE", t.qualified))?;
     }
-    let workload = Workload::start(url, apps, tables)?;
-    let mut migrator = db::connect(url)?;
+    let workload = Workload::start(url, sessions, apps, tables)?;
+    let mut migrator = db::connect(&sessions.migrator(url))?;
     let pid: i32 = migrator.query_one("SELECT pg_backend_pid()", &[])?.get(0);
     let mut admin = db::connect(url)?;
     let done = Arc::new(AtomicBool::new(false));

@@ -1,18 +1,50 @@
 //! Replaying an app version's named statements against a database: each is
-//! `PREPARE`d (the server reports its parameter types), then `EXECUTE`d
-//! with values, inside a transaction that is rolled back.
+//! prepared with the extended protocol (the server reports its parameter
+//! types), then executed with values, inside a transaction that is rolled
+//! back.
 //!
-//! Executing matters: `PREPARE` alone accepts an `INSERT` that leaves out a
+//! The extended protocol is the point: a prepared statement is exactly one
+//! statement, so an entry such as `SELECT 1; COPY … TO PROGRAM …` is
+//! refused by the server (and, before that, when its file is read:
+//! [`crate::dao::statements`]); nothing after a `;` ever runs. Values are
+//! bound as parameters in text format, never pasted into SQL.
+//!
+//! Executing matters: preparing alone accepts an `INSERT` that leaves out a
 //! new NOT NULL column, or a value a CHECK refuses; only running it shows.
 //! Values come from the statement's `-- param: $N = <SQL expression>` lines
-//! (data that must exist, e.g. a live collection's id) or are generated from
-//! the parameter's type ([`generated_value`]).
+//! (data that must exist, e.g. a live collection's id), evaluated on the
+//! same connection first as `SELECT (<expr>)::<type>`, or are generated
+//! from the parameter's type ([`generated_value`]).
+//!
+//! A statement refused for want of a privilege (SQLSTATE 42501: a missing
+//! GRANT, or row-level security refusing a row) says which table and which
+//! privilege ([`Denied`]), read as the app's role.
 
 use std::collections::BTreeMap;
+use std::error::Error as StdError;
 
+use postgres::types::{Format, IsNull, ToSql, Type};
 use postgres::Client;
 
 use super::apps::AppVersion;
+
+/// SQLSTATE 42501 insufficient_privilege.
+pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
+
+/// Why a statement was refused a privilege, as its role sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Denied {
+    /// The object the server names (`public.t`), as it names it.
+    pub table: String,
+    /// The privileges the role lacks there that the statement needs
+    /// (`INSERT`, `SELECT`); empty when none could be named.
+    pub privileges: Vec<String>,
+    /// Row-level security is enabled on the table: a row was refused by
+    /// its policies (or, without any, by default deny).
+    pub row_security: bool,
+    /// The role the statement ran as.
+    pub role: String,
+}
 
 /// How one statement fared, and what it is: its result columns and
 /// parameter types as the server describes them, and the table locks its
@@ -30,6 +62,12 @@ pub struct Outcome {
     pub params: Vec<String>,
     /// (table, mode) of the relation locks its execution took.
     pub locks: Vec<(String, String)>,
+    /// The SQLSTATE of the failure, when the server gave one.
+    pub sqlstate: Option<String>,
+    /// What privilege it lacked, when it failed with SQLSTATE 42501.
+    pub denied: Option<Denied>,
+    /// Rows it returned or changed when it executed.
+    pub rows: Option<u64>,
 }
 
 impl Outcome {
@@ -89,51 +127,63 @@ pub fn generated_value(type_name: &str) -> &'static str {
 
 /// A statement prepared on one connection, with the expressions for its
 /// parameters and what the server says it returns.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Prepared {
     pub statement: String,
-    /// The server-side name (`rs_<n>`).
-    pub handle: String,
-    /// (type, SQL expression) per parameter.
+    /// The server-side statement (one statement: the extended protocol).
+    prepared: postgres::Statement,
+    /// (type, SQL expression) per parameter; the type as `format_type`
+    /// spells it.
     pub params: Vec<(String, String)>,
     /// (name, type) of each result column.
     pub columns: Vec<(String, String)>,
 }
 
-/// `PREPARE`s `sql` as `handle` on `c` and reads its parameter types.
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Prepared({})", self.statement)
+    }
+}
+
+/// Prepares `statement` of `app` on `c` (extended protocol: exactly one
+/// statement) and reads its parameter types.
 pub fn prepare(
     c: &mut Client,
     app: &AppVersion,
     statement: &str,
-    handle: &str,
 ) -> Result<Prepared, postgres::Error> {
     let st = app.set.get(statement).expect("statement of this app");
-    c.batch_execute(&format!("PREPARE {handle} AS {}", st.sql))?;
-    let types: Vec<String> = c
-        .query_one(
-            "SELECT parameter_types::text[] FROM pg_prepared_statements WHERE name = $1",
-            &[&handle],
+    let prepared = c.prepare(&st.sql)?;
+    let oids: Vec<u32> = prepared.params().iter().map(Type::oid).collect();
+    // format_type names them as casts and `generated_value` spell them
+    // (`integer`, `character varying`, `s.mood` outside the search path).
+    let types: Vec<String> = if oids.is_empty() {
+        Vec::new()
+    } else {
+        c.query_one(
+            "SELECT coalesce(array_agg(format_type(o, NULL) ORDER BY n), '{}')
+               FROM unnest($1::oid[]) WITH ORDINALITY AS u(o, n)",
+            &[&oids],
         )?
-        .get(0);
+        .get(0)
+    };
     let declared = declared_params(st.meta_values("param"));
     let params = types
         .iter()
         .enumerate()
         .map(|(i, t)| {
-            let t = t.clone();
             let expr = declared
                 .get(&(i + 1))
                 .cloned()
-                .unwrap_or_else(|| generated_value(&t).to_string());
-            (t, expr)
+                .unwrap_or_else(|| generated_value(t).to_string());
+            (t.clone(), expr)
         })
         .collect();
     // The protocol's Describe gives the result columns' types on every
     // major (pg_prepared_statements.result_types exists only from 16),
     // with their modifiers: spelled by format_type, a varchar(100) that
     // became varchar(20) shows.
-    let described = c.prepare(&st.sql)?;
-    let (oids, mods): (Vec<u32>, Vec<i32>) = described
+    let (oids, mods): (Vec<u32>, Vec<i32>) = prepared
         .columns()
         .iter()
         .map(|col| (col.type_().oid(), col.type_modifier()))
@@ -147,7 +197,7 @@ pub fn prepare(
         .iter()
         .map(|r| r.get(0))
         .collect();
-    let columns = described
+    let columns = prepared
         .columns()
         .iter()
         .zip(spelled)
@@ -155,53 +205,175 @@ pub fn prepare(
         .collect();
     Ok(Prepared {
         statement: statement.to_string(),
-        handle: handle.to_string(),
+        prepared,
         params,
         columns,
     })
 }
 
-fn quote_literal(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
-}
+/// A parameter value in PostgreSQL's text format, bound as is: the server
+/// parses it as the parameter's type, whatever that type is.
+#[derive(Debug)]
+struct TextValue<'a>(Option<&'a str>);
 
-/// Evaluates the parameter expressions (subqueries are not allowed in
-/// `EXECUTE`'s arguments, so they are computed first) into typed literals.
-pub fn arguments(c: &mut Client, p: &Prepared) -> Result<Vec<String>, postgres::Error> {
-    let mut args = Vec::new();
-    if !p.params.is_empty() {
-        let select = p
-            .params
-            .iter()
-            .map(|(t, e)| format!("(({e})::{t})::text"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let row = c.query_one(&format!("SELECT {select}"), &[])?;
-        for (i, (t, _)) in p.params.iter().enumerate() {
-            let v: Option<String> = row.try_get(i)?;
-            args.push(match v {
-                Some(v) => format!("{}::{t}", quote_literal(&v)),
-                None => format!("NULL::{t}"),
-            });
+impl ToSql for TextValue<'_> {
+    fn to_sql(
+        &self,
+        _: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<IsNull, Box<dyn StdError + Sync + Send>> {
+        match self.0 {
+            Some(v) => {
+                out.extend_from_slice(v.as_bytes());
+                Ok(IsNull::No)
+            }
+            None => Ok(IsNull::Yes),
         }
     }
-    Ok(args)
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    fn encode_format(&self, _: &Type) -> Format {
+        Format::Text
+    }
+
+    postgres::types::to_sql_checked!();
 }
 
-/// Executes `p` with `args` (from [`arguments`]).
-pub fn execute_with(c: &mut Client, p: &Prepared, args: &[String]) -> Result<(), postgres::Error> {
-    let call = if args.is_empty() {
-        format!("EXECUTE {}", p.handle)
-    } else {
-        format!("EXECUTE {}({})", p.handle, args.join(", "))
-    };
-    c.batch_execute(&call)
+/// Evaluates the parameter expressions on `c` (one `SELECT` of them, cast
+/// to the parameters' types) into values in text format.
+pub fn arguments(c: &mut Client, p: &Prepared) -> Result<Vec<Option<String>>, postgres::Error> {
+    if p.params.is_empty() {
+        return Ok(Vec::new());
+    }
+    let select = p
+        .params
+        .iter()
+        .map(|(t, e)| format!("(({e})::{t})::text"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let row = c.query_one(&format!("SELECT {select}"), &[])?;
+    (0..p.params.len()).map(|i| row.try_get(i)).collect()
+}
+
+/// Executes `p` with `args` (from [`arguments`]): rows returned or changed.
+pub fn execute_with(
+    c: &mut Client,
+    p: &Prepared,
+    args: &[Option<String>],
+) -> Result<u64, postgres::Error> {
+    let values: Vec<TextValue> = args.iter().map(|a| TextValue(a.as_deref())).collect();
+    let params: Vec<&(dyn ToSql + Sync)> =
+        values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+    c.execute(&p.prepared, &params)
 }
 
 /// Evaluates the parameters and executes.
-pub fn execute(c: &mut Client, p: &Prepared) -> Result<(), (Step, postgres::Error)> {
+pub fn execute(c: &mut Client, p: &Prepared) -> Result<u64, (Step, postgres::Error)> {
     let args = arguments(c, p).map_err(|e| (Step::Params, e))?;
     execute_with(c, p, &args).map_err(|e| (Step::Execute, e))
+}
+
+/// The object a 42501 message names (`permission denied for table t`,
+/// `new row violates row-level security policy for table "t"`).
+fn denied_object(message: &str) -> Option<(String, String)> {
+    for kind in [
+        "table", "relation", "view", "sequence", "schema", "function",
+    ] {
+        if let Some(pos) = message.rfind(&format!(" for {kind} ")) {
+            let rest = &message[pos + kind.len() + 6..];
+            let name = rest.trim().trim_matches('"').to_string();
+            if !name.is_empty() {
+                return Some((kind.to_string(), name));
+            }
+        }
+    }
+    None
+}
+
+/// The table privileges statement `sql` needs: its verb's, and SELECT when
+/// it reads columns (a WHERE, a RETURNING, a SELECT).
+fn privileges_needed(sql: &str) -> Vec<&'static str> {
+    let upper = sql.to_uppercase();
+    let words: Vec<&str> = upper
+        .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+        .filter(|w| !w.is_empty())
+        .collect();
+    let mut out = Vec::new();
+    for verb in ["INSERT", "UPDATE", "DELETE"] {
+        if words.contains(&verb) {
+            out.push(verb);
+        }
+    }
+    if out.is_empty()
+        || words
+            .iter()
+            .any(|w| ["SELECT", "WHERE", "RETURNING"].contains(w))
+    {
+        out.insert(0, "SELECT");
+    }
+    out
+}
+
+/// Reads, as the role `c` runs as, what it lacked for `sql` (outside any
+/// aborted transaction: the caller rolls back first).
+fn explain_denial(c: &mut Client, sql: &str, message: &str) -> Denied {
+    let role: String = c
+        .query_one("SELECT current_user::text", &[])
+        .map(|r| r.get(0))
+        .unwrap_or_default();
+    let Some((kind, name)) = denied_object(message) else {
+        return Denied {
+            role,
+            ..Denied::default()
+        };
+    };
+    let mut denied = Denied {
+        table: name.clone(),
+        role,
+        ..Denied::default()
+    };
+    match kind.as_str() {
+        "table" | "relation" | "view" => {
+            // The message names the table as the statement did; to_regclass
+            // resolves it the same way (search_path included).
+            let oid: Option<u32> = c
+                .query_one("SELECT to_regclass($1)::oid", &[&name])
+                .ok()
+                .and_then(|r| r.get(0))
+                .or_else(|| {
+                    c.query_one("SELECT to_regclass(quote_ident($1))::oid", &[&name])
+                        .ok()
+                        .and_then(|r| r.get(0))
+                });
+            if let Some(oid) = oid {
+                if let Ok(r) = c.query_one(
+                    "SELECT relrowsecurity, format('%I.%I', relnamespace::regnamespace, relname)
+                       FROM pg_class WHERE oid = $1",
+                    &[&oid],
+                ) {
+                    denied.row_security = r.get(0);
+                    denied.table = r.get(1);
+                }
+                for p in privileges_needed(sql) {
+                    let has: bool = c
+                        .query_one("SELECT has_table_privilege($1::oid, $2)", &[&oid, &p])
+                        .map(|r| r.get(0))
+                        .unwrap_or(true);
+                    if !has {
+                        denied.privileges.push(p.to_string());
+                    }
+                }
+            }
+        }
+        "sequence" => denied.privileges.push("USAGE".into()),
+        "schema" => denied.privileges.push("USAGE".into()),
+        "function" => denied.privileges.push("EXECUTE".into()),
+        _ => {}
+    }
+    denied
 }
 
 /// Every statement of `app` prepared and executed on `c`, each inside a
@@ -213,37 +385,49 @@ pub fn execute(c: &mut Client, p: &Prepared) -> Result<(), (Step, postgres::Erro
 pub fn replay_all(c: &mut Client, app: &AppVersion) -> Result<Vec<Outcome>, postgres::Error> {
     let mut out = Vec::new();
     c.batch_execute("BEGIN")?;
-    for (i, st) in app.set.statements().iter().enumerate() {
-        let handle = format!("rs_replay_{i}");
+    for st in app.set.statements() {
         let mut o = Outcome {
             statement: st.name.clone(),
             ..Outcome::default()
         };
         c.batch_execute("SAVEPOINT rollsafe_replay")?;
-        match prepare(c, app, &st.name, &handle) {
-            Err(e) => o.failure = Some((Step::Prepare, crate::errors::one_line(&e))),
+        let fail = |o: &mut Outcome, step: Step, e: &postgres::Error| {
+            o.failure = Some((step, crate::errors::one_line(e)));
+            o.sqlstate = e.code().map(|s| s.code().to_string());
+        };
+        match prepare(c, app, &st.name) {
+            Err(e) => fail(&mut o, Step::Prepare, &e),
             Ok(p) => {
                 o.columns = p.columns.clone();
                 o.params = p.params.iter().map(|(t, _)| t.clone()).collect();
                 c.batch_execute("SAVEPOINT rollsafe_params")?;
                 match arguments(c, &p) {
-                    Err(e) => o.failure = Some((Step::Params, crate::errors::one_line(&e))),
+                    Err(e) => fail(&mut o, Step::Params, &e),
                     Ok(args) => {
                         c.batch_execute("ROLLBACK TO SAVEPOINT rollsafe_params")?;
                         match execute_with(c, &p, &args) {
-                            Err(e) => {
-                                o.failure = Some((Step::Execute, crate::errors::one_line(&e)))
+                            Err(e) => fail(&mut o, Step::Execute, &e),
+                            Ok(n) => {
+                                o.rows = Some(n);
+                                o.locks = own_table_locks(c)?;
                             }
-                            Ok(()) => o.locks = own_table_locks(c)?,
                         }
                     }
                 }
             }
         }
         c.batch_execute("ROLLBACK TO SAVEPOINT rollsafe_replay")?;
+        if o.sqlstate.as_deref() == Some(INSUFFICIENT_PRIVILEGE) {
+            let message = o
+                .failure
+                .as_ref()
+                .map_or("", |(_, m)| m.as_str())
+                .to_string();
+            o.denied = Some(explain_denial(c, &st.sql, &message));
+        }
         out.push(o);
     }
-    c.batch_execute("ROLLBACK; DEALLOCATE ALL")?;
+    c.batch_execute("ROLLBACK")?;
     Ok(out)
 }
 
@@ -296,5 +480,27 @@ mod tests {
             assert_ne!(generated_value(t), "NULL", "{t}");
         }
         assert_eq!(generated_value("tsvector"), "NULL");
+    }
+
+    #[test]
+    fn a_denial_names_the_object_and_the_privileges_a_statement_needs() {
+        assert_eq!(
+            denied_object("permission denied for table orders"),
+            Some(("table".into(), "orders".into()))
+        );
+        assert_eq!(
+            denied_object("new row violates row-level security policy for table \"notes\""),
+            Some(("table".into(), "notes".into()))
+        );
+        assert_eq!(denied_object("must be owner of relation"), None);
+        assert_eq!(
+            privileges_needed("INSERT INTO t (a) VALUES ($1)"),
+            ["INSERT"]
+        );
+        assert_eq!(
+            privileges_needed("UPDATE t SET a = 1 WHERE id = $1"),
+            ["SELECT", "UPDATE"]
+        );
+        assert_eq!(privileges_needed("SELECT a FROM t"), ["SELECT"]);
     }
 }

@@ -49,8 +49,15 @@ pub fn generate_only(c: &mut Client, rows: u64) -> anyhow::Result<Seeded> {
     Ok(out)
 }
 
-/// Seeds `rows` rows split between `live` apps.
-pub fn seed(c: &mut Client, live: &[&AppVersion], rows: u64) -> anyhow::Result<Seeded> {
+/// Seeds `rows` rows split between `live` apps: the bulk seeds on `c`, the
+/// rows each app writes through its driver on a connection of that app's
+/// own (`connect_as`: its role's GRANTs and row-level security apply).
+pub fn seed(
+    c: &mut Client,
+    live: &[&AppVersion],
+    rows: u64,
+    connect_as: &dyn Fn(&AppVersion) -> Result<Client, crate::db::ConnectError>,
+) -> anyhow::Result<Seeded> {
     let mut out = Seeded::default();
     if live.is_empty() {
         return Ok(out);
@@ -80,8 +87,10 @@ pub fn seed(c: &mut Client, live: &[&AppVersion], rows: u64) -> anyhow::Result<S
         tx.commit()?;
         let mut through_app = 0;
         if let Some(driver) = &app.driver {
+            let mut own = connect_as(app)?;
             for k in 0..ROWS_THROUGH_APP {
-                if let Err(e) = driver.create_complete(c, &format!("seed_{}_{k}", app.name)) {
+                if let Err(e) = driver.create_complete(&mut own, &format!("seed_{}_{k}", app.name))
+                {
                     out.failed
                         .push((app.name.clone(), crate::errors::one_line(e.as_ref())));
                     break;

@@ -209,6 +209,53 @@ impl Target {
         Ok(out)
     }
 
+    /// The roles the target's schema grants to, names in a policy or in its
+    /// default privileges (never PUBLIC), with the attributes the sandbox copies: (name, can log in,
+    /// inherits). Nothing else of a role is read: not its password, and
+    /// not SUPERUSER, BYPASSRLS or REPLICATION, which a stand-in never gets.
+    pub(crate) fn roles(&self) -> Result<Vec<(String, bool, bool)>, VerifyError> {
+        let fail = |e: postgres::Error| {
+            VerifyError::Target(db::scrub(
+                &format!(
+                    "listing the roles the target's GRANTs name: {}",
+                    crate::errors::one_line(&e)
+                ),
+                &self.url,
+            ))
+        };
+        let mut c = db::connect(&self.url)
+            .map_err(|e| VerifyError::Target(db::scrub(&e.to_string(), &self.url)))?;
+        let rows = c
+            .query(
+                "WITH user_ns AS (
+                   SELECT oid FROM pg_namespace
+                    WHERE nspname NOT IN ('pg_catalog', 'information_schema')
+                      AND nspname NOT LIKE 'pg_toast%' AND nspname NOT LIKE 'pg_temp%'
+                 ), grantees AS (
+                   SELECT (aclexplode(relacl)).grantee AS g FROM pg_class
+                    WHERE relnamespace IN (SELECT oid FROM user_ns) AND relacl IS NOT NULL
+                   UNION SELECT (aclexplode(nspacl)).grantee FROM pg_namespace
+                    WHERE oid IN (SELECT oid FROM user_ns) AND nspacl IS NOT NULL
+                   UNION SELECT (aclexplode(proacl)).grantee FROM pg_proc
+                    WHERE pronamespace IN (SELECT oid FROM user_ns) AND proacl IS NOT NULL
+                   UNION SELECT (aclexplode(typacl)).grantee FROM pg_type
+                    WHERE typnamespace IN (SELECT oid FROM user_ns) AND typacl IS NOT NULL
+                   UNION SELECT unnest(polroles) FROM pg_policy
+                   UNION SELECT defaclrole FROM pg_default_acl
+                   UNION SELECT (aclexplode(defaclacl)).grantee FROM pg_default_acl
+                 )
+                 SELECT r.rolname::text, r.rolcanlogin, r.rolinherit
+                   FROM pg_roles r JOIN grantees ON grantees.g = r.oid
+                  ORDER BY 1",
+                &[],
+            )
+            .map_err(fail)?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect())
+    }
+
     /// Writes the target's history rows into the database `c` is on (its
     /// history table came with the schema).
     pub(crate) fn copy_history(&self, c: &mut Client) -> Result<(), postgres::Error> {

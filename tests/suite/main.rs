@@ -12,6 +12,7 @@ mod generate;
 mod migrate;
 mod no_transaction;
 mod project;
+mod roles;
 mod sandbox;
 mod schemas;
 mod target;
@@ -42,6 +43,7 @@ fn main() {
     trials.extend(untrusted::tests(&env));
     trials.extend(cleanup::tests(&env));
     trials.extend(schemas::tests(&env));
+    trials.extend(roles::tests(&env));
     trials.retain(|t| common::in_scope(t.name()));
     let conclusion = libtest_mimic::run(&args, trials);
     common::print_slowest(10);

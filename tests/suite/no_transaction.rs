@@ -874,7 +874,7 @@ fn rehearsal_applies_a_no_transaction_file_statement_by_statement(
     let sql = "-- rollsafe:no-transaction\n\
                CREATE INDEX CONCURRENTLY IF NOT EXISTS items_a ON items (a);\n\
                ALTER TABLE items ADD COLUMN IF NOT EXISTS c int;\n";
-    let in_tx = rehearsal::apply_measured(db.url(), sql, None, End::Commit)?;
+    let in_tx = rehearsal::apply_measured(db.url(), db.url(), sql, None, End::Commit)?;
     ensure!(
         in_tx
             .error
@@ -883,8 +883,12 @@ fn rehearsal_applies_a_no_transaction_file_statement_by_statement(
         "the transactional apply should fail: {:?}",
         in_tx.error
     );
-    let applied =
-        rehearsal::apply_measured_no_transaction(db.url(), sql, Some(Duration::from_millis(500)))?;
+    let applied = rehearsal::apply_measured_no_transaction(
+        db.url(),
+        db.url(),
+        sql,
+        Some(Duration::from_millis(500)),
+    )?;
     ensure!(applied.ok(), "{:?}", applied.error);
     ensure!(
         applied.statements.len() == 2 && applied.statements[1].line == 3,
@@ -902,7 +906,7 @@ fn rehearsal_applies_a_no_transaction_file_statement_by_statement(
         "items_a missing or invalid"
     );
     // A second run is a no-op that succeeds (the file is re-runnable).
-    let again = rehearsal::apply_measured_no_transaction(db.url(), sql, None)?;
+    let again = rehearsal::apply_measured_no_transaction(db.url(), db.url(), sql, None)?;
     ensure!(
         again.ok() && again.statements.iter().all(|s| s.built_indexes.is_empty()),
         "{:?}",

@@ -164,6 +164,15 @@ const ROWS: &[Row] = &[
         ],
         verdict: Verdict::Passes,
     },
+    Row {
+        name: "trusted_extension_and_own_schema_pass_as_the_owner_role",
+        project: Project::Alone,
+        migrations: &[
+            "CREATE TABLE notes (id bigint NOT NULL, body text);",
+            "CREATE SCHEMA audit;\nCREATE TABLE audit.events (id bigint NOT NULL, at timestamptz NOT NULL DEFAULT now());\nCREATE EXTENSION IF NOT EXISTS pgcrypto;",
+        ],
+        verdict: Verdict::Passes,
+    },
 ];
 
 pub fn tests(env: &Arc<TestEnv>) -> Vec<Trial> {

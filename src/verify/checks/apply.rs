@@ -9,6 +9,8 @@
 //! "A second run is a no-op" runs `rollsafe migrate` up to the migration
 //! twice: the second run applies nothing and changes nothing.
 
+use std::time::Duration;
+
 use crate::report::{Finding, Severity};
 use crate::verify::rehearsal::Applied;
 
@@ -33,13 +35,119 @@ pub fn nothing_rehearsed(since: i32) -> Finding {
     .advice("pass the version before the first migration you want judged")
 }
 
+/// The findings that say a migration did not apply on an empty database
+/// (its later measurements are then moot).
+pub const FAILS_ON_EMPTY: [&str; 3] = [
+    "apply.fails-on-empty",
+    "apply.needs-superuser",
+    "apply.statement-timeout",
+];
+
+/// SQLSTATE 42501 insufficient_privilege.
+const INSUFFICIENT_PRIVILEGE: &str = "42501";
+/// SQLSTATE 57014 query_canceled: the statement timeout, or rollsafe's
+/// watchdog when the migration turned the timeout off.
+const QUERY_CANCELED: &str = "57014";
+
+/// What a statement refused for want of privilege needed, from the
+/// server's message: the predefined role or superuser power a migrator
+/// that is not a superuser lacks.
+fn what_it_needed(message: &str) -> &'static str {
+    let m = message.to_lowercase();
+    if m.contains("program") {
+        "pg_execute_server_program (COPY … PROGRAM runs a command on the database server's machine)"
+    } else if m.contains("to a file") || m.contains("pg_write_server_files") {
+        "pg_write_server_files (COPY … TO a file writes on the database server's machine)"
+    } else if m.contains("from a file")
+        || m.contains("pg_read_server_files")
+        || m.contains("pg_read_file")
+        || m.contains("pg_read_binary_file")
+        || m.contains("pg_ls_dir")
+        || m.contains("pg_stat_file")
+    {
+        "pg_read_server_files (reads files on the database server's machine)"
+    } else if m.contains("alter system") {
+        "superuser (ALTER SYSTEM changes the server's configuration)"
+    } else if m.contains("language") {
+        "superuser (functions in an untrusted language run code in the server's process)"
+    } else if m.contains("extension") {
+        "superuser (an untrusted extension)"
+    } else {
+        "a privilege the database's owner role does not have (superuser, or a grant)"
+    }
+}
+
+/// A migration's failure that is not the SQL's fault but the rehearsal's
+/// rules: it needed more than the owner role has (`apply.needs-superuser`)
+/// or ran past the statement timeout (`apply.statement-timeout`). None for
+/// any other failure.
+fn refused(v: i32, applied: &Applied, error: &str, statement_timeout: Duration) -> Option<Finding> {
+    let at = applied.failed_statement.and_then(|i| applied.location(i));
+    let statement = applied
+        .failed_statement
+        .map_or("the migration".to_string(), |i| applied.where_(i));
+    match applied.sqlstate.as_deref() {
+        Some(INSUFFICIENT_PRIVILEGE) => {
+            let needed = what_it_needed(error);
+            Some(
+                Finding::new(
+                    CHECK,
+                    "needs-superuser",
+                    Severity::Error,
+                    Some(v),
+                    format!(
+                        "{statement} needs {needed}, which the migrator role (the databases' owner, not a superuser) does not have: {error}"
+                    ),
+                )
+                .at(at)
+                .evidence("sqlstate", INSUFFICIENT_PRIVILEGE)
+                .evidence("needed", needed)
+                .advice("a managed database's owner role cannot run it either: have a DBA run it by hand, outside the migrations, or, if your production migrator really is a superuser, rehearse with --migrator-superuser"),
+            )
+        }
+        Some(QUERY_CANCELED) => Some(
+            Finding::new(
+                CHECK,
+                "statement-timeout",
+                Severity::Error,
+                Some(v),
+                format!(
+                    "{statement} ran longer than the rehearsal's statement timeout ({}) and was cancelled: {error}",
+                    humantime::format_duration(statement_timeout)
+                ),
+            )
+            .at(at)
+            .evidence("sqlstate", QUERY_CANCELED)
+            .evidence("statement_timeout_ms", statement_timeout.as_millis() as u64)
+            .advice("a statement this slow on the rehearsal's rows holds its locks for longer in production: batch the work (-- rollsafe:batched-update), or raise --statement-timeout if it is expected"),
+        ),
+        _ => None,
+    }
+}
+
 pub fn evaluate(
     v: i32,
     on_empty: &Applied,
     on_seeded: Option<(&Applied, i64)>,
     failure_trace: &[String],
+    statement_timeout: Duration,
 ) -> Vec<Finding> {
     let mut out = Vec::new();
+    if let Some(f) = on_empty
+        .error
+        .as_deref()
+        .and_then(|e| refused(v, on_empty, e, statement_timeout))
+    {
+        return vec![f];
+    }
+    if let Some(f) = on_seeded.and_then(|(seeded, _)| {
+        seeded
+            .error
+            .as_deref()
+            .and_then(|e| refused(v, seeded, e, statement_timeout))
+    }) {
+        return vec![f];
+    }
     if let Some(e) = &on_empty.error {
         out.push(
             Finding::new(CHECK, "fails-on-empty", Severity::Error, Some(v), format!("fails on an empty database: {e}"))
@@ -264,13 +372,52 @@ mod tests {
             sqlstate: Some("23502".into()),
             ..Applied::default()
         };
-        let f = evaluate(3, &ok, Some((&failed, 2000)), &[]);
+        let f = evaluate(3, &ok, Some((&failed, 2000)), &[], Duration::from_secs(60));
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].id, "apply.fails-on-seeded");
         assert_eq!(f[0].severity, Severity::Error);
         assert!(f[0].message.contains("2000 rows"));
-        let f = evaluate(3, &ok, Some((&ok, 2000)), &[]);
+        let f = evaluate(3, &ok, Some((&ok, 2000)), &[], Duration::from_secs(60));
         assert_eq!(f[0].severity, Severity::Info);
+    }
+
+    #[test]
+    fn privilege_and_timeout_failures_name_what_they_needed() {
+        let copy = Applied {
+            error: Some("line 2: permission denied to COPY to or from an external program".into()),
+            sqlstate: Some("42501".into()),
+            ..Applied::default()
+        };
+        let f = evaluate(4, &copy, None, &[], Duration::from_secs(60));
+        assert_eq!(f.len(), 1);
+        assert_eq!(
+            (f[0].id.as_str(), f[0].severity),
+            ("apply.needs-superuser", Severity::Error)
+        );
+        assert!(
+            f[0].message.contains("pg_execute_server_program"),
+            "{}",
+            f[0].message
+        );
+        assert!(f[0].advice.contains("--migrator-superuser"));
+        let slow = Applied {
+            error: Some("canceling statement due to statement timeout".into()),
+            sqlstate: Some("57014".into()),
+            ..Applied::default()
+        };
+        let f = evaluate(
+            4,
+            &Applied::default(),
+            Some((&slow, 10)),
+            &[],
+            Duration::from_secs(3),
+        );
+        assert_eq!(f[0].id, "apply.statement-timeout");
+        assert!(
+            f[0].message.contains("statement timeout (3s)"),
+            "{}",
+            f[0].message
+        );
     }
 
     #[test]

@@ -89,6 +89,28 @@ pub struct Visible {
     pub sampled: usize,
     /// Why nothing could be listed, when nothing was.
     pub not_listed: Option<String>,
+    /// Tables with row-level security enabled when the readers read
+    /// (qualified names): an app role without a policy sees none of their
+    /// rows.
+    pub row_security: Vec<String>,
+}
+
+/// Why rows went missing, when row-level security was enabled on a table
+/// by the migration: for a role that does not own it (or under FORCE), no
+/// policy means no rows.
+fn rls_note(missing: usize, before: &[String], after: &[String]) -> String {
+    let enabled: Vec<&str> = after
+        .iter()
+        .filter(|t| !before.contains(t))
+        .map(String::as_str)
+        .collect();
+    if missing == 0 || enabled.is_empty() {
+        return String::new();
+    }
+    format!(
+        " (row-level security was enabled on {}: without a policy for the app's role its readers see no rows; add one with CREATE POLICY in the same migration)",
+        enabled.join(", ")
+    )
 }
 
 /// Compares what the readers saw before and after migration `v`.
@@ -152,7 +174,11 @@ pub fn compare_readers(
                     name,
                     Severity::Error,
                     Some(v),
-                    format!("{what}: {missing} of {} rows missing, {extra} unexpected", expected.len()),
+                    format!(
+                        "{what}: {missing} of {} rows missing, {extra} unexpected{}",
+                        expected.len(),
+                        rls_note(missing, &before.row_security, &after.row_security)
+                    ),
                 )
                 .evidence("app", app)
                 .evidence("expected_rows", expected.len())

@@ -35,6 +35,10 @@ pub fn replay_findings(
 ) -> Vec<Finding> {
     let mut out = Vec::new();
     for o in outcomes {
+        if let (Some(denied), Some((_, msg))) = (&o.denied, &o.failure) {
+            out.push(permission_denied(v, app, schema, &o.statement, denied, msg));
+            continue;
+        }
         if let Some((step, msg)) = &o.failure {
             out.push(
                 Finding::new(
@@ -78,6 +82,67 @@ pub fn replay_findings(
         );
     }
     out
+}
+
+/// An app's statement refused for want of a privilege (SQLSTATE 42501), as
+/// its own role ran it: a GRANT the migrations do not give, or row-level
+/// security refusing the row. Production's app would fail the same way.
+pub fn permission_denied(
+    v: i32,
+    app: &AppVersion,
+    schema: i32,
+    statement: &str,
+    denied: &crate::verify::replay::Denied,
+    message: &str,
+) -> Finding {
+    let table = if denied.table.is_empty() {
+        "a table".to_string()
+    } else {
+        denied.table.clone()
+    };
+    let lacking = if denied.privileges.is_empty() {
+        "a privilege it needs".to_string()
+    } else {
+        denied.privileges.join(", ")
+    };
+    let (what, advice) = if denied.row_security && denied.privileges.is_empty() {
+        (
+            format!(
+                "row-level security on {table} refuses its rows to role {} ({message}): RLS is enabled and no policy lets this role do what the statement does",
+                denied.role
+            ),
+            format!(
+                "add a policy for the app's role in the migration that enables row-level security (CREATE POLICY … ON {table} TO {} USING (…) WITH CHECK (…)), or enable it only once the policies exist",
+                denied.role
+            ),
+        )
+    } else {
+        (
+            format!("role {} lacks {lacking} on {table} ({message})", denied.role),
+            format!(
+                "grant it in the migration that creates or changes {table} (GRANT {lacking} ON {table} TO {}); the app connects as that role in production",
+                denied.role
+            ),
+        )
+    };
+    Finding::new(
+        CHECK,
+        "permission-denied",
+        Severity::Error,
+        Some(v),
+        format!(
+            "the {} app's `{statement}` is refused on V{schema}: {what}",
+            app.name
+        ),
+    )
+    .evidence("app", app.name.clone())
+    .evidence("statement", statement.to_string())
+    .evidence("role", denied.role.clone())
+    .evidence("table", denied.table.clone())
+    .evidence("privileges", denied.privileges.join(", "))
+    .evidence("row_security", denied.row_security)
+    .evidence("schema_version", schema)
+    .advice(advice)
 }
 
 /// Findings for the types a live app's statements return and bind: what
@@ -237,11 +302,12 @@ fn fail(v: i32, name: &str, sev: Severity, msg: String, advice: &str) -> Finding
 /// outright is an error finding too.
 pub fn cross_version(
     v: i32,
-    c: &mut Client,
+    c_old: &mut Client,
+    c_new: &mut Client,
     older: &AppVersion,
     newer: &AppVersion,
 ) -> Vec<Finding> {
-    cross_version_scenario(v, c, older, newer).unwrap_or_else(|e| {
+    cross_version_scenario(v, c_old, c_new, older, newer).unwrap_or_else(|e| {
         vec![Finding::new(
             CHECK,
             "cross-version-fails",
@@ -260,9 +326,12 @@ pub fn cross_version(
     })
 }
 
+/// Each app acts on its own connection (`co`: the older app's, `cn`: the
+/// newer one's), as its own role.
 fn cross_version_scenario(
     v: i32,
-    c: &mut Client,
+    co: &mut Client,
+    cn: &mut Client,
     older: &AppVersion,
     newer: &AppVersion,
 ) -> anyhow::Result<Vec<Finding>> {
@@ -284,7 +353,7 @@ fn cross_version_scenario(
 
     // Rows the older app writes during the rollout.
     let label = format!("{o}_during_rollout");
-    match old.create_complete(c, &label) {
+    match old.create_complete(co, &label) {
         Err(e) => out.push(fail(
             v,
             "old-app-cannot-write",
@@ -296,7 +365,7 @@ fn cross_version_scenario(
             "the older app keeps running during the rollout; its writes must still succeed",
         )),
         Ok(id) => {
-            if new.sees(c, id)? {
+            if new.sees(cn, id)? {
                 ok.push(format!(
                     "rows the {o} app writes are visible to the {n} app"
                 ));
@@ -317,8 +386,8 @@ fn cross_version_scenario(
 
     // The newer app's creations in flight.
     let label = format!("{n}_in_flight");
-    if let Some(id) = new.begin_create(c, &label)? {
-        if new.sees(c, id)? {
+    if let Some(id) = new.begin_create(cn, &label)? {
+        if new.sees(cn, id)? {
             out.push(
                 fail(
                     v,
@@ -332,7 +401,7 @@ fn cross_version_scenario(
         } else {
             ok.push(format!("not-ready rows are invisible to the {n} app"));
         }
-        if old.sees(c, id)? {
+        if old.sees(co, id)? {
             out.push(
                 fail(
                     v,
@@ -349,10 +418,10 @@ fn cross_version_scenario(
     // Rolling the app back: the older app reads the newer app's rows and
     // still writes.
     let label = format!("{n}_before_rollback");
-    let id = new.create_complete(c, &label)?;
-    let reads = old.sees(c, id)?;
+    let id = new.create_complete(cn, &label)?;
+    let reads = old.sees(co, id)?;
     let label = format!("{o}_after_rollback");
-    let writes = old.create_complete(c, &label);
+    let writes = old.create_complete(co, &label);
     if !reads || writes.is_err() {
         out.push(fail(
             v,

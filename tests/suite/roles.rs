@@ -1,0 +1,484 @@
+//! Who runs what in a rehearsal (issues 19 and 22): migrations as a role
+//! that owns the databases and is not a superuser, apps as their own
+//! roles, one statement per app entry, every statement under a timeout.
+//! Each hazard is an error with its evidence; each safe counterpart passes
+//! with zero errors.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context};
+use rollsafe::catalog::Catalog;
+use rollsafe::report::{Report, Severity};
+use rollsafe::verify::{apps, Verify};
+
+use crate::common::{rollsafe_bin, TestEnv};
+
+pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
+    crate::trials!(
+        "roles",
+        env,
+        [
+            copy_to_program_in_a_migration_runs_nothing_and_needs_superuser,
+            a_table_the_apps_role_was_not_granted_is_permission_denied,
+            the_same_table_with_its_grant_passes,
+            row_level_security_without_a_policy_refuses_the_apps_rows,
+            row_level_security_with_a_policy_passes,
+            force_row_level_security_binds_the_owner_role_apps_run_as_by_default,
+            an_app_entry_with_two_statements_is_refused_with_its_line,
+            a_sleeping_migration_is_cut_at_the_statement_timeout,
+        ]
+    )
+}
+
+/// Rows seeded per rehearsal: enough to have rows, quick to write.
+const ROWS: u64 = 200;
+
+fn write(dir: &Path, files: &[(&str, &str)]) -> anyhow::Result<()> {
+    for (path, text) in files {
+        let path = dir.join(path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(path, text)?;
+    }
+    Ok(())
+}
+
+/// A role name no other test (nor a concurrent run on the same server)
+/// uses: roles are cluster-wide.
+fn unique_role(what: &str) -> String {
+    format!(
+        "{what}_{}_{:06x}",
+        std::process::id(),
+        rand::random::<u32>() & 0xff_ffff
+    )
+}
+
+fn described(r: &Report, severity: Severity) -> Vec<String> {
+    r.findings
+        .iter()
+        .filter(|f| f.severity == severity)
+        .map(|f| format!("V{}:{}: {}", f.migration.unwrap_or(0), f.id, f.message))
+        .collect()
+}
+
+fn rehearse(env: &TestEnv, dir: &Path, app_role: Option<&str>) -> anyhow::Result<Report> {
+    let catalog = Catalog::from_dir(&dir.join("migrations"))?;
+    let mut verify = Verify::new(catalog.clone())?
+        .rows(ROWS)
+        .app_role(app_role.map(str::to_string));
+    if dir.join("apps").is_dir() {
+        verify = verify.apps(apps::load_dir(&dir.join("apps"), &catalog)?);
+    }
+    Ok(verify.run(&env.sandbox)?)
+}
+
+fn expect_pass(r: &Report) -> anyhow::Result<()> {
+    ensure!(
+        r.passed && r.errors().count() == 0,
+        "expected no errors, got {:#?}",
+        described(r, Severity::Error)
+    );
+    // Measured, not vacuous: the apps' statements ran on the last version.
+    ensure!(
+        r.findings.iter().any(|f| f.id == "compat.statements-run"),
+        "no app statement was replayed: {:#?}",
+        described(r, Severity::Info)
+    );
+    Ok(())
+}
+
+/// The error `id` on `v`, printed for the report.
+fn expect_error<'r>(
+    r: &'r Report,
+    v: i32,
+    id: &str,
+) -> anyhow::Result<&'r rollsafe::report::Finding> {
+    let f = r
+        .errors()
+        .find(|f| f.migration == Some(v) && f.id == id)
+        .with_context(|| {
+            format!(
+                "no error {id} on V{v}; errors: {:#?}",
+                described(r, Severity::Error)
+            )
+        })?;
+    ensure!(!r.passed, "a report with an error passed");
+    eprintln!("    finding: V{v} {} {}: {}", f.severity, f.id, f.message);
+    Ok(f)
+}
+
+/// The container of a docker sandbox (`docker container 015b6e8c0e2d …`).
+fn container_of(env: &TestEnv) -> Option<String> {
+    let described = env.sandbox.describe();
+    let rest = described.strip_prefix("docker container ")?;
+    rest.split_whitespace().next().map(str::to_string)
+}
+
+/// Whether `path` exists where the suite's server runs: inside its
+/// container (docker), else on this machine (local: the server runs here
+/// as the `postgres` OS user; /tmp is this machine's).
+fn exists_on_server(env: &TestEnv, path: &str) -> anyhow::Result<bool> {
+    match container_of(env) {
+        Some(id) => {
+            let out = Command::new("docker")
+                .args(["exec", &id, "test", "-e", path])
+                .output()
+                .context("docker exec")?;
+            Ok(out.status.success())
+        }
+        None => Ok(Path::new(path).exists()),
+    }
+}
+
+fn remove_on_server(env: &TestEnv, path: &str) {
+    match container_of(env) {
+        Some(id) => {
+            let _ = Command::new("docker")
+                .args(["exec", &id, "rm", "-f", path])
+                .output();
+        }
+        None => {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+fn run_verify(env: &TestEnv, dir: &Path, extra: &[&str]) -> anyhow::Result<(i32, String, String)> {
+    let out = Command::new(rollsafe_bin())
+        .args(["verify", "--postgres", env.sandbox.admin_url(), "--rows"])
+        .arg(ROWS.to_string())
+        .args(extra)
+        .current_dir(dir)
+        .env_remove("ROLLSAFE_POSTGRES")
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .output()?;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+/// `COPY … TO PROGRAM` runs a command on the database server's machine
+/// when its session is a superuser's. As the migrator role it is refused:
+/// no file appears (on this machine for the local backend, inside the
+/// container for docker), and verify exits 1 with `apply.needs-superuser`
+/// naming the statement. The control, `--migrator-superuser`, does run it:
+/// the check would see the file if the command ran.
+fn copy_to_program_in_a_migration_runs_nothing_and_needs_superuser(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let pwned = format!(
+        "/tmp/rollsafe-pwned-{}-{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    );
+    write(
+        dir.path(),
+        &[
+            (
+                "migrations/V1__notes.sql",
+                "CREATE TABLE notes (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, body text NOT NULL);\n",
+            ),
+            (
+                "migrations/V2__pwn.sql",
+                &format!(
+                    "ALTER TABLE notes ADD COLUMN seen boolean;\nCOPY (SELECT 1) TO PROGRAM 'touch {pwned}';\n"
+                ),
+            ),
+        ],
+    )?;
+    let migrations = dir.path().join("migrations");
+    let migrations = migrations.to_str().context("path")?;
+    let (code, stdout, stderr) = run_verify(env, dir.path(), &["--migrations", migrations])?;
+    for line in stdout.lines().filter(|l| l.contains("needs-superuser")) {
+        eprintln!("    verify: {line}");
+    }
+    ensure!(code == 1, "exit {code}: {stderr}{stdout}");
+    ensure!(
+        stdout.contains("apply.needs-superuser")
+            && stdout.contains("pg_execute_server_program")
+            && stdout.contains("V2__pwn.sql:2"),
+        "no needs-superuser finding naming the statement: {stdout}"
+    );
+    ensure!(
+        !exists_on_server(env, &pwned)? && !Path::new(&pwned).exists(),
+        "{pwned} exists: the program ran"
+    );
+
+    // The control: a superuser migrator runs the program (the rehearsal's
+    // own sandbox is where it lands: a docker container, or the local
+    // server's OS user on this machine).
+    let (code, stdout, stderr) = run_verify(
+        env,
+        dir.path(),
+        &["--migrations", migrations, "--migrator-superuser"],
+    )?;
+    let ran = exists_on_server(env, &pwned)?;
+    remove_on_server(env, &pwned);
+    ensure!(
+        ran,
+        "with --migrator-superuser the program did not run (exit {code}): the check above could not have seen it; {stderr}{stdout}"
+    );
+    ensure!(
+        !stdout.contains("apply.needs-superuser"),
+        "a superuser migrator was refused: {stdout}"
+    );
+    Ok(())
+}
+
+/// A project whose app (`-- role:`) reads and writes notes from V1 and,
+/// from V2, tags; `tags_grant` is V2's GRANT (empty: none).
+fn grants_project(dir: &Path, role: &str, tags_grant: &str) -> anyhow::Result<()> {
+    write(
+        dir,
+        &[
+            (
+                "migrations/V1__notes.sql",
+                &format!(
+                    "CREATE TABLE notes (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, body text NOT NULL);\n\
+                     GRANT SELECT, INSERT ON notes TO {role};\n"
+                ),
+            ),
+            (
+                "migrations/V2__tags.sql",
+                &format!(
+                    "CREATE TABLE tags (note_id bigint NOT NULL REFERENCES notes, tag text NOT NULL);\n{tags_grant}"
+                ),
+            ),
+            (
+                "apps/notes_v1.sql",
+                &format!(
+                    "-- app: notes_v1\n-- needs: 1\n-- role: {role}\n\n\
+                     -- name: list_notes\nSELECT id, body FROM notes ORDER BY id LIMIT 10;\n\n\
+                     -- name: add_note\n-- kind: write\nINSERT INTO notes (body) VALUES ($1) RETURNING id;\n"
+                ),
+            ),
+            (
+                "apps/notes_v1.seed.sql",
+                "INSERT INTO notes (body) SELECT 'note ' || g FROM generate_series(1, {rows}) g;\n",
+            ),
+            (
+                "apps/notes_v2.sql",
+                &format!(
+                    "-- app: notes_v2\n-- needs: 2\n-- role: {role}\n\n\
+                     -- name: list_notes\nSELECT id, body FROM notes ORDER BY id LIMIT 10;\n\n\
+                     -- name: tag_note\n-- kind: write\n-- param: $1 = (SELECT min(id) FROM notes)\n\
+                     INSERT INTO tags (note_id, tag) VALUES ($1, $2);\n"
+                ),
+            ),
+        ],
+    )
+}
+
+/// V2 creates a table the app's role was never granted: production's app
+/// fails on its first write there, so verify must too.
+fn a_table_the_apps_role_was_not_granted_is_permission_denied(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let role = unique_role("notes_app");
+    grants_project(dir.path(), &role, "")?;
+    let r = rehearse(env, dir.path(), None)?;
+    let f = expect_error(&r, 2, "compat.permission-denied")?;
+    ensure!(
+        f.message.contains("notes_v2")
+            && f.message.contains("tag_note")
+            && f.message.contains("public.tags")
+            && f.message.contains("INSERT")
+            && f.message.contains(&role),
+        "{}",
+        f.message
+    );
+    ensure!(f.evidence["privileges"] == "INSERT", "{:?}", f.evidence);
+    Ok(())
+}
+
+fn the_same_table_with_its_grant_passes(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let role = unique_role("notes_app");
+    grants_project(
+        dir.path(),
+        &role,
+        &format!("GRANT SELECT, INSERT ON tags TO {role};\n"),
+    )?;
+    let r = rehearse(env, dir.path(), None)?;
+    expect_pass(&r)
+}
+
+/// A project whose app writes notes as `role` (`-- role:`, or none: the
+/// migrator's role); V2 is `v2`.
+fn rls_project(dir: &Path, role: Option<&str>, v2: &str) -> anyhow::Result<()> {
+    let grant = role.map_or(String::new(), |r| {
+        format!("GRANT SELECT, INSERT ON notes TO {r};\n")
+    });
+    let declared = role.map_or(String::new(), |r| format!("-- role: {r}\n"));
+    write(
+        dir,
+        &[
+            (
+                "migrations/V1__notes.sql",
+                &format!(
+                    "CREATE TABLE notes (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, body text NOT NULL);\n{grant}"
+                ),
+            ),
+            ("migrations/V2__rls.sql", v2),
+            (
+                "apps/notes.sql",
+                &format!(
+                    "-- app: notes\n-- needs: 1\n{declared}\n\
+                     -- name: list_notes\nSELECT id, body FROM notes ORDER BY id LIMIT 10;\n\n\
+                     -- name: add_note\n-- kind: write\nINSERT INTO notes (body) VALUES ($1) RETURNING id;\n"
+                ),
+            ),
+            (
+                "apps/notes.seed.sql",
+                "INSERT INTO notes (body) SELECT 'note ' || g FROM generate_series(1, {rows}) g;\n",
+            ),
+        ],
+    )
+}
+
+/// ENABLE ROW LEVEL SECURITY without a policy is default deny for every
+/// role but the owner: the app's writes fail, and the error names RLS.
+fn row_level_security_without_a_policy_refuses_the_apps_rows(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let role = unique_role("notes_rls");
+    rls_project(
+        dir.path(),
+        Some(&role),
+        "ALTER TABLE notes ENABLE ROW LEVEL SECURITY;\n",
+    )?;
+    let r = rehearse(env, dir.path(), None)?;
+    let f = expect_error(&r, 2, "compat.permission-denied")?;
+    ensure!(
+        f.message.contains("row-level security on public.notes")
+            && f.message.contains("add_note")
+            && f.evidence["row_security"] == true,
+        "{}",
+        f.message
+    );
+    Ok(())
+}
+
+fn row_level_security_with_a_policy_passes(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let role = unique_role("notes_rls");
+    rls_project(
+        dir.path(),
+        Some(&role),
+        &format!(
+            "ALTER TABLE notes ENABLE ROW LEVEL SECURITY;\n\
+             CREATE POLICY notes_app ON notes TO {role} USING (true) WITH CHECK (true);\n"
+        ),
+    )?;
+    let r = rehearse(env, dir.path(), None)?;
+    expect_pass(&r)
+}
+
+/// Without a declared role the app runs as the migrator, the owner of the
+/// table: ENABLE alone does not bind an owner, FORCE does, as in a
+/// one-role production. A superuser session would bypass both.
+fn force_row_level_security_binds_the_owner_role_apps_run_as_by_default(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    rls_project(
+        dir.path(),
+        None,
+        "ALTER TABLE notes ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;\n",
+    )?;
+    let r = rehearse(env, dir.path(), None)?;
+    let f = expect_error(&r, 2, "compat.permission-denied")?;
+    ensure!(f.message.contains("row-level security"), "{}", f.message);
+
+    let dir = tempfile::tempdir()?;
+    rls_project(
+        dir.path(),
+        None,
+        "ALTER TABLE notes ENABLE ROW LEVEL SECURITY;\n",
+    )?;
+    let r = rehearse(env, dir.path(), None)?;
+    expect_pass(&r)
+}
+
+/// An entry that holds a second statement (`SELECT 1; COPY … PROGRAM`) is
+/// refused when the file is read: exit 2 naming the file and the line of
+/// the second statement, before any database is touched.
+fn an_app_entry_with_two_statements_is_refused_with_its_line(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let pwned = format!("/tmp/rollsafe-pwned-app-{:08x}", rand::random::<u32>());
+    write(
+        dir.path(),
+        &[
+            ("migrations/V1__notes.sql", "CREATE TABLE notes (id int);\n"),
+            (
+                "apps/notes.sql",
+                &format!(
+                    "-- app: notes\n-- needs: 1\n\n-- name: list\nSELECT id FROM notes;\n\n\
+                     -- name: sneaky\nSELECT 1;\nCOPY (SELECT 1) TO PROGRAM 'touch {pwned}';\n"
+                ),
+            ),
+        ],
+    )?;
+    let (code, stdout, stderr) = run_verify(
+        env,
+        dir.path(),
+        &["--migrations", "migrations", "--apps", "apps"],
+    )?;
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("rollsafe: error:"))
+        .unwrap_or_default();
+    eprintln!("    stderr: {line}");
+    ensure!(code == 2, "exit {code}: {stderr}{stdout}");
+    ensure!(
+        line.contains("apps/notes.sql:9: statement `sneaky` holds more than one SQL statement"),
+        "{stderr}"
+    );
+    ensure!(!exists_on_server(env, &pwned)?, "{pwned} exists");
+    Ok(())
+}
+
+/// A migration that sleeps for an hour is cut at the statement timeout and
+/// reported, also when it turns the timeout off for its own session (the
+/// watchdog cancels it): the run ends promptly.
+fn a_sleeping_migration_is_cut_at_the_statement_timeout(env: &TestEnv) -> anyhow::Result<()> {
+    for (case, sleep) in [
+        ("sleeps", "SELECT pg_sleep(3600);\n"),
+        (
+            "turns the timeout off and sleeps",
+            "SET statement_timeout = 0;\nSELECT pg_sleep(3600);\n",
+        ),
+    ] {
+        let dir = tempfile::tempdir()?;
+        write(
+            dir.path(),
+            &[
+                ("migrations/V1__notes.sql", "CREATE TABLE notes (id int);\n"),
+                ("migrations/V2__sleep.sql", sleep),
+            ],
+        )?;
+        let started = Instant::now();
+        let catalog = Catalog::from_dir(&dir.path().join("migrations"))?;
+        let r = Verify::new(catalog)?
+            .rows(ROWS)
+            .statement_timeout(Duration::from_secs(2))
+            .run(&env.sandbox)?;
+        let took = started.elapsed();
+        eprintln!("    {case}: run ended in {took:.1?}");
+        let f = expect_error(&r, 2, "apply.statement-timeout")?;
+        ensure!(
+            f.message.contains("statement timeout (2s)") && f.message.contains("pg_sleep"),
+            "{}",
+            f.message
+        );
+        // An hour-long sleep, cut at 2 s (+ the watchdog's grace) in each
+        // of the few scenarios that run it.
+        ensure!(took < Duration::from_secs(120), "{case}: took {took:?}");
+    }
+    Ok(())
+}
