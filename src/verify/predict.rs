@@ -200,9 +200,17 @@ pub fn holds(at_zero: &Applied, at_n: &Applied, needs: &Needs, sizes: &Sizes) ->
                 }
             }
             // Nothing under it grows with a table: its hold is what was
-            // measured, at any size.
+            // measured, at any size. The empty database's apply measured
+            // the same work, so the shorter of the two is its cost: a busy
+            // machine only ever adds time, and a hold that is really long
+            // (a sleep, a slow function) is long in both.
             let predicted = if drivers.is_empty() {
-                at_n.held_from(s)
+                let at_n_hold = at_n.held_from(s);
+                if at_zero.statements.len() == n && at_zero.held > Duration::ZERO {
+                    at_n_hold.min(at_zero.held_from(s))
+                } else {
+                    at_n_hold
+                }
             } else {
                 per_statement[s..].iter().map(|(d, _)| *d).sum::<Duration>() + commit
             };

