@@ -202,10 +202,15 @@ fn killed_run_is_reaped(backend: &str, builder: SandboxBuilder) -> anyhow::Resul
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    ensure!(
-        !left(&held, pid)?.is_empty(),
-        "a SIGKILLed run leaves its sandbox ({held:?})"
-    );
+    // `held` was read while the run was alive, so the sandbox existed when
+    // it was killed. In the parallel suite another test's sandbox start may
+    // already have removed it (reaping is what is tested): then the start
+    // below must still leave nothing.
+    if left(&held, pid)?.is_empty() {
+        eprintln!(
+            "    {backend}: the killed run's sandbox was already removed by a concurrent start"
+        );
+    }
     let next = builder.start()?;
     let left = left(&held, pid)?;
     ensure!(left.is_empty(), "the next start left {left:?}");
