@@ -38,6 +38,7 @@ pub mod lock_modes;
 pub mod predict;
 pub mod rehearsal;
 pub mod replay;
+pub mod sampler;
 pub mod seed;
 pub mod target;
 
@@ -464,7 +465,6 @@ struct Staged {
     trace: Vec<String>,
     /// The live apps' statements replayed on the seeded database (V{prev}).
     live_outcomes: BTreeMap<String, Vec<Outcome>>,
-    tables: Vec<String>,
 }
 
 type MigratorHandle = JoinHandle<Vec<(i32, anyhow::Result<apply::SecondRun>)>>;
@@ -1196,7 +1196,6 @@ impl Run<'_> {
                 at_zero,
                 trace,
                 live_outcomes,
-                tables,
             });
             prev = v;
         }
@@ -1230,7 +1229,6 @@ impl Run<'_> {
                 at_zero,
                 trace,
                 live_outcomes,
-                tables,
                 ..
             } = st;
             let needs = needs_of(&live, &live_outcomes);
@@ -1248,7 +1246,6 @@ impl Run<'_> {
                         rehearsal::Workload::start(
                             applied_db.url(),
                             &live_apps(&live, &live_outcomes),
-                            &tables,
                         ),
                     )?;
                     std::thread::sleep(WORKLOAD_MARGIN);
@@ -1272,6 +1269,11 @@ impl Run<'_> {
                     }
                     let mut at_n = step("applying on a seeded database", at_n)?;
                     at_n.file = self.v.catalog.path_of(m);
+                    if at_n.outside_transaction && workload.counted_in_table_stats {
+                        at_n.work_unmeasured.get_or_insert_with(|| {
+                            "the live apps' sessions could not be left out of the cumulative table statistics (SET track_counts needs a superuser), so the work of statements outside a transaction was not measured apart from theirs".into()
+                        });
+                    }
                     (at_n, Some(workload))
                 }
                 _ => (at_zero.clone(), None),
@@ -1298,6 +1300,7 @@ impl Run<'_> {
             self.ran(locks::CHECK, Some(v));
             self.report.findings.extend(locks::evaluate(
                 v,
+                &at_zero,
                 &at_n,
                 workload.as_ref(),
                 &needs,
