@@ -22,7 +22,9 @@
 //!   (each leaves the same state however often it runs);
 //! - `ALTER TYPE … ADD VALUE IF NOT EXISTS`;
 //! - `COMMENT ON`, `GRANT`, `REVOKE`, `ANALYZE`, `VACUUM`, `REINDEX`,
-//!   `REFRESH MATERIALIZED VIEW`, `SET`, `RESET`;
+//!   `CLUSTER`, `REFRESH MATERIALIZED VIEW`, `SET`, `RESET`;
+//! - a plain `SELECT` (it reads only: no `INTO`, no `FOR UPDATE`/`SHARE`,
+//!   no data-modifying `WITH`; a function it calls is taken to read only);
 //! - everything else (`ADD CONSTRAINT`, `RENAME`, `INSERT`, `UPDATE`, `DO`,
 //!   a statement squawk cannot parse, …) is refused: put it in a
 //!   transactional file, or in a `-- rollsafe:batched-update` directive.
@@ -33,10 +35,22 @@
 //! is dropped with `DROP INDEX CONCURRENTLY` (what GitLab's
 //! `add_concurrent_index` does), so the attempt rebuilds it.
 //!
-//! Not here: the advisory lock, the lock policy loop and the history row
-//! (`migrate`), batched updates (`migrate::backfill`).
+//! [`apply_steps`] is the one way such a file's statements are run, by
+//! `migrate` (under the lock policy) and by `verify` (measured, killed
+//! and rerun, or applied unchecked to a base): each statement on the
+//! caller's connection, committing on its own, the invalid leftover of a
+//! concurrent index build dropped first. A [`StepObserver`] sees each
+//! statement start and end (verify samples its locks meanwhile).
+//!
+//! Not here: the advisory lock and the history row (`migrate`), batched
+//! updates (`migrate::backfill`).
+
+use std::time::{Duration, Instant};
+
+use postgres::Client;
 
 use crate::catalog::Migration;
+use crate::lock_policy::{is_lock_timeout, GaveUp, LockPolicy};
 use crate::sql::{self, Statement};
 
 /// One statement of a no-transaction file, judged re-runnable.
@@ -85,6 +99,150 @@ pub fn plan_steps(m: &Migration) -> Result<Vec<Step>, NotRerunnable> {
             }),
         })
         .collect()
+}
+
+/// Every statement of a no-transaction file's `sql`, unjudged (verify
+/// runs what the file says, re-runnable or not; `migrate` refuses the
+/// file first with [`plan_steps`]).
+pub fn steps(sql: &str) -> Vec<Step> {
+    sql::split(sql)
+        .statements
+        .into_iter()
+        .map(|statement| Step {
+            concurrent_index: judge(&statement).ok().flatten(),
+            statement,
+        })
+        .collect()
+}
+
+/// Sees each statement of [`apply_steps`] run. Every method has a default
+/// that does nothing.
+pub trait StepObserver {
+    /// Before statement `index` (its first attempt), on the connection
+    /// that runs it.
+    fn before(&mut self, _client: &mut Client, _index: usize, _step: &Step) {}
+    /// Before each attempt under a lock policy (`n` from 1).
+    fn attempt(&mut self, _index: usize, _n: u32, _timeout: Duration) {}
+    /// After statement `index` ended (`ok`: it succeeded), with how long
+    /// its last attempt ran; on the same connection.
+    fn after(
+        &mut self,
+        _client: &mut Client,
+        _index: usize,
+        _step: &Step,
+        _ok: bool,
+        _took: Duration,
+    ) {
+    }
+}
+
+/// The observer that watches nothing.
+pub struct Unobserved;
+
+impl StepObserver for Unobserved {}
+
+/// Why [`apply_steps`] stopped.
+#[derive(Debug)]
+pub enum StepError {
+    /// Statement `index` failed.
+    Failed {
+        index: usize,
+        error: postgres::Error,
+    },
+    /// Statement `index` timed out on its locks until the policy's window
+    /// closed.
+    GaveUp {
+        index: usize,
+        gave_up: GaveUp<postgres::Error>,
+    },
+}
+
+impl StepError {
+    pub fn index(&self) -> usize {
+        match self {
+            StepError::Failed { index, .. } | StepError::GaveUp { index, .. } => *index,
+        }
+    }
+
+    /// The server's error (the last attempt's, for a lock timeout).
+    pub fn error(&self) -> &postgres::Error {
+        match self {
+            StepError::Failed { error, .. } => error,
+            StepError::GaveUp { gave_up, .. } => &gave_up.last,
+        }
+    }
+}
+
+/// Runs `steps` in order on `client`, each statement committing on its own,
+/// stopping at the first that fails. Under `lock`, each statement's
+/// attempts set `lock_timeout` as the policy steps it and retry lock
+/// timeouts; without, the session's settings stand. Returns the attempts
+/// made in all.
+pub fn apply_steps(
+    client: &mut Client,
+    steps: &[Step],
+    lock: Option<&LockPolicy>,
+    observer: &mut dyn StepObserver,
+) -> Result<u32, StepError> {
+    let mut attempts_total = 0;
+    for (index, step) in steps.iter().enumerate() {
+        observer.before(client, index, step);
+        let mut took = Duration::ZERO;
+        let mut run_once = |client: &mut Client| -> Result<(), postgres::Error> {
+            if let Some(name) = &step.concurrent_index {
+                drop_invalid_index(client, name)?;
+            }
+            let started = Instant::now();
+            let r = client.batch_execute(&step.statement.text);
+            took = started.elapsed();
+            r
+        };
+        let result: Result<u32, StepError> = match lock {
+            None => run_once(client)
+                .map(|_| 1)
+                .map_err(|error| StepError::Failed { index, error }),
+            Some(policy) => {
+                let r = policy.run(
+                    |n, timeout| {
+                        observer.attempt(index, n, timeout);
+                        client.batch_execute(&format!(
+                            "SET lock_timeout = '{}ms'",
+                            timeout.as_millis().max(1)
+                        ))?;
+                        run_once(client)
+                    },
+                    is_lock_timeout,
+                );
+                let _ = client.batch_execute("RESET lock_timeout");
+                match r {
+                    Ok(((), a)) => Ok(a.count),
+                    Err(Ok(error)) => Err(StepError::Failed { index, error }),
+                    Err(Err(gave_up)) => Err(StepError::GaveUp { index, gave_up }),
+                }
+            }
+        };
+        observer.after(client, index, step, result.is_ok(), took);
+        attempts_total += result?;
+    }
+    Ok(attempts_total)
+}
+
+/// Drops `index` when it exists and is INVALID (a failed or killed
+/// `CREATE INDEX CONCURRENTLY`), so that the statement's IF NOT EXISTS
+/// does not keep the broken index. Concurrently: a plain DROP INDEX would
+/// take ACCESS EXCLUSIVE on the table.
+fn drop_invalid_index(client: &mut Client, index: &str) -> Result<(), postgres::Error> {
+    let invalid: bool = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass($1) AND NOT indisvalid)",
+            &[&index],
+        )?
+        .get(0);
+    if invalid {
+        log::info!("dropping the invalid index {index} left by an earlier run");
+        client.batch_execute(&format!("DROP INDEX CONCURRENTLY IF EXISTS {index}"))?;
+    }
+    Ok(())
 }
 
 /// The first statement of a transactional file that PostgreSQL refuses
@@ -137,6 +295,26 @@ fn judge(s: &Statement) -> Result<Option<String>, String> {
         let node = stmt.syntax().clone();
         let has_child = |kind: SyntaxKind| node.children().any(|n| n.kind() == kind);
         match &stmt {
+            ast::Stmt::Select(_) => {
+                // Reads only, unless it writes through a WITH, locks rows
+                // or creates a table.
+                let writes = node.descendants_with_tokens().any(|e| {
+                    matches!(
+                        e.kind(),
+                        SyntaxKind::INSERT_KW
+                            | SyntaxKind::UPDATE_KW
+                            | SyntaxKind::DELETE_KW
+                            | SyntaxKind::MERGE_KW
+                            | SyntaxKind::INTO_KW
+                            | SyntaxKind::FOR_KW
+                    )
+                });
+                if writes {
+                    Err(format!("this SELECT writes or locks rows (INTO, FOR UPDATE/SHARE, or a data-modifying WITH); {REWRITE_HINT}"))
+                } else {
+                    Ok(None)
+                }
+            }
             ast::Stmt::CreateIndex(ci) => {
                 if ci.if_not_exists().is_none() {
                     return Err(format!("CREATE INDEX without IF NOT EXISTS fails when the index exists; {REWRITE_HINT}"));
@@ -205,6 +383,7 @@ fn judge(s: &Statement) -> Result<Option<String>, String> {
                     &["ANALYSE"],
                     &["VACUUM"],
                     &["REINDEX"],
+                    &["CLUSTER"],
                     &["REFRESH", "MATERIALIZED", "VIEW"],
                     &["SET"],
                     &["RESET"],

@@ -565,11 +565,17 @@ fn step<T, E: std::fmt::Display>(what: &str, r: Result<T, E>) -> Result<T, Verif
 /// updates have no rows to settle in a base without data).
 fn apply_unchecked(c: &mut postgres::Client, m: &crate::catalog::Migration) -> Result<(), String> {
     if m.runs_outside_transaction() {
-        for st in crate::sql::split(&m.sql).statements {
-            c.batch_execute(&st.text)
-                .map_err(|e| format!("line {}: {}", st.line, crate::errors::one_line(&e)))?;
-        }
-        return Ok(());
+        use crate::migrate::no_transaction as nt;
+        let steps = nt::steps(&m.sql);
+        return nt::apply_steps(c, &steps, None, &mut nt::Unobserved)
+            .map(|_| ())
+            .map_err(|e| {
+                format!(
+                    "line {}: {}",
+                    steps[e.index()].statement.line,
+                    crate::errors::one_line(e.error())
+                )
+            });
     }
     c.transaction()
         .and_then(|mut tx| tx.batch_execute(&m.sql).and_then(|_| tx.commit()))
@@ -1305,13 +1311,18 @@ impl Run<'_> {
                 )?;
                 if at_zero.ok() {
                     let clean = Self::snapshot(empty)?;
-                    let statements = crate::sql::split(&m.sql).statements;
-                    // 1..=n: n is a rerun after a complete run.
-                    let k = rand::random_range(1..=statements.len().max(1));
+                    use crate::migrate::no_transaction as nt;
+                    let steps = nt::steps(&m.sql);
+                    // 1..=n: n is a rerun after a complete run. The killed
+                    // run stops where a failure would have stopped it.
+                    let k = rand::random_range(1..=steps.len().max(1));
                     let mut c = self.connect_migrator(&killed)?;
-                    for st in statements.iter().take(k) {
-                        let _ = c.batch_execute(&st.text);
-                    }
+                    let _ = nt::apply_steps(
+                        &mut c,
+                        &steps[..k.min(steps.len())],
+                        None,
+                        &mut nt::Unobserved,
+                    );
                     drop(c);
                     let rerun = step(
                         "rerunning after a kill",
@@ -1323,12 +1334,12 @@ impl Run<'_> {
                         ),
                     )?;
                     let changed = Self::snapshot(&killed)?.diff(&clean);
-                    let line = statements.get(k - 1).map_or(0, |st| st.line);
+                    let line = steps.get(k - 1).map_or(0, |st| st.statement.line);
                     self.report.findings.extend(apply::evaluate_rerun(
                         v,
                         &rerun,
                         &changed,
-                        (k, statements.len(), line),
+                        (k, steps.len(), line),
                     ));
                 }
                 drop(killed);
