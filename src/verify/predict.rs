@@ -183,6 +183,27 @@ pub fn holds(at_zero: &Applied, at_n: &Applied, needs: &Needs, sizes: &Sizes) ->
         per_statement.push((predicted, drivers));
     }
     let mut out = Vec::new();
+    if at_n.outside_transaction {
+        // Each statement committed on its own: a lock is held while its
+        // statement runs, and only then.
+        for (s, st) in at_n.statements.iter().enumerate() {
+            for (table, modes) in &st.locks_after {
+                for mode in modes.iter().filter(|m| needs.blocks(table, m)) {
+                    let (predicted, drivers) = per_statement[s].clone();
+                    out.push(Hold {
+                        table: table.clone(),
+                        mode: mode.clone(),
+                        statement: s,
+                        measured: st.duration,
+                        predicted,
+                        from_sizes: any_sized,
+                        drivers,
+                    });
+                }
+            }
+        }
+        return out;
+    }
     for t in at_n.tables.values() {
         for mode in &t.locks {
             if !needs.blocks(&t.table, mode) {

@@ -31,6 +31,9 @@ use super::apps::AppVersion;
 use super::lock_modes;
 use super::replay;
 use super::roles::Sessions;
+use super::sampler;
+
+mod outside_transaction;
 use crate::db;
 use crate::lock_policy::{is_lock_timeout, LockPolicy};
 use crate::tables::UserTable;
@@ -54,6 +57,19 @@ pub struct Work {
 }
 
 impl Work {
+    fn plus(self, o: Work) -> Work {
+        Work {
+            seq_scans: self.seq_scans + o.seq_scans,
+            tuples_read: self.tuples_read + o.tuples_read,
+            tuples_fetched: self.tuples_fetched + o.tuples_fetched,
+            inserted: self.inserted + o.inserted,
+            updated: self.updated + o.updated,
+            deleted: self.deleted + o.deleted,
+            heap_blocks: self.heap_blocks + o.heap_blocks,
+            index_blocks: self.index_blocks + o.index_blocks,
+        }
+    }
+
     fn minus(self, o: Work) -> Work {
         Work {
             seq_scans: self.seq_scans - o.seq_scans,
@@ -118,6 +134,16 @@ impl TableWork {
     }
 }
 
+/// What the lock sampler saw while a statement outside a transaction ran.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Observed {
+    /// Samples of its backend's locks taken while it ran.
+    pub samples: u32,
+    /// Per existing table, the longest a lock on it was seen held (from
+    /// the first sample that saw it to the last: a lower bound).
+    pub held: BTreeMap<String, Duration>,
+}
+
 /// One statement of a measured apply.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StatementRun {
@@ -133,11 +159,57 @@ pub struct StatementRun {
     pub work: BTreeMap<String, Work>,
     /// Existing tables it gave a new file (rewrote every row of).
     pub rewrote: Vec<String>,
-    /// (table, index) of indexes it built on existing tables.
+    /// (table, index) of indexes it built (or rebuilt) on existing tables.
     pub built_indexes: Vec<(String, String)>,
+    /// Outside a transaction: what sampling saw while it ran
+    /// (`locks_after` then holds the locks seen *while* it ran; none is
+    /// left after it commits). None inside a transaction, where the
+    /// locks are read exactly after it.
+    pub observed: Option<Observed>,
 }
 
 impl StatementRun {
+    /// Why its locks are unknown: it ran outside a transaction and no
+    /// sample saw it hold a lock on an existing table (too fast to be
+    /// seen, or it took none: sampling cannot tell which).
+    pub fn locks_unobserved(&self) -> Option<String> {
+        let o = self.observed.as_ref()?;
+        self.locks_after.is_empty().then(|| {
+            format!(
+                "no lock on an existing table seen while it ran ({} samples over {:.1} ms)",
+                o.samples,
+                self.duration.as_secs_f64() * 1000.0
+            )
+        })
+    }
+
+    /// "ACCESS EXCLUSIVE on t held ≥12.3 ms while it ran (5 samples)"
+    /// for a statement outside a transaction whose locks were seen.
+    pub fn observed_phrase(&self) -> Option<String> {
+        let o = self.observed.as_ref()?;
+        if self.locks_after.is_empty() {
+            return None;
+        }
+        let held: Vec<String> = self
+            .locks_after
+            .iter()
+            .map(|(t, modes)| {
+                let mode = lock_modes::strongest(modes.iter().map(String::as_str)).unwrap_or("");
+                format!(
+                    "{} on {t} held {:.1} ms while it ran",
+                    lock_modes::sql_name(mode),
+                    o.held.get(t).copied().unwrap_or_default().as_secs_f64() * 1000.0
+                )
+            })
+            .collect();
+        Some(format!(
+            "{} (seen by {} samples over {:.1} ms)",
+            held.join(", "),
+            o.samples,
+            self.duration.as_secs_f64() * 1000.0
+        ))
+    }
+
     /// Whether its work on `t` grows with the table's size.
     pub fn grows_on(&self, t: &TableWork) -> bool {
         t.rows_before > 0
@@ -175,6 +247,12 @@ pub struct Applied {
     pub statements: Vec<StatementRun>,
     /// Whether `statements` are the file's real statements.
     pub split_exact: bool,
+    /// Each statement committed on its own (a no-transaction file): a lock
+    /// is held only while its statement runs.
+    pub outside_transaction: bool,
+    /// Why the statements' work (`StatementRun::work`) was not measured,
+    /// when it was not.
+    pub work_unmeasured: Option<String>,
     /// The migration's file as a reviewer sees it (set by the caller), for
     /// locations.
     pub file: String,
@@ -197,6 +275,14 @@ impl Applied {
     /// How long a lock first held after statement `i` stayed held: that
     /// statement and every later one, to the commit.
     pub fn held_from(&self, i: usize) -> Duration {
+        if self.outside_transaction {
+            // Committed at its end: held while it ran.
+            return self
+                .statements
+                .get(i)
+                .map(|s| s.duration)
+                .unwrap_or_default();
+        }
         let before: Duration = self.statements[..i.min(self.statements.len())]
             .iter()
             .map(|s| s.duration)
@@ -225,6 +311,9 @@ impl Applied {
             .enumerate()
             .map(|(i, st)| {
                 let mut new_locks = Vec::new();
+                if self.outside_transaction {
+                    held.clear();
+                }
                 for (table, modes) in &st.locks_after {
                     for m in modes {
                         if held.insert((table.clone(), m.clone())) {
@@ -253,6 +342,13 @@ impl Applied {
                 }
             })
             .collect()
+    }
+
+    /// For a statement outside a transaction: what sampling saw of its
+    /// locks while it ran, or why they are unknown.
+    pub fn observed_at(&self, i: usize) -> Option<String> {
+        let st = self.statements.get(i)?;
+        st.observed_phrase().or_else(|| st.locks_unobserved())
     }
 
     /// "line 3: ALTER TABLE …" of statement `i`, for messages.
@@ -296,17 +392,43 @@ struct Existing {
 /// Per-transaction counters of every existing table (its indexes summed
 /// in), read on the migration's own connection.
 fn xact_work(c: &mut Client, tables: &[Existing]) -> Result<BTreeMap<u32, Work>, postgres::Error> {
+    table_counters(c, tables, "pg_stat_get_xact_")
+}
+
+/// The cumulative counters of every existing table (all backends', as
+/// flushed), without block counts: autovacuum's reads count there too.
+fn cumulative_work(
+    c: &mut Client,
+    tables: &[Existing],
+) -> Result<BTreeMap<u32, Work>, postgres::Error> {
+    let mut w = table_counters(c, tables, "pg_stat_get_")?;
+    for work in w.values_mut() {
+        work.heap_blocks = 0;
+        work.index_blocks = 0;
+    }
+    Ok(w)
+}
+
+/// `prefix`: `pg_stat_get_xact_` (this transaction, pending) or
+/// `pg_stat_get_` (cumulative).
+fn table_counters(
+    c: &mut Client,
+    tables: &[Existing],
+    prefix: &str,
+) -> Result<BTreeMap<u32, Work>, postgres::Error> {
     let mut oids: Vec<u32> = Vec::new();
     for t in tables {
         oids.push(t.oid);
         oids.extend(&t.indexes);
     }
     let rows = c.query(
-        "SELECT o, pg_stat_get_xact_numscans(o), pg_stat_get_xact_tuples_returned(o),
-                pg_stat_get_xact_tuples_fetched(o), pg_stat_get_xact_tuples_inserted(o),
-                pg_stat_get_xact_tuples_updated(o), pg_stat_get_xact_tuples_deleted(o),
-                pg_stat_get_xact_blocks_fetched(o)
-           FROM unnest($1::oid[]) AS o",
+        &format!(
+            "SELECT o, {prefix}numscans(o), {prefix}tuples_returned(o),
+                    {prefix}tuples_fetched(o), {prefix}tuples_inserted(o),
+                    {prefix}tuples_updated(o), {prefix}tuples_deleted(o),
+                    {prefix}blocks_fetched(o)
+               FROM unnest($1::oid[]) AS o"
+        ),
         &[&oids],
     )?;
     let by_oid: BTreeMap<u32, [i64; 7]> = rows
@@ -433,24 +555,75 @@ pub fn apply_measured(
     lock_timeout: Option<Duration>,
     end: End,
 ) -> anyhow::Result<Applied> {
-    apply_measured_in(url, migrator_url, sql, lock_timeout, end, true)
+    apply_measured_in(url, migrator_url, sql, lock_timeout, end)
 }
 
 /// Applies a `-- rollsafe:no-transaction` file's `sql` statement by
 /// statement outside a transaction (each commits on its own, as `migrate`
-/// runs it; `CREATE INDEX CONCURRENTLY` refuses a transaction block).
-/// Measured as [`apply_measured`] does, except per-statement work
-/// (`StatementRun::work` stays empty: the per-transaction counters reset
-/// with every statement) and locks held after each statement (none: each
-/// commits). A failure leaves the statements before it applied. Batched
-/// updates are not run here (`migrate::backfill`).
+/// runs it; `CREATE INDEX CONCURRENTLY` refuses a transaction block),
+/// measuring each while it runs (see [`outside_transaction`]). A failure
+/// leaves the statements before it applied. Batched updates are not run
+/// here (`migrate::backfill`).
 pub fn apply_measured_no_transaction(
     url: &str,
     migrator_url: &str,
     sql: &str,
     lock_timeout: Option<Duration>,
 ) -> anyhow::Result<Applied> {
-    apply_measured_in(url, migrator_url, sql, lock_timeout, End::Commit, false)
+    outside_transaction::apply(url, migrator_url, sql, lock_timeout)
+}
+
+/// The tables that exist before the migration with their sizes and
+/// files, and every index's oid, read on a connection of its own: counting
+/// rows would pollute the migration connection's statistics, and it does
+/// not count in the cumulative ones (switched off, or flushed before it
+/// closes) so that they hold the migration's work alone.
+fn existing_tables(url: &str) -> anyhow::Result<(Vec<Existing>, Vec<u32>)> {
+    let mut existing: Vec<Existing> = Vec::new();
+    let mut c = db::connect(url)?;
+    sampler::name_session(&mut c, sampler::PROBE)?;
+    let _ = c.batch_execute("SET track_counts = off");
+    let indexes_before = c
+        .query("SELECT indexrelid FROM pg_index", &[])?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let tables = c.query(
+        &format!(
+            "SELECT t.name, t.oid, c.relfilenode, greatest(c.relpages, 0)::int8,
+                    coalesce((SELECT array_agg(x.indexrelid) FROM pg_index x
+                               WHERE x.indrelid = c.oid), '{{}}'),
+                    t.qualified, t.parent, t.populated
+               FROM ({}) t JOIN pg_class c ON c.oid = t.oid ORDER BY 1",
+            crate::tables::list_sql()
+        ),
+        &[],
+    )?;
+    for r in tables {
+        let (qualified, populated): (String, bool) = (r.get(5), r.get(7));
+        // A partitioned table counts its partitions' rows; a materialized
+        // view created WITH NO DATA has none to count.
+        let rows: i64 = if populated {
+            c.query_one(&format!("SELECT count(*) FROM {qualified}"), &[])?
+                .get(0)
+        } else {
+            0
+        };
+        existing.push(Existing {
+            name: r.get(0),
+            oid: r.get(1),
+            filenode: r.get(2),
+            rows,
+            pages: r.get(3),
+            indexes: r.get(4),
+            partition_of: r.get(6),
+            qualified: populated.then_some(qualified),
+        });
+    }
+    if sampler::version_num(&mut c)? >= 150000 {
+        c.batch_execute("SELECT pg_stat_force_next_flush()")?;
+    }
+    Ok((existing, indexes_before))
 }
 
 fn apply_measured_in(
@@ -459,54 +632,11 @@ fn apply_measured_in(
     sql: &str,
     lock_timeout: Option<Duration>,
     end: End,
-    transaction: bool,
 ) -> anyhow::Result<Applied> {
-    // Sizes and files before, on a connection of their own (counting rows
-    // would pollute the migration connection's statistics).
-    let mut existing: Vec<Existing> = Vec::new();
-    let indexes_before: Vec<u32>;
-    {
-        let mut c = db::connect(url)?;
-        indexes_before = c
-            .query("SELECT indexrelid FROM pg_index", &[])?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        let tables = c.query(
-            &format!(
-                "SELECT t.name, t.oid, c.relfilenode, greatest(c.relpages, 0)::int8,
-                        coalesce((SELECT array_agg(x.indexrelid) FROM pg_index x
-                                   WHERE x.indrelid = c.oid), '{{}}'),
-                        t.qualified, t.parent, t.populated
-                   FROM ({}) t JOIN pg_class c ON c.oid = t.oid ORDER BY 1",
-                crate::tables::list_sql()
-            ),
-            &[],
-        )?;
-        for r in tables {
-            let (qualified, populated): (String, bool) = (r.get(5), r.get(7));
-            // A partitioned table counts its partitions' rows; a
-            // materialized view created WITH NO DATA has none to count.
-            let rows: i64 = if populated {
-                c.query_one(&format!("SELECT count(*) FROM {qualified}"), &[])?
-                    .get(0)
-            } else {
-                0
-            };
-            existing.push(Existing {
-                name: r.get(0),
-                oid: r.get(1),
-                filenode: r.get(2),
-                rows,
-                pages: r.get(3),
-                indexes: r.get(4),
-                partition_of: r.get(6),
-                qualified: populated.then_some(qualified),
-            });
-        }
-    }
+    let (existing, indexes_before) = existing_tables(url)?;
     let split = crate::sql::split(sql);
     let mut c = db::connect(migrator_url)?;
+    sampler::name_session(&mut c, sampler::MIGRATION)?;
     let mut out = Applied {
         split_exact: split.exact,
         ..Applied::default()
@@ -518,12 +648,9 @@ fn apply_measured_in(
     for q in existing.iter().filter_map(|t| t.qualified.as_ref()) {
         c.batch_execute(&format!("SELECT FROM {q} LIMIT 0"))?;
     }
-    if transaction {
-        c.batch_execute("BEGIN")?;
-    }
+    c.batch_execute("BEGIN")?;
     if let Some(t) = lock_timeout {
-        let scope = if transaction { "LOCAL " } else { "" };
-        c.batch_execute(&format!("SET {scope}lock_timeout = '{}ms'", t.as_millis()))?;
+        c.batch_execute(&format!("SET LOCAL lock_timeout = '{}ms'", t.as_millis()))?;
     }
     let lsn0 = wal_lsn(&mut c)?;
     let t0 = Instant::now();
@@ -568,21 +695,17 @@ fn apply_measured_in(
                     (t.name.clone(), sizes)
                 })
                 .collect();
-            if transaction {
-                c.batch_execute("ROLLBACK")?;
-            }
+            c.batch_execute("ROLLBACK")?;
             return Ok(out);
         }
-        if transaction {
-            let now = xact_work(&mut c, &existing)?;
-            for t in &existing {
-                let w = now[&t.oid].minus(totals[&t.oid]);
-                if w != Work::default() {
-                    run.work.insert(t.name.clone(), w);
-                }
+        let now = xact_work(&mut c, &existing)?;
+        for t in &existing {
+            let w = now[&t.oid].minus(totals[&t.oid]);
+            if w != Work::default() {
+                run.work.insert(t.name.clone(), w);
             }
-            totals = now;
         }
+        totals = now;
         run.locks_after = held_locks(&mut c, &existing)?;
         let (files, indexes) = files_and_indexes(&mut c, &existing)?;
         for t in &existing {
@@ -651,10 +774,9 @@ fn apply_measured_in(
         }
         out.tables.insert(t.name.clone(), w);
     }
-    match (transaction, end) {
-        (false, _) => {}
-        (true, End::Commit) => c.batch_execute("COMMIT")?,
-        (true, End::Rollback) => c.batch_execute("ROLLBACK")?,
+    match end {
+        End::Commit => c.batch_execute("COMMIT")?,
+        End::Rollback => c.batch_execute("ROLLBACK")?,
     }
     out.held = t0.elapsed();
     Ok(out)
@@ -664,12 +786,22 @@ fn apply_measured_in(
 #[derive(Debug, Clone, Default)]
 pub struct WorkloadStats {
     pub statements: u64,
-    /// The longest single statement (a stall behind a lock shows here).
+    /// The longest lock wait of an app statement on the migration (see
+    /// [`sampler`]): what the migration made an app wait, not how long
+    /// its statements took on a busy machine.
     pub max_stall: Duration,
+    /// "app.statement (read|write)" of that wait.
     pub max_stall_statement: String,
+    /// Lock waits on the migration seen, and the sampler's samples.
+    pub lock_waits: u64,
+    pub wait_samples: u64,
     /// (app.statement, message) of failed executions, first few.
     pub errors: Vec<(String, String)>,
     pub error_count: u64,
+    /// Whether the apps' sessions count in the cumulative table statistics
+    /// (they are switched off so that a statement outside a transaction is
+    /// measured alone there; this says the switch failed).
+    pub counted_in_table_stats: bool,
 }
 
 /// Sets a flag when dropped: every loop a rehearsal starts watches one, so
@@ -683,13 +815,16 @@ impl Drop for StopOnDrop {
 }
 
 /// Reader and writer threads running the live apps' statements in a loop
-/// until stopped, plus one plain reader per table; every execution is
-/// rolled back, so nothing the workload does ever commits. Dropping it
-/// stops and joins every thread.
+/// until stopped, and a sampler of their lock waits on the migration;
+/// every execution is rolled back, so nothing the workload does ever
+/// commits. Dropping it stops and joins every thread.
 pub struct Workload {
     stop: Arc<AtomicBool>,
     stats: Arc<Mutex<WorkloadStats>>,
     threads: Vec<JoinHandle<()>>,
+    waits: Option<sampler::AppWaitSampler>,
+    /// ("app (kind)", statement text) → "app.statement (kind)".
+    labels: BTreeMap<(String, String), String>,
 }
 
 /// A live app and the names of its statements that write (declared with
@@ -697,56 +832,53 @@ pub struct Workload {
 pub type LiveApp<'a> = (&'a AppVersion, BTreeSet<String>);
 
 impl Workload {
-    /// Starts one reader and one writer thread per live app and a plain
-    /// reader of `tables`. Statements that do not even prepare on the
-    /// current schema are left out (compat reports them). All connections
-    /// are opened before any thread starts, so a failure leaves nothing
-    /// running.
-    pub fn start(
-        url: &str,
-        sessions: &Sessions,
-        apps: &[LiveApp],
-        tables: &[UserTable],
-    ) -> anyhow::Result<Workload> {
-        type Job = (Client, Vec<replay::Prepared>, bool, String);
+    /// Starts one reader and one writer thread per live app, each
+    /// connected as the app's own role. Statements that do not even
+    /// prepare on the current schema are left out (compat reports them).
+    /// All connections are opened before any thread starts, so a failure
+    /// leaves nothing running.
+    pub fn start(url: &str, sessions: &Sessions, apps: &[LiveApp]) -> anyhow::Result<Workload> {
+        type Job = (Client, Vec<replay::Prepared>, String);
         let mut jobs: Vec<Job> = Vec::new();
+        let mut labels = BTreeMap::new();
+        let mut counted = false;
         for (app, writes) in apps {
             for reads in [true, false] {
+                let kind = if reads { "read" } else { "write" };
+                let session = format!("{} ({kind})", app.name);
                 // As the app's own role: its GRANTs and row-level security
                 // decide what it may do, as in production.
                 let mut c = db::connect(&sessions.app(url, &app.name))?;
+                sampler::name_session(&mut c, &format!("{}{session}", sampler::APP_PREFIX))?;
+                // A superuser-only setting: where it cannot be switched
+                // off, the statistics say so (counted_in_table_stats).
+                counted |= c.batch_execute("SET track_counts = off").is_err();
                 let mut prepared = Vec::new();
                 for st in app.set.statements() {
                     if writes.contains(&st.name) == reads {
                         continue;
                     }
                     if let Ok(p) = replay::prepare(&mut c, app, &st.name) {
+                        // The sampler sees the statement's text (extended
+                        // protocol): name it by that.
+                        labels.insert(
+                            (session.clone(), st.sql.trim().to_string()),
+                            format!("{}.{} ({kind})", app.name, st.name),
+                        );
                         prepared.push(p);
                     }
                 }
-                jobs.push((c, prepared, reads, app.name.clone()));
+                jobs.push((c, prepared, format!("{} ({kind})", app.name)));
             }
         }
-        let plain_reader = db::connect(url)?;
+        let waits = sampler::AppWaitSampler::start(url)?;
         let stop = Arc::new(AtomicBool::new(false));
-        let stats = Arc::new(Mutex::new(WorkloadStats::default()));
-        let record =
-            |stats: &Mutex<WorkloadStats>, name: String, took: Duration, err: Option<String>| {
-                let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
-                s.statements += 1;
-                if took > s.max_stall {
-                    s.max_stall = took;
-                    s.max_stall_statement = name.clone();
-                }
-                if let Some(m) = err {
-                    s.error_count += 1;
-                    if s.errors.len() < 5 {
-                        s.errors.push((name, m));
-                    }
-                }
-            };
+        let stats = Arc::new(Mutex::new(WorkloadStats {
+            counted_in_table_stats: counted,
+            ..WorkloadStats::default()
+        }));
         let mut threads = Vec::new();
-        for (mut c, prepared, reads, app_name) in jobs {
+        for (mut c, prepared, session) in jobs {
             let (stop, stats) = (stop.clone(), stats.clone());
             threads.push(std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
@@ -755,40 +887,23 @@ impl Workload {
                         continue;
                     }
                     for p in &prepared {
-                        let t = Instant::now();
                         let result = c
                             .batch_execute("BEGIN")
                             .map_err(|e| (replay::Step::Execute, e))
                             .and_then(|_| replay::execute(&mut c, p).map(|_| ()));
                         let _ = c.batch_execute("ROLLBACK");
-                        let kind = if reads { "read" } else { "write" };
-                        record(
-                            &stats,
-                            format!("{app_name}.{} ({kind})", p.statement),
-                            t.elapsed(),
-                            result.err().map(|(_, e)| crate::errors::one_line(&e)),
-                        );
+                        let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
+                        s.statements += 1;
+                        if let Err((_, e)) = result {
+                            s.error_count += 1;
+                            if s.errors.len() < 5 {
+                                s.errors.push((
+                                    format!("{session} {}", p.statement),
+                                    crate::errors::one_line(&e),
+                                ));
+                            }
+                        }
                     }
-                }
-            }));
-        }
-        {
-            let tables: Vec<UserTable> = tables.iter().filter(|t| t.readable()).cloned().collect();
-            let (stop, stats) = (stop.clone(), stats.clone());
-            let mut c = plain_reader;
-            threads.push(std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    for t in &tables {
-                        let t0 = Instant::now();
-                        let r = c.batch_execute(&format!("SELECT 1 FROM {} LIMIT 1", t.qualified));
-                        record(
-                            &stats,
-                            format!("a reader of {}", t.name),
-                            t0.elapsed(),
-                            r.err().map(|e| crate::errors::one_line(&e)),
-                        );
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
                 }
             }));
         }
@@ -796,14 +911,33 @@ impl Workload {
             stop,
             stats,
             threads,
+            waits: Some(waits),
+            labels,
         })
     }
 
     /// Stops every thread and returns what they went through.
     pub fn stop(mut self) -> WorkloadStats {
         self.halt();
-        let s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
-        s.clone()
+        let waits = self.waits.take().map(|w| w.stop()).unwrap_or_default();
+        let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        s.max_stall = waits.longest;
+        s.lock_waits = waits.waits;
+        s.wait_samples = waits.samples;
+        if !waits.app.is_empty() {
+            // The sampled query is the statement's text, cut at
+            // track_activity_query_size: name the app's statement.
+            let query = waits.query.trim();
+            s.max_stall_statement = self
+                .labels
+                .iter()
+                .find(|((app, sql), _)| {
+                    *app == waits.app && !query.is_empty() && sql.starts_with(query)
+                })
+                .map(|(_, label)| label.clone())
+                .unwrap_or_else(|| format!("{}: {}", waits.app, waits.query));
+        }
+        s
     }
 
     fn halt(&mut self) {
@@ -878,16 +1012,19 @@ pub fn probe_long_transaction(
     hold: Duration,
 ) -> anyhow::Result<LongTransactionProbe> {
     let mut holder = db::connect(url)?;
+    sampler::name_session(&mut holder, sampler::PROBE)?;
     holder.batch_execute("BEGIN")?;
     // A materialized view cannot be locked (nor written by an app).
     let held: Vec<&UserTable> = tables.iter().filter(|t| t.lockable()).collect();
     for t in &held {
         holder.batch_execute(&format!("LOCK TABLE {} IN ROW EXCLUSIVE MODE", t.qualified))?;
     }
-    let workload = Workload::start(url, sessions, apps, tables)?;
+    let workload = Workload::start(url, sessions, apps)?;
     let mut migrator = db::connect(&sessions.migrator(url))?;
+    sampler::name_session(&mut migrator, sampler::MIGRATION)?;
     let pid: i32 = migrator.query_one("SELECT pg_backend_pid()", &[])?.get(0);
     let mut admin = db::connect(url)?;
+    sampler::name_session(&mut admin, sampler::PROBE)?;
     let done = Arc::new(AtomicBool::new(false));
     let _stop_watcher = StopOnDrop(done.clone());
     // The watcher samples the migrator's wait state: a single lock wait

@@ -48,6 +48,7 @@ pub const STALL_BUDGET: Duration = Duration::from_secs(1);
 /// Judges the measured apply (with the workload running).
 pub fn evaluate(
     v: i32,
+    at_zero: &Applied,
     at_n: &Applied,
     workload: Option<&WorkloadStats>,
     needs: &Needs,
@@ -95,19 +96,25 @@ pub fn evaluate(
                 format!(", and on each of its partitions: {}", partitions.join(", "))
             };
             let w = st.work.get(table).copied().unwrap_or_default();
-            out.push(
-                Finding::new(
+            let observed = super::while_running(at_zero, at_n, i);
+            let mut f = Finding::new(
                     CHECK,
                     "blocking-index-build",
                     Severity::Error,
                     Some(v),
                     format!(
-                        "{}: builds index {index} on {table} ({} rows{on_partitions}) while holding {}: the app waits for the whole build, which grows with the table",
+                        "{}: builds index {index} on {table} ({} rows{on_partitions}) while holding {}: the app waits for the whole build, which grows with the table{}",
                         at_n.where_(i),
                         t.rows_before,
-                        locks_phrase(&blocking)
+                        locks_phrase(&blocking),
+                        observed.as_ref().map(|o| format!(" ({o})")).unwrap_or_default()
                     ),
-                )
+                );
+            if let Some(o) = observed {
+                f = f.evidence("locks_while_running", o);
+            }
+            out.push(
+                f
                 .at(at_n.location(i))
                 .evidence("table", table.clone())
                 .evidence("partitions", partitions.join(", "))
@@ -197,6 +204,9 @@ pub fn evaluate(
             )
         })
         .collect();
+    if at_n.outside_transaction {
+        return outside_transaction(v, at_zero, at_n, out, &holds_text, stall, workload);
+    }
     let mut measured = Finding::new(
         CHECK,
         "measured",
@@ -220,6 +230,65 @@ pub fn evaluate(
         measured = measured.evidence("predicted_hold_ms", ms(h.predicted));
     }
     out.push(measured);
+    out
+}
+
+/// `locks.measured` of a file that ran outside a transaction: each
+/// statement's locks as sampled while it ran (at N and 0 rows), and a
+/// `locks.not-observed` (skipped) for each statement no sample saw hold a
+/// lock: that it took none is not measured.
+fn outside_transaction(
+    v: i32,
+    at_zero: &Applied,
+    at_n: &Applied,
+    mut out: Vec<Finding>,
+    holds_text: &[String],
+    stall: Duration,
+    workload: Option<&WorkloadStats>,
+) -> Vec<Finding> {
+    let mut seen = Vec::new();
+    for (i, st) in at_n.statements.iter().enumerate() {
+        if let Some(why) = st.locks_unobserved() {
+            out.push(
+                Finding::new(
+                    CHECK,
+                    "not-observed",
+                    Severity::Skipped,
+                    Some(v),
+                    format!("{}: {why}; its locks were not measured", at_n.where_(i)),
+                )
+                .at(at_n.location(i))
+                .evidence("samples", st.observed.as_ref().map_or(0, |o| o.samples))
+                .evidence("statement_ms_at_n_rows", ms(st.duration))
+                .advice("a statement this fast holds its locks for about as long as it runs; run verify with more rows (--rows) to see them"),
+            );
+        } else if let Some(o) = super::while_running(at_zero, at_n, i) {
+            seen.push(format!("{}: {o}", at_n.where_(i)));
+        }
+    }
+    if !seen.is_empty() {
+        let mut measured = Finding::new(
+            CHECK,
+            "measured",
+            Severity::Info,
+            Some(v),
+            if holds_text.is_empty() {
+                format!("{} (none blocks a live app)", seen.join("; "))
+            } else {
+                format!("{}; {}", seen.join("; "), holds_text.join("; "))
+            },
+        )
+        .evidence("held_ms", ms(at_n.held))
+        .evidence("workload_max_stall_ms", ms(stall))
+        .evidence(
+            "workload_statements",
+            workload.map(|w| w.statements).unwrap_or(0),
+        );
+        if let Some(w) = workload {
+            measured = measured.evidence("app_lock_waits", w.lock_waits);
+        }
+        out.push(measured);
+    }
     out
 }
 
@@ -406,13 +475,13 @@ mod tests {
     #[test]
     fn blocking_index_build_and_long_lock_are_errors() {
         let a = applied("ShareLock", true, Duration::from_millis(30));
-        let f = evaluate(4, &a, None, &Needs::unknown(), &holds(&a), STALL_BUDGET);
+        let f = evaluate(4, &a, &a, None, &Needs::unknown(), &holds(&a), STALL_BUDGET);
         assert_eq!(ids(&f), ["locks.blocking-index-build", "locks.measured"]);
         let a = applied("AccessExclusiveLock", false, Duration::from_secs(3));
-        let f = evaluate(4, &a, None, &Needs::unknown(), &holds(&a), STALL_BUDGET);
+        let f = evaluate(4, &a, &a, None, &Needs::unknown(), &holds(&a), STALL_BUDGET);
         assert_eq!(ids(&f), ["locks.long-blocking-lock", "locks.measured"]);
         let a = applied("AccessExclusiveLock", false, Duration::from_millis(3));
-        let f = evaluate(4, &a, None, &Needs::unknown(), &holds(&a), STALL_BUDGET);
+        let f = evaluate(4, &a, &a, None, &Needs::unknown(), &holds(&a), STALL_BUDGET);
         assert_eq!(ids(&f), ["locks.measured"]);
     }
 

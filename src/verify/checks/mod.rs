@@ -30,3 +30,25 @@ pub const ALL: &[(&str, &str)] = &[
 pub(crate) fn ms(d: std::time::Duration) -> f64 {
     (d.as_secs_f64() * 10_000.0).round() / 10.0
 }
+
+/// For statement `i` of a file that ran outside a transaction: "measured
+/// while it ran: at N rows …; at 0 rows …" (its locks as sampled in both
+/// applies). None inside a transaction.
+pub(crate) fn while_running(
+    at_zero: &crate::verify::rehearsal::Applied,
+    at_n: &crate::verify::rehearsal::Applied,
+    i: usize,
+) -> Option<String> {
+    if !at_n.outside_transaction {
+        return None;
+    }
+    let n = at_n.observed_at(i)?;
+    let rows: i64 = at_n.tables.values().map(|t| t.rows_before).sum();
+    let zero = at_zero
+        .observed_at(i)
+        .filter(|_| at_zero.statements.len() == at_n.statements.len())
+        .unwrap_or_else(|| "not measured".into());
+    Some(format!(
+        "measured while it ran: at {rows} rows {n}; at 0 rows {zero}"
+    ))
+}

@@ -141,6 +141,45 @@ pub fn evaluate(
             }
         }
     }
+    // Outside a transaction a lock is known only if sampling saw it: work
+    // that grows under an unseen lock is not judged either way.
+    for (i, st) in at_n.statements.iter().enumerate() {
+        let Some(why) = st.locks_unobserved() else {
+            continue;
+        };
+        if let Some(t) = at_n.tables.values().find(|t| st.grows_on(t)) {
+            out.push(
+                Finding::new(
+                    CHECK,
+                    "lock-not-observed",
+                    Severity::Skipped,
+                    Some(v),
+                    format!(
+                        "{}: its work grows with {} ({} rows) but {why}: whether it blocked the apps meanwhile was not measured",
+                        at_n.where_(i),
+                        t.table,
+                        t.rows_before
+                    ),
+                )
+                .at(at_n.location(i))
+                .evidence("table", t.table.clone())
+                .evidence("statement_ms_at_n_rows", ms(st.duration))
+                .advice("run verify with more rows (--rows) so the statement runs long enough to be sampled"),
+            );
+        }
+    }
+    if let Some(why) = &at_n.work_unmeasured {
+        out.push(
+            Finding::new(
+                CHECK,
+                "work-not-measured",
+                Severity::Skipped,
+                Some(v),
+                format!("{why}; rewrites (relfilenode) and index builds were measured"),
+            )
+            .advice("rehearse on PostgreSQL 15 or later (--postgres-major) to measure the rows each statement reads and writes"),
+        );
+    }
     if out.iter().all(|f| f.severity != Severity::Error) {
         if rows_total == 0 && !at_n.tables.is_empty() {
             out.push(
@@ -164,6 +203,8 @@ pub fn evaluate(
                     Some(v),
                     if at_n.tables.is_empty() {
                         "no table existed before it: nothing to rewrite".to_string()
+                    } else if at_n.outside_transaction {
+                        "each statement measured while it ran (outside a transaction): no rewrite, no row-by-row work or full pass on existing rows under a lock seen blocking the apps".to_string()
                     } else {
                         "no rewrite, no row-by-row work or full pass on existing rows under a blocking lock".to_string()
                     },
@@ -200,6 +241,7 @@ fn judge(
     let w = st.work.get(&t.table).copied().unwrap_or_default();
     let rewrote = st.rewrote.contains(&t.table);
     let at = at_n.where_(i);
+    let observed = super::while_running(at_zero, at_n, i);
     let zero_ms = at_zero
         .statements
         .get(i)
@@ -207,9 +249,10 @@ fn judge(
         .unwrap_or(0.0);
     // The lock held during this statement that stalls the app longest,
     // preferring the one on the table the work is on.
+    // Outside a transaction a lock is held only by its own statement.
     let worst_hold = holds
         .iter()
-        .filter(|h| h.statement <= i)
+        .filter(|h| h.statement == i || (h.statement < i && !at_n.outside_transaction))
         .max_by_key(|h| (h.predicted, h.table == t.table));
     let base = |name: &str, sev: Severity, msg: String| {
         let mut f = Finding::new(CHECK, name, sev, Some(v), msg)
@@ -230,6 +273,9 @@ fn judge(
             .evidence("wal_bytes_at_n_rows", at_n.wal_bytes)
             .evidence("statement_ms_at_0_rows", zero_ms)
             .evidence("statement_ms_at_n_rows", ms(st.duration));
+        if let Some(o) = &observed {
+            f = f.evidence("locks_while_running", o.clone());
+        }
         if let Some(h) = worst_hold {
             f = f
                 .evidence("predicted_hold_ms", ms(h.predicted))
@@ -273,6 +319,10 @@ fn judge(
         });
     }
     let under = locks_phrase(blocking);
+    let prediction = match &observed {
+        Some(o) => format!("{prediction} ({o})"),
+        None => prediction,
+    };
     Some(if rewrote {
         base(
             "table-rewritten",

@@ -446,6 +446,13 @@ fn verdict(w: &Warning, applied: &Applied, needs: &Needs) -> (Verdict, Measureme
 /// table `t`.
 fn work_under_lock(st: &StatementRun, t: &TableWork, needs: &Needs) -> (Verdict, Measurements) {
     let name = &t.table;
+    if let Some(why) = st.locks_unobserved() {
+        // Outside a transaction: no sample saw its locks.
+        return (
+            Verdict::Untested(format!("it ran outside a transaction and {why}")),
+            Vec::new(),
+        );
+    }
     let w = st.work.get(name).copied().unwrap_or_default();
     let rewrote = st.rewrote.contains(name);
     let indexes: Vec<&str> = st

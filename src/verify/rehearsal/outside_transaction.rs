@@ -1,0 +1,334 @@
+//! Measuring a `-- rollsafe:no-transaction` file (or one with batched
+//! updates) while it runs, as `migrate` applies it: statement by statement
+//! through [`no_transaction::apply_steps`], each committing on its own.
+//!
+//! Once such a statement ends its locks are gone and its per-transaction
+//! counters with them, so each is watched *while it runs*:
+//! - a second connection samples `pg_locks` for the migration's backend
+//!   every few milliseconds ([`sampler::LockSampler`]); a lock is known
+//!   only if a sample saw it, and a statement no sample saw holding a
+//!   lock is reported as not observed, never as lock-free;
+//! - the relfilenodes of the existing tables and their indexes before and
+//!   after (a new one: every row rewritten, or the index rebuilt);
+//! - its work from the cumulative table statistics, before and after, with
+//!   the migration backend's pending counts flushed first
+//!   (`pg_stat_force_next_flush()`, PostgreSQL 15+; before 15 there is no
+//!   way to flush on demand, and the figure is reported unavailable). The
+//!   live apps' sessions do not count there (`track_counts` off), so the
+//!   difference is the statement's.
+//!
+//! The live apps' waits on it are the workload's ([`super::Workload`]).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use postgres::Client;
+
+use super::{
+    cumulative_work, existing_tables, wal_lsn, Applied, Existing, Observed, StatementRun,
+    TableWork, Work,
+};
+use crate::db;
+use crate::migrate::no_transaction::{self, Step, StepObserver};
+use crate::verify::sampler::{self, LockSampler};
+
+/// Why work is not measured before PostgreSQL 15.
+const NO_FLUSH: &str = "this PostgreSQL (before 15) cannot flush a backend's table statistics on demand (pg_stat_force_next_flush), so the rows read and written by statements outside a transaction were not measured";
+
+/// Applies `sql` statement by statement outside a transaction on the
+/// database at `url`, measuring each while it runs. A failure leaves the
+/// statements before it applied. Batched updates are not run here
+/// (`migrate::backfill`).
+pub fn apply(
+    url: &str,
+    migrator_url: &str,
+    sql: &str,
+    lock_timeout: Option<Duration>,
+) -> anyhow::Result<Applied> {
+    let (existing, indexes_before) = existing_tables(url)?;
+    let steps = no_transaction::steps(sql);
+    let mut c = db::connect(migrator_url)?;
+    sampler::name_session(&mut c, sampler::MIGRATION)?;
+    // Load each table's catalog entries before the clock starts (see
+    // apply_measured_in).
+    for q in existing.iter().filter_map(|t| t.qualified.as_ref()) {
+        c.batch_execute(&format!("SELECT FROM {q} LIMIT 0"))?;
+    }
+    if let Some(t) = lock_timeout {
+        c.batch_execute(&format!("SET lock_timeout = '{}ms'", t.as_millis()))?;
+    }
+    let pid: i32 = c.query_one("SELECT pg_backend_pid()", &[])?.get(0);
+    let flushable = sampler::version_num(&mut c)? >= 150000;
+    let mut admin = db::connect(url)?;
+    sampler::name_session(&mut admin, sampler::PROBE)?;
+    let lsn0 = wal_lsn(&mut c)?;
+    let t0 = Instant::now();
+    let mut watch = Watch {
+        existing: &existing,
+        indexes_before: &indexes_before,
+        pid,
+        flushable,
+        admin: Some(admin),
+        sampler: None,
+        before: Before::default(),
+        runs: Vec::new(),
+        error: None,
+    };
+    let result = no_transaction::apply_steps(&mut c, &steps, None, &mut watch);
+    if let Some(e) = watch.error {
+        return Err(e);
+    }
+    let mut out = Applied {
+        split_exact: crate::sql::split(sql).exact,
+        outside_transaction: true,
+        work_unmeasured: (!flushable).then(|| NO_FLUSH.to_string()),
+        statements: watch.runs,
+        duration: t0.elapsed(),
+        ..Applied::default()
+    };
+    out.held = out.duration;
+    let sizes_only = |t: &Existing| TableWork {
+        table: t.name.clone(),
+        rows_before: t.rows,
+        pages_before: t.pages,
+        ..TableWork::default()
+    };
+    if let Err(e) = result {
+        let error = e.error();
+        let st = &steps[e.index()].statement;
+        out.error = Some(if out.split_exact && steps.len() > 1 {
+            format!("line {}: {}", st.line, crate::errors::one_line(error))
+        } else {
+            crate::errors::one_line(error)
+        });
+        out.sqlstate = error.code().map(|s| s.code().to_string());
+        out.failed_statement = Some(e.index());
+        out.tables = existing
+            .iter()
+            .map(|t| (t.name.clone(), sizes_only(t)))
+            .collect();
+        return Ok(out);
+    }
+    let lsn1 = wal_lsn(&mut c)?;
+    out.wal_bytes = c
+        .query_one(
+            "SELECT pg_wal_lsn_diff($1::text::pg_lsn, $2::text::pg_lsn)::bigint",
+            &[&lsn1, &lsn0],
+        )?
+        .get(0);
+    let oids: Vec<u32> = existing.iter().map(|t| t.oid).collect();
+    let still: Vec<u32> = c
+        .query(
+            "SELECT oid FROM pg_class WHERE oid = ANY($1::oid[])",
+            &[&oids],
+        )?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for t in &existing {
+        let mut w = sizes_only(t);
+        w.dropped = !still.contains(&t.oid);
+        for st in &out.statements {
+            if let Some(x) = st.work.get(&t.name) {
+                w.work = w.work.plus(*x);
+            }
+            for m in st.locks_after.get(&t.name).into_iter().flatten() {
+                if !w.locks.contains(m) {
+                    w.locks.push(m.clone());
+                }
+            }
+            w.rewritten |= st.rewrote.contains(&t.name);
+            for (table, index) in &st.built_indexes {
+                if *table == t.name && !w.new_indexes.contains(index) {
+                    w.new_indexes.push(index.clone());
+                }
+            }
+        }
+        out.tables.insert(t.name.clone(), w);
+    }
+    Ok(out)
+}
+
+/// Files, counters and index names before one statement.
+#[derive(Default)]
+struct Before {
+    /// relfilenode of each existing table and of each index on one.
+    files: BTreeMap<u32, u32>,
+    work: Option<BTreeMap<u32, Work>>,
+}
+
+/// The observer that measures each statement while it runs.
+struct Watch<'a> {
+    existing: &'a [Existing],
+    indexes_before: &'a [u32],
+    pid: i32,
+    flushable: bool,
+    /// The sampler's connection while no statement runs.
+    admin: Option<Client>,
+    sampler: Option<LockSampler>,
+    before: Before,
+    runs: Vec<StatementRun>,
+    /// The first measurement that failed (the rehearsal's error).
+    error: Option<anyhow::Error>,
+}
+
+/// (table oid, index oid, index name, relfilenode) of every index on an
+/// existing table.
+type IndexFile = (u32, u32, String, u32);
+
+impl Watch<'_> {
+    /// The migration backend's counts flushed, then the cumulative ones.
+    fn counters(&self, c: &mut Client) -> anyhow::Result<Option<BTreeMap<u32, Work>>> {
+        if !self.flushable {
+            return Ok(None);
+        }
+        c.batch_execute("SELECT pg_stat_force_next_flush()")?;
+        Ok(Some(cumulative_work(c, self.existing)?))
+    }
+
+    fn files(&self, c: &mut Client) -> anyhow::Result<(BTreeMap<u32, u32>, Vec<IndexFile>)> {
+        let oids: Vec<u32> = self.existing.iter().map(|t| t.oid).collect();
+        let tables = c
+            .query(
+                "SELECT oid, relfilenode FROM pg_class WHERE oid = ANY($1::oid[])",
+                &[&oids],
+            )?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        let indexes = c
+            .query(
+                "SELECT x.indrelid, x.indexrelid, i.relname::text, i.relfilenode
+                   FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+                  WHERE x.indrelid = ANY($1::oid[])",
+                &[&oids],
+            )?
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+            .collect();
+        Ok((tables, indexes))
+    }
+
+    fn name_of(&self, oid: u32) -> Option<&str> {
+        self.existing
+            .iter()
+            .find(|t| t.oid == oid)
+            .map(|t| t.name.as_str())
+    }
+
+    fn start(&mut self, c: &mut Client) -> anyhow::Result<()> {
+        let work = self.counters(c)?;
+        let (mut files, indexes) = self.files(c)?;
+        files.extend(indexes.iter().map(|(_, i, _, f)| (*i, *f)));
+        self.before = Before { files, work };
+        let admin = self
+            .admin
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("the lock sampler's connection was lost"))?;
+        self.sampler = Some(LockSampler::start(admin, self.pid));
+        Ok(())
+    }
+
+    fn finish(
+        &mut self,
+        c: &mut Client,
+        step: &Step,
+        took: Duration,
+    ) -> anyhow::Result<StatementRun> {
+        let sampler = self
+            .sampler
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("the lock sampler was not running"))?;
+        let (admin, held) = sampler.stop()?;
+        self.admin = Some(admin);
+        let st = &step.statement;
+        let mut run = StatementRun {
+            line: st.line,
+            column: st.column,
+            excerpt: st.excerpt(60),
+            duration: took,
+            ..StatementRun::default()
+        };
+        let mut observed = Observed {
+            samples: held.samples,
+            ..Observed::default()
+        };
+        for l in &held.locks {
+            if let Some(name) = self.name_of(l.relation) {
+                let modes = run.locks_after.entry(name.to_string()).or_default();
+                if !modes.contains(&l.mode) {
+                    modes.push(l.mode.clone());
+                }
+                let span = observed.held.entry(name.to_string()).or_default();
+                *span = (*span).max(l.span);
+            }
+        }
+        run.observed = Some(observed);
+        if let (Some(before), Some(after)) = (self.before.work.take(), self.counters(c)?) {
+            for t in self.existing {
+                if let (Some(a), Some(b)) = (after.get(&t.oid), before.get(&t.oid)) {
+                    let w = a.minus(*b);
+                    if w != Work::default() {
+                        run.work.insert(t.name.clone(), w);
+                    }
+                }
+            }
+        }
+        let (tables, indexes) = self.files(c)?;
+        for t in self.existing {
+            if let (Some(now), Some(was)) = (tables.get(&t.oid), self.before.files.get(&t.oid)) {
+                if now != was {
+                    run.rewrote.push(t.name.clone());
+                }
+            }
+        }
+        let earlier: Vec<&String> = self
+            .runs
+            .iter()
+            .flat_map(|r| r.built_indexes.iter().map(|(_, i)| i))
+            .collect();
+        for (table, index, name, file) in indexes {
+            let Some(table) = self.name_of(table) else {
+                continue;
+            };
+            // Built here (an oid never seen: CREATE INDEX, or REINDEX
+            // CONCURRENTLY's replacement), or rebuilt in place (REINDEX,
+            // VACUUM FULL, CLUSTER: a new file under the same oid).
+            let built = match self.before.files.get(&index) {
+                None => !self.indexes_before.contains(&index) && !earlier.contains(&&name),
+                Some(was) => *was != file && !run.rewrote.iter().any(|t| t == table),
+            };
+            if built {
+                run.built_indexes.push((table.to_string(), name));
+            }
+        }
+        Ok(run)
+    }
+}
+
+impl StepObserver for Watch<'_> {
+    fn before(&mut self, client: &mut Client, _index: usize, _step: &Step) {
+        if self.error.is_none() {
+            if let Err(e) = self.start(client) {
+                self.error = Some(e.context("preparing to measure a statement"));
+            }
+        }
+    }
+
+    fn after(
+        &mut self,
+        client: &mut Client,
+        _index: usize,
+        step: &Step,
+        _ok: bool,
+        took: Duration,
+    ) {
+        if self.error.is_some() {
+            return;
+        }
+        match self.finish(client, step, took) {
+            Ok(run) => self.runs.push(run),
+            Err(e) => self.error = Some(e.context("measuring a statement")),
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! Watching backends from a second connection while they run: the locks a
+//! migration statement holds (for a statement that commits on its own,
+//! `pg_locks` shows them only while it runs), and the live apps' waits
+//! on the migration's locks.
+//!
+//! Who is who comes from `application_name`: the migration's connection is
+//! [`MIGRATION`], the apps' connections start with [`APP_PREFIX`], and
+//! every connection rollsafe opens for itself (samplers, the long
+//! transaction, counting rows) is [`PROBE`]. A stall is the migration's only
+//! on lock-wait evidence: an app backend waiting on a lock
+//! (`wait_event_type = 'Lock'`) with a [`MIGRATION`] backend among its
+//! `pg_blocking_pids`; how long it waited is that lock wait's duration
+//! (`pg_locks.waitstart` from PostgreSQL 14, the span it was seen waiting
+//! before), never a statement's wall time, which a loaded machine
+//! stretches. rollsafe's own connections never count as an app.
+//!
+//! Nothing here judges.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use postgres::Client;
+
+/// `application_name` of the connection a migration runs on.
+pub const MIGRATION: &str = "rollsafe-migration";
+/// `application_name` of rollsafe's own connections (never an app).
+pub const PROBE: &str = "rollsafe-probe";
+/// `application_name` prefix of a live app's connection (`rollsafe-app
+/// legacy (read)`).
+pub const APP_PREFIX: &str = "rollsafe-app ";
+
+/// How often a sampler looks: a few milliseconds, so that a statement of
+/// a few milliseconds is seen at least once on an idle machine.
+const INTERVAL: Duration = Duration::from_millis(2);
+
+/// Names the session of `c` (`application_name`).
+pub fn name_session(c: &mut Client, name: &str) -> Result<(), postgres::Error> {
+    c.execute("SELECT set_config('application_name', $1, false)", &[&name])
+        .map(|_| ())
+}
+
+/// `server_version_num` of the server `c` is connected to.
+pub fn version_num(c: &mut Client) -> Result<i32, postgres::Error> {
+    Ok(
+        c.query_one("SELECT current_setting('server_version_num')::int", &[])?
+            .get(0),
+    )
+}
+
+/// One relation lock seen held by the sampled backend.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeenLock {
+    pub relation: u32,
+    pub mode: String,
+    /// Samples that saw it.
+    pub seen: u32,
+    /// From the first sample that saw it to the last: a lower bound of
+    /// how long it was held.
+    pub span: Duration,
+}
+
+/// What the lock sampler saw while one statement ran.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HeldLocks {
+    /// Samples taken while it ran.
+    pub samples: u32,
+    pub locks: Vec<SeenLock>,
+}
+
+/// Samples the relation locks backend `pid` holds, every few
+/// milliseconds, on a connection of its own, until stopped.
+pub struct LockSampler {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<(Client, HeldLocks)>,
+}
+
+impl LockSampler {
+    /// Starts sampling `pid` on `admin` (handed back by [`Self::stop`]).
+    pub fn start(mut admin: Client, pid: i32) -> LockSampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut held = HeldLocks::default();
+            let mut first: BTreeMap<(u32, String), Instant> = BTreeMap::new();
+            // One more sample after the stop flag would see the statement
+            // ended: stop before sampling.
+            while !flag.load(Ordering::Relaxed) {
+                let rows = admin.query(
+                    "SELECT relation, mode FROM pg_locks
+                      WHERE pid = $1 AND locktype = 'relation' AND granted",
+                    &[&pid],
+                );
+                let at = Instant::now();
+                if flag.load(Ordering::Relaxed) {
+                    break;
+                }
+                if let Ok(rows) = rows {
+                    held.samples += 1;
+                    for r in rows {
+                        let key: (u32, String) = (r.get(0), r.get(1));
+                        let since = *first.entry(key.clone()).or_insert(at);
+                        match held
+                            .locks
+                            .iter_mut()
+                            .find(|l| l.relation == key.0 && l.mode == key.1)
+                        {
+                            Some(l) => {
+                                l.seen += 1;
+                                l.span = at - since;
+                            }
+                            None => held.locks.push(SeenLock {
+                                relation: key.0,
+                                mode: key.1,
+                                seen: 1,
+                                span: Duration::ZERO,
+                            }),
+                        }
+                    }
+                }
+                std::thread::sleep(INTERVAL);
+            }
+            (admin, held)
+        });
+        LockSampler { stop, thread }
+    }
+
+    /// Stops sampling; the connection back and what was seen.
+    pub fn stop(self) -> anyhow::Result<(Client, HeldLocks)> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("the lock sampler's thread panicked"))
+    }
+}
+
+/// The live apps' waits on the migration's locks, as sampled.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AppWaits {
+    /// The longest single lock wait of an app backend on the migration.
+    pub longest: Duration,
+    /// The app (its `application_name` after [`APP_PREFIX`]) and the
+    /// statement (`EXECUTE …`) of that wait.
+    pub app: String,
+    pub query: String,
+    /// Distinct lock waits attributed to the migration.
+    pub waits: u64,
+    pub samples: u64,
+}
+
+/// Samples, until stopped, every app backend of the database waiting on
+/// a lock that a [`MIGRATION`] backend holds or is queued ahead for.
+pub struct AppWaitSampler {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<AppWaits>>,
+}
+
+impl AppWaitSampler {
+    pub fn start(url: &str) -> anyhow::Result<AppWaitSampler> {
+        let mut admin = crate::db::connect(url)?;
+        name_session(&mut admin, PROBE)?;
+        // pg_locks.waitstart exists from 14: the server's own start of
+        // the wait. Before, the first sample that saw it waiting.
+        let waitstart = if version_num(&mut admin)? >= 140000 {
+            "extract(epoch FROM clock_timestamp() - l.waitstart)::float8"
+        } else {
+            "NULL::float8"
+        };
+        let sql = format!(
+            "SELECT a.pid, a.application_name, coalesce(a.query, ''),
+                    coalesce(a.query_start::text, ''), {waitstart}
+               FROM pg_stat_activity a
+               JOIN pg_locks l ON l.pid = a.pid AND NOT l.granted
+              WHERE a.datname = current_database() AND a.wait_event_type = 'Lock'
+                AND starts_with(a.application_name, '{APP_PREFIX}')
+                AND EXISTS (SELECT 1 FROM pg_stat_activity m
+                             WHERE m.pid = ANY (pg_blocking_pids(a.pid))
+                               AND m.application_name = '{MIGRATION}')"
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut out = AppWaits::default();
+            // (pid, query_start) of a wait → when it was first seen.
+            let mut first: BTreeMap<(i32, String), Instant> = BTreeMap::new();
+            while !flag.load(Ordering::Relaxed) {
+                if let Ok(rows) = admin.query(&sql, &[]) {
+                    out.samples += 1;
+                    let now = Instant::now();
+                    for r in rows {
+                        let key: (i32, String) = (r.get(0), r.get(3));
+                        let seen_since = *first.entry(key).or_insert_with(|| {
+                            out.waits += 1;
+                            now
+                        });
+                        let waited = r
+                            .get::<_, Option<f64>>(4)
+                            .filter(|s| s.is_finite() && *s >= 0.0)
+                            .map(Duration::from_secs_f64)
+                            .unwrap_or(now - seen_since);
+                        if waited > out.longest {
+                            out.longest = waited;
+                            let app: String = r.get(1);
+                            out.app = app.trim_start_matches(APP_PREFIX).to_string();
+                            out.query = r.get(2);
+                        }
+                    }
+                }
+                std::thread::sleep(INTERVAL * 2);
+            }
+            out
+        });
+        Ok(AppWaitSampler {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn stop(mut self) -> AppWaits {
+        self.halt()
+    }
+
+    fn halt(&mut self) -> AppWaits {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for AppWaitSampler {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
