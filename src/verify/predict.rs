@@ -188,11 +188,17 @@ pub fn holds(at_zero: &Applied, at_n: &Applied, needs: &Needs, sizes: &Sizes) ->
         // statement runs, and only then.
         for (s, st) in at_n.statements.iter().enumerate() {
             for (table, modes) in &st.locks_after {
-                for mode in modes.iter().filter(|m| needs.blocks(table, m)) {
+                // The strongest blocking mode stands for the others: they
+                // are held for the same statement.
+                let blocking = modes
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|m| needs.blocks(table, m));
+                if let Some(mode) = super::lock_modes::strongest(blocking) {
                     let (predicted, drivers) = per_statement[s].clone();
                     out.push(Hold {
                         table: table.clone(),
-                        mode: mode.clone(),
+                        mode: mode.to_string(),
                         statement: s,
                         measured: st.duration,
                         predicted,

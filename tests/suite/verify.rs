@@ -64,6 +64,11 @@ fn all_backends_trials(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             concurrent_index_outside_a_transaction_passes_and_reruns_cleanly,
             batched_backfill_example_is_rehearsed_under_the_workload,
             batched_update_that_never_settles_is_an_error,
+            vacuum_full_outside_a_transaction_is_measured_while_it_runs,
+            reindex_outside_a_transaction_blocks_and_concurrently_passes,
+            plain_index_build_outside_a_transaction_is_an_error,
+            batched_update_file_with_a_plain_select_is_rerunnable,
+            findings_are_the_same_alone_and_under_cpu_load,
             sizes_from_a_real_database_drive_the_prediction,
             findings_point_at_the_statement_and_line,
             since_rehearses_only_later_migrations_and_judges_them_as_a_full_run,
@@ -1697,5 +1702,197 @@ fn batched_update_that_never_settles_is_an_error(env: &TestEnv) -> anyhow::Resul
         "{:?}",
         error_ids(&r)
     );
+    Ok(())
+}
+
+/// The findings of migration `v` that speak of its locks as sampled.
+fn while_running<'r>(r: &'r Report, v: i32) -> Vec<&'r rollsafe::report::Finding> {
+    r.findings
+        .iter()
+        .filter(|f| f.migration == Some(v) && f.evidence.contains_key("locks_while_running"))
+        .collect()
+}
+
+fn vacuum_full_outside_a_transaction_is_measured_while_it_runs(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    // Each statement commits on its own: its locks exist only while it
+    // runs, so they are sampled then; a new relfilenode is the rewrite.
+    let dir = with_later(&["-- rollsafe:no-transaction\nVACUUM FULL attached_functions;"]);
+    let r = rehearse(env, dir.path())?;
+    let f = expect_error(&r, 4, "rewrite.table-rewritten")?;
+    ensure!(f.evidence["relfilenode_changed"] == true, "{:?}", f.evidence);
+    ensure!(
+        f.evidence["rows"].as_i64().unwrap() >= ROWS as i64,
+        "{:?}",
+        f.evidence
+    );
+    let seen = f.evidence["locks_while_running"].as_str().unwrap_or_default();
+    ensure!(
+        seen.contains("ACCESS EXCLUSIVE on attached_functions held")
+            && seen.contains("at 0 rows")
+            && seen.contains("samples"),
+        "{seen}"
+    );
+    eprintln!("VACUUM FULL: {}", f.message);
+    let measured = finding(&r, 4, "locks.measured")?;
+    ensure!(
+        measured.message.contains("ACCESS EXCLUSIVE on attached_functions held"),
+        "{}",
+        measured.message
+    );
+    eprintln!("VACUUM FULL: {}", measured.message);
+    // squawk says nothing about VACUUM FULL; nothing may call it lock-free.
+    ensure!(
+        !r.findings.iter().any(|f| f.migration == Some(4)
+            && f.message.contains("takes no lock on existing tables")),
+        "{:?}",
+        r.findings.iter().map(|f| &f.message).collect::<Vec<_>>()
+    );
+    Ok(())
+}
+
+fn reindex_outside_a_transaction_blocks_and_concurrently_passes(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let r = rehearse(
+        env,
+        with_later(&["-- rollsafe:no-transaction\nREINDEX TABLE attached_functions;"]).path(),
+    )?;
+    let f = expect_error(&r, 4, "locks.blocking-index-build")?;
+    ensure!(
+        f.message.contains("SHARE on attached_functions")
+            && f.evidence["locks_while_running"]
+                .as_str()
+                .is_some_and(|s| s.contains("held")),
+        "{} {:?}",
+        f.message,
+        f.evidence
+    );
+    eprintln!("REINDEX: {}", f.message);
+    let r = rehearse(
+        env,
+        with_later(&["-- rollsafe:no-transaction\nREINDEX TABLE CONCURRENTLY attached_functions;"])
+            .path(),
+    )?;
+    expect_pass(&r)?;
+    // What it took while it ran was seen, and blocks no app.
+    let seen = while_running(&r, 4);
+    ensure!(seen.is_empty(), "{seen:?}");
+    let m = finding(&r, 4, "locks.measured")?;
+    ensure!(
+        m.message.contains("SHARE UPDATE EXCLUSIVE on attached_functions held")
+            && m.message.contains("none blocks a live app"),
+        "{}",
+        m.message
+    );
+    eprintln!("REINDEX CONCURRENTLY: {}", m.message);
+    Ok(())
+}
+
+fn plain_index_build_outside_a_transaction_is_an_error(env: &TestEnv) -> anyhow::Result<()> {
+    let r = rehearse(
+        env,
+        with_later(&["-- rollsafe:no-transaction\n\
+             CREATE INDEX IF NOT EXISTS af_name_plain ON attached_functions (name);"])
+        .path(),
+    )?;
+    let f = expect_error(&r, 4, "locks.blocking-index-build")?;
+    ensure!(
+        f.message
+            .contains("SHARE on attached_functions (blocks its writes)"),
+        "{}",
+        f.message
+    );
+    // squawk's warning is confirmed by the sampled lock, not refuted.
+    let s = finding(&r, 4, "static.require-concurrent-index-creation")?;
+    ensure!(s.severity == Severity::Error, "{}", s.message);
+    eprintln!("plain CREATE INDEX: {}", f.message);
+    Ok(())
+}
+
+fn batched_update_file_with_a_plain_select_is_rerunnable(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = with_later(&[
+        "ALTER TABLE attached_functions ADD COLUMN name_len int;",
+        "-- rollsafe:batched-update attached_functions SET name_len = length(name) WHERE name_len IS NULL\n\
+         SELECT count(*) FROM attached_functions;",
+    ]);
+    let r = rehearse(env, dir.path())?;
+    expect_pass(&r)?;
+    finding(&r, 5, "backfill.batched-update-complete")?;
+    Ok(())
+}
+
+/// Two processes that keep both cores busy until dropped.
+struct BusyLoops(Vec<std::process::Child>);
+
+impl BusyLoops {
+    fn start() -> anyhow::Result<BusyLoops> {
+        let mut v = Vec::new();
+        for _ in 0..2 {
+            v.push(
+                Command::new("sh")
+                    .args(["-c", "while :; do :; done"])
+                    .spawn()
+                    .context("starting a busy loop")?,
+            );
+        }
+        Ok(BusyLoops(v))
+    }
+}
+
+impl Drop for BusyLoops {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn findings_are_the_same_alone_and_under_cpu_load(env: &TestEnv) -> anyhow::Result<()> {
+    // Hazards (a blocking index build, a rewrite outside a transaction, a
+    // lock held for seconds) and safe migrations (a nullable column, a
+    // concurrent index build), judged alone and beside two busy loops.
+    let dir = with_later(&[
+        "ALTER TABLE attached_functions ADD COLUMN load_note text;",
+        "CREATE INDEX af_load_name ON attached_functions (name);",
+        "-- rollsafe:no-transaction\nVACUUM FULL attached_functions;",
+        "-- rollsafe:no-transaction\n\
+         CREATE INDEX CONCURRENTLY IF NOT EXISTS af_load_tenant ON attached_functions (tenant_id);",
+        "LOCK TABLE attached_functions IN ACCESS EXCLUSIVE MODE;\nSELECT pg_sleep(2);",
+    ]);
+    let set = |r: &Report| -> Vec<String> {
+        let mut v: Vec<String> = r
+            .findings
+            .iter()
+            .map(|f| format!("V{} {} {:?}", f.migration.unwrap_or(0), f.id, f.severity))
+            .collect();
+        v.sort();
+        v
+    };
+    let alone = set(&rehearse(env, dir.path())?);
+    let loaded = {
+        let _busy = BusyLoops::start()?;
+        set(&rehearse(env, dir.path())?)
+    };
+    let only_alone: Vec<&String> = alone.iter().filter(|f| !loaded.contains(f)).collect();
+    let only_loaded: Vec<&String> = loaded.iter().filter(|f| !alone.contains(f)).collect();
+    ensure!(
+        alone == loaded,
+        "alone only: {only_alone:?}; under load only: {only_loaded:?}"
+    );
+    for want in [
+        "V5 locks.blocking-index-build Error",
+        "V6 rewrite.table-rewritten Error",
+        "V8 locks.long-blocking-lock Error",
+    ] {
+        ensure!(alone.iter().any(|f| f == want), "{want} missing: {alone:?}");
+    }
+    ensure!(
+        !alone.iter().any(|f| (f.starts_with("V4 ") || f.starts_with("V7 ")) && f.ends_with("Error")),
+        "{alone:?}"
+    );
+    eprintln!("load: {} findings, identical alone and under two busy loops", alone.len());
     Ok(())
 }

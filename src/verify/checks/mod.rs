@@ -43,12 +43,26 @@ pub(crate) fn while_running(
         return None;
     }
     let n = at_n.observed_at(i)?;
-    let rows: i64 = at_n.tables.values().map(|t| t.rows_before).sum();
+    let st = at_n.statements.get(i)?;
+    let sized: Vec<String> = st
+        .locks_after
+        .keys()
+        .filter_map(|t| at_n.tables.get(t))
+        .map(|t| format!("{} rows of {}", t.rows_before, t.table))
+        .collect();
+    let rows = if sized.is_empty() {
+        format!(
+            "{} rows",
+            at_n.tables.values().map(|t| t.rows_before).sum::<i64>()
+        )
+    } else {
+        sized.join(" and ")
+    };
     let zero = at_zero
         .observed_at(i)
         .filter(|_| at_zero.statements.len() == at_n.statements.len())
         .unwrap_or_else(|| "not measured".into());
     Some(format!(
-        "measured while it ran: at {rows} rows {n}; at 0 rows {zero}"
+        "measured while it ran: at {rows}: {n}; at 0 rows: {zero}"
     ))
 }
