@@ -32,9 +32,11 @@ pub const PROBE: &str = "rollsafe-probe";
 /// legacy (read)`).
 pub const APP_PREFIX: &str = "rollsafe-app ";
 
-/// How often a sampler looks: a few milliseconds, so that a statement of
-/// a few milliseconds is seen at least once on an idle machine.
-const INTERVAL: Duration = Duration::from_millis(2);
+/// The pause between a lock sampler's samples (each is a round trip
+/// too): well under a millisecond, so that a statement of a few
+/// milliseconds is seen at least once; a shorter one may not be, and is
+/// then reported as not observed.
+const INTERVAL: Duration = Duration::from_micros(500);
 
 /// Names the session of `c` (`application_name`).
 pub fn name_session(c: &mut Client, name: &str) -> Result<(), postgres::Error> {
@@ -79,20 +81,25 @@ pub struct LockSampler {
 
 impl LockSampler {
     /// Starts sampling `pid` on `admin` (handed back by [`Self::stop`]).
-    pub fn start(mut admin: Client, pid: i32) -> LockSampler {
+    /// Returns once the sampler is ready to take its first sample, so
+    /// that a statement started after it is watched from its start
+    /// (on a loaded machine a thread can take long to get going).
+    pub fn start(mut admin: Client, pid: i32) -> anyhow::Result<LockSampler> {
+        let query = admin.prepare(
+            "SELECT relation, mode FROM pg_locks
+              WHERE pid = $1 AND locktype = 'relation' AND granted",
+        )?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let (ready, started) = std::sync::mpsc::channel::<()>();
         let thread = std::thread::spawn(move || {
             let mut held = HeldLocks::default();
             let mut first: BTreeMap<(u32, String), Instant> = BTreeMap::new();
+            let _ = ready.send(());
             // One more sample after the stop flag would see the statement
             // ended: stop before sampling.
             while !flag.load(Ordering::Relaxed) {
-                let rows = admin.query(
-                    "SELECT relation, mode FROM pg_locks
-                      WHERE pid = $1 AND locktype = 'relation' AND granted",
-                    &[&pid],
-                );
+                let rows = admin.query(&query, &[&pid]);
                 let at = Instant::now();
                 if flag.load(Ordering::Relaxed) {
                     break;
@@ -124,7 +131,10 @@ impl LockSampler {
             }
             (admin, held)
         });
-        LockSampler { stop, thread }
+        started
+            .recv()
+            .map_err(|_| anyhow::anyhow!("the lock sampler's thread did not start"))?;
+        Ok(LockSampler { stop, thread })
     }
 
     /// Stops sampling; the connection back and what was seen.
@@ -179,6 +189,7 @@ impl AppWaitSampler {
                              WHERE m.pid = ANY (pg_blocking_pids(a.pid))
                                AND m.application_name = '{MIGRATION}')"
         );
+        let query = admin.prepare(&sql)?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
@@ -186,7 +197,7 @@ impl AppWaitSampler {
             // (pid, query_start) of a wait → when it was first seen.
             let mut first: BTreeMap<(i32, String), Instant> = BTreeMap::new();
             while !flag.load(Ordering::Relaxed) {
-                if let Ok(rows) = admin.query(&sql, &[]) {
+                if let Ok(rows) = admin.query(&query, &[]) {
                     out.samples += 1;
                     let now = Instant::now();
                     for r in rows {
@@ -208,7 +219,7 @@ impl AppWaitSampler {
                         }
                     }
                 }
-                std::thread::sleep(INTERVAL * 2);
+                std::thread::sleep(INTERVAL * 4);
             }
             out
         });

@@ -225,7 +225,7 @@ impl Watch<'_> {
             .admin
             .take()
             .ok_or_else(|| anyhow::anyhow!("the lock sampler's connection was lost"))?;
-        self.sampler = Some(LockSampler::start(admin, self.pid));
+        self.sampler = Some(LockSampler::start(admin, self.pid)?);
         Ok(())
     }
 
