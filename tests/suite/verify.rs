@@ -1714,7 +1714,7 @@ fn batched_update_that_never_settles_is_an_error(env: &TestEnv) -> anyhow::Resul
 }
 
 /// The findings of migration `v` that speak of its locks as sampled.
-fn while_running<'r>(r: &'r Report, v: i32) -> Vec<&'r rollsafe::report::Finding> {
+fn while_running(r: &Report, v: i32) -> Vec<&rollsafe::report::Finding> {
     r.findings
         .iter()
         .filter(|f| f.migration == Some(v) && f.evidence.contains_key("locks_while_running"))
