@@ -473,10 +473,12 @@ mod tests {
              ALTER TABLE items DROP CONSTRAINT IF EXISTS c_pos, ADD CONSTRAINT c_pos CHECK (c > 0) NOT VALID;\n\
              DROP INDEX CONCURRENTLY IF EXISTS old_idx;\n\
              COMMENT ON TABLE items IS 'x';\n\
-             ALTER TYPE mood ADD VALUE IF NOT EXISTS 'ok';\n",
+             ALTER TYPE mood ADD VALUE IF NOT EXISTS 'ok';\n\
+             SELECT count(*) FROM items WHERE a > 0;\n\
+             CLUSTER items USING items_a;\n",
         );
         let steps = plan_steps(&m).unwrap();
-        assert_eq!(steps.len(), 10);
+        assert_eq!(steps.len(), 12);
         assert_eq!(steps[0].concurrent_index.as_deref(), Some("items_a"));
         assert_eq!(steps[1].concurrent_index.as_deref(), Some("\"Items_B\""));
         assert!(steps[2..].iter().all(|s| s.concurrent_index.is_none()));
@@ -496,6 +498,13 @@ mod tests {
                 "ADD CONSTRAINT",
             ),
             ("ALTER TABLE t RENAME COLUMN a TO b;", 2, "RENAME"),
+            ("SELECT * INTO t2 FROM t;", 2, "cannot tell"),
+            ("SELECT * FROM t FOR UPDATE;", 2, "SELECT writes"),
+            (
+                "WITH gone AS (DELETE FROM t RETURNING 1) SELECT count(*) FROM gone;",
+                2,
+                "SELECT writes",
+            ),
         ] {
             let m = migration(&format!("-- rollsafe:no-transaction\n{sql}"));
             let err = plan_steps(&m).unwrap_err();

@@ -5,10 +5,15 @@
 //!
 //! Measurements:
 //! - the relation lock modes held after each statement (`pg_locks`), per
-//!   existing table; which of them block an app follows from the live
-//!   apps' own statements ([`Needs`]);
-//! - the longest stall of a concurrent workload (the live apps' statements
-//!   and a plain reader) while it applies, and whether the workload failed;
+//!   existing table; outside a transaction, the modes sampled while each
+//!   statement ran (a statement no sample saw holding a lock is
+//!   `locks.not-observed`, skipped); which of them block an app follows
+//!   from the live apps' own statements ([`Needs`]);
+//! - the longest lock wait of the live apps' statements on the
+//!   migration's backend while it applies (lock-wait evidence only, see
+//!   [`crate::verify::sampler`]: a statement slowed by a busy machine or
+//!   by another app's row lock is not the migration's), and whether the
+//!   workload failed;
 //! - the long-transaction probe: an app transaction holds the tables, the
 //!   migration runs the real retry loop of `rollsafe migrate`
 //!   ([`LockPolicy`]) while the apps' workload runs, the transaction ends.
