@@ -165,10 +165,22 @@ impl StepError {
     }
 
     /// The server's error (the last attempt's, for a lock timeout).
-    pub fn error(&self) -> &postgres::Error {
+    pub fn error(&self) -> Option<&postgres::Error> {
         match self {
-            StepError::Failed { error, .. } => error,
-            StepError::GaveUp { gave_up, .. } => &gave_up.last,
+            StepError::Failed { error, .. } => Some(error),
+            StepError::GaveUp { gave_up, .. } => gave_up.last.as_ref(),
+        }
+    }
+
+    /// The error on one line, for messages.
+    pub fn message(&self) -> String {
+        match (self, self.error()) {
+            (_, Some(e)) => crate::errors::one_line(e),
+            (StepError::GaveUp { gave_up, .. }, None) => format!(
+                "gave up on its locks after {} attempts",
+                gave_up.attempts.count
+            ),
+            (StepError::Failed { .. }, None) => "failed".into(),
         }
     }
 }

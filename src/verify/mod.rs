@@ -570,13 +570,7 @@ fn apply_unchecked(c: &mut postgres::Client, m: &crate::catalog::Migration) -> R
         let steps = nt::steps(&m.sql);
         return nt::apply_steps(c, &steps, None, &mut nt::Unobserved)
             .map(|_| ())
-            .map_err(|e| {
-                format!(
-                    "line {}: {}",
-                    steps[e.index()].statement.line,
-                    crate::errors::one_line(e.error())
-                )
-            });
+            .map_err(|e| format!("line {}: {}", steps[e.index()].statement.line, e.message()));
     }
     c.transaction()
         .and_then(|mut tx| tx.batch_execute(&m.sql).and_then(|_| tx.commit()))

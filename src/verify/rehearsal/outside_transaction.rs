@@ -94,14 +94,16 @@ pub fn apply(
         ..TableWork::default()
     };
     if let Err(e) = result {
-        let error = e.error();
         let st = &steps[e.index()].statement;
         out.error = Some(if out.split_exact && steps.len() > 1 {
-            format!("line {}: {}", st.line, crate::errors::one_line(error))
+            format!("line {}: {}", st.line, e.message())
         } else {
-            crate::errors::one_line(error)
+            e.message()
         });
-        out.sqlstate = error.code().map(|s| s.code().to_string());
+        out.sqlstate = e
+            .error()
+            .and_then(|e| e.code())
+            .map(|s| s.code().to_string());
         out.failed_statement = Some(e.index());
         out.tables = existing
             .iter()
