@@ -67,6 +67,55 @@ pub fn sql_name(mode: &str) -> String {
     out
 }
 
+/// The table-level lock PostgreSQL's manual documents for a statement
+/// that rewrites a table or builds an index, and what the statement is:
+/// `("AccessExclusiveLock", "VACUUM FULL")`. For a statement outside a
+/// transaction too brief for the lock sampler to see, once its rewrite or
+/// index build has been measured (a new relfilenode): the lock it held is
+/// then known from the manual, not guessed. None for anything else.
+pub fn documented(sql: &str) -> Option<(&'static str, &'static str)> {
+    // Words of the statement, comments and punctuation aside: enough to
+    // tell the kinds apart (options in parentheses included).
+    let code: String = sql
+        .lines()
+        .map(|l| l.split("--").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let words: Vec<String> = code
+        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+        .take(12)
+        .map(str::to_ascii_uppercase)
+        .collect();
+    let w: Vec<&str> = words.iter().map(String::as_str).collect();
+    let concurrently = w.contains(&"CONCURRENTLY");
+    match w.as_slice() {
+        ["VACUUM", rest @ ..] if rest.contains(&"FULL") => {
+            Some(("AccessExclusiveLock", "VACUUM FULL"))
+        }
+        ["CLUSTER", ..] => Some(("AccessExclusiveLock", "CLUSTER")),
+        ["REINDEX", ..] if concurrently => Some(("ShareUpdateExclusiveLock", "REINDEX CONCURRENTLY")),
+        // Writes wait; the index itself is held ACCESS EXCLUSIVE.
+        ["REINDEX", ..] => Some(("ShareLock", "REINDEX")),
+        ["CREATE", "INDEX", ..] | ["CREATE", "UNIQUE", "INDEX", ..] if concurrently => {
+            Some(("ShareUpdateExclusiveLock", "CREATE INDEX CONCURRENTLY"))
+        }
+        ["CREATE", "INDEX", ..] | ["CREATE", "UNIQUE", "INDEX", ..] => {
+            Some(("ShareLock", "CREATE INDEX"))
+        }
+        ["REFRESH", "MATERIALIZED", "VIEW", ..] if concurrently => {
+            Some(("ExclusiveLock", "REFRESH MATERIALIZED VIEW CONCURRENTLY"))
+        }
+        ["REFRESH", "MATERIALIZED", "VIEW", ..] => {
+            Some(("AccessExclusiveLock", "REFRESH MATERIALIZED VIEW"))
+        }
+        // Every form of ALTER TABLE that rewrites a table or builds an
+        // index for a constraint takes ACCESS EXCLUSIVE.
+        ["ALTER", "TABLE", ..] => Some(("AccessExclusiveLock", "ALTER TABLE")),
+        _ => None,
+    }
+}
+
 /// The lock modes the running apps take per table.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Needs {
@@ -171,5 +220,30 @@ mod tests {
         assert_eq!(n.describe("t", "AccessExclusiveLock"), "reads and writes");
         assert!(Needs::unknown().blocks("any", "ShareLock"));
         assert_eq!(sql_name("ShareRowExclusiveLock"), "SHARE ROW EXCLUSIVE");
+    }
+
+    #[test]
+    fn documented_locks_of_rewriting_and_index_building_statements() {
+        assert_eq!(documented("VACUUM FULL t"), Some(("AccessExclusiveLock", "VACUUM FULL")));
+        assert_eq!(
+            documented("vacuum (full, analyze) s.t"),
+            Some(("AccessExclusiveLock", "VACUUM FULL"))
+        );
+        assert_eq!(documented("VACUUM t"), None);
+        assert_eq!(documented("-- why\nREINDEX TABLE t"), Some(("ShareLock", "REINDEX")));
+        assert_eq!(
+            documented("REINDEX TABLE CONCURRENTLY t"),
+            Some(("ShareUpdateExclusiveLock", "REINDEX CONCURRENTLY"))
+        );
+        assert_eq!(
+            documented("create unique index if not exists i on t (a)"),
+            Some(("ShareLock", "CREATE INDEX"))
+        );
+        assert_eq!(
+            documented("CREATE INDEX CONCURRENTLY i ON t (a)"),
+            Some(("ShareUpdateExclusiveLock", "CREATE INDEX CONCURRENTLY"))
+        );
+        assert_eq!(documented("CLUSTER t USING i"), Some(("AccessExclusiveLock", "CLUSTER")));
+        assert_eq!(documented("UPDATE t SET a = 1"), None);
     }
 }

@@ -162,6 +162,14 @@ impl Sessions {
         }
     }
 
+    /// The declared role `app` runs as, when it is not the migrator's.
+    pub fn own_role_of(&self, app: &str) -> Option<&str> {
+        self.app_roles
+            .get(app)
+            .filter(|r| self.roles.contains_key(*r))
+            .map(String::as_str)
+    }
+
     /// The role `app` runs as, for messages.
     pub fn role_of(&self, app: &str) -> String {
         self.app_roles
@@ -213,7 +221,7 @@ impl Watchdog {
                                          ELSE pg_cancel_backend(pid) END
                                FROM pg_stat_activity
                               WHERE state = 'active' AND pid <> pg_backend_pid()
-                                AND (usename = ANY($1) OR application_name = $2)
+                                AND (usename = ANY($1) OR starts_with(application_name, $2))
                                 AND now() - query_start > make_interval(secs => $3)",
                             &[
                                 &roles,

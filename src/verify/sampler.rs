@@ -24,13 +24,16 @@ use std::time::{Duration, Instant};
 
 use postgres::Client;
 
-/// `application_name` of the connection a migration runs on.
-pub const MIGRATION: &str = "rollsafe-migration";
+/// `application_name` of the connection a migration runs on. It and the
+/// apps' names start with the watchdog's mark of untrusted sessions
+/// ([`super::roles::UNTRUSTED_APPLICATION`]), so naming a session never
+/// takes it out of the watchdog's reach.
+pub const MIGRATION: &str = "rollsafe-rehearsed migration";
 /// `application_name` of rollsafe's own connections (never an app).
 pub const PROBE: &str = "rollsafe-probe";
-/// `application_name` prefix of a live app's connection (`rollsafe-app
-/// legacy (read)`).
-pub const APP_PREFIX: &str = "rollsafe-app ";
+/// `application_name` prefix of a live app's connection (`rollsafe-rehearsed
+/// app legacy (read)`).
+pub const APP_PREFIX: &str = "rollsafe-rehearsed app ";
 
 /// The pause between a lock sampler's samples (each is a round trip
 /// too): well under a millisecond, so that a statement of a few
@@ -161,7 +164,10 @@ pub struct AppWaits {
 }
 
 /// Samples, until stopped, every app backend of the database waiting on
-/// a lock that a [`MIGRATION`] backend holds or is queued ahead for.
+/// a lock that the migration holds or is queued ahead for. The migration
+/// is any backend that is neither an app nor rollsafe's own (a migration
+/// may rename its session: `SET application_name` must not hide it; app
+/// sessions blocking each other on rows never count).
 pub struct AppWaitSampler {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<AppWaits>>,
@@ -187,7 +193,9 @@ impl AppWaitSampler {
                 AND starts_with(a.application_name, '{APP_PREFIX}')
                 AND EXISTS (SELECT 1 FROM pg_stat_activity m
                              WHERE m.pid = ANY (pg_blocking_pids(a.pid))
-                               AND m.application_name = '{MIGRATION}')"
+                               AND NOT starts_with(m.application_name, '{APP_PREFIX}')
+                               AND NOT (m.application_name = '{PROBE}'
+                                        AND m.usename = current_user))"
         );
         let query = admin.prepare(&sql)?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -245,5 +253,20 @@ impl AppWaitSampler {
 impl Drop for AppWaitSampler {
     fn drop(&mut self) {
         self.halt();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verify::roles::UNTRUSTED_APPLICATION;
+
+    #[test]
+    fn migration_and_app_sessions_stay_in_the_watchdogs_reach() {
+        // The watchdog cancels sessions whose name starts with its mark;
+        // naming a session for the samplers must not take it out.
+        assert!(MIGRATION.starts_with(UNTRUSTED_APPLICATION));
+        assert!(APP_PREFIX.starts_with(UNTRUSTED_APPLICATION));
+        assert!(!PROBE.starts_with(UNTRUSTED_APPLICATION));
     }
 }

@@ -30,6 +30,7 @@ use super::{
 };
 use crate::db;
 use crate::migrate::no_transaction::{self, Step, StepObserver};
+use crate::verify::lock_modes;
 use crate::verify::sampler::{self, LockSampler};
 
 /// Why work is not measured before PostgreSQL 15.
@@ -265,7 +266,6 @@ impl Watch<'_> {
                 *span = (*span).max(l.span);
             }
         }
-        run.observed = Some(observed);
         if let (Some(before), Some(after)) = (self.before.work.take(), self.counters(c)?) {
             for t in self.existing {
                 if let (Some(a), Some(b)) = (after.get(&t.oid), before.get(&t.oid)) {
@@ -304,6 +304,24 @@ impl Watch<'_> {
                 run.built_indexes.push((table.to_string(), name));
             }
         }
+        // Too brief for any sample, yet its rewrite or index build is
+        // measured: the manual says which lock that took, on which table.
+        if run.locks_after.is_empty() {
+            if let Some((mode, kind)) = lock_modes::documented(&st.text) {
+                let tables: Vec<String> = run
+                    .rewrote
+                    .iter()
+                    .chain(run.built_indexes.iter().map(|(t, _)| t))
+                    .cloned()
+                    .collect();
+                for t in tables {
+                    run.locks_after.insert(t.clone(), vec![mode.to_string()]);
+                    observed.held.insert(t, took);
+                    observed.documented = Some(kind);
+                }
+            }
+        }
+        run.observed = Some(observed);
         Ok(run)
     }
 }
