@@ -177,16 +177,7 @@ const ROWS: &[Row] = &[
 
 /// Rows whose right verdict is not on main yet, with why: shown as
 /// ignored with the reason (never as passed) until the fix lands.
-const KNOWN_GAPS: &[(&str, &str)] = &[
-    (
-        "vacuum_full_in_a_no_transaction_file_is_an_error",
-        "issue 19 item 1: statements outside a transaction are not yet measured while they run (branch noxact)",
-    ),
-    (
-        "plain_reindex_in_a_no_transaction_file_is_an_error",
-        "issue 19 item 1: statements outside a transaction are not yet measured while they run (branch noxact)",
-    ),
-];
+const KNOWN_GAPS: &[(&str, &str)] = &[];
 
 pub fn tests(env: &Arc<TestEnv>) -> Vec<Trial> {
     ROWS.iter()
