@@ -94,7 +94,9 @@ pub fn documented(sql: &str) -> Option<(&'static str, &'static str)> {
             Some(("AccessExclusiveLock", "VACUUM FULL"))
         }
         ["CLUSTER", ..] => Some(("AccessExclusiveLock", "CLUSTER")),
-        ["REINDEX", ..] if concurrently => Some(("ShareUpdateExclusiveLock", "REINDEX CONCURRENTLY")),
+        ["REINDEX", ..] if concurrently => {
+            Some(("ShareUpdateExclusiveLock", "REINDEX CONCURRENTLY"))
+        }
         // Writes wait; the index itself is held ACCESS EXCLUSIVE.
         ["REINDEX", ..] => Some(("ShareLock", "REINDEX")),
         ["CREATE", "INDEX", ..] | ["CREATE", "UNIQUE", "INDEX", ..] if concurrently => {
@@ -224,13 +226,19 @@ mod tests {
 
     #[test]
     fn documented_locks_of_rewriting_and_index_building_statements() {
-        assert_eq!(documented("VACUUM FULL t"), Some(("AccessExclusiveLock", "VACUUM FULL")));
+        assert_eq!(
+            documented("VACUUM FULL t"),
+            Some(("AccessExclusiveLock", "VACUUM FULL"))
+        );
         assert_eq!(
             documented("vacuum (full, analyze) s.t"),
             Some(("AccessExclusiveLock", "VACUUM FULL"))
         );
         assert_eq!(documented("VACUUM t"), None);
-        assert_eq!(documented("-- why\nREINDEX TABLE t"), Some(("ShareLock", "REINDEX")));
+        assert_eq!(
+            documented("-- why\nREINDEX TABLE t"),
+            Some(("ShareLock", "REINDEX"))
+        );
         assert_eq!(
             documented("REINDEX TABLE CONCURRENTLY t"),
             Some(("ShareUpdateExclusiveLock", "REINDEX CONCURRENTLY"))
@@ -243,7 +251,10 @@ mod tests {
             documented("CREATE INDEX CONCURRENTLY i ON t (a)"),
             Some(("ShareUpdateExclusiveLock", "CREATE INDEX CONCURRENTLY"))
         );
-        assert_eq!(documented("CLUSTER t USING i"), Some(("AccessExclusiveLock", "CLUSTER")));
+        assert_eq!(
+            documented("CLUSTER t USING i"),
+            Some(("AccessExclusiveLock", "CLUSTER"))
+        );
         assert_eq!(documented("UPDATE t SET a = 1"), None);
     }
 }

@@ -1491,9 +1491,7 @@ impl Run<'_> {
                     let mut at_n = step("applying on a seeded database", at_n)?;
                     at_n.file = self.v.catalog.path_of(m);
                     if at_n.outside_transaction && workload.counted_in_table_stats {
-                        at_n.work_unmeasured.get_or_insert_with(|| {
-                            "the live apps' sessions could not be left out of the cumulative table statistics (SET track_counts needs a superuser), so the work of statements outside a transaction was not measured apart from theirs".into()
-                        });
+                        at_n.forget_work("the live apps run as the migrator's role, so their sessions could not be left out of the cumulative table statistics (SET track_counts needs a superuser): the rows read and written by statements outside a transaction were not measured apart from theirs (declare an app role, -- role: or --app-role, to measure them)");
                     }
                     (at_n, Some(workload))
                 }

@@ -212,12 +212,13 @@ impl StatementRun {
                 .locks_after
                 .iter()
                 .map(|(t, modes)| {
-                    let mode = lock_modes::strongest(modes.iter().map(String::as_str)).unwrap_or("");
+                    let mode =
+                        lock_modes::strongest(modes.iter().map(String::as_str)).unwrap_or("");
                     format!("{} on {t}", lock_modes::sql_name(mode))
                 })
                 .collect();
             return Some(format!(
-                "{} for the {:.1} ms it ran (the lock PostgreSQL documents for {kind}; {} samples saw none: too brief to be seen, its rewrite or index build was measured)",
+                "{} held for the {:.1} ms it ran (the lock PostgreSQL documents for {kind}: too brief for the {} samples taken to see it; its rewrite or index build was measured)",
                 modes.join(", "),
                 self.duration.as_secs_f64() * 1000.0,
                 o.samples
@@ -370,6 +371,20 @@ impl Applied {
     pub fn observed_at(&self, i: usize) -> Option<String> {
         let st = self.statements.get(i)?;
         st.observed_phrase().or_else(|| st.locks_unobserved())
+    }
+
+    /// The cumulative statistics also counted someone else's work (the
+    /// live apps'): every work figure of a statement outside a transaction
+    /// is dropped, never judged, and `why` says so. Rewrites and index
+    /// builds (files) stay measured.
+    pub fn forget_work(&mut self, why: &str) {
+        self.work_unmeasured.get_or_insert_with(|| why.to_string());
+        for st in &mut self.statements {
+            st.work.clear();
+        }
+        for t in self.tables.values_mut() {
+            t.work = Work::default();
+        }
     }
 
     /// "line 3: ALTER TABLE …" of statement `i`, for messages.
@@ -874,7 +889,9 @@ impl Workload {
             .filter_map(|(app, _)| sessions.own_role_of(&app.name))
             .collect();
         if !own.is_empty() {
-            let database: String = admin.query_one("SELECT current_database()::text", &[])?.get(0);
+            let database: String = admin
+                .query_one("SELECT current_database()::text", &[])?
+                .get(0);
             for role in own {
                 admin.batch_execute(&format!(
                     "ALTER ROLE {} IN DATABASE {} SET track_counts = off",
@@ -894,7 +911,10 @@ impl Workload {
                 sampler::name_session(&mut c, &format!("{}{session}", sampler::APP_PREFIX))?;
                 // A superuser-only setting: where it cannot be switched
                 // off, the statistics say so (counted_in_table_stats).
-                counted |= c.batch_execute("SET track_counts = off").is_err();
+                let off: String = c
+                    .query_one("SELECT current_setting('track_counts')", &[])?
+                    .get(0);
+                counted |= off != "off" && c.batch_execute("SET track_counts = off").is_err();
                 let mut prepared = Vec::new();
                 for st in app.set.statements() {
                     if writes.contains(&st.name) == reads {
