@@ -874,7 +874,7 @@ impl Workload {
     /// All connections are opened before any thread starts, so a failure
     /// leaves nothing running.
     pub fn start(url: &str, sessions: &Sessions, apps: &[LiveApp]) -> anyhow::Result<Workload> {
-        type Job = (Client, Vec<replay::Prepared>, String);
+        type Job = (Client, Vec<replay::Prepared>, String, &'static str);
         let mut jobs: Vec<Job> = Vec::new();
         let mut labels = BTreeMap::new();
         let mut counted = false;
@@ -930,7 +930,7 @@ impl Workload {
                         prepared.push(p);
                     }
                 }
-                jobs.push((c, prepared, format!("{} ({kind})", app.name)));
+                jobs.push((c, prepared, app.name.clone(), kind));
             }
         }
         let waits = sampler::AppWaitSampler::start(url)?;
@@ -940,7 +940,7 @@ impl Workload {
             ..WorkloadStats::default()
         }));
         let mut threads = Vec::new();
-        for (mut c, prepared, session) in jobs {
+        for (mut c, prepared, app_name, kind) in jobs {
             let (stop, stats) = (stop.clone(), stats.clone());
             threads.push(std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
@@ -960,7 +960,7 @@ impl Workload {
                             s.error_count += 1;
                             if s.errors.len() < 5 {
                                 s.errors.push((
-                                    format!("{session} {}", p.statement),
+                                    format!("{app_name}.{} ({kind})", p.statement),
                                     crate::errors::one_line(&e),
                                 ));
                             }

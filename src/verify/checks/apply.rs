@@ -16,6 +16,9 @@ use crate::verify::rehearsal::Applied;
 
 use super::ms;
 
+/// SQLSTATE of a deadlock the server broke.
+const DEADLOCK: &str = "40P01";
+
 pub const CHECK: &str = "apply";
 pub const DESCRIPTION: &str =
     "applies cleanly on an empty and on a seeded database; a second run is a no-op; a failure leaves no trace";
@@ -175,7 +178,13 @@ pub fn evaluate(
                 .at(seeded.failed_statement.and_then(|i| seeded.location(i)))
                 .evidence("rows", rows)
                 .evidence("sqlstate", seeded.sqlstate.clone().unwrap_or_default())
-                .advice("a migration meets the data live apps wrote: give a new NOT NULL column a constant default, or add it nullable, backfill in batches, and constrain it in a later migration"),
+                .advice(if seeded.sqlstate.as_deref() == Some(DEADLOCK) {
+                    // Measured under the live workload: the migration and
+                    // the apps took their locks in opposite orders.
+                    "it deadlocked with the live apps' statements, as it can in production (one side is cancelled): it takes locks in an order the apps' statements cross, e.g. REINDEX locking one index after another while queries hold the table's others; use REINDEX … CONCURRENTLY or CREATE INDEX CONCURRENTLY, or lock the table first with LOCK TABLE under a short lock_timeout"
+                } else {
+                    "a migration meets the data live apps wrote: give a new NOT NULL column a constant default, or add it nullable, backfill in batches, and constrain it in a later migration"
+                }),
             );
         } else {
             out.push(
