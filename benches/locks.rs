@@ -80,7 +80,7 @@ fn stall_behind_long_transaction(sandbox: &Sandbox) {
         let mut c = template.connect().expect("connect");
         replay::replay_all(&mut c, legacy).expect("replay")
     };
-    let live = vec![(legacy, legacy.writers(&outcomes))];
+    let live = vec![(legacy, rollsafe::verify::replay::writers(legacy, &outcomes))];
     let tables = rollsafe::tables::list(&mut template.connect().expect("connect")).expect("tables");
     let hold = Duration::from_secs(6);
     println!("1. V3 behind a {} write transaction, 10k legacy rows, the legacy app's statements running:", ms(hold));

@@ -2,7 +2,7 @@
 //! normalised statements `pg_stat_statements` collected in a database (the
 //! app's real queries, constants already replaced by `$n` parameters) and
 //! writes them as a statement set (the format of `src/dao/*.sql`, read by
-//! [`crate::verify::apps`]), so a team does not hand-write what its app runs.
+//! [`crate::app`]), so a team does not hand-write what its app runs.
 //!
 //! Each statement is classified by parsing it (squawk's grammar through
 //! [`crate::sql`]), never by its first keyword: a `SELECT` without a
@@ -428,7 +428,7 @@ pub fn write_set(header: &Header, rows: &[Captured]) -> CapturedSet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::apps::{AppVersion, Kind};
+    use crate::app::{AppVersion, Kind};
 
     #[test]
     fn classification_reads_the_tree_not_the_first_keyword() {

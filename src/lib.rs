@@ -55,6 +55,7 @@
 //! - [`tables`]: the tables a rehearsal measures, and how messages name them.
 //! - [`validity`]: invalid indexes and NOT VALID constraints (verify and check).
 
+pub mod app;
 pub mod bounds;
 pub mod capture;
 pub mod catalog;

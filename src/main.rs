@@ -272,7 +272,7 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let apps = match &args.apps {
-        Some(dir) => Some(rollsafe::verify::apps::load_dir(dir, &catalog)?),
+        Some(dir) => Some(rollsafe::app::load_dir(dir, &catalog)?),
         None => None,
     };
     if args.static_only {
@@ -303,7 +303,7 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             .map_err(|e| anyhow::anyhow!("--table-rows {e}"))?,
     };
     let app_role = match &args.app_role {
-        Some(text) => Some(rollsafe::verify::apps::role_name(text).ok_or_else(|| {
+        Some(text) => Some(rollsafe::app::role_name(text).ok_or_else(|| {
             anyhow::anyhow!("--app-role {text} is not a role name rollsafe can create; use a plain identifier (letters, digits, _) that does not start with pg_")
         })?),
         None => None,

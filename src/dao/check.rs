@@ -18,11 +18,11 @@
 use postgres::Client;
 use uuid::Uuid;
 
+use crate::app::ProjectCheck;
 use crate::dao::shipped::request_with_new_collection;
 use crate::dao::{AttachRequest, CurrentDao};
 use crate::db;
 use crate::report::{Finding, Severity};
-use crate::verify::apps::ProjectCheck;
 
 pub const CHECK: &str = "dao";
 pub const DESCRIPTION: &str =

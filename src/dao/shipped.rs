@@ -24,12 +24,12 @@ use std::time::Duration;
 use postgres::Client;
 use uuid::Uuid;
 
+use crate::app::{AppDriver, AppError, AppVersion, ProjectCheck};
 use crate::check::Invariant;
 use crate::dao::{AttachRequest, CurrentDao, LegacyDao};
 use crate::report::{Finding, Severity};
 use crate::schema::Snapshot;
 use crate::validity::MAX_IDS;
-use crate::verify::apps::{AppDriver, AppError, AppVersion, ProjectCheck};
 
 /// (statement set's source, its text, its bulk seed, its driver).
 fn embedded() -> [(&'static str, &'static str, &'static str, Arc<dyn AppDriver>); 2] {

@@ -41,8 +41,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use postgres::Client;
 use thiserror::Error;
 
-use super::apps::AppVersion;
 use super::replay;
+use crate::app::AppVersion;
 
 /// How many times each app write statement runs after the bulk rows.
 const APP_WRITE_RUNS: usize = 3;
@@ -1862,7 +1862,7 @@ fn run_app_writes(
     types: &mut TypeCache,
 ) -> anyhow::Result<Vec<AppWrites>> {
     let outcomes = replay::replay_all(c, app)?;
-    let writers = app.writers(&outcomes);
+    let writers = super::replay::writers(&app, &outcomes);
     let mut out = Vec::new();
     for st in app.set.statements() {
         if !writers.contains(&st.name) {

@@ -31,7 +31,6 @@
 //! The library never prints: progress goes to the optional callback, the
 //! result is a [`Report`].
 
-pub mod apps;
 pub mod checks;
 pub mod generate;
 pub mod lock_modes;
@@ -57,7 +56,7 @@ use crate::report::{CheckRun, Finding, RehearsedApp, Report};
 use crate::sandbox::{Database, Sandbox, SandboxBuilder, SandboxError};
 use crate::schema::Snapshot;
 
-use apps::{AppError, AppVersion, ProjectCheck};
+use crate::app::{AppError, AppVersion, ProjectCheck};
 use checks::{apply, backfill, compat, locks, post, r#static, rewrite};
 use lock_modes::Needs;
 use predict::Sizes;
@@ -588,7 +587,7 @@ fn needs_of(live: &[&AppVersion], outcomes: &BTreeMap<String, Vec<Outcome>>) -> 
     let mut needs = Needs::default();
     for app in live {
         for o in outcomes.get(&app.name).into_iter().flatten() {
-            let declared_write = app.declared_kind(&o.statement) == Some(apps::Kind::Write);
+            let declared_write = app.declared_kind(&o.statement) == Some(crate::app::Kind::Write);
             for (table, mode) in &o.locks {
                 needs.add(table, mode);
                 if declared_write {
@@ -606,7 +605,12 @@ fn live_apps<'a>(
     outcomes: &BTreeMap<String, Vec<Outcome>>,
 ) -> Vec<LiveApp<'a>> {
     live.iter()
-        .map(|a| (*a, a.writers(outcomes.get(&a.name).map_or(&[][..], |o| o))))
+        .map(|a| {
+            (
+                *a,
+                replay::writers(a, outcomes.get(&a.name).map_or(&[][..], |o| o)),
+            )
+        })
         .collect()
 }
 

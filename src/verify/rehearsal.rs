@@ -27,11 +27,11 @@ use std::time::{Duration, Instant};
 
 use postgres::Client;
 
-use super::apps::AppVersion;
 use super::lock_modes;
 use super::replay;
 use super::roles::Sessions;
 use super::sampler;
+use crate::app::AppVersion;
 
 mod outside_transaction;
 use crate::db;

@@ -20,13 +20,13 @@
 //! GRANT, or row-level security refusing a row) says which table and which
 //! privilege ([`Denied`]), read as the app's role.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::error::Error as StdError;
 
 use postgres::types::{Format, IsNull, ToSql, Type};
 use postgres::Client;
 
-use super::apps::AppVersion;
+use crate::app::{AppVersion, Kind};
 
 /// SQLSTATE 42501 insufficient_privilege.
 pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
@@ -453,9 +453,35 @@ fn own_table_locks(c: &mut Client) -> Result<Vec<(String, String)>, postgres::Er
     .collect())
 }
 
+/// The names of the statements that write: declared with `-- kind:`,
+/// else seen taking a writer's lock when replayed (`outcomes`, from
+/// [`replay_all`]). A statement never seen to
+/// execute took no lock to see (an INSERT failing on a NOT NULL column
+/// the app does not know): its syntax tree says, as `rollsafe capture`
+/// classifies it, so it is not run and labelled as a reader. Never
+/// guessed from the first keyword: `WITH … UPDATE` writes.
+pub fn writers(app: &AppVersion, outcomes: &[Outcome]) -> BTreeSet<String> {
+    app.set
+        .statements()
+        .iter()
+        .filter(|st| match app.declared_kind(&st.name) {
+            Some(k) => k == Kind::Write,
+            None => {
+                let mut own = outcomes.iter().filter(|o| o.statement == st.name);
+                let executed = own.clone().any(|o| o.failure.is_none());
+                own.any(|o| o.writes())
+                    || (!executed
+                        && crate::capture::classify(&st.sql) == crate::capture::Class::Write)
+            }
+        })
+        .map(|st| st.name.clone())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::app::AppVersion;
 
     #[test]
     fn declared_params_are_read_by_number() {
@@ -502,5 +528,37 @@ mod tests {
             ["SELECT", "UPDATE"]
         );
         assert_eq!(privileges_needed("SELECT a FROM t"), ["SELECT"]);
+    }
+
+    /// A write that failed when replayed took no lock: its syntax tree
+    /// still makes it a writer (a data-modifying CTE too); a read stays a
+    /// read.
+    #[test]
+    fn writes_that_never_executed_are_writers_by_their_syntax() {
+        let declared = AppVersion::parse(
+            "x.sql",
+            "-- app: a\n-- needs: 2\n-- name: s\n-- kind: write\nSELECT 1",
+        )
+        .unwrap();
+        assert!(writers(&declared, &[]).contains("s"));
+        let app = AppVersion::parse(
+            "x.sql",
+            "-- app: a\n-- needs: 2\n\
+             -- name: add\nINSERT INTO t (a) VALUES ($1::text);\n\
+             -- name: take\nWITH x AS (UPDATE t SET a = 'b' RETURNING a) SELECT count(*) FROM x;\n\
+             -- name: get\nSELECT a FROM t;\n",
+        )
+        .unwrap();
+        let failed = |name: &str| Outcome {
+            statement: name.into(),
+            failure: Some((Step::Execute, "null value in column \"b\"".into())),
+            columns: Vec::new(),
+            params: Vec::new(),
+            locks: Vec::new(),
+            ..Default::default()
+        };
+        let outcomes = [failed("add"), failed("take"), failed("get")];
+        let writers: Vec<String> = writers(&app, &outcomes).into_iter().collect();
+        assert_eq!(writers, ["add", "take"]);
     }
 }

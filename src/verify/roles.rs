@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use crate::sandbox::{Role, Sandbox, SandboxError};
 
-use super::apps::AppVersion;
+use crate::app::AppVersion;
 
 /// The statement timeout of a rehearsal when none is given: long enough
 /// for a migration over `--rows` seeded rows, short enough that a CI job

@@ -17,8 +17,8 @@
 
 use postgres::Client;
 
-use super::apps::AppVersion;
 use super::generate::{self, RowCounts};
+use crate::app::AppVersion;
 
 /// Rows each live app writes through its own statements on top of the bulk.
 const ROWS_THROUGH_APP: usize = 3;

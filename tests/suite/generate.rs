@@ -11,8 +11,8 @@ use std::time::Instant;
 
 use anyhow::ensure;
 use postgres::Client;
+use rollsafe::app::AppVersion;
 use rollsafe::dao::shipped;
-use rollsafe::verify::apps::AppVersion;
 use rollsafe::verify::generate::{self, Generated, RowCounts};
 
 use crate::common::TestEnv;

@@ -10,11 +10,12 @@ use std::process::Command;
 use std::sync::Arc;
 
 use anyhow::{ensure, Context};
+use rollsafe::app::{load_dir, AppVersion, Kind};
 use rollsafe::catalog::Catalog;
 use rollsafe::report::{Report, Severity};
 use rollsafe::sandbox::BackendKind;
 use rollsafe::verify::generate::{self, RowCounts};
-use rollsafe::verify::{apps, replay, Verify};
+use rollsafe::verify::{replay, Verify};
 
 use crate::common::{repo_root, rollsafe_bin, TestEnv};
 
@@ -584,13 +585,13 @@ fn capture_writes_the_apps_statements_from_pg_stat_statements(env: &TestEnv) -> 
         )],
     )?;
     let catalog = Catalog::from_dir(&dir.path().join("migrations"))?;
-    let apps = apps::load_dir(&dir.path().join("apps"), &catalog)?;
+    let apps = load_dir(&dir.path().join("apps"), &catalog)?;
     let app = &apps[0];
     ensure!(app.name == "shop" && app.needs == 1, "{text}");
     let kind = |name: &str| app.declared_kind(name);
-    ensure!(kind("insert_books") == Some(apps::Kind::Write), "{text}");
-    ensure!(kind("update_books") == Some(apps::Kind::Write), "{text}");
-    ensure!(kind("select_books") == Some(apps::Kind::Read), "{text}");
+    ensure!(kind("insert_books") == Some(Kind::Write), "{text}");
+    ensure!(kind("update_books") == Some(Kind::Write), "{text}");
+    ensure!(kind("select_books") == Some(Kind::Read), "{text}");
     let insert = app.set.get("insert_books")?;
     ensure!(
         insert.sql.contains("$1"),
@@ -695,13 +696,13 @@ fn capture_classifies_what_the_database_recorded(env: &TestEnv) -> anyhow::Resul
         ],
     )?;
     let catalog = Catalog::from_dir(&dir.path().join("migrations"))?;
-    let apps = apps::load_dir(&dir.path().join("apps"), &catalog)?;
+    let apps = load_dir(&dir.path().join("apps"), &catalog)?;
     ensure!(apps.len() == 1 && apps[0].name == "shop" && apps[0].needs == 1);
     let writers: Vec<&str> = apps[0]
         .set
         .statements()
         .iter()
-        .filter(|s| apps[0].declared_kind(&s.name) == Some(apps::Kind::Write))
+        .filter(|s| apps[0].declared_kind(&s.name) == Some(Kind::Write))
         .map(|s| s.name.as_str())
         .collect();
     ensure!(
@@ -725,7 +726,7 @@ fn bookshop_example_migrates_seeds_and_runs_its_apps_in_their_windows(
 ) -> anyhow::Result<()> {
     let root = repo_root().join("examples/bookshop");
     let catalog = Catalog::from_dir(&root.join("migrations"))?;
-    let apps = apps::load_dir(&root.join("apps"), &catalog)?;
+    let apps = load_dir(&root.join("apps"), &catalog)?;
     let names: Vec<(&str, i32, Option<i32>)> = apps
         .iter()
         .map(|a| (a.name.as_str(), a.needs, a.retired))
@@ -880,7 +881,7 @@ fn migrations_alone_are_seeded_by_the_generator_and_judged(env: &TestEnv) -> any
 /// (what `rollsafe verify --migrations DIR --apps DIR` runs).
 fn rehearse_with(env: &TestEnv, migrations: &Path, apps_dir: &Path) -> anyhow::Result<Report> {
     let catalog = Catalog::from_dir(migrations)?;
-    let apps = apps::load_dir(apps_dir, &catalog)?;
+    let apps = load_dir(apps_dir, &catalog)?;
     Ok(Verify::new(catalog)?
         .apps(apps)
         .rows(PROJECT_ROWS)
@@ -1061,7 +1062,7 @@ fn bookshop_rewriting_type_change_is_caught(env: &TestEnv) -> anyhow::Result<()>
 fn ledger_correct_migrations_pass_on_generated_rows(env: &TestEnv) -> anyhow::Result<()> {
     let root = project_root("ledger");
     let catalog = Catalog::from_dir(&root.join("migrations"))?;
-    let apps = apps::load_dir(&root.join("apps"), &catalog)?;
+    let apps = load_dir(&root.join("apps"), &catalog)?;
     ensure!(
         apps.iter().all(|a| a.seed_sql.is_none()),
         "ledger has no seed files"
@@ -1152,7 +1153,7 @@ fn forum_correct_migrations_pass(env: &TestEnv) -> anyhow::Result<()> {
         catalog.migrations().len() == 4 && catalog.latest() == 4,
         "sqlx timestamps are ordered as 1..4"
     );
-    let apps = apps::load_dir(&root.join("apps"), &catalog)?;
+    let apps = load_dir(&root.join("apps"), &catalog)?;
     let windows: Vec<(&str, i32, Option<i32>)> = apps
         .iter()
         .map(|a| (a.name.as_str(), a.needs, a.retired))
@@ -1290,7 +1291,7 @@ fn forum_without_seed_files_passes_on_generated_rows(env: &TestEnv) -> anyhow::R
     }
     let migrations = migrations_with("forum", None)?;
     let catalog = Catalog::from_dir(migrations.path())?;
-    ensure!(apps::load_dir(apps_dir.path(), &catalog)?
+    ensure!(load_dir(apps_dir.path(), &catalog)?
         .iter()
         .all(|a| a.seed_sql.is_none()));
     let r = rehearse_with(env, migrations.path(), apps_dir.path())?;
@@ -1307,8 +1308,8 @@ fn the_generator_seeds_every_table_of_both_fixture_schemas(env: &TestEnv) -> any
     for project in ["ledger", "forum"] {
         let root = project_root(project);
         let catalog = Catalog::from_dir(&root.join("migrations"))?;
-        let all = apps::load_dir(&root.join("apps"), &catalog)?;
-        let live: Vec<&apps::AppVersion> = all
+        let all = load_dir(&root.join("apps"), &catalog)?;
+        let live: Vec<&AppVersion> = all
             .iter()
             .filter(|a| a.may_run_on(catalog.latest()))
             .collect();

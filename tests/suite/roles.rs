@@ -10,9 +10,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
+use rollsafe::app::load_dir;
 use rollsafe::catalog::Catalog;
 use rollsafe::report::{Report, Severity};
-use rollsafe::verify::{apps, Verify};
+use rollsafe::verify::Verify;
 
 use crate::common::{rollsafe_bin, TestEnv};
 
@@ -71,7 +72,7 @@ fn rehearse(env: &TestEnv, dir: &Path, app_role: Option<&str>) -> anyhow::Result
         .rows(ROWS)
         .app_role(app_role.map(str::to_string));
     if dir.join("apps").is_dir() {
-        verify = verify.apps(apps::load_dir(&dir.join("apps"), &catalog)?);
+        verify = verify.apps(load_dir(&dir.join("apps"), &catalog)?);
     }
     Ok(verify.run(&env.sandbox)?)
 }

@@ -10,10 +10,11 @@ use std::process::Command;
 use std::sync::Arc;
 
 use anyhow::{ensure, Context};
+use rollsafe::app::load_dir;
 use rollsafe::catalog::Catalog;
 use rollsafe::report::{Finding, Report, Severity};
 use rollsafe::verify::checks::compat;
-use rollsafe::verify::{apps, replay, Verify};
+use rollsafe::verify::{replay, Verify};
 
 use crate::common::{rollsafe_bin, TestEnv};
 
@@ -290,7 +291,7 @@ fn an_apps_lock_on_a_partitioned_table_counts_on_each_partition_and_typmods_show
          -- name: order_total\n\
          SELECT customer, total FROM sales.orders ORDER BY id LIMIT 1;\n",
     )?;
-    let app = apps::load_dir(apps_dir.path(), &catalog)?
+    let app = load_dir(apps_dir.path(), &catalog)?
         .pop()
         .context("no app")?;
     let db = env.fresh_database();

@@ -1348,7 +1348,7 @@ fn not_null_not_valid_applies_on_18_only(_: &TestEnv, majors: &[u32]) -> anyhow:
 
 fn merge_statement_is_a_compat_error_on_13_only(_: &TestEnv, majors: &[u32]) -> anyhow::Result<()> {
     // An app version whose upsert uses MERGE (PostgreSQL 15+).
-    let merger = rollsafe::verify::apps::AppVersion::parse(
+    let merger = rollsafe::app::AppVersion::parse(
         "merger.sql",
         "-- app: merger\n-- needs: 3\n\n-- name: upsert_collection\n\
          MERGE INTO collections c USING (SELECT $1::uuid AS id) s ON c.id = s.id\n\

@@ -16,9 +16,9 @@
 
 use postgres::Client;
 
+use crate::app::AppVersion;
 use crate::errors::one_line;
 use crate::report::{Finding, Severity};
-use crate::verify::apps::AppVersion;
 use crate::verify::replay::Outcome;
 
 pub const CHECK: &str = "compat";

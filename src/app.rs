@@ -22,8 +22,11 @@
 //! ([`crate::dao::shipped`]): statement sets, seeds, and drivers that call
 //! the DAO's Rust API, which executes those very statement sets, so the
 //! verifier proves the code that ships. Nothing here knows an app by name.
+//!
+//! It sits below both `dao` (whose drivers implement [`AppDriver`]) and
+//! `verify` (which replays the sets): neither imports the other for it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -128,7 +131,7 @@ pub struct AppVersion {
     pub driver: Option<Arc<dyn AppDriver>>,
     /// The database role the app connects as (`-- role:`); None: the
     /// project's default (`app_role`), else the migrator's
-    /// ([`super::roles`]).
+    /// ([`crate::verify::roles`]).
     pub role: Option<String>,
 }
 
@@ -285,31 +288,6 @@ impl AppVersion {
         })
     }
 
-    /// The names of the statements that write: declared with `-- kind:`,
-    /// else seen taking a writer's lock when replayed (`outcomes`, from
-    /// [`crate::verify::replay::replay_all`]). A statement never seen to
-    /// execute took no lock to see (an INSERT failing on a NOT NULL column
-    /// the app does not know): its syntax tree says, as `rollsafe capture`
-    /// classifies it, so it is not run and labelled as a reader. Never
-    /// guessed from the first keyword: `WITH … UPDATE` writes.
-    pub fn writers(&self, outcomes: &[crate::verify::replay::Outcome]) -> BTreeSet<String> {
-        self.set
-            .statements()
-            .iter()
-            .filter(|st| match self.declared_kind(&st.name) {
-                Some(k) => k == Kind::Write,
-                None => {
-                    let mut own = outcomes.iter().filter(|o| o.statement == st.name);
-                    let executed = own.clone().any(|o| o.failure.is_none());
-                    own.any(|o| o.writes())
-                        || (!executed
-                            && crate::capture::classify(&st.sql) == crate::capture::Class::Write)
-                }
-            })
-            .map(|st| st.name.clone())
-            .collect()
-    }
-
     pub fn parse(source: &str, text: &str) -> Result<AppVersion, AppError> {
         AppVersion::from_set(StatementSet::parse(source, text)?)
     }
@@ -435,7 +413,6 @@ mod tests {
         )
         .unwrap();
         assert_eq!(app.declared_kind("s"), Some(Kind::Write));
-        assert!(app.writers(&[]).contains("s"));
         assert_eq!(app.role, None);
         let app = AppVersion::parse(
             "x.sql",
@@ -454,35 +431,6 @@ mod tests {
                 "{bad}: {err}"
             );
         }
-    }
-
-    /// A write that failed when replayed took no lock: its syntax tree
-    /// still makes it a writer (a data-modifying CTE too); a read stays a
-    /// read.
-    #[test]
-    fn writes_that_never_executed_are_writers_by_their_syntax() {
-        let app = AppVersion::parse(
-            "x.sql",
-            "-- app: a\n-- needs: 2\n\
-             -- name: add\nINSERT INTO t (a) VALUES ($1::text);\n\
-             -- name: take\nWITH x AS (UPDATE t SET a = 'b' RETURNING a) SELECT count(*) FROM x;\n\
-             -- name: get\nSELECT a FROM t;\n",
-        )
-        .unwrap();
-        let failed = |name: &str| crate::verify::replay::Outcome {
-            statement: name.into(),
-            failure: Some((
-                crate::verify::replay::Step::Execute,
-                "null value in column \"b\"".into(),
-            )),
-            columns: Vec::new(),
-            params: Vec::new(),
-            locks: Vec::new(),
-            ..Default::default()
-        };
-        let outcomes = [failed("add"), failed("take"), failed("get")];
-        let writers: Vec<String> = app.writers(&outcomes).into_iter().collect();
-        assert_eq!(writers, ["add", "take"]);
     }
 
     fn app(needs: i32, retired: Option<i32>) -> AppVersion {
