@@ -1862,7 +1862,7 @@ fn run_app_writes(
     types: &mut TypeCache,
 ) -> anyhow::Result<Vec<AppWrites>> {
     let outcomes = replay::replay_all(c, app)?;
-    let writers = super::replay::writers(&app, &outcomes);
+    let writers = super::replay::writers(app, &outcomes);
     let mut out = Vec::new();
     for st in app.set.statements() {
         if !writers.contains(&st.name) {
