@@ -13,32 +13,37 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use postgres::Client;
 use uuid::Uuid;
 
-use crate::catalog::Migration;
 use crate::report::{Finding, Severity};
 
 pub const CHECK: &str = "backfill";
 pub const DESCRIPTION: &str =
     "existing rows satisfy the migration's backfill rules, and the apps' readers see the same rows after it as before";
 
-/// The `-- rollsafe:backfill` promises of `m`, checked on `c` right after
-/// the migration (so every row there existed before it).
-pub fn check_directives(c: &mut Client, m: &Migration) -> Vec<Finding> {
+/// A `-- rollsafe:backfill <table> <predicate>` promise and what counting
+/// it found on the seeded database right after the migration (so every
+/// row there existed before it): the rows, or why it could not be
+/// evaluated.
+pub type DirectiveCount = (
+    String,
+    String,
+    Result<crate::validity::BackfillCount, String>,
+);
+
+/// Judges the `-- rollsafe:backfill` promises of migration `v` on their
+/// counts.
+pub fn directives(v: i32, counted: &[DirectiveCount]) -> Vec<Finding> {
     let mut out = Vec::new();
-    for (table, predicate) in m.backfills() {
-        match crate::validity::backfill_violations(c, table, predicate, None) {
+    for (table, predicate, count) in counted {
+        match count {
             Err(e) => out.push(
                 Finding::new(
                     CHECK,
                     "directive-invalid",
                     Severity::Error,
-                    Some(m.version),
-                    format!(
-                        "cannot evaluate `-- rollsafe:backfill {table} {predicate}`: {}",
-                        crate::errors::one_line(&e)
-                    ),
+                    Some(v),
+                    format!("cannot evaluate `-- rollsafe:backfill {table} {predicate}`: {e}"),
                 )
                 .advice("the directive is `-- rollsafe:backfill <table> <SQL predicate over its columns>`"),
             ),
@@ -49,7 +54,7 @@ pub fn check_directives(c: &mut Client, m: &Migration) -> Vec<Finding> {
                         CHECK,
                         "rows-not-backfilled",
                         Severity::Error,
-                        Some(m.version),
+                        Some(v),
                         format!("{bad} of {rows} existing rows of {table} do not satisfy `{predicate}`"),
                     )
                     .advice("set the value for existing rows: a constant column default does it without touching rows (ADD COLUMN ... DEFAULT <value>)")
@@ -58,13 +63,13 @@ pub fn check_directives(c: &mut Client, m: &Migration) -> Vec<Finding> {
                         CHECK,
                         "rows-backfilled",
                         Severity::Info,
-                        Some(m.version),
+                        Some(v),
                         format!("all {rows} existing rows of {table} satisfy `{predicate}`"),
                     )
                 };
                 out.push(
-                    f.evidence("table", table.to_string())
-                        .evidence("predicate", predicate)
+                    f.evidence("table", table.clone())
+                        .evidence("predicate", predicate.clone())
                         .evidence("rows", rows)
                         .evidence("violating", bad),
                 );
@@ -307,6 +312,39 @@ pub fn batched_updates(v: i32, runs: &[BatchedRun]) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backfill_promises_are_judged_on_their_counts() {
+        use crate::validity::BackfillCount;
+        let count = |rows, violating| {
+            Ok(BackfillCount {
+                rows,
+                violating,
+                ..BackfillCount::default()
+            })
+        };
+        let counted: Vec<DirectiveCount> = vec![
+            ("t".into(), "ready".into(), count(10, 0)),
+            ("u".into(), "ready".into(), count(10, 3)),
+            ("w".into(), "nope(".into(), Err("syntax error".into())),
+        ];
+        let f = directives(3, &counted);
+        let ids: Vec<(&str, Severity)> = f.iter().map(|f| (f.id.as_str(), f.severity)).collect();
+        assert_eq!(
+            ids,
+            [
+                ("backfill.rows-backfilled", Severity::Info),
+                ("backfill.rows-not-backfilled", Severity::Error),
+                ("backfill.directive-invalid", Severity::Error),
+            ]
+        );
+        assert!(
+            f[1].message.contains("3 of 10 existing rows of u"),
+            "{}",
+            f[1].message
+        );
+        assert!(f[2].message.contains("syntax error"), "{}", f[2].message);
+    }
 
     #[test]
     fn new_readers_missing_old_rows_is_an_error() {

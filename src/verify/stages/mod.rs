@@ -1,0 +1,67 @@
+//! verify's pipeline, stage by stage: [`Run::all`] is its table of
+//! contents.
+//!
+//! 1. [`base`]: the schema the rehearsed migrations start from (the
+//!    target's, or the files up to `--since`), and the migrator that
+//!    applies every migration twice, in the background.
+//! 2. [`template`], per migration in order: the seeded database at
+//!    V{k−1}, the live apps' statements replayed on it, the
+//!    long-transaction probe started in the background, then the empty
+//!    path: its scenario (a forced failure, or kill-and-rerun outside a
+//!    transaction) and its measured apply. The empty template goes on as
+//!    the template at V{k}.
+//! 3. [`seeded`], per migration that applied on the empty path: the
+//!    measured apply on the seeded database under the live apps'
+//!    workload (and batched updates), then apply, rewrite, locks, backfill
+//!    and compat judged on what it measured.
+//! 4. [`final_schema`]: post on the final schemas and the project's own
+//!    checks (the shipped project: `dao`).
+//!
+//! Stages measure and hand evidence to the checks ([`super::checks`]),
+//! which turn it into findings. The background results (the migrator's
+//! second runs, the probes) are collected by [`Run::collect_background`]
+//! once every stage has run.
+
+mod base;
+mod final_schema;
+mod seeded;
+mod template;
+
+use super::{checks::apply, Run, VerifyError};
+
+impl Run<'_> {
+    /// Every stage, in order. A migration that cannot be applied ends the
+    /// rehearsal there: later ones cannot be reached, and its findings say
+    /// why.
+    pub(super) fn all(&mut self) -> Result<(), VerifyError> {
+        let migrations = self.v.catalog.migrations().to_vec();
+        let empty_prev = self
+            .sandbox
+            .fresh_database_owned_by(self.sessions.owner())?;
+        self.apply_base(&empty_prev, &migrations)?;
+        self.start_migrator(&empty_prev, &migrations)?;
+
+        let templates = self.templates(&empty_prev, &migrations)?;
+        if templates.stopped.is_none() {
+            self.tables_sized_exist(&templates.staged, &empty_prev)?;
+        }
+        if let (true, None, Some(since)) = (
+            templates.staged.is_empty(),
+            &templates.stopped,
+            self.v.since,
+        ) {
+            self.report.findings.push(apply::nothing_rehearsed(since));
+        }
+
+        // The probes of every migration run in the background meanwhile.
+        let seeded = self.seeded_stages(templates.staged, &migrations)?;
+        if let Some(failure) = templates.stopped {
+            self.report.findings.extend(failure);
+            return Ok(());
+        }
+        let seeded::SeededEnd::Completed(last_seeded) = seeded else {
+            return Ok(());
+        };
+        self.final_schema(&empty_prev, last_seeded.as_ref(), templates.last)
+    }
+}

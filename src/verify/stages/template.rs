@@ -1,0 +1,396 @@
+//! Stage 1, per migration in order: the seeded database at V{k−1} (rows
+//! the live apps write), their statements replayed on it, the
+//! long-transaction probe started in the background, then the empty
+//! path: a scenario ([`Run::forced_failure`], or [`Run::kill_and_rerun`]
+//! for a file outside a transaction) and the measured apply on the empty
+//! template, which goes on as the template at V{k}.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::app::AppVersion;
+use crate::catalog::Migration;
+use crate::report::Finding;
+use crate::sandbox::Database;
+use crate::verify::checks::{apply, backfill, compat, locks, rewrite};
+use crate::verify::rehearsal::{self, Applied, End, LiveApp};
+use crate::verify::{
+    apply_unchecked, live_apps, long_transaction, needs_of, seed, step, Run, Staged, VerifyError,
+};
+
+/// What stage 1 left for stage 2.
+pub(super) struct Templates {
+    /// The migrations that applied on the empty path, in order.
+    pub staged: Vec<Staged>,
+    /// The findings of the migration that ended the rehearsal, if one did.
+    pub stopped: Option<Vec<Finding>>,
+    /// The last migration reached (the final version when none stopped).
+    pub last: i32,
+}
+
+impl Run<'_> {
+    /// Stage 1 over every rehearsed migration; stops at the first that
+    /// cannot be seeded or applied.
+    pub(super) fn templates(
+        &mut self,
+        empty_prev: &Database,
+        migrations: &[Migration],
+    ) -> Result<Templates, VerifyError> {
+        let mut out = Templates {
+            staged: Vec::new(),
+            stopped: None,
+            last: 0,
+        };
+        for (index, m) in migrations.iter().enumerate() {
+            if !self.v.since.is_some_and(|s| m.version <= s) {
+                // (Up to --since: in the base already.)
+                match self.template(index, m, out.last, &out.staged, empty_prev, migrations)? {
+                    Ok(staged) => out.staged.push(staged),
+                    Err(findings) => {
+                        out.stopped = Some(findings);
+                        break;
+                    }
+                }
+            }
+            out.last = m.version;
+        }
+        Ok(out)
+    }
+
+    /// Stage 1 for migration `m` (at `index`), the schema being at V{prev}
+    /// on `empty_prev`. Err(findings) when it ends the rehearsal.
+    fn template(
+        &mut self,
+        index: usize,
+        m: &Migration,
+        prev: i32,
+        staged: &[Staged],
+        empty_prev: &Database,
+        migrations: &[Migration],
+    ) -> Result<Result<Staged, Vec<Finding>>, VerifyError> {
+        let v = m.version;
+        let live: Vec<&AppVersion> = self.v.apps.iter().filter(|a| a.live_during(v)).collect();
+        let seeded =
+            match self.seed_before(v, prev, &live, staged.last(), empty_prev, migrations)? {
+                Ok(seeded) => seeded,
+                Err(stop) => return Ok(Err(stop)),
+            };
+        let seeded_rows = seeded.as_ref().map_or(0, |(_, n)| *n);
+        // What the live apps' statements do on V{prev}: their kinds and
+        // locks decide what blocks them; compat reports failures.
+        let live_outcomes = match &seeded {
+            Some((db, _)) => self.replay_apps(db, &live)?,
+            None => BTreeMap::new(),
+        };
+        let tables = Self::user_tables(empty_prev)?;
+        if prev > 0 && m.runs_outside_transaction() {
+            self.report.findings.push(locks::probe_not_applicable(v));
+        } else if prev > 0 {
+            let on = seeded.as_ref().map_or(empty_prev, |(db, _)| db);
+            self.start_probe(v, m, on, &tables, &live_apps(&live, &live_outcomes))?;
+        }
+
+        // What the live apps' readers see before the migration; the
+        // seeded database is then the one the migration is measured on
+        // (no copy needed: nothing else reads its state before).
+        let readers_before = match &seeded {
+            Some((db, _)) => self.visible(db, &live)?,
+            None => backfill::Visible::default(),
+        };
+
+        // Empty path: the empty template itself (its state at V{prev} was
+        // needed only for the seeded clone above, and it goes on as the
+        // template at V{v}).
+        self.v.say(&format!("V{v}: applying on an empty database"));
+        let (mut at_zero, trace) = if m.runs_outside_transaction() {
+            (self.kill_and_rerun(v, m, empty_prev)?, Vec::new())
+        } else {
+            self.forced_failure(m, empty_prev)?
+        };
+        at_zero.file = self.v.catalog.path_of(m);
+        self.ran(apply::CHECK, Some(v));
+        if !at_zero.ok() {
+            let stop = apply::evaluate(v, &at_zero, None, &trace, self.v.statement_timeout);
+            self.judge_static(v, &at_zero, &needs_of(&live, &live_outcomes));
+            return Ok(Err(stop));
+        }
+
+        // Without seeded rows, the stages after need the schema at V{v}
+        // only when an app may run on it (compat replays, post) or its
+        // backfill directives are to be checked.
+        let (seeded, applied_db) = match seeded {
+            Some((db, _)) => (true, Some(db)),
+            None if self.v.apps.iter().any(|a| a.may_run_on(v)) || !m.directives.is_empty() => {
+                (false, Some(self.clone_db(empty_prev)?))
+            }
+            None => (false, None),
+        };
+        Ok(Ok(Staged {
+            index,
+            prev,
+            seeded,
+            seeded_rows,
+            readers_before,
+            applied_db,
+            at_zero,
+            trace,
+            live_outcomes,
+            tables,
+        }))
+    }
+
+    /// The seeded path: a database at V{prev} holding the rows the live
+    /// apps write, and how many. None when no app is live at V{prev}:
+    /// nothing writes rows, and the seeded database would be a copy of the
+    /// empty one, so the empty path's apply stands for both (two copies
+    /// fewer). Err(findings) when a live app cannot write its rows.
+    ///
+    /// The previous migration's seeded database (still at its V{prev-1})
+    /// is the starting point: a copy of it with that migration applied
+    /// holds the rows written before, migrated as production's are; only
+    /// apps that start running now add rows. A project with no apps at all
+    /// (migrations alone) is seeded by the catalogue generator, so rewrites
+    /// and locks have rows; afresh each time, so tables the previous
+    /// migration created get rows too.
+    #[allow(clippy::type_complexity)]
+    fn seed_before(
+        &mut self,
+        v: i32,
+        prev: i32,
+        live: &[&AppVersion],
+        previous: Option<&Staged>,
+        empty_prev: &Database,
+        migrations: &[Migration],
+    ) -> Result<Result<Option<(Database, i64)>, Vec<Finding>>, VerifyError> {
+        let generate_only = self.v.apps.is_empty() && prev > 0;
+        if live.is_empty() && !generate_only {
+            return Ok(Ok(None));
+        }
+        let reused = if live.is_empty() {
+            None
+        } else {
+            self.reuse_seeded(previous, migrations)?
+        };
+        let (seeded, carried, writers): (Database, i64, Vec<&AppVersion>) = match reused {
+            Some((db, carried, before)) => {
+                let newly: Vec<&AppVersion> = live
+                    .iter()
+                    .filter(|a| !before.contains(&a.name))
+                    .copied()
+                    .collect();
+                (db, carried, newly)
+            }
+            None => (self.clone_db(empty_prev)?, 0, live.to_vec()),
+        };
+        let rows = if carried > 0 {
+            // Only apps that start running now add rows.
+            (self.v.rows * writers.len() as u64)
+                .checked_div(live.len() as u64)
+                .unwrap_or(0)
+        } else {
+            self.v.rows
+        };
+        self.v.say(&if carried > 0 {
+            format!("V{v}: {carried} seeded rows carried to V{prev}, {rows} more written")
+        } else {
+            format!("V{v}: seeding {rows} rows at V{prev}")
+        });
+        // Seeds are the project's files: run as the migrator (the owner of
+        // the tables), the rows each app writes as the app.
+        let mut c = self.connect_migrator(&seeded)?;
+        let s = if generate_only {
+            step("seeding", seed::generate_only(&mut c, rows))?
+        } else {
+            let (sessions, url) = (&self.sessions, seeded.url());
+            step(
+                "seeding",
+                seed::seed(&mut c, &writers, rows, &|app| {
+                    crate::db::connect(&sessions.app(url, &app.name))
+                }),
+            )?
+        };
+        if let Some((app, e)) = s.failed.first() {
+            return Ok(Err(vec![compat::live_app_cannot_write(prev, v, app, e)]));
+        }
+        let mut rows = carried
+            + s.per_app
+                .iter()
+                .map(|(_, n, k)| *n as i64 + *k as i64)
+                .sum::<i64>();
+        if let Some(g) = &s.generated {
+            rows += g.seeded.iter().map(|t| t.written as i64).sum::<i64>();
+            self.report
+                .findings
+                .extend(rewrite::tables_not_seeded(v, prev, g));
+        }
+        Ok(Ok(Some((seeded, rows))))
+    }
+
+    /// The long-transaction probe of `m`, in the background, on a copy of
+    /// `on` (the seeded database, else the template at V{prev}): an app
+    /// transaction holds the tables while the migration runs the real
+    /// retry loop under the live apps' workload.
+    fn start_probe(
+        &mut self,
+        v: i32,
+        m: &Migration,
+        on: &Database,
+        tables: &[crate::tables::UserTable],
+        live: &[LiveApp],
+    ) -> Result<(), VerifyError> {
+        let probe_db = self.clone_db(on)?;
+        let sql = m.sql.clone();
+        let sessions = self.sessions.clone();
+        let (tables, policy) = (tables.to_vec(), self.v.lock_policy);
+        let apps: Vec<(AppVersion, BTreeSet<String>)> = live
+            .iter()
+            .map(|(a, w)| ((*a).clone(), w.clone()))
+            .collect();
+        let handle = std::thread::spawn(move || {
+            let apps: Vec<LiveApp> = apps.iter().map(|(a, w)| (a, w.clone())).collect();
+            let r = rehearsal::probe_long_transaction(
+                probe_db.url(),
+                &sessions,
+                &sql,
+                &tables,
+                &apps,
+                policy,
+                long_transaction(&policy),
+            );
+            drop(probe_db);
+            r
+        });
+        self.probes.push((v, handle));
+        Ok(())
+    }
+
+    /// The forced-failure scenario, then the measured apply, on `empty`:
+    /// the migration with a failure injected at its end runs in one plain
+    /// transaction and is rolled back, so the database must look as before
+    /// (the trace: what differs); then the real apply on the same
+    /// database. Only the failure's trace matters, not its measurements.
+    fn forced_failure(
+        &mut self,
+        m: &Migration,
+        empty: &Database,
+    ) -> Result<(Applied, Vec<String>), VerifyError> {
+        let before = Self::snapshot(empty)?;
+        let injected = format!(
+            "{}\n;\nDO $rollsafe$ BEGIN RAISE EXCEPTION 'rollsafe: injected failure'; END $rollsafe$",
+            m.sql
+        );
+        let mut c = self.connect_migrator(empty)?;
+        let _ = c.batch_execute(&format!("BEGIN;\n{injected}"));
+        step(
+            "rolling the forced failure back",
+            c.batch_execute("ROLLBACK"),
+        )?;
+        drop(c);
+        let trace = Self::snapshot(empty)?.diff(&before);
+        let at_zero = step(
+            "applying on an empty database",
+            rehearsal::apply_measured(
+                empty.url(),
+                &self.sessions.migrator(empty.url()),
+                &m.sql,
+                None,
+                End::Commit,
+            ),
+        )?;
+        Ok((at_zero, trace))
+    }
+
+    /// The measured apply of a file outside a transaction on `empty`, then
+    /// the kill-and-rerun scenario. Outside a transaction a failure or a
+    /// kill leaves the statements before it applied, and migrate reruns the
+    /// file: what must hold is that the rerun converges. A copy of the
+    /// template at V{prev} is killed after a random statement and rerun;
+    /// its schema must be the clean run's.
+    fn kill_and_rerun(
+        &mut self,
+        v: i32,
+        m: &Migration,
+        empty: &Database,
+    ) -> Result<Applied, VerifyError> {
+        use crate::migrate::no_transaction as nt;
+        let killed = self.clone_db(empty)?;
+        let at_zero = step(
+            "applying on an empty database",
+            rehearsal::apply_measured_no_transaction(
+                empty.url(),
+                &self.sessions.migrator(empty.url()),
+                &m.sql,
+                None,
+            ),
+        )?;
+        if !at_zero.ok() {
+            return Ok(at_zero);
+        }
+        let clean = Self::snapshot(empty)?;
+        let steps = nt::steps(&m.sql);
+        // 1..=n: n is a rerun after a complete run. The killed run stops
+        // where a failure would have stopped it.
+        let k = rand::random_range(1..=steps.len().max(1));
+        let mut c = self.connect_migrator(&killed)?;
+        let _ = nt::apply_steps(
+            &mut c,
+            &steps[..k.min(steps.len())],
+            None,
+            &mut nt::Unobserved,
+        );
+        drop(c);
+        let rerun = step(
+            "rerunning after a kill",
+            rehearsal::apply_measured_no_transaction(
+                killed.url(),
+                &self.sessions.migrator(killed.url()),
+                &m.sql,
+                None,
+            ),
+        )?;
+        let changed = Self::snapshot(&killed)?.diff(&clean);
+        let line = steps.get(k - 1).map_or(0, |st| st.statement.line);
+        self.report.findings.extend(apply::evaluate_rerun(
+            v,
+            &rerun,
+            &changed,
+            (k, steps.len(), line),
+        ));
+        Ok(at_zero)
+    }
+
+    /// A copy of the previous migration's seeded database (at its V{prev−1})
+    /// with that migration applied: (database, rows it holds, names of the
+    /// apps whose rows they are). None when there is none to reuse (no
+    /// live app then, or a migration that runs outside a transaction,
+    /// whose batches the plain apply would not run) or the migration fails
+    /// on it (stage 2 reports that).
+    fn reuse_seeded(
+        &self,
+        last: Option<&Staged>,
+        migrations: &[crate::catalog::Migration],
+    ) -> Result<Option<(Database, i64, Vec<String>)>, VerifyError> {
+        let Some(last) = last.filter(|l| l.seeded) else {
+            return Ok(None);
+        };
+        let (Some(base), m) = (&last.applied_db, &migrations[last.index]) else {
+            return Ok(None);
+        };
+        if m.runs_outside_transaction() {
+            return Ok(None);
+        }
+        let db = self.clone_db(base)?;
+        let mut c = self.connect_migrator(&db)?;
+        if apply_unchecked(&mut c, m).is_err() {
+            return Ok(None);
+        }
+        let apps = self
+            .v
+            .apps
+            .iter()
+            .filter(|a| a.live_during(m.version))
+            .map(|a| a.name.clone())
+            .collect();
+        drop(c);
+        Ok(Some((db, last.seeded_rows, apps)))
+    }
+}
