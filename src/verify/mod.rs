@@ -32,6 +32,7 @@
 //! result is a [`Report`].
 
 pub mod checks;
+pub mod cross_version;
 pub mod generate;
 pub mod lock_modes;
 pub mod predict;

@@ -14,11 +14,10 @@
 //!
 //! It also derives the safe deploy order from the windows.
 
-use postgres::Client;
-
 use crate::app::AppVersion;
 use crate::errors::one_line;
 use crate::report::{Finding, Severity};
+use crate::verify::cross_version::CrossVersion;
 use crate::verify::replay::Outcome;
 
 pub const CHECK: &str = "compat";
@@ -297,97 +296,74 @@ fn fail(v: i32, name: &str, sev: Severity, msg: String, advice: &str) -> Finding
     Finding::new(CHECK, name, sev, Some(v), msg).advice(advice)
 }
 
-/// Cross-version behaviour of `older` and `newer` on the database `c` (at
-/// migration `v`'s schema; it is written to). An app operation that fails
-/// outright is an error finding too.
+/// Judges what the cross-version scenario saw of `older` and `newer` on
+/// migration `v`'s schema ([`crate::verify::cross_version`]): None when
+/// either has no driver (skipped); an app operation that failed outright
+/// is an error finding too.
 pub fn cross_version(
     v: i32,
-    c_old: &mut Client,
-    c_new: &mut Client,
     older: &AppVersion,
     newer: &AppVersion,
+    seen: Option<&anyhow::Result<CrossVersion>>,
 ) -> Vec<Finding> {
-    cross_version_scenario(v, c_old, c_new, older, newer).unwrap_or_else(|e| {
-        vec![Finding::new(
-            CHECK,
-            "cross-version-fails",
-            Severity::Error,
-            Some(v),
-            format!(
-                "the {} and {} apps cannot run side by side on V{v}: {}",
-                older.name,
-                newer.name,
-                one_line(e.as_ref())
-            ),
-        )
-        .evidence("older", older.name.clone())
-        .evidence("newer", newer.name.clone())
-        .advice("both app versions run during the rollout: keep everything either of them uses")]
-    })
-}
-
-/// Each app acts on its own connection (`co`: the older app's, `cn`: the
-/// newer one's), as its own role.
-fn cross_version_scenario(
-    v: i32,
-    co: &mut Client,
-    cn: &mut Client,
-    older: &AppVersion,
-    newer: &AppVersion,
-) -> anyhow::Result<Vec<Finding>> {
-    let (Some(old), Some(new)) = (&older.driver, &newer.driver) else {
-        return Ok(vec![Finding::new(
-            CHECK,
-            "cross-version-skipped",
-            Severity::Skipped,
-            Some(v),
-            format!(
-                "no driver for {} or {}: cross-version behaviour not exercised",
-                older.name, newer.name
-            ),
-        )]);
-    };
     let (o, n) = (&older.name, &newer.name);
+    let seen = match seen {
+        None => {
+            return vec![Finding::new(
+                CHECK,
+                "cross-version-skipped",
+                Severity::Skipped,
+                Some(v),
+                format!("no driver for {o} or {n}: cross-version behaviour not exercised"),
+            )]
+        }
+        Some(Err(e)) => {
+            return vec![Finding::new(
+                CHECK,
+                "cross-version-fails",
+                Severity::Error,
+                Some(v),
+                format!(
+                    "the {o} and {n} apps cannot run side by side on V{v}: {}",
+                    one_line(e.as_ref())
+                ),
+            )
+            .evidence("older", o.clone())
+            .evidence("newer", n.clone())
+            .advice(
+                "both app versions run during the rollout: keep everything either of them uses",
+            )]
+        }
+        Some(Ok(seen)) => seen,
+    };
     let mut out = Vec::new();
     let mut ok = Vec::new();
 
     // Rows the older app writes during the rollout.
-    let label = format!("{o}_during_rollout");
-    match old.create_complete(co, &label) {
+    match &seen.old_write {
         Err(e) => out.push(fail(
             v,
             "old-app-cannot-write",
             Severity::Error,
-            format!(
-                "the {o} app cannot create on V{v}: {}",
-                one_line(e.as_ref())
-            ),
+            format!("the {o} app cannot create on V{v}: {e}"),
             "the older app keeps running during the rollout; its writes must still succeed",
         )),
-        Ok(id) => {
-            if new.sees(cn, id)? {
-                ok.push(format!(
-                    "rows the {o} app writes are visible to the {n} app"
-                ));
-            } else {
-                out.push(
-                    fail(
-                        v,
-                        "old-writes-invisible-to-new",
-                        Severity::Error,
-                        format!("a row the {o} app created during the rollout is invisible to the {n} app's readers"),
-                        "rows written by the older app are complete: a readiness column's default must make them visible (DEFAULT true), or its backfill must",
-                    )
-                    .evidence("row", id.to_string()),
-                );
-            }
-        }
+        Ok((_, true)) => ok.push(format!("rows the {o} app writes are visible to the {n} app")),
+        Ok((id, false)) => out.push(
+            fail(
+                v,
+                "old-writes-invisible-to-new",
+                Severity::Error,
+                format!("a row the {o} app created during the rollout is invisible to the {n} app's readers"),
+                "rows written by the older app are complete: a readiness column's default must make them visible (DEFAULT true), or its backfill must",
+            )
+            .evidence("row", id.to_string()),
+        ),
     }
 
     // The newer app's creations in flight.
-    let label = format!("{n}_in_flight");
-    if let Some(id) = new.begin_create(cn, &label)? {
-        if new.sees(cn, id)? {
+    if let Some((id, to_new, to_old)) = seen.in_flight {
+        if to_new {
             out.push(
                 fail(
                     v,
@@ -401,7 +377,7 @@ fn cross_version_scenario(
         } else {
             ok.push(format!("not-ready rows are invisible to the {n} app"));
         }
-        if old.sees(co, id)? {
+        if to_old {
             out.push(
                 fail(
                     v,
@@ -417,22 +393,18 @@ fn cross_version_scenario(
 
     // Rolling the app back: the older app reads the newer app's rows and
     // still writes.
-    let label = format!("{n}_before_rollback");
-    let id = new.create_complete(cn, &label)?;
-    let reads = old.sees(co, id)?;
-    let label = format!("{o}_after_rollback");
-    let writes = old.create_complete(co, &label);
-    if !reads || writes.is_err() {
+    if !seen.rollback_reads || seen.rollback_write.is_err() {
         out.push(fail(
             v,
             "rollback-breaks-old-app",
             Severity::Error,
             format!(
                 "after rolling back to the {o} app: {}{}",
-                if reads { "" } else { "it does not see rows the newer app created; " },
-                writes
+                if seen.rollback_reads { "" } else { "it does not see rows the newer app created; " },
+                seen.rollback_write
+                    .as_ref()
                     .err()
-                    .map(|e| format!("its create fails: {}", one_line(e.as_ref())))
+                    .map(|e| format!("its create fails: {e}"))
                     .unwrap_or_default()
             ),
             "an app rollback must keep working on the new schema: do not make the old app's rows or writes invalid",
@@ -454,7 +426,7 @@ fn cross_version_scenario(
             .evidence("newer", n.clone()),
         );
     }
-    Ok(out)
+    out
 }
 
 /// The deploy order the windows imply, one step per migration: which app
@@ -502,6 +474,57 @@ pub fn safe_order(versions: &[i32], apps: &[AppVersion]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cross_version_is_judged_on_what_the_scenario_saw() {
+        let apps = apps();
+        let (old, new) = (&apps[0], &apps[1]);
+        let id = uuid::Uuid::nil();
+        let ids = |f: Vec<Finding>| -> Vec<(String, Severity)> {
+            f.into_iter().map(|f| (f.id, f.severity)).collect()
+        };
+        let good = CrossVersion {
+            old_write: Ok((id, true)),
+            in_flight: Some((id, false, true)),
+            rollback_reads: true,
+            rollback_write: Ok(()),
+        };
+        assert_eq!(
+            ids(cross_version(3, old, new, Some(&Ok(good.clone())))),
+            [
+                (
+                    "compat.not-ready-visible-to-old".to_string(),
+                    Severity::Warn
+                ),
+                ("compat.cross-version".to_string(), Severity::Info),
+            ]
+        );
+        let bad = CrossVersion {
+            old_write: Ok((id, false)),
+            rollback_write: Err("null value in column \"is_ready\"".into()),
+            ..good
+        };
+        let f = cross_version(3, old, new, Some(&Ok(bad)));
+        assert_eq!(f[0].id, "compat.old-writes-invisible-to-new");
+        let rollback = f
+            .iter()
+            .find(|f| f.id == "compat.rollback-breaks-old-app")
+            .unwrap();
+        assert!(
+            rollback.message.contains("its create fails: null value"),
+            "{}",
+            rollback.message
+        );
+        assert_eq!(
+            ids(cross_version(3, old, new, None)),
+            [(
+                "compat.cross-version-skipped".to_string(),
+                Severity::Skipped
+            )]
+        );
+        let failed = cross_version(3, old, new, Some(&Err(anyhow::anyhow!("connection lost"))));
+        assert_eq!(failed[0].id, "compat.cross-version-fails");
+    }
 
     /// Two app versions: `old` from V2, `new` from V3.
     fn apps() -> Vec<AppVersion> {

@@ -12,6 +12,7 @@ use crate::app::AppVersion;
 use crate::catalog::Migration;
 use crate::sandbox::Database;
 use crate::verify::checks::{apply, backfill, compat, locks, rewrite};
+use crate::verify::cross_version;
 use crate::verify::rehearsal::{self, Applied, End, WorkloadStats};
 use crate::verify::{
     live_apps, needs_of, predict, replay, seed, step, Run, Staged, VerifyError, COMPAT_ROWS,
@@ -279,9 +280,10 @@ impl Run<'_> {
             for newer in runnable.iter().filter(|a| a.needs > older.needs) {
                 let mut c_old = self.connect_app(db, older)?;
                 let mut c_new = self.connect_app(db, newer)?;
-                self.report.findings.extend(compat::cross_version(
-                    v, &mut c_old, &mut c_new, older, newer,
-                ));
+                let seen = cross_version::run(&mut c_old, &mut c_new, older, newer);
+                self.report
+                    .findings
+                    .extend(compat::cross_version(v, older, newer, seen.as_ref()));
             }
         }
         Ok(())

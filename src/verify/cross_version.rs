@@ -1,0 +1,69 @@
+//! The cross-version scenario: two app versions acting side by side on one
+//! database at a migration's schema, each on its own connection as its
+//! own role, through their drivers. It measures; `compat::cross_version`
+//! judges what it saw.
+//!
+//! 1. The older app creates a complete row (as it does during the
+//!    rollout); does the newer app see it?
+//! 2. The newer app starts a two-phase create (a row not ready yet); do
+//!    its own readers and the older app's see it?
+//! 3. Rolling the app back: does the older app see a row the newer one
+//!    completed, and can it still create?
+
+use postgres::Client;
+use uuid::Uuid;
+
+use crate::app::AppVersion;
+use crate::errors::one_line;
+
+/// What the scenario saw.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CrossVersion {
+    /// The older app's row written during the rollout and whether the
+    /// newer app's readers see it; or why the older app could not create.
+    pub old_write: Result<(Uuid, bool), String>,
+    /// The newer app's in-flight row (None: its driver has no two-phase
+    /// create): (row, seen by the newer app, seen by the older app).
+    pub in_flight: Option<(Uuid, bool, bool)>,
+    /// After a rollback: whether the older app sees a row the newer one
+    /// completed, and its own create (Err: why it failed).
+    pub rollback_reads: bool,
+    pub rollback_write: Result<(), String>,
+}
+
+/// Runs the scenario; None when either app has no driver (nothing to
+/// exercise). An app operation other than a create that fails outright
+/// ends it (Err: the error).
+pub fn run(
+    co: &mut Client,
+    cn: &mut Client,
+    older: &AppVersion,
+    newer: &AppVersion,
+) -> Option<anyhow::Result<CrossVersion>> {
+    let (Some(old), Some(new)) = (&older.driver, &newer.driver) else {
+        return None;
+    };
+    let (o, n) = (&older.name, &newer.name);
+    Some((|| {
+        let old_write = match old.create_complete(co, &format!("{o}_during_rollout")) {
+            Err(e) => Err(one_line(e.as_ref())),
+            Ok(id) => Ok((id, new.sees(cn, id)?)),
+        };
+        let in_flight = match new.begin_create(cn, &format!("{n}_in_flight"))? {
+            Some(id) => Some((id, new.sees(cn, id)?, old.sees(co, id)?)),
+            None => None,
+        };
+        let id = new.create_complete(cn, &format!("{n}_before_rollback"))?;
+        let rollback_reads = old.sees(co, id)?;
+        let rollback_write = old
+            .create_complete(co, &format!("{o}_after_rollback"))
+            .map(|_| ())
+            .map_err(|e| one_line(e.as_ref()));
+        Ok(CrossVersion {
+            old_write,
+            in_flight,
+            rollback_reads,
+            rollback_write,
+        })
+    })())
+}
