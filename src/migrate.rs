@@ -800,6 +800,42 @@ const HISTORY_DDL: &str = "CREATE TABLE IF NOT EXISTS refinery_schema_history(
              applied_on VARCHAR(255),
              checksum VARCHAR(255))";
 
+/// How `migrate` watches each statement of a file outside a transaction:
+/// it logs every attempt, and where the policy waits without queueing, it
+/// gates each attempt on the locks that statement needs.
+struct MigrateSteps<'a> {
+    m: &'a Migration,
+    watcher: &'a BlockerWatcher,
+    looks: &'a mut Looks,
+    /// The locks the current statement needs (each commits on its own:
+    /// its own locks only) and its line, for the log.
+    needed: Option<conflicts::LocksNeeded>,
+    line: usize,
+}
+
+impl no_transaction::StepObserver for MigrateSteps<'_> {
+    fn gated(&mut self, _index: usize, step: &no_transaction::Step) -> bool {
+        let needed = conflicts::of_statements(std::slice::from_ref(&step.statement));
+        let gated = self.looks.gate(&needed).is_some();
+        (self.needed, self.line) = (Some(needed), step.statement.line);
+        gated
+    }
+
+    fn holder(&mut self, _index: usize) -> Option<String> {
+        let needed = self.needed.as_ref()?;
+        self.looks.gate(needed)?.holder()
+    }
+
+    fn attempt(&mut self, _index: usize, n: u32, timeout: Duration) {
+        self.watcher.reset();
+        log::info!(
+            "{} line {}: attempt {n}, lock_timeout {timeout:?}",
+            self.m,
+            self.line
+        );
+    }
+}
+
 /// Applies a file that runs outside a transaction (see
 /// [`no_transaction`]): each statement under the lock policy, then its
 /// backfills, then its history row — the row, exactly as refinery writes
@@ -818,53 +854,29 @@ fn apply_outside_transaction(
         statement: e.statement,
         why: e.why,
     })?;
-    let (mut attempts_total, mut waited) = (0, Duration::ZERO);
-    for step in &steps {
-        let stmt = &step.statement;
-        // Each statement commits on its own: look for its own locks only.
-        let mut gate = looks.gate(&conflicts::of_statements(std::slice::from_ref(stmt)));
-        let result = options.lock.run_gated(
-            gate.as_mut().map(|g| || g.holder()),
-            |n, timeout| {
-                watcher.reset();
-                log::info!(
-                    "{m} line {}: attempt {n}, lock_timeout {timeout:?}",
-                    stmt.line
-                );
-                client.batch_execute(&format!(
-                    "SET lock_timeout = '{}ms'",
-                    timeout.as_millis().max(1)
-                ))?;
-                if let Some(index) = &step.concurrent_index {
-                    drop_invalid_index(client, index)?;
-                }
-                client.batch_execute(&stmt.text)
+    let mut observer = MigrateSteps {
+        m,
+        watcher,
+        looks,
+        needed: None,
+        line: 0,
+    };
+    let applied = no_transaction::apply_steps(client, &steps, Some(&options.lock), &mut observer)
+        .map_err(|e| {
+        let stmt = &steps[e.index()].statement;
+        match e {
+            no_transaction::StepError::GaveUp { gave_up, .. } => {
+                MigrateError::gave_up(format!("{m} line {}", stmt.line), gave_up, watcher)
+            }
+            no_transaction::StepError::Failed { error, .. } => MigrateError::StatementFailed {
+                migration: m.to_string(),
+                line: stmt.line,
+                statement: stmt.excerpt(80),
+                detail: crate::errors::detailed(&error),
             },
-            is_lock_timeout,
-        );
-        let _ = client.batch_execute("RESET lock_timeout");
-        match result {
-            Ok((_, attempts)) => {
-                attempts_total += attempts.count;
-                waited += attempts.waited;
-            }
-            Err(Err(gave_up)) => {
-                return Err(MigrateError::gave_up(
-                    format!("{m} line {}", stmt.line),
-                    gave_up,
-                    watcher,
-                ))
-            }
-            Err(Ok(e)) => {
-                return Err(MigrateError::StatementFailed {
-                    migration: m.to_string(),
-                    line: stmt.line,
-                    statement: stmt.excerpt(80),
-                    detail: crate::errors::detailed(&e),
-                })
-            }
         }
-    }
+    })?;
+    let (attempts_total, waited) = (applied.attempts, applied.waited);
     let has_backfills = m.batched_updates().next().is_some();
     if has_backfills {
         backfill::ensure_progress_table(client)
@@ -932,24 +944,6 @@ fn apply_outside_transaction(
         attempts: attempts_total.max(1),
         waited,
     })
-}
-
-/// Drops `index` when it exists and is INVALID (a failed or killed
-/// `CREATE INDEX CONCURRENTLY`), so that the statement's IF NOT EXISTS
-/// does not keep the broken index. Concurrently: a plain DROP INDEX would
-/// take ACCESS EXCLUSIVE on the table.
-fn drop_invalid_index(client: &mut Client, index: &str) -> Result<(), postgres::Error> {
-    let invalid: bool = client
-        .query_one(
-            "SELECT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass($1) AND NOT indisvalid)",
-            &[&index],
-        )?
-        .get(0);
-    if invalid {
-        log::info!("dropping the invalid index {index} left by an earlier run");
-        client.batch_execute(&format!("DROP INDEX CONCURRENTLY IF EXISTS {index}"))?;
-    }
-    Ok(())
 }
 
 /// Records `applied` in the history as refinery would have (creating the

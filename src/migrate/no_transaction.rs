@@ -123,6 +123,19 @@ pub trait StepObserver {
     fn before(&mut self, _client: &mut Client, _index: usize, _step: &Step) {}
     /// Before each attempt under a lock policy (`n` from 1).
     fn attempt(&mut self, _index: usize, _n: u32, _timeout: Duration) {}
+    /// Whether statement `index` waits without queueing (the policy's
+    /// `no_queue`, [`LockPolicy::run_gated`]): asked once, before its first
+    /// attempt. When it does, [`StepObserver::holder`] is asked before
+    /// each attempt. By default a statement requests its locks at once,
+    /// stepped.
+    fn gated(&mut self, _index: usize, _step: &Step) -> bool {
+        false
+    }
+    /// The session holding a lock statement `index` would queue behind,
+    /// described for a give-up message; None while nothing does.
+    fn holder(&mut self, _index: usize) -> Option<String> {
+        None
+    }
     /// After statement `index` ended (`ok`: it succeeded), with how long
     /// its last attempt ran; on the same connection.
     fn after(
@@ -188,15 +201,15 @@ impl StepError {
 /// Runs `steps` in order on `client`, each statement committing on its own,
 /// stopping at the first that fails. Under `lock`, each statement's
 /// attempts set `lock_timeout` as the policy steps it and retry lock
-/// timeouts; without, the session's settings stand. Returns the attempts
-/// made in all.
+/// timeouts (waiting without queueing where the observer gates them);
+/// without, the session's settings stand.
 pub fn apply_steps(
     client: &mut Client,
     steps: &[Step],
     lock: Option<&LockPolicy>,
     observer: &mut dyn StepObserver,
-) -> Result<u32, StepError> {
-    let mut attempts_total = 0;
+) -> Result<Applied, StepError> {
+    let (mut attempts_total, mut waited) = (0, Duration::ZERO);
     for (index, step) in steps.iter().enumerate() {
         observer.before(client, index, step);
         let mut took = Duration::ZERO;
@@ -214,9 +227,13 @@ pub fn apply_steps(
                 .map(|_| 1)
                 .map_err(|error| StepError::Failed { index, error }),
             Some(policy) => {
-                let r = policy.run(
+                let gated = observer.gated(index, step);
+                // The gate and the attempts take turns with the observer.
+                let observer = std::cell::RefCell::new(&mut *observer);
+                let r = policy.run_gated(
+                    gated.then_some(|| observer.borrow_mut().holder(index)),
                     |n, timeout| {
-                        observer.attempt(index, n, timeout);
+                        observer.borrow_mut().attempt(index, n, timeout);
                         client.batch_execute(&format!(
                             "SET lock_timeout = '{}ms'",
                             timeout.as_millis().max(1)
@@ -227,7 +244,10 @@ pub fn apply_steps(
                 );
                 let _ = client.batch_execute("RESET lock_timeout");
                 match r {
-                    Ok(((), a)) => Ok(a.count),
+                    Ok(((), a)) => {
+                        waited += a.waited;
+                        Ok(a.count)
+                    }
                     Err(Ok(error)) => Err(StepError::Failed { index, error }),
                     Err(Err(gave_up)) => Err(StepError::GaveUp { index, gave_up }),
                 }
@@ -236,7 +256,18 @@ pub fn apply_steps(
         observer.after(client, index, step, result.is_ok(), took);
         attempts_total += result?;
     }
-    Ok(attempts_total)
+    Ok(Applied {
+        attempts: attempts_total,
+        waited,
+    })
+}
+
+/// What [`apply_steps`] went through: attempts in all, and how long
+/// gated attempts waited for a conflicting holder to finish.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Applied {
+    pub attempts: u32,
+    pub waited: Duration,
 }
 
 /// Drops `index` when it exists and is INVALID (a failed or killed
