@@ -35,6 +35,7 @@ pub mod apps;
 pub mod checks;
 pub mod generate;
 pub mod lock_modes;
+pub mod plans;
 pub mod predict;
 pub mod rehearsal;
 pub mod replay;
@@ -144,6 +145,9 @@ pub struct Verify {
     /// The longest one rehearsed statement (a migration's, an app's) may
     /// run before it is cancelled.
     statement_timeout: Duration,
+    /// A plan regression whose full read per call stays under this at
+    /// production size is a warning (`--plan-budget`).
+    plan_budget: Duration,
 }
 
 impl Verify {
@@ -197,6 +201,7 @@ impl Verify {
             app_role: None,
             superuser_migrator: false,
             statement_timeout: roles::DEFAULT_STATEMENT_TIMEOUT,
+            plan_budget: checks::plan::PLAN_BUDGET,
         })
     }
 
@@ -220,6 +225,13 @@ impl Verify {
     /// and reported (`apply.statement-timeout`).
     pub fn statement_timeout(mut self, d: Duration) -> Self {
         self.statement_timeout = d;
+        self
+    }
+
+    /// A plan regression whose full read per call, at production size,
+    /// stays under `d` is a warning rather than an error.
+    pub fn plan_budget(mut self, d: Duration) -> Self {
+        self.plan_budget = d;
         self
     }
 
@@ -1440,6 +1452,8 @@ impl Run<'_> {
                 ..
             } = st;
             let needs = needs_of(&live, &live_outcomes);
+            // plan (1/2): the live apps' statements planned at V{prev}.
+            let plans_before = self.plans_before(v, applied_db.as_ref().filter(|_| seeded), &live);
             // The measured apply, with the live apps' workload running
             // against the same database (everything it does is rolled
             // back; the measurements are per backend, so they stay the
@@ -1512,6 +1526,8 @@ impl Run<'_> {
                 seeded_failed = true;
                 break;
             }
+            // plan (2/2): planned again at V{v}, then judged.
+            self.plans_after(m, plans_before, applied_db.as_ref(), &live, &runnable);
             let holds = predict::holds(&at_zero, &at_n, &needs, &self.v.sizes);
             self.ran(rewrite::CHECK, Some(v));
             self.report
