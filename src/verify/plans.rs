@@ -102,6 +102,8 @@ pub struct IndexInfo {
     pub unique: bool,
     pub valid: bool,
     pub partial: bool,
+    /// Its access method (`btree`, `gin`, …).
+    pub method: String,
 }
 
 /// A foreign key between measured tables.
@@ -553,11 +555,14 @@ fn tables(c: &mut Client) -> Result<Vec<TableStats>, postgres::Error> {
     .collect())
 }
 
-fn indexes(c: &mut Client) -> Result<Vec<IndexInfo>, postgres::Error> {
+/// Every index of the measured tables ([`crate::tables`]), read-only
+/// (`rollsafe check` reads them too).
+pub(crate) fn indexes(c: &mut Client) -> Result<Vec<IndexInfo>, postgres::Error> {
     Ok(c.query(
         &format!(
             "SELECT t.name, i.relname::text, pg_get_indexdef(x.indexrelid),
                     x.indisunique, x.indisvalid, x.indpred IS NOT NULL,
+                    (SELECT amname::text FROM pg_am WHERE oid = i.relam),
                     ARRAY(SELECT a.attname::text
                             FROM unnest(x.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
                             LEFT JOIN pg_attribute a
@@ -579,7 +584,8 @@ fn indexes(c: &mut Client) -> Result<Vec<IndexInfo>, postgres::Error> {
         unique: r.get(3),
         valid: r.get(4),
         partial: r.get(5),
-        columns: r.get(6),
+        method: r.get(6),
+        columns: r.get(7),
     })
     .collect())
 }

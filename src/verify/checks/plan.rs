@@ -1121,6 +1121,7 @@ mod tests {
                     unique: false,
                     valid: true,
                     partial: false,
+                    method: "btree".into(),
                 })
                 .collect(),
             ..Side::default()
@@ -1401,6 +1402,7 @@ mod tests {
             unique: false,
             valid: true,
             partial: false,
+            method: "btree".into(),
         });
         let f = evaluate(&cx(&live, &sizes), &before, &after);
         assert!(!f.iter().any(|f| f.id == "plan.fk-without-index"), "{f:?}");
