@@ -87,6 +87,8 @@ pub struct TableStats {
     /// `reltuples` after the seeded rows' ANALYZE.
     pub rows: f64,
     pub pages: i64,
+    /// `reltuples` imported from the target's statistics, when they were.
+    pub imported_rows: Option<f64>,
 }
 
 /// An index of a measured table.
@@ -134,6 +136,9 @@ pub struct Side {
     /// Tables whose planner statistics were imported from the target
     /// (empty: the seeded rows' statistics only).
     pub imported: Vec<String>,
+    /// The target's statistics as pg_dump wrote them (read once, before
+    /// the migration; imported again after it).
+    pub dumped_statistics: Option<String>,
     /// Why no statistics were imported where a target was given.
     pub not_imported: Option<String>,
     /// (table, constraint) of each foreign key added by the migration →
@@ -241,13 +246,9 @@ impl super::Run<'_> {
             tables,
             indexes: indexes(&mut admin)?,
             foreign_keys: foreign_keys(&mut admin)?,
-            not_imported: self
-                .v
-                .target
-                .as_ref()
-                .map(|_| statistics_not_imported(self.sandbox.server_major())),
             ..Side::default()
         };
+        self.import_statistics(&mut admin, &mut side, when)?;
         let after = matches!(when, When::After(_));
         // After the migration, the apps that were not live (they roll out
         // with it) matter only to what it added: an index they may use,
@@ -324,11 +325,122 @@ fn analyze(c: &mut Client) -> Result<(), postgres::Error> {
     c.batch_execute(&format!("ANALYZE {}", names.join(", ")))
 }
 
-/// Why a target's statistics were not imported into this sandbox.
-fn statistics_not_imported(major: u32) -> String {
-    format!(
-        "PostgreSQL {major} cannot import planner statistics (pg_restore_relation_stats and pg_restore_attribute_stats need 18)"
-    )
+impl super::Run<'_> {
+    /// With `--from-target` on PostgreSQL 18 or later: the target's planner
+    /// statistics imported over the seeded rows' (right after their
+    /// ANALYZE, right before planning), and autovacuum off on those tables
+    /// so that nothing samples the seeded rows again in between. Plans
+    /// then follow production's value distributions; the row counts the
+    /// planner uses are still the seeded table's pages times production's
+    /// rows per page (see the README's limits). Otherwise, with a target,
+    /// `side.not_imported` says why not.
+    fn import_statistics(
+        &self,
+        c: &mut Client,
+        side: &mut Side,
+        when: When,
+    ) -> Result<(), postgres::Error> {
+        let Some(target) = &self.v.target else {
+            return Ok(());
+        };
+        let major = self.sandbox.server_major();
+        if major < 18 {
+            side.not_imported = Some(format!(
+                "PostgreSQL {major} cannot import planner statistics (pg_restore_relation_stats and pg_restore_attribute_stats need 18; --postgres-version 18 rehearses on 18, whose pg_dump reads older servers' statistics)"
+            ));
+            return Ok(());
+        }
+        let dumped = match when {
+            When::After(before) => before.dumped_statistics.clone(),
+            When::Before => match self.sandbox.dump_statistics(target.url()) {
+                Ok(sql) => Some(sql),
+                Err(e) => {
+                    side.not_imported = Some(format!(
+                        "pg_dump --statistics-only of the target failed: {}",
+                        crate::db::scrub(&e.to_string(), target.url())
+                    ));
+                    None
+                }
+            },
+        };
+        let Some(sql) = dumped else {
+            if side.not_imported.is_none() {
+                side.not_imported = Some("the target's statistics could not be read".into());
+            }
+            return Ok(());
+        };
+        for (schema, relname, rows) in restore_statistics(c, &sql)? {
+            if let Some(t) = side
+                .tables
+                .iter_mut()
+                .find(|t| t.schema == schema && t.relname == relname)
+            {
+                t.imported_rows = Some(rows);
+                side.imported.push(t.name.clone());
+                // A partitioned parent takes no such option: nothing
+                // vacuums it anyway.
+                let _ = c.batch_execute(&format!(
+                    "ALTER TABLE {} SET (autovacuum_enabled = off)",
+                    t.qualified
+                ));
+            }
+        }
+        if side.imported.is_empty() {
+            side.not_imported = Some("the target's statistics name none of the sandbox's tables (were they ever analyzed there?)".into());
+        }
+        side.dumped_statistics = Some(sql);
+        Ok(())
+    }
+}
+
+/// Runs a statistics dump's statements one by one (a relation the
+/// migration dropped is skipped, not fatal); returns the relations whose
+/// statistics were imported, with their `reltuples`.
+fn restore_statistics(
+    c: &mut Client,
+    sql: &str,
+) -> Result<Vec<(String, String, f64)>, postgres::Error> {
+    let mut out = Vec::new();
+    for st in crate::sql::split(sql).statements {
+        let Ok(messages) = c.simple_query(&st.text) else {
+            continue;
+        };
+        let imported = messages
+            .iter()
+            .any(|m| matches!(m, SimpleQueryMessage::Row(r) if r.get(0) == Some("t")));
+        if !imported || !st.text.contains("pg_restore_relation_stats") {
+            continue;
+        }
+        if let (Some(schema), Some(relname), Some(rows)) = (
+            literal_arg(&st.text, "schemaname"),
+            literal_arg(&st.text, "relname"),
+            literal_arg(&st.text, "reltuples").and_then(|r| r.parse::<f64>().ok()),
+        ) {
+            out.push((schema, relname, rows));
+        }
+    }
+    // The dump empties search_path (and sets more) for its session.
+    c.batch_execute("RESET ALL")?;
+    Ok(out)
+}
+
+/// The string literal after `'key', ` in a pg_dump statistics call.
+fn literal_arg(text: &str, key: &str) -> Option<String> {
+    let pattern = format!("'{key}', '");
+    let start = text.find(&pattern)? + pattern.len();
+    let mut out = String::new();
+    let mut chars = text[start..].chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\'' {
+            out.push(c);
+        } else if chars.peek() == Some(&'\'') {
+            chars.next();
+            out.push('\'');
+        } else {
+            return Some(out);
+        }
+    }
+    None
 }
 
 /// Runs `explain` (one EXPLAIN statement) in a read-only transaction that
@@ -551,6 +663,7 @@ fn tables(c: &mut Client) -> Result<Vec<TableStats>, postgres::Error> {
         qualified: r.get(3),
         rows: r.get(4),
         pages: r.get(5),
+        imported_rows: None,
     })
     .collect())
 }
@@ -625,4 +738,18 @@ fn foreign_keys(c: &mut Client) -> Result<Vec<ForeignKey>, postgres::Error> {
         qualified_referenced: r.get(7),
     })
     .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statistics_calls_are_read_for_their_relation_and_rows() {
+        let call = "SELECT * FROM pg_catalog.pg_restore_relation_stats(\n\t'version', '180006'::integer,\n\t'schemaname', 'public',\n\t'relname', 'it''s',\n\t'relpages', '541'::integer,\n\t'reltuples', '100000'::real\n);";
+        assert_eq!(literal_arg(call, "relname").as_deref(), Some("it's"));
+        assert_eq!(literal_arg(call, "reltuples").as_deref(), Some("100000"));
+        assert_eq!(literal_arg(call, "attname"), None);
+        assert_eq!(literal("a'b\\c"), "E'a''b\\\\c'");
+    }
 }

@@ -10,14 +10,17 @@ use std::process::Command;
 use std::sync::Arc;
 
 use anyhow::{ensure, Context};
+use libtest_mimic::Completion;
 use rollsafe::catalog::Catalog;
 use rollsafe::report::{Finding, Report, Severity};
+use rollsafe::sandbox::{docker, BackendChoice, BackendKind, Sandbox, SandboxBuilder};
+use rollsafe::verify::target::Target;
 use rollsafe::verify::{apps, Verify};
 
 use crate::common::{rollsafe_bin, TestEnv};
 
 pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
-    crate::trials!(
+    let mut trials = crate::trials!(
         "plan",
         env,
         [
@@ -27,7 +30,24 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             a_foreign_key_without_index_while_the_app_deletes_parents_warns,
             a_statement_on_tables_without_rows_is_skipped_and_says_so,
         ]
-    )
+    );
+    let name = "plan::on_18_plans_follow_the_targets_imported_statistics";
+    let env = Arc::clone(env);
+    trials.push(libtest_mimic::Trial::ignorable_test(name, move || {
+        let sandbox = match sandbox_of_18(&env) {
+            Ok(Some(s)) => s,
+            Ok(None) => return Ok(Completion::ignored_with(
+                "needs PostgreSQL 18: the docker backend with image postgres:18 (ci/build-postgres-image.sh postgres:18 builds it)",
+            )),
+            Err(e) => return Err(format!("{e:#}").into()),
+        };
+        crate::common::timed(name, || {
+            on_18_plans_follow_the_targets_imported_statistics(&sandbox)
+        })
+        .map(|()| Completion::Completed)
+        .map_err(|e| format!("{e:#}").into())
+    }));
+    trials
 }
 
 const ROWS: u64 = 2000;
@@ -298,5 +318,151 @@ fn a_statement_on_tables_without_rows_is_skipped_and_says_so(env: &TestEnv) -> a
         "{:?}",
         m.evidence
     );
+    Ok(())
+}
+
+/// A PostgreSQL 18 sandbox: the suite's own when it runs 18, else one of
+/// its own on docker; None where neither can be had.
+fn sandbox_of_18(env: &TestEnv) -> anyhow::Result<Option<SandboxOr<'_>>> {
+    if env.sandbox.server_major() >= 18 {
+        return Ok(Some(SandboxOr::Shared(&env.sandbox)));
+    }
+    if env.sandbox.kind() != BackendKind::Docker || !docker::image_present("postgres:18") {
+        return Ok(None);
+    }
+    let own = SandboxBuilder::from_env()?
+        .backend(BackendChoice::Docker)
+        .postgres_major(18)
+        .start()
+        .context("starting a PostgreSQL 18 sandbox")?;
+    Ok(Some(SandboxOr::Own(Box::new(own))))
+}
+
+enum SandboxOr<'a> {
+    Shared(&'a Sandbox),
+    Own(Box<Sandbox>),
+}
+
+impl std::ops::Deref for SandboxOr<'_> {
+    type Target = Sandbox;
+    fn deref(&self) -> &Sandbox {
+        match self {
+            SandboxOr::Shared(s) => s,
+            SandboxOr::Own(s) => s,
+        }
+    }
+}
+
+/// Orders whose status is skewed in production (1% pending), even in the
+/// seeded rows (half pending).
+const ORDERS: &str = "CREATE TABLE orders (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    status text NOT NULL
+);
+CREATE INDEX orders_status ON orders (status);
+";
+
+const DESK: &str = "-- app: desk\n-- needs: 1\n\n\
+-- name: pending\n\
+SELECT id FROM orders WHERE status = 'pending';\n";
+
+const DESK_SEED: &str = "INSERT INTO orders (status)
+SELECT CASE WHEN i % 2 = 0 THEN 'pending' ELSE 'done' END FROM generate_series(1, {rows}) i;";
+
+/// The estimated rows of the `pending` read before the migration, from
+/// the plan summary's evidence ("orders: Seq Scan (est. 1000 rows, …)").
+fn estimated_pending(r: &Report) -> anyhow::Result<(String, f64)> {
+    let m = r
+        .findings
+        .iter()
+        .find(|f| f.id == "plan.measured")
+        .context("no plan.measured")?;
+    let line = m.evidence["plans"]["desk.pending"]["before"]
+        .as_str()
+        .context("no plan of desk.pending")?
+        .to_string();
+    let rows: f64 = line
+        .split("(est. ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .with_context(|| format!("no estimate in `{line}`"))?;
+    Ok((line, rows))
+}
+
+fn on_18_plans_follow_the_targets_imported_statistics(sandbox: &Sandbox) -> anyhow::Result<()> {
+    let migrations = tempfile::tempdir()?;
+    std::fs::write(migrations.path().join("V1__orders.sql"), ORDERS)?;
+    std::fs::write(
+        migrations.path().join("V2__note.sql"),
+        "ALTER TABLE orders ADD COLUMN note text;\n",
+    )?;
+    let app_dir = tempfile::tempdir()?;
+    std::fs::write(app_dir.path().join("desk.sql"), DESK)?;
+    std::fs::write(app_dir.path().join("desk.seed.sql"), DESK_SEED)?;
+    let catalog = Catalog::from_dir(migrations.path())?;
+    let apps = apps::load_dir(app_dir.path(), &catalog)?;
+
+    // "Production": at V1, 100000 orders of which 1% are pending, analyzed.
+    let production = sandbox.fresh_database()?;
+    rollsafe::migrate::migrate(
+        production.url(),
+        &catalog,
+        &rollsafe::migrate::Options {
+            target: Some(1),
+            ..Default::default()
+        },
+    )?;
+    production.connect()?.batch_execute(
+        "INSERT INTO orders (status)
+         SELECT CASE WHEN i % 100 = 0 THEN 'pending' ELSE 'done' END FROM generate_series(1, 100000) i;
+         ANALYZE orders;",
+    )?;
+
+    let seeded = Verify::new(catalog.clone())?
+        .apps(apps.clone())
+        .rows(ROWS)
+        .run(sandbox)?;
+    let imported = Verify::new(catalog.clone())?
+        .apps(apps)
+        .rows(ROWS)
+        .from_target(Target::read(production.url(), &catalog)?)
+        .run(sandbox)?;
+    let (seeded_plan, seeded_rows) = estimated_pending(&seeded)?;
+    let (imported_plan, imported_rows) = estimated_pending(&imported)?;
+    eprintln!("seeded statistics:   desk.pending {seeded_plan}");
+    eprintln!("imported statistics: desk.pending {imported_plan}");
+    let statistics = |r: &Report| {
+        r.findings
+            .iter()
+            .find(|f| f.id == "plan.measured")
+            .map(|f| f.evidence["statistics"].to_string())
+            .unwrap_or_default()
+    };
+    ensure!(
+        statistics(&imported).contains("imported from the target for orders"),
+        "{}",
+        statistics(&imported)
+    );
+    ensure!(
+        statistics(&seeded).contains("seeded"),
+        "{}",
+        statistics(&seeded)
+    );
+    // Half the seeded orders are pending; production's statistics say 1%
+    // (of the rows the planner scales to the seeded table's pages).
+    ensure!(
+        seeded_rows > ROWS as f64 * 0.3,
+        "seeded estimate {seeded_rows}: {seeded_plan}"
+    );
+    ensure!(
+        imported_rows < ROWS as f64 * 0.05,
+        "imported estimate {imported_rows}: {imported_plan}"
+    );
+    ensure!(
+        seeded_plan.contains("Seq Scan") && !imported_plan.contains("Seq Scan"),
+        "the plan follows the statistics: seeded `{seeded_plan}`, imported `{imported_plan}`"
+    );
+    ensure!(imported.passed, "{:#?}", errors(&imported));
     Ok(())
 }

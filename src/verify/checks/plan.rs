@@ -375,6 +375,28 @@ pub fn evaluate(cx: &Context, before: &Side, after: &Side) -> Vec<Finding> {
         }
     }
 
+    let plans: serde_json::Map<String, Value> = compared
+        .iter()
+        .map(|c| {
+            let lines = |p: &Plan, side: &Side| {
+                p.accesses
+                    .iter()
+                    .map(|a| {
+                        format!(
+                            "{}: {}",
+                            name_of(&(a.schema.clone(), a.relname.clone()), side),
+                            a.describe()
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            };
+            (
+                format!("{}.{}", c.app, c.statement),
+                json!({ "before": lines(&c.before, before), "after": lines(&c.after, after) }),
+            )
+        })
+        .collect();
     let mut kept = 0;
     let mut replaced: Vec<String> = Vec::new();
     let mut regressed = 0;
@@ -386,7 +408,7 @@ pub fn evaluate(cx: &Context, before: &Side, after: &Side) -> Vec<Finding> {
         }
         let measurable: Vec<&(String, String)> = tables
             .iter()
-            .filter(|t| rows_of(t, before) > 0.0 || rows_of(t, after) > 0.0)
+            .filter(|t| has_rows(t, before) || has_rows(t, after))
             .collect();
         if measurable.is_empty() {
             empty_only.push(c);
@@ -440,16 +462,19 @@ pub fn evaluate(cx: &Context, before: &Side, after: &Side) -> Vec<Finding> {
 
     out.extend(unused_indexes(cx, before, after));
     out.extend(fks_without_index(cx, before, after));
-    out.push(summary(
-        cx,
-        before,
-        after,
-        compared.len(),
-        kept,
-        &replaced,
-        regressed,
-        skipped,
-    ));
+    out.push(
+        summary(
+            cx,
+            before,
+            after,
+            compared.len(),
+            kept,
+            &replaced,
+            regressed,
+            skipped,
+        )
+        .evidence("plans", Value::Object(plans)),
+    );
     out
 }
 
@@ -507,11 +532,25 @@ fn name_of(t: &(String, String), side: &Side) -> String {
         })
 }
 
+/// The seeded rows of the table (what its plan and its measured full read
+/// were made on).
 fn rows_of(t: &(String, String), side: &Side) -> f64 {
     side.tables
         .iter()
         .find(|s| s.schema == t.0 && s.relname == t.1)
         .map_or(0.0, |s| s.rows.max(0.0))
+}
+
+/// Whether the table holds rows on this side: seeded, or in the imported
+/// statistics.
+fn has_rows(t: &(String, String), side: &Side) -> bool {
+    rows_of(t, side) > 0.0
+        || side
+            .tables
+            .iter()
+            .find(|s| s.schema == t.0 && s.relname == t.1)
+            .and_then(|s| s.imported_rows)
+            .is_some_and(|n| n > 0.0)
 }
 
 fn judge(
@@ -1109,6 +1148,7 @@ mod tests {
                     qualified: format!("public.{t}"),
                     rows,
                     pages: 10,
+                    imported_rows: None,
                 })
                 .collect(),
             indexes: indexes
