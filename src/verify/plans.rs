@@ -287,7 +287,7 @@ impl super::Run<'_> {
             }
         }
         if let When::After(before) = when {
-            side.full_reads = full_reads(&mut admin, &side)?;
+            side.full_reads = full_reads(&mut admin, &side, before)?;
             for fk in side.foreign_keys.iter().filter(|fk| {
                 !before
                     .foreign_keys
@@ -598,15 +598,41 @@ fn plan_lookup(c: &mut Client, fk: &ForeignKey, mode: Mode) -> Result<Value, Str
     }
 }
 
-/// A full sequential read of each table some statement reads
-/// sequentially (the shorter of two, so a cold cache does not count).
-fn full_reads(c: &mut Client, side: &Side) -> anyhow::Result<BTreeMap<String, Duration>> {
+/// A full sequential read of each table some statement now reads
+/// sequentially where it read it through an index before (the shorter of
+/// two, so a cold cache does not count).
+fn full_reads(
+    c: &mut Client,
+    side: &Side,
+    before: &Side,
+) -> anyhow::Result<BTreeMap<String, Duration>> {
+    let parsed = |s: &StatementPlan| s.planned.as_ref().ok().and_then(|j| plan::parse(j).ok());
     let mut out = BTreeMap::new();
     for s in &side.statements {
-        let Some(p) = s.planned.as_ref().ok().and_then(|j| plan::parse(j).ok()) else {
+        let Some(p) = parsed(s) else {
             continue;
         };
-        for a in p.accesses.iter().filter(|a| a.path == plan::Path::Seq) {
+        // Only a table the statement read through an index before: a read
+        // that was sequential already is no regression to size.
+        let Some(earlier) = before
+            .statements
+            .iter()
+            .find(|b| b.app == s.app && b.statement == s.statement)
+            .and_then(parsed)
+        else {
+            continue;
+        };
+        let indexed_before = |a: &plan::Access| {
+            earlier
+                .accesses
+                .iter()
+                .any(|b| b.schema == a.schema && b.relname == a.relname && b.path.indexed())
+        };
+        for a in p
+            .accesses
+            .iter()
+            .filter(|a| a.path == plan::Path::Seq && indexed_before(a))
+        {
             let Some(t) = side
                 .tables
                 .iter()
