@@ -684,8 +684,12 @@ fn regression(
     );
     let advice = match (old_def, now) {
         (Some(o), None) => format!(
-            "create the replacement index before dropping the old one: {} (as CREATE INDEX CONCURRENTLY, in an earlier migration), and drop {old} only once no running app's statement needs it",
-            o.definition.replacen("CREATE INDEX", "CREATE INDEX CONCURRENTLY", 1)
+            "create the replacement index before dropping the old one: {} in an earlier migration (a -- rollsafe:no-transaction file), and drop {old} only once no running app's statement needs it",
+            o.definition.replacen(
+                &format!("INDEX {old} ON"),
+                &format!("INDEX CONCURRENTLY IF NOT EXISTS {old}_new ON"),
+                1
+            )
         ),
         (None, None) => format!(
             "create the replacement index before dropping the old one: keep {old} until a matching index exists and no running app's statement needs it"
@@ -1223,7 +1227,7 @@ mod tests {
             "{}",
             r.message
         );
-        assert!(r.advice.starts_with("create the replacement index before dropping the old one: CREATE INDEX CONCURRENTLY books_email ON public.books"), "{}", r.advice);
+        assert!(r.advice.starts_with("create the replacement index before dropping the old one: CREATE INDEX CONCURRENTLY IF NOT EXISTS books_email_new ON public.books USING btree (email) in an earlier migration"), "{}", r.advice);
         assert_eq!(r.location.as_ref().unwrap().line, 2);
         assert_eq!(r.evidence["plan_change"], "Index Scan using books_email (est. 1 row, cost 8.29) → Seq Scan (est. 1 row, cost 189.00)");
         assert_eq!(r.evidence["before"][0]["index"], "books_email");
