@@ -57,6 +57,15 @@ pub const STALL_BUDGET: DurationRange = DurationRange {
     max: secs(600),
 };
 
+/// The longest full read per call a plan regression may predict and be a
+/// warning rather than an error (`verify --plan-budget`): from 0 (every
+/// regression an error) to a second (beyond it no app statement on a
+/// request path can afford the read).
+pub const PLAN_BUDGET: DurationRange = DurationRange {
+    min: ms(0),
+    max: secs(1),
+};
+
 /// How long `migrate` waits for another migrator.
 pub const MIGRATOR_WAIT: DurationRange = DurationRange {
     min: secs(0),

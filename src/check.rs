@@ -44,6 +44,7 @@ use crate::report::{CheckRun, Finding, Report, Severity};
 use crate::sandbox::{SandboxBuilder, SandboxError};
 use crate::schema::Snapshot;
 use crate::validity::{self, MAX_IDS};
+use crate::verify::plans::IndexInfo;
 
 /// A rule a project adds to the `invariants` check: it reads the live
 /// database (a read-only session) and its schema and says what it found.
@@ -190,7 +191,7 @@ impl Check {
             description: std::iter::once("backfills hold")
                 .chain(self.invariants.iter().map(|i| i.describes))
                 .chain([
-                    "no invalid indexes or NOT VALID constraints, no unfinished batched updates",
+                    "no invalid indexes or NOT VALID constraints, no unfinished batched updates, indexes that duplicate another's leading columns named",
                 ])
                 .collect::<Vec<_>>()
                 .join(", "),
@@ -215,6 +216,11 @@ impl Check {
             status.current,
             &self.pending_concurrent_indexes(&status),
         ));
+        let indexes = crate::verify::plans::indexes(&mut client)
+            .map_err(|e| CheckError::sql("reading the indexes", &e))?;
+        report
+            .findings
+            .extend(duplicate_indexes(&indexes, status.current));
         let backfills = crate::migrate::backfill::read_states(&mut client)
             .map_err(|e| CheckError::sql("reading backfill progress", &e))?;
         report
@@ -393,6 +399,66 @@ impl Check {
     }
 }
 
+/// Indexes whose key columns are the leading key columns of another index
+/// of the same table and method (or the same columns): every read they
+/// serve the wider one serves too, and every write pays for both. Not
+/// reported: unique indexes (they enforce a rule), partial ones and ones
+/// on expressions (they may serve what the other cannot), and an index
+/// duplicated only by an invalid or partial one.
+fn duplicate_indexes(indexes: &[IndexInfo], v: Option<i32>) -> Vec<Finding> {
+    let plain = |i: &IndexInfo| i.valid && !i.partial && i.columns.iter().all(Option::is_some);
+    let mut out = Vec::new();
+    for a in indexes.iter().filter(|a| plain(a) && !a.unique) {
+        let wider = indexes.iter().find(|b| {
+            b.name != a.name
+                && b.table == a.table
+                && b.method == a.method
+                && plain(b)
+                && b.columns.len() >= a.columns.len()
+                && b.columns[..a.columns.len()] == a.columns[..]
+                // Two with the same columns: the other one is named (once),
+                // a unique one kept over a plain one.
+                && (b.columns.len() > a.columns.len() || b.unique || b.name < a.name)
+        });
+        let Some(b) = wider else { continue };
+        let cols = |i: &IndexInfo| {
+            i.columns
+                .iter()
+                .flatten()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        out.push(
+            Finding::new(
+                "invariants",
+                "duplicate-index",
+                Severity::Info,
+                v,
+                format!(
+                    "index {} on {} ({}) duplicates the leading columns of {} ({}): every read it serves, {} serves too, and every write to {} updates both",
+                    a.name,
+                    a.table,
+                    cols(a),
+                    b.name,
+                    cols(b),
+                    b.name,
+                    a.table
+                ),
+            )
+            .evidence("index", a.name.clone())
+            .evidence("table", a.table.clone())
+            .evidence("definition", a.definition.clone())
+            .evidence("duplicated_by", b.definition.clone())
+            .advice(format!(
+                "drop it in a migration (DROP INDEX CONCURRENTLY {}) once `rollsafe verify` shows no statement's plan needs it",
+                a.name
+            )),
+        );
+    }
+    out
+}
+
 fn history_findings(status: &migrate::Status) -> Vec<Finding> {
     let mut out = Vec::new();
     for v in &status.versions {
@@ -529,4 +595,61 @@ fn backfill_progress_findings(states: &[crate::migrate::backfill::BackfillState]
             ))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn index(name: &str, columns: &[&str], unique: bool) -> IndexInfo {
+        IndexInfo {
+            table: "books".into(),
+            name: name.into(),
+            definition: format!(
+                "CREATE INDEX {name} ON public.books ({})",
+                columns.join(", ")
+            ),
+            columns: columns.iter().map(|c| Some(c.to_string())).collect(),
+            unique,
+            valid: true,
+            partial: false,
+            method: "btree".into(),
+        }
+    }
+
+    #[test]
+    fn an_index_on_another_ones_leading_columns_is_named_once() {
+        let found = duplicate_indexes(
+            &[
+                index("books_pkey", &["id"], true),
+                index("books_id", &["id"], false),
+                index("books_email", &["email"], false),
+                index("books_email_title", &["email", "title"], false),
+                index("books_title", &["title"], false),
+                index("books_a", &["author_id"], false),
+                index("books_a2", &["author_id"], false),
+            ],
+            Some(3),
+        );
+        let names: Vec<&str> = found
+            .iter()
+            .map(|f| f.evidence["index"].as_str().unwrap())
+            .collect();
+        // Not the unique pkey, not title (not a leading column), one of
+        // the two identical ones.
+        assert_eq!(names, ["books_id", "books_email", "books_a2"]);
+        assert!(found.iter().all(|f| f.severity == Severity::Info));
+        assert!(
+            found[1].message.starts_with(
+                "index books_email on books (email) duplicates the leading columns of books_email_title (email, title)"
+            ),
+            "{}",
+            found[1].message
+        );
+        let mut other = index("books_email_gin", &["email", "title"], false);
+        other.method = "gin".into();
+        assert!(
+            duplicate_indexes(&[index("books_email", &["email"], false), other], None).is_empty()
+        );
+    }
 }

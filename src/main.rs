@@ -154,6 +154,9 @@ struct VerifyArgs {
     /// The longest any app statement may wait because of a migration (e.g. 1s, 500ms), 10ms to 10m.
     #[arg(long, default_value = "1s", value_parser = duration_in(bounds::STALL_BUDGET))]
     stall_budget: Duration,
+    /// A plan regression (a table read through an index before the migration and sequentially after) is an error at any size; it is a warning only when production sizes (--table-rows, --sizes-from, --from-target) put its full read per call under this (e.g. 5ms, 1ms), 0s to 1s.
+    #[arg(long, default_value = "5ms", value_parser = duration_in(bounds::PLAN_BUDGET))]
+    plan_budget: Duration,
     /// Production rows of a table, to predict lock holds at that size, 0 to 1000000000000 (repeatable: --table-rows bookings=48M).
     #[arg(long = "table-rows", value_name = "TABLE=ROWS", value_parser = table_rows_pair)]
     table_rows: Vec<String>,
@@ -315,6 +318,7 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         .rows(args.rows.unwrap_or(DEFAULT_ROWS))
         .lock_policy(args.lock.policy())
         .stall_budget(args.stall_budget)
+        .plan_budget(args.plan_budget)
         .sizes(sizes);
     let mut verify = verify;
     if let Some(apps) = apps {

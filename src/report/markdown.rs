@@ -178,6 +178,14 @@ fn findings_section(report: &Report, budget: &mut Budget) -> String {
 
 fn order_section(report: &Report, budget: &mut Budget) -> String {
     let mut out = String::new();
+    let hints: Vec<String> = report
+        .plan_regressions()
+        .iter()
+        .filter_map(|r| {
+            let v = r.migration.map_or(String::new(), |v| report.label(v));
+            r.hint.as_ref().map(|h| format!("- {v}: {}\n", cell(h)))
+        })
+        .collect();
     if !report.safe_order.is_empty() {
         budget.push(&mut out, "\n#### Safe deploy order\n\n");
         for (i, step) in report.safe_order.iter().enumerate() {
@@ -189,6 +197,32 @@ fn order_section(report: &Report, budget: &mut Budget) -> String {
             &mut out,
             "\nNo safe deploy order: fix the errors above and run again.\n",
         );
+    }
+    if !hints.is_empty() && (!report.safe_order.is_empty() || !report.apps.is_empty()) {
+        budget.push(&mut out, "\n");
+        for h in &hints {
+            budget.push(&mut out, h);
+        }
+    }
+    out
+}
+
+/// One line per plan regression: the statement, the table, the plan
+/// before → after.
+fn plans_section(report: &Report, budget: &mut Budget) -> String {
+    let regressions = report.plan_regressions();
+    let mut out = String::new();
+    if regressions.is_empty() || !budget.push(&mut out, "\n#### Plans (before → after)\n\n") {
+        return out;
+    }
+    for r in &regressions {
+        let v = r.migration.map_or(String::new(), |v| report.label(v));
+        if !budget.push(
+            &mut out,
+            &format!("- {} {v}: {}\n", tag(r.severity), cell(&r.summary)),
+        ) {
+            break;
+        }
     }
     out
 }
@@ -263,8 +297,9 @@ pub fn render_markdown(report: &Report) -> String {
     // The order is short and what a deployer needs: it gets its room first.
     let order = order_section(report, &mut budget);
     let findings = findings_section(report, &mut budget);
+    let plans = plans_section(report, &mut budget);
     let statements = statements_section(report, &mut budget);
-    let out = head + &findings + &order + &statements;
+    let out = head + &findings + &plans + &order + &statements;
     debug_assert!(out.len() <= MARKDOWN_LIMIT, "{} bytes", out.len());
     out
 }

@@ -378,6 +378,59 @@ impl Report {
     }
 }
 
+/// One `plan.regressed` finding as the reports summarise it (text and
+/// Markdown: a plan section, a hint under the deploy order, a mark on the
+/// statement that dropped the index).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanRegression {
+    pub migration: Option<i32>,
+    pub severity: Severity,
+    /// "shop.by_email on books: Index Scan using books_email (…) → Seq Scan (…)".
+    pub summary: String,
+    /// "create the replacement index before dropping books_email (…)",
+    /// when the migration dropped the index.
+    pub hint: Option<String>,
+    /// The migration's line that dropped it, when known.
+    pub line: Option<usize>,
+    /// "shop.by_email".
+    pub statement: String,
+}
+
+impl Report {
+    /// The plan regressions, in finding order.
+    pub fn plan_regressions(&self) -> Vec<PlanRegression> {
+        let text = |f: &Finding, k: &str| {
+            f.evidence
+                .get(k)
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_string()
+        };
+        self.findings
+            .iter()
+            .filter(|f| f.id == "plan.regressed")
+            .map(|f| {
+                let statement = format!("{}.{}", text(f, "app"), text(f, "statement"));
+                let index = text(f, "index_before");
+                let dropped = f.evidence.get("index_dropped") == Some(&serde_json::Value::Bool(true));
+                PlanRegression {
+                    migration: f.migration,
+                    severity: f.severity,
+                    summary: format!("{statement} on {}: {}", text(f, "table"), text(f, "plan_change")),
+                    hint: dropped.then(|| {
+                        format!(
+                            "create the replacement index before dropping {index} ({statement} reads {} through it)",
+                            text(f, "table")
+                        )
+                    }),
+                    line: f.location.as_ref().map(|l| l.line),
+                    statement,
+                }
+            })
+            .collect()
+    }
+}
+
 /// Output formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {

@@ -42,6 +42,7 @@ fn render_statement_tables(out: &mut String, report: &Report) {
         "\nper statement (locks newly taken; time at 0 and {} rows; rows touched)",
         report.rows
     );
+    let regressions = report.plan_regressions();
     for m in with_rows {
         let _ = writeln!(out, "  {} {}", report.label(m.version), m.path);
         for s in &m.statements {
@@ -50,9 +51,14 @@ fn render_statement_tables(out: &mut String, report: &Report) {
             } else {
                 s.excerpt.clone()
             };
+            let regresses: Vec<String> = regressions
+                .iter()
+                .filter(|r| r.migration == Some(m.version) && r.line == Some(s.line))
+                .map(|r| r.statement.clone())
+                .collect();
             let _ = writeln!(
                 out,
-                "    line {:<4} {:<44} {:>8.1} ms {:>8.1} ms {:>8} rows  {}",
+                "    line {:<4} {:<44} {:>8.1} ms {:>8.1} ms {:>8} rows  {}{}",
                 s.line,
                 excerpt,
                 s.ms_at_0_rows,
@@ -62,6 +68,11 @@ fn render_statement_tables(out: &mut String, report: &Report) {
                     "-".to_string()
                 } else {
                     s.new_locks.join(", ")
+                },
+                if regresses.is_empty() {
+                    String::new()
+                } else {
+                    format!("  (plan regressed: {})", regresses.join(", "))
                 }
             );
         }
@@ -182,12 +193,31 @@ pub fn render_text(report: &Report) -> String {
         }
     }
 
+    let regressions = report.plan_regressions();
+    if !regressions.is_empty() {
+        let _ = writeln!(out, "\nplans (before → after)");
+        for r in &regressions {
+            let v = r.migration.map_or(String::new(), |v| report.label(v));
+            let _ = writeln!(out, "  {} {v} {}", tag(r.severity), r.summary);
+        }
+    }
+
     render_statement_tables(&mut out, report);
 
+    let hints: Vec<String> = regressions
+        .iter()
+        .filter_map(|r| {
+            let v = r.migration.map_or(String::new(), |v| report.label(v));
+            r.hint.as_ref().map(|h| format!("{v}: {h}"))
+        })
+        .collect();
     if !report.safe_order.is_empty() {
         let _ = writeln!(out, "\nsafe deploy order");
         for (i, step) in report.safe_order.iter().enumerate() {
             let _ = writeln!(out, "  {}. {step}", i + 1);
+        }
+        for h in &hints {
+            let _ = writeln!(out, "  note: {h}");
         }
     } else if !report.passed && !report.apps.is_empty() {
         // Only a rehearsal (apps replayed) can prove a deploy order.
@@ -195,6 +225,9 @@ pub fn render_text(report: &Report) -> String {
             out,
             "\nno safe deploy order: fix the errors above and run again"
         );
+        for h in &hints {
+            let _ = writeln!(out, "  {h}");
+        }
     }
     let (verdict, tally) = report.verdict();
     let _ = writeln!(out, "\n{verdict}{tally}");
@@ -204,6 +237,53 @@ pub fn render_text(report: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A plan regression: summarised before → after, the statement that
+    /// dropped the index marked, the replacement named under the order.
+    #[test]
+    fn plan_regressions_are_summarised_marked_and_advised() {
+        let mut r = super::super::sample_report();
+        r.findings.push(
+            Finding::new("plan", "regressed", Severity::Error, Some(3), "by_email regressed")
+                .evidence("app", "shop")
+                .evidence("statement", "by_email")
+                .evidence("table", "books")
+                .evidence("index_before", "books_email")
+                .evidence("index_dropped", true)
+                .evidence(
+                    "plan_change",
+                    "Index Scan using books_email (est. 1 row, cost 8.29) → Seq Scan (est. 1 row, cost 189.00)",
+                )
+                .at(Some(super::super::Location {
+                    file: "migrations/V3__b.sql".into(),
+                    line: 4,
+                    column: 1,
+                    excerpt: String::new(),
+                })),
+        );
+        r.finish();
+        // A failed run proves no order (verify clears it).
+        r.safe_order.clear();
+        let text = render_text(&r);
+        assert!(
+            text.contains("plans (before → after)\n  ERROR V3 shop.by_email on books: Index Scan using books_email (est. 1 row, cost 8.29) → Seq Scan (est. 1 row, cost 189.00)"),
+            "{text}"
+        );
+        assert!(text.contains("(plan regressed: shop.by_email)"), "{text}");
+        assert!(
+            text.contains("no safe deploy order: fix the errors above and run again\n  V3: create the replacement index before dropping books_email (shop.by_email reads books through it)"),
+            "{text}"
+        );
+        let md = crate::report::render_markdown(&r);
+        assert!(
+            md.contains("#### Plans (before → after)\n\n- **error** V3: shop.by_email on books: Index Scan using books_email"),
+            "{md}"
+        );
+        assert!(
+            md.contains("- V3: create the replacement index before dropping books_email"),
+            "{md}"
+        );
+    }
 
     #[test]
     fn groups_per_migration_and_states_order_and_verdict() {

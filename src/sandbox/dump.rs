@@ -130,6 +130,15 @@ impl Sandbox {
         )
     }
 
+    /// The planner statistics of the database at `url` (`pg_dump
+    /// --statistics-only`, PostgreSQL 18's pg_dump: it reads them from
+    /// older servers too), as `pg_restore_relation_stats` /
+    /// `pg_restore_attribute_stats` calls that import them into a sandbox
+    /// database of 18 or later with the same tables.
+    pub fn dump_statistics(&self, url: &str) -> Result<String, SandboxError> {
+        self.pg_dump(url, &["--statistics-only", "--no-owner"])
+    }
+
     /// The rows of `tables` (qualified names) of the database at `url`, as
     /// INSERT statements that load them into a sandbox database with the
     /// dumped schema: triggers (and so foreign-key checks, whose other end

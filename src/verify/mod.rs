@@ -35,6 +35,7 @@ pub mod checks;
 pub mod cross_version;
 pub mod generate;
 pub mod lock_modes;
+pub mod plans;
 pub mod predict;
 pub mod rehearsal;
 pub mod replay;
@@ -145,6 +146,9 @@ pub struct Verify {
     /// The longest one rehearsed statement (a migration's, an app's) may
     /// run before it is cancelled.
     statement_timeout: Duration,
+    /// A plan regression whose full read per call stays under this at
+    /// production size is a warning (`--plan-budget`).
+    plan_budget: Duration,
 }
 
 impl Verify {
@@ -198,6 +202,7 @@ impl Verify {
             app_role: None,
             superuser_migrator: false,
             statement_timeout: roles::DEFAULT_STATEMENT_TIMEOUT,
+            plan_budget: checks::plan::PLAN_BUDGET,
         })
     }
 
@@ -221,6 +226,13 @@ impl Verify {
     /// and reported (`apply.statement-timeout`).
     pub fn statement_timeout(mut self, d: Duration) -> Self {
         self.statement_timeout = d;
+        self
+    }
+
+    /// A plan regression whose full read per call, at production size,
+    /// stays under `d` is a warning rather than an error.
+    pub fn plan_budget(mut self, d: Duration) -> Self {
+        self.plan_budget = d;
         self
     }
 

@@ -153,7 +153,24 @@ pub fn prepare(
     statement: &str,
 ) -> Result<Prepared, postgres::Error> {
     let st = app.set.get(statement).expect("statement of this app");
-    let prepared = c.prepare(&st.sql)?;
+    prepare_sql(
+        c,
+        statement,
+        &st.sql,
+        &declared_params(st.meta_values("param")),
+    )
+}
+
+/// Prepares `sql` (named `statement` for messages) on `c`, its parameters'
+/// values from `declared` (`$N` → SQL expression) or generated from their
+/// types.
+pub fn prepare_sql(
+    c: &mut Client,
+    statement: &str,
+    sql: &str,
+    declared: &BTreeMap<usize, String>,
+) -> Result<Prepared, postgres::Error> {
+    let prepared = c.prepare(sql)?;
     let oids: Vec<u32> = prepared.params().iter().map(Type::oid).collect();
     // format_type names them as casts and `generated_value` spell them
     // (`integer`, `character varying`, `s.mood` outside the search path).
@@ -167,7 +184,6 @@ pub fn prepare(
         )?
         .get(0)
     };
-    let declared = declared_params(st.meta_values("param"));
     let params = types
         .iter()
         .enumerate()

@@ -23,6 +23,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             migrated_database_passes_under_a_read_only_role,
             column_changed_by_hand_is_reported_with_a_diff,
             invalid_index_is_reported,
+            index_on_another_ones_leading_columns_is_info,
             not_valid_constraint_is_reported,
             stuck_not_ready_row_is_reported_with_its_id,
             legacy_row_left_not_ready_is_an_error,
@@ -138,6 +139,26 @@ fn column_changed_by_hand_is_reported_with_a_diff(env: &TestEnv) -> anyhow::Resu
         "diff does not name both columns: {diffs}"
     );
     ensure!(!drift["advice"].as_str().unwrap_or("").is_empty());
+    Ok(())
+}
+
+/// The shipped V2 indexes `input_collection_id` on its own, though the
+/// unique `(input_collection_id, name)` leads with it: named, as info.
+fn index_on_another_ones_leading_columns_is_info(env: &TestEnv) -> anyhow::Result<()> {
+    let db = env.migrated_database(3);
+    let (code, report, stderr) = run_check(env, db.url(), &[])?;
+    ensure!(code == 0, "exit {code}: {stderr}");
+    let found = findings(&report, "invariants.duplicate-index");
+    ensure!(found.len() == 1, "{found:#?}");
+    let f = found[0];
+    ensure!(f["severity"] == "info", "{f}");
+    ensure!(
+        f["evidence"]["index"] == "attached_functions_input_collection_id"
+            && f["message"].as_str().unwrap_or_default().contains(
+                "duplicates the leading columns of attached_functions_input_collection_id_name_key (input_collection_id, name)"
+            ),
+        "{f}"
+    );
     Ok(())
 }
 

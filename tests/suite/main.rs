@@ -11,6 +11,7 @@ mod dao;
 mod generate;
 mod migrate;
 mod no_transaction;
+mod plan;
 mod project;
 mod roles;
 mod sandbox;
@@ -44,6 +45,7 @@ fn main() {
     trials.extend(cleanup::tests(&env));
     trials.extend(schemas::tests(&env));
     trials.extend(roles::tests(&env));
+    trials.extend(plan::tests(&env));
     trials.retain(|t| common::in_scope(t.name()));
     let conclusion = libtest_mimic::run(&args, trials);
     common::print_slowest(10);

@@ -10,6 +10,7 @@ pub mod apply;
 pub mod backfill;
 pub mod compat;
 pub mod locks;
+pub mod plan;
 pub mod post;
 pub mod rewrite;
 /// `static` is a keyword: the module is `r#static`, its file `static.rs`.
@@ -23,6 +24,7 @@ pub const ALL: &[(&str, &str)] = &[
     (locks::CHECK, locks::DESCRIPTION),
     (backfill::CHECK, backfill::DESCRIPTION),
     (compat::CHECK, compat::DESCRIPTION),
+    (plan::CHECK, plan::DESCRIPTION),
     (post::CHECK, post::DESCRIPTION),
 ];
 

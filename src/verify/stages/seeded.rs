@@ -72,6 +72,8 @@ impl Run<'_> {
             ..
         } = st;
         let needs = needs_of(&live, &live_outcomes);
+        // plan (1/2): the live apps' statements planned at V{prev}.
+        let plans_before = self.plans_before(v, applied_db.as_ref().filter(|_| seeded), &live);
         let (at_n, workload) = match (seeded, &applied_db) {
             (true, Some(db)) => {
                 let (at_n, workload) =
@@ -95,6 +97,8 @@ impl Run<'_> {
         if !at_n.ok() {
             return Ok(None);
         }
+        // plan (2/2): planned again at V{v}, then judged.
+        self.plans_after(m, plans_before, applied_db.as_ref(), &live, &runnable);
         let holds = predict::holds(&at_zero, &at_n, &needs, &self.v.sizes);
         self.ran(rewrite::CHECK, Some(v));
         self.report

@@ -1,0 +1,781 @@
+//! The `plan` stage: every statement of every app live during a migration,
+//! planned on the seeded database before and after it, with the indexes
+//! and foreign keys around the plans. It measures; [`checks::plan`]
+//! judges.
+//!
+//! Each side starts with `ANALYZE` (the seeded rows are the statistics the
+//! planner sees), then plans each statement as its app runs it, on the
+//! app's own connection (its role's row-level security is in the plan):
+//! - PostgreSQL 16 and later: `EXPLAIN (GENERIC_PLAN)` of the statement
+//!   with its `$n` placeholders, the plan a prepared statement settles on;
+//! - before 16: the statement prepared with the extended protocol (as the
+//!   app prepares it), its `-- param:` values evaluated as the replay does
+//!   ([`replay`]), then `EXPLAIN EXECUTE` with those values: the custom
+//!   plan of those values.
+//!
+//! Nothing is executed: `EXPLAIN` without `ANALYZE` plans only, and it runs
+//! in a `READ ONLY` transaction that is rolled back (a write the planner
+//! is asked about is never carried out; the text after `EXPLAIN` is one
+//! statement, as the statement set's grammar guarantees).
+//!
+//! After the migration it also measures what judging a regression needs:
+//! the plan with sequential scans disabled for a statement that now reads
+//! a table sequentially (does an index still match?), the time of a full
+//! sequential read of each such table at the seeded size (scaled to
+//! production's size by the check), and for each foreign key the
+//! migration adds, the plan of the lookup PostgreSQL runs on the
+//! referencing table for each deleted or updated referenced row.
+//!
+//! [`checks::plan`]: super::checks::plan
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use postgres::{Client, SimpleQueryMessage};
+use serde_json::Value;
+
+use super::checks::plan;
+use super::replay;
+use crate::app::AppVersion;
+use crate::catalog::Migration;
+use crate::db::quote_ident;
+use crate::sandbox::Database;
+
+/// How statements were planned.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// `EXPLAIN (GENERIC_PLAN)`, PostgreSQL 16+.
+    Generic,
+    /// `PREPARE` + `EXPLAIN EXECUTE` with the statement's parameter values.
+    #[default]
+    Custom,
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Mode::Generic => "generic plans (EXPLAIN (GENERIC_PLAN))",
+            Mode::Custom => {
+                "custom plans of each statement's parameter values (PREPARE + EXPLAIN EXECUTE)"
+            }
+        })
+    }
+}
+
+/// One statement's plan on one side.
+#[derive(Debug, Clone)]
+pub struct StatementPlan {
+    pub app: String,
+    pub statement: String,
+    /// `EXPLAIN (VERBOSE, FORMAT JSON)` output, or why it could not be had.
+    pub planned: Result<Value, String>,
+    /// After the migration, when the plan reads a table sequentially: the
+    /// plan with `enable_seqscan = off` (an index that still matches shows).
+    pub forced: Option<Result<Value, String>>,
+}
+
+/// A table's size as the planner sees it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TableStats {
+    /// As plans name it (unquoted).
+    pub schema: String,
+    pub relname: String,
+    /// As messages name it ([`crate::tables`]).
+    pub name: String,
+    /// Schema-qualified and quoted, for SQL.
+    pub qualified: String,
+    /// `reltuples` after the seeded rows' ANALYZE.
+    pub rows: f64,
+    pub pages: i64,
+    /// `reltuples` imported from the target's statistics, when they were.
+    pub imported_rows: Option<f64>,
+}
+
+/// An index of a measured table.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct IndexInfo {
+    /// Its table, as messages name it.
+    pub table: String,
+    pub name: String,
+    /// `pg_get_indexdef`.
+    pub definition: String,
+    /// Key columns in order; None for an expression.
+    pub columns: Vec<Option<String>>,
+    pub unique: bool,
+    pub valid: bool,
+    pub partial: bool,
+    /// Its access method (`btree`, `gin`, …).
+    pub method: String,
+}
+
+/// A foreign key between measured tables.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ForeignKey {
+    /// The referencing table, as messages name it.
+    pub table: String,
+    pub name: String,
+    /// `pg_get_constraintdef`.
+    pub definition: String,
+    pub columns: Vec<String>,
+    /// The referenced table, as messages name it.
+    pub referenced: String,
+    pub referenced_columns: Vec<String>,
+    /// Both tables schema-qualified and quoted, for the lookup's SQL.
+    pub qualified_table: String,
+    pub qualified_referenced: String,
+}
+
+/// Everything measured on one side of a migration.
+#[derive(Debug, Clone, Default)]
+pub struct Side {
+    pub mode: Mode,
+    pub statements: Vec<StatementPlan>,
+    pub tables: Vec<TableStats>,
+    pub indexes: Vec<IndexInfo>,
+    pub foreign_keys: Vec<ForeignKey>,
+    /// Tables whose planner statistics were imported from the target
+    /// (empty: the seeded rows' statistics only).
+    pub imported: Vec<String>,
+    /// The target's statistics as pg_dump wrote them (read once, before
+    /// the migration; imported again after it).
+    pub dumped_statistics: Option<String>,
+    /// Why no statistics were imported where a target was given.
+    pub not_imported: Option<String>,
+    /// (table, constraint) of each foreign key added by the migration →
+    /// the plan of the lookup on its referencing table (after only).
+    pub fk_lookups: Vec<((String, String), Result<Value, String>)>,
+    /// A full sequential read of each table some statement reads
+    /// sequentially after the migration, at the seeded size (after only).
+    pub full_reads: BTreeMap<String, Duration>,
+    /// How long measuring this side took.
+    pub took: Duration,
+}
+
+/// Which side of the migration is measured.
+#[derive(Clone, Copy)]
+enum When<'a> {
+    Before,
+    /// With the side before, to tell what the migration added.
+    After(&'a Side),
+}
+
+impl super::Run<'_> {
+    /// Stage `plan`, before migration `v`: the live apps' statements
+    /// planned on the seeded database still at the previous version (`db`).
+    /// None when no app is live (nothing to compare) or it could not be
+    /// measured (a skipped finding says why).
+    pub(super) fn plans_before(
+        &mut self,
+        v: i32,
+        db: Option<&Database>,
+        live: &[&AppVersion],
+    ) -> Option<Side> {
+        let db = db.filter(|_| !live.is_empty())?;
+        self.ran(plan::CHECK, Some(v));
+        self.v.say(&format!(
+            "V{v}: planning the live apps' statements before it"
+        ));
+        match self.measure_plans(db, live, When::Before) {
+            Ok(side) => Some(side),
+            Err(e) => {
+                self.report
+                    .findings
+                    .push(plan::not_measured(v, "before", &format!("{e:#}")));
+                None
+            }
+        }
+    }
+
+    /// Stage `plan`, after migration `m` was applied on `db`: the statements
+    /// of every app that may run on it planned again, then judged against
+    /// `before` ([`Run::plans_before`]).
+    pub(super) fn plans_after(
+        &mut self,
+        m: &Migration,
+        before: Option<Side>,
+        db: Option<&Database>,
+        live: &[&AppVersion],
+        runnable: &[&AppVersion],
+    ) {
+        let (Some(before), Some(db)) = (before, db) else {
+            return;
+        };
+        let v = m.version;
+        self.v
+            .say(&format!("V{v}: planning the apps' statements after it"));
+        let after = match self.measure_plans(db, runnable, When::After(&before)) {
+            Ok(side) => side,
+            Err(e) => {
+                self.report
+                    .findings
+                    .push(plan::not_measured(v, "after", &format!("{e:#}")));
+                return;
+            }
+        };
+        let live: Vec<String> = live.iter().map(|a| a.name.clone()).collect();
+        let file = self.v.catalog.path_of(m);
+        let cx = plan::Context {
+            v,
+            sql: &m.sql,
+            file: &file,
+            live: &live,
+            sizes: &self.v.sizes,
+            budget: self.v.plan_budget,
+        };
+        let findings = plan::evaluate(&cx, &before, &after);
+        self.report.findings.extend(findings);
+    }
+
+    fn measure_plans(
+        &self,
+        db: &Database,
+        apps: &[&AppVersion],
+        when: When,
+    ) -> anyhow::Result<Side> {
+        let started = Instant::now();
+        let mut admin = db.connect()?;
+        analyze(&mut admin)?;
+        let tables = tables(&mut admin)?;
+        let mode = if self.sandbox.server_major() >= 16 {
+            Mode::Generic
+        } else {
+            Mode::Custom
+        };
+        let mut side = Side {
+            mode,
+            tables,
+            indexes: indexes(&mut admin)?,
+            foreign_keys: foreign_keys(&mut admin)?,
+            ..Side::default()
+        };
+        self.import_statistics(&mut admin, &mut side, when)?;
+        let after = matches!(when, When::After(_));
+        // After the migration, the apps that were not live (they roll out
+        // with it) matter only to what it added: an index they may use,
+        // a foreign key whose referenced rows they may delete.
+        let added = match when {
+            When::Before => false,
+            When::After(before) => {
+                side.indexes.iter().any(|i| !before.indexes.contains(i))
+                    || side
+                        .foreign_keys
+                        .iter()
+                        .any(|f| !before.foreign_keys.contains(f))
+            }
+        };
+        let planned = |app: &&&AppVersion| match when {
+            When::Before => true,
+            When::After(before) => added || before.statements.iter().any(|s| s.app == app.name),
+        };
+        for app in apps.iter().filter(planned) {
+            let mut c = crate::db::connect(&self.sessions.app(db.url(), &app.name))?;
+            for st in app.set.statements() {
+                let planned = plan_statement(&mut c, app, &st.name, mode, false);
+                let sequential = planned
+                    .as_ref()
+                    .ok()
+                    .and_then(|j| plan::parse(j).ok())
+                    .is_some_and(|p| p.accesses.iter().any(|a| a.path == plan::Path::Seq));
+                let forced = (after && sequential)
+                    .then(|| plan_statement(&mut c, app, &st.name, mode, true));
+                side.statements.push(StatementPlan {
+                    app: app.name.clone(),
+                    statement: st.name.clone(),
+                    planned,
+                    forced,
+                });
+            }
+        }
+        if let When::After(before) = when {
+            side.full_reads = full_reads(&mut admin, &side, before)?;
+            for fk in side.foreign_keys.iter().filter(|fk| {
+                !before
+                    .foreign_keys
+                    .iter()
+                    .any(|b| b.table == fk.table && b.name == fk.name)
+            }) {
+                let lookup = plan_lookup(&mut admin, fk, mode);
+                side.fk_lookups
+                    .push(((fk.table.clone(), fk.name.clone()), lookup));
+            }
+        }
+        side.took = started.elapsed();
+        Ok(side)
+    }
+}
+
+/// ANALYZE of the measured tables (a database-wide ANALYZE would sample
+/// the catalogue too): the planner's statistics are then the seeded rows'.
+/// On both sides, whatever ran before: the cumulative statistics that
+/// would tell which tables changed since their last ANALYZE are flushed
+/// late (a closed connection's writes may not show yet), and a stale
+/// statistic is a wrong plan.
+fn analyze(c: &mut Client) -> Result<(), postgres::Error> {
+    let names: Vec<String> = c
+        .query(
+            &format!("SELECT t.qualified FROM ({}) t", crate::tables::list_sql()),
+            &[],
+        )?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if names.is_empty() {
+        return Ok(());
+    }
+    c.batch_execute(&format!("ANALYZE {}", names.join(", ")))
+}
+
+impl super::Run<'_> {
+    /// With `--from-target` on PostgreSQL 18 or later: the target's planner
+    /// statistics imported over the seeded rows' (right after their
+    /// ANALYZE, right before planning), and autovacuum off on those tables
+    /// so that nothing samples the seeded rows again in between. Plans
+    /// then follow production's value distributions; the row counts the
+    /// planner uses are still the seeded table's pages times production's
+    /// rows per page (see the README's limits). Otherwise, with a target,
+    /// `side.not_imported` says why not.
+    fn import_statistics(
+        &self,
+        c: &mut Client,
+        side: &mut Side,
+        when: When,
+    ) -> Result<(), postgres::Error> {
+        let Some(target) = &self.v.target else {
+            return Ok(());
+        };
+        let major = self.sandbox.server_major();
+        if major < 18 {
+            side.not_imported = Some(format!(
+                "PostgreSQL {major} cannot import planner statistics (pg_restore_relation_stats and pg_restore_attribute_stats need 18; --postgres-version 18 rehearses on 18, whose pg_dump reads older servers' statistics)"
+            ));
+            return Ok(());
+        }
+        let dumped = match when {
+            When::After(before) => before.dumped_statistics.clone(),
+            When::Before => match self.sandbox.dump_statistics(target.url()) {
+                Ok(sql) => Some(sql),
+                Err(e) => {
+                    side.not_imported = Some(format!(
+                        "pg_dump --statistics-only of the target failed: {}",
+                        crate::db::scrub(&e.to_string(), target.url())
+                    ));
+                    None
+                }
+            },
+        };
+        let Some(sql) = dumped else {
+            if side.not_imported.is_none() {
+                side.not_imported = Some("the target's statistics could not be read".into());
+            }
+            return Ok(());
+        };
+        for (schema, relname, rows) in restore_statistics(c, &sql)? {
+            if let Some(t) = side
+                .tables
+                .iter_mut()
+                .find(|t| t.schema == schema && t.relname == relname)
+            {
+                t.imported_rows = Some(rows);
+                side.imported.push(t.name.clone());
+                // A partitioned parent takes no such option: nothing
+                // vacuums it anyway.
+                let _ = c.batch_execute(&format!(
+                    "ALTER TABLE {} SET (autovacuum_enabled = off)",
+                    t.qualified
+                ));
+            }
+        }
+        if side.imported.is_empty() {
+            side.not_imported = Some("the target's statistics name none of the sandbox's tables (were they ever analyzed there?)".into());
+        }
+        side.dumped_statistics = Some(sql);
+        Ok(())
+    }
+}
+
+/// Runs a statistics dump's statements one by one (a relation the
+/// migration dropped is skipped, not fatal); returns the relations whose
+/// statistics were imported, with their `reltuples`.
+fn restore_statistics(
+    c: &mut Client,
+    sql: &str,
+) -> Result<Vec<(String, String, f64)>, postgres::Error> {
+    let mut out = Vec::new();
+    for st in crate::sql::split(sql).statements {
+        let Ok(messages) = c.simple_query(&st.text) else {
+            continue;
+        };
+        let imported = messages
+            .iter()
+            .any(|m| matches!(m, SimpleQueryMessage::Row(r) if r.get(0) == Some("t")));
+        if !imported || !st.text.contains("pg_restore_relation_stats") {
+            continue;
+        }
+        if let (Some(schema), Some(relname), Some(rows)) = (
+            literal_arg(&st.text, "schemaname"),
+            literal_arg(&st.text, "relname"),
+            literal_arg(&st.text, "reltuples").and_then(|r| r.parse::<f64>().ok()),
+        ) {
+            out.push((schema, relname, rows));
+        }
+    }
+    // The dump empties search_path (and sets more) for its session.
+    c.batch_execute("RESET ALL")?;
+    Ok(out)
+}
+
+/// The string literal after `'key', ` in a pg_dump statistics call.
+fn literal_arg(text: &str, key: &str) -> Option<String> {
+    let pattern = format!("'{key}', '");
+    let start = text.find(&pattern)? + pattern.len();
+    let mut out = String::new();
+    let mut chars = text[start..].chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\'' {
+            out.push(c);
+        } else if chars.peek() == Some(&'\'') {
+            chars.next();
+            out.push('\'');
+        } else {
+            return Some(out);
+        }
+    }
+    None
+}
+
+/// Runs `explain` (one EXPLAIN statement) in a read-only transaction that
+/// is rolled back, optionally with sequential scans disabled: one round
+/// trip (a simple query of the three), plus a ROLLBACK when it failed.
+fn explain_read_only(c: &mut Client, explain: &str, forced: bool) -> Result<Value, String> {
+    let set = if forced {
+        " SET LOCAL enable_seqscan = off;"
+    } else {
+        ""
+    };
+    // The newline ends a trailing line comment of the explained SQL.
+    match c.simple_query(&format!("BEGIN READ ONLY;{set} {explain}\n; ROLLBACK")) {
+        Ok(messages) => {
+            let text = messages.into_iter().find_map(|m| match m {
+                SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+                _ => None,
+            });
+            serde_json::from_str(&text.ok_or("EXPLAIN returned no row")?)
+                .map_err(|e| format!("EXPLAIN output is not JSON: {e}"))
+        }
+        Err(e) => {
+            let _ = c.batch_execute("ROLLBACK");
+            Err(crate::errors::one_line(&e))
+        }
+    }
+}
+
+/// The plan of `app`'s `statement` as the app runs it (see the module docs).
+fn plan_statement(
+    c: &mut Client,
+    app: &AppVersion,
+    statement: &str,
+    mode: Mode,
+    forced: bool,
+) -> Result<Value, String> {
+    let st = app.set.get(statement).map_err(|e| e.to_string())?;
+    match mode {
+        Mode::Generic => plan_generic(c, &st.sql, forced),
+        Mode::Custom => plan_custom(
+            c,
+            statement,
+            &st.sql,
+            &replay::declared_params(st.meta_values("param")),
+            forced,
+        ),
+    }
+}
+
+/// `EXPLAIN (GENERIC_PLAN)` of `sql`: sent as a simple query (bound
+/// parameters would turn the generic plan into a custom one), so it is
+/// sent only when the grammar reads `sql` as exactly one statement.
+fn plan_generic(c: &mut Client, sql: &str, forced: bool) -> Result<Value, String> {
+    if crate::sql::split(sql).statements.len() != 1 {
+        return Err("not exactly one statement".into());
+    }
+    explain_read_only(
+        c,
+        &format!("EXPLAIN (GENERIC_PLAN, VERBOSE, FORMAT JSON) {sql}"),
+        forced,
+    )
+}
+
+/// `sql` prepared with the extended protocol, its parameters' values
+/// evaluated (in a transaction rolled back), then `EXPLAIN EXECUTE` of the
+/// prepared statement with those values as literals.
+fn plan_custom(
+    c: &mut Client,
+    name: &str,
+    sql: &str,
+    declared: &BTreeMap<usize, String>,
+    forced: bool,
+) -> Result<Value, String> {
+    let one = |e: postgres::Error| crate::errors::one_line(&e);
+    c.batch_execute("BEGIN").map_err(one)?;
+    let prepared = replay::prepare_sql(c, name, sql, declared)
+        .and_then(|p| replay::arguments(c, &p).map(|args| (p, args)));
+    let _ = c.batch_execute("ROLLBACK");
+    let (prepared, args) = prepared.map_err(one)?;
+    // The protocol-level statement is visible to EXECUTE by its name.
+    let statement = c
+        .simple_query(&format!(
+            "SELECT name FROM pg_prepared_statements
+              WHERE NOT from_sql AND statement = {} ORDER BY prepare_time DESC LIMIT 1",
+            literal(sql)
+        ))
+        .map_err(one)?
+        .into_iter()
+        .find_map(|m| match m {
+            SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+            _ => None,
+        })
+        .ok_or("its prepared statement is not listed in pg_prepared_statements")?;
+    let literals = args
+        .iter()
+        .map(|a| a.as_deref().map_or("NULL".to_string(), literal))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let execute = if args.is_empty() {
+        format!("EXECUTE {}", quote_ident(&statement))
+    } else {
+        format!("EXECUTE {}({literals})", quote_ident(&statement))
+    };
+    let plan = explain_read_only(
+        c,
+        &format!("EXPLAIN (VERBOSE, FORMAT JSON) {execute}"),
+        forced,
+    );
+    drop(prepared);
+    plan
+}
+
+/// `text` as an SQL string literal whatever `standard_conforming_strings`
+/// says: an escape string (`E'…'`), its backslashes and quotes doubled.
+fn literal(text: &str) -> String {
+    format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "''"))
+}
+
+/// The lookup PostgreSQL's referential-integrity trigger runs on the
+/// referencing table for each deleted (or key-updated) referenced row, as
+/// it writes it (`SELECT 1 FROM ONLY t x WHERE col = $1 FOR KEY SHARE OF
+/// x`), planned as the table owner would: values from a referenced row.
+fn plan_lookup(c: &mut Client, fk: &ForeignKey, mode: Mode) -> Result<Value, String> {
+    let conds: Vec<String> = fk
+        .columns
+        .iter()
+        .enumerate()
+        .map(|(i, col)| format!("x.{} = ${}", quote_ident(col), i + 1))
+        .collect();
+    let sql = format!(
+        "SELECT 1 FROM ONLY {} x WHERE {} FOR KEY SHARE OF x",
+        fk.qualified_table,
+        conds.join(" AND ")
+    );
+    match mode {
+        Mode::Generic => plan_generic(c, &sql, false),
+        Mode::Custom => {
+            let declared = fk
+                .referenced_columns
+                .iter()
+                .enumerate()
+                .map(|(i, col)| {
+                    (
+                        i + 1,
+                        format!(
+                            "(SELECT p.{} FROM ONLY {} p LIMIT 1)",
+                            quote_ident(col),
+                            fk.qualified_referenced
+                        ),
+                    )
+                })
+                .collect();
+            plan_custom(c, "foreign-key lookup", &sql, &declared, false)
+        }
+    }
+}
+
+/// A full sequential read of each table some statement now reads
+/// sequentially where it read it through an index before (the shorter of
+/// two, so a cold cache does not count).
+fn full_reads(
+    c: &mut Client,
+    side: &Side,
+    before: &Side,
+) -> anyhow::Result<BTreeMap<String, Duration>> {
+    let parsed = |s: &StatementPlan| s.planned.as_ref().ok().and_then(|j| plan::parse(j).ok());
+    let mut out = BTreeMap::new();
+    for s in &side.statements {
+        let Some(p) = parsed(s) else {
+            continue;
+        };
+        // Only a table the statement read through an index before: a read
+        // that was sequential already is no regression to size.
+        let Some(earlier) = before
+            .statements
+            .iter()
+            .find(|b| b.app == s.app && b.statement == s.statement)
+            .and_then(parsed)
+        else {
+            continue;
+        };
+        let indexed_before = |a: &plan::Access| {
+            earlier
+                .accesses
+                .iter()
+                .any(|b| b.schema == a.schema && b.relname == a.relname && b.path.indexed())
+        };
+        for a in p
+            .accesses
+            .iter()
+            .filter(|a| a.path == plan::Path::Seq && indexed_before(a))
+        {
+            let Some(t) = side
+                .tables
+                .iter()
+                .find(|t| t.schema == a.schema && t.relname == a.relname)
+            else {
+                continue;
+            };
+            if out.contains_key(&t.name) {
+                continue;
+            }
+            let mut best: Option<Duration> = None;
+            for _ in 0..2 {
+                let row = c.query_one(
+                    &format!(
+                        "EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) SELECT * FROM ONLY {}",
+                        t.qualified
+                    ),
+                    &[],
+                )?;
+                let json: Value = row.try_get(0)?;
+                let ms = json
+                    .get(0)
+                    .and_then(|o| o.get("Execution Time"))
+                    .and_then(Value::as_f64)
+                    .unwrap_or(0.0);
+                let d = Duration::from_secs_f64(ms.max(0.0) / 1000.0);
+                best = Some(best.map_or(d, |b| b.min(d)));
+            }
+            if let Some(d) = best {
+                out.insert(t.name.clone(), d);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn tables(c: &mut Client) -> Result<Vec<TableStats>, postgres::Error> {
+    Ok(c.query(
+        &format!(
+            "SELECT n.nspname::text, c.relname::text, t.name, t.qualified,
+                    c.reltuples::float8, c.relpages::int8
+               FROM ({}) t JOIN pg_class c ON c.oid = t.oid
+               JOIN pg_namespace n ON n.oid = c.relnamespace
+              ORDER BY t.name",
+            crate::tables::list_sql()
+        ),
+        &[],
+    )?
+    .iter()
+    .map(|r| TableStats {
+        schema: r.get(0),
+        relname: r.get(1),
+        name: r.get(2),
+        qualified: r.get(3),
+        rows: r.get(4),
+        pages: r.get(5),
+        imported_rows: None,
+    })
+    .collect())
+}
+
+/// Every index of the measured tables ([`crate::tables`]), read-only
+/// (`rollsafe check` reads them too).
+pub(crate) fn indexes(c: &mut Client) -> Result<Vec<IndexInfo>, postgres::Error> {
+    Ok(c.query(
+        &format!(
+            "SELECT t.name, i.relname::text, pg_get_indexdef(x.indexrelid),
+                    x.indisunique, x.indisvalid, x.indpred IS NOT NULL,
+                    (SELECT amname::text FROM pg_am WHERE oid = i.relam),
+                    ARRAY(SELECT a.attname::text
+                            FROM unnest(x.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+                            LEFT JOIN pg_attribute a
+                              ON a.attrelid = x.indrelid AND a.attnum = k.attnum AND k.attnum > 0
+                           WHERE k.ord <= x.indnkeyatts
+                           ORDER BY k.ord)
+               FROM pg_index x JOIN ({}) t ON t.oid = x.indrelid
+               JOIN pg_class i ON i.oid = x.indexrelid
+              ORDER BY 1, 2",
+            crate::tables::list_sql()
+        ),
+        &[],
+    )?
+    .iter()
+    .map(|r| IndexInfo {
+        table: r.get(0),
+        name: r.get(1),
+        definition: r.get(2),
+        unique: r.get(3),
+        valid: r.get(4),
+        partial: r.get(5),
+        method: r.get(6),
+        columns: r.get(7),
+    })
+    .collect())
+}
+
+fn foreign_keys(c: &mut Client) -> Result<Vec<ForeignKey>, postgres::Error> {
+    let list = crate::tables::list_sql();
+    let columns = |key: &str, rel: &str| {
+        format!(
+            "ARRAY(SELECT a.attname::text FROM unnest(con.{key}) WITH ORDINALITY AS k(n, o)
+                     JOIN pg_attribute a ON a.attrelid = con.{rel} AND a.attnum = k.n
+                    ORDER BY k.o)"
+        )
+    };
+    Ok(c.query(
+        &format!(
+            "SELECT t.name, con.conname::text, pg_get_constraintdef(con.oid),
+                    {}, r.name, {}, t.qualified, r.qualified
+               FROM pg_constraint con
+               JOIN ({list}) t ON t.oid = con.conrelid
+               JOIN ({list}) r ON r.oid = con.confrelid
+              WHERE con.contype = 'f' AND con.conparentid = 0
+              ORDER BY 1, 2",
+            columns("conkey", "conrelid"),
+            columns("confkey", "confrelid"),
+        ),
+        &[],
+    )?
+    .iter()
+    .map(|r| ForeignKey {
+        table: r.get(0),
+        name: r.get(1),
+        definition: r.get(2),
+        columns: r.get(3),
+        referenced: r.get(4),
+        referenced_columns: r.get(5),
+        qualified_table: r.get(6),
+        qualified_referenced: r.get(7),
+    })
+    .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statistics_calls_are_read_for_their_relation_and_rows() {
+        let call = "SELECT * FROM pg_catalog.pg_restore_relation_stats(\n\t'version', '180006'::integer,\n\t'schemaname', 'public',\n\t'relname', 'it''s',\n\t'relpages', '541'::integer,\n\t'reltuples', '100000'::real\n);";
+        assert_eq!(literal_arg(call, "relname").as_deref(), Some("it's"));
+        assert_eq!(literal_arg(call, "reltuples").as_deref(), Some("100000"));
+        assert_eq!(literal_arg(call, "attname"), None);
+        assert_eq!(literal("a'b\\c"), "E'a''b\\\\c'");
+    }
+}
