@@ -88,6 +88,21 @@ const ROWS: &[Row] = &[
         verdict: Verdict::Error(&["rewrite.", "locks.", "apply.fails-on-seeded: deadlock"]),
     },
     Row {
+        name: "dropping_the_index_a_live_read_uses_is_an_error",
+        project: Project::Shipped,
+        // The apps read attached functions by id: without the primary key
+        // every such call reads the whole table.
+        migrations: &["ALTER TABLE attached_functions DROP CONSTRAINT attached_functions_pkey;"],
+        verdict: Verdict::Error(&["plan.regressed"]),
+    },
+    Row {
+        name: "dropping_an_index_another_index_covers_passes",
+        project: Project::Shipped,
+        // The unique (input_collection_id, name) leads with the same column.
+        migrations: &["DROP INDEX attached_functions_input_collection_id;"],
+        verdict: Verdict::Passes,
+    },
+    Row {
         name: "reindex_concurrently_passes",
         project: Project::Shipped,
         migrations: &["-- rollsafe:no-transaction\nREINDEX TABLE CONCURRENTLY attached_functions;"],
