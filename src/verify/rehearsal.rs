@@ -548,8 +548,8 @@ fn held_locks(
     Ok(out)
 }
 
-/// (table oid, index name, index oid).
-type IndexRow = (u32, String, u32);
+/// (table oid, index name, index oid, index file).
+type IndexRow = (u32, String, u32, u32);
 
 /// Current file of each existing table, and the indexes on them, on the
 /// migration's own connection (its uncommitted catalog).
@@ -568,13 +568,13 @@ fn files_and_indexes(
         .collect();
     let indexes = c
         .query(
-            "SELECT x.indrelid, i.relname::text, x.indexrelid
+            "SELECT x.indrelid, i.relname::text, x.indexrelid, i.relfilenode
                FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
               WHERE x.indrelid = ANY($1::oid[])",
             &[&oids],
         )?
         .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
         .collect();
     Ok((files, indexes))
 }
@@ -752,7 +752,7 @@ fn apply_measured_in(
                 }
             }
         }
-        for (table_oid, index, index_oid) in indexes {
+        for (table_oid, index, index_oid, _) in indexes {
             let seen = indexes_before.contains(&index_oid)
                 || out
                     .statements

@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 use postgres::Client;
 
 use super::{
-    cumulative_work, existing_tables, wal_lsn, Applied, Existing, Observed, StatementRun,
-    TableWork, Work,
+    cumulative_work, existing_tables, files_and_indexes, wal_lsn, Applied, Existing, Observed,
+    StatementRun, TableWork, Work,
 };
 use crate::db;
 use crate::migrate::no_transaction::{self, Step, StepObserver};
@@ -190,24 +190,10 @@ impl Watch<'_> {
     }
 
     fn files(&self, c: &mut Client) -> anyhow::Result<(BTreeMap<u32, u32>, Vec<IndexFile>)> {
-        let oids: Vec<u32> = self.existing.iter().map(|t| t.oid).collect();
-        let tables = c
-            .query(
-                "SELECT oid, relfilenode FROM pg_class WHERE oid = ANY($1::oid[])",
-                &[&oids],
-            )?
-            .iter()
-            .map(|r| (r.get(0), r.get(1)))
-            .collect();
-        let indexes = c
-            .query(
-                "SELECT x.indrelid, x.indexrelid, i.relname::text, i.relfilenode
-                   FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
-                  WHERE x.indrelid = ANY($1::oid[])",
-                &[&oids],
-            )?
-            .iter()
-            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        let (tables, indexes) = files_and_indexes(c, self.existing)?;
+        let indexes = indexes
+            .into_iter()
+            .map(|(table, name, index, file)| (table, index, name, file))
             .collect();
         Ok((tables, indexes))
     }
