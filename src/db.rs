@@ -294,8 +294,37 @@ pub fn tls_options(url: &str) -> Result<TlsOptions, ConnectError> {
     Ok(split_tls(url)?.1)
 }
 
-/// The TLS connector for `options`: certificate checks as libpq does them.
+/// The TLS connector for `options`, shared by every connection of the
+/// process that names no file (the sandbox's, an app session's, a
+/// `prefer`/`require` URL): building one reads and decodes the system's
+/// whole CA store, which cost more CPU than everything else a rehearsal's
+/// client does (a rehearsal opens hundreds of connections). A connector
+/// that names files (sslrootcert, sslcert, sslkey) is built each time, so
+/// a file replaced on disk is read again, as libpq does.
 fn tls_connector(url: &str, options: &TlsOptions) -> Result<MakeTlsConnector, ConnectError> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static SHARED: OnceLock<Mutex<HashMap<(bool, bool), MakeTlsConnector>>> = OnceLock::new();
+    let names_files =
+        options.root_cert.is_some() || options.client_cert.is_some() || options.client_key.is_some();
+    if names_files {
+        return build_tls_connector(url, options);
+    }
+    let key = (options.verify_chain, options.verify_host);
+    let shared = SHARED.get_or_init(|| Mutex::new(HashMap::new()));
+    if let Some(c) = shared.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(c.clone());
+    }
+    let built = build_tls_connector(url, options)?;
+    shared
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key, built.clone());
+    Ok(built)
+}
+
+/// A new TLS connector for `options`: certificate checks as libpq does them.
+fn build_tls_connector(url: &str, options: &TlsOptions) -> Result<MakeTlsConnector, ConnectError> {
     let tls_err = |cause: String| ConnectError {
         url: redact_url(url),
         cause,

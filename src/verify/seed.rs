@@ -49,6 +49,41 @@ pub fn generate_only(c: &mut Client, rows: u64) -> anyhow::Result<Seeded> {
     Ok(out)
 }
 
+/// Rows generated from the catalogue for every table that still holds none
+/// once the live apps have written theirs: a table no live app writes (a
+/// table only read, or one the apps have stopped using) still has rows in
+/// production, and a rewrite or a lock on it must be measured at N rows,
+/// not judged on an empty table. None when every table holds rows (or
+/// `rows` is 0); the tables that held rows are left as the apps wrote them.
+pub fn fill_empty_tables(c: &mut Client, rows: u64) -> anyhow::Result<Option<generate::Generated>> {
+    if rows == 0 {
+        return Ok(None);
+    }
+    let mut counts = RowCounts::new(0);
+    let mut any = false;
+    // Partitions get their rows through their parent, a materialized view
+    // from its refresh (as the generator itself decides).
+    for t in crate::tables::list(c)?.into_iter().filter(|t| {
+        t.partition_of.is_none() && t.kind != crate::tables::Kind::MaterializedView
+    }) {
+        let holds_rows: bool = c
+            .query_one(&format!("SELECT EXISTS (SELECT FROM {})", t.qualified), &[])?
+            .get(0);
+        if !holds_rows {
+            counts = counts.with(&t.name, rows);
+            any = true;
+        }
+    }
+    if !any {
+        return Ok(None);
+    }
+    let mut generated = generate::seed(c, &counts, &[])?;
+    // Only the tables that were empty are this seeding's.
+    generated.seeded.retain(|t| t.requested > 0);
+    c.batch_execute("ANALYZE")?;
+    Ok(Some(generated))
+}
+
 /// Seeds `rows` rows split between `live` apps: the bulk seeds on `c`, the
 /// rows each app writes through its driver on a connection of that app's
 /// own (`connect_as`: its role's GRANTs and row-level security apply).

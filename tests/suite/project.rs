@@ -64,6 +64,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             the_generator_seeds_every_table_of_both_fixture_schemas,
             a_seed_that_cannot_run_twice_is_a_warning_that_says_why,
             migrations_alone_are_seeded_by_the_generator_and_judged,
+            a_table_the_apps_only_read_gets_generated_rows_and_its_rewrite_is_caught,
         ]
     );
     trials.extend(preloaded);
@@ -873,6 +874,57 @@ fn migrations_alone_are_seeded_by_the_generator_and_judged(env: &TestEnv) -> any
     ensure!(
         !r.checks.iter().any(|c| c.check == "dao"),
         "the shipped project's dao check ran on another project"
+    );
+    Ok(())
+}
+
+/// A table no live app writes (`plans`: the app only reads it) still has
+/// rows in production: the generator gives it rows in the rehearsal, so
+/// its rewrite is measured at N rows and judged as one, not waved through
+/// as "untested" on an empty table.
+fn a_table_the_apps_only_read_gets_generated_rows_and_its_rewrite_is_caught(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    write(
+        dir.path(),
+        &[
+            (
+                "migrations/V1__accounts_and_plans.sql",
+                "CREATE TABLE accounts (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, email text NOT NULL);\n\
+                 CREATE TABLE plans (id integer PRIMARY KEY, name text NOT NULL);",
+            ),
+            ("migrations/V2__plans_id_bigint.sql", "ALTER TABLE plans ALTER COLUMN id TYPE bigint;"),
+            (
+                "apps/web.sql",
+                "-- app: web\n-- needs: 1\n\n\
+                 -- name: sign_up\n\
+                 INSERT INTO accounts (email) VALUES ($1::text);\n\n\
+                 -- name: plan_name\n\
+                 -- param: $1 = (SELECT id FROM plans ORDER BY id LIMIT 1)\n\
+                 SELECT name FROM plans WHERE id = $1::integer;\n",
+            ),
+            (
+                "apps/web.seed.sql",
+                "INSERT INTO accounts (email) SELECT 'user' || g || '@example.com' FROM generate_series(1, {rows}) g;",
+            ),
+        ],
+    )?;
+    let r = rehearse_with(env, &dir.path().join("migrations"), &dir.path().join("apps"))?;
+    expect_error(&r, 2, "rewrite.table-rewritten")?;
+    let rewrite = r
+        .errors()
+        .find(|f| f.id == "rewrite.table-rewritten")
+        .context("no rewrite finding")?;
+    ensure!(
+        rewrite.message.contains(&format!("plans ({PROJECT_ROWS} rows")),
+        "the rewrite was not measured on generated rows of plans: {}",
+        rewrite.message
+    );
+    ensure!(
+        !r.findings.iter().any(|f| f.message.contains("held no rows")),
+        "a table was judged empty: {:#?}",
+        described(&r, Severity::Warn)
     );
     Ok(())
 }

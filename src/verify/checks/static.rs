@@ -427,7 +427,7 @@ fn verdict(w: &Warning, applied: &Applied, needs: &Needs) -> (Verdict, Measureme
     };
     if t.rows_before == 0 {
         return untested(format!(
-            "{name} held no rows in the rehearsal (no live app writes it), so work that grows with it could not show"
+            "{name} held no rows in the rehearsal (neither the live apps nor the generator could write any: see rewrite.table-not-seeded), so work that grows with it could not show"
         ));
     }
     if kind == Measured::RejectedWithRows {

@@ -197,7 +197,7 @@ impl Run<'_> {
         // Seeds are the project's files: run as the migrator (the owner of
         // the tables), the rows each app writes as the app.
         let mut c = self.connect_migrator(&seeded)?;
-        let s = if generate_only {
+        let mut s = if generate_only {
             step("seeding", seed::generate_only(&mut c, rows))?
         } else {
             let (sessions, url) = (&self.sessions, seeded.url());
@@ -210,6 +210,22 @@ impl Run<'_> {
         };
         if let Some((app, e)) = s.failed.first() {
             return Ok(Err(vec![compat::live_app_cannot_write(prev, v, app, e)]));
+        }
+        if !generate_only {
+            let filled = step(
+                "seeding the tables no live app writes",
+                seed::fill_empty_tables(&mut c, self.v.rows),
+            )?;
+            if let Some(f) = filled {
+                match &mut s.generated {
+                    Some(g) => {
+                        g.seeded.extend(f.seeded);
+                        g.unseeded.extend(f.unseeded);
+                        g.warnings.extend(f.warnings);
+                    }
+                    None => s.generated = Some(f),
+                }
+            }
         }
         let mut rows = carried
             + s.per_app
