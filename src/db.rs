@@ -305,8 +305,9 @@ fn tls_connector(url: &str, options: &TlsOptions) -> Result<MakeTlsConnector, Co
     use std::collections::HashMap;
     use std::sync::{Mutex, OnceLock};
     static SHARED: OnceLock<Mutex<HashMap<(bool, bool), MakeTlsConnector>>> = OnceLock::new();
-    let names_files =
-        options.root_cert.is_some() || options.client_cert.is_some() || options.client_key.is_some();
+    let names_files = options.root_cert.is_some()
+        || options.client_cert.is_some()
+        || options.client_key.is_some();
     if names_files {
         return build_tls_connector(url, options);
     }

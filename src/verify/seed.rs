@@ -63,9 +63,10 @@ pub fn fill_empty_tables(c: &mut Client, rows: u64) -> anyhow::Result<Option<gen
     let mut any = false;
     // Partitions get their rows through their parent, a materialized view
     // from its refresh (as the generator itself decides).
-    for t in crate::tables::list(c)?.into_iter().filter(|t| {
-        t.partition_of.is_none() && t.kind != crate::tables::Kind::MaterializedView
-    }) {
+    for t in crate::tables::list(c)?
+        .into_iter()
+        .filter(|t| t.partition_of.is_none() && t.kind != crate::tables::Kind::MaterializedView)
+    {
         let holds_rows: bool = c
             .query_one(&format!("SELECT EXISTS (SELECT FROM {})", t.qualified), &[])?
             .get(0);
