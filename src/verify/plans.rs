@@ -304,12 +304,16 @@ impl super::Run<'_> {
     }
 }
 
-/// ANALYZE of the measured tables (a database-wide ANALYZE would sample
-/// the catalogue too): the planner's statistics are then the seeded rows'.
-/// On both sides, whatever ran before: the cumulative statistics that
-/// would tell which tables changed since their last ANALYZE are flushed
-/// late (a closed connection's writes may not show yet), and a stale
-/// statistic is a wrong plan.
+/// VACUUM and ANALYZE of the measured tables (a database-wide ANALYZE
+/// would sample the catalogue too): the planner's statistics are then the
+/// seeded rows'. On both sides, whatever ran before: the cumulative
+/// statistics that would tell which tables changed since their last
+/// ANALYZE are flushed late (a closed connection's writes may not show
+/// yet), and a stale statistic is a wrong plan. The VACUUM removes what
+/// the live workload wrote and rolled back: how much that is depends on
+/// how busy the machine was, and the pages it leaves behind weigh on the
+/// planner's costs (a close choice between an index and a sequential scan
+/// went either way from one run to the next under load).
 fn analyze(c: &mut Client) -> Result<(), postgres::Error> {
     let names: Vec<String> = c
         .query(
@@ -322,7 +326,7 @@ fn analyze(c: &mut Client) -> Result<(), postgres::Error> {
     if names.is_empty() {
         return Ok(());
     }
-    c.batch_execute(&format!("ANALYZE {}", names.join(", ")))
+    c.batch_execute(&format!("VACUUM (ANALYZE) {}", names.join(", ")))
 }
 
 impl super::Run<'_> {

@@ -67,9 +67,15 @@ pub fn fill_empty_tables(c: &mut Client, rows: u64) -> anyhow::Result<Option<gen
         .into_iter()
         .filter(|t| t.partition_of.is_none() && t.kind != crate::tables::Kind::MaterializedView)
     {
-        let holds_rows: bool = c
-            .query_one(&format!("SELECT EXISTS (SELECT FROM {})", t.qualified), &[])?
-            .get(0);
+        let holds_rows =
+            match c.query_one(&format!("SELECT EXISTS (SELECT FROM {})", t.qualified), &[]) {
+                Ok(r) => r.get::<_, bool>(0),
+                // A table the migrator may not read is not its to fill (the
+                // generator would be refused the same way); a lost connection
+                // is an error.
+                Err(e) if e.as_db_error().is_some() => true,
+                Err(e) => return Err(e.into()),
+            };
         if !holds_rows {
             counts = counts.with(&t.name, rows);
             any = true;
