@@ -312,15 +312,15 @@ fn tls_connector(url: &str, options: &TlsOptions) -> Result<MakeTlsConnector, Co
         return build_tls_connector(url, options);
     }
     let key = (options.verify_chain, options.verify_host);
-    let shared = SHARED.get_or_init(|| Mutex::new(HashMap::new()));
-    if let Some(c) = shared.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+    let mut shared = SHARED
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(c) = shared.get(&key) {
         return Ok(c.clone());
     }
     let built = build_tls_connector(url, options)?;
-    shared
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(key, built.clone());
+    shared.insert(key, built.clone());
     Ok(built)
 }
 

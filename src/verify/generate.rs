@@ -63,6 +63,9 @@ const I: &str = "\u{1}i\u{1}";
 pub struct RowCounts {
     pub default: u64,
     pub per_table: BTreeMap<String, u64>,
+    /// Only tables that hold no rows yet get any (rows written before, by
+    /// the apps' own seeds, are left as they are).
+    pub only_empty: bool,
 }
 
 impl Default for RowCounts {
@@ -81,7 +84,15 @@ impl RowCounts {
         RowCounts {
             default,
             per_table: BTreeMap::new(),
+            only_empty: false,
         }
+    }
+
+    /// The same counts for the tables that hold no rows yet; the others
+    /// get none.
+    pub fn only_empty(mut self) -> RowCounts {
+        self.only_empty = true;
+        self
     }
 
     /// The same counts with `table` set to `rows`.
@@ -132,6 +143,14 @@ impl Generated {
             .iter()
             .find(|t| t.table == table)
             .map(|t| t.written)
+    }
+
+    /// Adds what a later generation on the same database did.
+    pub fn absorb(&mut self, later: Generated) {
+        self.seeded.extend(later.seeded);
+        self.unseeded.extend(later.unseeded);
+        self.warnings.extend(later.warnings);
+        self.app_writes.extend(later.app_writes);
     }
 
     /// Why `table` was not seeded, if it was not.
@@ -211,7 +230,7 @@ pub fn seed(c: &mut Client, rows: &RowCounts, apps: &[&AppVersion]) -> anyhow::R
         let t = &tables[k];
         let requested = rows.for_table(&t.name);
         let is_broken = |fk: &ForeignKey| broken.contains(&(k, fk.name.clone()));
-        let result = match seed_table(c, t, &parents, &is_broken, requested) {
+        let result = match seed_table(c, t, &parents, &is_broken, requested, rows.only_empty) {
             Ok(r) => r,
             // A query the server refused (permissions, a value out of
             // range) is this table's problem; a lost connection is not.
@@ -1221,9 +1240,10 @@ fn seed_table(
     parents: &HashMap<u32, &Table>,
     is_broken: &dyn Fn(&ForeignKey) -> bool,
     requested: u64,
+    only_if_empty: bool,
 ) -> anyhow::Result<TableResult> {
-    if requested == 0 {
-        return Ok(Ok((
+    let none = |requested| {
+        Ok(Ok((
             SeededTable {
                 table: t.name.clone(),
                 requested,
@@ -1232,12 +1252,18 @@ fn seed_table(
                 took: std::time::Duration::ZERO,
             },
             None,
-        )));
+        )))
+    };
+    if requested == 0 {
+        return none(0);
     }
     let qt = &t.qualified;
     let existing: i64 = c
         .query_one(&format!("SELECT count(*) FROM {qt}"), &[])?
         .get(0);
+    if only_if_empty && existing > 0 {
+        return none(0);
+    }
 
     // 1. What each column gets, before values are chosen.
     let mut vals: Vec<Val> = t

@@ -59,34 +59,12 @@ pub fn fill_empty_tables(c: &mut Client, rows: u64) -> anyhow::Result<Option<gen
     if rows == 0 {
         return Ok(None);
     }
-    let mut counts = RowCounts::new(0);
-    let mut any = false;
-    // Partitions get their rows through their parent, a materialized view
-    // from its refresh (as the generator itself decides).
-    for t in crate::tables::list(c)?
-        .into_iter()
-        .filter(|t| t.partition_of.is_none() && t.kind != crate::tables::Kind::MaterializedView)
-    {
-        let holds_rows =
-            match c.query_one(&format!("SELECT EXISTS (SELECT FROM {})", t.qualified), &[]) {
-                Ok(r) => r.get::<_, bool>(0),
-                // A table the migrator may not read is not its to fill (the
-                // generator would be refused the same way); a lost connection
-                // is an error.
-                Err(e) if e.as_db_error().is_some() => true,
-                Err(e) => return Err(e.into()),
-            };
-        if !holds_rows {
-            counts = counts.with(&t.name, rows);
-            any = true;
-        }
-    }
-    if !any {
-        return Ok(None);
-    }
-    let mut generated = generate::seed(c, &counts, &[])?;
+    let mut generated = generate::seed(c, &RowCounts::new(rows).only_empty(), &[])?;
     // Only the tables that were empty are this seeding's.
     generated.seeded.retain(|t| t.requested > 0);
+    if generated.seeded.is_empty() && generated.unseeded.is_empty() {
+        return Ok(None);
+    }
     c.batch_execute("ANALYZE")?;
     Ok(Some(generated))
 }

@@ -218,11 +218,7 @@ impl Run<'_> {
             )?;
             if let Some(f) = filled {
                 match &mut s.generated {
-                    Some(g) => {
-                        g.seeded.extend(f.seeded);
-                        g.unseeded.extend(f.unseeded);
-                        g.warnings.extend(f.warnings);
-                    }
+                    Some(g) => g.absorb(f),
                     None => s.generated = Some(f),
                 }
             }
