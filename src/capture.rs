@@ -157,7 +157,7 @@ pub fn read_statements(url: &str) -> Result<Vec<Captured>, CaptureError> {
         "SELECT s.query, s.calls {OWN} FROM {}.pg_stat_statements s \
          WHERE s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) \
          ORDER BY s.calls DESC, s.query",
-        db::quote_ident(&schema)
+        crate::pg::quote_ident(&schema)
     );
     let rows = tx.query(&sql, &[]).map_err(|e| {
         let text = crate::errors::one_line(&e);

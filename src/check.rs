@@ -40,11 +40,11 @@ use thiserror::Error;
 use crate::catalog::{Catalog, Source};
 use crate::db::{self, ConnectError};
 use crate::migrate::{self, State};
+use crate::pg::catalogue::{self, IndexInfo};
 use crate::report::{CheckRun, Finding, Report, Severity};
 use crate::sandbox::{SandboxBuilder, SandboxError};
 use crate::schema::Snapshot;
 use crate::validity::{self, MAX_IDS};
-use crate::verify::plans::IndexInfo;
 
 /// A rule a project adds to the `invariants` check: it reads the live
 /// database (a read-only session) and its schema and says what it found.
@@ -216,7 +216,8 @@ impl Check {
             status.current,
             &self.pending_concurrent_indexes(&status),
         ));
-        let indexes = crate::verify::plans::indexes(&mut client)
+        let indexes = crate::tables::relations(&mut client)
+            .and_then(|relations| catalogue::indexes(&mut client, &relations))
             .map_err(|e| CheckError::sql("reading the indexes", &e))?;
         report
             .findings
@@ -614,6 +615,7 @@ mod tests {
             valid: true,
             partial: false,
             method: "btree".into(),
+            ..IndexInfo::default()
         }
     }
 

@@ -448,11 +448,6 @@ fn classify(url: &str, tls: &TlsOptions, e: &postgres::Error) -> ConnectError {
     }
 }
 
-/// Quotes an identifier for SQL (`"name"`, doubling embedded quotes).
-pub fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
 /// `url` with its database name replaced by `dbname`.
 pub fn with_database(url: &str, dbname: &str) -> String {
     match url::Url::parse(url) {

@@ -43,6 +43,8 @@
 //! - [`config`]: `rollsafe.toml`, a project's settings.
 //! - [`capture`]: statement sets from a running app's `pg_stat_statements`.
 //! - [`sandbox`]: throwaway PostgreSQL (docker, local binaries, existing server).
+//! - [`pg`]: PostgreSQL knowledge below everything: lock modes, the
+//!   catalogue reader, quoting.
 //! - [`db`]: connecting, URL redaction.
 //! - [`errors`]: one line for any error.
 //! - [`dao`]: the attached-functions DAO and its named statement sets.
@@ -66,6 +68,7 @@ pub mod db;
 pub mod errors;
 pub mod lock_policy;
 pub mod migrate;
+pub mod pg;
 pub mod report;
 pub mod sandbox;
 pub mod schema;

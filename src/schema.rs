@@ -5,7 +5,8 @@
 //! every non-system schema, partitioned tables and their partitions,
 //! materialized views), by name (`orders`, `sales.orders`): columns (type
 //! with its modifiers, `character varying(20)`; default; nullability),
-//! constraints (definition, validated) and indexes (definition, valid).
+//! constraints (definition, validated) and indexes (definition, valid), as
+//! the catalogue reader ([`crate::pg::catalogue`]) reads them.
 //! Names of databases and OIDs are left out, so two databases built from
 //! the same migrations have equal snapshots. rollsafe's and refinery's
 //! bookkeeping tables are not part of the schema the migrations define and
@@ -21,6 +22,8 @@ use std::collections::BTreeMap;
 
 use postgres::GenericClient;
 use serde::{Deserialize, Serialize};
+
+use crate::pg::catalogue::{self, ConstraintKind};
 
 /// The checked-in snapshot of the embedded migrations' final schema.
 const EMBEDDED_EXPECTED: &str = include_str!("../migrations/schema.json");
@@ -68,74 +71,49 @@ impl Snapshot {
     /// Reads the snapshot of the database `client` is connected to: the
     /// tables a rehearsal measures ([`crate::tables`]), by name.
     pub fn read(client: &mut impl GenericClient) -> Result<Snapshot, postgres::Error> {
-        let list = crate::tables::list_sql();
-        let mut tables: BTreeMap<String, Table> = BTreeMap::new();
-        for t in crate::tables::list(client)? {
-            tables.insert(
-                t.name,
-                Table {
+        let relations = crate::tables::relations(client)?;
+        let mut tables: BTreeMap<String, Table> = relations
+            .iter()
+            .map(|r| {
+                let empty = Table {
                     columns: vec![],
                     constraints: vec![],
                     indexes: vec![],
-                },
-            );
-        }
-        for row in client.query(
-            &format!(
-                "SELECT t.name, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
-                        pg_get_expr(d.adbin, d.adrelid)
-                 FROM ({list}) t
-                 JOIN pg_attribute a ON a.attrelid = t.oid
-                 LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-                 WHERE a.attnum > 0 AND NOT a.attisdropped
-                 ORDER BY t.name, a.attnum"
-            ),
-            &[],
-        )? {
-            if let Some(t) = tables.get_mut(row.get::<_, &str>(0)) {
+                };
+                (r.name.clone(), empty)
+            })
+            .collect();
+        for col in catalogue::columns(client, &relations)? {
+            if let Some(t) = tables.get_mut(&col.table) {
                 t.columns.push(Column {
-                    name: row.get(1),
-                    data_type: row.get(2),
-                    not_null: row.get(3),
-                    default: row.get(4),
+                    name: col.name,
+                    data_type: col.sql_type,
+                    not_null: col.not_null,
+                    default: col.default,
                 });
             }
         }
-        for row in client.query(
-            &format!(
-                "SELECT t.name, k.conname, pg_get_constraintdef(k.oid), k.convalidated
-                 FROM ({list}) t
-                 JOIN pg_constraint k ON k.conrelid = t.oid
-                 -- PostgreSQL 18 also stores NOT NULL as constraints (contype
-                 -- 'n'); nullability is recorded per column, on every major.
-                 WHERE k.contype <> 'n'
-                 ORDER BY t.name, k.conname"
-            ),
-            &[],
-        )? {
-            if let Some(t) = tables.get_mut(row.get::<_, &str>(0)) {
+        // PostgreSQL 18 also stores NOT NULL as constraints; nullability
+        // is recorded per column, on every major.
+        let constraints = catalogue::constraints(client, &relations)?;
+        for k in constraints
+            .into_iter()
+            .filter(|k| k.kind != ConstraintKind::NotNull)
+        {
+            if let Some(t) = tables.get_mut(&k.table) {
                 t.constraints.push(Constraint {
-                    name: row.get(1),
-                    definition: row.get(2),
-                    validated: row.get(3),
+                    name: k.name,
+                    definition: k.definition,
+                    validated: k.validated,
                 });
             }
         }
-        for row in client.query(
-            &format!(
-                "SELECT t.name, i.relname, pg_get_indexdef(x.indexrelid), x.indisvalid
-                 FROM ({list}) t
-                 JOIN pg_index x ON x.indrelid = t.oid
-                 JOIN pg_class i ON i.oid = x.indexrelid
-                 ORDER BY t.name, i.relname"
-            ),
-            &[],
-        )? {
-            if let Some(t) = tables.get_mut(row.get::<_, &str>(0)) {
+        for i in catalogue::indexes(client, &relations)? {
+            if let Some(t) = tables.get_mut(&i.table) {
                 t.indexes.push(Index {
-                    name: row.get(1),
-                    definition: row.get(2),
-                    valid: row.get(3),
+                    name: i.name,
+                    definition: i.definition,
+                    valid: i.valid,
                 });
             }
         }

@@ -21,6 +21,8 @@
 
 use postgres::GenericClient;
 
+use crate::pg::catalogue::Relation;
+
 /// The name messages use for relation `c` in namespace `n`.
 const NAME: &str = "CASE WHEN n.nspname = 'public' THEN format('%I', c.relname)
                         ELSE format('%I.%I', n.nspname, c.relname) END";
@@ -89,6 +91,20 @@ impl UserTable {
     pub fn lockable(&self) -> bool {
         self.kind != Kind::MaterializedView
     }
+
+    /// It, as the catalogue reader ([`crate::pg::catalogue`]) is asked for.
+    pub fn relation(&self) -> Relation {
+        Relation {
+            oid: self.oid,
+            name: self.name.clone(),
+            qualified: self.qualified.clone(),
+        }
+    }
+}
+
+/// The tables of [`list`] as the catalogue reader is asked for them.
+pub fn relations(c: &mut impl GenericClient) -> Result<Vec<Relation>, postgres::Error> {
+    Ok(list(c)?.iter().map(UserTable::relation).collect())
 }
 
 /// The tables of the database `c` is on, by name.

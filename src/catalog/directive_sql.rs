@@ -22,7 +22,7 @@ use std::fmt;
 use squawk_syntax::ast::{self, AstNode};
 use squawk_syntax::{SyntaxKind, SyntaxNode};
 
-use crate::db::quote_ident;
+use crate::pg::quote_ident;
 
 /// A table named by a directive, as PostgreSQL reads the identifier:
 /// unquoted parts folded to lower case, quoted parts kept as written.

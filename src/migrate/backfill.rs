@@ -35,8 +35,8 @@ use postgres::Client;
 use serde::Serialize;
 
 use crate::catalog::{BatchedUpdate, Migration, TableName};
-use crate::db::quote_ident;
 use crate::lock_policy::{is_lock_timeout, LockPolicy};
+use crate::pg::quote_ident;
 
 /// Where backfill progress lives, in the migrated database (skipped by
 /// schema snapshots, like the history table).

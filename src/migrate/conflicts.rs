@@ -43,8 +43,8 @@ use postgres::Client;
 use squawk_syntax::ast::{self, AstNode};
 use squawk_syntax::{SyntaxKind, SyntaxNode};
 
+use crate::pg::lock_modes;
 use crate::sql::{self, Statement};
-use crate::verify::lock_modes;
 
 const ACCESS_SHARE: &str = "AccessShareLock";
 const ROW_EXCLUSIVE: &str = "RowExclusiveLock";

@@ -170,7 +170,7 @@ pub(crate) fn docker_starting() {
 fn drop_database(admin_url: &str, name: &str) {
     let sql = format!(
         "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-        crate::db::quote_ident(name)
+        crate::pg::quote_ident(name)
     );
     if let Err(e) = crate::db::connect(admin_url)
         .map_err(|e| e.to_string())

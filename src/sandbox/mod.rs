@@ -43,7 +43,8 @@ use std::sync::Arc;
 use postgres::Client;
 use thiserror::Error;
 
-use crate::db::{self, quote_ident, ConnectError};
+use crate::db::{self, ConnectError};
+use crate::pg::quote_ident;
 
 /// Environment variable choosing the backend: `auto`, `docker`, `local`, or
 /// a `postgres://` URL (the server backend).

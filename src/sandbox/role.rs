@@ -23,7 +23,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::{random_password, Sandbox, SandboxError, Shared};
-use crate::db::{self, quote_ident};
+use crate::db;
+use crate::pg::quote_ident;
 
 /// A login role this sandbox created; dropped with the handle's last clone.
 #[derive(Clone)]

@@ -43,6 +43,9 @@ use thiserror::Error;
 
 use super::replay;
 use crate::app::AppVersion;
+use crate::pg::catalogue::{self, ConstraintKind, Relation};
+use crate::pg::quote_ident;
+use crate::tables::UserTable;
 
 /// How many times each app write statement runs after the bulk rows.
 const APP_WRITE_RUNS: usize = 3;
@@ -527,95 +530,102 @@ fn base_kind(typname: &str) -> TypeKind {
 }
 
 fn read_tables(c: &mut Client, types: &mut TypeCache) -> Result<Vec<Table>, postgres::Error> {
+    let all = crate::tables::list(c)?;
     // Partitions get their rows through their parent (PostgreSQL routes
     // each row); a materialized view gets its rows from its refresh.
-    let seedable: Vec<crate::tables::UserTable> = crate::tables::list(c)?
-        .into_iter()
+    let seedable: Vec<Relation> = all
+        .iter()
         .filter(|t| t.partition_of.is_none() && t.kind != crate::tables::Kind::MaterializedView)
+        .map(UserTable::relation)
+        .collect();
+    let columns = catalogue::columns(c, &seedable)?;
+    let indexes = catalogue::indexes(c, &seedable)?;
+    // A unique index a constraint is enforced by (or a foreign key relies
+    // on) is that constraint's rule, read once from the constraint.
+    let all: Vec<Relation> = all.iter().map(UserTable::relation).collect();
+    let constraints = catalogue::constraints(c, &all)?;
+    let owned: BTreeSet<&str> = constraints
+        .iter()
+        .filter_map(|k| k.index.as_deref())
         .collect();
     let mut tables = Vec::new();
-    for ut in seedable {
-        let (oid, name, qualified) = (ut.oid, ut.name, ut.qualified);
-        let mut columns = Vec::new();
-        for r in c.query(
-            "SELECT a.attnum, a.attname::text, a.atttypid, a.atttypmod,
-                    format_type(a.atttypid, a.atttypmod), a.attnotnull,
-                    pg_get_expr(d.adbin, d.adrelid), a.attidentity::text, a.attgenerated::text
-               FROM pg_attribute a
-               LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-              WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
-              ORDER BY a.attnum",
-            &[&oid],
-        )? {
-            let type_oid: u32 = r.get(2);
-            let identity: String = r.get(7);
-            let generated: String = r.get(8);
-            columns.push(Column {
-                num: r.get(0),
-                name: r.get(1),
-                ty: types.get(c, type_oid)?,
-                typmod: r.get(3),
-                sql_type: r.get(4),
-                not_null: r.get(5),
-                default: r.get(6),
-                identity: !identity.is_empty(),
-                generated: !generated.is_empty(),
-            });
-        }
+    for rel in seedable {
+        let name = rel.name.clone();
         let mut t = Table {
-            oid,
-            name,
-            qualified,
-            columns,
+            oid: rel.oid,
+            columns: Vec::new(),
             uniques: Vec::new(),
             fks: Vec::new(),
             checks: Vec::new(),
+            name: rel.name,
+            qualified: rel.qualified,
         };
-        for r in c.query(
-            "SELECT conname::text, contype::text, conkey, confrelid, confkey,
-                    confmatchtype::text, pg_get_expr(conbin, conrelid)
-               FROM pg_constraint WHERE conrelid = $1 AND contype IN ('p', 'u', 'f', 'c')
-              ORDER BY conname",
-            &[&oid],
-        )? {
-            let name: String = r.get(0);
-            let kind: String = r.get(1);
-            let cols: Vec<i16> = r.get::<_, Option<Vec<i16>>>(2).unwrap_or_default();
-            match kind.as_str() {
-                "p" | "u" => t.uniques.push(cols),
-                "f" => t.fks.push(ForeignKey {
-                    name,
-                    cols,
-                    ref_table: r.get(3),
-                    ref_cols: r.get::<_, Option<Vec<i16>>>(4).unwrap_or_default(),
-                    match_full: r.get::<_, String>(5) == "f",
-                }),
-                _ => {
-                    if let Some(expr) = r.get::<_, Option<String>>(6) {
-                        t.checks.push(Check { name, expr, cols });
-                    }
-                }
-            }
+        for col in columns.iter().filter(|col| col.table == name) {
+            t.columns.push(Column {
+                num: col.num,
+                name: col.name.clone(),
+                ty: types.get(c, col.type_oid)?,
+                typmod: col.typmod,
+                sql_type: col.sql_type.clone(),
+                not_null: col.not_null,
+                default: col.default.clone(),
+                identity: col.identity,
+                generated: col.generated,
+            });
         }
-        for r in c.query(
-            "SELECT i.indkey::int2[], pg_get_expr(i.indexprs, i.indrelid)
-               FROM pg_index i
-              WHERE i.indrelid = $1 AND i.indisunique
-                AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid)",
-            &[&oid],
-        )? {
-            let keys: Vec<i16> = r.get(0);
-            let mut cols: Vec<i16> = keys.into_iter().filter(|&n| n > 0).collect();
-            if let Some(exprs) = r.get::<_, Option<String>>(1) {
-                cols.extend(mentioned_columns(&exprs, &t.columns));
-            }
-            if !cols.is_empty() {
-                t.uniques.push(cols);
+        for k in constraints.iter().filter(|k| k.table == name) {
+            add_constraint(&mut t, k);
+        }
+        for i in indexes.iter().filter(|i| i.table == name) {
+            if i.unique && !owned.contains(i.regclass.as_str()) {
+                add_unique_index(&mut t, i);
             }
         }
         tables.push(t);
     }
     Ok(tables)
+}
+
+/// A PRIMARY KEY or UNIQUE constraint, a foreign key or a CHECK, as the
+/// rule the seeded rows must keep.
+fn add_constraint(t: &mut Table, k: &catalogue::Constraint) {
+    match k.kind {
+        ConstraintKind::PrimaryKey | ConstraintKind::Unique => t.uniques.push(k.columns.clone()),
+        ConstraintKind::ForeignKey => t.fks.push(ForeignKey {
+            name: k.name.clone(),
+            cols: k.columns.clone(),
+            ref_table: k.referenced_oid,
+            ref_cols: k.referenced_columns.clone(),
+            match_full: k.match_full,
+        }),
+        ConstraintKind::Check => {
+            if let Some(expr) = &k.expression {
+                t.checks.push(Check {
+                    name: k.name.clone(),
+                    expr: expr.clone(),
+                    cols: k.columns.clone(),
+                });
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A unique index no constraint owns: its columns, and the ones its
+/// expressions mention.
+fn add_unique_index(t: &mut Table, i: &catalogue::IndexInfo) {
+    let mut cols: Vec<i16> = i
+        .column_numbers
+        .iter()
+        .copied()
+        .filter(|&n| n > 0)
+        .collect();
+    if let Some(exprs) = &i.expressions {
+        cols.extend(mentioned_columns(exprs, &t.columns));
+    }
+    if !cols.is_empty() {
+        t.uniques.push(cols);
+    }
 }
 
 /// Numbers of the columns an expression names (identifiers outside string
@@ -765,10 +775,6 @@ fn inj(sql: impl Into<String>) -> Family {
 /// `template` with the index replaced by `index` (an SQL expression).
 fn at(template: &str, index: &str) -> String {
     template.replace(I, &format!("({index})"))
-}
-
-fn quote_ident(s: &str) -> String {
-    format!("\"{}\"", s.replace('"', "\"\""))
 }
 
 fn quote_literal(s: &str) -> String {

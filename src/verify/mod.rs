@@ -34,7 +34,6 @@
 pub mod checks;
 pub mod cross_version;
 pub mod generate;
-pub mod lock_modes;
 pub mod plans;
 pub mod predict;
 pub mod rehearsal;
@@ -60,8 +59,8 @@ use crate::sandbox::{Database, Sandbox, SandboxBuilder, SandboxError};
 use crate::schema::Snapshot;
 
 use crate::app::{AppError, AppVersion};
+use crate::pg::lock_modes::Needs;
 use checks::{apply, backfill, compat, locks, r#static};
-use lock_modes::Needs;
 use predict::Sizes;
 use rehearsal::{LiveApp, LongTransactionProbe};
 use replay::Outcome;

@@ -38,7 +38,9 @@ use super::checks::plan;
 use super::replay;
 use crate::app::AppVersion;
 use crate::catalog::Migration;
-use crate::db::quote_ident;
+use crate::pg::catalogue::{self, Relation};
+pub use crate::pg::catalogue::{ForeignKey, IndexInfo};
+use crate::pg::quote_ident;
 use crate::sandbox::Database;
 
 /// How statements were planned.
@@ -89,40 +91,6 @@ pub struct TableStats {
     pub pages: i64,
     /// `reltuples` imported from the target's statistics, when they were.
     pub imported_rows: Option<f64>,
-}
-
-/// An index of a measured table.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct IndexInfo {
-    /// Its table, as messages name it.
-    pub table: String,
-    pub name: String,
-    /// `pg_get_indexdef`.
-    pub definition: String,
-    /// Key columns in order; None for an expression.
-    pub columns: Vec<Option<String>>,
-    pub unique: bool,
-    pub valid: bool,
-    pub partial: bool,
-    /// Its access method (`btree`, `gin`, …).
-    pub method: String,
-}
-
-/// A foreign key between measured tables.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ForeignKey {
-    /// The referencing table, as messages name it.
-    pub table: String,
-    pub name: String,
-    /// `pg_get_constraintdef`.
-    pub definition: String,
-    pub columns: Vec<String>,
-    /// The referenced table, as messages name it.
-    pub referenced: String,
-    pub referenced_columns: Vec<String>,
-    /// Both tables schema-qualified and quoted, for the lookup's SQL.
-    pub qualified_table: String,
-    pub qualified_referenced: String,
 }
 
 /// Everything measured on one side of a migration.
@@ -235,7 +203,8 @@ impl super::Run<'_> {
         let started = Instant::now();
         let mut admin = db.connect()?;
         analyze(&mut admin)?;
-        let tables = tables(&mut admin)?;
+        let relations = crate::tables::relations(&mut admin)?;
+        let tables = tables(&mut admin, &relations)?;
         let mode = if self.sandbox.server_major() >= 16 {
             Mode::Generic
         } else {
@@ -244,8 +213,8 @@ impl super::Run<'_> {
         let mut side = Side {
             mode,
             tables,
-            indexes: indexes(&mut admin)?,
-            foreign_keys: foreign_keys(&mut admin)?,
+            indexes: catalogue::indexes(&mut admin, &relations)?,
+            foreign_keys: catalogue::foreign_keys(&mut admin, &relations)?,
             ..Side::default()
         };
         self.import_statistics(&mut admin, &mut side, when)?;
@@ -673,101 +642,26 @@ fn full_reads(
     Ok(out)
 }
 
-fn tables(c: &mut Client) -> Result<Vec<TableStats>, postgres::Error> {
-    Ok(c.query(
-        &format!(
-            "SELECT n.nspname::text, c.relname::text, t.name, t.qualified,
-                    c.reltuples::float8, c.relpages::int8
-               FROM ({}) t JOIN pg_class c ON c.oid = t.oid
-               JOIN pg_namespace n ON n.oid = c.relnamespace
-              ORDER BY t.name",
-            crate::tables::list_sql()
-        ),
-        &[],
-    )?
-    .iter()
-    .map(|r| TableStats {
-        schema: r.get(0),
-        relname: r.get(1),
-        name: r.get(2),
-        qualified: r.get(3),
-        rows: r.get(4),
-        pages: r.get(5),
-        imported_rows: None,
-    })
-    .collect())
-}
-
-/// Every index of the measured tables ([`crate::tables`]), read-only
-/// (`rollsafe check` reads them too).
-pub(crate) fn indexes(c: &mut Client) -> Result<Vec<IndexInfo>, postgres::Error> {
-    Ok(c.query(
-        &format!(
-            "SELECT t.name, i.relname::text, pg_get_indexdef(x.indexrelid),
-                    x.indisunique, x.indisvalid, x.indpred IS NOT NULL,
-                    (SELECT amname::text FROM pg_am WHERE oid = i.relam),
-                    ARRAY(SELECT a.attname::text
-                            FROM unnest(x.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
-                            LEFT JOIN pg_attribute a
-                              ON a.attrelid = x.indrelid AND a.attnum = k.attnum AND k.attnum > 0
-                           WHERE k.ord <= x.indnkeyatts
-                           ORDER BY k.ord)
-               FROM pg_index x JOIN ({}) t ON t.oid = x.indrelid
-               JOIN pg_class i ON i.oid = x.indexrelid
-              ORDER BY 1, 2",
-            crate::tables::list_sql()
-        ),
-        &[],
-    )?
-    .iter()
-    .map(|r| IndexInfo {
-        table: r.get(0),
-        name: r.get(1),
-        definition: r.get(2),
-        unique: r.get(3),
-        valid: r.get(4),
-        partial: r.get(5),
-        method: r.get(6),
-        columns: r.get(7),
-    })
-    .collect())
-}
-
-fn foreign_keys(c: &mut Client) -> Result<Vec<ForeignKey>, postgres::Error> {
-    let list = crate::tables::list_sql();
-    let columns = |key: &str, rel: &str| {
-        format!(
-            "ARRAY(SELECT a.attname::text FROM unnest(con.{key}) WITH ORDINALITY AS k(n, o)
-                     JOIN pg_attribute a ON a.attrelid = con.{rel} AND a.attnum = k.n
-                    ORDER BY k.o)"
-        )
+/// The measured tables' sizes, as the planner sees them.
+fn tables(c: &mut Client, relations: &[Relation]) -> Result<Vec<TableStats>, postgres::Error> {
+    let qualified = |name: &str| {
+        relations
+            .iter()
+            .find(|r| r.name == name)
+            .map(|r| r.qualified.clone())
     };
-    Ok(c.query(
-        &format!(
-            "SELECT t.name, con.conname::text, pg_get_constraintdef(con.oid),
-                    {}, r.name, {}, t.qualified, r.qualified
-               FROM pg_constraint con
-               JOIN ({list}) t ON t.oid = con.conrelid
-               JOIN ({list}) r ON r.oid = con.confrelid
-              WHERE con.contype = 'f' AND con.conparentid = 0
-              ORDER BY 1, 2",
-            columns("conkey", "conrelid"),
-            columns("confkey", "confrelid"),
-        ),
-        &[],
-    )?
-    .iter()
-    .map(|r| ForeignKey {
-        table: r.get(0),
-        name: r.get(1),
-        definition: r.get(2),
-        columns: r.get(3),
-        referenced: r.get(4),
-        referenced_columns: r.get(5),
-        qualified_table: r.get(6),
-        qualified_referenced: r.get(7),
-    })
-    .collect())
+    Ok(catalogue::statistics(c, relations)?
+        .into_iter()
+        .map(|s| TableStats {
+            schema: s.schema,
+            relname: s.relname,
+            qualified: qualified(&s.table).unwrap_or_default(),
+            name: s.table,
+            rows: s.rows,
+            pages: s.pages,
+            imported_rows: None,
+        })
+        .collect())
 }
 
 #[cfg(test)]

@@ -20,8 +20,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::lock_modes::Needs;
 use super::rehearsal::Applied;
+use crate::pg::lock_modes::Needs;
 
 /// Production row counts per table, and where they came from.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -194,7 +194,7 @@ pub fn holds(at_zero: &Applied, at_n: &Applied, needs: &Needs, sizes: &Sizes) ->
                     .iter()
                     .map(String::as_str)
                     .filter(|m| needs.blocks(table, m));
-                if let Some(mode) = super::lock_modes::strongest(blocking) {
+                if let Some(mode) = crate::pg::lock_modes::strongest(blocking) {
                     let (predicted, drivers) = per_statement[s].clone();
                     out.push(Hold {
                         table: table.clone(),

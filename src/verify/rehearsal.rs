@@ -27,11 +27,11 @@ use std::time::{Duration, Instant};
 
 use postgres::Client;
 
-use super::lock_modes;
 use super::replay;
 use super::roles::Sessions;
 use super::sampler;
 use crate::app::AppVersion;
+use crate::pg::lock_modes;
 
 mod outside_transaction;
 use crate::db;
@@ -895,8 +895,8 @@ impl Workload {
             for role in own {
                 admin.batch_execute(&format!(
                     "ALTER ROLE {} IN DATABASE {} SET track_counts = off",
-                    db::quote_ident(role),
-                    db::quote_ident(&database)
+                    crate::pg::quote_ident(role),
+                    crate::pg::quote_ident(&database)
                 ))?;
             }
         }

@@ -33,8 +33,8 @@
 use std::time::Duration;
 
 use crate::lock_policy::LockPolicy;
+use crate::pg::lock_modes::{self, Needs};
 use crate::report::{Finding, Severity};
-use crate::verify::lock_modes::{self, Needs};
 use crate::verify::predict::Hold;
 use crate::verify::rehearsal::{Applied, LongTransactionProbe, ProbeEnd, WorkloadStats};
 

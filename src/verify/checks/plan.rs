@@ -1166,6 +1166,7 @@ mod tests {
                     valid: true,
                     partial: false,
                     method: "btree".into(),
+                    ..IndexInfo::default()
                 })
                 .collect(),
             ..Side::default()
@@ -1447,6 +1448,7 @@ mod tests {
             valid: true,
             partial: false,
             method: "btree".into(),
+            ..IndexInfo::default()
         });
         let f = evaluate(&cx(&live, &sizes), &before, &after);
         assert!(!f.iter().any(|f| f.id == "plan.fk-without-index"), "{f:?}");

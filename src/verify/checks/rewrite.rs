@@ -22,8 +22,8 @@
 //!
 //! Index builds under a blocking lock are `locks.blocking-index-build`.
 
+use crate::pg::lock_modes::{self, Needs};
 use crate::report::{Finding, Severity};
-use crate::verify::lock_modes::{self, Needs};
 use crate::verify::predict::Hold;
 use crate::verify::rehearsal::{Applied, StatementRun, TableWork};
 

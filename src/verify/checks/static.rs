@@ -30,9 +30,9 @@ use squawk_linter::{Linter, Rule};
 use squawk_syntax::ast::{self, AstNode};
 use squawk_syntax::{Parse, SourceFile};
 
+use crate::pg::lock_modes::{self, Needs};
 use crate::report::{Finding, Location, Severity};
 use crate::sql::LineIndex;
-use crate::verify::lock_modes::{self, Needs};
 use crate::verify::rehearsal::{Applied, StatementRun, TableWork};
 
 use super::rewrite::blocking_locks;

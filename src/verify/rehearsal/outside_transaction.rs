@@ -30,7 +30,7 @@ use super::{
 };
 use crate::db;
 use crate::migrate::no_transaction::{self, Step, StepObserver};
-use crate::verify::lock_modes;
+use crate::pg::lock_modes;
 use crate::verify::sampler::{self, LockSampler};
 
 /// Why work is not measured before PostgreSQL 15.

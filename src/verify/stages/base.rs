@@ -146,7 +146,7 @@ impl Run<'_> {
         let as_owner = self
             .sessions
             .owner()
-            .map(|r| format!("SET ROLE {}", crate::db::quote_ident(r.name())));
+            .map(|r| format!("SET ROLE {}", crate::pg::quote_ident(r.name())));
         let mut restore = || -> Result<(), postgres::Error> {
             for st in crate::sql::split(&schema).statements {
                 let head = st
