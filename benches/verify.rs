@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use rollsafe::catalog::Catalog;
 use rollsafe::dao::shipped;
-use rollsafe::sandbox::{docker, local, BackendChoice, SandboxBuilder};
+use rollsafe::sandbox::{binaries, docker, BackendChoice, SandboxBuilder};
 use rollsafe::verify::{seed, DEFAULT_ROWS};
 
 fn secs(d: Duration) -> String {
@@ -135,7 +135,7 @@ fn backends_present() -> Vec<String> {
     if docker::image_present(&image) {
         found.push("docker".to_string());
     }
-    if local::find_bindir(None).is_ok() {
+    if binaries::find_bindir(None).is_ok() {
         found.push("local".to_string());
     }
     found

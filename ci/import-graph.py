@@ -11,7 +11,7 @@ modules), maps each to the file that defines the module it names, and prints
   helper) is not counted: a parent declares its children, so every folder
   would be a circle;
 - upward imports: a file of a lower layer importing a higher one, by the
-  LAYERS list below.
+  layers of ci/layers.txt.
 
 Exit status 1 when either list is non-empty and `--check` is given (the
 unit test in `src/lib.rs` runs the same rules in Rust, so `cargo test`
@@ -26,37 +26,21 @@ import sys
 
 SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 
-# Lowest first. A module may import its own layer and any lower one; the
-# top-level module of a file (`crate::<name>`) decides its layer.
-LAYERS = [
-    # Ground floor: PostgreSQL facts (lock modes, the catalogue reader,
-    # quoting), SQL text, error lines, user-given bounds, lock-wait policy.
-    # Nothing of ours below it.
-    ("ground", ["pg", "sql", "errors", "bounds", "lock_policy"]),
-    # Talking to a server, and the throwaway servers themselves.
-    ("db", ["db", "sandbox"]),
-    # The migration set and a project's settings.
-    ("catalog", ["catalog", "config"]),
-    # Findings and their renderings: what every judge writes into.
-    ("report", ["report"]),
-    # What a live application runs (statement sets, captured statements)
-    # and the extension point a project plugs its own checks into.
-    ("app", ["app", "capture"]),
-    # Applying migrations to a real database (its history table).
-    ("migrate", ["migrate"]),
-    # What a migrated database holds: its tables (without migrate's
-    # bookkeeping), schema snapshots, invalid indexes and constraints.
-    ("schema", ["tables", "schema", "validity"]),
-    # The read-only audit of a real database.
-    ("check", ["check"]),
-    # The rehearsal in throwaway PostgreSQL.
-    ("verify", ["verify"]),
-    # The shipped project (attached functions): a plug-in that main.rs
-    # hands to verify and check; the engine never names it.
-    ("dao", ["dao"]),
-    # The binary and the library's root.
-    ("top", ["main", "lib"]),
-]
+# Lowest first, from ci/layers.txt (`<layer>: <modules>`; `#` comments). A
+# module may import its own layer and any lower one; the top-level module of
+# a file (`crate::<name>`) decides its layer.
+def read_layers():
+    layers = []
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "layers.txt")) as f:
+        for line in f:
+            line = line.split("#")[0].strip()
+            if line:
+                name, modules = line.split(":", 1)
+                layers.append((name.strip(), modules.split()))
+    return layers
+
+
+LAYERS = read_layers()
 
 LAYER_OF = {m: i for i, (_, ms) in enumerate(LAYERS) for m in ms}
 

@@ -14,7 +14,7 @@
 //!   one exists, else what the migrations build in throwaway Postgres.
 //! - `invariants` — every `-- rollsafe:backfill <table> <predicate>` of an
 //!   applied migration holds for the rows created before it was applied;
-//!   the project's own invariants ([`Invariant`]: the shipped project adds
+//!   the project's own rules ([`ProjectRule::on_live`]: the shipped project adds
 //!   its stuck two-phase creates, `crate::dao::shipped::stuck_rows`); no
 //!   invalid index; no NOT VALID constraint (`crate::validity`); no unfinished
 //!   `-- rollsafe:batched-update` backfill. An unfinished backfill, and an
@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 use postgres::Client;
 use thiserror::Error;
 
+use crate::app::ProjectRule;
 use crate::catalog::{Catalog, Source};
 use crate::db::{self, ConnectError};
 use crate::migrate::{self, State};
@@ -45,18 +46,6 @@ use crate::report::{CheckRun, Finding, Report, Severity};
 use crate::sandbox::{SandboxBuilder, SandboxError};
 use crate::schema::Snapshot;
 use crate::validity::{self, MAX_IDS};
-
-/// A rule a project adds to the `invariants` check: it reads the live
-/// database (a read-only session) and its schema and says what it found.
-/// Its findings are made in the project's module.
-#[derive(Clone)]
-pub struct Invariant {
-    /// What holds when it passes, for the check's description.
-    pub describes: &'static str,
-    #[allow(clippy::type_complexity)]
-    pub run:
-        Arc<dyn Fn(&mut Client, &Snapshot) -> Result<Vec<Finding>, postgres::Error> + Send + Sync>,
-}
 
 /// Why the audit could not run (exit 2). Problems it *finds* are findings.
 #[derive(Debug, Error)]
@@ -88,7 +77,7 @@ impl CheckError {
 #[derive(Clone)]
 pub struct Check {
     catalog: Catalog,
-    invariants: Vec<Invariant>,
+    invariants: Vec<Arc<dyn ProjectRule>>,
     sandbox: SandboxBuilder,
     statement_timeout: Duration,
 }
@@ -120,7 +109,7 @@ impl Check {
 
     /// Adds a project's own invariant (the shipped project's:
     /// `crate::dao::shipped::stuck_rows`).
-    pub fn invariant(mut self, invariant: Invariant) -> Self {
+    pub fn invariant(mut self, invariant: Arc<dyn ProjectRule>) -> Self {
         self.invariants.push(invariant);
         self
     }
@@ -189,7 +178,7 @@ impl Check {
             check: "invariants".into(),
             migration: status.current,
             description: std::iter::once("backfills hold")
-                .chain(self.invariants.iter().map(|i| i.describes))
+                .chain(self.invariants.iter().map(|i| i.description()))
                 .chain([
                     "no invalid indexes or NOT VALID constraints, no unfinished batched updates, indexes that duplicate another's leading columns named",
                 ])
@@ -202,9 +191,12 @@ impl Check {
                 .extend(self.backfill_findings(&mut client, &status)?);
         }
         for invariant in &self.invariants {
-            let found = (invariant.run)(&mut client, &live).map_err(|e| {
+            let Some(found) = invariant.on_live(&mut client, &live) else {
+                continue;
+            };
+            let found = found.map_err(|e| {
                 CheckError::sql(
-                    format!("checking that there are {}", invariant.describes),
+                    format!("checking that there are {}", invariant.description()),
                     &e,
                 )
             })?;

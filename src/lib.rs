@@ -47,7 +47,10 @@
 //!   catalogue reader, quoting.
 //! - [`db`]: connecting, URL redaction.
 //! - [`errors`]: one line for any error.
-//! - [`dao`]: the attached-functions DAO and its named statement sets.
+//! - [`app`]: the app versions a rehearsal replays (statement sets, their
+//!   format) and what a project plugs in (app drivers, its own rules).
+//! - [`dao`]: the shipped project: the attached-functions DAO, its
+//!   statement sets and rules.
 //! - [`schema`]: schema snapshots (introspection, comparison).
 //! - [`verify`]: the rehearsal pipeline and its checks.
 //! - [`report`]: findings and their text / JSON / JUnit renderings.
@@ -76,3 +79,113 @@ pub mod sql;
 pub mod tables;
 pub mod validity;
 pub mod verify;
+
+/// The shape of the imports stays: no module imports one of a higher
+/// layer (`ci/layers.txt`; `ci/import-graph.py` reports the whole graph,
+/// circles of files included).
+#[cfg(test)]
+mod shape {
+    use std::path::Path;
+
+    const LAYERS: &str = include_str!("../ci/layers.txt");
+
+    /// Each top-level module's layer (its line in `ci/layers.txt`).
+    fn layer_of(module: &str) -> Option<usize> {
+        LAYERS
+            .lines()
+            .map(|l| l.split('#').next().unwrap_or_default())
+            .filter(|l| l.contains(':'))
+            .position(|l| {
+                l.split_once(':')
+                    .unwrap()
+                    .1
+                    .split_whitespace()
+                    .any(|m| m == module)
+            })
+    }
+
+    /// The top-level modules `code` names through `crate::`, comments,
+    /// string literals and `#[cfg(test)]` modules aside (a test may reach
+    /// anywhere).
+    fn imported(code: &str) -> Vec<String> {
+        let code = match code.find("#[cfg(test)]\nmod ") {
+            Some(at) => &code[..at],
+            None => code,
+        };
+        let mut out = Vec::new();
+        for line in code.lines() {
+            let line = line.split("//").next().unwrap_or_default();
+            let mut rest = line;
+            while let Some(at) = rest.find("crate::") {
+                let before = rest[..at].chars().last();
+                rest = &rest[at + "crate::".len()..];
+                if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '"') {
+                    continue;
+                }
+                if let Some(group) = rest.strip_prefix('{') {
+                    let inner = group.split('}').next().unwrap_or_default();
+                    out.extend(inner.split(',').map(|p| top(p.trim())));
+                } else {
+                    out.push(top(rest));
+                }
+            }
+        }
+        out.retain(|m| !m.is_empty());
+        out
+    }
+
+    fn top(path: &str) -> String {
+        path.chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    }
+
+    fn files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                files(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    #[test]
+    fn no_module_imports_a_higher_layer() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut all = Vec::new();
+        files(&src, &mut all);
+        let mut upward = Vec::new();
+        for path in all {
+            let rel = path.strip_prefix(&src).unwrap();
+            let module = top(&rel.to_string_lossy());
+            let Some(own) = layer_of(&module) else {
+                panic!(
+                    "{}: module {module} is in no layer of ci/layers.txt",
+                    rel.display()
+                );
+            };
+            let code = std::fs::read_to_string(&path).unwrap();
+            for m in imported(&code) {
+                if layer_of(&m).is_some_and(|l| l > own) {
+                    upward.push(format!("{} -> crate::{m}", rel.display()));
+                }
+            }
+        }
+        upward.sort();
+        upward.dedup();
+        assert!(
+            upward.is_empty(),
+            "imports from a lower layer up: {upward:#?}"
+        );
+    }
+
+    #[test]
+    fn imports_are_read_from_use_trees_and_paths_not_comments() {
+        let code = "use crate::db::{self, x};\nuse crate::{app, sql::split};\n// crate::verify\nlet a = crate::tables::list(c);\n#[cfg(test)]\nmod tests { use crate::dao; }";
+        assert_eq!(imported(code), ["db", "app", "sql", "tables"]);
+        assert_eq!(layer_of("pg"), Some(0));
+        assert!(layer_of("verify") < layer_of("dao"));
+    }
+}

@@ -15,13 +15,14 @@ use clap::{Args, Parser, Subcommand};
 use rollsafe::bounds;
 use rollsafe::catalog::{Catalog, Layout, TableName};
 use rollsafe::config::ProjectConfig;
+use rollsafe::dao::shipped;
 use rollsafe::db;
 use rollsafe::lock_policy::LockPolicy;
 use rollsafe::report::output::{self, Destination, OutputSpec, Target};
 use rollsafe::report::{render, Format};
 use rollsafe::sandbox::{BackendChoice, SandboxBuilder, ENV_BACKEND};
 use rollsafe::verify::predict::Sizes;
-use rollsafe::verify::{Verify, DEFAULT_ROWS};
+use rollsafe::verify::DEFAULT_ROWS;
 
 #[derive(Parser)]
 #[command(
@@ -280,8 +281,8 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     };
     if args.static_only {
         let verify = match since {
-            Some(v) => Verify::new(catalog)?.since(v)?,
-            None => Verify::new(catalog)?,
+            Some(v) => shipped::verify(catalog)?.since(v)?,
+            None => shipped::verify(catalog)?,
         };
         return args.report.emit(&targets, &verify.static_only());
     }
@@ -311,7 +312,9 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         })?),
         None => None,
     };
-    let verify = Verify::new(catalog)?
+    // The shipped project's apps go with its migrations (`--apps` replaces
+    // them); another project's directory gets none of them.
+    let verify = shipped::verify(catalog)?
         .app_role(app_role)
         .superuser_migrator(args.migrator_superuser)
         .statement_timeout(args.statement_timeout)
@@ -606,11 +609,11 @@ fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     }
     // The shipped project's own invariant goes with its migrations; another
     // project's (--migrations DIR) does not have its tables.
-    let shipped = rollsafe::dao::shipped::owns(&catalog);
+    let shipped = shipped::owns(&catalog);
     let mut audit =
         rollsafe::check::Check::new(catalog, builder).statement_timeout(args.statement_timeout);
     if shipped {
-        audit = audit.invariant(rollsafe::dao::shipped::stuck_rows(args.stuck_after));
+        audit = audit.invariant(shipped::stuck_rows(args.stuck_after));
     }
     let report = audit
         .run(url)

@@ -18,9 +18,8 @@
 use postgres::Client;
 use uuid::Uuid;
 
-use crate::app::ProjectCheck;
-use crate::dao::shipped::request_with_new_collection;
-use crate::dao::{AttachRequest, CurrentDao};
+use crate::app::ProjectRule;
+use crate::dao::{request_with_new_collection, AttachRequest, CurrentDao};
 use crate::db;
 use crate::report::{Finding, Severity};
 
@@ -29,11 +28,19 @@ pub const DESCRIPTION: &str =
     "two-phase create on the final schema: in-flight rows hidden, finish idempotent (also concurrently), retries reuse the row, never ready → not ready";
 
 /// The check as the current app's driver declares it.
-pub const PROJECT_CHECK: ProjectCheck = ProjectCheck {
-    check: CHECK,
-    description: DESCRIPTION,
-    run,
-};
+pub struct TwoPhaseCreate;
+
+impl ProjectRule for TwoPhaseCreate {
+    fn check(&self) -> &'static str {
+        CHECK
+    }
+    fn description(&self) -> &'static str {
+        DESCRIPTION
+    }
+    fn on_final_schema(&self, v: i32, url: &str) -> Option<Vec<Finding>> {
+        Some(run(v, url))
+    }
+}
 
 /// Runs the scenario on the database at `url` (schema version `v`); an
 /// operation that fails outright is an error finding.

@@ -24,7 +24,6 @@ pub mod check;
 pub mod current;
 pub mod legacy;
 pub mod shipped;
-pub mod statements;
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -35,9 +34,9 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use uuid::Uuid;
 
+use crate::app::statements::StatementSet;
 pub use current::{Backfill, BoxError, CurrentDao, NoBackfill, Phase1};
 pub use legacy::LegacyDao;
-use statements::StatementSet;
 
 /// The current app's statement set (`src/dao/current.sql`).
 pub const CURRENT_SQL: &str = include_str!("current.sql");
@@ -319,6 +318,30 @@ impl DaoError {
             .then(|| db.constraint())
             .flatten()
     }
+}
+
+/// A request against a fresh input collection of its own (created here,
+/// as the collections side would), so scenarios never collide.
+pub fn request_with_new_collection(c: &mut Client, label: &str) -> anyhow::Result<AttachRequest> {
+    let collection = Uuid::new_v4();
+    let database = Uuid::new_v4();
+    c.execute(
+        "INSERT INTO collections (id, name, tenant_id, database_id) VALUES ($1, $2, 'rollsafe', $3)",
+        &[&collection, &format!("rollsafe_input_{label}_{collection}"), &database],
+    )?;
+    let function_id: Uuid = c
+        .query_one("SELECT id FROM functions ORDER BY name LIMIT 1", &[])?
+        .get(0);
+    Ok(AttachRequest {
+        name: format!("rollsafe_{label}"),
+        tenant_id: "rollsafe".into(),
+        database_id: database,
+        input_collection_id: collection,
+        output_collection_name: format!("rollsafe_{label}_output_{collection}"),
+        function_id,
+        function_params: serde_json::json!({}),
+        min_records_for_invocation: 100,
+    })
 }
 
 #[cfg(test)]

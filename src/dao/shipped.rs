@@ -1,6 +1,8 @@
 //! The shipped project as data: rollsafe's own migrations (`migrations/`,
 //! embedded by [`crate::catalog`]) and the attached-functions app versions,
-//! wired into `verify` and `check` through the mechanisms any project uses.
+//! handed to `verify` and `check` by `main.rs` through the mechanisms any
+//! project uses ([`verify`]: the apps, when [`owns`] the catalog;
+//! [`stuck_rows`] to `Check::invariant`).
 //!
 //! - [`apps`]: the two app versions, `legacy` (one-phase create, needs V2)
 //!   and `current` (two-phase attach, needs V3): their statement sets are
@@ -8,10 +10,10 @@
 //!   their seeds `src/dao/seed/*.sql`, read like an `--apps DIR`. Each
 //!   carries a driver that calls the DAO's Rust API, so the cross-version
 //!   checks and the seeding exercise the code that ships.
-//! - The `dao` check ([`crate::dao::check`]), declared by the current app's
-//!   driver: verify runs it only when an app declaring it may run on the
-//!   final schema.
-//! - [`stuck_rows`]: `check`'s invariant that no two-phase create was
+//! - The `dao` check ([`crate::dao::check`]), a [`ProjectRule`] declared by
+//!   the current app's driver: verify runs it only when an app declaring it
+//!   may run on the final schema.
+//! - [`stuck_rows`]: `check`'s rule that no two-phase create was
 //!   abandoned half-way (not-ready rows older than `--stuck-after`).
 //!
 //! Nothing in `src/verify` or `src/check.rs` names these apps or tables:
@@ -24,12 +26,13 @@ use std::time::Duration;
 use postgres::Client;
 use uuid::Uuid;
 
-use crate::app::{AppDriver, AppError, AppVersion, ProjectCheck};
-use crate::check::Invariant;
-use crate::dao::{AttachRequest, CurrentDao, LegacyDao};
+use crate::app::{AppDriver, AppError, AppVersion, ProjectRule};
+use crate::catalog::{Catalog, Source};
+use crate::dao::{request_with_new_collection, CurrentDao, LegacyDao};
 use crate::report::{Finding, Severity};
 use crate::schema::Snapshot;
 use crate::validity::MAX_IDS;
+use crate::verify::{Verify, VerifyError};
 
 /// (statement set's source, its text, its bulk seed, its driver).
 fn embedded() -> [(&'static str, &'static str, &'static str, Arc<dyn AppDriver>); 2] {
@@ -53,17 +56,30 @@ fn embedded() -> [(&'static str, &'static str, &'static str, Arc<dyn AppDriver>)
 /// directory that starts with the same first migration (a proposed change
 /// to it, rehearsed with `--migrations DIR`). Another project's directory
 /// gets none of the shipped apps or invariants.
-pub fn owns(catalog: &crate::catalog::Catalog) -> bool {
-    if matches!(catalog.source, crate::catalog::Source::Embedded) {
+pub fn owns(catalog: &Catalog) -> bool {
+    if matches!(catalog.source, Source::Embedded) {
         return true;
     }
-    let Ok(embedded) = crate::catalog::Catalog::embedded() else {
+    let Ok(embedded) = Catalog::embedded() else {
         return false;
     };
     match (catalog.migrations().first(), embedded.migrations().first()) {
         (Some(a), Some(b)) => a.file == b.file && a.checksum == b.checksum,
         _ => false,
     }
+}
+
+/// A rehearsal of `catalog` as `rollsafe verify` runs it: with the shipped
+/// project's apps when the catalog is the shipped one ([`owns`]), else
+/// with none (another project's are given with [`Verify::apps`]).
+pub fn verify(catalog: Catalog) -> Result<Verify, VerifyError> {
+    let shipped = owns(&catalog);
+    let verify = Verify::new(catalog)?;
+    Ok(if shipped {
+        verify.apps(apps()?)
+    } else {
+        verify
+    })
 }
 
 /// The shipped project's app versions, ordered by `needs`.
@@ -80,30 +96,6 @@ pub fn apps() -> Result<Vec<AppVersion>, AppError> {
         .collect::<Result<Vec<_>, _>>()?;
     apps.sort_by_key(|a| a.needs);
     Ok(apps)
-}
-
-/// A request against a fresh input collection of its own (created here,
-/// as the collections side would), so scenarios never collide.
-pub fn request_with_new_collection(c: &mut Client, label: &str) -> anyhow::Result<AttachRequest> {
-    let collection = Uuid::new_v4();
-    let database = Uuid::new_v4();
-    c.execute(
-        "INSERT INTO collections (id, name, tenant_id, database_id) VALUES ($1, $2, 'rollsafe', $3)",
-        &[&collection, &format!("rollsafe_input_{label}_{collection}"), &database],
-    )?;
-    let function_id: Uuid = c
-        .query_one("SELECT id FROM functions ORDER BY name LIMIT 1", &[])?
-        .get(0);
-    Ok(AttachRequest {
-        name: format!("rollsafe_{label}"),
-        tenant_id: "rollsafe".into(),
-        database_id: database,
-        input_collection_id: collection,
-        output_collection_name: format!("rollsafe_{label}_output_{collection}"),
-        function_id,
-        function_params: serde_json::json!({}),
-        min_records_for_invocation: 100,
-    })
 }
 
 /// The input collections the list readers list by: a deterministic sample.
@@ -169,18 +161,35 @@ impl AppDriver for CurrentDriver {
             .map(|f| f.id)
             .collect())
     }
-    fn final_check(&self) -> Option<ProjectCheck> {
-        Some(crate::dao::check::PROJECT_CHECK)
+    fn final_check(&self) -> Option<Arc<dyn ProjectRule>> {
+        Some(Arc::new(crate::dao::check::TwoPhaseCreate))
     }
 }
 
 /// `check`'s invariant for the shipped project: not-ready attached
 /// functions older than `stuck_after` are two-phase creates that crashed
 /// and were never retried or swept.
-pub fn stuck_rows(stuck_after: Duration) -> Invariant {
-    Invariant {
-        describes: "no stuck not-ready attached functions",
-        run: Arc::new(move |c: &mut Client, live: &Snapshot| stuck_findings(c, live, stuck_after)),
+pub fn stuck_rows(stuck_after: Duration) -> Arc<dyn ProjectRule> {
+    Arc::new(StuckRows { stuck_after })
+}
+
+struct StuckRows {
+    stuck_after: Duration,
+}
+
+impl ProjectRule for StuckRows {
+    fn check(&self) -> &'static str {
+        "invariants"
+    }
+    fn description(&self) -> &'static str {
+        "no stuck not-ready attached functions"
+    }
+    fn on_live(
+        &self,
+        c: &mut Client,
+        live: &Snapshot,
+    ) -> Option<Result<Vec<Finding>, postgres::Error>> {
+        Some(stuck_findings(c, live, self.stuck_after))
     }
 }
 

@@ -31,6 +31,16 @@ use nix::unistd::Pid;
 
 use super::run_with_timeout;
 
+/// Label on every container rollsafe starts (its value: the owning
+/// process id), so leftovers can be found (`docker ps -a --filter
+/// label=rollsafe.sandbox`).
+pub const LABEL: &str = "rollsafe.sandbox";
+
+/// Prefix of every local server's data directory under the temp dir, so
+/// leftovers from a killed run can be found and removed (`ci/test.sh`
+/// does).
+pub const DIR_PREFIX: &str = "rollsafe-local-";
+
 /// Label naming the host whose process owns a container: a pid only means
 /// something on the host that ran it.
 pub const HOST_LABEL: &str = "rollsafe.host";
@@ -242,12 +252,12 @@ pub(crate) fn host_name() -> String {
 /// sandboxes; only those of `owner` when given.
 fn labelled_containers(owner: Option<u32>) -> Vec<(String, Option<u32>, String)> {
     let filter = match owner {
-        Some(pid) => format!("label={}={pid}", super::docker::LABEL),
-        None => format!("label={}", super::docker::LABEL),
+        Some(pid) => format!("label={}={pid}", LABEL),
+        None => format!("label={}", LABEL),
     };
     let format = format!(
         "{{{{.ID}}}} {{{{.Label \"{}\"}}}} {{{{.Label \"{HOST_LABEL}\"}}}}",
-        super::docker::LABEL
+        LABEL
     );
     let Some(out) = run_with_timeout(
         Command::new("docker").args(["ps", "-a", "--filter", &filter, "--format", &format]),
@@ -299,7 +309,7 @@ pub(crate) fn reap_local_dirs() -> usize {
     for dir in entries.flatten().map(|e| e.path()) {
         let is_sandbox = dir
             .file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with(super::local::DIR_PREFIX));
+            .is_some_and(|n| n.to_string_lossy().starts_with(DIR_PREFIX));
         if !is_sandbox || !owner_is_gone(&dir) {
             continue;
         }
@@ -351,12 +361,12 @@ mod tests {
     #[test]
     fn a_directory_is_reaped_only_when_its_owner_is_gone() {
         let live_owner = tempfile::Builder::new()
-            .prefix(crate::sandbox::local::DIR_PREFIX)
+            .prefix(DIR_PREFIX)
             .tempdir()
             .unwrap();
         mark_owner(live_owner.path()).unwrap();
         let dead_owner = tempfile::Builder::new()
-            .prefix(crate::sandbox::local::DIR_PREFIX)
+            .prefix(DIR_PREFIX)
             .tempdir()
             .unwrap();
         // A child that has exited and been reaped: its pid is free.
@@ -365,7 +375,7 @@ mod tests {
         child.wait().unwrap();
         std::fs::write(dead_owner.path().join(OWNER_FILE), dead_pid.to_string()).unwrap();
         let unmarked = tempfile::Builder::new()
-            .prefix(crate::sandbox::local::DIR_PREFIX)
+            .prefix(DIR_PREFIX)
             .tempdir()
             .unwrap();
         reap_local_dirs();

@@ -20,12 +20,9 @@ use testcontainers::runners::SyncRunner;
 use testcontainers::{Container, ImageExt};
 use testcontainers_modules::postgres::Postgres;
 
-use super::cleanup::{self, Held};
+use super::cleanup::{self, Held, LABEL};
 use super::{random_password, run_with_timeout, Backend, BackendKind, SandboxError};
 
-/// Label on every container rollsafe starts, so leftovers can be found
-/// (`docker ps -a --filter label=rollsafe.sandbox`).
-pub const LABEL: &str = "rollsafe.sandbox";
 /// Where the container's cluster lives: a tmpfs mount (see `start_with`).
 const PGDATA: &str = "/var/lib/postgresql/rollsafe-data";
 
@@ -183,7 +180,7 @@ impl Backend for DockerBackend {
     /// The image's own pg_dump in a throwaway container on the host's
     /// network (so a target on the host's loopback is reachable), with the
     /// connection passed through from the environment by name.
-    fn pg_dump(&self, tls_files: &[super::dump::TlsFile]) -> Option<Command> {
+    fn pg_dump(&self, tls_files: &[super::TlsFile]) -> Option<Command> {
         let mut cmd = Command::new("docker");
         cleanup::docker_starting();
         cmd.args(["run", "--rm", "--network", "host"])

@@ -16,7 +16,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use super::{Sandbox, SandboxError};
+use super::{Sandbox, SandboxError, TlsFile};
 use crate::db;
 
 /// How long a schema dump may take before it is abandoned.
@@ -34,21 +34,6 @@ const PG_ENV: &[&str] = &[
     "PGSSLCERT",
     "PGSSLKEY",
 ];
-
-/// A file pg_dump reads (a CA bundle, a client certificate or key): the
-/// libpq variable naming it and its absolute path on this host.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsFile {
-    pub var: &'static str,
-    pub host_path: std::path::PathBuf,
-}
-
-impl TlsFile {
-    /// Where a container sees it (mounted read-only there).
-    pub fn container_path(&self) -> String {
-        format!("/rollsafe-tls/{}", self.var.to_ascii_lowercase())
-    }
-}
 
 /// The TLS files `url` names, absolute (pg_dump may run elsewhere).
 fn tls_files(url: &str) -> Result<Vec<TlsFile>, SandboxError> {
@@ -170,7 +155,7 @@ impl Sandbox {
         let files = tls_files(url)?;
         let mut cmd: Command = match self.shared.backend.pg_dump(&files) {
             Some(cmd) => cmd,
-            None => Command::new(super::local::find_pg_dump(major).ok_or_else(|| {
+            None => Command::new(super::binaries::find_pg_dump(major).ok_or_else(|| {
                 SandboxError::Dump {
                     detail: format!(
                         "no pg_dump of PostgreSQL {major} or newer is installed here; install one (apt-get install postgresql-client-{major}) or rehearse with --postgres docker or --postgres local"

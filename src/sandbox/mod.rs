@@ -25,10 +25,10 @@
 //!
 //! Not here: migrations, verification, anything that prints.
 
+pub mod binaries;
 pub mod cleanup;
 pub mod docker;
 mod dump;
-pub use dump::TlsFile;
 pub mod local;
 mod role;
 pub mod server;
@@ -61,6 +61,21 @@ pub const DEFAULT_IMAGE: &str = "postgres:15";
 /// (`ci/build-postgres-image.sh --all` builds their images).
 pub const PRODUCTION_MAJORS: [u32; 4] = [13, 15, 17, 18];
 
+/// A file pg_dump reads (a CA bundle, a client certificate or key): the
+/// libpq variable naming it and its absolute path on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFile {
+    pub var: &'static str,
+    pub host_path: std::path::PathBuf,
+}
+
+impl TlsFile {
+    /// Where a container sees it (mounted read-only there).
+    pub fn container_path(&self) -> String {
+        format!("/rollsafe-tls/{}", self.var.to_ascii_lowercase())
+    }
+}
+
 /// A running throwaway server, as the sandbox sees it.
 ///
 /// Implementations clean up in their own `Drop`.
@@ -82,7 +97,7 @@ pub trait Backend: Send + Sync {
     /// `tls_files` are the CA bundle and client certificate the
     /// connection names, for a pg_dump that cannot see this host's files
     /// (a container) to mount.
-    fn pg_dump(&self, tls_files: &[dump::TlsFile]) -> Option<std::process::Command> {
+    fn pg_dump(&self, tls_files: &[TlsFile]) -> Option<std::process::Command> {
         let _ = tls_files;
         None
     }
@@ -188,7 +203,7 @@ impl SandboxError {
 /// Without a requested major: the image set by [`image`](Self::image), else
 /// `ROLLSAFE_POSTGRES_IMAGE`, else `postgres:15`; the binaries in
 /// [`bindir`](Self::bindir), else `ROLLSAFE_PG_BINDIR`, else the first found
-/// (see [`local::find_bindir`]).
+/// (see [`binaries::find_bindir`]).
 ///
 /// With [`postgres_major`](Self::postgres_major)`(M)`, a choice made in code
 /// is never silently replaced, the environment's is when it names another
@@ -369,8 +384,8 @@ impl SandboxBuilder {
             (Some(requested), Some(explicit)) => {
                 // Checked before starting: initdb of the wrong major would
                 // cost seconds only to be refused afterwards.
-                let dir = local::find_bindir(Some(explicit))?;
-                match local::binaries_major(&dir) {
+                let dir = binaries::find_bindir(Some(explicit))?;
+                match binaries::binaries_major(&dir) {
                     Some(found) if found != requested => {
                         return Err(SandboxError::MajorMismatch {
                             what: format!("binary directory {}", dir.display()),
@@ -384,7 +399,7 @@ impl SandboxBuilder {
                     _ => Some(dir),
                 }
             }
-            (Some(requested), None) => Some(local::find_bindir_for_major(
+            (Some(requested), None) => Some(binaries::find_bindir_for_major(
                 self.env_bindir.as_deref(),
                 requested,
             )?),

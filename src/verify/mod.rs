@@ -180,16 +180,11 @@ impl Verify {
                 }
             }
         };
-        // The shipped project's apps go with its migrations; another
-        // project's run replays the apps it is given (`apps`), if any.
-        let apps = if crate::dao::shipped::owns(&catalog) {
-            crate::dao::shipped::apps()?
-        } else {
-            Vec::new()
-        };
+        // A project's apps are handed in (`apps`; the shipped project's by
+        // `main.rs`, through `dao::shipped::verify`): the engine knows none.
         Ok(Verify {
             catalog,
-            apps,
+            apps: Vec::new(),
             rows: DEFAULT_ROWS,
             lock_policy: LockPolicy::default(),
             stall_budget: locks::STALL_BUDGET,

@@ -6,7 +6,7 @@
 //! The extended protocol is the point: a prepared statement is exactly one
 //! statement, so an entry such as `SELECT 1; COPY … TO PROGRAM …` is
 //! refused by the server (and, before that, when its file is read:
-//! [`crate::dao::statements`]); nothing after a `;` ever runs. Values are
+//! [`crate::app::statements`]); nothing after a `;` ever runs. Values are
 //! bound as parameters in text format, never pasted into SQL.
 //!
 //! Executing matters: preparing alone accepts an `INSERT` that leaves out a

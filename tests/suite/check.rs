@@ -2,7 +2,6 @@
 //! read-only role; every kind of drift is reported; bad input is a clear
 //! one-line error.
 
-use std::process::Command;
 use std::sync::Arc;
 
 use anyhow::{ensure, Context};
@@ -13,7 +12,7 @@ use rollsafe::dao::AttachRequest;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::common::{fingerprint, rollsafe_bin, ReadOnlyRole, TestEnv};
+use crate::common::{cli, fingerprint, ReadOnlyRole, TestEnv};
 
 pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
     crate::trials!(
@@ -40,7 +39,7 @@ const RECORD_COUNTER: &str = "ccf2e3ba-633e-43ba-9394-46b0c54c61e3";
 /// Runs `rollsafe check` on `url` (expected schemas built on the suite's
 /// own server when needed); returns (exit code, JSON report or Null, stderr).
 fn run_check(env: &TestEnv, url: &str, extra: &[&str]) -> anyhow::Result<(i32, Value, String)> {
-    let out = Command::new(rollsafe_bin())
+    let out = cli()
         .args(["check", "--database-url", url, "--format", "json"])
         .args(["--postgres", env.sandbox.admin_url()])
         .args(extra)
@@ -322,7 +321,7 @@ fn junit_report_carries_the_failures(env: &TestEnv) -> anyhow::Result<()> {
     )?;
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("check.xml");
-    let out = Command::new(rollsafe_bin())
+    let out = cli()
         .args(["check", "--database-url", db.url(), "--format", "junit"])
         .args(["--output", path.to_str().unwrap()])
         .output()?;

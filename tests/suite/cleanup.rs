@@ -17,9 +17,9 @@ use anyhow::{bail, ensure, Context};
 use libtest_mimic::Trial;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use rollsafe::sandbox::{cleanup, docker, local, BackendKind, SandboxBuilder};
+use rollsafe::sandbox::{binaries, cleanup, BackendKind, SandboxBuilder};
 
-use crate::common::{rollsafe_bin, TestEnv};
+use crate::common::{cli, TestEnv};
 
 pub fn tests(env: &Arc<TestEnv>) -> Vec<Trial> {
     let trials = crate::trials!(
@@ -35,7 +35,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<Trial> {
     );
     // Shown as ignored (never silently passed) where the backend is absent.
     let on_docker = env.sandbox.kind() == BackendKind::Docker;
-    let has_local = local::find_bindir(None).is_ok();
+    let has_local = binaries::find_bindir(None).is_ok();
     trials
         .into_iter()
         .map(|t| {
@@ -57,9 +57,8 @@ enum Resources {
 /// returned once it is rehearsing V1 (its sandbox is up and in use).
 fn verify_in_progress(backend: &str) -> anyhow::Result<(Child, tempfile::NamedTempFile)> {
     let stderr = tempfile::NamedTempFile::new()?;
-    let child = Command::new(rollsafe_bin())
+    let child = cli()
         .args(["verify", "--postgres", backend, "--rows", "2000"])
-        .env_remove("ROLLSAFE_POSTGRES")
         .stdout(Stdio::null())
         .stderr(Stdio::from(stderr.reopen()?))
         .spawn()?;
@@ -99,7 +98,7 @@ fn resources_of(pid: u32, backend: &str) -> anyhow::Result<Resources> {
 fn containers_of(pid: u32) -> anyhow::Result<Vec<String>> {
     let out = Command::new("docker")
         .args(["ps", "-aq", "--filter"])
-        .arg(format!("label={}={pid}", docker::LABEL))
+        .arg(format!("label={}={pid}", cleanup::LABEL))
         .output()?;
     Ok(String::from_utf8_lossy(&out.stdout)
         .split_whitespace()

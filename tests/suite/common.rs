@@ -7,6 +7,7 @@
 //! per backend present on the machine.
 
 use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -43,9 +44,35 @@ impl TestEnv {
     }
 }
 
-/// The path of the built `rollsafe` binary, for CLI tests.
-pub fn rollsafe_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_rollsafe"))
+/// The variables that would point a run elsewhere than its test says: the
+/// suite's backend (a test that needs the server passes `--postgres`), a
+/// database URL, and a CI runner's job summary (a run would append to it).
+const CLI_ENV_REMOVED: [&str; 4] = [
+    "ROLLSAFE_POSTGRES",
+    "ROLLSAFE_POSTGRES_IMAGE",
+    "DATABASE_URL",
+    "GITHUB_STEP_SUMMARY",
+];
+
+/// The built `rollsafe` binary, for CLI tests: without the variables of
+/// [`CLI_ENV_REMOVED`], stdin closed (nothing waits for a terminal).
+pub fn cli() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rollsafe"));
+    for var in CLI_ENV_REMOVED {
+        command.env_remove(var);
+    }
+    command.stdin(Stdio::null());
+    command
+}
+
+/// Runs `command` to its end: (exit code, -1 for a signal; stdout; stderr).
+pub fn output(command: &mut Command) -> anyhow::Result<(i32, String, String)> {
+    let out = command.output()?;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
 }
 
 /// The repository root (for `migrations/`, fixtures).

@@ -926,7 +926,7 @@ fn statement_sets_execute_on_every_schema_version_in_their_window(
     Ok(())
 }
 
-fn replay(c: &mut Client, s: &rollsafe::dao::statements::Statement) -> anyhow::Result<()> {
+fn replay(c: &mut Client, s: &rollsafe::app::statements::Statement) -> anyhow::Result<()> {
     let declared: std::collections::HashMap<&str, &str> = s
         .meta_values("param")
         .filter_map(|v| v.split_once('='))

@@ -3,7 +3,7 @@
 //! SIGKILL mid-apply, a long transaction in the way, bad input, TLS.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,7 +16,7 @@ use rollsafe::lock_policy::LockPolicy;
 use rollsafe::migrate::{self, MigrateError, Options};
 use rollsafe::sandbox::{BackendKind, Database};
 
-use crate::common::{history, repo_root, rollsafe_bin, TestEnv};
+use crate::common::{cli, history, repo_root, TestEnv};
 
 pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
     crate::trials!(
@@ -44,12 +44,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
 // ---------------------------------------------------------------- helpers
 
 fn rollsafe(args: &[&str]) -> anyhow::Result<Output> {
-    Command::new(rollsafe_bin())
-        .args(args)
-        .env_remove("DATABASE_URL")
-        .stdin(Stdio::null())
-        .output()
-        .context("running rollsafe")
+    cli().args(args).output().context("running rollsafe")
 }
 
 fn text(o: &Output) -> (String, String) {
@@ -423,10 +418,7 @@ fn status_reports_applied_pending_divergent_missing_and_ahead(env: &TestEnv) -> 
     );
 
     // The URL can come from DATABASE_URL (and is never echoed unredacted).
-    let o = Command::new(rollsafe_bin())
-        .arg("status")
-        .env("DATABASE_URL", db.url())
-        .output()?;
+    let o = cli().arg("status").env("DATABASE_URL", db.url()).output()?;
     expect_code(&o, 0, "status with DATABASE_URL")?;
     let (out, _) = text(&o);
     if std::env::var_os("ROLLSAFE_TEST_SHOW").is_some() {
@@ -557,9 +549,8 @@ fn eight_concurrent_migrators_apply_each_version_once(env: &TestEnv) -> anyhow::
     let db = env.fresh_database();
     let children: Vec<_> = (0..8)
         .map(|_| {
-            Command::new(rollsafe_bin())
+            cli()
                 .args(["migrate", "--database-url", db.url()])
-                .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
@@ -649,7 +640,7 @@ fn sigkill_mid_apply_never_splits_a_migration_from_its_history(
     let mut killed_mid_way = 0;
     for i in 0..10u64 {
         let db = env.fresh_database();
-        let mut child = Command::new(rollsafe_bin())
+        let mut child = cli()
             .args([
                 "migrate",
                 "--database-url",
@@ -657,7 +648,6 @@ fn sigkill_mid_apply_never_splits_a_migration_from_its_history(
                 "--migrations",
                 path_str(dir.path()),
             ])
-            .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
@@ -680,7 +670,7 @@ fn sigkill_mid_apply_never_splits_a_migration_from_its_history(
         }
         // The next run converges (waiting, if need be, for the dead run's
         // backend to notice and free the migration lock).
-        let o = Command::new(rollsafe_bin())
+        let o = cli()
             .args([
                 "migrate",
                 "--database-url",
@@ -1024,7 +1014,7 @@ fn a_held_migration_lock_makes_migrate_wait_then_refuse(env: &TestEnv) -> anyhow
     let mut c = db.connect()?;
     ensure!(history(&mut c)? == [1, 2], "applied without the lock");
     // Released while a second migrator polls: it goes through.
-    let child = Command::new(rollsafe_bin())
+    let child = cli()
         .args([
             "migrate",
             "--database-url",

@@ -6,7 +6,6 @@
 //! resumed, incomplete ones not recorded).
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,7 +18,7 @@ use rollsafe::migrate::backfill::BackfillOptions;
 use rollsafe::migrate::{self, MigrateError, Options};
 use rollsafe::verify::checks::locks::STALL_BUDGET;
 
-use crate::common::{history, repo_root, rollsafe_bin, TestEnv};
+use crate::common::{cli, history, repo_root, TestEnv};
 
 pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
     crate::trials!(
@@ -90,7 +89,7 @@ fn check_finding(
     dir: &Path,
     id: &str,
 ) -> anyhow::Result<serde_json::Value> {
-    let out = Command::new(rollsafe_bin())
+    let out = cli()
         .args([
             "check",
             "--database-url",
@@ -102,8 +101,6 @@ fn check_finding(
         .arg(env.sandbox.admin_url())
         .arg("--migrations")
         .arg(dir)
-        .env_remove("DATABASE_URL")
-        .stdin(Stdio::null())
         .output()?;
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).with_context(|| {
         format!(
@@ -517,11 +514,9 @@ fn non_rerunnable_file_is_refused_before_anything_runs(env: &TestEnv) -> anyhow:
     ensure!(history(&mut c)?.is_empty(), "history written");
 
     // The CLI: one line naming the file, line and statement, exit 2.
-    let out = Command::new(rollsafe_bin())
+    let out = cli()
         .args(["migrate", "--database-url", db.url(), "--migrations"])
         .arg(dir.path())
-        .env_remove("DATABASE_URL")
-        .stdin(Stdio::null())
         .output()?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     ensure!(
@@ -709,11 +704,9 @@ fn backfill_leaving_matching_rows_is_not_recorded_and_status_shows_it(
     );
 
     // The status CLI names the command that finishes it.
-    let out = Command::new(rollsafe_bin())
+    let out = cli()
         .args(["status", "--database-url", db.url(), "--migrations"])
         .arg(dir.path())
-        .env_remove("DATABASE_URL")
-        .stdin(Stdio::null())
         .output()?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     ensure!(
@@ -794,7 +787,7 @@ fn readme_example_backfills_output_collection_id_then_validates(
     )?;
     // Through the CLI: --batch-size / --batch-pause, progress lines on a
     // non-terminal stderr.
-    let out = Command::new(rollsafe_bin())
+    let out = cli()
         .args([
             "migrate",
             "--database-url",
@@ -806,8 +799,6 @@ fn readme_example_backfills_output_collection_id_then_validates(
         ])
         .arg("--migrations")
         .arg(dir.path())
-        .env_remove("DATABASE_URL")
-        .stdin(Stdio::null())
         .output()?;
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout),

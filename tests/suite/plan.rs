@@ -6,19 +6,18 @@
 //! deletes parents is a warning with the lookup's plan; a statement on a
 //! table that holds no rows is skipped, and says so.
 
-use std::process::Command;
 use std::sync::Arc;
 
 use anyhow::{ensure, Context};
 use libtest_mimic::Completion;
 use rollsafe::app::load_dir;
 use rollsafe::catalog::Catalog;
+use rollsafe::dao::shipped;
 use rollsafe::report::{Finding, Report, Severity};
 use rollsafe::sandbox::{docker, BackendChoice, BackendKind, Sandbox, SandboxBuilder};
 use rollsafe::verify::target::Target;
-use rollsafe::verify::Verify;
 
-use crate::common::{rollsafe_bin, TestEnv};
+use crate::common::{cli, TestEnv};
 
 pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
     let mut trials = crate::trials!(
@@ -93,7 +92,7 @@ fn rehearse(env: &TestEnv, proposed: &str) -> anyhow::Result<Report> {
     let (migrations, app_dir) = project(proposed)?;
     let catalog = Catalog::from_dir(migrations.path())?;
     let apps = load_dir(app_dir.path(), &catalog)?;
-    let r = Verify::new(catalog)?
+    let r = shipped::verify(catalog)?
         .apps(apps)
         .rows(ROWS)
         .run(&env.sandbox)?;
@@ -199,7 +198,7 @@ fn dropping_the_index_an_apps_read_uses_is_an_error_naming_it(env: &TestEnv) -> 
     let (migrations, app_dir) =
         project("-- rollsafe:no-transaction\nDROP INDEX CONCURRENTLY IF EXISTS books_email;\n")?;
     let run = |extra: &[&str]| -> anyhow::Result<(i32, String)> {
-        let out = Command::new(rollsafe_bin())
+        let out = cli()
             .args([
                 "verify",
                 "--postgres",
@@ -212,8 +211,6 @@ fn dropping_the_index_an_apps_read_uses_is_an_error_naming_it(env: &TestEnv) -> 
             .arg("--apps")
             .arg(app_dir.path())
             .args(extra)
-            .env_remove("ROLLSAFE_POSTGRES")
-            .env_remove("GITHUB_STEP_SUMMARY")
             .output()?;
         Ok((
             out.status.code().unwrap_or(-1),
@@ -422,11 +419,11 @@ fn on_18_plans_follow_the_targets_imported_statistics(sandbox: &Sandbox) -> anyh
          ANALYZE orders;",
     )?;
 
-    let seeded = Verify::new(catalog.clone())?
+    let seeded = shipped::verify(catalog.clone())?
         .apps(apps.clone())
         .rows(ROWS)
         .run(sandbox)?;
-    let imported = Verify::new(catalog.clone())?
+    let imported = shipped::verify(catalog.clone())?
         .apps(apps)
         .rows(ROWS)
         .from_target(Target::read(production.url(), &catalog)?)

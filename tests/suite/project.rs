@@ -6,18 +6,18 @@
 //! unsafe change written as their last migration is caught.
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 
 use anyhow::{ensure, Context};
 use rollsafe::app::{load_dir, AppVersion, Kind};
 use rollsafe::catalog::Catalog;
+use rollsafe::dao::shipped;
 use rollsafe::report::{Report, Severity};
 use rollsafe::sandbox::BackendKind;
 use rollsafe::verify::generate::{self, RowCounts};
-use rollsafe::verify::{replay, Verify};
+use rollsafe::verify::replay;
 
-use crate::common::{repo_root, rollsafe_bin, TestEnv};
+use crate::common::{cli, output, repo_root, TestEnv};
 
 pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
     // A server of its own, started with pg_stat_statements preloaded: an
@@ -74,19 +74,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
 /// Runs the binary in `dir` without the suite's backend variables (a test
 /// that needs the server passes `--postgres`).
 fn run_in(dir: &Path, args: &[&str]) -> anyhow::Result<(i32, String, String)> {
-    let out = Command::new(rollsafe_bin())
-        .args(args)
-        .current_dir(dir)
-        .env_remove("ROLLSAFE_POSTGRES")
-        .env_remove("ROLLSAFE_POSTGRES_IMAGE")
-        .env_remove("DATABASE_URL")
-        .env_remove("GITHUB_STEP_SUMMARY")
-        .output()?;
-    Ok((
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    ))
+    output(cli().args(args).current_dir(dir))
 }
 
 /// The `rollsafe: error:` lines of a run (progress lines are not errors).
@@ -857,7 +845,7 @@ fn migrations_alone_are_seeded_by_the_generator_and_judged(env: &TestEnv) -> any
             ("V3__notes_body.sql", "CREATE INDEX notes_body ON notes (body);"),
         ],
     )?;
-    let r = Verify::new(Catalog::from_dir(dir.path())?)?
+    let r = shipped::verify(Catalog::from_dir(dir.path())?)?
         .rows(PROJECT_ROWS)
         .run(&env.sandbox)?;
     ensure!(r.apps.is_empty(), "apps replayed: {:?}", r.apps);
@@ -944,7 +932,7 @@ fn a_table_the_apps_only_read_gets_generated_rows_and_its_rewrite_is_caught(
 fn rehearse_with(env: &TestEnv, migrations: &Path, apps_dir: &Path) -> anyhow::Result<Report> {
     let catalog = Catalog::from_dir(migrations)?;
     let apps = load_dir(apps_dir, &catalog)?;
-    Ok(Verify::new(catalog)?
+    Ok(shipped::verify(catalog)?
         .apps(apps)
         .rows(PROJECT_ROWS)
         .run(&env.sandbox)?)

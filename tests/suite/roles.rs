@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context};
 use rollsafe::app::load_dir;
 use rollsafe::catalog::Catalog;
+use rollsafe::dao::shipped;
 use rollsafe::report::{Report, Severity};
-use rollsafe::verify::Verify;
 
-use crate::common::{rollsafe_bin, TestEnv};
+use crate::common::{cli, output, TestEnv};
 
 pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
     crate::trials!(
@@ -68,7 +68,7 @@ fn described(r: &Report, severity: Severity) -> Vec<String> {
 
 fn rehearse(env: &TestEnv, dir: &Path, app_role: Option<&str>) -> anyhow::Result<Report> {
     let catalog = Catalog::from_dir(&dir.join("migrations"))?;
-    let mut verify = Verify::new(catalog.clone())?
+    let mut verify = shipped::verify(catalog.clone())?
         .rows(ROWS)
         .app_role(app_role.map(str::to_string));
     if dir.join("apps").is_dir() {
@@ -149,19 +149,13 @@ fn remove_on_server(env: &TestEnv, path: &str) {
 }
 
 fn run_verify(env: &TestEnv, dir: &Path, extra: &[&str]) -> anyhow::Result<(i32, String, String)> {
-    let out = Command::new(rollsafe_bin())
-        .args(["verify", "--postgres", env.sandbox.admin_url(), "--rows"])
-        .arg(ROWS.to_string())
-        .args(extra)
-        .current_dir(dir)
-        .env_remove("ROLLSAFE_POSTGRES")
-        .env_remove("GITHUB_STEP_SUMMARY")
-        .output()?;
-    Ok((
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    ))
+    output(
+        cli()
+            .args(["verify", "--postgres", env.sandbox.admin_url(), "--rows"])
+            .arg(ROWS.to_string())
+            .args(extra)
+            .current_dir(dir),
+    )
 }
 
 /// `COPY … TO PROGRAM` runs a command on the database server's machine
@@ -465,7 +459,7 @@ fn a_sleeping_migration_is_cut_at_the_statement_timeout(env: &TestEnv) -> anyhow
         )?;
         let started = Instant::now();
         let catalog = Catalog::from_dir(&dir.path().join("migrations"))?;
-        let r = Verify::new(catalog)?
+        let r = shipped::verify(catalog)?
             .rows(ROWS)
             .statement_timeout(Duration::from_secs(2))
             .run(&env.sandbox)?;

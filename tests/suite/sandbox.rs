@@ -7,11 +7,11 @@ use std::sync::Arc;
 use anyhow::{ensure, Context};
 use libtest_mimic::{Completion, Failed, Trial};
 use rollsafe::sandbox::{
-    docker, local, BackendChoice, BackendKind, Sandbox, SandboxBuilder, SandboxError, ENV_BINDIR,
-    PRODUCTION_MAJORS,
+    binaries, cleanup, docker, BackendChoice, BackendKind, Sandbox, SandboxBuilder, SandboxError,
+    ENV_BINDIR, PRODUCTION_MAJORS,
 };
 
-use crate::common::{rollsafe_bin, TestEnv};
+use crate::common::{cli, TestEnv};
 
 pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
     let trials = crate::trials!(
@@ -87,7 +87,7 @@ fn major_absent_because(env: &TestEnv, builder: &SandboxBuilder, major: u32) -> 
         }
         BackendKind::Local => {
             let preferred = std::env::var_os(ENV_BINDIR).map(std::path::PathBuf::from);
-            local::find_bindir_for_major(preferred.as_deref(), major)
+            binaries::find_bindir_for_major(preferred.as_deref(), major)
                 .err()
                 .map(|_| format!("no PostgreSQL {major} binaries here; apt-get install postgresql-{major} adds them"))
         }
@@ -292,7 +292,7 @@ fn dropped_sandbox_leaves_nothing_behind(env: &TestEnv) -> anyhow::Result<()> {
                 dir.file_name()
                     .unwrap()
                     .to_string_lossy()
-                    .starts_with(local::DIR_PREFIX),
+                    .starts_with(cleanup::DIR_PREFIX),
                 "data dir {} lacks the cleanup prefix",
                 dir.display()
             );
@@ -344,10 +344,7 @@ fn dropped_sandbox_leaves_nothing_behind(env: &TestEnv) -> anyhow::Result<()> {
 
 /// Runs the CLI with extra environment; returns (exit code, stdout+stderr).
 fn run_cli(args: &[&str], envs: &[(&str, &str)]) -> anyhow::Result<(i32, String)> {
-    let out = Command::new(rollsafe_bin())
-        .args(args)
-        .envs(envs.iter().copied())
-        .output()?;
+    let out = cli().args(args).envs(envs.iter().copied()).output()?;
     // Progress lines (`[rollsafe verify 0.0s] …`, printed when stderr is
     // not a terminal) are not part of the error.
     let stderr: String = String::from_utf8_lossy(&out.stderr)
@@ -485,7 +482,7 @@ fn server_backend_creates_and_drops_databases(env: &TestEnv) -> anyhow::Result<(
 /// expected schema is built in a sandbox the command starts itself.
 fn auto_without_docker_engine_falls_back_to_local(env: &TestEnv) -> anyhow::Result<()> {
     let db = env.migrated_database(2);
-    let out = Command::new(rollsafe_bin())
+    let out = cli()
         .args(["check", "--database-url", db.url(), "--format", "json"])
         .args(["--postgres", "auto"])
         .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
@@ -576,7 +573,7 @@ fn major_set_in_code_that_is_not_the_requested_one_is_refused(env: &TestEnv) -> 
         BackendKind::Docker => builder_for_run_backend(env)?.image(env.builder.docker_image()),
         BackendKind::Local => {
             let preferred = std::env::var_os(ENV_BINDIR).map(std::path::PathBuf::from);
-            let dir = local::find_bindir_for_major(preferred.as_deref(), running)?;
+            let dir = binaries::find_bindir_for_major(preferred.as_deref(), running)?;
             builder_for_run_backend(env)?.bindir(dir)
         }
         BackendKind::Server => builder_for_run_backend(env)?,

@@ -6,17 +6,17 @@
 //! of a partitioned one).
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 
 use anyhow::{ensure, Context};
 use rollsafe::app::load_dir;
 use rollsafe::catalog::Catalog;
+use rollsafe::dao::shipped;
 use rollsafe::report::{Finding, Report, Severity};
 use rollsafe::verify::checks::compat;
-use rollsafe::verify::{replay, Verify};
+use rollsafe::verify::replay;
 
-use crate::common::{rollsafe_bin, TestEnv};
+use crate::common::{cli, TestEnv};
 
 pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
     crate::trials!(
@@ -62,7 +62,7 @@ fn project(later: &[&str]) -> anyhow::Result<tempfile::TempDir> {
 }
 
 fn rehearse(env: &TestEnv, dir: &Path) -> anyhow::Result<Report> {
-    Ok(Verify::new(Catalog::from_dir(dir)?)?
+    Ok(shipped::verify(Catalog::from_dir(dir)?)?
         .rows(ROWS)
         .run(&env.sandbox)?)
 }
@@ -245,13 +245,11 @@ fn safe_counterparts_pass_with_zero_errors(env: &TestEnv) -> anyhow::Result<()> 
 fn table_rows_naming_no_table_is_exit_2_naming_it(env: &TestEnv) -> anyhow::Result<()> {
     let dir = project(&["ALTER TABLE audit.events ADD COLUMN note text;"])?;
     let run = |sizes: &str| -> anyhow::Result<(i32, String)> {
-        let out = Command::new(rollsafe_bin())
+        let out = cli()
             .args(["verify", "--postgres", env.sandbox.admin_url()])
             .args(["--rows", "200", "--migrations"])
             .arg(dir.path())
             .args(["--table-rows", sizes])
-            .env_remove("ROLLSAFE_POSTGRES")
-            .env_remove("GITHUB_STEP_SUMMARY")
             .output()?;
         Ok((
             out.status.code().unwrap_or(-1),

@@ -5,17 +5,17 @@
 //! the same property on seven versions instead of eleven.)
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 
 use anyhow::{ensure, Context};
 use rollsafe::catalog::Catalog;
+use rollsafe::dao::shipped;
 use rollsafe::report::{Report, Severity};
 use rollsafe::sandbox::Database;
 use rollsafe::verify::target::Target;
-use rollsafe::verify::{Verify, VerifyError};
+use rollsafe::verify::VerifyError;
 
-use crate::common::{fingerprint, rollsafe_bin, ReadOnlyRole, TestEnv};
+use crate::common::{cli, fingerprint, ReadOnlyRole, TestEnv};
 use crate::verify::with_later;
 
 pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
@@ -66,7 +66,7 @@ fn target_at_60(env: &TestEnv, dir: &Path) -> anyhow::Result<Database> {
 fn from_target(env: &TestEnv, dir: &Path, url: &str) -> Result<Report, VerifyError> {
     let catalog = Catalog::from_dir(dir).expect("catalog");
     let target = Target::read(url, &catalog)?;
-    Verify::new(catalog)?
+    shipped::verify(catalog)?
         .rows(ROWS)
         .from_target(target)
         .run(&env.sandbox)
@@ -93,7 +93,7 @@ fn from_target_rehearses_on_the_targets_own_schema(env: &TestEnv) -> anyhow::Res
         "CREATE INDEX af_by_hand ON attached_functions (name);
          ALTER TABLE attached_functions ADD COLUMN incident_note text;",
     )?;
-    let files_only = Verify::new(Catalog::from_dir(conflicting.path())?)?
+    let files_only = shipped::verify(Catalog::from_dir(conflicting.path())?)?
         .rows(ROWS)
         .since(60)?
         .run(&env.sandbox)?;
@@ -138,7 +138,7 @@ fn from_target_rehearses_on_the_targets_own_schema(env: &TestEnv) -> anyhow::Res
         "{:?}",
         on_target.errors().map(|f| &f.message).collect::<Vec<_>>()
     );
-    let files_only = Verify::new(Catalog::from_dir(relying.path())?)?
+    let files_only = shipped::verify(Catalog::from_dir(relying.path())?)?
         .rows(ROWS)
         .since(60)?
         .run(&env.sandbox)?;
@@ -210,7 +210,7 @@ fn from_target_with_a_wrong_password_is_one_line_without_it(env: &TestEnv) -> an
     let db = env.migrated_database(3);
     let mut url = url::Url::parse(db.url())?;
     url.set_password(Some("Wr0ngTargetPw")).unwrap();
-    let out = Command::new(rollsafe_bin())
+    let out = cli()
         .args([
             "verify",
             "--postgres",
@@ -218,7 +218,6 @@ fn from_target_with_a_wrong_password_is_one_line_without_it(env: &TestEnv) -> an
             "--from-target",
             url.as_str(),
         ])
-        .env_remove("ROLLSAFE_POSTGRES")
         .output()?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -338,7 +337,7 @@ fn from_target_dumps_over_tls_verified_against_the_ca(env: &TestEnv) -> anyhow::
 
     // The CLI end to end: rehearsed on the target's schema, dumped over TLS.
     let later = with_later(&["ALTER TABLE attached_functions ADD COLUMN note text;"]);
-    let out = Command::new(rollsafe_bin())
+    let out = cli()
         .args([
             "verify",
             "--postgres",
@@ -348,7 +347,6 @@ fn from_target_dumps_over_tls_verified_against_the_ca(env: &TestEnv) -> anyhow::
         ])
         .args(["--migrations", later.path().to_str().unwrap()])
         .args(["--from-target", &verified, "--format", "json"])
-        .env_remove("ROLLSAFE_POSTGRES")
         .output()?;
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout),
@@ -356,7 +354,7 @@ fn from_target_dumps_over_tls_verified_against_the_ca(env: &TestEnv) -> anyhow::
     );
     ensure!(out.status.code() == Some(0), "{stdout}{stderr}");
     ensure!(!stdout.contains(&password) && !stderr.contains(&password));
-    let out = Command::new(rollsafe_bin())
+    let out = cli()
         .args([
             "verify",
             "--postgres",
@@ -366,7 +364,6 @@ fn from_target_dumps_over_tls_verified_against_the_ca(env: &TestEnv) -> anyhow::
         ])
         .args(["--migrations", later.path().to_str().unwrap()])
         .args(["--from-target", &conn("verify-full", &wrong_ca)])
-        .env_remove("ROLLSAFE_POSTGRES")
         .output()?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     ensure!(
@@ -398,7 +395,7 @@ fn from_target_copies_rows_only_from_tables_the_migrations_fill(
            END IF;
          END $$;"]);
     let run = |extra: &[&str]| -> anyhow::Result<(i32, serde_json::Value, String)> {
-        let out = Command::new(rollsafe_bin())
+        let out = cli()
             .args([
                 "verify",
                 "--postgres",
@@ -409,7 +406,6 @@ fn from_target_copies_rows_only_from_tables_the_migrations_fill(
             .args(["--migrations", later.path().to_str().unwrap()])
             .args(["--from-target", prod.url(), "--format", "json"])
             .args(extra)
-            .env_remove("ROLLSAFE_POSTGRES")
             .output()?;
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let report = serde_json::from_str(&stdout).unwrap_or(serde_json::Value::Null);

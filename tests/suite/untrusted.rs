@@ -3,13 +3,12 @@
 //! runs; `check` bounds the backfill predicates it runs on production;
 //! durations and counts outside their documented ranges are refused.
 
-use std::process::Command;
 use std::sync::Arc;
 
 use anyhow::ensure;
 use serde_json::Value;
 
-use crate::common::{rollsafe_bin, TestEnv};
+use crate::common::{cli, output, TestEnv};
 use crate::verify::with_later;
 
 pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
@@ -26,16 +25,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
 
 /// Runs the binary; (exit code, stdout, stderr).
 fn rollsafe(args: &[&str]) -> anyhow::Result<(i32, String, String)> {
-    let out = Command::new(rollsafe_bin())
-        .args(args)
-        .env_remove("ROLLSAFE_POSTGRES")
-        .env_remove("DATABASE_URL")
-        .output()?;
-    Ok((
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    ))
+    output(cli().args(args))
 }
 
 fn directives_with_injected_sql_are_refused_with_file_and_line(

@@ -10,13 +10,12 @@
 //! table, in every schema, so locks and rewrites are measured on rows.
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 
 use anyhow::{ensure, Context};
 use libtest_mimic::{Completion, Trial};
 
-use crate::common::{rollsafe_bin, timed, TestEnv};
+use crate::common::{cli, timed, TestEnv};
 
 /// What verify must conclude for a row.
 #[derive(Clone, Copy)]
@@ -221,12 +220,10 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<Trial> {
 
 fn judge(env: &TestEnv, row: &Row) -> anyhow::Result<()> {
     let dir = project_dir(row)?;
-    let out = Command::new(rollsafe_bin())
+    let out = cli()
         .args(["verify", "--postgres", env.sandbox.admin_url()])
         .args(["--rows", "2000", "--format", "json", "--migrations"])
         .arg(dir.path())
-        .env_remove("ROLLSAFE_POSTGRES")
-        .env_remove("GITHUB_STEP_SUMMARY")
         .output()?;
     let code = out.status.code().unwrap_or(-1);
     let stderr = String::from_utf8_lossy(&out.stderr);

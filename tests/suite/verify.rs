@@ -16,13 +16,13 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context};
 use rollsafe::catalog::Catalog;
+use rollsafe::dao::shipped;
 use rollsafe::lock_policy::LockPolicy;
 use rollsafe::report::{Report, Severity};
 use rollsafe::schema::{expected_embedded, Snapshot};
 use rollsafe::verify::predict::Sizes;
-use rollsafe::verify::Verify;
 
-use crate::common::{repo_root, rollsafe_bin, TestEnv};
+use crate::common::{cli, repo_root, TestEnv};
 
 pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
     let mut trials = per_major_trials(env);
@@ -124,7 +124,7 @@ pub(crate) fn with_later(later: &[&str]) -> tempfile::TempDir {
 
 fn rehearse(env: &TestEnv, dir: &Path) -> anyhow::Result<Report> {
     let catalog = Catalog::from_dir(dir)?;
-    Ok(Verify::new(catalog)?.rows(ROWS).run(&env.sandbox)?)
+    Ok(shipped::verify(catalog)?.rows(ROWS).run(&env.sandbox)?)
 }
 
 fn error_ids(r: &Report) -> Vec<String> {
@@ -173,7 +173,7 @@ fn expect_pass(r: &Report) -> anyhow::Result<()> {
 }
 
 fn shipped_migrations_pass_with_measured_evidence(env: &TestEnv) -> anyhow::Result<()> {
-    let r = Verify::new(Catalog::embedded()?)?
+    let r = shipped::verify(Catalog::embedded()?)?
         .rows(ROWS)
         .run(&env.sandbox)?;
     expect_pass(&r)?;
@@ -557,7 +557,7 @@ fn run_verify_with(
     vars: &[(&str, &Path)],
 ) -> anyhow::Result<(i32, String, String)> {
     let rows = ROWS.to_string();
-    let out = Command::new(rollsafe_bin())
+    let out = cli()
         .args([
             "verify",
             "--postgres",
@@ -566,8 +566,6 @@ fn run_verify_with(
             &rows,
         ])
         .args(extra)
-        .env_remove("ROLLSAFE_POSTGRES")
-        .env_remove("GITHUB_STEP_SUMMARY")
         .envs(vars.iter().copied())
         .output()?;
     Ok((
@@ -715,15 +713,13 @@ fn cli_exit_2_when_it_cannot_run(env: &TestEnv) -> anyhow::Result<()> {
             "{stderr}"
         );
     }
-    let out = Command::new(rollsafe_bin())
-        .args(["verify", "--lock-timeout", "soon"])
-        .output()?;
+    let out = cli().args(["verify", "--lock-timeout", "soon"]).output()?;
     let text = String::from_utf8_lossy(&out.stderr);
     ensure!(
         out.status.code() == Some(2) && text.contains("not a duration"),
         "{text}"
     );
-    let out = Command::new(rollsafe_bin())
+    let out = cli()
         .args([
             "verify",
             "--postgres",
@@ -855,7 +851,7 @@ fn validating_check_is_an_error_with_a_prediction(env: &TestEnv) -> anyhow::Resu
     let dir = with_later(&[
         "ALTER TABLE attached_functions ADD CONSTRAINT attempts_nonneg CHECK (current_attempts >= 0);",
     ]);
-    let r = Verify::new(Catalog::from_dir(dir.path())?)?
+    let r = shipped::verify(Catalog::from_dir(dir.path())?)?
         .rows(ROWS)
         .sizes(Sizes::from_pairs(["attached_functions=1000000"]).map_err(anyhow::Error::msg)?)
         .run(&env.sandbox)?;
@@ -1091,7 +1087,7 @@ fn slow_migration_without_conflict_is_not_blamed_on_lock_timeout(
 fn lock_timeout_above_the_stall_budget_is_caught(env: &TestEnv) -> anyhow::Result<()> {
     // The old policy (a fixed 5 s lock_timeout; 3 s here to keep it short)
     // freezes the app's reads behind V3's waiting ACCESS EXCLUSIVE request.
-    let r = Verify::new(Catalog::embedded()?)?
+    let r = shipped::verify(Catalog::embedded()?)?
         .rows(ROWS)
         .lock_policy(
             LockPolicy::default()
@@ -1201,7 +1197,7 @@ fn since_rehearses_only_later_migrations_and_judges_them_as_a_full_run(
         "ALTER TABLE attached_functions ADD CONSTRAINT attempts_nonneg CHECK (current_attempts >= 0);",
     ]);
     let full = rehearse(env, dir.path())?;
-    let since = Verify::new(Catalog::from_dir(dir.path())?)?
+    let since = shipped::verify(Catalog::from_dir(dir.path())?)?
         .rows(ROWS)
         .since(6)?
         .run(&env.sandbox)?;
@@ -1320,7 +1316,7 @@ fn not_null_not_valid_applies_on_18_only(_: &TestEnv, majors: &[u32]) -> anyhow:
         "ALTER TABLE attached_functions ADD COLUMN note text DEFAULT 'x';\n\
          ALTER TABLE attached_functions ADD CONSTRAINT af_note_nn NOT NULL note NOT VALID;",
     ]);
-    let r = Verify::new(Catalog::from_dir(dir.path())?)?
+    let r = shipped::verify(Catalog::from_dir(dir.path())?)?
         .rows(ROWS)
         .since(3)?
         .run_on_majors(&docker_builder()?, majors)?;
@@ -1357,7 +1353,7 @@ fn merge_statement_is_a_compat_error_on_13_only(_: &TestEnv, majors: &[u32]) -> 
     )?;
     let mut apps = rollsafe::dao::shipped::apps()?;
     apps.push(merger);
-    let r = Verify::new(Catalog::embedded()?)?
+    let r = shipped::verify(Catalog::embedded()?)?
         .rows(ROWS)
         .apps(apps)
         .since(2)?
@@ -1377,7 +1373,7 @@ fn merge_statement_is_a_compat_error_on_13_only(_: &TestEnv, majors: &[u32]) -> 
 }
 
 fn a_major_nowhere_to_be_had_is_one_line_and_exit_2(_: &TestEnv, _: &[u32]) -> anyhow::Result<()> {
-    let out = Command::new(rollsafe_bin())
+    let out = cli()
         .args(["verify", "--postgres", "docker", "--postgres-version", "7"])
         .output()?;
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -1489,7 +1485,7 @@ ALTER TABLE collections ADD CONSTRAINT collections_name_check CHECK (name <> '')
     let empty_path = tempfile::tempdir()?;
     let migrations = dir.path().to_str().context("temp dir path")?;
     let run = |format: &str| -> anyhow::Result<(i32, String, String)> {
-        let out = Command::new(rollsafe_bin())
+        let out = cli()
             .args([
                 "verify",
                 "--static-only",
@@ -1917,7 +1913,7 @@ fn findings_are_the_same_alone_and_under_cpu_load(env: &TestEnv) -> anyhow::Resu
     // is V4..V8, and two rehearsals of the shipped three would only add
     // time (the load makes each run take twice as long).
     let rehearse_set = || -> anyhow::Result<Report> {
-        Ok(Verify::new(Catalog::from_dir(dir.path())?)?
+        Ok(shipped::verify(Catalog::from_dir(dir.path())?)?
             .rows(ROWS)
             .since(3)?
             .run(&env.sandbox)?)

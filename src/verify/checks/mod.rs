@@ -3,7 +3,7 @@
 //! `rewrite.rs`), a one-line description, and turns measurements into
 //! findings with evidence and advice. The pipeline (`verify/mod.rs`) runs
 //! the scenarios; the checks judge. A project may add checks of its own
-//! through its apps' drivers (`crate::app::ProjectCheck`: the
+//! through its apps' drivers (`crate::app::ProjectRule`: the
 //! shipped project's `dao`, in `crate::dao::check`).
 
 pub mod apply;

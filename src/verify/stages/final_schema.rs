@@ -3,7 +3,9 @@
 //! the apps that may run on the final version (the shipped project:
 //! `dao`).
 
-use crate::app::{AppVersion, ProjectCheck};
+use std::sync::Arc;
+
+use crate::app::{AppVersion, ProjectRule};
 use crate::report::CheckRun;
 use crate::sandbox::Database;
 use crate::verify::checks::post;
@@ -51,28 +53,30 @@ impl Run<'_> {
     /// version, on the empty path's database itself (its schema was read
     /// by post; the rows they write are needed by nothing after).
     fn project_checks(&mut self, empty_final: &Database, last: i32) {
-        let mut declared: Vec<(ProjectCheck, &AppVersion)> = Vec::new();
+        let mut declared: Vec<(Arc<dyn ProjectRule>, &AppVersion)> = Vec::new();
         for app in self.v.apps.iter().filter(|a| a.may_run_on(last)) {
-            if let Some(pc) = app.driver.as_ref().and_then(|d| d.final_check()) {
-                if !declared.iter().any(|(d, _)| d.check == pc.check) {
-                    declared.push((pc, app));
+            if let Some(rule) = app.driver.as_ref().and_then(|d| d.final_check()) {
+                if !declared.iter().any(|(d, _)| d.check() == rule.check()) {
+                    declared.push((rule, app));
                 }
             }
         }
-        for (pc, app) in declared {
+        for (rule, app) in declared {
             self.v.say(&format!(
                 "{}: {} on the final schema",
-                pc.check, pc.description
+                rule.check(),
+                rule.description()
             ));
+            let url = self.sessions.app(empty_final.url(), &app.name);
+            let Some(findings) = rule.on_final_schema(last, &url) else {
+                continue;
+            };
             self.report.checks.push(CheckRun {
-                check: pc.check.to_string(),
+                check: rule.check().to_string(),
                 migration: Some(last),
-                description: pc.description.to_string(),
+                description: rule.description().to_string(),
             });
-            self.report.findings.extend((pc.run)(
-                last,
-                &self.sessions.app(empty_final.url(), &app.name),
-            ));
+            self.report.findings.extend(findings);
         }
     }
 }

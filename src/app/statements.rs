@@ -1,9 +1,11 @@
 //! Named SQL statement sets: the queries one application version runs.
 //!
-//! A statement set is a `.sql` file that the DAO executes statement by
-//! statement *by name*, and that the verifier replays against every schema
-//! version in the app version's rollout window. Keeping both on one file is
-//! the point: the verifier proves the queries the code really runs.
+//! A statement set is a `.sql` file that an app's code executes statement
+//! by statement *by name* (the shipped project's DAO, `crate::dao`, does),
+//! and that the verifier replays against every schema version in the app
+//! version's rollout window. Keeping both on one file is the point: the
+//! verifier proves the queries the code really runs. The format is any
+//! project's (`--apps DIR`); nothing here knows an app.
 //!
 //! Format (comments are the metadata; everything else is SQL):
 //!

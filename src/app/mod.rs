@@ -18,13 +18,19 @@
 //! and `<app>.seed.sql` next to it, if any, seeds rows the way that app
 //! writes them (`{rows}` is the row count, as in `src/dao/seed/*.sql`).
 //!
-//! The shipped project's apps are the same data, embedded
-//! ([`crate::dao::shipped`]): statement sets, seeds, and drivers that call
-//! the DAO's Rust API, which executes those very statement sets, so the
-//! verifier proves the code that ships. Nothing here knows an app by name.
+//! A project may bring more than statement sets: drivers for its apps'
+//! behaviours ([`AppDriver`]) and rules about its own tables
+//! ([`ProjectRule`]). The shipped project (`crate::dao::shipped`) brings
+//! both: statement sets, seeds, drivers that call the DAO's Rust API
+//! (which executes those very statement sets, so the verifier proves the
+//! code that ships) and its rules; `main.rs` hands them to `verify` and
+//! `check`. Nothing here knows an app by name.
 //!
-//! It sits below both `dao` (whose drivers implement [`AppDriver`]) and
-//! `verify` (which replays the sets): neither imports the other for it.
+//! The statement-set format is [`statements`]. This module sits below
+//! `verify` and `check` (which replay the sets and run the rules) and
+//! below `dao` (which implements them): it imports none of them.
+
+pub mod statements;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -34,8 +40,9 @@ use postgres::Client;
 use uuid::Uuid;
 
 use crate::catalog::Catalog;
-use crate::dao::statements::{StatementSet, StatementSetError};
 use crate::report::Finding;
+use crate::schema::Snapshot;
+use statements::{StatementSet, StatementSetError};
 
 /// Why a statement set cannot be used as an app version.
 #[derive(Debug, thiserror::Error)]
@@ -372,22 +379,39 @@ pub trait AppDriver: Send + Sync {
     fn sample_groups(&self, c: &mut Client, n: i64) -> Result<Vec<Uuid>, postgres::Error>;
     /// What this app's list reader returns for a group.
     fn list(&self, c: &mut Client, group: Uuid) -> anyhow::Result<Vec<Uuid>>;
-    /// The project's own check of this app's behaviour on the final schema
-    /// (the shipped project: the two-phase create's retry and race rules);
-    /// None: the project declares none.
-    fn final_check(&self) -> Option<ProjectCheck> {
+    /// The project's own rule about this app's behaviour, run by verify on
+    /// the final schema (the shipped project: the two-phase create's retry
+    /// and race rules); None: the project declares none.
+    fn final_check(&self) -> Option<Arc<dyn ProjectRule>> {
         None
     }
 }
 
-/// A check a project declares for its own apps: run once on a database at
-/// the final schema (its url), when an app declaring it may run there. Its
-/// findings are made in the project's module and carry `check` as prefix.
-#[derive(Clone, Copy)]
-pub struct ProjectCheck {
-    pub check: &'static str,
-    pub description: &'static str,
-    pub run: fn(v: i32, url: &str) -> Vec<Finding>,
+/// A rule a project brings about its own tables and apps, beside the
+/// engine's checks: verify runs it on a database at the final schema that
+/// the real migrations built, `rollsafe check` on the live database. A
+/// rule answers where it applies and says None elsewhere. Its findings are
+/// made in the project's module, with [`ProjectRule::check`] as their
+/// check.
+pub trait ProjectRule: Send + Sync {
+    /// The check its findings belong to (`dao`, `invariants`).
+    fn check(&self) -> &'static str;
+    /// What holds when it passes, one line.
+    fn description(&self) -> &'static str;
+    /// verify: on the database at `url`, at the final schema version `v`,
+    /// connected as the declaring app's role.
+    fn on_final_schema(&self, _v: i32, _url: &str) -> Option<Vec<Finding>> {
+        None
+    }
+    /// `rollsafe check`: on the live database (a read-only session) and
+    /// its schema.
+    fn on_live(
+        &self,
+        _c: &mut Client,
+        _live: &Snapshot,
+    ) -> Option<Result<Vec<Finding>, postgres::Error>> {
+        None
+    }
 }
 
 #[cfg(test)]
