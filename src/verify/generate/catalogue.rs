@@ -1,0 +1,418 @@
+//! What the generator knows of each table: its columns with their types
+//! (domains, enums, arrays and ranges resolved to what values they take),
+//! its UNIQUE keys, foreign keys and CHECKs, read through the one
+//! catalogue reader ([`crate::pg::catalogue`]).
+
+use std::collections::{BTreeSet, HashMap};
+
+use postgres::Client;
+
+use crate::pg::catalogue::{self, ConstraintKind, Relation};
+use crate::tables::UserTable;
+
+#[derive(Debug, Clone)]
+pub(super) struct Table {
+    pub(super) oid: u32,
+    /// As messages spell it ([`crate::tables`]).
+    pub(super) name: String,
+    /// Schema-qualified, for SQL.
+    pub(super) qualified: String,
+    pub(super) columns: Vec<Column>,
+    /// Column numbers of each UNIQUE / PRIMARY KEY constraint or unique
+    /// index (with the columns an expression index mentions).
+    pub(super) uniques: Vec<Vec<i16>>,
+    pub(super) fks: Vec<ForeignKey>,
+    pub(super) checks: Vec<Check>,
+}
+
+impl Table {
+    pub(super) fn column(&self, num: i16) -> Option<usize> {
+        self.columns.iter().position(|c| c.num == num)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Column {
+    pub(super) num: i16,
+    pub(super) name: String,
+    pub(super) ty: TypeInfo,
+    pub(super) typmod: i32,
+    /// `format_type` of the column: the cast every value gets.
+    pub(super) sql_type: String,
+    pub(super) not_null: bool,
+    pub(super) default: Option<String>,
+    pub(super) identity: bool,
+    pub(super) generated: bool,
+}
+
+impl Column {
+    pub(super) fn not_null(&self) -> bool {
+        self.not_null || self.ty.not_null()
+    }
+
+    /// A default that yields a new value per row (a UNIQUE key holding
+    /// such a column needs nothing from us).
+    pub(super) fn default_is_unique(&self) -> bool {
+        self.identity
+            || self.default.as_deref().is_some_and(|d| {
+                d.contains("nextval(")
+                    || d.contains("gen_random_uuid(")
+                    || d.contains("uuid_generate_v")
+            })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct ForeignKey {
+    pub(super) name: String,
+    pub(super) cols: Vec<i16>,
+    pub(super) ref_table: u32,
+    pub(super) ref_cols: Vec<i16>,
+    pub(super) match_full: bool,
+}
+
+impl ForeignKey {
+    /// Whether NULLs can satisfy it (MATCH SIMPLE: one NULL column is
+    /// enough; MATCH FULL: all of them).
+    pub(super) fn breakable(&self, t: &Table) -> bool {
+        let nullable = |n: &i16| {
+            t.column(*n)
+                .map(|k| !t.columns[k].not_null())
+                .unwrap_or(false)
+        };
+        if self.match_full {
+            self.cols.iter().all(nullable)
+        } else {
+            self.cols.iter().any(nullable)
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Check {
+    pub(super) name: String,
+    pub(super) expr: String,
+    pub(super) cols: Vec<i16>,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct TypeInfo {
+    pub(super) kind: TypeKind,
+    /// `format_type(oid, NULL)`.
+    pub(super) sql: String,
+}
+
+#[derive(Debug, Clone)]
+pub(super) enum TypeKind {
+    /// Byte width.
+    Int(u8),
+    Numeric,
+    Float,
+    /// text, varchar, char, name.
+    Text,
+    Bool,
+    Uuid,
+    Timestamp,
+    Date,
+    Time,
+    Interval,
+    Json,
+    Bytea,
+    Inet,
+    Money,
+    Enum(Vec<String>),
+    Domain {
+        base: Box<TypeInfo>,
+        base_typmod: i32,
+        not_null: bool,
+        checks: Vec<String>,
+    },
+    Array(Box<TypeInfo>),
+    /// A range type, of its subtype.
+    Range(Box<TypeInfo>),
+    Other,
+}
+
+impl TypeInfo {
+    pub(super) fn not_null(&self) -> bool {
+        match &self.kind {
+            TypeKind::Domain { not_null, base, .. } => *not_null || base.not_null(),
+            _ => false,
+        }
+    }
+}
+
+#[derive(Default)]
+pub(super) struct TypeCache(HashMap<u32, TypeInfo>);
+
+impl TypeCache {
+    pub(super) fn get(&mut self, c: &mut Client, oid: u32) -> Result<TypeInfo, postgres::Error> {
+        self.get_depth(c, oid, 0)
+    }
+
+    pub(super) fn get_depth(
+        &mut self,
+        c: &mut Client,
+        oid: u32,
+        depth: u32,
+    ) -> Result<TypeInfo, postgres::Error> {
+        if let Some(t) = self.0.get(&oid) {
+            return Ok(t.clone());
+        }
+        let Some(row) = c.query_opt(
+            "SELECT t.typtype::text, t.typcategory::text, t.typelem, t.typbasetype, t.typtypmod,
+                    t.typnotnull, format_type(t.oid, NULL), t.typname::text,
+                    ARRAY(SELECT e.enumlabel::text FROM pg_enum e
+                           WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder),
+                    ARRAY(SELECT pg_get_constraintdef(k.oid) FROM pg_constraint k
+                           WHERE k.contypid = t.oid AND k.contype = 'c' ORDER BY k.conname),
+                    (SELECT r.rngsubtype FROM pg_range r WHERE r.rngtypid = t.oid)
+               FROM pg_type t WHERE t.oid = $1",
+            &[&oid],
+        )?
+        else {
+            return Ok(TypeInfo {
+                kind: TypeKind::Other,
+                sql: "text".into(),
+            });
+        };
+        let typtype: String = row.get(0);
+        let category: String = row.get(1);
+        let elem: u32 = row.get(2);
+        let base: u32 = row.get(3);
+        let base_typmod: i32 = row.get(4);
+        let not_null: bool = row.get(5);
+        let sql: String = row.get(6);
+        let name: String = row.get(7);
+        // Nested domains and arrays are shallow in practice; the bound
+        // keeps a pathological catalogue from recursing forever.
+        let deeper = depth < 8;
+        let kind = match (typtype.as_str(), category.as_str()) {
+            ("d", _) if deeper => TypeKind::Domain {
+                base: Box::new(self.get_depth(c, base, depth + 1)?),
+                base_typmod,
+                not_null,
+                checks: row.get(9),
+            },
+            ("e", _) => TypeKind::Enum(row.get(8)),
+            ("r", _) if deeper => match row.get::<_, Option<u32>>(10) {
+                Some(sub) => TypeKind::Range(Box::new(self.get_depth(c, sub, depth + 1)?)),
+                None => TypeKind::Other,
+            },
+            (_, "A") if elem != 0 && deeper => {
+                TypeKind::Array(Box::new(self.get_depth(c, elem, depth + 1)?))
+            }
+            _ => base_kind(&name),
+        };
+        let info = TypeInfo { kind, sql };
+        self.0.insert(oid, info.clone());
+        Ok(info)
+    }
+}
+
+pub(super) fn base_kind(typname: &str) -> TypeKind {
+    match typname {
+        "int2" => TypeKind::Int(2),
+        "int4" => TypeKind::Int(4),
+        "int8" => TypeKind::Int(8),
+        "numeric" => TypeKind::Numeric,
+        "float4" | "float8" => TypeKind::Float,
+        "text" | "varchar" | "bpchar" | "name" | "citext" => TypeKind::Text,
+        "bool" => TypeKind::Bool,
+        "uuid" => TypeKind::Uuid,
+        "timestamp" | "timestamptz" => TypeKind::Timestamp,
+        "date" => TypeKind::Date,
+        "time" | "timetz" => TypeKind::Time,
+        "interval" => TypeKind::Interval,
+        "json" | "jsonb" => TypeKind::Json,
+        "bytea" => TypeKind::Bytea,
+        "inet" | "cidr" => TypeKind::Inet,
+        "money" => TypeKind::Money,
+        _ => TypeKind::Other,
+    }
+}
+
+pub(super) fn read_tables(
+    c: &mut Client,
+    types: &mut TypeCache,
+) -> Result<Vec<Table>, postgres::Error> {
+    let all = crate::tables::list(c)?;
+    // Partitions get their rows through their parent (PostgreSQL routes
+    // each row); a materialized view gets its rows from its refresh.
+    let seedable: Vec<Relation> = all
+        .iter()
+        .filter(|t| t.partition_of.is_none() && t.kind != crate::tables::Kind::MaterializedView)
+        .map(UserTable::relation)
+        .collect();
+    let columns = catalogue::columns(c, &seedable)?;
+    let indexes = catalogue::indexes(c, &seedable)?;
+    // A unique index a constraint is enforced by (or a foreign key relies
+    // on) is that constraint's rule, read once from the constraint.
+    let all: Vec<Relation> = all.iter().map(UserTable::relation).collect();
+    let constraints = catalogue::constraints(c, &all)?;
+    let owned: BTreeSet<&str> = constraints
+        .iter()
+        .filter_map(|k| k.index.as_deref())
+        .collect();
+    let mut tables = Vec::new();
+    for rel in seedable {
+        let name = rel.name.clone();
+        let mut t = Table {
+            oid: rel.oid,
+            columns: Vec::new(),
+            uniques: Vec::new(),
+            fks: Vec::new(),
+            checks: Vec::new(),
+            name: rel.name,
+            qualified: rel.qualified,
+        };
+        for col in columns.iter().filter(|col| col.table == name) {
+            t.columns.push(Column {
+                num: col.num,
+                name: col.name.clone(),
+                ty: types.get(c, col.type_oid)?,
+                typmod: col.typmod,
+                sql_type: col.sql_type.clone(),
+                not_null: col.not_null,
+                default: col.default.clone(),
+                identity: col.identity,
+                generated: col.generated,
+            });
+        }
+        for k in constraints.iter().filter(|k| k.table == name) {
+            add_constraint(&mut t, k);
+        }
+        for i in indexes.iter().filter(|i| i.table == name) {
+            if i.unique && !owned.contains(i.regclass.as_str()) {
+                add_unique_index(&mut t, i);
+            }
+        }
+        tables.push(t);
+    }
+    Ok(tables)
+}
+
+/// A PRIMARY KEY or UNIQUE constraint, a foreign key or a CHECK, as the
+/// rule the seeded rows must keep.
+pub(super) fn add_constraint(t: &mut Table, k: &catalogue::Constraint) {
+    match k.kind {
+        ConstraintKind::PrimaryKey | ConstraintKind::Unique => t.uniques.push(k.columns.clone()),
+        ConstraintKind::ForeignKey => t.fks.push(ForeignKey {
+            name: k.name.clone(),
+            cols: k.columns.clone(),
+            ref_table: k.referenced_oid,
+            ref_cols: k.referenced_columns.clone(),
+            match_full: k.match_full,
+        }),
+        ConstraintKind::Check => {
+            if let Some(expr) = &k.expression {
+                t.checks.push(Check {
+                    name: k.name.clone(),
+                    expr: expr.clone(),
+                    cols: k.columns.clone(),
+                });
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A unique index no constraint owns: its columns, and the ones its
+/// expressions mention.
+pub(super) fn add_unique_index(t: &mut Table, i: &catalogue::IndexInfo) {
+    let mut cols: Vec<i16> = i
+        .column_numbers
+        .iter()
+        .copied()
+        .filter(|&n| n > 0)
+        .collect();
+    if let Some(exprs) = &i.expressions {
+        cols.extend(mentioned_columns(exprs, &t.columns));
+    }
+    if !cols.is_empty() {
+        t.uniques.push(cols);
+    }
+}
+
+/// Numbers of the columns an expression names (identifiers outside string
+/// literals, quoted or not).
+pub(super) fn mentioned_columns(expr: &str, columns: &[Column]) -> Vec<i16> {
+    let mut names = BTreeSet::new();
+    let mut chars = expr.chars().peekable();
+    while let Some(ch) = chars.next() {
+        match ch {
+            '\'' => {
+                for c in chars.by_ref() {
+                    if c == '\'' {
+                        break;
+                    }
+                }
+            }
+            '"' => {
+                let mut name = String::new();
+                while let Some(c) = chars.next() {
+                    if c == '"' {
+                        if chars.peek() == Some(&'"') {
+                            chars.next();
+                            name.push('"');
+                        } else {
+                            break;
+                        }
+                    } else {
+                        name.push(c);
+                    }
+                }
+                names.insert(name);
+            }
+            c if c.is_alphabetic() || c == '_' => {
+                let mut name = c.to_string();
+                while let Some(&c) = chars.peek() {
+                    if c.is_alphanumeric() || c == '_' || c == '$' {
+                        name.push(c);
+                        chars.next();
+                    } else {
+                        break;
+                    }
+                }
+                names.insert(name);
+            }
+            _ => {}
+        }
+    }
+    columns
+        .iter()
+        .filter(|c| names.contains(&c.name))
+        .map(|c| c.num)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn column(num: i16, name: &str) -> Column {
+        Column {
+            num,
+            name: name.into(),
+            ty: TypeInfo {
+                kind: TypeKind::Text,
+                sql: "text".into(),
+            },
+            typmod: -1,
+            sql_type: "text".into(),
+            not_null: false,
+            default: None,
+            identity: false,
+            generated: false,
+        }
+    }
+
+    #[test]
+    fn expression_indexes_name_their_columns() {
+        let cols = [column(1, "email"), column(2, "Tenant"), column(3, "x")];
+        assert_eq!(
+            mentioned_columns("lower(email), \"Tenant\", 'x'", &cols),
+            [1, 2]
+        );
+    }
+}

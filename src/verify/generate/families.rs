@@ -1,0 +1,382 @@
+//! Value families: per kind of type, the SQL expressions of the row index
+//! a column's values may come from (`i`, `0`, `'name_' || i`, the literals
+//! a CHECK mentions, …), injective ones marked.
+
+use super::catalogue::{TypeInfo, TypeKind};
+use super::{I, MAX_FAMILIES};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Family {
+    /// SQL with [`I`] standing for the row index (a bigint).
+    pub(super) sql: String,
+    /// Distinct indexes give distinct values.
+    pub(super) injective: bool,
+}
+
+pub(super) fn fam(sql: impl Into<String>) -> Family {
+    Family {
+        sql: sql.into(),
+        injective: false,
+    }
+}
+
+pub(super) fn inj(sql: impl Into<String>) -> Family {
+    Family {
+        sql: sql.into(),
+        injective: true,
+    }
+}
+
+/// `template` with the index replaced by `index` (an SQL expression).
+pub(super) fn at(template: &str, index: &str) -> String {
+    template.replace(I, &format!("({index})"))
+}
+
+pub(super) fn quote_literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// The literals of a CHECK expression: strings (`'a'`, `'-5'`) and bare
+/// numbers, as candidate values (`status IN ('a', 'b')`, `qty > 100`).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(super) struct Literals {
+    pub(super) strings: Vec<String>,
+    pub(super) numbers: Vec<String>,
+}
+
+impl Literals {
+    pub(super) fn scan(&mut self, expr: &str) {
+        let mut chars = expr.chars().peekable();
+        let mut prev_ident = false;
+        while let Some(ch) = chars.next() {
+            match ch {
+                '\'' => {
+                    let mut s = String::new();
+                    while let Some(c) = chars.next() {
+                        if c == '\'' {
+                            if chars.peek() == Some(&'\'') {
+                                chars.next();
+                                s.push('\'');
+                            } else {
+                                break;
+                            }
+                        } else {
+                            s.push(c);
+                        }
+                    }
+                    if s.parse::<f64>().is_ok() && !self.numbers.contains(&s) {
+                        self.numbers.push(s.clone());
+                    }
+                    if !self.strings.contains(&s) {
+                        self.strings.push(s);
+                    }
+                    prev_ident = false;
+                }
+                c if c.is_ascii_digit() && !prev_ident => {
+                    let mut n = c.to_string();
+                    while let Some(&c) = chars.peek() {
+                        if c.is_ascii_digit() || c == '.' {
+                            n.push(c);
+                            chars.next();
+                        } else {
+                            break;
+                        }
+                    }
+                    if n.parse::<f64>().is_ok() && !self.numbers.contains(&n) {
+                        self.numbers.push(n);
+                    }
+                }
+                c => prev_ident = c.is_alphanumeric() || c == '_' || c == '"',
+            }
+        }
+    }
+}
+
+/// Candidate values of a column, best first: realistic and injective
+/// first, then constants and what the CHECKs mention, NULL last (when the
+/// column allows it). `width` is the largest index, for sizing text to a
+/// `varchar(n)`.
+pub(super) fn families(
+    ty: &TypeInfo,
+    typmod: i32,
+    name: &str,
+    lits: &Literals,
+    width: u64,
+) -> Vec<Family> {
+    let i = I;
+    let nums = || lits.numbers.iter().take(6);
+    let mut v = match &ty.kind {
+        TypeKind::Int(bytes) => {
+            let mut v = vec![inj(i), fam(format!("{i} % 100 + 1"))];
+            if *bytes == 2 {
+                v.push(fam(format!("{i} % 30000")));
+            }
+            v.extend([fam("0"), fam("1"), inj(format!("-{i}"))]);
+            for n in nums() {
+                v.push(inj(format!("{n} + {i}")));
+                v.push(inj(format!("{n} - {i}")));
+                v.push(fam(n.clone()));
+            }
+            v
+        }
+        TypeKind::Numeric | TypeKind::Float | TypeKind::Money => {
+            let mut v = vec![inj(i), fam(format!("{i} % 100 + 1")), fam("0"), fam("1")];
+            if typmod >= 4 {
+                // numeric(p, s): at most p - s digits before the point.
+                let p = ((typmod - 4) >> 16) & 0xffff;
+                let s = (typmod - 4) & 0xffff;
+                let digits = (p - s).clamp(0, 18) as u32;
+                if digits > 0 {
+                    v.push(fam(format!("{i} % {}", 10u64.pow(digits) - 1)));
+                }
+            }
+            v.push(inj(format!("-{i}")));
+            v.push(inj(format!("{i} / 100.0")));
+            for n in nums() {
+                v.push(inj(format!("{n} + {i}")));
+                v.push(inj(format!("{n} - {i}")));
+                v.push(fam(n.clone()));
+            }
+            if matches!(ty.kind, TypeKind::Money) {
+                v = v
+                    .into_iter()
+                    .map(|f| Family {
+                        sql: format!("({})::numeric", f.sql),
+                        ..f
+                    })
+                    .collect();
+            }
+            v
+        }
+        TypeKind::Text => {
+            let max_len = (typmod >= 5).then(|| (typmod - 4) as usize);
+            let digits = width.max(1).to_string().len() + 1; // a minus sign
+            let room = max_len.map_or(24, |n| n.saturating_sub(digits).min(24));
+            let prefix: String = name
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() {
+                        c.to_ascii_lowercase()
+                    } else {
+                        '_'
+                    }
+                })
+                .take(room.saturating_sub(1))
+                .collect();
+            let mut v = Vec::new();
+            if room >= 2 {
+                v.push(inj(format!(
+                    "{} || {i}",
+                    quote_literal(&format!("{prefix}_"))
+                )));
+            }
+            v.push(inj(format!("{i}::text")));
+            if !lits.strings.is_empty() {
+                let all = lits
+                    .strings
+                    .iter()
+                    .map(|s| quote_literal(s))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                v.push(fam(format!(
+                    "(ARRAY[{all}])[1 + {i} % {}]",
+                    lits.strings.len()
+                )));
+                for s in lits.strings.iter().take(6) {
+                    v.push(inj(format!("{} || {i}", quote_literal(s))));
+                    v.push(fam(quote_literal(s)));
+                }
+            }
+            v.extend([
+                inj(format!("md5({i}::text)")),
+                inj(format!(
+                    "upper({}) || {i}",
+                    quote_literal(&format!("{prefix}_"))
+                )),
+                fam("'x'"),
+                fam("''"),
+            ]);
+            v
+        }
+        TypeKind::Bool => vec![fam(format!("{i} % 2 = 0")), fam("true"), fam("false")],
+        TypeKind::Uuid => vec![
+            inj(format!("md5({} || {i})::uuid", quote_literal(name))),
+            fam("'00000000-0000-0000-0000-000000000000'"),
+        ],
+        TypeKind::Timestamp => vec![
+            inj(format!(
+                "timestamptz '2020-01-01 00:00:00+00' + {i} * interval '1 minute'"
+            )),
+            inj(format!("now() - {i} * interval '1 minute'")),
+            inj(format!("now() + {i} * interval '1 minute'")),
+            fam("now()"),
+            fam("timestamptz '2000-01-01 00:00:00+00'"),
+        ],
+        TypeKind::Date => vec![
+            fam(format!("date '2020-01-01' + ({i} % 3650)::int")),
+            inj(format!("date '2000-01-01' + ({i})::int")),
+            fam(format!("current_date - ({i} % 3650)::int")),
+            fam(format!("current_date + 1 + ({i} % 3650)::int")),
+            fam("current_date"),
+        ],
+        TypeKind::Time => vec![
+            fam(format!(
+                "time '00:00' + ({i} % 86400) * interval '1 second'"
+            )),
+            fam("time '12:00'"),
+            fam("time '00:00'"),
+        ],
+        TypeKind::Interval => vec![
+            inj(format!("{i} * interval '1 second'")),
+            fam("interval '1 hour'"),
+            fam("interval '0'"),
+            inj(format!("-{i} * interval '1 second'")),
+        ],
+        TypeKind::Json => vec![
+            inj(format!("jsonb_build_object({}, {i})", quote_literal(name))),
+            fam("'{}'"),
+            fam("'[]'"),
+            inj(format!("jsonb_build_array({i})")),
+        ],
+        TypeKind::Bytea => vec![
+            inj(format!("decode(md5({i}::text), 'hex')")),
+            fam("'\\x00'::bytea"),
+        ],
+        TypeKind::Inet => vec![
+            inj(format!("'10.0.0.0'::inet + {i}")),
+            fam("'127.0.0.1'::inet"),
+        ],
+        TypeKind::Enum(labels) => {
+            let mut v = Vec::new();
+            if !labels.is_empty() {
+                v.push(fam(format!(
+                    "(enum_range(NULL::{}))[1 + {i} % {}]",
+                    ty.sql,
+                    labels.len()
+                )));
+            }
+            v.extend(labels.iter().take(8).map(|l| fam(quote_literal(l))));
+            v
+        }
+        TypeKind::Domain {
+            base,
+            base_typmod,
+            checks,
+            ..
+        } => {
+            let mut lits = lits.clone();
+            for c in checks {
+                lits.scan(c);
+            }
+            let typmod = if typmod >= 0 { typmod } else { *base_typmod };
+            families(base, typmod, name, &lits, width)
+        }
+        TypeKind::Array(elem) => {
+            let elems = families(elem, typmod, name, lits, width.saturating_add(1));
+            let mut v = Vec::new();
+            if let Some(e) = elems.first() {
+                v.push(Family {
+                    sql: format!("ARRAY[{}, {}]", e.sql, at(&e.sql, &format!("{i} + 1"))),
+                    injective: e.injective,
+                });
+                v.push(Family {
+                    sql: format!("ARRAY[{}]", e.sql),
+                    injective: e.injective,
+                });
+            }
+            v.push(fam("'{}'"));
+            v
+        }
+        TypeKind::Range(sub) => {
+            // [v(i), v(i + 1)): increasing for the subtype's first
+            // families (numbers, times); the fit probe drops the others.
+            let mut v: Vec<Family> =
+                families(sub, -1, name, &Literals::default(), width.saturating_add(1))
+                    .iter()
+                    .take(3)
+                    .map(|e| {
+                        inj(format!(
+                            "'[' || ({})::text || ',' || ({})::text || ')'",
+                            e.sql,
+                            at(&e.sql, &format!("{i} + 1"))
+                        ))
+                    })
+                    .collect();
+            v.push(fam("'empty'"));
+            v
+        }
+        // A type rollsafe does not know: text shapes its input function
+        // may accept (a number, a word, a range, a point, an empty value);
+        // the fit probe keeps the ones it does.
+        TypeKind::Other => vec![
+            inj(format!("({i})::text")),
+            inj(format!("'w' || {i}")),
+            inj(format!("'[' || {i} || ',' || ({i} + 1) || ')'")),
+            inj(format!("'(' || {i} || ',' || {i} || ')'")),
+            fam("''"),
+            fam("'0'"),
+            fam("'{}'"),
+        ],
+    };
+    v.truncate(MAX_FAMILIES);
+    v
+}
+
+/// The `varchar(n)` / `char(n)` length a value must fit, if any: an
+/// explicit cast would silently cut it (and break a UNIQUE key), so
+/// candidates are measured instead.
+pub(super) fn max_text_len(ty: &TypeInfo, typmod: i32) -> Option<i32> {
+    match &ty.kind {
+        TypeKind::Text if typmod >= 5 => Some(typmod - 4),
+        TypeKind::Domain {
+            base, base_typmod, ..
+        } => max_text_len(base, if typmod >= 0 { typmod } else { *base_typmod }),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verify::generate::catalogue::{TypeInfo, TypeKind};
+
+    #[test]
+    fn check_literals_become_candidates() {
+        let mut l = Literals::default();
+        l.scan("((status = ANY (ARRAY['new'::text, 'it''s'::text])) AND (qty > 100) AND (col2 < '-5'::integer))");
+        assert_eq!(l.strings, ["new", "it's", "-5"]);
+        assert_eq!(l.numbers, ["100", "-5"]);
+    }
+
+    #[test]
+    fn text_values_fit_their_varchar_and_stay_distinct() {
+        let ty = TypeInfo {
+            kind: TypeKind::Text,
+            sql: "character varying".into(),
+        };
+        let f = families(
+            &ty,
+            4 + 10,
+            "customer_name",
+            &Literals::default(),
+            1_000_000,
+        );
+        assert!(f[0].injective);
+        // 8 digits for the index and its sign leave 2 characters: "c_".
+        assert_eq!(at(&f[0].sql, "7"), "'c_' || (7)");
+        let ints = families(
+            &TypeInfo {
+                kind: TypeKind::Int(4),
+                sql: "integer".into(),
+            },
+            -1,
+            "n",
+            &Literals {
+                strings: vec![],
+                numbers: vec!["100".into()],
+            },
+            10,
+        );
+        assert!(ints.iter().any(|f| at(&f.sql, "g") == "100 + (g)"));
+    }
+}

@@ -1,0 +1,334 @@
+//! Seeding any schema: rows generated from the catalogue of the connected
+//! database, for projects that ship no seed file of their own.
+//!
+//! What it does, per table of every schema ([`crate::tables`]: rollsafe's
+//! and refinery's own tables left out; a partitioned table through its
+//! parent, so each row lands in its partition), in foreign-key order:
+//!
+//! - one set-based `INSERT … SELECT … FROM generate_series(1, N) AS s(g)`,
+//!   so a million rows cost one statement, not a million round trips. Every
+//!   generated value is a function of the row's index `i = g + offset`
+//!   (the offset clears the rows already there), which makes values
+//!   reproducible, injective where a UNIQUE key needs them to be, and
+//!   computable for a parent row too (a self-referencing key);
+//! - foreign keys point at rows that exist: the referenced table's key rows
+//!   are numbered (`row_number() OVER (ORDER BY key)`) and row `g` takes
+//!   number `(g - 1) % n`. A UNIQUE key made only of foreign-key columns
+//!   (a junction table's primary key) walks the combinations instead, and
+//!   the table gets at most as many rows as there are combinations;
+//! - values are chosen per column from a few *families* of its type
+//!   (`i`, `0`, `1`, `-i`, `'name_' || i`, the literals its CHECKs
+//!   mention, …): the first one that the type (domain CHECKs, varchar
+//!   lengths, numeric precision) accepts on a sample of indexes, then, for
+//!   the table's CHECK constraints, other combinations until every CHECK
+//!   holds on the sample. When none does, the table is not seeded and the
+//!   result names the constraint;
+//! - columns with defaults are left to them (serial, identity, `now()`),
+//!   except where a UNIQUE or foreign key needs a value rollsafe computes;
+//!   a sequence behind a column rollsafe filled is moved past the rows.
+//!
+//! Then the write statements of each app version run a few times with
+//! generated parameters (`-- param:` expressions where declared, as the
+//! replay evaluates them), so rows also look like the app's own.
+//!
+//! Every table is its own transaction: a table that fails leaves nothing
+//! behind and is reported, the others are seeded. What it is not: a
+//! faithful data distribution. Values are plausible and valid, not
+//! production-like.
+
+mod app_writes;
+mod catalogue;
+mod families;
+mod order;
+mod plan;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use postgres::Client;
+use thiserror::Error;
+
+use super::replay;
+use crate::app::AppVersion;
+use app_writes::run_app_writes;
+use catalogue::{read_tables, ForeignKey, Table, TypeCache};
+use order::{seeding_order, Edge};
+use plan::{fill_broken_reference, seed_table};
+
+/// How many times each app write statement runs after the bulk rows.
+const APP_WRITE_RUNS: usize = 3;
+/// Indexes tried per candidate: the first few, and the last two (the
+/// widest values: digits, overflow).
+const SAMPLE_HEAD: u64 = 12;
+/// Combinations tried for one CHECK constraint before giving up on it.
+const MAX_COMBINATIONS: usize = 400;
+/// Families kept per column (the search cost grows with their product).
+const MAX_FAMILIES: usize = 14;
+/// Stand-in for the row index in a value template (a byte no SQL text of
+/// ours contains), replaced by the index expression when rendered.
+const I: &str = "\u{1}i\u{1}";
+
+/// Rows per table: a default and per-table overrides (`--rows N`,
+/// `--rows TABLE=N`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowCounts {
+    pub default: u64,
+    pub per_table: BTreeMap<String, u64>,
+    /// Only tables that hold no rows yet get any (rows written before, by
+    /// the apps' own seeds, are left as they are).
+    pub only_empty: bool,
+}
+
+impl Default for RowCounts {
+    fn default() -> Self {
+        RowCounts::new(super::DEFAULT_ROWS)
+    }
+}
+
+/// A `--rows` value that is neither a count nor `TABLE=COUNT`.
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error("`--rows {0}` is not a row count; give a number (`--rows 10000`) or a table and a number (`--rows orders=500000`)")]
+pub struct RowCountsError(pub String);
+
+impl RowCounts {
+    pub fn new(default: u64) -> RowCounts {
+        RowCounts {
+            default,
+            per_table: BTreeMap::new(),
+            only_empty: false,
+        }
+    }
+
+    /// The same counts for the tables that hold no rows yet; the others
+    /// get none.
+    pub fn only_empty(mut self) -> RowCounts {
+        self.only_empty = true;
+        self
+    }
+
+    /// The same counts with `table` set to `rows`.
+    pub fn with(mut self, table: &str, rows: u64) -> RowCounts {
+        self.per_table.insert(table.to_string(), rows);
+        self
+    }
+
+    /// Applies one `--rows` argument: `N` sets the default, `TABLE=N` one
+    /// table.
+    pub fn apply(&mut self, arg: &str) -> Result<(), RowCountsError> {
+        let bad = || RowCountsError(arg.to_string());
+        let count = |s: &str| s.trim().replace('_', "").parse::<u64>().map_err(|_| bad());
+        match arg.split_once('=') {
+            None => self.default = count(arg)?,
+            Some((table, n)) if !table.trim().is_empty() => {
+                self.per_table.insert(table.trim().to_string(), count(n)?);
+            }
+            Some(_) => return Err(bad()),
+        }
+        Ok(())
+    }
+
+    /// Rows to write into `table`.
+    pub fn for_table(&self, table: &str) -> u64 {
+        self.per_table.get(table).copied().unwrap_or(self.default)
+    }
+}
+
+/// What a generation wrote, for evidence and for the checks that need rows.
+#[derive(Debug, Clone, Default)]
+pub struct Generated {
+    /// Tables that got their rows, in the order they were seeded.
+    pub seeded: Vec<SeededTable>,
+    /// Tables that could not be seeded (nothing was written to them).
+    pub unseeded: Vec<UnseededTable>,
+    /// Things that did not stop seeding but that a reader should know (a
+    /// foreign-key cycle no nullable column breaks).
+    pub warnings: Vec<String>,
+    /// The app write statements run on top of the bulk rows.
+    pub app_writes: Vec<AppWrites>,
+}
+
+impl Generated {
+    /// Rows written into `table`, None when it was not seeded.
+    pub fn written(&self, table: &str) -> Option<u64> {
+        self.seeded
+            .iter()
+            .find(|t| t.table == table)
+            .map(|t| t.written)
+    }
+
+    /// Adds what a later generation on the same database did.
+    pub fn absorb(&mut self, later: Generated) {
+        self.seeded.extend(later.seeded);
+        self.unseeded.extend(later.unseeded);
+        self.warnings.extend(later.warnings);
+        self.app_writes.extend(later.app_writes);
+    }
+
+    /// Why `table` was not seeded, if it was not.
+    pub fn unseeded(&self, table: &str) -> Option<&UnseededTable> {
+        self.unseeded.iter().find(|t| t.table == table)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeededTable {
+    pub table: String,
+    pub requested: u64,
+    pub written: u64,
+    /// Why fewer rows than requested were written, if so.
+    pub note: Option<String>,
+    /// How long its INSERT took (the search for values excluded).
+    pub took: std::time::Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnseededTable {
+    pub table: String,
+    /// The constraint that could not be satisfied, when one is to blame.
+    pub constraint: Option<String>,
+    /// One line: what stood in the way.
+    pub reason: String,
+}
+
+/// One app write statement run with generated parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppWrites {
+    pub app: String,
+    pub statement: String,
+    pub runs: usize,
+    pub succeeded: usize,
+    /// The server's message of each failed run (not fatal: the schema may
+    /// no longer fit the app, which the compat check judges).
+    pub failures: Vec<String>,
+}
+
+/// Seeds every table ([`crate::tables`]) with generated rows (`rows`), then
+/// runs the write statements of `apps` a few times. Only a lost connection
+/// or an unreadable catalogue is an error; a table that cannot be seeded
+/// is reported in [`Generated::unseeded`].
+pub fn seed(c: &mut Client, rows: &RowCounts, apps: &[&AppVersion]) -> anyhow::Result<Generated> {
+    let mut out = Generated::default();
+    let mut types = TypeCache::default();
+    let tables = read_tables(c, &mut types)?;
+    let index: HashMap<u32, usize> = tables.iter().enumerate().map(|(k, t)| (t.oid, k)).collect();
+    let mut edges = Vec::new();
+    for (k, t) in tables.iter().enumerate() {
+        for fk in &t.fks {
+            if let Some(&parent) = index.get(&fk.ref_table) {
+                if parent != k {
+                    edges.push(Edge {
+                        child: k,
+                        parent,
+                        constraint: fk.name.clone(),
+                        breakable: fk.breakable(t),
+                    });
+                }
+            }
+        }
+    }
+    let names: Vec<String> = tables.iter().map(|t| t.name.clone()).collect();
+    let order = seeding_order(&names, &edges);
+    out.warnings.extend(order.warnings);
+    let broken: BTreeSet<(usize, String)> = order
+        .broken
+        .iter()
+        .map(|&e| (edges[e].child, edges[e].constraint.clone()))
+        .collect();
+    let parents: HashMap<u32, &Table> = tables.iter().map(|t| (t.oid, t)).collect();
+    // The transaction that wrote each table's rows, to find them again.
+    let mut writers: HashMap<usize, String> = HashMap::new();
+    for k in order.tables {
+        let t = &tables[k];
+        let requested = rows.for_table(&t.name);
+        let is_broken = |fk: &ForeignKey| broken.contains(&(k, fk.name.clone()));
+        let result = match seed_table(c, t, &parents, &is_broken, requested, rows.only_empty) {
+            Ok(r) => r,
+            // A query the server refused (permissions, a value out of
+            // range) is this table's problem; a lost connection is not.
+            Err(e) => match e
+                .downcast_ref::<postgres::Error>()
+                .and_then(|pg| pg.as_db_error())
+            {
+                Some(db) => Err(UnseededTable {
+                    table: t.name.clone(),
+                    constraint: db.constraint().map(str::to_string),
+                    reason: db.message().to_string(),
+                }),
+                None => return Err(e),
+            },
+        };
+        match result {
+            Ok((s, xid)) => {
+                if let Some(xid) = xid {
+                    writers.insert(k, xid);
+                }
+                out.seeded.push(s)
+            }
+            Err(u) => out.unseeded.push(u),
+        }
+    }
+    // A key set aside to break a cycle now points at the rows its parent
+    // got since.
+    for &e in &order.broken {
+        let edge = &edges[e];
+        let child = &tables[edge.child];
+        let (Some(xid), Some(fk)) = (
+            writers.get(&edge.child),
+            child.fks.iter().find(|f| f.name == edge.constraint),
+        ) else {
+            continue;
+        };
+        if edge.breakable {
+            if let Err(message) = fill_broken_reference(c, child, fk, &tables[edge.parent], xid)? {
+                out.warnings.push(format!(
+                    "{}: foreign key {} was left NULL to break a cycle and could not be filled in afterwards: {message}",
+                    child.name, fk.name
+                ));
+            }
+        }
+    }
+    for app in apps {
+        out.app_writes.extend(run_app_writes(c, app, &mut types)?);
+    }
+    // A materialized view holds what its query returned when refreshed:
+    // refreshed over the rows just written, a migration that refreshes or
+    // rebuilds it is measured over rows too.
+    for mv in crate::tables::list(c)?
+        .iter()
+        .filter(|t| t.kind == crate::tables::Kind::MaterializedView && t.populated)
+    {
+        if let Err(e) = c.batch_execute(&format!("REFRESH MATERIALIZED VIEW {}", mv.qualified)) {
+            match e.as_db_error() {
+                Some(_) => out.warnings.push(format!(
+                    "materialized view {} could not be refreshed over the seeded rows: {}",
+                    mv.name,
+                    crate::errors::one_line(&e)
+                )),
+                None => return Err(e.into()),
+            }
+        }
+    }
+    c.batch_execute("ANALYZE")?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_counts_read_a_default_and_per_table_overrides() {
+        let mut r = RowCounts::new(10);
+        r.apply("500").unwrap();
+        r.apply("orders=1_000").unwrap();
+        assert_eq!(r.for_table("orders"), 1000);
+        assert_eq!(r.for_table("customers"), 500);
+        assert_eq!(
+            RowCounts::default().for_table("x"),
+            super::super::DEFAULT_ROWS
+        );
+        for bad in ["", "many", "=5", "orders=", "orders=-1"] {
+            let e = r.apply(bad).unwrap_err();
+            assert!(e.to_string().contains(&format!("`--rows {bad}`")), "{e}");
+        }
+    }
+}
