@@ -103,161 +103,11 @@ pub(super) fn families(
     lits: &Literals,
     width: u64,
 ) -> Vec<Family> {
-    let i = I;
-    let nums = || lits.numbers.iter().take(6);
     let mut v = match &ty.kind {
-        TypeKind::Int(bytes) => {
-            let mut v = vec![inj(i), fam(format!("{i} % 100 + 1"))];
-            if *bytes == 2 {
-                v.push(fam(format!("{i} % 30000")));
-            }
-            v.extend([fam("0"), fam("1"), inj(format!("-{i}"))]);
-            for n in nums() {
-                v.push(inj(format!("{n} + {i}")));
-                v.push(inj(format!("{n} - {i}")));
-                v.push(fam(n.clone()));
-            }
-            v
-        }
-        TypeKind::Numeric | TypeKind::Float | TypeKind::Money => {
-            let mut v = vec![inj(i), fam(format!("{i} % 100 + 1")), fam("0"), fam("1")];
-            if typmod >= 4 {
-                // numeric(p, s): at most p - s digits before the point.
-                let p = ((typmod - 4) >> 16) & 0xffff;
-                let s = (typmod - 4) & 0xffff;
-                let digits = (p - s).clamp(0, 18) as u32;
-                if digits > 0 {
-                    v.push(fam(format!("{i} % {}", 10u64.pow(digits) - 1)));
-                }
-            }
-            v.push(inj(format!("-{i}")));
-            v.push(inj(format!("{i} / 100.0")));
-            for n in nums() {
-                v.push(inj(format!("{n} + {i}")));
-                v.push(inj(format!("{n} - {i}")));
-                v.push(fam(n.clone()));
-            }
-            if matches!(ty.kind, TypeKind::Money) {
-                v = v
-                    .into_iter()
-                    .map(|f| Family {
-                        sql: format!("({})::numeric", f.sql),
-                        ..f
-                    })
-                    .collect();
-            }
-            v
-        }
-        TypeKind::Text => {
-            let max_len = (typmod >= 5).then(|| (typmod - 4) as usize);
-            let digits = width.max(1).to_string().len() + 1; // a minus sign
-            let room = max_len.map_or(24, |n| n.saturating_sub(digits).min(24));
-            let prefix: String = name
-                .chars()
-                .map(|c| {
-                    if c.is_ascii_alphanumeric() {
-                        c.to_ascii_lowercase()
-                    } else {
-                        '_'
-                    }
-                })
-                .take(room.saturating_sub(1))
-                .collect();
-            let mut v = Vec::new();
-            if room >= 2 {
-                v.push(inj(format!(
-                    "{} || {i}",
-                    quote_literal(&format!("{prefix}_"))
-                )));
-            }
-            v.push(inj(format!("{i}::text")));
-            if !lits.strings.is_empty() {
-                let all = lits
-                    .strings
-                    .iter()
-                    .map(|s| quote_literal(s))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                v.push(fam(format!(
-                    "(ARRAY[{all}])[1 + {i} % {}]",
-                    lits.strings.len()
-                )));
-                for s in lits.strings.iter().take(6) {
-                    v.push(inj(format!("{} || {i}", quote_literal(s))));
-                    v.push(fam(quote_literal(s)));
-                }
-            }
-            v.extend([
-                inj(format!("md5({i}::text)")),
-                inj(format!(
-                    "upper({}) || {i}",
-                    quote_literal(&format!("{prefix}_"))
-                )),
-                fam("'x'"),
-                fam("''"),
-            ]);
-            v
-        }
-        TypeKind::Bool => vec![fam(format!("{i} % 2 = 0")), fam("true"), fam("false")],
-        TypeKind::Uuid => vec![
-            inj(format!("md5({} || {i})::uuid", quote_literal(name))),
-            fam("'00000000-0000-0000-0000-000000000000'"),
-        ],
-        TypeKind::Timestamp => vec![
-            inj(format!(
-                "timestamptz '2020-01-01 00:00:00+00' + {i} * interval '1 minute'"
-            )),
-            inj(format!("now() - {i} * interval '1 minute'")),
-            inj(format!("now() + {i} * interval '1 minute'")),
-            fam("now()"),
-            fam("timestamptz '2000-01-01 00:00:00+00'"),
-        ],
-        TypeKind::Date => vec![
-            fam(format!("date '2020-01-01' + ({i} % 3650)::int")),
-            inj(format!("date '2000-01-01' + ({i})::int")),
-            fam(format!("current_date - ({i} % 3650)::int")),
-            fam(format!("current_date + 1 + ({i} % 3650)::int")),
-            fam("current_date"),
-        ],
-        TypeKind::Time => vec![
-            fam(format!(
-                "time '00:00' + ({i} % 86400) * interval '1 second'"
-            )),
-            fam("time '12:00'"),
-            fam("time '00:00'"),
-        ],
-        TypeKind::Interval => vec![
-            inj(format!("{i} * interval '1 second'")),
-            fam("interval '1 hour'"),
-            fam("interval '0'"),
-            inj(format!("-{i} * interval '1 second'")),
-        ],
-        TypeKind::Json => vec![
-            inj(format!("jsonb_build_object({}, {i})", quote_literal(name))),
-            fam("'{}'"),
-            fam("'[]'"),
-            inj(format!("jsonb_build_array({i})")),
-        ],
-        TypeKind::Bytea => vec![
-            inj(format!("decode(md5({i}::text), 'hex')")),
-            fam("'\\x00'::bytea"),
-        ],
-        TypeKind::Inet => vec![
-            inj(format!("'10.0.0.0'::inet + {i}")),
-            fam("'127.0.0.1'::inet"),
-        ],
-        TypeKind::Enum(labels) => {
-            let mut v = Vec::new();
-            if !labels.is_empty() {
-                v.push(fam(format!(
-                    "(enum_range(NULL::{}))[1 + {i} % {}]",
-                    ty.sql,
-                    labels.len()
-                )));
-            }
-            v.extend(labels.iter().take(8).map(|l| fam(quote_literal(l))));
-            v
-        }
+        TypeKind::Int(bytes) => integers(*bytes, lits),
+        TypeKind::Numeric | TypeKind::Float | TypeKind::Money => numbers(ty, typmod, lits),
+        TypeKind::Text => texts(typmod, name, lits, width),
+        TypeKind::Enum(labels) => enum_labels(ty, labels),
         TypeKind::Domain {
             base,
             base_typmod,
@@ -271,54 +121,273 @@ pub(super) fn families(
             let typmod = if typmod >= 0 { typmod } else { *base_typmod };
             families(base, typmod, name, &lits, width)
         }
-        TypeKind::Array(elem) => {
-            let elems = families(elem, typmod, name, lits, width.saturating_add(1));
-            let mut v = Vec::new();
-            if let Some(e) = elems.first() {
-                v.push(Family {
-                    sql: format!("ARRAY[{}, {}]", e.sql, at(&e.sql, &format!("{i} + 1"))),
-                    injective: e.injective,
-                });
-                v.push(Family {
-                    sql: format!("ARRAY[{}]", e.sql),
-                    injective: e.injective,
-                });
-            }
-            v.push(fam("'{}'"));
-            v
-        }
-        TypeKind::Range(sub) => {
-            // [v(i), v(i + 1)): increasing for the subtype's first
-            // families (numbers, times); the fit probe drops the others.
-            let mut v: Vec<Family> =
-                families(sub, -1, name, &Literals::default(), width.saturating_add(1))
-                    .iter()
-                    .take(3)
-                    .map(|e| {
-                        inj(format!(
-                            "'[' || ({})::text || ',' || ({})::text || ')'",
-                            e.sql,
-                            at(&e.sql, &format!("{i} + 1"))
-                        ))
-                    })
-                    .collect();
-            v.push(fam("'empty'"));
-            v
-        }
-        // A type rollsafe does not know: text shapes its input function
-        // may accept (a number, a word, a range, a point, an empty value);
-        // the fit probe keeps the ones it does.
-        TypeKind::Other => vec![
-            inj(format!("({i})::text")),
-            inj(format!("'w' || {i}")),
-            inj(format!("'[' || {i} || ',' || ({i} + 1) || ')'")),
-            inj(format!("'(' || {i} || ',' || {i} || ')'")),
-            fam("''"),
-            fam("'0'"),
-            fam("'{}'"),
-        ],
+        TypeKind::Array(elem) => arrays(elem, typmod, name, lits, width),
+        TypeKind::Range(sub) => ranges(sub, name, width),
+        kind => FIXED
+            .iter()
+            .find(|(k, _)| std::mem::discriminant(k) == std::mem::discriminant(kind))
+            .map_or(&OTHER[..], |(_, templates)| templates)
+            .iter()
+            .map(|&(sql, injective)| Family {
+                sql: sql
+                    .replace("{i}", I)
+                    .replace("{name}", &quote_literal(name)),
+                injective,
+            })
+            .collect(),
     };
     v.truncate(MAX_FAMILIES);
+    v
+}
+
+/// A family template: SQL with `{i}` for the row index and `{name}` for
+/// the column's name as a literal; whether distinct indexes give distinct
+/// values.
+type Template = (&'static str, bool);
+
+/// The families of the kinds whose values need nothing but the row index
+/// and the column's name.
+const FIXED: &[(TypeKind, &[Template])] = &[
+    (
+        TypeKind::Bool,
+        &[("{i} % 2 = 0", false), ("true", false), ("false", false)],
+    ),
+    (
+        TypeKind::Uuid,
+        &[
+            ("md5({name} || {i})::uuid", true),
+            ("'00000000-0000-0000-0000-000000000000'", false),
+        ],
+    ),
+    (
+        TypeKind::Timestamp,
+        &[
+            (
+                "timestamptz '2020-01-01 00:00:00+00' + {i} * interval '1 minute'",
+                true,
+            ),
+            ("now() - {i} * interval '1 minute'", true),
+            ("now() + {i} * interval '1 minute'", true),
+            ("now()", false),
+            ("timestamptz '2000-01-01 00:00:00+00'", false),
+        ],
+    ),
+    (
+        TypeKind::Date,
+        &[
+            ("date '2020-01-01' + ({i} % 3650)::int", false),
+            ("date '2000-01-01' + ({i})::int", true),
+            ("current_date - ({i} % 3650)::int", false),
+            ("current_date + 1 + ({i} % 3650)::int", false),
+            ("current_date", false),
+        ],
+    ),
+    (
+        TypeKind::Time,
+        &[
+            ("time '00:00' + ({i} % 86400) * interval '1 second'", false),
+            ("time '12:00'", false),
+            ("time '00:00'", false),
+        ],
+    ),
+    (
+        TypeKind::Interval,
+        &[
+            ("{i} * interval '1 second'", true),
+            ("interval '1 hour'", false),
+            ("interval '0'", false),
+            ("-{i} * interval '1 second'", true),
+        ],
+    ),
+    (
+        TypeKind::Json,
+        &[
+            ("jsonb_build_object({name}, {i})", true),
+            ("'{}'", false),
+            ("'[]'", false),
+            ("jsonb_build_array({i})", true),
+        ],
+    ),
+    (
+        TypeKind::Bytea,
+        &[
+            ("decode(md5({i}::text), 'hex')", true),
+            (r"'\x00'::bytea", false),
+        ],
+    ),
+    (
+        TypeKind::Inet,
+        &[
+            ("'10.0.0.0'::inet + {i}", true),
+            ("'127.0.0.1'::inet", false),
+        ],
+    ),
+];
+
+/// A type rollsafe does not know: text shapes its input function may
+/// accept (a number, a word, a range, a point, an empty value); the fit
+/// probe keeps the ones it does.
+const OTHER: [Template; 7] = [
+    ("({i})::text", true),
+    ("'w' || {i}", true),
+    ("'[' || {i} || ',' || ({i} + 1) || ')'", true),
+    ("'(' || {i} || ',' || {i} || ')'", true),
+    ("''", false),
+    ("'0'", false),
+    ("'{}'", false),
+];
+
+fn integers(bytes: u8, lits: &Literals) -> Vec<Family> {
+    let i = I;
+    let mut v = vec![inj(i), fam(format!("{i} % 100 + 1"))];
+    if bytes == 2 {
+        v.push(fam(format!("{i} % 30000")));
+    }
+    v.extend([fam("0"), fam("1"), inj(format!("-{i}"))]);
+    v.extend(around_literals(lits));
+    v
+}
+
+/// Each number a CHECK mentions: just above, just below, and itself.
+fn around_literals(lits: &Literals) -> Vec<Family> {
+    let i = I;
+    lits.numbers
+        .iter()
+        .take(6)
+        .flat_map(|n| {
+            [
+                inj(format!("{n} + {i}")),
+                inj(format!("{n} - {i}")),
+                fam(n.clone()),
+            ]
+        })
+        .collect()
+}
+
+fn numbers(ty: &TypeInfo, typmod: i32, lits: &Literals) -> Vec<Family> {
+    let i = I;
+    let mut v = vec![inj(i), fam(format!("{i} % 100 + 1")), fam("0"), fam("1")];
+    if typmod >= 4 {
+        // numeric(p, s): at most p - s digits before the point.
+        let p = ((typmod - 4) >> 16) & 0xffff;
+        let s = (typmod - 4) & 0xffff;
+        let digits = (p - s).clamp(0, 18) as u32;
+        if digits > 0 {
+            v.push(fam(format!("{i} % {}", 10u64.pow(digits) - 1)));
+        }
+    }
+    v.push(inj(format!("-{i}")));
+    v.push(inj(format!("{i} / 100.0")));
+    v.extend(around_literals(lits));
+    if matches!(ty.kind, TypeKind::Money) {
+        v = v
+            .into_iter()
+            .map(|f| Family {
+                sql: format!("({})::numeric", f.sql),
+                ..f
+            })
+            .collect();
+    }
+    v
+}
+
+fn texts(typmod: i32, name: &str, lits: &Literals, width: u64) -> Vec<Family> {
+    let i = I;
+    let max_len = (typmod >= 5).then(|| (typmod - 4) as usize);
+    let digits = width.max(1).to_string().len() + 1; // a minus sign
+    let room = max_len.map_or(24, |n| n.saturating_sub(digits).min(24));
+    let prefix: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .take(room.saturating_sub(1))
+        .collect();
+    let mut v = Vec::new();
+    if room >= 2 {
+        v.push(inj(format!(
+            "{} || {i}",
+            quote_literal(&format!("{prefix}_"))
+        )));
+    }
+    v.push(inj(format!("{i}::text")));
+    if !lits.strings.is_empty() {
+        let all = lits
+            .strings
+            .iter()
+            .map(|s| quote_literal(s))
+            .collect::<Vec<_>>()
+            .join(", ");
+        v.push(fam(format!(
+            "(ARRAY[{all}])[1 + {i} % {}]",
+            lits.strings.len()
+        )));
+        for s in lits.strings.iter().take(6) {
+            v.push(inj(format!("{} || {i}", quote_literal(s))));
+            v.push(fam(quote_literal(s)));
+        }
+    }
+    v.extend([
+        inj(format!("md5({i}::text)")),
+        inj(format!(
+            "upper({}) || {i}",
+            quote_literal(&format!("{prefix}_"))
+        )),
+        fam("'x'"),
+        fam("''"),
+    ]);
+    v
+}
+
+fn enum_labels(ty: &TypeInfo, labels: &[String]) -> Vec<Family> {
+    let mut v = Vec::new();
+    if !labels.is_empty() {
+        v.push(fam(format!(
+            "(enum_range(NULL::{}))[1 + {I} % {}]",
+            ty.sql,
+            labels.len()
+        )));
+    }
+    v.extend(labels.iter().take(8).map(|l| fam(quote_literal(l))));
+    v
+}
+
+fn arrays(elem: &TypeInfo, typmod: i32, name: &str, lits: &Literals, width: u64) -> Vec<Family> {
+    let elems = families(elem, typmod, name, lits, width.saturating_add(1));
+    let mut v = Vec::new();
+    if let Some(e) = elems.first() {
+        v.push(Family {
+            sql: format!("ARRAY[{}, {}]", e.sql, at(&e.sql, &format!("{I} + 1"))),
+            injective: e.injective,
+        });
+        v.push(Family {
+            sql: format!("ARRAY[{}]", e.sql),
+            injective: e.injective,
+        });
+    }
+    v.push(fam("'{}'"));
+    v
+}
+
+/// `[v(i), v(i + 1))`: increasing for the subtype's first families
+/// (numbers, times); the fit probe drops the others.
+fn ranges(sub: &TypeInfo, name: &str, width: u64) -> Vec<Family> {
+    let mut v: Vec<Family> = families(sub, -1, name, &Literals::default(), width.saturating_add(1))
+        .iter()
+        .take(3)
+        .map(|e| {
+            inj(format!(
+                "'[' || ({})::text || ',' || ({})::text || ')'",
+                e.sql,
+                at(&e.sql, &format!("{I} + 1"))
+            ))
+        })
+        .collect();
+    v.push(fam("'empty'"));
     v
 }
 

@@ -35,10 +35,18 @@
 //! behind and is reported, the others are seeded. What it is not: a
 //! faithful data distribution. Values are plausible and valid, not
 //! production-like.
+//!
+//! The parts, in the order a seeding runs them: `catalogue` (what each
+//! table holds, through the one catalogue reader), `order` (parents
+//! first), `plan` (what each column of a table gets), `families` (the
+//! values of each kind of type, a table), `fit` (the values its types and
+//! CHECKs accept), `insert` (the rows), `app_writes` (the apps' own).
 
 mod app_writes;
 mod catalogue;
 mod families;
+mod fit;
+mod insert;
 mod order;
 mod plan;
 
@@ -51,8 +59,9 @@ use super::replay;
 use crate::app::AppVersion;
 use app_writes::run_app_writes;
 use catalogue::{read_tables, ForeignKey, Table, TypeCache};
+use insert::fill_broken_reference;
 use order::{seeding_order, Edge};
-use plan::{fill_broken_reference, seed_table};
+use plan::seed_table;
 
 /// How many times each app write statement runs after the bulk rows.
 const APP_WRITE_RUNS: usize = 3;
@@ -209,22 +218,7 @@ pub fn seed(c: &mut Client, rows: &RowCounts, apps: &[&AppVersion]) -> anyhow::R
     let mut out = Generated::default();
     let mut types = TypeCache::default();
     let tables = read_tables(c, &mut types)?;
-    let index: HashMap<u32, usize> = tables.iter().enumerate().map(|(k, t)| (t.oid, k)).collect();
-    let mut edges = Vec::new();
-    for (k, t) in tables.iter().enumerate() {
-        for fk in &t.fks {
-            if let Some(&parent) = index.get(&fk.ref_table) {
-                if parent != k {
-                    edges.push(Edge {
-                        child: k,
-                        parent,
-                        constraint: fk.name.clone(),
-                        breakable: fk.breakable(t),
-                    });
-                }
-            }
-        }
-    }
+    let edges = foreign_key_edges(&tables);
     let names: Vec<String> = tables.iter().map(|t| t.name.clone()).collect();
     let order = seeding_order(&names, &edges);
     out.warnings.extend(order.warnings);
@@ -289,6 +283,33 @@ pub fn seed(c: &mut Client, rows: &RowCounts, apps: &[&AppVersion]) -> anyhow::R
     for app in apps {
         out.app_writes.extend(run_app_writes(c, app, &mut types)?);
     }
+    refresh_materialized_views(c, &mut out)?;
+    c.batch_execute("ANALYZE")?;
+    Ok(out)
+}
+
+/// The foreign keys between two different tables, by table index.
+fn foreign_key_edges(tables: &[Table]) -> Vec<Edge> {
+    let index: HashMap<u32, usize> = tables.iter().enumerate().map(|(k, t)| (t.oid, k)).collect();
+    let mut edges = Vec::new();
+    for (k, t) in tables.iter().enumerate() {
+        for fk in &t.fks {
+            if let Some(&parent) = index.get(&fk.ref_table) {
+                if parent != k {
+                    edges.push(Edge {
+                        child: k,
+                        parent,
+                        constraint: fk.name.clone(),
+                        breakable: fk.breakable(t),
+                    });
+                }
+            }
+        }
+    }
+    edges
+}
+
+fn refresh_materialized_views(c: &mut Client, out: &mut Generated) -> Result<(), postgres::Error> {
     // A materialized view holds what its query returned when refreshed:
     // refreshed over the rows just written, a migration that refreshes or
     // rebuilds it is measured over rows too.
@@ -303,12 +324,11 @@ pub fn seed(c: &mut Client, rows: &RowCounts, apps: &[&AppVersion]) -> anyhow::R
                     mv.name,
                     crate::errors::one_line(&e)
                 )),
-                None => return Err(e.into()),
+                None => return Err(e),
             }
         }
     }
-    c.batch_execute("ANALYZE")?;
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,0 +1,220 @@
+//! Values that fit one table: for each column still to fill, the first
+//! family its type accepts on a sample of row indexes, then other
+//! combinations until every CHECK of the table holds on the sample.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use postgres::Client;
+
+use super::families::{at, fam, families, max_text_len, Family, Literals};
+use super::plan::{unseeded, Plan, Val};
+use super::{UnseededTable, MAX_COMBINATIONS};
+
+/// Step 3 of [`seed_table`]: for each column still to fill, the families of its type that
+/// fit it (tried on the sample), the first one chosen; injective ones
+/// only for a column that carries a UNIQUE key.
+pub(super) fn choose_values(
+    c: &mut Client,
+    plan: &mut Plan,
+    decided: &[bool],
+    carriers: &BTreeSet<usize>,
+    width: u64,
+) -> Result<Result<BTreeMap<usize, Vec<Family>>, UnseededTable>, postgres::Error> {
+    let t = plan.table;
+    // What the CHECKs on a column mention are candidates for it.
+    let mut lits: Vec<Literals> = vec![Literals::default(); t.columns.len()];
+    for check in &t.checks {
+        for &n in &check.cols {
+            if let Some(k) = t.column(n) {
+                lits[k].scan(&check.expr);
+            }
+        }
+    }
+    let mut fitting: BTreeMap<usize, Vec<Family>> = BTreeMap::new();
+    for k in 0..t.columns.len() {
+        if decided[k] {
+            continue;
+        }
+        let col = &t.columns[k];
+        let mut fams = families(&col.ty, col.typmod, &col.name, &lits[k], width);
+        if carriers.contains(&k) && fams.iter().any(|f| f.injective) {
+            // Without an injective family the INSERT tells whether the
+            // key holds (a few rows of an enum may still be distinct).
+            fams.retain(|f| f.injective);
+        }
+        if !col.not_null() {
+            fams.push(fam("NULL"));
+        }
+        let mut fits = Vec::new();
+        let mut last_error = None;
+        for f in fams {
+            match fits_column(c, plan, k, &f)? {
+                Ok(()) => fits.push(f),
+                Err(e) => last_error = Some(e),
+            }
+        }
+        if fits.is_empty() {
+            let (constraint, message) = last_error.unwrap_or((None, "no candidate".into()));
+            return Ok(unseeded(
+                t,
+                constraint.as_deref(),
+                format!(
+                    "column {} ({}): no generated value fits it ({message})",
+                    col.name, col.sql_type
+                ),
+            ));
+        }
+        plan.vals[k] = Val::Gen {
+            fams: fits.clone(),
+            chosen: 0,
+        };
+        fitting.insert(k, fits);
+    }
+    Ok(Ok(fitting))
+}
+
+/// Step 4 of [`seed_table`]: CHECK constraints, one at a time: other combinations of the
+/// fitting families of its columns until it holds without breaking one
+/// that held; its columns are then kept.
+pub(super) fn satisfy_checks(
+    c: &mut Client,
+    plan: &mut Plan,
+    fitting: &BTreeMap<usize, Vec<Family>>,
+) -> Result<Result<(), UnseededTable>, postgres::Error> {
+    let t = plan.table;
+    if !t.checks.is_empty() {
+        let mut failing = failing_checks(c, plan)?;
+        let mut locked: BTreeSet<usize> = BTreeSet::new();
+        for ck in 0..t.checks.len() {
+            if !failing[ck] {
+                locked.extend(t.checks[ck].cols.iter().filter_map(|&n| t.column(n)));
+                continue;
+            }
+            let vars: Vec<usize> = t.checks[ck]
+                .cols
+                .iter()
+                .filter_map(|&n| t.column(n))
+                .filter(|k| fitting.contains_key(k) && !locked.contains(k))
+                .collect();
+            let sizes: Vec<usize> = vars.iter().map(|k| fitting[k].len()).collect();
+            for combo in combinations(&sizes).take(MAX_COMBINATIONS) {
+                for (v, &k) in vars.iter().enumerate() {
+                    plan.vals[k] = Val::Gen {
+                        fams: fitting[&k].clone(),
+                        chosen: combo[v],
+                    };
+                }
+                let now = failing_checks(c, plan)?;
+                let regress = (0..now.len()).any(|j| now[j] && !failing[j]);
+                if !now[ck] && !regress {
+                    failing = now;
+                    break;
+                }
+            }
+            if failing[ck] {
+                let check = &t.checks[ck];
+                return Ok(unseeded(
+                    t,
+                    Some(&check.name),
+                    format!(
+                        "CHECK {} ({}): no combination of generated values satisfies it",
+                        check.name, check.expr
+                    ),
+                ));
+            }
+            locked.extend(vars);
+        }
+    }
+    Ok(Ok(()))
+}
+
+/// Whether family `f` gives column `k` values of its type (domain CHECKs,
+/// lengths, ranges, NOT NULL) over the sample; the error says why not.
+#[allow(clippy::type_complexity)]
+pub(super) fn fits_column(
+    c: &mut Client,
+    plan: &Plan,
+    k: usize,
+    f: &Family,
+) -> Result<Result<(), (Option<String>, String)>, postgres::Error> {
+    let col = &plan.table.columns[k];
+    let value = format!("({})::{}", at(&f.sql, &plan.index()), col.sql_type);
+    let too_long = max_text_len(&col.ty, col.typmod)
+        .map_or("false".to_string(), |n| format!("length(v::text) > {n}"));
+    let null = if col.not_null() && f.sql != "NULL" {
+        "v IS NULL"
+    } else {
+        "false"
+    };
+    // `count(v)` makes the server compute v: an output nothing reads is
+    // never evaluated, and its cast would never be tried.
+    let sql = format!(
+        "SELECT count(*) FILTER (WHERE {too_long} OR {null}), count(v) FROM (SELECT {value} AS v FROM {}) x",
+        plan.sample()
+    );
+    match c.query_one(sql.as_str(), &[]) {
+        Ok(row) if row.get::<_, i64>(0) == 0 => Ok(Ok(())),
+        Ok(_) => Ok(Err((None, "too long or NULL".into()))),
+        Err(e) if e.as_db_error().is_some() => Ok(Err((
+            e.as_db_error()
+                .and_then(|d| d.constraint())
+                .map(str::to_string),
+            crate::errors::one_line(&e),
+        ))),
+        Err(e) => Err(e),
+    }
+}
+
+/// Which of the table's CHECKs some sampled row violates (all of them,
+/// when the probe itself fails: a value the expression cannot take).
+pub(super) fn failing_checks(c: &mut Client, plan: &Plan) -> Result<Vec<bool>, postgres::Error> {
+    let checks = &plan.table.checks;
+    let counts = checks
+        .iter()
+        .map(|ck| format!("count(*) FILTER (WHERE ({}) IS FALSE)", ck.expr))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sql = format!(
+        "SELECT ARRAY[{counts}]::bigint[] FROM ({}) t",
+        plan.select(&plan.sample(), true)
+    );
+    match c.query_one(sql.as_str(), &[]) {
+        Ok(row) => Ok(row.get::<_, Vec<i64>>(0).iter().map(|&n| n > 0).collect()),
+        Err(e) if e.as_db_error().is_some() => Ok(vec![true; checks.len()]),
+        Err(e) => Err(e),
+    }
+}
+
+/// Every combination of choices (`sizes[v]` options for variable v),
+/// the first choices first.
+pub(super) fn combinations(sizes: &[usize]) -> impl Iterator<Item = Vec<usize>> + '_ {
+    let total = sizes
+        .iter()
+        .try_fold(1usize, |acc, &n| acc.checked_mul(n))
+        .unwrap_or(usize::MAX);
+    let total = if sizes.contains(&0) { 0 } else { total };
+    (0..total).map(move |mut n| {
+        sizes
+            .iter()
+            .map(|&s| {
+                let d = n % s;
+                n /= s;
+                d
+            })
+            .collect()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn combinations_enumerate_first_choices_first() {
+        let all: Vec<Vec<usize>> = combinations(&[2, 3]).collect();
+        assert_eq!(all.len(), 6);
+        assert_eq!(all[0], [0, 0]);
+        assert_eq!(all[1], [1, 0]);
+        assert_eq!(combinations(&[2, 0]).count(), 0);
+    }
+}
