@@ -19,20 +19,18 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use rollsafe::sandbox::{binaries, cleanup, BackendKind, SandboxBuilder};
 
-use crate::common::{cli, TestEnv};
+use crate::common::{cli, trial, TestEnv};
 
 pub fn tests(env: &Arc<TestEnv>) -> Vec<Trial> {
-    let trials = crate::trials!(
+    let mut trials = signal_trials();
+    trials.extend(crate::trials!(
         "cleanup",
         env,
         [
-            sigterm_during_verify_removes_the_local_sandbox,
-            sigint_during_verify_removes_the_local_sandbox,
-            sigterm_during_verify_removes_the_docker_container,
             a_killed_runs_local_directory_is_removed_by_the_next_run,
             a_killed_runs_container_is_removed_by_the_next_run,
         ]
-    );
+    ));
     // Shown as ignored (never silently passed) where the backend is absent.
     let on_docker = env.sandbox.kind() == BackendKind::Docker;
     let has_local = binaries::find_bindir(None).is_ok();
@@ -171,16 +169,37 @@ fn signal_during_verify(backend: &str, signal: Signal, code: i32) -> anyhow::Res
     Ok(())
 }
 
-fn sigterm_during_verify_removes_the_local_sandbox(_env: &TestEnv) -> anyhow::Result<()> {
-    signal_during_verify("local", Signal::SIGTERM, 143)
-}
+/// (trial, backend, signal, the exit code verify ends with: 128 + signal).
+const SIGNALS: [(&str, &str, Signal, i32); 3] = [
+    (
+        "sigterm_during_verify_removes_the_local_sandbox",
+        "local",
+        Signal::SIGTERM,
+        143,
+    ),
+    (
+        "sigint_during_verify_removes_the_local_sandbox",
+        "local",
+        Signal::SIGINT,
+        130,
+    ),
+    (
+        "sigterm_during_verify_removes_the_docker_container",
+        "docker",
+        Signal::SIGTERM,
+        143,
+    ),
+];
 
-fn sigint_during_verify_removes_the_local_sandbox(_env: &TestEnv) -> anyhow::Result<()> {
-    signal_during_verify("local", Signal::SIGINT, 130)
-}
-
-fn sigterm_during_verify_removes_the_docker_container(_env: &TestEnv) -> anyhow::Result<()> {
-    signal_during_verify("docker", Signal::SIGTERM, 143)
+fn signal_trials() -> Vec<Trial> {
+    SIGNALS
+        .iter()
+        .map(|&(name, backend, signal, code)| {
+            trial(format!("cleanup::{name}"), move || {
+                signal_during_verify(backend, signal, code)
+            })
+        })
+        .collect()
 }
 
 /// SIGKILLs a verify in progress (no cleanup can run), checks that it left

@@ -89,12 +89,17 @@ pub fn trials(module: &str, env: &std::sync::Arc<TestEnv>, tests: &[(&str, TestF
         .iter()
         .map(|&(name, f)| {
             let env = std::sync::Arc::clone(env);
-            let name = format!("{module}::{name}");
-            Trial::test(name.clone(), move || {
-                timed(&name, || f(&env)).map_err(|e| Failed::from(format!("{e:#}")))
-            })
+            trial(format!("{module}::{name}"), move || f(&env))
         })
         .collect()
+}
+
+/// A trial named `name` (`module::test`) running `body`, timed; for a row
+/// of a table of cases.
+pub fn trial(name: String, body: impl FnOnce() -> anyhow::Result<()> + Send + 'static) -> Trial {
+    Trial::test(name.clone(), move || {
+        timed(&name, body).map_err(|e| Failed::from(format!("{e:#}")))
+    })
 }
 
 /// `trials!(module, env, [fn_a, fn_b])` names each trial after its fn.

@@ -17,7 +17,9 @@ use rollsafe::sandbox::BackendKind;
 use rollsafe::verify::generate::{self, RowCounts};
 use rollsafe::verify::replay;
 
-use crate::common::{cli, output, repo_root, TestEnv};
+use libtest_mimic::Trial;
+
+use crate::common::{cli, output, repo_root, trial, TestEnv};
 
 pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
     // A server of its own, started with pg_stat_statements preloaded: an
@@ -44,20 +46,12 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             capture_classifies_what_the_database_recorded,
             bookshop_example_migrates_seeds_and_runs_its_apps_in_their_windows,
             bookshop_correct_migrations_pass,
-            bookshop_not_null_without_default_is_caught,
             bookshop_renamed_column_an_app_reads_is_caught,
-            bookshop_blocking_index_build_is_caught,
-            bookshop_rewriting_type_change_is_caught,
             ledger_correct_migrations_pass_on_generated_rows,
             ledger_not_null_without_default_breaks_the_old_apps_insert,
             ledger_dropped_column_an_app_reads_is_caught,
-            ledger_blocking_index_build_is_caught,
-            ledger_rewriting_type_change_is_caught,
             forum_correct_migrations_pass,
-            forum_not_null_without_default_is_caught,
             forum_renamed_column_is_caught_for_the_live_app_only,
-            forum_blocking_index_build_is_caught,
-            forum_rewriting_type_change_is_caught,
             dropping_the_retired_apps_column_is_caught_when_it_is_not_retired,
             a_directory_mixing_the_projects_layouts_is_refused_with_file_names,
             forum_without_seed_files_passes_on_generated_rows,
@@ -67,6 +61,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             a_table_the_apps_only_read_gets_generated_rows_and_its_rewrite_is_caught,
         ]
     );
+    trials.extend(unsafe_changes(env));
     trials.extend(preloaded);
     trials
 }
@@ -1048,6 +1043,78 @@ fn caught(env: &TestEnv, project: &str, sql: &str, id: &str) -> anyhow::Result<R
 /// written the way the apps write it shows it).
 const NOT_NULL_FAILS_ON_SEEDED: &str = "apply.fails-on-seeded";
 
+/// An unsafe change written as a project's last migration, and the error
+/// it is caught with ([`caught`]); one trial each, named after the row.
+struct Unsafe {
+    name: &'static str,
+    project: &'static str,
+    sql: &'static str,
+    id: &'static str,
+}
+
+const UNSAFE: &[Unsafe] = &[
+    Unsafe {
+        name: "bookshop_not_null_without_default_is_caught",
+        project: "bookshop",
+        sql: "ALTER TABLE orders ADD COLUMN channel text NOT NULL;",
+        id: NOT_NULL_FAILS_ON_SEEDED,
+    },
+    Unsafe {
+        name: "bookshop_blocking_index_build_is_caught",
+        project: "bookshop",
+        sql: "CREATE INDEX books_title_idx ON books (title);",
+        id: "locks.blocking-index-build",
+    },
+    Unsafe {
+        name: "bookshop_rewriting_type_change_is_caught",
+        project: "bookshop",
+        sql: "ALTER TABLE books ALTER COLUMN price_cents TYPE numeric(12, 2);",
+        id: "rewrite.table-rewritten",
+    },
+    Unsafe {
+        name: "ledger_blocking_index_build_is_caught",
+        project: "ledger",
+        sql: "CREATE INDEX journal_entries_booked_at_idx ON journal_entries (booked_at);",
+        id: "locks.blocking-index-build",
+    },
+    Unsafe {
+        name: "ledger_rewriting_type_change_is_caught",
+        project: "ledger",
+        sql: "ALTER TABLE journal_entries ALTER COLUMN amount TYPE numeric(14, 2);",
+        id: "rewrite.table-rewritten",
+    },
+    Unsafe {
+        name: "forum_not_null_without_default_is_caught",
+        project: "forum",
+        sql: "ALTER TABLE threads ADD COLUMN locked boolean NOT NULL;",
+        id: NOT_NULL_FAILS_ON_SEEDED,
+    },
+    Unsafe {
+        name: "forum_blocking_index_build_is_caught",
+        project: "forum",
+        sql: "CREATE UNIQUE INDEX users_lower_email_idx ON users (lower(email));",
+        id: "locks.blocking-index-build",
+    },
+    Unsafe {
+        name: "forum_rewriting_type_change_is_caught",
+        project: "forum",
+        sql: "ALTER TABLE comments ALTER COLUMN score TYPE bigint;",
+        id: "rewrite.table-rewritten",
+    },
+];
+
+fn unsafe_changes(env: &Arc<TestEnv>) -> Vec<Trial> {
+    UNSAFE
+        .iter()
+        .map(|row| {
+            let env = Arc::clone(env);
+            trial(format!("project::{}", row.name), move || {
+                caught(&env, row.project, row.sql, row.id).map(drop)
+            })
+        })
+        .collect()
+}
+
 fn bookshop_correct_migrations_pass(env: &TestEnv) -> anyhow::Result<()> {
     let (r, _) = rehearse_project(env, "bookshop", None)?;
     expect_clean(&r)?;
@@ -1059,16 +1126,6 @@ fn bookshop_correct_migrations_pass(env: &TestEnv) -> anyhow::Result<()> {
         described(&r, Severity::Warn)
     );
     Ok(())
-}
-
-fn bookshop_not_null_without_default_is_caught(env: &TestEnv) -> anyhow::Result<()> {
-    caught(
-        env,
-        "bookshop",
-        "ALTER TABLE orders ADD COLUMN channel text NOT NULL;",
-        NOT_NULL_FAILS_ON_SEEDED,
-    )
-    .map(drop)
 }
 
 fn bookshop_renamed_column_an_app_reads_is_caught(env: &TestEnv) -> anyhow::Result<()> {
@@ -1084,26 +1141,6 @@ fn bookshop_renamed_column_an_app_reads_is_caught(env: &TestEnv) -> anyhow::Resu
         described(&r, Severity::Error)
     );
     Ok(())
-}
-
-fn bookshop_blocking_index_build_is_caught(env: &TestEnv) -> anyhow::Result<()> {
-    caught(
-        env,
-        "bookshop",
-        "CREATE INDEX books_title_idx ON books (title);",
-        "locks.blocking-index-build",
-    )
-    .map(drop)
-}
-
-fn bookshop_rewriting_type_change_is_caught(env: &TestEnv) -> anyhow::Result<()> {
-    caught(
-        env,
-        "bookshop",
-        "ALTER TABLE books ALTER COLUMN price_cents TYPE numeric(12, 2);",
-        "rewrite.table-rewritten",
-    )
-    .map(drop)
 }
 
 /// ledger ships no seed files: every row of every rehearsal is the
@@ -1173,26 +1210,6 @@ fn ledger_dropped_column_an_app_reads_is_caught(env: &TestEnv) -> anyhow::Result
     Ok(())
 }
 
-fn ledger_blocking_index_build_is_caught(env: &TestEnv) -> anyhow::Result<()> {
-    caught(
-        env,
-        "ledger",
-        "CREATE INDEX journal_entries_booked_at_idx ON journal_entries (booked_at);",
-        "locks.blocking-index-build",
-    )
-    .map(drop)
-}
-
-fn ledger_rewriting_type_change_is_caught(env: &TestEnv) -> anyhow::Result<()> {
-    caught(
-        env,
-        "ledger",
-        "ALTER TABLE journal_entries ALTER COLUMN amount TYPE numeric(14, 2);",
-        "rewrite.table-rewritten",
-    )
-    .map(drop)
-}
-
 /// forum's V4 drops `users.signature`, which only forum_v1 used, and
 /// forum_v1 is retired at V4: the drop passes, and forum_v1 is not
 /// replayed against V4.
@@ -1222,16 +1239,6 @@ fn forum_correct_migrations_pass(env: &TestEnv) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn forum_not_null_without_default_is_caught(env: &TestEnv) -> anyhow::Result<()> {
-    caught(
-        env,
-        "forum",
-        "ALTER TABLE threads ADD COLUMN locked boolean NOT NULL;",
-        NOT_NULL_FAILS_ON_SEEDED,
-    )
-    .map(drop)
-}
-
 /// forum_v1 also reads `comments.body`, but it was retired before: the
 /// compat errors name forum_v2 only.
 fn forum_renamed_column_is_caught_for_the_live_app_only(env: &TestEnv) -> anyhow::Result<()> {
@@ -1248,26 +1255,6 @@ fn forum_renamed_column_is_caught_for_the_live_app_only(env: &TestEnv) -> anyhow
         described(&r, Severity::Error)
     );
     Ok(())
-}
-
-fn forum_blocking_index_build_is_caught(env: &TestEnv) -> anyhow::Result<()> {
-    caught(
-        env,
-        "forum",
-        "CREATE UNIQUE INDEX users_lower_email_idx ON users (lower(email));",
-        "locks.blocking-index-build",
-    )
-    .map(drop)
-}
-
-fn forum_rewriting_type_change_is_caught(env: &TestEnv) -> anyhow::Result<()> {
-    caught(
-        env,
-        "forum",
-        "ALTER TABLE comments ALTER COLUMN score TYPE bigint;",
-        "rewrite.table-rewritten",
-    )
-    .map(drop)
 }
 
 /// The control for the retired window: the same forum with forum_v1 still
