@@ -38,7 +38,8 @@
 //!
 //! The parts, in the order a seeding runs them: `catalogue` (what each
 //! table holds, through the one catalogue reader), `order` (parents
-//! first), `plan` (what each column of a table gets), `families` (the
+//! first), `plan` (what each column gets in the INSERT), `table` (seeding one table:
+//! the plan's steps), `families` (the
 //! values of each kind of type, a table), `fit` (the values its types and
 //! CHECKs accept), `insert` (the rows), `app_writes` (the apps' own).
 
@@ -49,6 +50,7 @@ mod fit;
 mod insert;
 mod order;
 mod plan;
+mod table;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -61,7 +63,7 @@ use app_writes::run_app_writes;
 use catalogue::{read_tables, ForeignKey, Table, TypeCache};
 use insert::fill_broken_reference;
 use order::{seeding_order, Edge};
-use plan::seed_table;
+use table::seed_table;
 
 /// How many times each app write statement runs after the bulk rows.
 const APP_WRITE_RUNS: usize = 3;

@@ -1,0 +1,376 @@
+//! Seeding one table: what each column gets (a default, a referenced row,
+//! its own parent row, a value to choose), which column carries each
+//! UNIQUE key; then the values that fit ([`super::fit`]) and the insertion
+//! ([`super::insert`]).
+
+use std::collections::{BTreeSet, HashMap};
+
+use postgres::Client;
+
+use super::catalogue::{ForeignKey, Table};
+use super::families::{at, families, Literals};
+use super::fit::{choose_values, satisfy_checks};
+use super::insert::{insert_rows, max_integer_key};
+use super::plan::{unseeded, Join, Plan, TableResult, Val};
+use super::{SeededTable, UnseededTable, I};
+use crate::pg::quote_ident;
+
+/// Plans, searches and inserts the rows of one table. The outer error is
+/// a connection or catalogue failure; the inner one a table that cannot be
+/// seeded. Steps: (1) where each column's value comes from (its default,
+/// a foreign key, an earlier row, a value to choose: [`Draft`]), (2) which
+/// column carries each UNIQUE key ([`unique_carriers`]), then
+/// [`choose_values`], [`satisfy_checks`], [`insert_rows`].
+pub(super) fn seed_table(
+    c: &mut Client,
+    t: &Table,
+    parents: &HashMap<u32, &Table>,
+    is_broken: &dyn Fn(&ForeignKey) -> bool,
+    requested: u64,
+    only_if_empty: bool,
+) -> anyhow::Result<TableResult> {
+    let nothing = || {
+        let written = SeededTable {
+            table: t.name.clone(),
+            requested: 0,
+            written: 0,
+            note: None,
+            took: std::time::Duration::ZERO,
+        };
+        Ok(Ok((written, None)))
+    };
+    if requested == 0 {
+        return nothing();
+    }
+    let qt = &t.qualified;
+    let existing: i64 = c
+        .query_one(&format!("SELECT count(*) FROM {qt}"), &[])?
+        .get(0);
+    if only_if_empty && existing > 0 {
+        return nothing();
+    }
+
+    // 1. What each column gets, before values are chosen.
+    let mut draft = Draft::new(t);
+    let self_fks = match draft.point_foreign_keys(c, t, parents, is_broken)? {
+        Ok(self_fks) => self_fks,
+        Err(u) => return Ok(Err(u)),
+    };
+    draft.point_self_references(t, &self_fks);
+    if let Err(u) = draft.write_a_column(t) {
+        return Ok(Err(u));
+    }
+
+    // 2. UNIQUE keys: one column of each carries distinct values; a key of
+    // foreign-key columns only walks the combinations of parent rows.
+    let (carriers, radix) = draft.unique_carriers(t);
+    let (rows, note) = draft.walk_combinations(&radix, requested);
+    let offset = (existing.max(0) as u64).saturating_add(max_integer_key(
+        c,
+        t,
+        qt,
+        &carriers,
+        &draft.forced,
+    )?);
+    let width = offset.saturating_add(rows);
+
+    let Draft {
+        vals,
+        decided,
+        forced,
+        joins,
+    } = draft;
+    let mut plan = Plan {
+        table: t,
+        vals,
+        joins,
+        offset,
+        rows,
+    };
+    let fitting = match choose_values(c, &mut plan, &decided, &carriers, width)? {
+        Ok(f) => f,
+        Err(u) => return Ok(Err(u)),
+    };
+    if let Err(u) = satisfy_checks(c, &mut plan, &fitting)? {
+        return Ok(Err(u));
+    }
+    insert_rows(c, &plan, &forced, requested, note)
+}
+
+/// Step 1 of [`seed_table`]: where each column's value comes from, before
+/// values are chosen.
+pub(super) struct Draft {
+    pub(super) vals: Vec<Val>,
+    /// Columns whose source is settled (a default, a key, NULL).
+    pub(super) decided: Vec<bool>,
+    /// Columns rollsafe fills despite a default.
+    pub(super) forced: BTreeSet<usize>,
+    pub(super) joins: Vec<Join>,
+}
+
+impl Draft {
+    /// Generated, identity and defaulted columns left to the server; the
+    /// others to decide.
+    fn new(t: &Table) -> Draft {
+        let vals: Vec<Val> = t
+            .columns
+            .iter()
+            .map(|col| {
+                if col.generated {
+                    Val::Omitted {
+                        probe: format!("NULL::{}", col.sql_type),
+                    }
+                } else if col.identity {
+                    Val::Omitted {
+                        probe: format!("({})::{}", at(I, "s.g"), col.sql_type),
+                    }
+                } else if let Some(d) = &col.default {
+                    Val::Omitted { probe: d.clone() }
+                } else {
+                    Val::Null // decided below
+                }
+            })
+            .collect();
+        let decided = vals
+            .iter()
+            .map(|v| matches!(v, Val::Omitted { .. }))
+            .collect();
+        Draft {
+            vals,
+            decided,
+            forced: BTreeSet::new(),
+            joins: Vec::new(),
+        }
+    }
+
+    /// A column rollsafe computes although it has a default (or was left
+    /// to one).
+    fn force(&mut self, k: usize) {
+        self.forced.insert(k);
+        self.vals[k] = Val::Null;
+        self.decided[k] = false;
+    }
+
+    /// Each foreign key to another table points at its rows, or is NULL
+    /// where it may be; one that can be neither leaves the table
+    /// unseeded. Returns the table's references to itself, for
+    /// [`Draft::point_self_references`].
+    fn point_foreign_keys(
+        &mut self,
+        c: &mut Client,
+        t: &Table,
+        parents: &HashMap<u32, &Table>,
+        is_broken: &dyn Fn(&ForeignKey) -> bool,
+    ) -> anyhow::Result<Result<Vec<usize>, UnseededTable>> {
+        let mut self_fks = Vec::new();
+        for (f, fk) in t.fks.iter().enumerate() {
+            if fk.ref_table == t.oid {
+                self_fks.push(f);
+                continue;
+            }
+            let local: Vec<usize> = fk.cols.iter().filter_map(|&n| t.column(n)).collect();
+            if local.len() != fk.cols.len() {
+                continue;
+            }
+            let parent = parents.get(&fk.ref_table);
+            if let Some(p) = parent.filter(|_| !is_broken(fk)) {
+                if self.join_parent(c, t, fk, &local, p)? {
+                    continue;
+                }
+            }
+            // No rows to point at (or the key breaks a cycle): NULL where
+            // the key allows it, else the table cannot be seeded.
+            if !fk.breakable(t) {
+                let parent_name =
+                    parent.map_or("a table rollsafe does not seed".into(), |p| p.name.clone());
+                return Ok(unseeded(
+                    t,
+                    Some(&fk.name),
+                    format!(
+                        "foreign key {} references {parent_name}, which has no rows to point at, and its columns may not be NULL",
+                        fk.name
+                    ),
+                ));
+            }
+            for &k in &local {
+                if !t.columns[k].not_null() && !matches!(self.vals[k], Val::Fk { .. }) {
+                    self.vals[k] = Val::Null;
+                    self.decided[k] = true;
+                }
+            }
+        }
+        Ok(Ok(self_fks))
+    }
+
+    /// The key's columns (`local`) take the numbered rows of parent `p`
+    /// when it has any; false when it has none to point at.
+    fn join_parent(
+        &mut self,
+        c: &mut Client,
+        t: &Table,
+        fk: &ForeignKey,
+        local: &[usize],
+        p: &Table,
+    ) -> Result<bool, postgres::Error> {
+        let ref_cols: Vec<String> = fk
+            .ref_cols
+            .iter()
+            .filter_map(|&n| p.column(n).map(|k| p.columns[k].name.clone()))
+            .collect();
+        let not_null = ref_cols
+            .iter()
+            .map(|c| format!("{} IS NOT NULL", quote_ident(c)))
+            .collect::<Vec<_>>()
+            .join(" AND ");
+        let n: i64 = c
+            .query_one(
+                &format!("SELECT count(*) FROM {} WHERE {not_null}", p.qualified),
+                &[],
+            )?
+            .get(0);
+        if n <= 0 || ref_cols.len() != local.len() {
+            return Ok(false);
+        }
+        let j = self.joins.len();
+        for (k, rc) in local.iter().zip(&ref_cols) {
+            let free = !self.decided[*k] || matches!(self.vals[*k], Val::Omitted { .. });
+            if free && !t.columns[*k].generated {
+                self.vals[*k] = Val::Fk {
+                    fk: j,
+                    col: rc.clone(),
+                };
+                self.decided[*k] = true;
+            }
+        }
+        self.joins.push(Join {
+            parent: p.qualified.clone(),
+            ref_cols,
+            n: n as u64,
+            divisor: None,
+        });
+        Ok(true)
+    }
+
+    /// A reference to the table itself names an earlier row of the same
+    /// statement; the referenced column becomes a value rollsafe computes.
+    fn point_self_references(&mut self, t: &Table, self_fks: &[usize]) {
+        for &f in self_fks {
+            let fk = &t.fks[f];
+            let root_null = fk.breakable(t);
+            for (&n, &rn) in fk.cols.iter().zip(&fk.ref_cols) {
+                let (Some(k), Some(target)) = (t.column(n), t.column(rn)) else {
+                    continue;
+                };
+                if self.decided[k] && !matches!(self.vals[k], Val::Omitted { .. }) {
+                    continue;
+                }
+                // The referenced column must be a value we compute, so a
+                // row can name its parent in the same statement.
+                if matches!(self.vals[target], Val::Omitted { .. }) && !t.columns[target].generated
+                {
+                    self.force(target);
+                }
+                self.vals[k] = Val::SelfFk { target, root_null };
+                self.decided[k] = true;
+            }
+        }
+    }
+
+    /// An INSERT needs one column: a table of defaults only (a lone serial
+    /// id) gets its first column filled by us.
+    fn write_a_column(&mut self, t: &Table) -> Result<(), UnseededTable> {
+        let writes_a_column = (0..t.columns.len())
+            .any(|k| !self.decided[k] || !matches!(self.vals[k], Val::Omitted { .. }));
+        if writes_a_column {
+            return Ok(());
+        }
+        match t.columns.iter().position(|col| !col.generated) {
+            Some(k) => {
+                self.force(k);
+                Ok(())
+            }
+            None => unseeded(
+                t,
+                None,
+                "the table has no column an INSERT can write".into(),
+            ),
+        }
+    }
+
+    /// Step 2 of [`seed_table`]: the column that carries each UNIQUE key's
+    /// distinct values, and the joins (by index) of the keys made only of
+    /// foreign-key columns, whose parent rows' combinations are walked.
+    fn unique_carriers(&mut self, t: &Table) -> (BTreeSet<usize>, Vec<usize>) {
+        let mut carriers: BTreeSet<usize> = BTreeSet::new();
+        let mut radix: Vec<usize> = Vec::new();
+        for key in &t.uniques {
+            let cols: Vec<usize> = key.iter().filter_map(|&n| t.column(n)).collect();
+            if cols.iter().any(|&k| {
+                matches!(self.vals[k], Val::Omitted { .. })
+                    && t.columns[k].default_is_unique()
+                    && !self.forced.contains(&k)
+            }) {
+                continue;
+            }
+            if cols.iter().any(|k| carriers.contains(k)) {
+                continue;
+            }
+            if let Some(k) = self.carrier_of(t, &cols) {
+                carriers.insert(k);
+                continue;
+            }
+            for &k in &cols {
+                if let Val::Fk { fk, .. } = self.vals[k] {
+                    if !radix.contains(&fk) {
+                        radix.push(fk);
+                    }
+                }
+            }
+        }
+        (carriers, radix)
+    }
+
+    /// The column of a UNIQUE key (`cols`) that carries its distinct
+    /// values: an undecided one whose type has distinct values to give
+    /// (not a boolean or an enum), else any undecided one, else one left
+    /// to a default, now computed by us. None: the key is made of
+    /// foreign-key columns.
+    fn carrier_of(&mut self, t: &Table, cols: &[usize]) -> Option<usize> {
+        let undecided: Vec<usize> = cols.iter().copied().filter(|&k| !self.decided[k]).collect();
+        let distinct = |k: &&usize| {
+            let col = &t.columns[**k];
+            families(&col.ty, col.typmod, &col.name, &Literals::default(), 1)
+                .iter()
+                .any(|f| f.injective)
+        };
+        if let Some(&k) = undecided.iter().find(distinct).or(undecided.first()) {
+            return Some(k);
+        }
+        let k = *cols
+            .iter()
+            .find(|&&k| matches!(self.vals[k], Val::Omitted { .. }) && !t.columns[k].generated)?;
+        self.force(k);
+        Some(k)
+    }
+
+    /// The rows to write: `requested`, or fewer when a key of foreign-key
+    /// columns only (the joins `radix`) has fewer combinations, with the
+    /// note that says so.
+    fn walk_combinations(&mut self, radix: &[usize], requested: u64) -> (u64, Option<String>) {
+        if radix.is_empty() {
+            return (requested, None);
+        }
+        let mut divisor: u64 = 1;
+        for &j in radix {
+            self.joins[j].divisor = Some(divisor);
+            divisor = divisor.saturating_mul(self.joins[j].n);
+        }
+        if divisor < requested {
+            let note = format!(
+                "{divisor} rows: every combination of the referenced rows its UNIQUE key allows"
+            );
+            return (divisor, Some(note));
+        }
+        (requested, None)
+    }
+}
