@@ -44,7 +44,7 @@ use crate::report::{CheckRun, Finding, Report, Severity};
 use crate::sandbox::{SandboxBuilder, SandboxError};
 use crate::schema::Snapshot;
 use crate::validity::{self, MAX_IDS};
-use crate::verify::plans::IndexInfo;
+use crate::verify::evidence::plan::IndexInfo;
 
 /// A rule a project adds to the `invariants` check: it reads the live
 /// database (a read-only session) and its schema and says what it found.

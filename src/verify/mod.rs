@@ -22,17 +22,24 @@
 //! the plan above makes as few as the scenarios' independence allows.
 //!
 //! After the last migration, `post` reads the final schemas and `dao` runs
-//! on the empty path's database at the final version. Before any of it, `static` runs squawk's lint rules on
-//! every migration's text (no database: [`Verify::static_only`] is that
-//! precheck alone); each warning is then judged against the measured apply
-//! of its migration. A migration that fails to apply ends the rehearsal there
-//! (later ones cannot be reached); its findings say why.
+//! on the empty path's database at the final version. Before any of it,
+//! `static` runs squawk's lint rules on every migration's text (no
+//! database: [`Verify::static_only`] is that precheck alone).
+//!
+//! The stages measure; they judge nothing. What each scenario measured
+//! goes into its migration's [`evidence::MigrationEvidence`]; once every
+//! stage and background scenario is done, one loop hands every
+//! migration's evidence to every check of the registry
+//! ([`checks::ALL`]), which also says which checks ran. A migration that
+//! fails to apply ends the rehearsal there (later ones cannot be
+//! reached); its findings say why.
 //!
 //! The library never prints: progress goes to the optional callback, the
 //! result is a [`Report`].
 
 pub mod checks;
 pub mod cross_version;
+pub mod evidence;
 pub mod generate;
 pub mod lock_modes;
 pub mod plans;
@@ -60,10 +67,12 @@ use crate::sandbox::{Database, Sandbox, SandboxBuilder, SandboxError};
 use crate::schema::Snapshot;
 
 use crate::app::{AppError, AppVersion};
-use checks::{apply, backfill, compat, locks, r#static};
+use checks::{apply, compat, locks, r#static};
+use evidence::LongTransactionProbe;
+use evidence::{MigrationEvidence, Visible, Warning};
 use lock_modes::Needs;
 use predict::Sizes;
-use rehearsal::{LiveApp, LongTransactionProbe};
+use rehearsal::LiveApp;
 use replay::Outcome;
 use roles::Sessions;
 
@@ -374,6 +383,22 @@ impl Verify {
         Ok(crate::report::merge_majors(reports))
     }
 
+    /// What the checks judge with besides the evidence.
+    fn context(&self) -> evidence::Context<'_> {
+        evidence::Context {
+            apps: &self.apps,
+            lock_policy: self.lock_policy,
+            stall_budget: self.stall_budget,
+            statement_timeout: self.statement_timeout,
+            plan_budget: self.plan_budget,
+            sizes: &self.sizes,
+            expected: match &self.expected {
+                ExpectedSchema::Snapshot(s, name) => Some((s, name.as_str())),
+                ExpectedSchema::Derived => None,
+            },
+        }
+    }
+
     /// Versions applied unchecked before the rehearsed ones (`since`).
     fn applied_only(&self) -> Vec<i32> {
         self.catalog
@@ -385,7 +410,7 @@ impl Verify {
     }
 
     /// squawk's warnings on every migration the rehearsal judges.
-    fn lint(&self) -> BTreeMap<i32, Vec<r#static::Warning>> {
+    fn lint(&self) -> BTreeMap<i32, Vec<Warning>> {
         self.catalog
             .migrations()
             .iter()
@@ -408,7 +433,7 @@ impl Verify {
             report.checks.push(CheckRun {
                 check: r#static::CHECK.into(),
                 migration: Some(v),
-                description: r#static::DESCRIPTION.into(),
+                description: checks::description(r#static::CHECK).into(),
             });
             report
                 .findings
@@ -465,19 +490,22 @@ impl Verify {
             report: Report::new("rollsafe verify"),
             probes: Vec::new(),
             migrator: None,
-            linted: BTreeMap::new(),
-            lint: Some(lint),
+            evidence: self
+                .catalog
+                .migrations()
+                .iter()
+                .filter(|m| !self.since.is_some_and(|s| m.version <= s))
+                .map(|m| {
+                    let e = MigrationEvidence {
+                        version: m.version,
+                        file: self.catalog.path_of(m),
+                        sql: m.sql.clone(),
+                        ..MigrationEvidence::default()
+                    };
+                    (m.version, e)
+                })
+                .collect(),
         };
-        let versions: Vec<i32> = self
-            .catalog
-            .migrations()
-            .iter()
-            .map(|m| m.version)
-            .filter(|v| !self.since.is_some_and(|s| *v <= s))
-            .collect();
-        for v in versions {
-            run.ran(r#static::CHECK, Some(v));
-        }
         run.report.sandbox = sandbox.describe();
         run.report.server_version = sandbox.server_version()?;
         run.report.set_migrations(&self.catalog);
@@ -504,14 +532,8 @@ impl Verify {
         // Collect the background work even when the rehearsal stopped early.
         run.collect_background();
         result?;
-        run.wait_for_lint();
-        for (v, warnings) in std::mem::take(&mut run.linted) {
-            run.report.findings.extend(r#static::unjudged(
-                v,
-                &warnings,
-                Some("not reached: the rehearsal stopped before this migration"),
-            ));
-        }
+        run.collect_lint(lint);
+        run.judge();
         let mut report = run.report;
         report.duration_ms = started.elapsed().as_millis() as u64;
         report.finish();
@@ -525,29 +547,25 @@ impl Verify {
 
 type ProbeHandle = JoinHandle<anyhow::Result<LongTransactionProbe>>;
 
-/// A migration after stage 1: its empty-path results and seeded
-/// databases, waiting for stage 2.
+/// A migration after stage 2: its seeded databases, waiting for stage 3.
 struct Staged {
     index: usize,
-    prev: i32,
     /// Whether an app was live at V{prev}: without one there are no rows,
     /// so the empty path's apply is the seeded one too.
     seeded: bool,
     seeded_rows: i64,
     /// What the live apps' readers saw on the seeded database at V{prev}.
-    readers_before: backfill::Visible,
-    /// The seeded database, at V{prev} until stage 2 applies the migration
+    readers_before: Visible,
+    /// The seeded database, at V{prev} until stage 3 applies the migration
     /// on it; without seeded rows, a copy of the template at V{v} when an
     /// app may run on it.
     applied_db: Option<Database>,
-    at_zero: rehearsal::Applied,
-    trace: Vec<String>,
     /// The live apps' statements replayed on the seeded database (V{prev}).
     live_outcomes: BTreeMap<String, Vec<Outcome>>,
     tables: Vec<crate::tables::UserTable>,
 }
 
-type MigratorHandle = JoinHandle<Vec<(i32, anyhow::Result<apply::SecondRun>)>>;
+type MigratorHandle = JoinHandle<Vec<(i32, anyhow::Result<evidence::SecondRun>)>>;
 
 /// One rehearsal in progress.
 struct Run<'a> {
@@ -561,10 +579,9 @@ struct Run<'a> {
     report: Report,
     probes: Vec<(i32, ProbeHandle)>,
     migrator: Option<MigratorHandle>,
-    /// squawk's warnings of the migrations not judged yet.
-    linted: BTreeMap<i32, Vec<r#static::Warning>>,
-    /// The static precheck while it still runs.
-    lint: Option<JoinHandle<BTreeMap<i32, Vec<r#static::Warning>>>>,
+    /// What each rehearsed migration's scenarios measured so far, judged
+    /// once they all ran ([`Run::judge`]).
+    evidence: BTreeMap<i32, MigrationEvidence>,
 }
 
 fn step<T, E: std::fmt::Display>(what: &str, r: Result<T, E>) -> Result<T, VerifyError> {
@@ -629,37 +646,63 @@ fn live_apps<'a>(
 }
 
 impl Run<'_> {
-    fn ran(&mut self, check: &str, v: Option<i32>) {
-        let description = checks::ALL
-            .iter()
-            .find(|(c, _)| *c == check)
-            .map(|(_, d)| d.to_string())
-            .unwrap_or_default();
-        self.report.checks.push(CheckRun {
-            check: check.to_string(),
-            migration: v,
-            description,
-        });
+    /// The evidence record of rehearsed migration `v`.
+    fn evidence(&mut self, v: i32) -> &mut MigrationEvidence {
+        self.evidence.entry(v).or_insert_with(|| MigrationEvidence {
+            version: v,
+            ..MigrationEvidence::default()
+        })
     }
 
-    /// Takes the static precheck's warnings once it is done.
-    fn wait_for_lint(&mut self) {
-        if let Some(handle) = self.lint.take() {
-            match handle.join() {
-                Ok(linted) => self.linted = linted,
-                Err(_) => self.report.findings.push(r#static::not_run()),
+    /// Hands the static precheck's warnings to their migrations once it is
+    /// done (a precheck that died is a finding: nothing is dropped
+    /// silently).
+    fn collect_lint(&mut self, handle: JoinHandle<BTreeMap<i32, Vec<Warning>>>) {
+        match handle.join() {
+            Ok(linted) => {
+                for (v, warnings) in linted {
+                    self.evidence(v).lint = Some(warnings);
+                }
+            }
+            Err(_) => self.report.findings.push(r#static::not_run()),
+        }
+    }
+
+    /// The one judgement: every migration's evidence, in order, by every
+    /// check of the registry; the report lists each check that had
+    /// evidence to judge, and its findings, before the project's own
+    /// (which ran in the final stage).
+    fn judge(&mut self) {
+        let verify = self.v;
+        let cx = verify.context();
+        let (mut ran, mut findings) = (Vec::new(), Vec::new());
+        for e in self.evidence.values() {
+            for check in checks::ALL {
+                let recorded = ran
+                    .iter()
+                    .any(|r: &CheckRun| r.check == check.name && r.migration == Some(e.version));
+                if (check.ran)(e) && !recorded {
+                    ran.push(CheckRun {
+                        check: check.name.to_string(),
+                        migration: Some(e.version),
+                        description: check.description.to_string(),
+                    });
+                }
+                findings.extend((check.evaluate)(e, &cx));
+            }
+            if let (Some(at_zero), Some(seeded)) = (&e.at_zero, &e.seeded) {
+                if let Some(r) = self
+                    .report
+                    .migrations
+                    .iter_mut()
+                    .find(|r| r.version == e.version)
+                {
+                    r.statements = seeded.applied.statement_rows(at_zero);
+                }
             }
         }
-    }
-
-    /// Holds migration `v`'s static warnings against its measured apply.
-    fn judge_static(&mut self, v: i32, applied: &rehearsal::Applied, needs: &Needs) {
-        self.wait_for_lint();
-        if let Some(warnings) = self.linted.remove(&v) {
-            self.report
-                .findings
-                .extend(r#static::judge(v, &warnings, applied, needs));
-        }
+        self.report.checks.splice(0..0, ran);
+        self.report.findings.splice(0..0, findings);
     }
 
     fn clone_db(&self, source: &Database) -> Result<Database, VerifyError> {
@@ -671,15 +714,6 @@ impl Run<'_> {
     fn snapshot(db: &Database) -> Result<Snapshot, VerifyError> {
         let mut c = step("connecting", db.connect())?;
         step("reading the schema", Snapshot::read(&mut c))
-    }
-
-    /// Whether migration `v` failed to apply even on an empty database
-    /// (its background results then add nothing).
-    fn failed_on_empty(&self, v: i32) -> bool {
-        self.report
-            .findings
-            .iter()
-            .any(|f| f.migration == Some(v) && apply::FAILS_ON_EMPTY.contains(&f.id.as_str()))
     }
 
     /// A connection to `db` as the migrator.
@@ -702,9 +736,9 @@ impl Run<'_> {
         )
     }
 
-    /// Joins the migrator and the long-transaction probes and turns what
-    /// they measured into findings. A thread that died is a finding too:
-    /// nothing is dropped silently.
+    /// Joins the migrator and the long-transaction probes and hands what
+    /// they measured to their migrations. A thread that died is evidence
+    /// too: nothing is dropped silently.
     fn collect_background(&mut self) {
         if let Some(handle) = self.migrator.take() {
             let results = handle.join().unwrap_or_else(|_| {
@@ -716,45 +750,32 @@ impl Run<'_> {
                 )]
             });
             for (v, r) in results {
-                let reached = self
-                    .report
-                    .checks
-                    .iter()
-                    .any(|c| c.check == apply::CHECK && c.migration == Some(v));
-                if self.failed_on_empty(v) || (v != 0 && !reached) {
-                    continue;
+                let r = r.map_err(|e| crate::errors::one_line(e.as_ref()));
+                match self.evidence.get_mut(&v) {
+                    Some(e) => e.second_run = Some(r),
+                    // Not a rehearsed migration: the migrator could not
+                    // even say which one it was on.
+                    None if v == 0 => self
+                        .report
+                        .findings
+                        .push(apply::evaluate_second_run(None, &r)),
+                    None => {}
                 }
-                let v = (v != 0).then_some(v);
-                self.report.findings.push(apply::evaluate_second_run(v, r));
             }
         }
         for (v, handle) in std::mem::take(&mut self.probes) {
-            let result = handle.join();
-            if self.failed_on_empty(v) {
-                continue;
-            }
-            let findings = match result {
-                Ok(Ok(probe)) => {
-                    locks::evaluate_probe(v, &probe, &self.v.lock_policy, self.v.stall_budget)
-                }
-                Ok(Err(e)) => vec![locks::probe_could_not_run(v, &format!("{e:#}"))],
-                Err(_) => vec![locks::probe_could_not_run(
-                    v,
-                    "its thread panicked (a bug in rollsafe)",
-                )],
+            let probe = match handle.join() {
+                Ok(r) => r.map_err(|e| format!("{e:#}")),
+                Err(_) => Err("its thread panicked (a bug in rollsafe)".to_string()),
             };
-            self.report.findings.extend(findings);
+            self.evidence(v).probe = Some(evidence::Probe::Ran(probe));
         }
     }
 
     /// What each app's list reader returns over a sample of the groups it
     /// lists by (through the apps' drivers).
-    fn visible(
-        &self,
-        db: &Database,
-        apps: &[&AppVersion],
-    ) -> Result<backfill::Visible, VerifyError> {
-        let mut out = backfill::Visible::default();
+    fn visible(&self, db: &Database, apps: &[&AppVersion]) -> Result<Visible, VerifyError> {
+        let mut out = Visible::default();
         // Only an app with a driver has a list reader to compare.
         let Some(sampler) = apps.iter().find_map(|a| a.driver.clone()) else {
             if !apps.is_empty() {
@@ -763,7 +784,7 @@ impl Run<'_> {
             return Ok(out);
         };
         let mut c = step("connecting", db.connect())?;
-        let groups = match sampler.sample_groups(&mut c, backfill::SAMPLE_GROUPS) {
+        let groups = match sampler.sample_groups(&mut c, checks::backfill::SAMPLE_GROUPS) {
             Ok(g) => g,
             Err(e) => {
                 out.not_listed = Some(format!(

@@ -20,8 +20,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::evidence::Applied;
 use super::lock_modes::Needs;
-use super::rehearsal::Applied;
 
 /// Production row counts per table, and where they came from.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -258,7 +258,7 @@ pub fn holds(at_zero: &Applied, at_n: &Applied, needs: &Needs, sizes: &Sizes) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::rehearsal::{StatementRun, TableWork, Work};
+    use crate::verify::evidence::{StatementRun, TableWork, Work};
 
     #[test]
     fn sizes_parse_with_suffixes() {

@@ -9,6 +9,9 @@
 
 use crate::report::{Finding, Severity};
 use crate::schema::Snapshot;
+use crate::verify::evidence::{Context, MigrationEvidence};
+
+use super::Check;
 
 pub const CHECK: &str = "post";
 pub const DESCRIPTION: &str =
@@ -23,7 +26,28 @@ pub enum Expected<'a> {
     Derived,
 }
 
-pub fn evaluate(
+pub const ENTRY: Check = Check {
+    name: CHECK,
+    description: DESCRIPTION,
+    ran: |e| e.final_schema.is_some(),
+    evaluate,
+};
+
+/// post's judgement of the last migration: its final schemas.
+pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
+    let Some(f) = &e.final_schema else {
+        return Vec::new();
+    };
+    let expected = match cx.expected {
+        Some((snapshot, name)) => Expected::Snapshot(snapshot, name.to_string()),
+        None => Expected::Derived,
+    };
+    final_schema(e.version, &f.seeded, &f.empty, expected)
+}
+
+/// The final schemas of migration `v`, the last: built on the seeded path
+/// and on the empty one, against the expected one.
+pub fn final_schema(
     v: i32,
     seeded: &Snapshot,
     empty: &Snapshot,
@@ -95,7 +119,7 @@ mod tests {
             },
         );
         let empty = Snapshot::default();
-        let f = evaluate(
+        let f = final_schema(
             3,
             &s,
             &empty,
@@ -128,7 +152,7 @@ mod tests {
                 indexes: vec![],
             },
         );
-        let f = evaluate(4, &s, &s, Expected::Derived);
+        let f = final_schema(4, &s, &s, Expected::Derived);
         let nv = f
             .iter()
             .find(|f| f.id == "post.not-valid-constraint")

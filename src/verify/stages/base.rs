@@ -1,9 +1,9 @@
-//! Stage 0: the base the rehearsed migrations start from, and the
+//! Stage 1: the base the rehearsed migrations start from, and the
 //! migrator that applies each of them twice in the background.
 
 use crate::catalog::Migration;
 use crate::sandbox::{Database, SandboxError};
-use crate::verify::checks::apply;
+use crate::verify::evidence::SecondRun;
 use crate::verify::{apply_unchecked, step, target, Run, VerifyError};
 
 impl Run<'_> {
@@ -97,7 +97,7 @@ impl Run<'_> {
                 .iter()
                 .filter(|m| !since.is_some_and(|s| m.version <= s))
             {
-                let r = apply::second_run(
+                let r = migrator_twice(
                     &sessions.migrator(migrator_db.url()),
                     &catalog,
                     m.version,
@@ -184,4 +184,40 @@ impl Run<'_> {
         })?;
         Ok(copied)
     }
+}
+
+/// Runs the migrator (`rollsafe::migrate`: advisory lock, lock_timeout,
+/// each migration with its history row in one transaction) up to `v` twice
+/// on the database at `url`, which holds the migrations before `v` applied
+/// by the same migrator.
+fn migrator_twice(
+    url: &str,
+    catalog: &crate::catalog::Catalog,
+    v: i32,
+    lock: crate::lock_policy::LockPolicy,
+) -> anyhow::Result<SecondRun> {
+    let options = crate::migrate::Options {
+        target: Some(v),
+        lock,
+        ..crate::migrate::Options::default()
+    };
+    let first = crate::migrate::migrate(url, catalog, &options)?
+        .applied
+        .len();
+    let before = {
+        let mut c = crate::db::connect(url)?;
+        crate::schema::Snapshot::read(&mut c)?
+    };
+    let second = crate::migrate::migrate(url, catalog, &options)?
+        .applied
+        .len();
+    let after = {
+        let mut c = crate::db::connect(url)?;
+        crate::schema::Snapshot::read(&mut c)?
+    };
+    Ok(SecondRun {
+        first_applied: first,
+        second_applied: second,
+        changes: after.diff(&before),
+    })
 }

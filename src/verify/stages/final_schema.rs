@@ -1,4 +1,4 @@
-//! Stage 3, after the last migration: `post` on the final schemas (the
+//! Stage 4, after the last migration: `post` on the final schemas (the
 //! empty path's and the seeded one's), then the project's own checks of
 //! the apps that may run on the final version (the shipped project:
 //! `dao`).
@@ -6,8 +6,8 @@
 use crate::app::{AppVersion, ProjectCheck};
 use crate::report::CheckRun;
 use crate::sandbox::Database;
-use crate::verify::checks::post;
-use crate::verify::{ExpectedSchema, Run, VerifyError};
+use crate::verify::evidence::FinalSchema;
+use crate::verify::{Run, VerifyError};
 
 impl Run<'_> {
     /// `last` is the final version; `empty_final` the empty path's
@@ -24,6 +24,8 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// The final schemas, reached on the empty path and on the seeded
+    /// one, into the last migration's evidence (`post` judges them).
     fn post(
         &mut self,
         empty_final: &Database,
@@ -31,19 +33,12 @@ impl Run<'_> {
         last: i32,
     ) -> Result<(), VerifyError> {
         self.v.say("post: final schema");
-        self.ran(post::CHECK, Some(last));
         let empty = Self::snapshot(empty_final)?;
         let seeded = match seeded_final {
             Some(db) => Self::snapshot(db)?,
             None => empty.clone(),
         };
-        let expected = match &self.v.expected {
-            ExpectedSchema::Snapshot(s, name) => post::Expected::Snapshot(s, name.clone()),
-            ExpectedSchema::Derived => post::Expected::Derived,
-        };
-        self.report
-            .findings
-            .extend(post::evaluate(last, &seeded, &empty, expected));
+        self.evidence(last).final_schema = Some(FinalSchema { seeded, empty });
         Ok(())
     }
 

@@ -12,15 +12,19 @@
 //!    the template at V{k}.
 //! 3. [`seeded`], per migration that applied on the empty path: the
 //!    measured apply on the seeded database under the live apps'
-//!    workload (and batched updates), then apply, rewrite, locks, backfill
-//!    and compat judged on what it measured.
-//! 4. [`final_schema`]: post on the final schemas and the project's own
+//!    workload (and batched updates), the plans before and after, the
+//!    backfill's counts and readers, and the compat replays and
+//!    cross-version scenarios on the schema after.
+//! 4. [`final_schema`]: the final schemas for post, and the project's own
 //!    checks (the shipped project: `dao`).
 //!
-//! Stages measure and hand evidence to the checks ([`super::checks`]),
-//! which turn it into findings. The background results (the migrator's
-//! second runs, the probes) are collected by [`Run::collect_background`]
-//! once every stage has run.
+//! Stages measure: each scenario is a function that returns what it
+//! measured, and the stage stores it in its migration's evidence
+//! ([`crate::verify::evidence`]); no stage writes a finding of the
+//! registry's checks. The background results (the migrator's second runs,
+//! the probes) are collected by [`Run::collect_background`] once every
+//! stage has run; then [`Run::judge`] runs the checks' registry
+//! ([`super::checks::ALL`]) over every migration's evidence.
 
 mod base;
 mod final_schema;
@@ -55,8 +59,7 @@ impl Run<'_> {
 
         // The probes of every migration run in the background meanwhile.
         let seeded = self.seeded_stages(templates.staged, &migrations)?;
-        if let Some(failure) = templates.stopped {
-            self.report.findings.extend(failure);
+        if templates.stopped.is_some() {
             return Ok(());
         }
         let seeded::SeededEnd::Completed(last_seeded) = seeded else {
