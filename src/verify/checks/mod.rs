@@ -48,6 +48,7 @@ pub const ALL: &[Check] = &[
     backfill::ENTRY,
     compat::ENTRY,
     post::ENTRY,
+    post::unlogged_table::ENTRY,
 ];
 
 /// The description of the registered check named `name`.

@@ -1,11 +1,14 @@
 //! `post`: the final schema is sound and is the one expected.
 //!
-//! No invalid index (an error) and a warning for each constraint left NOT
+//! No invalid index (an error), a warning for each table left UNLOGGED
+//! ([`unlogged_table`]) and for each constraint left NOT
 //! VALID, to validate in a later migration (the judgement `check` makes on
 //! a live database: `crate::validity`), and the
 //! final schema equal to the expected snapshot — both the one reached on
 //! the seeded path (each migration applied onto the live apps' rows) and the
 //! one reached on an empty database.
+
+pub mod unlogged_table;
 
 use crate::report::{Finding, Severity};
 use crate::schema::Snapshot;
@@ -15,7 +18,7 @@ use super::Check;
 
 pub const CHECK: &str = "post";
 pub const DESCRIPTION: &str =
-    "no invalid indexes, constraints left NOT VALID named (warning), final schema equal to the expected snapshot";
+    "no invalid indexes, constraints left NOT VALID and tables left UNLOGGED named (warnings), final schema equal to the expected snapshot";
 
 /// Where the expected snapshot came from, for the message.
 pub enum Expected<'a> {

@@ -168,6 +168,8 @@ pub struct SideBySide {
 pub struct FinalSchema {
     pub seeded: Snapshot,
     pub empty: Snapshot,
+    /// Tables left UNLOGGED (on the seeded path), as messages name them.
+    pub unlogged: Vec<String>,
 }
 
 /// What the judgement needs besides the evidence: the run's options and

@@ -7,7 +7,7 @@ use crate::app::{AppVersion, ProjectCheck};
 use crate::report::CheckRun;
 use crate::sandbox::Database;
 use crate::verify::evidence::FinalSchema;
-use crate::verify::{Run, VerifyError};
+use crate::verify::{step, Run, VerifyError};
 
 impl Run<'_> {
     /// `last` is the final version; `empty_final` the empty path's
@@ -38,8 +38,30 @@ impl Run<'_> {
             Some(db) => Self::snapshot(db)?,
             None => empty.clone(),
         };
-        self.evidence(last).final_schema = Some(FinalSchema { seeded, empty });
+        let unlogged = Self::unlogged(seeded_final.unwrap_or(empty_final))?;
+        self.evidence(last).final_schema = Some(FinalSchema {
+            seeded,
+            empty,
+            unlogged,
+        });
         Ok(())
+    }
+
+    /// The tables of `db` that are UNLOGGED (`relpersistence = 'u'`).
+    fn unlogged(db: &Database) -> Result<Vec<String>, VerifyError> {
+        let mut c = step("connecting", db.connect())?;
+        let rows = step(
+            "reading which tables are unlogged",
+            c.query(
+                &format!(
+                    "SELECT t.name FROM ({}) t JOIN pg_class c ON c.oid = t.oid
+                      WHERE c.relpersistence = 'u' ORDER BY 1",
+                    crate::tables::list_sql()
+                ),
+                &[],
+            ),
+        )?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
     /// The project's own checks of the apps that may run on the final
