@@ -288,32 +288,9 @@ impl Report {
             .map_or_else(|| format!("V{v}"), |m| m.label.clone())
     }
 
-    /// The checks name migrations `V<n>` (rollsafe's ordinal); for a
-    /// layout with its own versions the messages, advice and deploy order
-    /// say the user's label instead.
-    fn relabel(&mut self) {
-        let labels: BTreeMap<i32, String> = self
-            .migrations
-            .iter()
-            .filter(|m| !m.label.is_empty())
-            .map(|m| (m.version, m.label.clone()))
-            .collect();
-        if labels.is_empty() {
-            return;
-        }
-        for f in &mut self.findings {
-            f.message = relabel_text(&f.message, &labels);
-            f.advice = relabel_text(&f.advice, &labels);
-        }
-        for step in &mut self.safe_order {
-            *step = relabel_text(step, &labels);
-        }
-    }
-
     /// Recomputes `passed` and orders findings (by migration, then
     /// severity, worst first, then check order of appearance).
     pub fn finish(&mut self) {
-        self.relabel();
         self.passed = !self.findings.iter().any(|f| f.severity == Severity::Error);
         self.findings.sort_by(|a, b| {
             a.migration

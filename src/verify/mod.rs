@@ -396,6 +396,7 @@ impl Verify {
                 ExpectedSchema::Snapshot(s, name) => Some((s, name.as_str())),
                 ExpectedSchema::Derived => None,
             },
+            labels: evidence::Labels::of_catalog(&self.catalog),
         }
     }
 
@@ -527,7 +528,7 @@ impl Verify {
             .iter()
             .map(|m| m.version)
             .collect();
-        run.report.safe_order = compat::safe_order(&versions, &self.apps);
+        run.report.safe_order = compat::safe_order(&versions, &self.apps, &self.context().labels);
         let result = run.all();
         // Collect the background work even when the rehearsal stopped early.
         run.collect_background();

@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use crate::report::{Finding, Severity};
-use crate::verify::evidence::{Applied, Context, MigrationEvidence, SecondRun};
+use crate::verify::evidence::{Applied, Context, Labels, MigrationEvidence, SecondRun};
 
 use super::{ms, Check};
 
@@ -67,13 +67,14 @@ pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
 }
 
 /// `--since` left nothing to rehearse.
-pub fn nothing_rehearsed(since: i32) -> Finding {
+pub fn nothing_rehearsed(since: i32, labels: &Labels) -> Finding {
+    let since_label = labels.of(since);
     Finding::new(
         CHECK,
         "nothing-rehearsed",
         Severity::Skipped,
         None,
-        format!("every migration is at or before --since V{since}: none was rehearsed"),
+        format!("every migration is at or before --since {since_label}: none was rehearsed"),
     )
     .advice("pass the version before the first migration you want judged")
 }

@@ -40,7 +40,7 @@ use crate::report::{Finding, Location, Severity};
 use crate::verify::evidence::plan::{
     parse, Access, ForeignKey, IndexInfo, Plan, Side, StatementPlan,
 };
-use crate::verify::evidence::{Context, MigrationEvidence};
+use crate::verify::evidence::{Context, Labels, MigrationEvidence};
 use crate::verify::predict::Sizes;
 
 use super::Check;
@@ -63,11 +63,11 @@ pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
     let v = e.version;
     let before = match &plans.before {
         Ok(before) => before,
-        Err(why) => return vec![not_measured(v, "before", why)],
+        Err(why) => return vec![not_measured(v, "before", why, &cx.labels)],
     };
     match &plans.after {
         None => Vec::new(),
-        Some(Err(why)) => vec![not_measured(v, "after", why)],
+        Some(Err(why)) => vec![not_measured(v, "after", why, &cx.labels)],
         Some(Ok(after)) => {
             let inputs = PlanInputs {
                 v,
@@ -76,6 +76,7 @@ pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
                 live: &e.live,
                 sizes: cx.sizes,
                 budget: cx.plan_budget,
+                labels: &cx.labels,
             };
             compare(&inputs, before, after)
         }
@@ -104,6 +105,8 @@ pub struct PlanInputs<'a> {
     /// A regression whose full read per call at production size stays
     /// under this is a warning, not an error.
     pub budget: Duration,
+    /// How the project names its migrations.
+    pub labels: &'a Labels<'a>,
 }
 
 /// How one table read of one statement changed.
@@ -149,7 +152,13 @@ pub fn compare(cx: &PlanInputs, before: &Side, after: &Side) -> Vec<Finding> {
             Ok(c) => compared.push(c),
             Err(reason) => {
                 skipped += 1;
-                out.push(skipped_statement(cx.v, &b.app, &b.statement, &reason));
+                out.push(skipped_statement(
+                    cx.v,
+                    &b.app,
+                    &b.statement,
+                    &reason,
+                    cx.labels,
+                ));
             }
         }
     }
@@ -226,16 +235,16 @@ pub fn compare(cx: &PlanInputs, before: &Side, after: &Side) -> Vec<Finding> {
             c.app,
             c.statement,
             &format!(
-                "{} hold{} no rows before or after V{} at the seeded size{}, so its plan says nothing about production",
+                "{} hold{} no rows before or after {} at the seeded size{}, so its plan says nothing about production",
                 tables.join(" and "),
                 if tables.len() == 1 { "s" } else { "" },
-                cx.v,
+                cx.labels.of(cx.v),
                 if before.imported.is_empty() {
                     " and no production statistics were imported"
                 } else {
                     " or in the imported statistics"
                 }
-            ),
+            ), cx.labels,
         ));
     }
 
@@ -410,6 +419,7 @@ fn regression(
     before: &Side,
     after: &Side,
 ) -> Finding {
+    let v_label = cx.labels.of(cx.v);
     let table = name_of(t, after);
     let old = b.index.clone().unwrap_or_default();
     let (rows, time, production) = full_read(t, cx, after);
@@ -440,9 +450,9 @@ fn regression(
         .find(|i| i.table == name_of(t, before) && i.name == old);
     let now = index_in(after, t, &old);
     let why = match (old_def, now) {
-        (_, None) => format!("V{} drops {old}", cx.v),
+        (_, None) => format!("{} drops {old}", cx.labels.of(cx.v)),
         (Some(o), Some(n)) if o.definition != n.definition => {
-            format!("V{} changes {old} ({} → {})", cx.v, o.definition, n.definition)
+            format!("{} changes {old} ({} → {})", cx.labels.of(cx.v), o.definition, n.definition)
         }
         _ => format!(
             "{old} still exists but no longer matches the statement (a column's type or the index's expression changed)"
@@ -456,10 +466,9 @@ fn regression(
         format!("each call now reads all {rows:.0} rows of {table}: {time_phrase} per call {size_phrase}")
     };
     let message = format!(
-        "the {} app's `{}` read {table} through index {old} before V{v} and through {replaced_by} after it ({why}); {read}",
+        "the {} app's `{}` read {table} through index {old} before {v_label} and through {replaced_by} after it ({why}); {read}",
         c.app,
         c.statement,
-        v = cx.v,
     );
     let advice = match (old_def, now) {
         (Some(o), None) => format!(
@@ -593,25 +602,27 @@ fn mentions(text: &str, word: &str) -> bool {
 }
 
 /// One side of migration `v` could not be measured at all.
-pub fn not_measured(v: i32, when: &str, detail: &str) -> Finding {
+pub fn not_measured(v: i32, when: &str, detail: &str, labels: &Labels) -> Finding {
+    let v_label = labels.of(v);
     Finding::new(
         CHECK,
         "skipped",
         Severity::Skipped,
         Some(v),
-        format!("the apps' statements could not be planned {when} V{v}: {detail}"),
+        format!("the apps' statements could not be planned {when} {v_label}: {detail}"),
     )
     .evidence("side", when)
     .evidence("error", detail)
 }
 
-fn skipped_statement(v: i32, app: &str, statement: &str, reason: &str) -> Finding {
+fn skipped_statement(v: i32, app: &str, statement: &str, reason: &str, labels: &Labels) -> Finding {
+    let v_label = labels.of(v);
     Finding::new(
         CHECK,
         "skipped",
         Severity::Skipped,
         Some(v),
-        format!("the {app} app's `{statement}` was not compared before and after V{v}: {reason}"),
+        format!("the {app} app's `{statement}` was not compared before and after {v_label}: {reason}"),
     )
     .evidence("app", app)
     .evidence("statement", statement)
@@ -665,8 +676,8 @@ fn unused_indexes(cx: &PlanInputs, before: &Side, after: &Side) -> Vec<Finding> 
                 Severity::Info,
                 Some(cx.v),
                 format!(
-                    "V{} builds index {} on {}, which no statement of the apps running after it ({}) reads through; it still costs every write to {}",
-                    cx.v,
+                    "{} builds index {} on {}, which no statement of the apps running after it ({}) reads through; it still costs every write to {}",
+                    cx.labels.of(cx.v),
                     i.name,
                     i.table,
                     if apps.is_empty() { "none".to_string() } else { apps.join(", ") },
@@ -758,8 +769,8 @@ fn fks_without_index(cx: &PlanInputs, before: &Side, after: &Side) -> Vec<Findin
                 Severity::Warn,
                 Some(cx.v),
                 format!(
-                    "V{} adds foreign key {} on {} ({}) with no index on those columns, and {} delete or update rows of {}: {lookup_phrase}, a read of {} that grows with it",
-                    cx.v,
+                    "{} adds foreign key {} on {} ({}) with no index on those columns, and {} delete or update rows of {}: {lookup_phrase}, a read of {} that grows with it",
+                    cx.labels.of(cx.v),
                     fk.name,
                     fk.table,
                     fk.columns.join(", "),
@@ -796,9 +807,9 @@ fn summary(
     skipped: usize,
 ) -> Finding {
     let mut message = format!(
-        "{compared} statement(s) of the {} app planned before and after V{} ({}, {} statistics): {regressed} regressed, {kept} table read(s) kept their path",
+        "{compared} statement(s) of the {} app planned before and after {} ({}, {} statistics): {regressed} regressed, {kept} table read(s) kept their path",
         cx.live.join(" and "),
-        cx.v,
+        cx.labels.of(cx.v),
         after.mode,
         if before.imported.is_empty() { "seeded" } else { "imported" },
     );
@@ -966,6 +977,7 @@ mod tests {
             live,
             sizes,
             budget: Duration::from_millis(5),
+            labels: &Labels::ORDINALS,
         }
     }
 

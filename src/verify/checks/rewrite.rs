@@ -23,7 +23,9 @@
 //! Index builds under a blocking lock are `locks.blocking-index-build`.
 
 use crate::report::{Finding, Severity};
-use crate::verify::evidence::{Applied, Context, MigrationEvidence, StatementRun, TableWork};
+use crate::verify::evidence::{
+    Applied, Context, Labels, MigrationEvidence, StatementRun, TableWork,
+};
 use crate::verify::lock_modes::{self, Needs};
 use crate::verify::predict::{self, Hold};
 
@@ -44,7 +46,7 @@ pub const ENTRY: Check = Check {
 pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
     let mut out = Vec::new();
     if let Some(g) = e.seeding.as_ref().and_then(|s| s.generated.as_ref()) {
-        out.extend(tables_not_seeded(e.version, e.prev, g));
+        out.extend(tables_not_seeded(e.version, e.prev, g, &cx.labels));
     }
     if let (Some(at_zero), Some(s)) = (&e.at_zero, e.applied_on_seeded()) {
         let holds = predict::holds(at_zero, &s.applied, &e.needs, cx.sizes);
@@ -61,7 +63,9 @@ pub fn tables_not_seeded(
     v: i32,
     prev: i32,
     generated: &crate::verify::generate::Generated,
+    labels: &Labels,
 ) -> Vec<Finding> {
+    let prev_label = labels.of(prev);
     let mut out: Vec<Finding> = generated
         .unseeded
         .iter()
@@ -76,7 +80,7 @@ pub fn tables_not_seeded(
                 Severity::Warn,
                 Some(v),
                 format!(
-                    "{} could not be seeded at V{prev} ({what}); the rewrite and lock checks measured it empty",
+                    "{} could not be seeded at {prev_label} ({what}); the rewrite and lock checks measured it empty",
                     t.table
                 ),
             )

@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::app::AppVersion;
+use crate::catalog::Catalog;
 use crate::lock_policy::LockPolicy;
 use crate::schema::Snapshot;
 use crate::verify::cross_version::CrossVersion;
@@ -183,6 +184,32 @@ pub struct Context<'a> {
     pub sizes: &'a Sizes,
     /// The expected final schema (None: what the migrations build).
     pub expected: Option<(&'a Snapshot, &'a str)>,
+    /// How the project names its migrations in messages.
+    pub labels: Labels<'a>,
+}
+
+/// How the project names its migrations in messages: rollsafe's ordinal
+/// `V3` is the label of a refinery file; a sqlx project's is
+/// `20240101120000`. A finding keeps the ordinal as its migration.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Labels<'a>(Option<&'a Catalog>);
+
+impl<'a> Labels<'a> {
+    /// rollsafe's ordinals, `V{n}` (for a catalogue-free judgement, as in
+    /// unit tests).
+    pub const ORDINALS: Labels<'static> = Labels(None);
+
+    pub fn of_catalog(catalog: &'a Catalog) -> Labels<'a> {
+        Labels(Some(catalog))
+    }
+
+    /// The label of version `v`.
+    pub fn of(&self, v: i32) -> String {
+        match self.0 {
+            Some(c) => c.label_of(v),
+            None => format!("V{v}"),
+        }
+    }
 }
 
 impl Context<'_> {

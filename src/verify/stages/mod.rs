@@ -54,7 +54,9 @@ impl Run<'_> {
             &templates.stopped,
             self.v.since,
         ) {
-            self.report.findings.push(apply::nothing_rehearsed(since));
+            self.report
+                .findings
+                .push(apply::nothing_rehearsed(since, &self.v.context().labels));
         }
 
         // The probes of every migration run in the background meanwhile.

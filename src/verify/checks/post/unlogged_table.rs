@@ -41,7 +41,7 @@ pub fn evaluate(e: &MigrationEvidence, _: &Context) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::evidence::FinalSchema;
+    use crate::verify::evidence::{FinalSchema, Labels};
     use crate::verify::predict::Sizes;
 
     fn judged(unlogged: &[&str]) -> Vec<Finding> {
@@ -62,6 +62,7 @@ mod tests {
             plan_budget: Default::default(),
             sizes: &sizes,
             expected: None,
+            labels: Labels::ORDINALS,
         };
         evaluate(&e, &cx)
     }
