@@ -39,6 +39,7 @@
 
 pub mod checks;
 pub mod cross_version;
+pub mod events;
 pub mod evidence;
 pub mod generate;
 pub mod lock_modes;
@@ -68,6 +69,7 @@ use crate::schema::Snapshot;
 
 use crate::app::{AppError, AppVersion};
 use checks::{apply, compat, locks, r#static};
+use events::{Event, MigrationStep, RunStep, VerifyEvent};
 use evidence::LongTransactionProbe;
 use evidence::{MigrationEvidence, Visible, Warning};
 use lock_modes::Needs;
@@ -123,7 +125,7 @@ pub enum VerifyError {
     UnknownTableRows { unknown: String, known: String },
 }
 
-type Progress = Arc<dyn Fn(&str) + Send + Sync>;
+type Progress = Arc<dyn Fn(&VerifyEvent) + Send + Sync>;
 
 /// The expected final schema.
 #[derive(Debug, Clone)]
@@ -148,6 +150,8 @@ pub struct Verify {
     target: Option<target::Target>,
     expected: ExpectedSchema,
     progress: Option<Progress>,
+    /// The PostgreSQL major its events name, when several are rehearsed.
+    major: Option<u32>,
     /// The role apps connect as when their file declares none.
     app_role: Option<String>,
     /// `--migrator-superuser`: migrations run as the sandbox's superuser.
@@ -208,6 +212,7 @@ impl Verify {
             target: None,
             expected,
             progress: None,
+            major: None,
             app_role: None,
             superuser_migrator: false,
             statement_timeout: roles::DEFAULT_STATEMENT_TIMEOUT,
@@ -313,27 +318,33 @@ impl Verify {
         self
     }
 
-    /// Called with a short line whenever a new step starts.
-    pub fn progress(mut self, f: impl Fn(&str) + Send + Sync + 'static) -> Self {
+    /// Called with an event whenever a step starts and a stage starts or
+    /// finishes.
+    pub fn progress(mut self, f: impl Fn(&VerifyEvent) + Send + Sync + 'static) -> Self {
         self.progress = Some(Arc::new(f));
         self
     }
 
-    fn say(&self, s: &str) {
-        // Progress names migrations as the project does (`V3` is
-        // rollsafe's ordinal; a sqlx project knows `20240101120000`).
-        let labels: BTreeMap<i32, String> = self
-            .catalog
-            .migrations()
-            .iter()
-            .filter(|m| m.label != format!("V{}", m.version))
-            .map(|m| (m.version, m.label.clone()))
-            .collect();
-        let s = crate::report::relabel_text(s, &labels);
-        log::info!("{s}");
-        if let Some(p) = &self.progress {
-            p(&s);
+    fn emit(&self, what: Event) {
+        let event = VerifyEvent {
+            major: self.major,
+            what,
+        };
+        if event.shown() {
+            log::info!("{event}");
         }
+        if let Some(p) = &self.progress {
+            p(&event);
+        }
+    }
+
+    /// Migration `v`'s `step` started.
+    fn say(&self, v: i32, step: MigrationStep) {
+        self.emit(Event::Migration {
+            version: v,
+            label: self.catalog.label_of(v),
+            step,
+        });
     }
 
     /// Rehearses on each PostgreSQL major of `majors`, each on a server of
@@ -355,10 +366,7 @@ impl Verify {
                     .iter()
                     .map(|&major| {
                         let mut v = self.clone();
-                        if let Some(p) = self.progress.clone() {
-                            v.progress =
-                                Some(Arc::new(move |line: &str| p(&format!("PG{major}: {line}"))));
-                        }
+                        v.major = Some(major);
                         let builder = builder.clone().postgres_major(major);
                         (major, s.spawn(move || v.run(&builder.start()?)))
                     })
@@ -451,7 +459,7 @@ impl Verify {
         // The static precheck reads the files while the databases are
         // prepared (it needs none); its warnings wait for their
         // measurements.
-        self.say("static: squawk's rules on the migrations");
+        self.emit(Event::Run(RunStep::Lint));
         let lint = {
             let v = self.clone();
             std::thread::spawn(move || v.lint())
@@ -465,7 +473,7 @@ impl Verify {
             self.superuser_migrator,
             self.statement_timeout,
         )?;
-        self.say(&format!(
+        self.emit(Event::Run(RunStep::Sessions(format!(
             "migrations run as {}{}; apps as {}",
             sessions.migrator_name(),
             if sessions.superuser_migrator() {
@@ -482,7 +490,7 @@ impl Verify {
                     .collect::<Vec<_>>()
                     .join(", ")
             }
-        ));
+        ))));
         let mut run = Run {
             v: self,
             sandbox,

@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 use postgres::{Client, SimpleQueryMessage};
 use serde_json::Value;
 
+use super::events::MigrationStep;
 use super::evidence::plan::{
     parse, Access, ForeignKey, IndexInfo, Mode, Path, Side, StatementPlan, TableStats,
 };
@@ -64,9 +65,7 @@ impl super::Run<'_> {
         live: &[&AppVersion],
     ) -> Option<Side> {
         let db = db.filter(|_| !live.is_empty())?;
-        self.v.say(&format!(
-            "V{v}: planning the live apps' statements before it"
-        ));
+        self.v.say(v, MigrationStep::PlanningBefore);
         let before = self
             .measure_plans(db, live, When::Before)
             .map_err(|e| format!("{e:#}"));
@@ -92,8 +91,7 @@ impl super::Run<'_> {
             return;
         };
         let v = m.version;
-        self.v
-            .say(&format!("V{v}: planning the apps' statements after it"));
+        self.v.say(v, MigrationStep::PlanningAfter);
         let after = self
             .measure_plans(db, runnable, When::After(&before))
             .map_err(|e| format!("{e:#}"));

@@ -3,6 +3,7 @@
 
 use crate::catalog::Migration;
 use crate::sandbox::{Database, SandboxError};
+use crate::verify::events::{Event, RunStep};
 use crate::verify::evidence::SecondRun;
 use crate::verify::{apply_unchecked, step, target, Run, VerifyError};
 
@@ -24,9 +25,13 @@ impl Run<'_> {
                     .collect(),
             );
         } else if let Some(s) = self.v.since {
-            self.v.say(&format!(
-                "applying V1..V{s} once (up to --since, not rehearsed)"
-            ));
+            self.v.emit(Event::Run(RunStep::ApplyingUpTo {
+                first: self
+                    .v
+                    .catalog
+                    .label_of(migrations.first().map_or(1, |m| m.version)),
+                since: self.v.catalog.label_of(s),
+            }));
             let mut c = self.connect_migrator(empty_prev)?;
             for m in migrations.iter().filter(|m| m.version <= s) {
                 if let Err(e) = apply_unchecked(&mut c, m) {
@@ -126,8 +131,7 @@ impl Run<'_> {
         t: &target::Target,
         db: &Database,
     ) -> Result<Vec<target::CopiedTable>, VerifyError> {
-        self.v
-            .say("reading the target's schema (pg_dump --schema-only)");
+        self.v.emit(Event::Run(RunStep::ReadingTarget));
         let scrubbed =
             |e: SandboxError| VerifyError::Target(crate::db::scrub(&e.to_string(), t.url()));
         for (name, login, inherit) in t.roles()? {

@@ -6,6 +6,7 @@
 use crate::app::{AppVersion, ProjectCheck};
 use crate::report::CheckRun;
 use crate::sandbox::Database;
+use crate::verify::events::{Event, RunStep};
 use crate::verify::evidence::FinalSchema;
 use crate::verify::{step, Run, VerifyError};
 
@@ -20,7 +21,7 @@ impl Run<'_> {
     ) -> Result<(), VerifyError> {
         self.post(empty_final, seeded_final, last)?;
         self.project_checks(empty_final, last);
-        self.v.say("waiting for the long-transaction probes");
+        self.v.emit(Event::Run(RunStep::WaitingForProbes));
         Ok(())
     }
 
@@ -32,7 +33,7 @@ impl Run<'_> {
         seeded_final: Option<&Database>,
         last: i32,
     ) -> Result<(), VerifyError> {
-        self.v.say("post: final schema");
+        self.v.emit(Event::Run(RunStep::FinalSchema));
         let empty = Self::snapshot(empty_final)?;
         let seeded = match seeded_final {
             Some(db) => Self::snapshot(db)?,
@@ -77,10 +78,10 @@ impl Run<'_> {
             }
         }
         for (pc, app) in declared {
-            self.v.say(&format!(
-                "{}: {} on the final schema",
-                pc.check, pc.description
-            ));
+            self.v.emit(Event::Run(RunStep::ProjectCheck {
+                check: pc.check.to_string(),
+                description: pc.description.to_string(),
+            }));
             self.report.checks.push(CheckRun {
                 check: pc.check.to_string(),
                 migration: Some(last),

@@ -31,6 +31,7 @@ mod final_schema;
 mod seeded;
 mod template;
 
+use super::events::{Event, Stage};
 use super::{checks::apply, Run, VerifyError};
 
 impl Run<'_> {
@@ -42,10 +43,14 @@ impl Run<'_> {
         let empty_prev = self
             .sandbox
             .fresh_database_owned_by(self.sessions.owner())?;
+        self.v.emit(Event::StageStarted(Stage::Base));
         self.apply_base(&empty_prev, &migrations)?;
         self.start_migrator(&empty_prev, &migrations)?;
+        self.v.emit(Event::StageFinished(Stage::Base));
 
+        self.v.emit(Event::StageStarted(Stage::Templates));
         let templates = self.templates(&empty_prev, &migrations)?;
+        self.v.emit(Event::StageFinished(Stage::Templates));
         if templates.stopped.is_none() {
             self.tables_sized_exist(&templates.staged, &empty_prev)?;
         }
@@ -60,13 +65,18 @@ impl Run<'_> {
         }
 
         // The probes of every migration run in the background meanwhile.
+        self.v.emit(Event::StageStarted(Stage::Seeded));
         let seeded = self.seeded_stages(templates.staged, &migrations)?;
+        self.v.emit(Event::StageFinished(Stage::Seeded));
         if templates.stopped.is_some() {
             return Ok(());
         }
         let seeded::SeededEnd::Completed(last_seeded) = seeded else {
             return Ok(());
         };
-        self.final_schema(&empty_prev, last_seeded.as_ref(), templates.last)
+        self.v.emit(Event::StageStarted(Stage::FinalSchema));
+        self.final_schema(&empty_prev, last_seeded.as_ref(), templates.last)?;
+        self.v.emit(Event::StageFinished(Stage::FinalSchema));
+        Ok(())
     }
 }

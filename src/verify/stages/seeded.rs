@@ -12,6 +12,7 @@ use crate::app::AppVersion;
 use crate::catalog::Migration;
 use crate::sandbox::Database;
 use crate::verify::cross_version;
+use crate::verify::events::MigrationStep;
 use crate::verify::evidence::{
     Backfill, BatchedRun, Compat, DirectiveCount, SeededApply, SideBySide, Visible, WorkloadStats,
 };
@@ -113,9 +114,8 @@ impl Run<'_> {
         live_outcomes: &std::collections::BTreeMap<String, Vec<replay::Outcome>>,
     ) -> Result<SeededApply, VerifyError> {
         let v = m.version;
-        self.v.say(&format!(
-            "V{v}: applying on {seeded_rows} seeded rows under the live apps' workload"
-        ));
+        self.v
+            .say(v, MigrationStep::ApplyingOnSeeded { rows: seeded_rows });
         let workload = step(
             "starting the workload",
             rehearsal::Workload::start(db.url(), &self.sessions, &live_apps(live, live_outcomes)),
@@ -157,7 +157,7 @@ impl Run<'_> {
         readers_before: Visible,
     ) -> Result<Backfill, VerifyError> {
         let v = m.version;
-        self.v.say(&format!("V{v}: backfill and readers"));
+        self.v.say(v, MigrationStep::Backfill);
         let mut directives = None;
         if let Some(db) = applied_db {
             let mut c = self.connect_migrator(db)?;
@@ -196,7 +196,7 @@ impl Run<'_> {
         runnable: &[&AppVersion],
         live_outcomes: std::collections::BTreeMap<String, Vec<replay::Outcome>>,
     ) -> Result<Compat, VerifyError> {
-        self.v.say(&format!("V{v}: replaying the apps' statements"));
+        self.v.say(v, MigrationStep::Replaying);
         let mut out = Compat {
             before: live_outcomes,
             ..Compat::default()
@@ -255,8 +255,12 @@ impl Run<'_> {
         )?;
         drop(c);
         for (i, b) in m.batched_updates().enumerate() {
-            self.v
-                .say(&format!("V{}: batched update of {}", m.version, b.table));
+            self.v.say(
+                m.version,
+                MigrationStep::BatchedUpdate {
+                    table: b.table.to_string(),
+                },
+            );
             let started = Instant::now();
             let run = |c: &mut postgres::Client| {
                 batches::run(

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::app::AppVersion;
 use crate::catalog::Migration;
 use crate::sandbox::Database;
+use crate::verify::events::MigrationStep;
 use crate::verify::evidence::{Applied, Probe, Rerun, Seeding, Visible};
 use crate::verify::rehearsal::{self, End, LiveApp};
 use crate::verify::{
@@ -132,7 +133,7 @@ impl Run<'_> {
         // Empty path: the empty template itself (its state at V{prev} was
         // needed only for the seeded clone above, and it goes on as the
         // template at V{v}).
-        self.v.say(&format!("V{v}: applying on an empty database"));
+        self.v.say(v, MigrationStep::ApplyingOnEmpty);
         let (mut at_zero, trace, rerun) = if m.runs_outside_transaction() {
             let (at_zero, rerun) = self.kill_and_rerun(m, empty_prev)?;
             (at_zero, Vec::new(), rerun)
@@ -219,11 +220,14 @@ impl Run<'_> {
         } else {
             self.v.rows
         };
-        self.v.say(&if carried > 0 {
-            format!("V{v}: {carried} seeded rows carried to V{prev}, {rows} more written")
-        } else {
-            format!("V{v}: seeding {rows} rows at V{prev}")
-        });
+        self.v.say(
+            v,
+            MigrationStep::Seeding {
+                carried,
+                rows,
+                at: self.v.catalog.label_of(prev),
+            },
+        );
         // Seeds are the project's files: run as the migrator (the owner of
         // the tables), the rows each app writes as the app.
         let mut c = self.connect_migrator(&seeded)?;
