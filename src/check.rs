@@ -216,7 +216,7 @@ impl Check {
             status.current,
             &self.pending_concurrent_indexes(&status),
         ));
-        let indexes = crate::verify::plans::indexes(&mut client)
+        let indexes = crate::verify::planning::indexes(&mut client)
             .map_err(|e| CheckError::sql("reading the indexes", &e))?;
         report
             .findings

@@ -43,7 +43,7 @@ pub mod events;
 pub mod evidence;
 pub mod generate;
 pub mod lock_modes;
-pub mod plans;
+pub mod planning;
 pub mod predict;
 pub mod rehearsal;
 pub mod replay;
@@ -492,7 +492,7 @@ impl Verify {
             }
         ))));
         let mut run = Run {
-            v: self,
+            options: self,
             sandbox,
             sessions,
             stand_ins: Vec::new(),
@@ -578,7 +578,7 @@ type MigratorHandle = JoinHandle<Vec<(i32, anyhow::Result<evidence::SecondRun>)>
 
 /// One rehearsal in progress.
 struct Run<'a> {
-    v: &'a Verify,
+    options: &'a Verify,
     sandbox: &'a Sandbox,
     /// Who runs what: the migrator and the apps' roles.
     sessions: Sessions,
@@ -682,7 +682,7 @@ impl Run<'_> {
     /// evidence to judge, and its findings, before the project's own
     /// (which ran in the final stage).
     fn judge(&mut self) {
-        let verify = self.v;
+        let verify = self.options;
         let cx = verify.context();
         let (mut ran, mut findings) = (Vec::new(), Vec::new());
         for e in self.evidence.values() {
@@ -853,7 +853,7 @@ impl Run<'_> {
     /// before some migration (`staged`) or at the end (`last`). A typo
     /// would otherwise predict nothing and say so nowhere.
     fn tables_sized_exist(&self, staged: &[Staged], last: &Database) -> Result<(), VerifyError> {
-        if !self.v.sizes.given_by_flag() {
+        if !self.options.sizes.given_by_flag() {
             return Ok(());
         }
         let mut known: std::collections::BTreeSet<String> = Self::user_tables(last)?
@@ -866,7 +866,7 @@ impl Run<'_> {
                 .flat_map(|s| s.tables.iter().map(|t| t.name.clone())),
         );
         let unknown: Vec<&str> = self
-            .v
+            .options
             .sizes
             .rows
             .keys()

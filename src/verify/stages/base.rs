@@ -16,7 +16,7 @@ impl Run<'_> {
         empty_prev: &Database,
         migrations: &[Migration],
     ) -> Result<(), VerifyError> {
-        if let Some(t) = &self.v.target {
+        if let Some(t) = &self.options.target {
             let copied = self.restore_target(t, empty_prev)?;
             self.report.copied_rows = Some(
                 copied
@@ -24,13 +24,13 @@ impl Run<'_> {
                     .map(|c| format!("{} ({})", c.qualified, c.because))
                     .collect(),
             );
-        } else if let Some(s) = self.v.since {
-            self.v.emit(Event::Run(RunStep::ApplyingUpTo {
+        } else if let Some(s) = self.options.since {
+            self.options.emit(Event::Run(RunStep::ApplyingUpTo {
                 first: self
-                    .v
+                    .options
                     .catalog
                     .label_of(migrations.first().map_or(1, |m| m.version)),
-                since: self.v.catalog.label_of(s),
+                since: self.options.catalog.label_of(s),
             }));
             let mut c = self.connect_migrator(empty_prev)?;
             for m in migrations.iter().filter(|m| m.version <= s) {
@@ -58,7 +58,7 @@ impl Run<'_> {
         empty_prev: &Database,
         migrations: &[Migration],
     ) -> Result<(), VerifyError> {
-        let migrator_db = match (&self.v.target, self.v.since) {
+        let migrator_db = match (&self.options.target, self.options.since) {
             (None, None) => None,
             (target, Some(s)) => {
                 let db = self.clone_db(empty_prev)?;
@@ -79,7 +79,11 @@ impl Run<'_> {
                 Some(self.clone_db(empty_prev)?)
             }
         };
-        let (catalog, policy, since) = (self.v.catalog.clone(), self.v.lock_policy, self.v.since);
+        let (catalog, policy, since) = (
+            self.options.catalog.clone(),
+            self.options.lock_policy,
+            self.options.since,
+        );
         let sandbox = self.sandbox.clone();
         let sessions = self.sessions.clone();
         self.migrator = Some(std::thread::spawn(move || {
@@ -131,7 +135,7 @@ impl Run<'_> {
         t: &target::Target,
         db: &Database,
     ) -> Result<Vec<target::CopiedTable>, VerifyError> {
-        self.v.emit(Event::Run(RunStep::ReadingTarget));
+        self.options.emit(Event::Run(RunStep::ReadingTarget));
         let scrubbed =
             |e: SandboxError| VerifyError::Target(crate::db::scrub(&e.to_string(), t.url()));
         for (name, login, inherit) in t.roles()? {

@@ -21,7 +21,7 @@ impl Run<'_> {
     ) -> Result<(), VerifyError> {
         self.post(empty_final, seeded_final, last)?;
         self.project_checks(empty_final, last);
-        self.v.emit(Event::Run(RunStep::WaitingForProbes));
+        self.options.emit(Event::Run(RunStep::WaitingForProbes));
         Ok(())
     }
 
@@ -33,7 +33,7 @@ impl Run<'_> {
         seeded_final: Option<&Database>,
         last: i32,
     ) -> Result<(), VerifyError> {
-        self.v.emit(Event::Run(RunStep::FinalSchema));
+        self.options.emit(Event::Run(RunStep::FinalSchema));
         let empty = Self::snapshot(empty_final)?;
         let seeded = match seeded_final {
             Some(db) => Self::snapshot(db)?,
@@ -70,7 +70,7 @@ impl Run<'_> {
     /// by post; the rows they write are needed by nothing after).
     fn project_checks(&mut self, empty_final: &Database, last: i32) {
         let mut declared: Vec<(ProjectCheck, &AppVersion)> = Vec::new();
-        for app in self.v.apps.iter().filter(|a| a.may_run_on(last)) {
+        for app in self.options.apps.iter().filter(|a| a.may_run_on(last)) {
             if let Some(pc) = app.driver.as_ref().and_then(|d| d.final_check()) {
                 if !declared.iter().any(|(d, _)| d.check == pc.check) {
                     declared.push((pc, app));
@@ -78,7 +78,7 @@ impl Run<'_> {
             }
         }
         for (pc, app) in declared {
-            self.v.emit(Event::Run(RunStep::ProjectCheck {
+            self.options.emit(Event::Run(RunStep::ProjectCheck {
                 check: pc.check.to_string(),
                 description: pc.description.to_string(),
             }));

@@ -39,44 +39,45 @@ impl Run<'_> {
     /// rehearsal there: later ones cannot be reached, and its findings say
     /// why.
     pub(super) fn all(&mut self) -> Result<(), VerifyError> {
-        let migrations = self.v.catalog.migrations().to_vec();
+        let migrations = self.options.catalog.migrations().to_vec();
         let empty_prev = self
             .sandbox
             .fresh_database_owned_by(self.sessions.owner())?;
-        self.v.emit(Event::StageStarted(Stage::Base));
+        self.options.emit(Event::StageStarted(Stage::Base));
         self.apply_base(&empty_prev, &migrations)?;
         self.start_migrator(&empty_prev, &migrations)?;
-        self.v.emit(Event::StageFinished(Stage::Base));
+        self.options.emit(Event::StageFinished(Stage::Base));
 
-        self.v.emit(Event::StageStarted(Stage::Templates));
+        self.options.emit(Event::StageStarted(Stage::Templates));
         let templates = self.templates(&empty_prev, &migrations)?;
-        self.v.emit(Event::StageFinished(Stage::Templates));
+        self.options.emit(Event::StageFinished(Stage::Templates));
         if templates.stopped.is_none() {
             self.tables_sized_exist(&templates.staged, &empty_prev)?;
         }
         if let (true, None, Some(since)) = (
             templates.staged.is_empty(),
             &templates.stopped,
-            self.v.since,
+            self.options.since,
         ) {
-            self.report
-                .findings
-                .push(apply::nothing_rehearsed(since, &self.v.context().labels));
+            self.report.findings.push(apply::nothing_rehearsed(
+                since,
+                &self.options.context().labels,
+            ));
         }
 
         // The probes of every migration run in the background meanwhile.
-        self.v.emit(Event::StageStarted(Stage::Seeded));
+        self.options.emit(Event::StageStarted(Stage::Seeded));
         let seeded = self.seeded_stages(templates.staged, &migrations)?;
-        self.v.emit(Event::StageFinished(Stage::Seeded));
+        self.options.emit(Event::StageFinished(Stage::Seeded));
         if templates.stopped.is_some() {
             return Ok(());
         }
         let seeded::SeededEnd::Completed(last_seeded) = seeded else {
             return Ok(());
         };
-        self.v.emit(Event::StageStarted(Stage::FinalSchema));
+        self.options.emit(Event::StageStarted(Stage::FinalSchema));
         self.final_schema(&empty_prev, last_seeded.as_ref(), templates.last)?;
-        self.v.emit(Event::StageFinished(Stage::FinalSchema));
+        self.options.emit(Event::StageFinished(Stage::FinalSchema));
         Ok(())
     }
 }

@@ -60,8 +60,18 @@ impl Run<'_> {
     fn seeded(&mut self, st: Staged, migrations: &[Migration]) -> Result<Seeded, VerifyError> {
         let m = &migrations[st.index];
         let v = m.version;
-        let live: Vec<&AppVersion> = self.v.apps.iter().filter(|a| a.live_during(v)).collect();
-        let runnable: Vec<&AppVersion> = self.v.apps.iter().filter(|a| a.may_run_on(v)).collect();
+        let live: Vec<&AppVersion> = self
+            .options
+            .apps
+            .iter()
+            .filter(|a| a.live_during(v))
+            .collect();
+        let runnable: Vec<&AppVersion> = self
+            .options
+            .apps
+            .iter()
+            .filter(|a| a.may_run_on(v))
+            .collect();
         let Staged {
             seeded,
             seeded_rows,
@@ -114,7 +124,7 @@ impl Run<'_> {
         live_outcomes: &std::collections::BTreeMap<String, Vec<replay::Outcome>>,
     ) -> Result<SeededApply, VerifyError> {
         let v = m.version;
-        self.v
+        self.options
             .say(v, MigrationStep::ApplyingOnSeeded { rows: seeded_rows });
         let workload = step(
             "starting the workload",
@@ -134,7 +144,7 @@ impl Run<'_> {
         std::thread::sleep(WORKLOAD_MARGIN);
         let workload: WorkloadStats = workload.stop();
         let mut at_n = step("applying on a seeded database", at_n)?;
-        at_n.file = self.v.catalog.path_of(m);
+        at_n.file = self.options.catalog.path_of(m);
         if at_n.outside_transaction && workload.counted_in_table_stats {
             at_n.forget_work("the live apps run as the migrator's role, so their sessions could not be left out of the cumulative table statistics (SET track_counts needs a superuser): the rows read and written by statements outside a transaction were not measured apart from theirs (declare an app role, -- role: or --app-role, to measure them)");
         }
@@ -157,7 +167,7 @@ impl Run<'_> {
         readers_before: Visible,
     ) -> Result<Backfill, VerifyError> {
         let v = m.version;
-        self.v.say(v, MigrationStep::Backfill);
+        self.options.say(v, MigrationStep::Backfill);
         let mut directives = None;
         if let Some(db) = applied_db {
             let mut c = self.connect_migrator(db)?;
@@ -196,7 +206,7 @@ impl Run<'_> {
         runnable: &[&AppVersion],
         live_outcomes: std::collections::BTreeMap<String, Vec<replay::Outcome>>,
     ) -> Result<Compat, VerifyError> {
-        self.v.say(v, MigrationStep::Replaying);
+        self.options.say(v, MigrationStep::Replaying);
         let mut out = Compat {
             before: live_outcomes,
             ..Compat::default()
@@ -255,7 +265,7 @@ impl Run<'_> {
         )?;
         drop(c);
         for (i, b) in m.batched_updates().enumerate() {
-            self.v.say(
+            self.options.say(
                 m.version,
                 MigrationStep::BatchedUpdate {
                     table: b.table.to_string(),
@@ -269,7 +279,7 @@ impl Run<'_> {
                     i,
                     b,
                     &batches::BackfillOptions::default(),
-                    &self.v.lock_policy,
+                    &self.options.lock_policy,
                     None,
                 )
                 .map_err(|e| e.to_string())

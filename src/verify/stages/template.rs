@@ -61,7 +61,7 @@ impl Run<'_> {
             last: 0,
         };
         for (index, m) in migrations.iter().enumerate() {
-            if !self.v.since.is_some_and(|s| m.version <= s) {
+            if !self.options.since.is_some_and(|s| m.version <= s) {
                 // (Up to --since: in the base already.)
                 match self.template(index, m, out.last, &out.staged, empty_prev, migrations)? {
                     Template::Staged(staged) => out.staged.push(*staged),
@@ -88,9 +88,14 @@ impl Run<'_> {
         migrations: &[Migration],
     ) -> Result<Template, VerifyError> {
         let v = m.version;
-        let live: Vec<&AppVersion> = self.v.apps.iter().filter(|a| a.live_during(v)).collect();
+        let live: Vec<&AppVersion> = self
+            .options
+            .apps
+            .iter()
+            .filter(|a| a.live_during(v))
+            .collect();
         let newly = self
-            .v
+            .options
             .apps
             .iter()
             .filter(|a| a.may_run_on(v) && !a.may_run_on(prev))
@@ -133,7 +138,7 @@ impl Run<'_> {
         // Empty path: the empty template itself (its state at V{prev} was
         // needed only for the seeded clone above, and it goes on as the
         // template at V{v}).
-        self.v.say(v, MigrationStep::ApplyingOnEmpty);
+        self.options.say(v, MigrationStep::ApplyingOnEmpty);
         let (mut at_zero, trace, rerun) = if m.runs_outside_transaction() {
             let (at_zero, rerun) = self.kill_and_rerun(m, empty_prev)?;
             (at_zero, Vec::new(), rerun)
@@ -141,7 +146,7 @@ impl Run<'_> {
             let (at_zero, trace) = self.forced_failure(m, empty_prev)?;
             (at_zero, trace, None)
         };
-        at_zero.file = self.v.catalog.path_of(m);
+        at_zero.file = self.options.catalog.path_of(m);
         let failed = !at_zero.ok();
         let e = self.evidence(v);
         (e.at_zero, e.failure_trace, e.rerun) = (Some(at_zero), trace, rerun);
@@ -154,7 +159,9 @@ impl Run<'_> {
         // backfill directives are to be checked.
         let (seeded, applied_db) = match seeded {
             Some((db, _)) => (true, Some(db)),
-            None if self.v.apps.iter().any(|a| a.may_run_on(v)) || !m.directives.is_empty() => {
+            None if self.options.apps.iter().any(|a| a.may_run_on(v))
+                || !m.directives.is_empty() =>
+            {
                 (false, Some(self.clone_db(empty_prev)?))
             }
             None => (false, None),
@@ -192,7 +199,7 @@ impl Run<'_> {
         empty_prev: &Database,
         migrations: &[Migration],
     ) -> Result<Seeded, VerifyError> {
-        let generate_only = self.v.apps.is_empty() && prev > 0;
+        let generate_only = self.options.apps.is_empty() && prev > 0;
         if live.is_empty() && !generate_only {
             return Ok(Seeded::Unseeded);
         }
@@ -214,18 +221,18 @@ impl Run<'_> {
         };
         let rows = if carried > 0 {
             // Only apps that start running now add rows.
-            (self.v.rows * writers.len() as u64)
+            (self.options.rows * writers.len() as u64)
                 .checked_div(live.len() as u64)
                 .unwrap_or(0)
         } else {
-            self.v.rows
+            self.options.rows
         };
-        self.v.say(
+        self.options.say(
             v,
             MigrationStep::Seeding {
                 carried,
                 rows,
-                at: self.v.catalog.label_of(prev),
+                at: self.options.catalog.label_of(prev),
             },
         );
         // Seeds are the project's files: run as the migrator (the owner of
@@ -252,7 +259,7 @@ impl Run<'_> {
         if !generate_only {
             let filled = step(
                 "seeding the tables no live app writes",
-                seed::fill_empty_tables(&mut c, self.v.rows),
+                seed::fill_empty_tables(&mut c, self.options.rows),
             )?;
             if let Some(f) = filled {
                 match &mut s.generated {
@@ -291,7 +298,7 @@ impl Run<'_> {
         let probe_db = self.clone_db(on)?;
         let sql = m.sql.clone();
         let sessions = self.sessions.clone();
-        let (tables, policy) = (tables.to_vec(), self.v.lock_policy);
+        let (tables, policy) = (tables.to_vec(), self.options.lock_policy);
         let apps: Vec<(AppVersion, BTreeSet<String>)> = live
             .iter()
             .map(|(a, w)| ((*a).clone(), w.clone()))
@@ -434,7 +441,7 @@ impl Run<'_> {
             return Ok(None);
         }
         let apps = self
-            .v
+            .options
             .apps
             .iter()
             .filter(|a| a.live_during(m.version))

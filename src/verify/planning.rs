@@ -1,7 +1,8 @@
-//! The `plan` stage: every statement of every app live during a migration,
-//! planned on the seeded database before and after it, with the indexes
-//! and foreign keys around the plans. It measures; [`checks::plan`]
-//! judges.
+//! Planning, the measuring half of `plan` (part of stage 3): every
+//! statement of every app live during a migration, planned on the seeded
+//! database before and after it, with the indexes and foreign keys around
+//! the plans, into the migration's evidence ([`super::evidence::plan`]).
+//! It measures; [`checks::plan`] judges.
 //!
 //! Each side starts with `ANALYZE` (the seeded rows are the statistics the
 //! planner sees), then plans each statement as its app runs it, on the
@@ -65,7 +66,7 @@ impl super::Run<'_> {
         live: &[&AppVersion],
     ) -> Option<Side> {
         let db = db.filter(|_| !live.is_empty())?;
-        self.v.say(v, MigrationStep::PlanningBefore);
+        self.options.say(v, MigrationStep::PlanningBefore);
         let before = self
             .measure_plans(db, live, When::Before)
             .map_err(|e| format!("{e:#}"));
@@ -91,7 +92,7 @@ impl super::Run<'_> {
             return;
         };
         let v = m.version;
-        self.v.say(v, MigrationStep::PlanningAfter);
+        self.options.say(v, MigrationStep::PlanningAfter);
         let after = self
             .measure_plans(db, runnable, When::After(&before))
             .map_err(|e| format!("{e:#}"));
@@ -218,7 +219,7 @@ impl super::Run<'_> {
         side: &mut Side,
         when: When,
     ) -> Result<(), postgres::Error> {
-        let Some(target) = &self.v.target else {
+        let Some(target) = &self.options.target else {
             return Ok(());
         };
         let major = self.sandbox.server_major();
