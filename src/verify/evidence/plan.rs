@@ -379,3 +379,85 @@ fn closing_paren(s: &str) -> Option<usize> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan(
+        kind: &str,
+        rel: &str,
+        index: Option<&str>,
+        cond: Option<&str>,
+        rows: f64,
+        cost: f64,
+    ) -> Value {
+        let mut n = json!({
+            "Node Type": kind, "Relation Name": rel, "Schema": "public", "Alias": rel,
+            "Plan Rows": rows, "Total Cost": cost,
+        });
+        if let Some(i) = index {
+            n["Index Name"] = json!(i);
+        }
+        if let Some(c) = cond {
+            n["Index Cond"] = json!(c);
+        }
+        n
+    }
+
+    fn explain(top: Value) -> Value {
+        json!([{ "Plan": top }])
+    }
+
+    #[test]
+    fn conjuncts_count_top_level_ands_only() {
+        assert_eq!(conjuncts("(books.email = $1)"), 1);
+        assert_eq!(conjuncts("((t.a = $1) AND (t.b = $2))"), 2);
+        assert_eq!(conjuncts("((t.a = ' AND ') AND (t.b = ANY ($2)))"), 2);
+        assert_eq!(conjuncts("((t.a = $1) OR (t.b = $2))"), 1);
+        assert_eq!(conjuncts(""), 0);
+    }
+
+    #[test]
+    fn parse_reads_paths_indexes_bitmaps_and_writes() {
+        let bitmap = json!({
+            "Node Type": "Bitmap Heap Scan", "Relation Name": "t", "Schema": "s",
+            "Plan Rows": 40.0, "Total Cost": 90.5,
+            "Plans": [{ "Node Type": "Bitmap Index Scan", "Index Name": "t_a",
+                        "Index Cond": "((t.a = $1) AND (t.b = $2))", "Plan Rows": 40.0, "Total Cost": 4.0 }]
+        });
+        let top = json!({
+            "Node Type": "ModifyTable", "Operation": "Delete", "Relation Name": "parent",
+            "Schema": "public", "Total Cost": 120.0, "Plan Rows": 0.0,
+            "Plans": [{ "Node Type": "Nested Loop", "Total Cost": 110.0, "Plan Rows": 1.0,
+                        "Plans": [scan("Seq Scan", "parent", None, None, 1.0, 20.0), bitmap] }]
+        });
+        let p = parse(&explain(top)).unwrap();
+        assert_eq!(p.total_cost, 120.0);
+        assert_eq!(
+            p.modifies,
+            [Modify {
+                operation: "Delete".into(),
+                schema: "public".into(),
+                relname: "parent".into()
+            }]
+        );
+        assert_eq!(p.accesses.len(), 2);
+        assert_eq!(p.accesses[0].path, Path::Seq);
+        let b = &p.accesses[1];
+        assert_eq!(
+            (
+                b.schema.as_str(),
+                b.path.clone(),
+                b.index.as_deref(),
+                b.conds
+            ),
+            ("s", Path::Bitmap, Some("t_a"), 2)
+        );
+        assert_eq!(
+            b.describe(),
+            "Bitmap Heap Scan using t_a (est. 40 rows, cost 90.50)"
+        );
+        assert!(parse(&json!({"x": 1})).is_err());
+    }
+}
