@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::evidence::Applied;
+use super::evidence::applied::Applied;
 use super::lock_modes::Needs;
 
 /// Production row counts per table, and where they came from.

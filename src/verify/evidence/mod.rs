@@ -10,7 +10,9 @@
 //! A field that is None was not measured: the rehearsal stopped before it,
 //! or the scenario does not apply to the migration.
 
-mod applied;
+// `predict` reads applies through this path: the root names `predict`
+// (the Context's sizes), so importing the root from it would be a circle.
+pub mod applied;
 mod lint;
 pub mod plan;
 mod readers;
