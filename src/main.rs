@@ -21,6 +21,7 @@ use rollsafe::lock_policy::LockPolicy;
 use rollsafe::report::output::{self, Destination, OutputSpec, Target};
 use rollsafe::report::{render, Format};
 use rollsafe::sandbox::{BackendChoice, SandboxBuilder, ENV_BACKEND};
+use rollsafe::verify::events::VerifyEvent;
 use rollsafe::verify::predict::Sizes;
 use rollsafe::verify::DEFAULT_ROWS;
 
@@ -378,19 +379,23 @@ impl Progress {
             started: std::time::Instant::now(),
             spinner,
         };
-        progress.reporter()("starting throwaway Postgres");
+        progress.show("starting throwaway Postgres");
         progress
     }
 
-    /// The callback for [`Verify::progress`].
-    fn reporter(&self) -> impl Fn(&str) + Send + Sync + 'static {
+    /// Shows one step: the spinner's message, or a timed line.
+    fn show(&self, step: &str) {
+        show_step(self.started, self.spinner.as_ref(), step);
+    }
+
+    /// The callback for [`Verify::progress`]: every event that names a
+    /// step is shown.
+    fn reporter(&self) -> impl Fn(&VerifyEvent) + Send + Sync + 'static {
         let (started, spinner) = (self.started, self.spinner.clone());
-        move |step: &str| match &spinner {
-            Some(bar) => bar.set_message(step.to_string()),
-            None => eprintln!(
-                "[rollsafe verify {:.1}s] {step}",
-                started.elapsed().as_secs_f64()
-            ),
+        move |event: &VerifyEvent| {
+            if event.shown() {
+                show_step(started, spinner.as_ref(), &event.to_string());
+            }
         }
     }
 
@@ -398,6 +403,16 @@ impl Progress {
         if let Some(bar) = self.spinner {
             bar.finish_and_clear();
         }
+    }
+}
+
+fn show_step(started: std::time::Instant, spinner: Option<&indicatif::ProgressBar>, step: &str) {
+    match spinner {
+        Some(bar) => bar.set_message(step.to_string()),
+        None => eprintln!(
+            "[rollsafe verify {:.1}s] {step}",
+            started.elapsed().as_secs_f64()
+        ),
     }
 }
 

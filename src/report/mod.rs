@@ -23,7 +23,6 @@ mod markdown;
 pub mod output;
 mod text;
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -288,32 +287,9 @@ impl Report {
             .map_or_else(|| format!("V{v}"), |m| m.label.clone())
     }
 
-    /// The checks name migrations `V<n>` (rollsafe's ordinal); for a
-    /// layout with its own versions the messages, advice and deploy order
-    /// say the user's label instead.
-    fn relabel(&mut self) {
-        let labels: BTreeMap<i32, String> = self
-            .migrations
-            .iter()
-            .filter(|m| !m.label.is_empty())
-            .map(|m| (m.version, m.label.clone()))
-            .collect();
-        if labels.is_empty() {
-            return;
-        }
-        for f in &mut self.findings {
-            f.message = relabel_text(&f.message, &labels);
-            f.advice = relabel_text(&f.advice, &labels);
-        }
-        for step in &mut self.safe_order {
-            *step = relabel_text(step, &labels);
-        }
-    }
-
     /// Recomputes `passed` and orders findings (by migration, then
     /// severity, worst first, then check order of appearance).
     pub fn finish(&mut self) {
-        self.relabel();
         self.passed = !self.findings.iter().any(|f| f.severity == Severity::Error);
         self.findings.sort_by(|a, b| {
             a.migration
@@ -576,52 +552,9 @@ pub(crate) fn sample_report() -> Report {
     r
 }
 
-/// `text` with every `V<n>` token (not part of a longer word) that names a
-/// migration in `labels` written as that migration's label.
-pub(crate) fn relabel_text(text: &str, labels: &BTreeMap<i32, String>) -> String {
-    if labels.is_empty() {
-        return text.to_string();
-    }
-    let word = |c: char| c.is_alphanumeric() || c == '_';
-    let chars: Vec<char> = text.chars().collect();
-    let mut out = String::with_capacity(text.len());
-    let mut i = 0;
-    while i < chars.len() {
-        let starts = chars[i] == 'V' && (i == 0 || !word(chars[i - 1]));
-        if starts {
-            let digits: String = chars[i + 1..]
-                .iter()
-                .take_while(|c| c.is_ascii_digit())
-                .collect();
-            let end = i + 1 + digits.len();
-            let ends = end == chars.len() || !word(chars[end]);
-            if let (true, Some(label)) = (
-                ends && !digits.is_empty(),
-                digits.parse::<i32>().ok().and_then(|n| labels.get(&n)),
-            ) {
-                out.push_str(label);
-                i = end;
-                continue;
-            }
-        }
-        out.push(chars[i]);
-        i += 1;
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn versions_are_written_as_the_users_labels() {
-        let labels = BTreeMap::from([(2, "20240102".to_string()), (3, "20240103".to_string())]);
-        assert_eq!(
-            relabel_text("apply V2, then V3 (V33, XV3, V3a untouched); V3.", &labels),
-            "apply 20240102, then 20240103 (V33, XV3, V3a untouched); 20240103."
-        );
-    }
 
     #[test]
     fn passed_means_no_error_and_findings_are_ordered() {

@@ -22,19 +22,27 @@
 //! the plan above makes as few as the scenarios' independence allows.
 //!
 //! After the last migration, `post` reads the final schemas and `dao` runs
-//! on the empty path's database at the final version. Before any of it, `static` runs squawk's lint rules on
-//! every migration's text (no database: [`Verify::static_only`] is that
-//! precheck alone); each warning is then judged against the measured apply
-//! of its migration. A migration that fails to apply ends the rehearsal there
-//! (later ones cannot be reached); its findings say why.
+//! on the empty path's database at the final version. Before any of it,
+//! `static` runs squawk's lint rules on every migration's text (no
+//! database: [`Verify::static_only`] is that precheck alone).
+//!
+//! The stages measure; they judge nothing. What each scenario measured
+//! goes into its migration's [`evidence::MigrationEvidence`]; once every
+//! stage and background scenario is done, one loop hands every
+//! migration's evidence to every check of the registry
+//! ([`checks::ALL`]), which also says which checks ran. A migration that
+//! fails to apply ends the rehearsal there (later ones cannot be
+//! reached); its findings say why.
 //!
 //! The library never prints: progress goes to the optional callback, the
 //! result is a [`Report`].
 
 pub mod checks;
 pub mod cross_version;
+pub mod events;
+pub mod evidence;
 pub mod generate;
-pub mod plans;
+pub mod planning;
 pub mod predict;
 pub mod rehearsal;
 pub mod replay;
@@ -60,9 +68,12 @@ use crate::schema::Snapshot;
 
 use crate::app::{AppError, AppVersion};
 use crate::pg::lock_modes::Needs;
-use checks::{apply, backfill, compat, locks, r#static};
+use checks::{apply, compat, locks, r#static};
+use events::{Event, MigrationStep, RunStep, VerifyEvent};
+use evidence::LongTransactionProbe;
+use evidence::{MigrationEvidence, Visible, Warning};
 use predict::Sizes;
-use rehearsal::{LiveApp, LongTransactionProbe};
+use rehearsal::LiveApp;
 use replay::Outcome;
 use roles::Sessions;
 
@@ -113,7 +124,7 @@ pub enum VerifyError {
     UnknownTableRows { unknown: String, known: String },
 }
 
-type Progress = Arc<dyn Fn(&str) + Send + Sync>;
+type Progress = Arc<dyn Fn(&VerifyEvent) + Send + Sync>;
 
 /// The expected final schema.
 #[derive(Debug, Clone)]
@@ -138,6 +149,8 @@ pub struct Verify {
     target: Option<target::Target>,
     expected: ExpectedSchema,
     progress: Option<Progress>,
+    /// The PostgreSQL major its events name, when several are rehearsed.
+    major: Option<u32>,
     /// The role apps connect as when their file declares none.
     app_role: Option<String>,
     /// `--migrator-superuser`: migrations run as the sandbox's superuser.
@@ -193,6 +206,7 @@ impl Verify {
             target: None,
             expected,
             progress: None,
+            major: None,
             app_role: None,
             superuser_migrator: false,
             statement_timeout: roles::DEFAULT_STATEMENT_TIMEOUT,
@@ -298,27 +312,33 @@ impl Verify {
         self
     }
 
-    /// Called with a short line whenever a new step starts.
-    pub fn progress(mut self, f: impl Fn(&str) + Send + Sync + 'static) -> Self {
+    /// Called with an event whenever a step starts and a stage starts or
+    /// finishes.
+    pub fn progress(mut self, f: impl Fn(&VerifyEvent) + Send + Sync + 'static) -> Self {
         self.progress = Some(Arc::new(f));
         self
     }
 
-    fn say(&self, s: &str) {
-        // Progress names migrations as the project does (`V3` is
-        // rollsafe's ordinal; a sqlx project knows `20240101120000`).
-        let labels: BTreeMap<i32, String> = self
-            .catalog
-            .migrations()
-            .iter()
-            .filter(|m| m.label != format!("V{}", m.version))
-            .map(|m| (m.version, m.label.clone()))
-            .collect();
-        let s = crate::report::relabel_text(s, &labels);
-        log::info!("{s}");
-        if let Some(p) = &self.progress {
-            p(&s);
+    fn emit(&self, what: Event) {
+        let event = VerifyEvent {
+            major: self.major,
+            what,
+        };
+        if event.shown() {
+            log::info!("{event}");
         }
+        if let Some(p) = &self.progress {
+            p(&event);
+        }
+    }
+
+    /// Migration `v`'s `step` started.
+    fn say(&self, v: i32, step: MigrationStep) {
+        self.emit(Event::Migration {
+            version: v,
+            label: self.catalog.label_of(v),
+            step,
+        });
     }
 
     /// Rehearses on each PostgreSQL major of `majors`, each on a server of
@@ -340,10 +360,7 @@ impl Verify {
                     .iter()
                     .map(|&major| {
                         let mut v = self.clone();
-                        if let Some(p) = self.progress.clone() {
-                            v.progress =
-                                Some(Arc::new(move |line: &str| p(&format!("PG{major}: {line}"))));
-                        }
+                        v.major = Some(major);
                         let builder = builder.clone().postgres_major(major);
                         (major, s.spawn(move || v.run(&builder.start()?)))
                     })
@@ -368,6 +385,23 @@ impl Verify {
         Ok(crate::report::merge_majors(reports))
     }
 
+    /// What the checks judge with besides the evidence.
+    fn context(&self) -> evidence::Context<'_> {
+        evidence::Context {
+            apps: &self.apps,
+            lock_policy: self.lock_policy,
+            stall_budget: self.stall_budget,
+            statement_timeout: self.statement_timeout,
+            plan_budget: self.plan_budget,
+            sizes: &self.sizes,
+            expected: match &self.expected {
+                ExpectedSchema::Snapshot(s, name) => Some((s, name.as_str())),
+                ExpectedSchema::Derived => None,
+            },
+            labels: evidence::Labels::of_catalog(&self.catalog),
+        }
+    }
+
     /// Versions applied unchecked before the rehearsed ones (`since`).
     fn applied_only(&self) -> Vec<i32> {
         self.catalog
@@ -379,7 +413,7 @@ impl Verify {
     }
 
     /// squawk's warnings on every migration the rehearsal judges.
-    fn lint(&self) -> BTreeMap<i32, Vec<r#static::Warning>> {
+    fn lint(&self) -> BTreeMap<i32, Vec<Warning>> {
         self.catalog
             .migrations()
             .iter()
@@ -402,7 +436,7 @@ impl Verify {
             report.checks.push(CheckRun {
                 check: r#static::CHECK.into(),
                 migration: Some(v),
-                description: r#static::DESCRIPTION.into(),
+                description: checks::description(r#static::CHECK).into(),
             });
             report
                 .findings
@@ -419,7 +453,7 @@ impl Verify {
         // The static precheck reads the files while the databases are
         // prepared (it needs none); its warnings wait for their
         // measurements.
-        self.say("static: squawk's rules on the migrations");
+        self.emit(Event::Run(RunStep::Lint));
         let lint = {
             let v = self.clone();
             std::thread::spawn(move || v.lint())
@@ -433,7 +467,7 @@ impl Verify {
             self.superuser_migrator,
             self.statement_timeout,
         )?;
-        self.say(&format!(
+        self.emit(Event::Run(RunStep::Sessions(format!(
             "migrations run as {}{}; apps as {}",
             sessions.migrator_name(),
             if sessions.superuser_migrator() {
@@ -450,28 +484,31 @@ impl Verify {
                     .collect::<Vec<_>>()
                     .join(", ")
             }
-        ));
+        ))));
         let mut run = Run {
-            v: self,
+            options: self,
             sandbox,
             sessions,
             stand_ins: Vec::new(),
             report: Report::new("rollsafe verify"),
             probes: Vec::new(),
             migrator: None,
-            linted: BTreeMap::new(),
-            lint: Some(lint),
+            evidence: self
+                .catalog
+                .migrations()
+                .iter()
+                .filter(|m| !self.since.is_some_and(|s| m.version <= s))
+                .map(|m| {
+                    let e = MigrationEvidence {
+                        version: m.version,
+                        file: self.catalog.path_of(m),
+                        sql: m.sql.clone(),
+                        ..MigrationEvidence::default()
+                    };
+                    (m.version, e)
+                })
+                .collect(),
         };
-        let versions: Vec<i32> = self
-            .catalog
-            .migrations()
-            .iter()
-            .map(|m| m.version)
-            .filter(|v| !self.since.is_some_and(|s| *v <= s))
-            .collect();
-        for v in versions {
-            run.ran(r#static::CHECK, Some(v));
-        }
         run.report.sandbox = sandbox.describe();
         run.report.server_version = sandbox.server_version()?;
         run.report.set_migrations(&self.catalog);
@@ -493,19 +530,13 @@ impl Verify {
             .iter()
             .map(|m| m.version)
             .collect();
-        run.report.safe_order = compat::safe_order(&versions, &self.apps);
+        run.report.safe_order = compat::safe_order(&versions, &self.apps, &self.context().labels);
         let result = run.all();
         // Collect the background work even when the rehearsal stopped early.
         run.collect_background();
         result?;
-        run.wait_for_lint();
-        for (v, warnings) in std::mem::take(&mut run.linted) {
-            run.report.findings.extend(r#static::unjudged(
-                v,
-                &warnings,
-                Some("not reached: the rehearsal stopped before this migration"),
-            ));
-        }
+        run.collect_lint(lint);
+        run.judge();
         let mut report = run.report;
         report.duration_ms = started.elapsed().as_millis() as u64;
         report.finish();
@@ -519,33 +550,29 @@ impl Verify {
 
 type ProbeHandle = JoinHandle<anyhow::Result<LongTransactionProbe>>;
 
-/// A migration after stage 1: its empty-path results and seeded
-/// databases, waiting for stage 2.
+/// A migration after stage 2: its seeded databases, waiting for stage 3.
 struct Staged {
     index: usize,
-    prev: i32,
     /// Whether an app was live at V{prev}: without one there are no rows,
     /// so the empty path's apply is the seeded one too.
     seeded: bool,
     seeded_rows: i64,
     /// What the live apps' readers saw on the seeded database at V{prev}.
-    readers_before: backfill::Visible,
-    /// The seeded database, at V{prev} until stage 2 applies the migration
+    readers_before: Visible,
+    /// The seeded database, at V{prev} until stage 3 applies the migration
     /// on it; without seeded rows, a copy of the template at V{v} when an
     /// app may run on it.
     applied_db: Option<Database>,
-    at_zero: rehearsal::Applied,
-    trace: Vec<String>,
     /// The live apps' statements replayed on the seeded database (V{prev}).
     live_outcomes: BTreeMap<String, Vec<Outcome>>,
     tables: Vec<crate::tables::UserTable>,
 }
 
-type MigratorHandle = JoinHandle<Vec<(i32, anyhow::Result<apply::SecondRun>)>>;
+type MigratorHandle = JoinHandle<Vec<(i32, anyhow::Result<evidence::SecondRun>)>>;
 
 /// One rehearsal in progress.
 struct Run<'a> {
-    v: &'a Verify,
+    options: &'a Verify,
     sandbox: &'a Sandbox,
     /// Who runs what: the migrator and the apps' roles.
     sessions: Sessions,
@@ -555,10 +582,9 @@ struct Run<'a> {
     report: Report,
     probes: Vec<(i32, ProbeHandle)>,
     migrator: Option<MigratorHandle>,
-    /// squawk's warnings of the migrations not judged yet.
-    linted: BTreeMap<i32, Vec<r#static::Warning>>,
-    /// The static precheck while it still runs.
-    lint: Option<JoinHandle<BTreeMap<i32, Vec<r#static::Warning>>>>,
+    /// What each rehearsed migration's scenarios measured so far, judged
+    /// once they all ran ([`Run::judge`]).
+    evidence: BTreeMap<i32, MigrationEvidence>,
 }
 
 fn step<T, E: std::fmt::Display>(what: &str, r: Result<T, E>) -> Result<T, VerifyError> {
@@ -623,37 +649,63 @@ fn live_apps<'a>(
 }
 
 impl Run<'_> {
-    fn ran(&mut self, check: &str, v: Option<i32>) {
-        let description = checks::ALL
-            .iter()
-            .find(|(c, _)| *c == check)
-            .map(|(_, d)| d.to_string())
-            .unwrap_or_default();
-        self.report.checks.push(CheckRun {
-            check: check.to_string(),
-            migration: v,
-            description,
-        });
+    /// The evidence record of rehearsed migration `v`.
+    fn evidence(&mut self, v: i32) -> &mut MigrationEvidence {
+        self.evidence.entry(v).or_insert_with(|| MigrationEvidence {
+            version: v,
+            ..MigrationEvidence::default()
+        })
     }
 
-    /// Takes the static precheck's warnings once it is done.
-    fn wait_for_lint(&mut self) {
-        if let Some(handle) = self.lint.take() {
-            match handle.join() {
-                Ok(linted) => self.linted = linted,
-                Err(_) => self.report.findings.push(r#static::not_run()),
+    /// Hands the static precheck's warnings to their migrations once it is
+    /// done (a precheck that died is a finding: nothing is dropped
+    /// silently).
+    fn collect_lint(&mut self, handle: JoinHandle<BTreeMap<i32, Vec<Warning>>>) {
+        match handle.join() {
+            Ok(linted) => {
+                for (v, warnings) in linted {
+                    self.evidence(v).lint = Some(warnings);
+                }
+            }
+            Err(_) => self.report.findings.push(r#static::not_run()),
+        }
+    }
+
+    /// The one judgement: every migration's evidence, in order, by every
+    /// check of the registry; the report lists each check that had
+    /// evidence to judge, and its findings, before the project's own
+    /// (which ran in the final stage).
+    fn judge(&mut self) {
+        let verify = self.options;
+        let cx = verify.context();
+        let (mut ran, mut findings) = (Vec::new(), Vec::new());
+        for e in self.evidence.values() {
+            for check in checks::ALL {
+                let recorded = ran
+                    .iter()
+                    .any(|r: &CheckRun| r.check == check.name && r.migration == Some(e.version));
+                if (check.ran)(e) && !recorded {
+                    ran.push(CheckRun {
+                        check: check.name.to_string(),
+                        migration: Some(e.version),
+                        description: check.description.to_string(),
+                    });
+                }
+                findings.extend((check.evaluate)(e, &cx));
+            }
+            if let (Some(at_zero), Some(seeded)) = (&e.at_zero, &e.seeded) {
+                if let Some(r) = self
+                    .report
+                    .migrations
+                    .iter_mut()
+                    .find(|r| r.version == e.version)
+                {
+                    r.statements = seeded.applied.statement_rows(at_zero);
+                }
             }
         }
-    }
-
-    /// Holds migration `v`'s static warnings against its measured apply.
-    fn judge_static(&mut self, v: i32, applied: &rehearsal::Applied, needs: &Needs) {
-        self.wait_for_lint();
-        if let Some(warnings) = self.linted.remove(&v) {
-            self.report
-                .findings
-                .extend(r#static::judge(v, &warnings, applied, needs));
-        }
+        self.report.checks.splice(0..0, ran);
+        self.report.findings.splice(0..0, findings);
     }
 
     fn clone_db(&self, source: &Database) -> Result<Database, VerifyError> {
@@ -665,15 +717,6 @@ impl Run<'_> {
     fn snapshot(db: &Database) -> Result<Snapshot, VerifyError> {
         let mut c = step("connecting", db.connect())?;
         step("reading the schema", Snapshot::read(&mut c))
-    }
-
-    /// Whether migration `v` failed to apply even on an empty database
-    /// (its background results then add nothing).
-    fn failed_on_empty(&self, v: i32) -> bool {
-        self.report
-            .findings
-            .iter()
-            .any(|f| f.migration == Some(v) && apply::FAILS_ON_EMPTY.contains(&f.id.as_str()))
     }
 
     /// A connection to `db` as the migrator.
@@ -696,9 +739,9 @@ impl Run<'_> {
         )
     }
 
-    /// Joins the migrator and the long-transaction probes and turns what
-    /// they measured into findings. A thread that died is a finding too:
-    /// nothing is dropped silently.
+    /// Joins the migrator and the long-transaction probes and hands what
+    /// they measured to their migrations. A thread that died is evidence
+    /// too: nothing is dropped silently.
     fn collect_background(&mut self) {
         if let Some(handle) = self.migrator.take() {
             let results = handle.join().unwrap_or_else(|_| {
@@ -710,45 +753,32 @@ impl Run<'_> {
                 )]
             });
             for (v, r) in results {
-                let reached = self
-                    .report
-                    .checks
-                    .iter()
-                    .any(|c| c.check == apply::CHECK && c.migration == Some(v));
-                if self.failed_on_empty(v) || (v != 0 && !reached) {
-                    continue;
+                let r = r.map_err(|e| crate::errors::one_line(e.as_ref()));
+                match self.evidence.get_mut(&v) {
+                    Some(e) => e.second_run = Some(r),
+                    // Not a rehearsed migration: the migrator could not
+                    // even say which one it was on.
+                    None if v == 0 => self
+                        .report
+                        .findings
+                        .push(apply::evaluate_second_run(None, &r)),
+                    None => {}
                 }
-                let v = (v != 0).then_some(v);
-                self.report.findings.push(apply::evaluate_second_run(v, r));
             }
         }
         for (v, handle) in std::mem::take(&mut self.probes) {
-            let result = handle.join();
-            if self.failed_on_empty(v) {
-                continue;
-            }
-            let findings = match result {
-                Ok(Ok(probe)) => {
-                    locks::evaluate_probe(v, &probe, &self.v.lock_policy, self.v.stall_budget)
-                }
-                Ok(Err(e)) => vec![locks::probe_could_not_run(v, &format!("{e:#}"))],
-                Err(_) => vec![locks::probe_could_not_run(
-                    v,
-                    "its thread panicked (a bug in rollsafe)",
-                )],
+            let probe = match handle.join() {
+                Ok(r) => r.map_err(|e| format!("{e:#}")),
+                Err(_) => Err("its thread panicked (a bug in rollsafe)".to_string()),
             };
-            self.report.findings.extend(findings);
+            self.evidence(v).probe = Some(evidence::Probe::Ran(probe));
         }
     }
 
     /// What each app's list reader returns over a sample of the groups it
     /// lists by (through the apps' drivers).
-    fn visible(
-        &self,
-        db: &Database,
-        apps: &[&AppVersion],
-    ) -> Result<backfill::Visible, VerifyError> {
-        let mut out = backfill::Visible::default();
+    fn visible(&self, db: &Database, apps: &[&AppVersion]) -> Result<Visible, VerifyError> {
+        let mut out = Visible::default();
         // Only an app with a driver has a list reader to compare.
         let Some(sampler) = apps.iter().find_map(|a| a.driver.clone()) else {
             if !apps.is_empty() {
@@ -757,7 +787,7 @@ impl Run<'_> {
             return Ok(out);
         };
         let mut c = step("connecting", db.connect())?;
-        let groups = match sampler.sample_groups(&mut c, backfill::SAMPLE_GROUPS) {
+        let groups = match sampler.sample_groups(&mut c, checks::backfill::SAMPLE_GROUPS) {
             Ok(g) => g,
             Err(e) => {
                 out.not_listed = Some(format!(
@@ -817,7 +847,7 @@ impl Run<'_> {
     /// before some migration (`staged`) or at the end (`last`). A typo
     /// would otherwise predict nothing and say so nowhere.
     fn tables_sized_exist(&self, staged: &[Staged], last: &Database) -> Result<(), VerifyError> {
-        if !self.v.sizes.given_by_flag() {
+        if !self.options.sizes.given_by_flag() {
             return Ok(());
         }
         let mut known: std::collections::BTreeSet<String> = Self::user_tables(last)?
@@ -830,7 +860,7 @@ impl Run<'_> {
                 .flat_map(|s| s.tables.iter().map(|t| t.name.clone())),
         );
         let unknown: Vec<&str> = self
-            .v
+            .options
             .sizes
             .rows
             .keys()

@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::rehearsal::Applied;
+use super::evidence::applied::Applied;
 use crate::pg::lock_modes::Needs;
 
 /// Production row counts per table, and where they came from.
@@ -258,7 +258,7 @@ pub fn holds(at_zero: &Applied, at_n: &Applied, needs: &Needs, sizes: &Sizes) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::rehearsal::{StatementRun, TableWork, Work};
+    use crate::verify::evidence::{StatementRun, TableWork, Work};
 
     #[test]
     fn sizes_parse_with_suffixes() {

@@ -14,6 +14,7 @@ use rollsafe::catalog::Catalog;
 use rollsafe::dao::shipped;
 use rollsafe::report::{Finding, Report, Severity};
 use rollsafe::verify::checks::compat;
+use rollsafe::verify::evidence::Labels;
 use rollsafe::verify::replay;
 
 use crate::common::{cli, TestEnv};
@@ -326,7 +327,7 @@ fn an_apps_lock_on_a_partitioned_table_counts_on_each_partition_and_typmods_show
     // Only the modifier changes: visible, as a warning.
     c.batch_execute("ALTER TABLE sales.orders ALTER COLUMN total TYPE numeric(14,2)")?;
     let after = replay::replay_all(&mut c, &app)?;
-    let f = compat::type_changes(2, &app, 1, &before, &after);
+    let f = compat::type_changes(2, &app, 1, &before, &after, &Labels::ORDINALS);
     ensure!(f.len() == 1, "{f:?}");
     ensure!(
         f[0].id == "compat.result-type-modifier-changed" && f[0].severity == Severity::Warn,

@@ -22,6 +22,9 @@ use crate::common::{cli, timed, TestEnv};
 enum Verdict {
     /// Exit 0, no error finding.
     Passes,
+    /// Exit 0, no error finding, and a warning whose id starts with one of
+    /// these on the row's last migration.
+    Warns(&'static [&'static str]),
     /// Exit 1 with an error finding whose id starts with one of these, on
     /// the row's last migration (`"id: words"`: that id, its message
     /// containing the words).
@@ -191,6 +194,15 @@ const ROWS: &[Row] = &[
         ],
         verdict: Verdict::Passes,
     },
+    Row {
+        name: "table_left_unlogged_warns",
+        project: Project::Alone,
+        migrations: &[
+            "CREATE TABLE events (id bigint PRIMARY KEY, body text);",
+            "CREATE UNLOGGED TABLE event_staging (id bigint PRIMARY KEY, body text);",
+        ],
+        verdict: Verdict::Warns(&["post.unlogged-table: event_staging is UNLOGGED"]),
+    },
 ];
 
 /// Rows whose right verdict is not on main yet, with why: shown as
@@ -229,33 +241,55 @@ fn judge(env: &TestEnv, row: &Row) -> anyhow::Result<()> {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let report: serde_json::Value = serde_json::from_slice(&out.stdout)
         .with_context(|| format!("exit {code}, no JSON report: {}", stderr.trim()))?;
-    let errors: Vec<(i64, String, String)> = report["findings"]
-        .as_array()
-        .context("findings")?
-        .iter()
-        .filter(|f| f["severity"] == "error")
-        .map(|f| {
-            (
-                f["migration"].as_i64().unwrap_or(0),
-                f["id"].as_str().unwrap_or_default().to_string(),
-                f["message"].as_str().unwrap_or_default().to_string(),
-            )
-        })
-        .collect();
+    let of_severity = |severity: &str| -> anyhow::Result<Vec<(i64, String, String)>> {
+        Ok(report["findings"]
+            .as_array()
+            .context("findings")?
+            .iter()
+            .filter(|f| f["severity"] == severity)
+            .map(|f| {
+                (
+                    f["migration"].as_i64().unwrap_or(0),
+                    f["id"].as_str().unwrap_or_default().to_string(),
+                    f["message"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect())
+    };
+    let errors = of_severity("error")?;
     let last = last_version(row);
+    // Every pattern must match a finding of the last migration.
+    let all_on_last = |found: &[(i64, String, String)], patterns: &[&str]| {
+        patterns.iter().all(|p| {
+            found.iter().any(|(v, id, message)| {
+                *v == last
+                    && match p.split_once(": ") {
+                        Some((exact, words)) => id == exact && message.contains(words),
+                        None => id.starts_with(p),
+                    }
+            })
+        })
+    };
     match row.verdict {
         Verdict::Passes => ensure!(
             code == 0 && errors.is_empty(),
             "expected zero errors, got exit {code}: {errors:?}"
         ),
+        Verdict::Warns(patterns) => {
+            ensure!(
+                code == 0 && errors.is_empty(),
+                "expected zero errors, got exit {code}: {errors:?}"
+            );
+            let warnings = of_severity("warn")?;
+            ensure!(
+                all_on_last(&warnings, patterns),
+                "expected warnings {patterns:?} on V{last}, got {warnings:?}"
+            );
+        }
         Verdict::Error(prefixes) => {
             ensure!(code == 1, "expected exit 1, got {code}: {errors:?}");
             ensure!(
-                errors.iter().any(|(v, id, message)| *v == last
-                    && prefixes.iter().any(|p| match p.split_once(": ") {
-                        Some((exact, words)) => id == exact && message.contains(words),
-                        None => id.starts_with(p),
-                    })),
+                prefixes.iter().any(|p| all_on_last(&errors, &[p])),
                 "expected an error {prefixes:?} on V{last}, got {errors:?}"
             );
         }

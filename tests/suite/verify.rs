@@ -11,7 +11,7 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{ensure, Context};
@@ -20,6 +20,7 @@ use rollsafe::dao::shipped;
 use rollsafe::lock_policy::LockPolicy;
 use rollsafe::report::{Report, Severity};
 use rollsafe::schema::{expected_embedded, Snapshot};
+use rollsafe::verify::events::{Event, MigrationStep, Stage, VerifyEvent};
 use rollsafe::verify::predict::Sizes;
 
 use crate::common::{cli, repo_root, TestEnv};
@@ -57,6 +58,7 @@ fn all_backends_trials(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             type_change_is_a_rewrite_and_a_broken_read_not_a_panic,
             partial_update_under_access_exclusive_is_an_error,
             additive_migration_passes_with_zero_errors,
+            progress_events_cover_every_stage_and_migration,
             not_valid_then_validate_passes_in_two_migrations,
             slow_migration_without_conflict_is_not_blamed_on_lock_timeout,
             lock_timeout_above_the_stall_budget_is_caught,
@@ -1008,6 +1010,73 @@ fn partial_update_under_access_exclusive_is_an_error(env: &TestEnv) -> anyhow::R
         f.evidence["rows"].as_i64().unwrap(),
     );
     ensure!(updated > 0 && updated * 4 < rows, "{updated} of {rows}");
+    Ok(())
+}
+
+/// The progress callback gets typed events: each stage started and
+/// finished, in order, and each migration's steps inside the stage that
+/// runs them, named by version and label.
+fn progress_events_cover_every_stage_and_migration(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = with_later(&["ALTER TABLE attached_functions ADD COLUMN note text;"]);
+    let events = Arc::new(Mutex::new(Vec::<VerifyEvent>::new()));
+    let seen = Arc::clone(&events);
+    let r = shipped::verify(Catalog::from_dir(dir.path())?)?
+        .rows(ROWS)
+        .progress(move |e| seen.lock().unwrap().push(e.clone()))
+        .run(&env.sandbox)?;
+    expect_pass(&r)?;
+    let events = events.lock().unwrap().clone();
+    let stages: Vec<&Event> = events
+        .iter()
+        .map(|e| &e.what)
+        .filter(|w| matches!(w, Event::StageStarted(_) | Event::StageFinished(_)))
+        .collect();
+    let expected: Vec<Event> = [
+        Stage::Base,
+        Stage::Templates,
+        Stage::Seeded,
+        Stage::FinalSchema,
+    ]
+    .into_iter()
+    .flat_map(|s| [Event::StageStarted(s), Event::StageFinished(s)])
+    .collect();
+    ensure!(
+        stages == expected.iter().collect::<Vec<_>>(),
+        "stages out of order: {stages:?}"
+    );
+    let within = |stage: Stage, v: i32, step: &MigrationStep| {
+        let at = |e: Event| events.iter().position(|x| x.what == e);
+        let (Some(start), Some(end)) = (
+            at(Event::StageStarted(stage)),
+            at(Event::StageFinished(stage)),
+        ) else {
+            return false;
+        };
+        events[start..end].iter().any(|e| {
+            e.major.is_none()
+                && matches!(&e.what, Event::Migration { version, label, step: s }
+                    if *version == v && *label == format!("V{v}") && s == step)
+        })
+    };
+    for v in 1..=4 {
+        ensure!(
+            within(Stage::Templates, v, &MigrationStep::ApplyingOnEmpty),
+            "no empty-path apply of V{v} in stage 2: {events:?}"
+        );
+    }
+    // The apps are live from V2 on: V3 and V4 are applied on their rows.
+    for v in 3..=4 {
+        ensure!(
+            events.iter().any(|e| matches!(&e.what,
+                Event::Migration { version, step: MigrationStep::ApplyingOnSeeded { rows }, .. }
+                    if *version == v && *rows > 0)),
+            "no seeded apply of V{v}: {events:?}"
+        );
+        ensure!(
+            within(Stage::Seeded, v, &MigrationStep::Replaying),
+            "no replay of V{v} in stage 3: {events:?}"
+        );
+    }
     Ok(())
 }
 

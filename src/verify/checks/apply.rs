@@ -12,9 +12,9 @@
 use std::time::Duration;
 
 use crate::report::{Finding, Severity};
-use crate::verify::rehearsal::Applied;
+use crate::verify::evidence::{Applied, Context, Labels, MigrationEvidence, SecondRun};
 
-use super::ms;
+use super::{ms, Check};
 
 /// SQLSTATE of a deadlock the server broke.
 const DEADLOCK: &str = "40P01";
@@ -23,17 +23,58 @@ pub const CHECK: &str = "apply";
 pub const DESCRIPTION: &str =
     "applies cleanly on an empty and on a seeded database; a second run is a no-op; a failure leaves no trace";
 
-/// Judges the applies of migration `v`: on an empty database, on a seeded
-/// one (None when not reached), and the schema differences a forced failure
-/// left behind.
+pub const ENTRY: Check = Check {
+    name: CHECK,
+    description: DESCRIPTION,
+    ran: |e| e.at_zero.is_some(),
+    evaluate,
+};
+
+/// apply's judgement of one migration: the kill-and-rerun of a file
+/// outside a transaction, the applies (the empty path's failure alone, or
+/// both paths once the seeded one ran), and the migrator's second run
+/// (nothing after a failure on an empty database speaks for it).
+pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
+    let Some(at_zero) = &e.at_zero else {
+        return Vec::new();
+    };
+    let v = e.version;
+    let mut out = Vec::new();
+    if let Some(r) = &e.rerun {
+        out.extend(evaluate_rerun(
+            v,
+            &r.applied,
+            &r.changed,
+            (r.killed_after, r.statements, r.line),
+        ));
+    }
+    // Stage 2 judges both paths; a failure on the empty path is judged
+    // alone (the seeded one is never reached).
+    let seeded = e.seeded.as_ref().map(|s| (&s.applied, s.rows));
+    if e.failed_on_empty() || seeded.is_some() {
+        out.extend(on_both_paths(
+            v,
+            at_zero,
+            seeded.filter(|_| !e.failed_on_empty()),
+            &e.failure_trace,
+            cx.statement_timeout,
+        ));
+    }
+    if let (false, Some(r)) = (e.failed_on_empty(), &e.second_run) {
+        out.push(evaluate_second_run(Some(v), r));
+    }
+    out
+}
+
 /// `--since` left nothing to rehearse.
-pub fn nothing_rehearsed(since: i32) -> Finding {
+pub fn nothing_rehearsed(since: i32, labels: &Labels) -> Finding {
+    let since_label = labels.of(since);
     Finding::new(
         CHECK,
         "nothing-rehearsed",
         Severity::Skipped,
         None,
-        format!("every migration is at or before --since V{since}: none was rehearsed"),
+        format!("every migration is at or before --since {since_label}: none was rehearsed"),
     )
     .advice("pass the version before the first migration you want judged")
 }
@@ -128,7 +169,10 @@ fn refused(v: i32, applied: &Applied, error: &str, statement_timeout: Duration) 
     }
 }
 
-pub fn evaluate(
+/// Judges the applies of migration `v`: on an empty database, on a seeded
+/// one (None when not reached), and the schema differences a forced failure
+/// left behind.
+pub fn on_both_paths(
     v: i32,
     on_empty: &Applied,
     on_seeded: Option<(&Applied, i64)>,
@@ -222,55 +266,9 @@ pub fn evaluate(
     out
 }
 
-/// What running the migrator up to a version twice did.
-#[derive(Debug, Clone, Default)]
-pub struct SecondRun {
-    pub first_applied: usize,
-    pub second_applied: usize,
-    /// Schema differences the second run made.
-    pub changes: Vec<String>,
-}
-
-/// Runs the migrator (`rollsafe::migrate`: advisory lock, lock_timeout,
-/// each migration with its history row in one transaction) up to `v` twice
-/// on the database at `url`, which holds the migrations before `v` applied
-/// by the same migrator.
-pub fn second_run(
-    url: &str,
-    catalog: &crate::catalog::Catalog,
-    v: i32,
-    lock: crate::lock_policy::LockPolicy,
-) -> anyhow::Result<SecondRun> {
-    let options = crate::migrate::Options {
-        target: Some(v),
-        lock,
-        ..crate::migrate::Options::default()
-    };
-    let first = crate::migrate::migrate(url, catalog, &options)?
-        .applied
-        .len();
-    let before = {
-        let mut c = crate::db::connect(url)?;
-        crate::schema::Snapshot::read(&mut c)?
-    };
-    let second = crate::migrate::migrate(url, catalog, &options)?
-        .applied
-        .len();
-    let after = {
-        let mut c = crate::db::connect(url)?;
-        crate::schema::Snapshot::read(&mut c)?
-    };
-    Ok(SecondRun {
-        first_applied: first,
-        second_applied: second,
-        changes: after.diff(&before),
-    })
-}
-
-/// Judges [`second_run`].
 /// Judges the migrator's two runs up to `v` (None: the migrator could
 /// not even say which migration it was on).
-pub fn evaluate_second_run(v: Option<i32>, result: anyhow::Result<SecondRun>) -> Finding {
+pub fn evaluate_second_run(v: Option<i32>, result: &Result<SecondRun, String>) -> Finding {
     let r = match result {
         Ok(r) => r,
         Err(e) => return Finding::new(
@@ -278,10 +276,7 @@ pub fn evaluate_second_run(v: Option<i32>, result: anyhow::Result<SecondRun>) ->
             "migrator-fails",
             Severity::Error,
             v,
-            format!(
-                "rollsafe migrate fails on it: {}",
-                crate::errors::one_line(e.as_ref())
-            ),
+            format!("rollsafe migrate fails on it: {e}"),
         )
         .advice(
             "the migration must apply through the migrator (one transaction with its history row)",
@@ -381,12 +376,12 @@ mod tests {
             sqlstate: Some("23502".into()),
             ..Applied::default()
         };
-        let f = evaluate(3, &ok, Some((&failed, 2000)), &[], Duration::from_secs(60));
+        let f = on_both_paths(3, &ok, Some((&failed, 2000)), &[], Duration::from_secs(60));
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].id, "apply.fails-on-seeded");
         assert_eq!(f[0].severity, Severity::Error);
         assert!(f[0].message.contains("2000 rows"));
-        let f = evaluate(3, &ok, Some((&ok, 2000)), &[], Duration::from_secs(60));
+        let f = on_both_paths(3, &ok, Some((&ok, 2000)), &[], Duration::from_secs(60));
         assert_eq!(f[0].severity, Severity::Info);
     }
 
@@ -397,7 +392,7 @@ mod tests {
             sqlstate: Some("42501".into()),
             ..Applied::default()
         };
-        let f = evaluate(4, &copy, None, &[], Duration::from_secs(60));
+        let f = on_both_paths(4, &copy, None, &[], Duration::from_secs(60));
         assert_eq!(f.len(), 1);
         assert_eq!(
             (f[0].id.as_str(), f[0].severity),
@@ -414,7 +409,7 @@ mod tests {
             sqlstate: Some("57014".into()),
             ..Applied::default()
         };
-        let f = evaluate(
+        let f = on_both_paths(
             4,
             &Applied::default(),
             Some((&slow, 10)),
@@ -436,7 +431,7 @@ mod tests {
             ..SecondRun::default()
         };
         assert_eq!(
-            evaluate_second_run(Some(3), Ok(noop)).severity,
+            evaluate_second_run(Some(3), &Ok(noop)).severity,
             Severity::Info
         );
         let again = SecondRun {
@@ -444,7 +439,7 @@ mod tests {
             second_applied: 1,
             changes: vec!["t: column x is not expected".into()],
         };
-        let f = evaluate_second_run(Some(3), Ok(again));
+        let f = evaluate_second_run(Some(3), &Ok(again));
         assert_eq!(
             (f.id.as_str(), f.severity),
             ("apply.second-run-not-noop", Severity::Error)

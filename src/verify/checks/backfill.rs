@@ -11,25 +11,49 @@
 //! becomes deployable with this migration must see the rows the newest app
 //! before it saw.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use uuid::Uuid;
 
 use crate::report::{Finding, Severity};
+use crate::verify::evidence::{BatchedRun, Context, DirectiveCount, MigrationEvidence, Visible};
+
+use super::Check;
 
 pub const CHECK: &str = "backfill";
 pub const DESCRIPTION: &str =
     "existing rows satisfy the migration's backfill rules, and the apps' readers see the same rows after it as before";
 
-/// A `-- rollsafe:backfill <table> <predicate>` promise and what counting
-/// it found on the seeded database right after the migration (so every
-/// row there existed before it): the rows, or why it could not be
-/// evaluated.
-pub type DirectiveCount = (
-    String,
-    String,
-    Result<crate::validity::BackfillCount, String>,
-);
+pub const ENTRY: Check = Check {
+    name: CHECK,
+    description: DESCRIPTION,
+    ran: |e| e.backfill.is_some(),
+    evaluate,
+};
+
+/// backfill's judgement of one migration: its batched updates, its
+/// `-- rollsafe:backfill` promises, and the readers before and after.
+pub fn evaluate(e: &MigrationEvidence, _: &Context) -> Vec<Finding> {
+    let v = e.version;
+    let mut out = Vec::new();
+    if let Some(s) = e.applied_on_seeded() {
+        out.extend(batched_updates(v, &s.batched));
+    }
+    let Some(b) = &e.backfill else {
+        return out;
+    };
+    if let Some(counted) = &b.directives {
+        out.extend(directives(v, counted));
+    }
+    out.extend(compare_readers(
+        v,
+        &b.readers_before,
+        &b.readers_after,
+        &e.live,
+        &e.newly,
+    ));
+    out
+}
 
 /// Judges the `-- rollsafe:backfill` promises of migration `v` on their
 /// counts.
@@ -82,23 +106,6 @@ pub fn directives(v: i32, counted: &[DirectiveCount]) -> Vec<Finding> {
 /// How many groups (the shipped project's input collections) the reader
 /// comparison lists: a deterministic sample, so `--rows 1000000` stays fast.
 pub const SAMPLE_GROUPS: i64 = 100;
-
-/// What each app's list reader returned over the sampled groups.
-#[derive(Debug, Clone, Default)]
-pub struct Visible {
-    /// Rows each app's reader returned, by app name.
-    pub seen: BTreeMap<String, BTreeSet<Uuid>>,
-    /// (app, message) of readers that failed (the app can no longer read).
-    pub failed: Vec<(String, String)>,
-    /// How many groups were sampled.
-    pub sampled: usize,
-    /// Why nothing could be listed, when nothing was.
-    pub not_listed: Option<String>,
-    /// Tables with row-level security enabled when the readers read
-    /// (qualified names): an app role without a policy sees none of their
-    /// rows.
-    pub row_security: Vec<String>,
-}
 
 /// Why rows went missing, when row-level security was enabled on a table
 /// by the migration: for a role that does not own it (or under FORCE), no
@@ -259,21 +266,6 @@ pub fn compare_readers(
         );
     }
     out
-}
-
-/// One `-- rollsafe:batched-update` as the rehearsal ran it on the seeded
-/// database, with the live apps' workload on.
-#[derive(Debug, Clone)]
-pub struct BatchedRun {
-    pub directive: crate::catalog::BatchedUpdate,
-    /// The runner's last progress, or why it stopped.
-    pub rows: Result<crate::migrate::backfill::BackfillProgress, String>,
-    /// Rows its predicate still matches afterwards.
-    pub remaining: Result<i64, String>,
-    /// When its first run was killed (then resumed by a second), how long
-    /// after it started.
-    pub killed_after: Option<std::time::Duration>,
-    pub took: std::time::Duration,
 }
 
 /// Each batched update must finish with no row left matching its

@@ -15,14 +15,66 @@
 //! It also derives the safe deploy order from the windows.
 
 use crate::app::AppVersion;
-use crate::errors::one_line;
 use crate::report::{Finding, Severity};
 use crate::verify::cross_version::CrossVersion;
+use crate::verify::evidence::{Context, Labels, MigrationEvidence};
 use crate::verify::replay::Outcome;
+
+use super::Check;
 
 pub const CHECK: &str = "compat";
 pub const DESCRIPTION: &str =
     "every live app version's statements run on the schema before and after, and old and new apps read each other's rows correctly";
+
+pub const ENTRY: Check = Check {
+    name: CHECK,
+    description: DESCRIPTION,
+    ran: |e| e.compat.is_some(),
+    evaluate,
+};
+
+/// compat's judgement of one migration: a live app that could not write
+/// its rows before it (the rehearsal stopped there), the live apps'
+/// statements on the schema before, every app that may run after on the
+/// schema after (and the types the live ones read and bind), then each
+/// older app beside each newer one.
+pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
+    let (v, prev) = (e.version, e.prev);
+    let mut out = Vec::new();
+    if let Some((app, err)) = e.seeding.as_ref().and_then(|s| s.cannot_write.as_ref()) {
+        out.push(live_app_cannot_write(prev, v, app, err, &cx.labels));
+    }
+    let Some(c) = &e.compat else {
+        return out;
+    };
+    for app in e.live.iter().filter_map(|a| cx.app(a)) {
+        if let Some(outcomes) = c.before.get(&app.name) {
+            out.extend(replay_findings(v, app, prev, outcomes, &cx.labels));
+        }
+    }
+    for (app, err) in &c.rows_not_written {
+        out.push(rows_cannot_be_written(v, app, err, &cx.labels));
+    }
+    for (app, outcomes) in &c.after {
+        let Some(app) = cx.app(app) else { continue };
+        out.extend(replay_findings(v, app, v, outcomes, &cx.labels));
+        if let Some(before) = c.before.get(&app.name) {
+            out.extend(type_changes(v, app, prev, before, outcomes, &cx.labels));
+        }
+    }
+    for pair in &c.cross_version {
+        if let (Some(older), Some(newer)) = (cx.app(&pair.older), cx.app(&pair.newer)) {
+            out.extend(cross_version(
+                v,
+                older,
+                newer,
+                pair.seen.as_ref(),
+                &cx.labels,
+            ));
+        }
+    }
+    out
+}
 
 /// Findings for one replay of `app` on schema version `schema` during the
 /// rollout of migration `v`.
@@ -31,11 +83,21 @@ pub fn replay_findings(
     app: &AppVersion,
     schema: i32,
     outcomes: &[Outcome],
+    labels: &Labels,
 ) -> Vec<Finding> {
+    let schema_label = labels.of(schema);
     let mut out = Vec::new();
     for o in outcomes {
         if let (Some(denied), Some((_, msg))) = (&o.denied, &o.failure) {
-            out.push(permission_denied(v, app, schema, &o.statement, denied, msg));
+            out.push(permission_denied(
+                v,
+                app,
+                schema,
+                &o.statement,
+                denied,
+                msg,
+                labels,
+            ));
             continue;
         }
         if let Some((step, msg)) = &o.failure {
@@ -46,7 +108,7 @@ pub fn replay_findings(
                     Severity::Error,
                     Some(v),
                     format!(
-                        "the {} app's `{}` fails on V{schema} at {step}: {msg}",
+                        "the {} app's `{}` fails on {schema_label} at {step}: {msg}",
                         app.name, o.statement
                     ),
                 )
@@ -56,7 +118,7 @@ pub fn replay_findings(
                 .evidence("step", step.to_string())
                 .evidence("error", msg.clone())
                 .advice(format!(
-                    "the {} app runs on V{schema} during the rollout: keep what it uses (columns, tables, types) and give new NOT NULL columns defaults; drop or rename only after no running version uses it (expand, migrate, contract)",
+                    "the {} app runs on {schema_label} during the rollout: keep what it uses (columns, tables, types) and give new NOT NULL columns defaults; drop or rename only after no running version uses it (expand, migrate, contract)",
                     app.name
                 )),
             );
@@ -70,7 +132,7 @@ pub fn replay_findings(
                 Severity::Info,
                 Some(v),
                 format!(
-                    "all {} statements of the {} app prepare and execute on V{schema}",
+                    "all {} statements of the {} app prepare and execute on {schema_label}",
                     outcomes.len(),
                     app.name
                 ),
@@ -93,7 +155,9 @@ pub fn permission_denied(
     statement: &str,
     denied: &crate::verify::replay::Denied,
     message: &str,
+    labels: &Labels,
 ) -> Finding {
+    let schema_label = labels.of(schema);
     let table = if denied.table.is_empty() {
         "a table".to_string()
     } else {
@@ -130,7 +194,7 @@ pub fn permission_denied(
         Severity::Error,
         Some(v),
         format!(
-            "the {} app's `{statement}` is refused on V{schema}: {what}",
+            "the {} app's `{statement}` is refused on {schema_label}: {what}",
             app.name
         ),
     )
@@ -154,7 +218,10 @@ pub fn type_changes(
     prev: i32,
     before: &[Outcome],
     after: &[Outcome],
+    labels: &Labels,
 ) -> Vec<Finding> {
+    let prev_label = labels.of(prev);
+    let v_label = labels.of(v);
     let mut out = Vec::new();
     for b in before.iter().filter(|o| o.failure.is_none()) {
         let Some(a) = after
@@ -182,7 +249,7 @@ pub fn type_changes(
                         Severity::Warn,
                         Some(v),
                         format!(
-                            "the {} app's `{}` returns column {name} as {new} on V{v} but as {old} on V{prev}: values the app writes there may no longer fit",
+                            "the {} app's `{}` returns column {name} as {new} on {v_label} but as {old} on {prev_label}: values the app writes there may no longer fit",
                             app.name, b.statement
                         ),
                     )
@@ -201,7 +268,7 @@ pub fn type_changes(
                         Severity::Error,
                         Some(v),
                         format!(
-                            "the {} app's `{}` returns column {name} as {new} on V{v} but as {old} on V{prev}: the app's code decodes {old} and breaks",
+                            "the {} app's `{}` returns column {name} as {new} on {v_label} but as {old} on {prev_label}: the app's code decodes {old} and breaks",
                             app.name, b.statement
                         ),
                     )
@@ -210,7 +277,7 @@ pub fn type_changes(
                     .evidence("column", name.clone())
                     .evidence("type_before", old.clone())
                     .evidence("type_after", new.clone())
-                    .advice(format!("the {} app runs on V{v} during the rollout: add a column of the new type, fill it in batches, move the apps over, and drop the old column once no running version reads it", app.name)),
+                    .advice(format!("the {} app runs on {v_label} during the rollout: add a column of the new type, fill it in batches, move the apps over, and drop the old column once no running version reads it", app.name)),
                 );
             }
         }
@@ -223,7 +290,7 @@ pub fn type_changes(
                         Severity::Error,
                         Some(v),
                         format!(
-                            "the {} app's `{}` binds ${} as {new} on V{v} but as {old} on V{prev}: the app sends {old}",
+                            "the {} app's `{}` binds ${} as {new} on {v_label} but as {old} on {prev_label}: the app sends {old}",
                             app.name,
                             b.statement,
                             i + 1
@@ -260,13 +327,15 @@ fn without_modifiers(t: &str) -> String {
 
 /// A live app cannot write its rows on the schema the rehearsal reached:
 /// an earlier migration broke it, and nothing later can be rehearsed.
-pub fn live_app_cannot_write(prev: i32, v: i32, app: &str, e: &str) -> Finding {
+pub fn live_app_cannot_write(prev: i32, v: i32, app: &str, e: &str, labels: &Labels) -> Finding {
+    let prev_label = labels.of(prev);
+    let v_label = labels.of(v);
     Finding::new(
         CHECK,
         "live-app-cannot-write",
         Severity::Error,
         Some(prev),
-        format!("the {app} app cannot write its rows on V{prev} ({e}); V{v} and later were not rehearsed"),
+        format!("the {app} app cannot write its rows on {prev_label} ({e}); {v_label} and later were not rehearsed"),
     )
     .evidence("app", app.to_string())
     .advice("keep every column a live app version writes insertable (nullable or with a default) until no running version writes it")
@@ -278,17 +347,18 @@ pub fn live_app_cannot_write(prev: i32, v: i32, app: &str, e: &str) -> Finding {
 /// that writes fixed values into a UNIQUE column fails on its own earlier
 /// rows, not on the schema, and the advice says so (the statements' own
 /// findings say whether the schema is to blame).
-pub fn rows_cannot_be_written(v: i32, app: &str, e: &str) -> Finding {
+pub fn rows_cannot_be_written(v: i32, app: &str, e: &str, labels: &Labels) -> Finding {
+    let v_label = labels.of(v);
     Finding::new(
         CHECK,
         "rows-cannot-be-written",
         Severity::Warn,
         Some(v),
-        format!("rows shaped like the {app} app's cannot be written on V{v}: {e}"),
+        format!("rows shaped like the {app} app's cannot be written on {v_label}: {e}"),
     )
     .evidence("app", app.to_string())
     .advice(format!(
-        "the {app} app's seed runs here on top of the rows seeded before V{v}, often its own: if the error names a UNIQUE constraint, give those values a per-run part (gen_random_uuid(), random()) so the seed can run more than once; otherwise see this app's statement failures on V{v}"
+        "the {app} app's seed runs here on top of the rows seeded before {v_label}, often its own: if the error names a UNIQUE constraint, give those values a per-run part (gen_random_uuid(), random()) so the seed can run more than once; otherwise see this app's statement failures on {v_label}"
     ))
 }
 
@@ -304,8 +374,10 @@ pub fn cross_version(
     v: i32,
     older: &AppVersion,
     newer: &AppVersion,
-    seen: Option<&anyhow::Result<CrossVersion>>,
+    seen: Option<&Result<CrossVersion, String>>,
+    labels: &Labels,
 ) -> Vec<Finding> {
+    let v_label = labels.of(v);
     let (o, n) = (&older.name, &newer.name);
     let seen = match seen {
         None => {
@@ -323,10 +395,7 @@ pub fn cross_version(
                 "cross-version-fails",
                 Severity::Error,
                 Some(v),
-                format!(
-                    "the {o} and {n} apps cannot run side by side on V{v}: {}",
-                    one_line(e.as_ref())
-                ),
+                format!("the {o} and {n} apps cannot run side by side on {v_label}: {e}"),
             )
             .evidence("older", o.clone())
             .evidence("newer", n.clone())
@@ -345,7 +414,7 @@ pub fn cross_version(
             v,
             "old-app-cannot-write",
             Severity::Error,
-            format!("the {o} app cannot create on V{v}: {e}"),
+            format!("the {o} app cannot create on {v_label}: {e}"),
             "the older app keeps running during the rollout; its writes must still succeed",
         )),
         Ok((_, true)) => ok.push(format!("rows the {o} app writes are visible to the {n} app")),
@@ -420,7 +489,7 @@ pub fn cross_version(
                 "cross-version",
                 Severity::Info,
                 Some(v),
-                format!("{o} and {n} on V{v}: {}", ok.join("; ")),
+                format!("{o} and {n} on {v_label}: {}", ok.join("; ")),
             )
             .evidence("older", o.clone())
             .evidence("newer", n.clone()),
@@ -431,10 +500,11 @@ pub fn cross_version(
 
 /// The deploy order the windows imply, one step per migration: which app
 /// versions may roll out after it, and which keep working throughout.
-pub fn safe_order(versions: &[i32], apps: &[AppVersion]) -> Vec<String> {
+pub fn safe_order(versions: &[i32], apps: &[AppVersion], labels: &Labels) -> Vec<String> {
     let mut steps = Vec::new();
     let mut prev = 0;
     for &v in versions {
+        let v_label = labels.of(v);
         let newly: Vec<&str> = apps
             .iter()
             .filter(|a| a.may_run_on(v) && !a.may_run_on(prev))
@@ -452,9 +522,12 @@ pub fn safe_order(versions: &[i32], apps: &[AppVersion]) -> Vec<String> {
             .map(|a| a.name.as_str())
             .collect();
         let mut s = if retiring.is_empty() {
-            format!("apply V{v}")
+            format!("apply {v_label}")
         } else {
-            format!("stop the {} app, then apply V{v}", retiring.join(" and "))
+            format!(
+                "stop the {} app, then apply {v_label}",
+                retiring.join(" and ")
+            )
         };
         if !newly.is_empty() {
             s.push_str(&format!(", then roll out the {} app", newly.join(" and ")));
@@ -490,7 +563,13 @@ mod tests {
             rollback_write: Ok(()),
         };
         assert_eq!(
-            ids(cross_version(3, old, new, Some(&Ok(good.clone())))),
+            ids(cross_version(
+                3,
+                old,
+                new,
+                Some(&Ok(good.clone())),
+                &Labels::ORDINALS
+            )),
             [
                 (
                     "compat.not-ready-visible-to-old".to_string(),
@@ -504,7 +583,7 @@ mod tests {
             rollback_write: Err("null value in column \"is_ready\"".into()),
             ..good
         };
-        let f = cross_version(3, old, new, Some(&Ok(bad)));
+        let f = cross_version(3, old, new, Some(&Ok(bad)), &Labels::ORDINALS);
         assert_eq!(f[0].id, "compat.old-writes-invisible-to-new");
         let rollback = f
             .iter()
@@ -516,13 +595,19 @@ mod tests {
             rollback.message
         );
         assert_eq!(
-            ids(cross_version(3, old, new, None)),
+            ids(cross_version(3, old, new, None, &Labels::ORDINALS)),
             [(
                 "compat.cross-version-skipped".to_string(),
                 Severity::Skipped
             )]
         );
-        let failed = cross_version(3, old, new, Some(&Err(anyhow::anyhow!("connection lost"))));
+        let failed = cross_version(
+            3,
+            old,
+            new,
+            Some(&Err("connection lost".to_string())),
+            &Labels::ORDINALS,
+        );
         assert_eq!(failed[0].id, "compat.cross-version-fails");
     }
 
@@ -560,6 +645,7 @@ mod tests {
             3,
             &[outcome("int4", "uuid")],
             &[outcome("int8", "uuid")],
+            &Labels::ORDINALS,
         );
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].id, "compat.result-type-changed");
@@ -577,6 +663,7 @@ mod tests {
             3,
             &[outcome("character varying(100)", "uuid")],
             &[outcome("character varying(20)", "uuid")],
+            &Labels::ORDINALS,
         );
         assert_eq!(f.len(), 1);
         assert_eq!(
@@ -595,6 +682,7 @@ mod tests {
             3,
             &[outcome("int4", "uuid")],
             &[outcome("int4", "text")],
+            &Labels::ORDINALS,
         );
         assert_eq!(f[0].id, "compat.param-type-changed");
         assert!(type_changes(
@@ -602,7 +690,8 @@ mod tests {
             &apps[0],
             3,
             &[outcome("int4", "uuid")],
-            &[outcome("int4", "uuid")]
+            &[outcome("int4", "uuid")],
+            &Labels::ORDINALS
         )
         .is_empty());
     }
@@ -611,7 +700,7 @@ mod tests {
     fn safe_order_follows_the_windows() {
         let apps = apps();
         assert_eq!(
-            safe_order(&[1, 2, 3], &apps),
+            safe_order(&[1, 2, 3], &apps, &Labels::ORDINALS),
             [
                 "apply V1",
                 "apply V2, then roll out the old app",
@@ -631,7 +720,7 @@ mod tests {
             )),
             ..Outcome::default()
         };
-        let f = replay_findings(3, &apps[0], 3, &[o]);
+        let f = replay_findings(3, &apps[0], 3, &[o], &Labels::ORDINALS);
         assert_eq!(f[0].id, "compat.statement-fails");
         assert!(f[0]
             .message

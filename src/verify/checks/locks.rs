@@ -35,11 +35,13 @@ use std::time::Duration;
 use crate::lock_policy::LockPolicy;
 use crate::pg::lock_modes::{self, Needs};
 use crate::report::{Finding, Severity};
-use crate::verify::predict::Hold;
-use crate::verify::rehearsal::{Applied, LongTransactionProbe, ProbeEnd, WorkloadStats};
+use crate::verify::evidence::{
+    Applied, Context, LongTransactionProbe, MigrationEvidence, Probe, ProbeEnd, WorkloadStats,
+};
+use crate::verify::predict::{self, Hold};
 
-use super::ms;
 use super::rewrite::{blocking_locks, human, locks_phrase};
+use super::{ms, Check};
 
 pub const CHECK: &str = "locks";
 pub const DESCRIPTION: &str =
@@ -50,8 +52,46 @@ pub const DESCRIPTION: &str =
 /// milliseconds; the lock policy's attempts wait at most its cap.
 pub const STALL_BUDGET: Duration = Duration::from_secs(1);
 
+pub const ENTRY: Check = Check {
+    name: CHECK,
+    description: DESCRIPTION,
+    ran: |e| e.applied_on_seeded().is_some(),
+    evaluate,
+};
+
+/// locks' judgement of one migration: whether the long-transaction probe
+/// applies, the locks both applies took (with the workload running), and
+/// the probe's outcome (nothing after a failure on an empty database
+/// speaks for it).
+pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
+    let v = e.version;
+    let mut out = Vec::new();
+    if let Some(Probe::NotApplicable) = &e.probe {
+        out.push(probe_not_applicable(v));
+    }
+    if let (Some(at_zero), Some(s)) = (&e.at_zero, e.applied_on_seeded()) {
+        let holds = predict::holds(at_zero, &s.applied, &e.needs, cx.sizes);
+        out.extend(measured(
+            v,
+            at_zero,
+            &s.applied,
+            s.workload.as_ref(),
+            &e.needs,
+            &holds,
+            cx.stall_budget,
+        ));
+    }
+    if let (false, Some(Probe::Ran(probe))) = (e.failed_on_empty(), &e.probe) {
+        out.extend(match probe {
+            Ok(p) => evaluate_probe(v, p, &cx.lock_policy, cx.stall_budget),
+            Err(why) => vec![probe_could_not_run(v, why)],
+        });
+    }
+    out
+}
+
 /// Judges the measured apply (with the workload running).
-pub fn evaluate(
+pub fn measured(
     v: i32,
     at_zero: &Applied,
     at_n: &Applied,
@@ -442,7 +482,7 @@ pub fn probe_not_applicable(v: i32) -> Finding {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::rehearsal::{StatementRun, TableWork};
+    use crate::verify::evidence::{StatementRun, TableWork};
 
     fn applied(mode: &str, index: bool, held: Duration) -> Applied {
         let table = TableWork {
@@ -480,13 +520,13 @@ mod tests {
     #[test]
     fn blocking_index_build_and_long_lock_are_errors() {
         let a = applied("ShareLock", true, Duration::from_millis(30));
-        let f = evaluate(4, &a, &a, None, &Needs::unknown(), &holds(&a), STALL_BUDGET);
+        let f = measured(4, &a, &a, None, &Needs::unknown(), &holds(&a), STALL_BUDGET);
         assert_eq!(ids(&f), ["locks.blocking-index-build", "locks.measured"]);
         let a = applied("AccessExclusiveLock", false, Duration::from_secs(3));
-        let f = evaluate(4, &a, &a, None, &Needs::unknown(), &holds(&a), STALL_BUDGET);
+        let f = measured(4, &a, &a, None, &Needs::unknown(), &holds(&a), STALL_BUDGET);
         assert_eq!(ids(&f), ["locks.long-blocking-lock", "locks.measured"]);
         let a = applied("AccessExclusiveLock", false, Duration::from_millis(3));
-        let f = evaluate(4, &a, &a, None, &Needs::unknown(), &holds(&a), STALL_BUDGET);
+        let f = measured(4, &a, &a, None, &Needs::unknown(), &holds(&a), STALL_BUDGET);
         assert_eq!(ids(&f), ["locks.measured"]);
     }
 

@@ -5,7 +5,7 @@
 //! production down: it drops or replaces an index a hot statement needs,
 //! or changes a column's type so the index no longer matches, and the
 //! statement then reads the whole table on every call. The measuring stage
-//! ([`crate::verify::plans`]) plans each statement of each app live during
+//! ([`crate::verify::planning`]) plans each statement of each app live during
 //! the migration on the seeded database before and after it (`EXPLAIN
 //! (FORMAT JSON)`, nothing executed) and reads the indexes and foreign
 //! keys around them; this module reads those plans into per-table access
@@ -37,10 +37,51 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::report::{Finding, Location, Severity};
-use crate::verify::plans::{ForeignKey, IndexInfo, Side, StatementPlan};
+use crate::verify::evidence::plan::{
+    parse, Access, ForeignKey, IndexInfo, Plan, Side, StatementPlan,
+};
+use crate::verify::evidence::{Context, Labels, MigrationEvidence};
 use crate::verify::predict::Sizes;
 
+use super::Check;
+
 pub const CHECK: &str = "plan";
+
+pub const ENTRY: Check = Check {
+    name: CHECK,
+    description: DESCRIPTION,
+    ran: |e| e.plans.is_some(),
+    evaluate,
+};
+
+/// plan's judgement of one migration: the live apps' plans before and
+/// after it compared, or why a side could not be measured.
+pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
+    let Some(plans) = &e.plans else {
+        return Vec::new();
+    };
+    let v = e.version;
+    let before = match &plans.before {
+        Ok(before) => before,
+        Err(why) => return vec![not_measured(v, "before", why, &cx.labels)],
+    };
+    match &plans.after {
+        None => Vec::new(),
+        Some(Err(why)) => vec![not_measured(v, "after", why, &cx.labels)],
+        Some(Ok(after)) => {
+            let inputs = PlanInputs {
+                v,
+                sql: &e.sql,
+                file: &e.file,
+                live: &e.live,
+                sizes: cx.sizes,
+                budget: cx.plan_budget,
+                labels: &cx.labels,
+            };
+            compare(&inputs, before, after)
+        }
+    }
+}
 
 /// The default `--plan-budget`: a full read per call under it, at
 /// production size, is a warning rather than an error. A few
@@ -50,269 +91,8 @@ pub const PLAN_BUDGET: Duration = Duration::from_millis(5);
 pub const DESCRIPTION: &str =
     "every live app statement's query plan before and after: no table read through an index before is read sequentially (or through a worse index prefix) after";
 
-/// How a plan node reads a table.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Path {
-    Seq,
-    Index,
-    IndexOnly,
-    /// A bitmap heap scan over one or more bitmap index scans.
-    Bitmap,
-    /// Any other scan of a relation (TID, sample, foreign, custom).
-    Other(String),
-}
-
-impl Path {
-    /// Whether the path reads the table through an index.
-    pub fn indexed(&self) -> bool {
-        matches!(self, Path::Index | Path::IndexOnly | Path::Bitmap)
-    }
-
-    fn node(&self) -> &str {
-        match self {
-            Path::Seq => "Seq Scan",
-            Path::Index => "Index Scan",
-            Path::IndexOnly => "Index Only Scan",
-            Path::Bitmap => "Bitmap Heap Scan",
-            Path::Other(s) => s,
-        }
-    }
-}
-
-/// One read of one table in a plan.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Access {
-    pub schema: String,
-    pub relname: String,
-    pub path: Path,
-    /// The index (for a bitmap scan over several, joined with ` + `).
-    pub index: Option<String>,
-    /// The index condition as the plan prints it.
-    pub cond: Option<String>,
-    /// How many of the statement's conditions the index matches (the
-    /// conjuncts of its index condition): the prefix it uses.
-    pub conds: usize,
-    /// The planner's estimate of the rows the node returns.
-    pub rows: f64,
-    pub cost: f64,
-}
-
-impl Access {
-    /// "Index Scan using books_email (est. 1 row, cost 8.29)".
-    pub fn describe(&self) -> String {
-        let using = match &self.index {
-            Some(i) => format!(" using {i}"),
-            None => String::new(),
-        };
-        format!(
-            "{}{using} (est. {:.0} row{}, cost {:.2})",
-            self.path.node(),
-            self.rows,
-            if self.rows.round() == 1.0 { "" } else { "s" },
-            self.cost
-        )
-    }
-
-    fn evidence(&self, table: &str) -> Value {
-        json!({
-            "table": table,
-            "node": self.path.node(),
-            "index": self.index,
-            "index_cond": self.cond,
-            "rows": self.rows,
-            "total_cost": self.cost,
-        })
-    }
-}
-
-/// A table a statement writes (a `ModifyTable` node).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Modify {
-    /// `Insert`, `Update`, `Delete`, `Merge`.
-    pub operation: String,
-    pub schema: String,
-    pub relname: String,
-}
-
-/// A plan read into what judging needs.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Plan {
-    /// Every read of a table, in plan order (depth first).
-    pub accesses: Vec<Access>,
-    pub modifies: Vec<Modify>,
-    /// The top node's total cost.
-    pub total_cost: f64,
-}
-
-/// Reads `EXPLAIN (VERBOSE, FORMAT JSON)` output (an array of one object
-/// with a `Plan`).
-pub fn parse(json: &Value) -> Result<Plan, String> {
-    let top = json
-        .as_array()
-        .and_then(|a| a.first())
-        .and_then(|o| o.get("Plan"))
-        .ok_or("not EXPLAIN (FORMAT JSON) output: no top-level Plan")?;
-    let mut plan = Plan {
-        total_cost: number(top, "Total Cost"),
-        ..Plan::default()
-    };
-    walk(top, &mut plan);
-    Ok(plan)
-}
-
-fn number(node: &Value, key: &str) -> f64 {
-    node.get(key).and_then(Value::as_f64).unwrap_or(0.0)
-}
-
-fn text<'a>(node: &'a Value, key: &str) -> Option<&'a str> {
-    node.get(key).and_then(Value::as_str)
-}
-
-fn children(node: &Value) -> impl Iterator<Item = &Value> {
-    node.get("Plans")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-}
-
-fn walk(node: &Value, plan: &mut Plan) {
-    let kind = text(node, "Node Type").unwrap_or_default();
-    let relation = text(node, "Relation Name").map(|r| {
-        (
-            text(node, "Schema").unwrap_or("public").to_string(),
-            r.to_string(),
-        )
-    });
-    if kind == "ModifyTable" {
-        if let Some((schema, relname)) = relation {
-            plan.modifies.push(Modify {
-                operation: text(node, "Operation").unwrap_or_default().to_string(),
-                schema,
-                relname,
-            });
-        }
-    } else if let Some((schema, relname)) = relation {
-        let path = match kind {
-            "Seq Scan" => Path::Seq,
-            "Index Scan" => Path::Index,
-            "Index Only Scan" => Path::IndexOnly,
-            "Bitmap Heap Scan" => Path::Bitmap,
-            other => Path::Other(other.to_string()),
-        };
-        let (index, cond, conds) = if path == Path::Bitmap {
-            let mut scans = Vec::new();
-            bitmap_index_scans(node, &mut scans);
-            let names: Vec<&str> = scans.iter().filter_map(|s| text(s, "Index Name")).collect();
-            let conds: Vec<&str> = scans.iter().filter_map(|s| text(s, "Index Cond")).collect();
-            (
-                (!names.is_empty()).then(|| names.join(" + ")),
-                (!conds.is_empty()).then(|| conds.join(" / ")),
-                conds.iter().map(|c| conjuncts(c)).max().unwrap_or(0),
-            )
-        } else {
-            let cond = text(node, "Index Cond");
-            (
-                text(node, "Index Name").map(str::to_string),
-                cond.map(str::to_string),
-                cond.map_or(0, conjuncts),
-            )
-        };
-        plan.accesses.push(Access {
-            schema,
-            relname,
-            path,
-            index,
-            cond,
-            conds,
-            rows: number(node, "Plan Rows"),
-            cost: number(node, "Total Cost"),
-        });
-    }
-    for child in children(node) {
-        // A bitmap heap scan's index scans are part of its access.
-        if kind == "Bitmap Heap Scan" && is_bitmap_part(child) {
-            continue;
-        }
-        walk(child, plan);
-    }
-}
-
-fn is_bitmap_part(node: &Value) -> bool {
-    matches!(
-        text(node, "Node Type"),
-        Some("Bitmap Index Scan" | "BitmapAnd" | "BitmapOr")
-    )
-}
-
-fn bitmap_index_scans<'a>(node: &'a Value, out: &mut Vec<&'a Value>) {
-    for child in children(node).filter(|c| is_bitmap_part(c)) {
-        if text(child, "Node Type") == Some("Bitmap Index Scan") {
-            out.push(child);
-        } else {
-            bitmap_index_scans(child, out);
-        }
-    }
-}
-
-/// The top-level `AND`ed conditions of an index condition as EXPLAIN
-/// prints it: `((t.a = $1) AND (t.b = $2))` is 2, `(t.a = $1)` is 1.
-pub fn conjuncts(cond: &str) -> usize {
-    let mut s = cond.trim();
-    if s.is_empty() {
-        return 0;
-    }
-    if s.starts_with('(') && closing_paren(s) == Some(s.len() - 1) {
-        s = &s[1..s.len() - 1];
-    }
-    let bytes = s.as_bytes();
-    let (mut depth, mut quote, mut count) = (0i32, None::<u8>, 1);
-    let mut i = 0;
-    while i < bytes.len() {
-        let b = bytes[i];
-        match quote {
-            Some(q) if b == q => quote = None,
-            Some(_) => {}
-            None => match b {
-                b'\'' | b'"' => quote = Some(b),
-                b'(' => depth += 1,
-                b')' => depth -= 1,
-                b' ' if depth == 0 && s[i..].starts_with(" AND ") => {
-                    count += 1;
-                    i += 4;
-                }
-                _ => {}
-            },
-        }
-        i += 1;
-    }
-    count
-}
-
-/// Where the parenthesis opening `s` closes.
-fn closing_paren(s: &str) -> Option<usize> {
-    let (mut depth, mut quote) = (0i32, None::<char>);
-    for (i, c) in s.char_indices() {
-        match quote {
-            Some(q) if c == q => quote = None,
-            Some(_) => {}
-            None => match c {
-                '\'' | '"' => quote = Some(c),
-                '(' => depth += 1,
-                ')' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        return Some(i);
-                    }
-                }
-                _ => {}
-            },
-        }
-    }
-    None
-}
-
 /// What a rehearsal of migration `v` gives the judgement besides the plans.
-pub struct Context<'a> {
+pub struct PlanInputs<'a> {
     pub v: i32,
     /// The migration's SQL and its file as the repository has it, to point
     /// a regression at the statement that dropped the index.
@@ -325,6 +105,8 @@ pub struct Context<'a> {
     /// A regression whose full read per call at production size stays
     /// under this is a warning, not an error.
     pub budget: Duration,
+    /// How the project names its migrations.
+    pub labels: &'a Labels<'a>,
 }
 
 /// How one table read of one statement changed.
@@ -350,7 +132,7 @@ struct Compared<'a> {
 }
 
 /// The judgement for migration `v`.
-pub fn evaluate(cx: &Context, before: &Side, after: &Side) -> Vec<Finding> {
+pub fn compare(cx: &PlanInputs, before: &Side, after: &Side) -> Vec<Finding> {
     let mut out = Vec::new();
     let mut compared: Vec<Compared> = Vec::new();
     let mut skipped = 0;
@@ -370,7 +152,13 @@ pub fn evaluate(cx: &Context, before: &Side, after: &Side) -> Vec<Finding> {
             Ok(c) => compared.push(c),
             Err(reason) => {
                 skipped += 1;
-                out.push(skipped_statement(cx.v, &b.app, &b.statement, &reason));
+                out.push(skipped_statement(
+                    cx.v,
+                    &b.app,
+                    &b.statement,
+                    &reason,
+                    cx.labels,
+                ));
             }
         }
     }
@@ -447,16 +235,16 @@ pub fn evaluate(cx: &Context, before: &Side, after: &Side) -> Vec<Finding> {
             c.app,
             c.statement,
             &format!(
-                "{} hold{} no rows before or after V{} at the seeded size{}, so its plan says nothing about production",
+                "{} hold{} no rows before or after {} at the seeded size{}, so its plan says nothing about production",
                 tables.join(" and "),
                 if tables.len() == 1 { "s" } else { "" },
-                cx.v,
+                cx.labels.of(cx.v),
                 if before.imported.is_empty() {
                     " and no production statistics were imported"
                 } else {
                     " or in the imported statistics"
                 }
-            ),
+            ), cx.labels,
         ));
     }
 
@@ -607,7 +395,7 @@ fn index_in<'s>(side: &'s Side, t: &(String, String), index: &str) -> Option<&'s
 
 /// What a full sequential read of the table costs per call: (rows, time,
 /// at production size).
-fn full_read(t: &(String, String), cx: &Context, after: &Side) -> (f64, Option<Duration>, bool) {
+fn full_read(t: &(String, String), cx: &PlanInputs, after: &Side) -> (f64, Option<Duration>, bool) {
     let name = name_of(t, after);
     let seeded = rows_of(t, after);
     let (rows, production) = match cx.sizes.rows.get(&name) {
@@ -623,7 +411,7 @@ fn full_read(t: &(String, String), cx: &Context, after: &Side) -> (f64, Option<D
 }
 
 fn regression(
-    cx: &Context,
+    cx: &PlanInputs,
     c: &Compared,
     t: &(String, String),
     b: &Access,
@@ -631,6 +419,7 @@ fn regression(
     before: &Side,
     after: &Side,
 ) -> Finding {
+    let v_label = cx.labels.of(cx.v);
     let table = name_of(t, after);
     let old = b.index.clone().unwrap_or_default();
     let (rows, time, production) = full_read(t, cx, after);
@@ -661,9 +450,9 @@ fn regression(
         .find(|i| i.table == name_of(t, before) && i.name == old);
     let now = index_in(after, t, &old);
     let why = match (old_def, now) {
-        (_, None) => format!("V{} drops {old}", cx.v),
+        (_, None) => format!("{} drops {old}", cx.labels.of(cx.v)),
         (Some(o), Some(n)) if o.definition != n.definition => {
-            format!("V{} changes {old} ({} → {})", cx.v, o.definition, n.definition)
+            format!("{} changes {old} ({} → {})", cx.labels.of(cx.v), o.definition, n.definition)
         }
         _ => format!(
             "{old} still exists but no longer matches the statement (a column's type or the index's expression changed)"
@@ -677,10 +466,9 @@ fn regression(
         format!("each call now reads all {rows:.0} rows of {table}: {time_phrase} per call {size_phrase}")
     };
     let message = format!(
-        "the {} app's `{}` read {table} through index {old} before V{v} and through {replaced_by} after it ({why}); {read}",
+        "the {} app's `{}` read {table} through index {old} before {v_label} and through {replaced_by} after it ({why}); {read}",
         c.app,
         c.statement,
-        v = cx.v,
     );
     let advice = match (old_def, now) {
         (Some(o), None) => format!(
@@ -731,7 +519,7 @@ fn regression(
 }
 
 fn cost_choice(
-    cx: &Context,
+    cx: &PlanInputs,
     c: &Compared,
     t: &(String, String),
     b: &Access,
@@ -783,7 +571,7 @@ fn plan_nodes(plan: &Plan, side: &Side) -> Value {
 }
 
 /// The migration statement that drops `index`, for the finding's location.
-fn dropping_statement(cx: &Context, index: &str) -> Option<Location> {
+fn dropping_statement(cx: &PlanInputs, index: &str) -> Option<Location> {
     if index.is_empty() {
         return None;
     }
@@ -814,25 +602,27 @@ fn mentions(text: &str, word: &str) -> bool {
 }
 
 /// One side of migration `v` could not be measured at all.
-pub fn not_measured(v: i32, when: &str, detail: &str) -> Finding {
+pub fn not_measured(v: i32, when: &str, detail: &str, labels: &Labels) -> Finding {
+    let v_label = labels.of(v);
     Finding::new(
         CHECK,
         "skipped",
         Severity::Skipped,
         Some(v),
-        format!("the apps' statements could not be planned {when} V{v}: {detail}"),
+        format!("the apps' statements could not be planned {when} {v_label}: {detail}"),
     )
     .evidence("side", when)
     .evidence("error", detail)
 }
 
-fn skipped_statement(v: i32, app: &str, statement: &str, reason: &str) -> Finding {
+fn skipped_statement(v: i32, app: &str, statement: &str, reason: &str, labels: &Labels) -> Finding {
+    let v_label = labels.of(v);
     Finding::new(
         CHECK,
         "skipped",
         Severity::Skipped,
         Some(v),
-        format!("the {app} app's `{statement}` was not compared before and after V{v}: {reason}"),
+        format!("the {app} app's `{statement}` was not compared before and after {v_label}: {reason}"),
     )
     .evidence("app", app)
     .evidence("statement", statement)
@@ -856,7 +646,7 @@ fn statistics_phrase(side: &Side) -> String {
 /// Indexes the migration built on tables that existed before it, that no
 /// statement of the apps running after it reads through, that enforce no
 /// uniqueness and serve no foreign key.
-fn unused_indexes(cx: &Context, before: &Side, after: &Side) -> Vec<Finding> {
+fn unused_indexes(cx: &PlanInputs, before: &Side, after: &Side) -> Vec<Finding> {
     let existed = |table: &str| before.tables.iter().any(|t| t.name == table);
     let mut used: Vec<String> = Vec::new();
     let mut apps: Vec<&str> = Vec::new();
@@ -886,8 +676,8 @@ fn unused_indexes(cx: &Context, before: &Side, after: &Side) -> Vec<Finding> {
                 Severity::Info,
                 Some(cx.v),
                 format!(
-                    "V{} builds index {} on {}, which no statement of the apps running after it ({}) reads through; it still costs every write to {}",
-                    cx.v,
+                    "{} builds index {} on {}, which no statement of the apps running after it ({}) reads through; it still costs every write to {}",
+                    cx.labels.of(cx.v),
                     i.name,
                     i.table,
                     if apps.is_empty() { "none".to_string() } else { apps.join(", ") },
@@ -916,7 +706,7 @@ pub fn covers(index: &IndexInfo, fk: &ForeignKey) -> bool {
     fk.columns.iter().all(|c| lead.contains(&Some(c.as_str())))
 }
 
-fn fks_without_index(cx: &Context, before: &Side, after: &Side) -> Vec<Finding> {
+fn fks_without_index(cx: &PlanInputs, before: &Side, after: &Side) -> Vec<Finding> {
     let mut out = Vec::new();
     let new = after.foreign_keys.iter().filter(|fk| {
         !before
@@ -979,8 +769,8 @@ fn fks_without_index(cx: &Context, before: &Side, after: &Side) -> Vec<Finding> 
                 Severity::Warn,
                 Some(cx.v),
                 format!(
-                    "V{} adds foreign key {} on {} ({}) with no index on those columns, and {} delete or update rows of {}: {lookup_phrase}, a read of {} that grows with it",
-                    cx.v,
+                    "{} adds foreign key {} on {} ({}) with no index on those columns, and {} delete or update rows of {}: {lookup_phrase}, a read of {} that grows with it",
+                    cx.labels.of(cx.v),
                     fk.name,
                     fk.table,
                     fk.columns.join(", "),
@@ -1007,7 +797,7 @@ fn fks_without_index(cx: &Context, before: &Side, after: &Side) -> Vec<Finding> 
 
 #[allow(clippy::too_many_arguments)]
 fn summary(
-    cx: &Context,
+    cx: &PlanInputs,
     before: &Side,
     after: &Side,
     compared: usize,
@@ -1017,9 +807,9 @@ fn summary(
     skipped: usize,
 ) -> Finding {
     let mut message = format!(
-        "{compared} statement(s) of the {} app planned before and after V{} ({}, {} statistics): {regressed} regressed, {kept} table read(s) kept their path",
+        "{compared} statement(s) of the {} app planned before and after {} ({}, {} statistics): {regressed} regressed, {kept} table read(s) kept their path",
         cx.live.join(" and "),
-        cx.v,
+        cx.labels.of(cx.v),
         after.mode,
         if before.imported.is_empty() { "seeded" } else { "imported" },
     );
@@ -1048,7 +838,7 @@ fn summary(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::plans::{Mode, TableStats};
+    use crate::verify::evidence::plan::{Mode, TableStats};
 
     fn scan(
         kind: &str,
@@ -1073,58 +863,6 @@ mod tests {
 
     fn explain(top: Value) -> Value {
         json!([{ "Plan": top }])
-    }
-
-    #[test]
-    fn conjuncts_count_top_level_ands_only() {
-        assert_eq!(conjuncts("(books.email = $1)"), 1);
-        assert_eq!(conjuncts("((t.a = $1) AND (t.b = $2))"), 2);
-        assert_eq!(conjuncts("((t.a = ' AND ') AND (t.b = ANY ($2)))"), 2);
-        assert_eq!(conjuncts("((t.a = $1) OR (t.b = $2))"), 1);
-        assert_eq!(conjuncts(""), 0);
-    }
-
-    #[test]
-    fn parse_reads_paths_indexes_bitmaps_and_writes() {
-        let bitmap = json!({
-            "Node Type": "Bitmap Heap Scan", "Relation Name": "t", "Schema": "s",
-            "Plan Rows": 40.0, "Total Cost": 90.5,
-            "Plans": [{ "Node Type": "Bitmap Index Scan", "Index Name": "t_a",
-                        "Index Cond": "((t.a = $1) AND (t.b = $2))", "Plan Rows": 40.0, "Total Cost": 4.0 }]
-        });
-        let top = json!({
-            "Node Type": "ModifyTable", "Operation": "Delete", "Relation Name": "parent",
-            "Schema": "public", "Total Cost": 120.0, "Plan Rows": 0.0,
-            "Plans": [{ "Node Type": "Nested Loop", "Total Cost": 110.0, "Plan Rows": 1.0,
-                        "Plans": [scan("Seq Scan", "parent", None, None, 1.0, 20.0), bitmap] }]
-        });
-        let p = parse(&explain(top)).unwrap();
-        assert_eq!(p.total_cost, 120.0);
-        assert_eq!(
-            p.modifies,
-            [Modify {
-                operation: "Delete".into(),
-                schema: "public".into(),
-                relname: "parent".into()
-            }]
-        );
-        assert_eq!(p.accesses.len(), 2);
-        assert_eq!(p.accesses[0].path, Path::Seq);
-        let b = &p.accesses[1];
-        assert_eq!(
-            (
-                b.schema.as_str(),
-                b.path.clone(),
-                b.index.as_deref(),
-                b.conds
-            ),
-            ("s", Path::Bitmap, Some("t_a"), 2)
-        );
-        assert_eq!(
-            b.describe(),
-            "Bitmap Heap Scan using t_a (est. 40 rows, cost 90.50)"
-        );
-        assert!(parse(&json!({"x": 1})).is_err());
     }
 
     fn side(
@@ -1180,14 +918,15 @@ mod tests {
         &["email"],
     );
 
-    fn cx<'a>(live: &'a [String], sizes: &'a Sizes) -> Context<'a> {
-        Context {
+    fn cx<'a>(live: &'a [String], sizes: &'a Sizes) -> PlanInputs<'a> {
+        PlanInputs {
             v: 3,
             sql: "-- drop it\nDROP INDEX books_email;",
             file: "migrations/V3__drop.sql",
             live,
             sizes,
             budget: Duration::from_millis(5),
+            labels: &Labels::ORDINALS,
         }
     }
 
@@ -1218,7 +957,7 @@ mod tests {
         after
             .full_reads
             .insert("books".into(), Duration::from_millis(2));
-        let f = evaluate(&cx(&live, &sizes), &before, &after);
+        let f = compare(&cx(&live, &sizes), &before, &after);
         let r = f.iter().find(|f| f.id == "plan.regressed").unwrap();
         assert_eq!(r.severity, Severity::Error);
         assert!(r.message.contains("the shop app's `by_email` read books through index books_email before V3 and through a sequential scan after it (V3 drops books_email)"), "{}", r.message);
@@ -1238,7 +977,7 @@ mod tests {
 
         // Production sizes that keep the full read under the budget: a warning.
         let small = Sizes::from_pairs(["books=20000"]).unwrap();
-        let f = evaluate(&cx(&live, &small), &before, &after);
+        let f = compare(&cx(&live, &small), &before, &after);
         let r = f.iter().find(|f| f.id == "plan.regressed").unwrap();
         assert_eq!(r.severity, Severity::Warn, "{}", r.message);
         assert!(
@@ -1249,7 +988,7 @@ mod tests {
         );
         // … and over it an error.
         let big = Sizes::from_pairs(["books=48M"]).unwrap();
-        let f = evaluate(&cx(&live, &big), &before, &after);
+        let f = compare(&cx(&live, &big), &before, &after);
         assert_eq!(
             f.iter()
                 .find(|f| f.id == "plan.regressed")
@@ -1278,7 +1017,7 @@ mod tests {
             )],
             10_000.0,
         );
-        let f = evaluate(&cx(&live, &sizes), &before, &after);
+        let f = compare(&cx(&live, &sizes), &before, &after);
         assert!(f.iter().all(|f| f.severity != Severity::Error), "{f:?}");
         let m = f.iter().find(|f| f.id == "plan.measured").unwrap();
         assert!(
@@ -1295,7 +1034,7 @@ mod tests {
             10_000.0,
         );
         after.statements[0].forced = Some(Ok(by_email(Some("books_email"))));
-        let f = evaluate(&cx(&live, &sizes), &before, &after);
+        let f = compare(&cx(&live, &sizes), &before, &after);
         let c = f.iter().find(|f| f.id == "plan.changed").unwrap();
         assert_eq!(c.severity, Severity::Info);
         assert!(!f.iter().any(|f| f.id == "plan.regressed"), "{f:?}");
@@ -1341,7 +1080,7 @@ mod tests {
             )],
             10_000.0,
         );
-        let f = evaluate(&cx(&live, &sizes), &before, &after);
+        let f = compare(&cx(&live, &sizes), &before, &after);
         let r = f.iter().find(|f| f.id == "plan.regressed").unwrap();
         assert!(
             r.message
@@ -1373,7 +1112,7 @@ mod tests {
             ],
             10_000.0,
         );
-        let f = evaluate(&cx(&live, &sizes), &before, &after);
+        let f = compare(&cx(&live, &sizes), &before, &after);
         let u = f.iter().find(|f| f.id == "plan.unused-index").unwrap();
         assert_eq!(u.severity, Severity::Info);
         assert!(
@@ -1389,7 +1128,7 @@ mod tests {
             0.0,
         );
         let after = side(vec![("shop", "by_email", by_email(None))], &[], 0.0);
-        let f = evaluate(&cx(&live, &sizes), &before, &after);
+        let f = compare(&cx(&live, &sizes), &before, &after);
         let s = f.iter().find(|f| f.id == "plan.skipped").unwrap();
         assert_eq!(s.severity, Severity::Skipped);
         assert!(
@@ -1423,7 +1162,7 @@ mod tests {
             ("books".into(), "books_author_fk".into()),
             Ok(explain(scan("Seq Scan", "books", None, None, 1.0, 180.0))),
         ));
-        let f = evaluate(&cx(&live, &sizes), &before, &after);
+        let f = compare(&cx(&live, &sizes), &before, &after);
         let w = f.iter().find(|f| f.id == "plan.fk-without-index").unwrap();
         assert_eq!(w.severity, Severity::Warn);
         assert!(
@@ -1450,7 +1189,7 @@ mod tests {
             method: "btree".into(),
             ..IndexInfo::default()
         });
-        let f = evaluate(&cx(&live, &sizes), &before, &after);
+        let f = compare(&cx(&live, &sizes), &before, &after);
         assert!(!f.iter().any(|f| f.id == "plan.fk-without-index"), "{f:?}");
     }
 }

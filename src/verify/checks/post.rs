@@ -1,18 +1,24 @@
 //! `post`: the final schema is sound and is the one expected.
 //!
-//! No invalid index (an error) and a warning for each constraint left NOT
+//! No invalid index (an error), a warning for each table left UNLOGGED
+//! ([`unlogged_table`]) and for each constraint left NOT
 //! VALID, to validate in a later migration (the judgement `check` makes on
 //! a live database: `crate::validity`), and the
 //! final schema equal to the expected snapshot — both the one reached on
 //! the seeded path (each migration applied onto the live apps' rows) and the
 //! one reached on an empty database.
 
+pub mod unlogged_table;
+
 use crate::report::{Finding, Severity};
 use crate::schema::Snapshot;
+use crate::verify::evidence::{Context, MigrationEvidence};
+
+use super::Check;
 
 pub const CHECK: &str = "post";
 pub const DESCRIPTION: &str =
-    "no invalid indexes, constraints left NOT VALID named (warning), final schema equal to the expected snapshot";
+    "no invalid indexes, constraints left NOT VALID and tables left UNLOGGED named (warnings), final schema equal to the expected snapshot";
 
 /// Where the expected snapshot came from, for the message.
 pub enum Expected<'a> {
@@ -23,7 +29,28 @@ pub enum Expected<'a> {
     Derived,
 }
 
-pub fn evaluate(
+pub const ENTRY: Check = Check {
+    name: CHECK,
+    description: DESCRIPTION,
+    ran: |e| e.final_schema.is_some(),
+    evaluate,
+};
+
+/// post's judgement of the last migration: its final schemas.
+pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
+    let Some(f) = &e.final_schema else {
+        return Vec::new();
+    };
+    let expected = match cx.expected {
+        Some((snapshot, name)) => Expected::Snapshot(snapshot, name.to_string()),
+        None => Expected::Derived,
+    };
+    final_schema(e.version, &f.seeded, &f.empty, expected)
+}
+
+/// The final schemas of migration `v`, the last: built on the seeded path
+/// and on the empty one, against the expected one.
+pub fn final_schema(
     v: i32,
     seeded: &Snapshot,
     empty: &Snapshot,
@@ -95,7 +122,7 @@ mod tests {
             },
         );
         let empty = Snapshot::default();
-        let f = evaluate(
+        let f = final_schema(
             3,
             &s,
             &empty,
@@ -128,7 +155,7 @@ mod tests {
                 indexes: vec![],
             },
         );
-        let f = evaluate(4, &s, &s, Expected::Derived);
+        let f = final_schema(4, &s, &s, Expected::Derived);
         let nv = f
             .iter()
             .find(|f| f.id == "post.not-valid-constraint")

@@ -24,12 +24,36 @@
 
 use crate::pg::lock_modes::{self, Needs};
 use crate::report::{Finding, Severity};
-use crate::verify::predict::Hold;
-use crate::verify::rehearsal::{Applied, StatementRun, TableWork};
+use crate::verify::evidence::{
+    Applied, Context, Labels, MigrationEvidence, StatementRun, TableWork,
+};
+use crate::verify::predict::{self, Hold};
 
-use super::ms;
+use super::{ms, Check};
 
 pub const CHECK: &str = "rewrite";
+
+pub const ENTRY: Check = Check {
+    name: CHECK,
+    description: DESCRIPTION,
+    ran: |e| e.applied_on_seeded().is_some(),
+    evaluate,
+};
+
+/// rewrite's judgement of one migration: the tables the generator could
+/// not fill before it, then the work both applies measured, with the lock
+/// holds predicted at production's sizes.
+pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
+    let mut out = Vec::new();
+    if let Some(g) = e.seeding.as_ref().and_then(|s| s.generated.as_ref()) {
+        out.extend(tables_not_seeded(e.version, e.prev, g, &cx.labels));
+    }
+    if let (Some(at_zero), Some(s)) = (&e.at_zero, e.applied_on_seeded()) {
+        let holds = predict::holds(at_zero, &s.applied, &e.needs, cx.sizes);
+        out.extend(measured(e.version, at_zero, &s.applied, &e.needs, &holds));
+    }
+    out
+}
 
 /// Tables the row generator could not fill before migration `v` (at
 /// `prev`): work on their rows cannot be measured, so each is a warning
@@ -39,7 +63,9 @@ pub fn tables_not_seeded(
     v: i32,
     prev: i32,
     generated: &crate::verify::generate::Generated,
+    labels: &Labels,
 ) -> Vec<Finding> {
+    let prev_label = labels.of(prev);
     let mut out: Vec<Finding> = generated
         .unseeded
         .iter()
@@ -54,7 +80,7 @@ pub fn tables_not_seeded(
                 Severity::Warn,
                 Some(v),
                 format!(
-                    "{} could not be seeded at V{prev} ({what}); the rewrite and lock checks measured it empty",
+                    "{} could not be seeded at {prev_label} ({what}); the rewrite and lock checks measured it empty",
                     t.table
                 ),
             )
@@ -97,7 +123,9 @@ pub(crate) fn locks_phrase(locks: &[(String, String, String)]) -> String {
         .join(", ")
 }
 
-pub fn evaluate(
+/// The work of migration `v` measured at 0 rows (`at_zero`) and at N
+/// (`at_n`), judged against the locks the live apps need.
+pub fn measured(
     v: i32,
     at_zero: &Applied,
     at_n: &Applied,
@@ -375,7 +403,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::verify::rehearsal::Work;
+    use crate::verify::evidence::Work;
 
     fn applied(mode: &str, work: Work, rewrote: bool) -> Applied {
         let table = TableWork {
@@ -420,7 +448,7 @@ mod tests {
             ..Work::default()
         };
         let a = applied("AccessExclusiveLock", w, false);
-        let f = evaluate(4, &Applied::default(), &a, &reader_writer(), &[]);
+        let f = measured(4, &Applied::default(), &a, &reader_writer(), &[]);
         assert_eq!(
             first(&f),
             ("rewrite.rows-updated-under-lock", Severity::Error)
@@ -429,7 +457,7 @@ mod tests {
         assert!(f[0].message.starts_with("line 3:"), "{}", f[0].message);
         // The same update under ROW EXCLUSIVE only (a plain UPDATE): warn.
         let a = applied("RowExclusiveLock", w, false);
-        let f = evaluate(4, &Applied::default(), &a, &reader_writer(), &[]);
+        let f = measured(4, &Applied::default(), &a, &reader_writer(), &[]);
         assert_eq!(first(&f), ("rewrite.rows-updated", Severity::Warn));
     }
 
@@ -442,7 +470,7 @@ mod tests {
         };
         // A validating FOREIGN KEY: SHARE ROW EXCLUSIVE blocks writes.
         let a = applied("ShareRowExclusiveLock", scan, false);
-        let f = evaluate(4, &Applied::default(), &a, &reader_writer(), &[]);
+        let f = measured(4, &Applied::default(), &a, &reader_writer(), &[]);
         assert_eq!(first(&f), ("rewrite.full-scan-under-lock", Severity::Error));
         // It says what was measured: one tuple read is not "all rows".
         let one = Work {
@@ -451,7 +479,7 @@ mod tests {
             ..Work::default()
         };
         let a = applied("ShareRowExclusiveLock", one, false);
-        let f = evaluate(4, &Applied::default(), &a, &reader_writer(), &[]);
+        let f = measured(4, &Applied::default(), &a, &reader_writer(), &[]);
         assert!(
             f[0].message
                 .contains("reads 1 tuples of jobs by sequential scan (2000 rows, 1 of its 40 heap pages requested)"),
@@ -461,17 +489,17 @@ mod tests {
         assert!(!f[0].message.contains("reads all"), "{}", f[0].message);
         // VALIDATE CONSTRAINT: SHARE UPDATE EXCLUSIVE blocks neither.
         let a = applied("ShareUpdateExclusiveLock", scan, false);
-        let f = evaluate(4, &Applied::default(), &a, &reader_writer(), &[]);
+        let f = measured(4, &Applied::default(), &a, &reader_writer(), &[]);
         assert_eq!(first(&f), ("rewrite.measured", Severity::Info));
         // A table no app touches is nobody's stall.
         let a = applied("AccessExclusiveLock", scan, true);
-        let f = evaluate(4, &Applied::default(), &a, &Needs::default(), &[]);
+        let f = measured(4, &Applied::default(), &a, &Needs::default(), &[]);
         assert_eq!(first(&f), ("rewrite.measured", Severity::Info));
-        let f = evaluate(4, &Applied::default(), &a, &reader_writer(), &[]);
+        let f = measured(4, &Applied::default(), &a, &reader_writer(), &[]);
         assert_eq!(first(&f), ("rewrite.table-rewritten", Severity::Error));
         // Catalog-only: no work at all.
         let a = applied("AccessExclusiveLock", Work::default(), false);
-        let f = evaluate(4, &Applied::default(), &a, &reader_writer(), &[]);
+        let f = measured(4, &Applied::default(), &a, &reader_writer(), &[]);
         assert_eq!(first(&f), ("rewrite.measured", Severity::Info));
     }
 }

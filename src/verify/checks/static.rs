@@ -33,13 +33,45 @@ use squawk_syntax::{Parse, SourceFile};
 use crate::pg::lock_modes::{self, Needs};
 use crate::report::{Finding, Location, Severity};
 use crate::sql::LineIndex;
-use crate::verify::rehearsal::{Applied, StatementRun, TableWork};
+use crate::verify::evidence::{Applied, Context, MigrationEvidence, StatementRun, TableWork};
+
+use crate::verify::evidence::Warning;
 
 use super::rewrite::blocking_locks;
+use super::Check;
 
 pub const CHECK: &str = "static";
 pub const DESCRIPTION: &str =
     "squawk's lint rules on the migration's text, before any database; each warning confirmed or refuted by what its statement measured";
+
+pub const ENTRY: Check = Check {
+    name: CHECK,
+    description: DESCRIPTION,
+    ran: |_| true,
+    evaluate,
+};
+
+/// static's judgement of one migration: its warnings held against the
+/// apply that decided its fate (the seeded one, or the empty one that
+/// failed), or unjudged when the rehearsal stopped before it.
+pub fn evaluate(e: &MigrationEvidence, _: &Context) -> Vec<Finding> {
+    let Some(warnings) = &e.lint else {
+        return Vec::new();
+    };
+    let judged = if e.failed_on_empty() {
+        e.at_zero.as_ref()
+    } else {
+        e.seeded.as_ref().map(|s| &s.applied)
+    };
+    match judged {
+        Some(applied) => judge(e.version, warnings, applied, &e.needs),
+        None => unjudged(
+            e.version,
+            warnings,
+            Some("not reached: the rehearsal stopped before this migration"),
+        ),
+    }
+}
 
 /// The pseudo-rule of a statement squawk's grammar could not parse
 /// (squawk's own name for it).
@@ -50,30 +82,6 @@ pub const NOT_LINTED: &str = "not-linted";
 /// How many characters of a statement or of the flagged text a finding
 /// quotes.
 const EXCERPT_CHARS: usize = 60;
-
-/// One squawk violation in one migration file.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Warning {
-    /// squawk's rule name (`require-concurrent-index-creation`), or
-    /// [`SYNTAX_ERROR`] / [`NOT_LINTED`].
-    pub rule: String,
-    /// squawk's message.
-    pub message: String,
-    /// squawk's fix, when the rule has one.
-    pub help: Option<String>,
-    /// Index of its statement in [`crate::sql::split`] of the file: the
-    /// same index as the rehearsal's `Applied::statements`. None when the
-    /// file could not be split exactly.
-    pub statement: Option<usize>,
-    /// The table the statement alters or indexes (normalised as PostgreSQL
-    /// folds names), when it names one in the `public` schema.
-    pub table: Option<String>,
-    /// Line and column of the flagged construct itself (not of the
-    /// statement's start); the excerpt is the statement's.
-    pub location: Location,
-    /// The flagged text, whitespace folded (`SET NOT NULL`).
-    pub flagged: String,
-}
 
 /// What the rehearsal measures that speaks to a rule's claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -557,7 +565,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::verify::rehearsal::Work;
+    use crate::verify::evidence::Work;
 
     const FILE: &str = "migrations/V4__bad.sql";
 

@@ -24,13 +24,11 @@ use std::time::{Duration, Instant};
 
 use postgres::Client;
 
-use super::{
-    cumulative_work, existing_tables, files_and_indexes, wal_lsn, Applied, Existing, Observed,
-    StatementRun, TableWork, Work,
-};
+use super::{cumulative_work, existing_tables, files_and_indexes, wal_lsn, Existing};
 use crate::db;
 use crate::migrate::no_transaction::{self, Step, StepObserver};
 use crate::pg::lock_modes;
+use crate::verify::evidence::{Applied, Observed, StatementRun, TableWork, Work};
 use crate::verify::sampler::{self, LockSampler};
 
 /// Why work is not measured before PostgreSQL 15.

@@ -1,9 +1,10 @@
-//! Stage 0: the base the rehearsed migrations start from, and the
+//! Stage 1: the base the rehearsed migrations start from, and the
 //! migrator that applies each of them twice in the background.
 
 use crate::catalog::Migration;
 use crate::sandbox::{Database, SandboxError};
-use crate::verify::checks::apply;
+use crate::verify::events::{Event, RunStep};
+use crate::verify::evidence::SecondRun;
 use crate::verify::{apply_unchecked, step, target, Run, VerifyError};
 
 impl Run<'_> {
@@ -15,7 +16,7 @@ impl Run<'_> {
         empty_prev: &Database,
         migrations: &[Migration],
     ) -> Result<(), VerifyError> {
-        if let Some(t) = &self.v.target {
+        if let Some(t) = &self.options.target {
             let copied = self.restore_target(t, empty_prev)?;
             self.report.copied_rows = Some(
                 copied
@@ -23,10 +24,14 @@ impl Run<'_> {
                     .map(|c| format!("{} ({})", c.qualified, c.because))
                     .collect(),
             );
-        } else if let Some(s) = self.v.since {
-            self.v.say(&format!(
-                "applying V1..V{s} once (up to --since, not rehearsed)"
-            ));
+        } else if let Some(s) = self.options.since {
+            self.options.emit(Event::Run(RunStep::ApplyingUpTo {
+                first: self
+                    .options
+                    .catalog
+                    .label_of(migrations.first().map_or(1, |m| m.version)),
+                since: self.options.catalog.label_of(s),
+            }));
             let mut c = self.connect_migrator(empty_prev)?;
             for m in migrations.iter().filter(|m| m.version <= s) {
                 if let Err(e) = apply_unchecked(&mut c, m) {
@@ -53,7 +58,7 @@ impl Run<'_> {
         empty_prev: &Database,
         migrations: &[Migration],
     ) -> Result<(), VerifyError> {
-        let migrator_db = match (&self.v.target, self.v.since) {
+        let migrator_db = match (&self.options.target, self.options.since) {
             (None, None) => None,
             (target, Some(s)) => {
                 let db = self.clone_db(empty_prev)?;
@@ -74,7 +79,11 @@ impl Run<'_> {
                 Some(self.clone_db(empty_prev)?)
             }
         };
-        let (catalog, policy, since) = (self.v.catalog.clone(), self.v.lock_policy, self.v.since);
+        let (catalog, policy, since) = (
+            self.options.catalog.clone(),
+            self.options.lock_policy,
+            self.options.since,
+        );
         let sandbox = self.sandbox.clone();
         let sessions = self.sessions.clone();
         self.migrator = Some(std::thread::spawn(move || {
@@ -97,7 +106,7 @@ impl Run<'_> {
                 .iter()
                 .filter(|m| !since.is_some_and(|s| m.version <= s))
             {
-                let r = apply::second_run(
+                let r = migrator_twice(
                     &sessions.migrator(migrator_db.url()),
                     &catalog,
                     m.version,
@@ -126,8 +135,7 @@ impl Run<'_> {
         t: &target::Target,
         db: &Database,
     ) -> Result<Vec<target::CopiedTable>, VerifyError> {
-        self.v
-            .say("reading the target's schema (pg_dump --schema-only)");
+        self.options.emit(Event::Run(RunStep::ReadingTarget));
         let scrubbed =
             |e: SandboxError| VerifyError::Target(crate::db::scrub(&e.to_string(), t.url()));
         for (name, login, inherit) in t.roles()? {
@@ -184,4 +192,40 @@ impl Run<'_> {
         })?;
         Ok(copied)
     }
+}
+
+/// Runs the migrator (`rollsafe::migrate`: advisory lock, lock_timeout,
+/// each migration with its history row in one transaction) up to `v` twice
+/// on the database at `url`, which holds the migrations before `v` applied
+/// by the same migrator.
+fn migrator_twice(
+    url: &str,
+    catalog: &crate::catalog::Catalog,
+    v: i32,
+    lock: crate::lock_policy::LockPolicy,
+) -> anyhow::Result<SecondRun> {
+    let options = crate::migrate::Options {
+        target: Some(v),
+        lock,
+        ..crate::migrate::Options::default()
+    };
+    let first = crate::migrate::migrate(url, catalog, &options)?
+        .applied
+        .len();
+    let before = {
+        let mut c = crate::db::connect(url)?;
+        crate::schema::Snapshot::read(&mut c)?
+    };
+    let second = crate::migrate::migrate(url, catalog, &options)?
+        .applied
+        .len();
+    let after = {
+        let mut c = crate::db::connect(url)?;
+        crate::schema::Snapshot::read(&mut c)?
+    };
+    Ok(SecondRun {
+        first_applied: first,
+        second_applied: second,
+        changes: after.diff(&before),
+    })
 }

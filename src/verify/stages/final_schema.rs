@@ -1,4 +1,4 @@
-//! Stage 3, after the last migration: `post` on the final schemas (the
+//! Stage 4, after the last migration: `post` on the final schemas (the
 //! empty path's and the seeded one's), then the project's own checks of
 //! the apps that may run on the final version (the shipped project:
 //! `dao`).
@@ -8,8 +8,9 @@ use std::sync::Arc;
 use crate::app::{AppVersion, ProjectRule};
 use crate::report::CheckRun;
 use crate::sandbox::Database;
-use crate::verify::checks::post;
-use crate::verify::{ExpectedSchema, Run, VerifyError};
+use crate::verify::events::{Event, RunStep};
+use crate::verify::evidence::FinalSchema;
+use crate::verify::{step, Run, VerifyError};
 
 impl Run<'_> {
     /// `last` is the final version; `empty_final` the empty path's
@@ -22,31 +23,48 @@ impl Run<'_> {
     ) -> Result<(), VerifyError> {
         self.post(empty_final, seeded_final, last)?;
         self.project_checks(empty_final, last);
-        self.v.say("waiting for the long-transaction probes");
+        self.options.emit(Event::Run(RunStep::WaitingForProbes));
         Ok(())
     }
 
+    /// The final schemas, reached on the empty path and on the seeded
+    /// one, into the last migration's evidence (`post` judges them).
     fn post(
         &mut self,
         empty_final: &Database,
         seeded_final: Option<&Database>,
         last: i32,
     ) -> Result<(), VerifyError> {
-        self.v.say("post: final schema");
-        self.ran(post::CHECK, Some(last));
+        self.options.emit(Event::Run(RunStep::FinalSchema));
         let empty = Self::snapshot(empty_final)?;
         let seeded = match seeded_final {
             Some(db) => Self::snapshot(db)?,
             None => empty.clone(),
         };
-        let expected = match &self.v.expected {
-            ExpectedSchema::Snapshot(s, name) => post::Expected::Snapshot(s, name.clone()),
-            ExpectedSchema::Derived => post::Expected::Derived,
-        };
-        self.report
-            .findings
-            .extend(post::evaluate(last, &seeded, &empty, expected));
+        let unlogged = Self::unlogged(seeded_final.unwrap_or(empty_final))?;
+        self.evidence(last).final_schema = Some(FinalSchema {
+            seeded,
+            empty,
+            unlogged,
+        });
         Ok(())
+    }
+
+    /// The tables of `db` that are UNLOGGED (`relpersistence = 'u'`).
+    fn unlogged(db: &Database) -> Result<Vec<String>, VerifyError> {
+        let mut c = step("connecting", db.connect())?;
+        let rows = step(
+            "reading which tables are unlogged",
+            c.query(
+                &format!(
+                    "SELECT t.name FROM ({}) t JOIN pg_class c ON c.oid = t.oid
+                      WHERE c.relpersistence = 'u' ORDER BY 1",
+                    crate::tables::list_sql()
+                ),
+                &[],
+            ),
+        )?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
     /// The project's own checks of the apps that may run on the final
@@ -54,7 +72,7 @@ impl Run<'_> {
     /// by post; the rows they write are needed by nothing after).
     fn project_checks(&mut self, empty_final: &Database, last: i32) {
         let mut declared: Vec<(Arc<dyn ProjectRule>, &AppVersion)> = Vec::new();
-        for app in self.v.apps.iter().filter(|a| a.may_run_on(last)) {
+        for app in self.options.apps.iter().filter(|a| a.may_run_on(last)) {
             if let Some(rule) = app.driver.as_ref().and_then(|d| d.final_check()) {
                 if !declared.iter().any(|(d, _)| d.check() == rule.check()) {
                     declared.push((rule, app));
@@ -62,11 +80,10 @@ impl Run<'_> {
             }
         }
         for (rule, app) in declared {
-            self.v.say(&format!(
-                "{}: {} on the final schema",
-                rule.check(),
-                rule.description()
-            ));
+            self.options.emit(Event::Run(RunStep::ProjectCheck {
+                check: rule.check().to_string(),
+                description: rule.description().to_string(),
+            }));
             let url = self.sessions.app(empty_final.url(), &app.name);
             let Some(findings) = rule.on_final_schema(last, &url) else {
                 continue;

@@ -1,4 +1,4 @@
-//! Stage 2, per migration that applied on the empty path: the measured
+//! Stage 3, per migration that applied on the empty path: the measured
 //! apply on the seeded database with the live apps' workload running
 //! (and the file's batched updates, as migrate runs them), then apply,
 //! rewrite and locks judged on both applies, the backfill checked on the
@@ -11,15 +11,26 @@ use std::time::{Duration, Instant};
 use crate::app::AppVersion;
 use crate::catalog::Migration;
 use crate::sandbox::Database;
-use crate::verify::checks::{apply, backfill, compat, locks, rewrite};
 use crate::verify::cross_version;
-use crate::verify::rehearsal::{self, Applied, End, WorkloadStats};
+use crate::verify::events::MigrationStep;
+use crate::verify::evidence::{
+    Backfill, BatchedRun, Compat, DirectiveCount, SeededApply, SideBySide, Visible, WorkloadStats,
+};
+use crate::verify::rehearsal::{self, End};
 use crate::verify::{
-    live_apps, needs_of, predict, replay, seed, step, Run, Staged, VerifyError, COMPAT_ROWS,
-    WORKLOAD_MARGIN,
+    live_apps, replay, seed, step, Run, Staged, VerifyError, COMPAT_ROWS, WORKLOAD_MARGIN,
 };
 
-/// How stage 2 ended.
+/// How stage 3 of one migration ended.
+enum Seeded {
+    /// It applied on its seeded database (the database, None without
+    /// one).
+    Applied(Option<Database>),
+    /// It failed there (its evidence says how).
+    Failed,
+}
+
+/// How stage 3 ended.
 pub(super) enum SeededEnd {
     /// Every migration applied on its seeded database; the last seeded
     /// database (post compares its schema), if there was one.
@@ -29,7 +40,7 @@ pub(super) enum SeededEnd {
 }
 
 impl Run<'_> {
-    /// Stage 2 over every migration stage 1 left.
+    /// Stage 3 over every migration stage 2 left.
     pub(super) fn seeded_stages(
         &mut self,
         staged: Vec<Staged>,
@@ -38,101 +49,65 @@ impl Run<'_> {
         let mut last_seeded = None;
         for st in staged {
             match self.seeded(st, migrations)? {
-                Some(db) => last_seeded = db,
-                None => return Ok(SeededEnd::Failed),
+                Seeded::Applied(db) => last_seeded = db,
+                Seeded::Failed => return Ok(SeededEnd::Failed),
             }
         }
         Ok(SeededEnd::Completed(last_seeded))
     }
 
-    /// Stage 2 for one migration. None when it failed on its seeded
-    /// database; else the database it applied on (None without one).
-    fn seeded(
-        &mut self,
-        st: Staged,
-        migrations: &[Migration],
-    ) -> Result<Option<Option<Database>>, VerifyError> {
+    /// Stage 3 for one migration.
+    fn seeded(&mut self, st: Staged, migrations: &[Migration]) -> Result<Seeded, VerifyError> {
         let m = &migrations[st.index];
-        let (v, prev) = (m.version, st.prev);
-        let live: Vec<&AppVersion> = self.v.apps.iter().filter(|a| a.live_during(v)).collect();
-        let runnable: Vec<&AppVersion> = self.v.apps.iter().filter(|a| a.may_run_on(v)).collect();
-        let newly: Vec<String> = runnable
+        let v = m.version;
+        let live: Vec<&AppVersion> = self
+            .options
+            .apps
             .iter()
-            .filter(|a| !a.may_run_on(prev))
-            .map(|a| a.name.clone())
+            .filter(|a| a.live_during(v))
+            .collect();
+        let runnable: Vec<&AppVersion> = self
+            .options
+            .apps
+            .iter()
+            .filter(|a| a.may_run_on(v))
             .collect();
         let Staged {
             seeded,
             seeded_rows,
             readers_before,
             applied_db,
-            at_zero,
-            trace,
             live_outcomes,
             ..
         } = st;
-        let needs = needs_of(&live, &live_outcomes);
         // plan (1/2): the live apps' statements planned at V{prev}.
         let plans_before = self.plans_before(v, applied_db.as_ref().filter(|_| seeded), &live);
-        let (at_n, workload) = match (seeded, &applied_db) {
+        let applied = match (seeded, &applied_db) {
             (true, Some(db)) => {
-                let (at_n, workload) =
-                    self.apply_under_workload(v, m, db, seeded_rows, &live, &live_outcomes)?;
-                (at_n, Some(workload))
+                self.apply_under_workload(m, db, seeded_rows, &live, &live_outcomes)?
             }
             // Without seeded rows the empty path's apply is the seeded one.
-            _ => (at_zero.clone(), None),
+            _ => SeededApply {
+                applied: self.evidence(v).at_zero.clone().unwrap_or_default(),
+                rows: seeded_rows,
+                workload: None,
+                batched: Vec::new(),
+            },
         };
-        if let Some(r) = self.report.migrations.iter_mut().find(|r| r.version == v) {
-            r.statements = at_n.statement_rows(&at_zero);
+        let ok = applied.applied.ok();
+        self.evidence(v).seeded = Some(applied);
+        if !ok {
+            return Ok(Seeded::Failed);
         }
-        self.report.findings.extend(apply::evaluate(
-            v,
-            &at_zero,
-            Some((&at_n, seeded_rows)),
-            &trace,
-            self.v.statement_timeout,
-        ));
-        self.judge_static(v, &at_n, &needs);
-        if !at_n.ok() {
-            return Ok(None);
-        }
-        // plan (2/2): planned again at V{v}, then judged.
-        self.plans_after(m, plans_before, applied_db.as_ref(), &live, &runnable);
-        let holds = predict::holds(&at_zero, &at_n, &needs, &self.v.sizes);
-        self.ran(rewrite::CHECK, Some(v));
-        self.report
-            .findings
-            .extend(rewrite::evaluate(v, &at_zero, &at_n, &needs, &holds));
-        self.ran(locks::CHECK, Some(v));
-        self.report.findings.extend(locks::evaluate(
-            v,
-            &at_zero,
-            &at_n,
-            workload.as_ref(),
-            &needs,
-            &holds,
-            self.v.stall_budget,
-        ));
-        self.backfill(
-            m,
-            applied_db.as_ref(),
-            &live,
-            &runnable,
-            &readers_before,
-            &newly,
-        )?;
-        self.compat(
-            v,
-            prev,
-            applied_db.as_ref(),
-            &live,
-            &runnable,
-            &live_outcomes,
-        )?;
+        // plan (2/2): planned again at V{v}.
+        self.plans_after(m, plans_before, applied_db.as_ref(), &runnable);
+        let backfill = self.backfill(m, applied_db.as_ref(), &runnable, readers_before)?;
+        self.evidence(v).backfill = Some(backfill);
+        let compat = self.compat(v, applied_db.as_ref(), &live, &runnable, live_outcomes)?;
+        self.evidence(v).compat = Some(compat);
         // Post compares the final schema built over rows with the empty
         // path's; without seeded rows the two are one.
-        Ok(Some(applied_db))
+        Ok(Seeded::Applied(applied_db))
     }
 
     /// The measured apply on the seeded database `db`, with the live apps'
@@ -142,16 +117,15 @@ impl Run<'_> {
     /// still on.
     fn apply_under_workload(
         &mut self,
-        v: i32,
         m: &Migration,
         db: &Database,
         seeded_rows: i64,
         live: &[&AppVersion],
         live_outcomes: &std::collections::BTreeMap<String, Vec<replay::Outcome>>,
-    ) -> Result<(Applied, WorkloadStats), VerifyError> {
-        self.v.say(&format!(
-            "V{v}: applying on {seeded_rows} seeded rows under the live apps' workload"
-        ));
+    ) -> Result<SeededApply, VerifyError> {
+        let v = m.version;
+        self.options
+            .say(v, MigrationStep::ApplyingOnSeeded { rows: seeded_rows });
         let workload = step(
             "starting the workload",
             rehearsal::Workload::start(db.url(), &self.sessions, &live_apps(live, live_outcomes)),
@@ -164,42 +138,40 @@ impl Run<'_> {
             rehearsal::apply_measured(db.url(), &migrator_url, &m.sql, None, End::Commit)
         };
         let batched = match &at_n {
-            Ok(a) if a.ok() => Some(self.run_batched_updates(db, m)?),
-            _ => None,
+            Ok(a) if a.ok() => self.run_batched_updates(db, m)?,
+            _ => Vec::new(),
         };
         std::thread::sleep(WORKLOAD_MARGIN);
-        let workload = workload.stop();
-        if let Some(batched) = batched {
-            self.report
-                .findings
-                .extend(backfill::batched_updates(v, &batched));
-        }
+        let workload: WorkloadStats = workload.stop();
         let mut at_n = step("applying on a seeded database", at_n)?;
-        at_n.file = self.v.catalog.path_of(m);
+        at_n.file = self.options.catalog.path_of(m);
         if at_n.outside_transaction && workload.counted_in_table_stats {
             at_n.forget_work("the live apps run as the migrator's role, so their sessions could not be left out of the cumulative table statistics (SET track_counts needs a superuser): the rows read and written by statements outside a transaction were not measured apart from theirs (declare an app role, -- role: or --app-role, to measure them)");
         }
-        Ok((at_n, workload))
+        Ok(SeededApply {
+            applied: at_n,
+            rows: seeded_rows,
+            workload: Some(workload),
+            batched,
+        })
     }
 
     /// Backfill: right after the migration, every row existed before. The
-    /// file's `-- rollsafe:backfill` directives hold on them, and the
-    /// apps' readers see what the live ones saw before.
+    /// file's `-- rollsafe:backfill` directives counted on them, and what
+    /// the apps' readers see (the live ones saw `readers_before`).
     fn backfill(
         &mut self,
         m: &Migration,
         applied_db: Option<&Database>,
-        live: &[&AppVersion],
         runnable: &[&AppVersion],
-        readers_before: &backfill::Visible,
-        newly: &[String],
-    ) -> Result<(), VerifyError> {
+        readers_before: Visible,
+    ) -> Result<Backfill, VerifyError> {
         let v = m.version;
-        self.v.say(&format!("V{v}: backfill and readers"));
-        self.ran(backfill::CHECK, Some(v));
+        self.options.say(v, MigrationStep::Backfill);
+        let mut directives = None;
         if let Some(db) = applied_db {
             let mut c = self.connect_migrator(db)?;
-            let counted: Vec<backfill::DirectiveCount> = m
+            let counted: Vec<DirectiveCount> = m
                 .backfills()
                 .map(|(table, predicate)| {
                     let count =
@@ -208,23 +180,17 @@ impl Run<'_> {
                     (table.to_string(), predicate.to_string(), count)
                 })
                 .collect();
-            self.report
-                .findings
-                .extend(backfill::directives(v, &counted));
+            directives = Some(counted);
         }
-        let after = match applied_db {
+        let readers_after = match applied_db {
             Some(db) => self.visible(db, runnable)?,
-            None => backfill::Visible::default(),
+            None => Visible::default(),
         };
-        let live_names: Vec<String> = live.iter().map(|a| a.name.clone()).collect();
-        self.report.findings.extend(backfill::compare_readers(
-            v,
+        Ok(Backfill {
+            directives,
             readers_before,
-            &after,
-            &live_names,
-            newly,
-        ));
-        Ok(())
+            readers_after,
+        })
     }
 
     /// Compat: the running apps on the schema before (replayed in stage
@@ -235,23 +201,18 @@ impl Run<'_> {
     fn compat(
         &mut self,
         v: i32,
-        prev: i32,
         applied_db: Option<&Database>,
         live: &[&AppVersion],
         runnable: &[&AppVersion],
-        live_outcomes: &std::collections::BTreeMap<String, Vec<replay::Outcome>>,
-    ) -> Result<(), VerifyError> {
-        self.v.say(&format!("V{v}: replaying the apps' statements"));
-        self.ran(compat::CHECK, Some(v));
-        for app in live {
-            if let Some(outcomes) = live_outcomes.get(&app.name) {
-                self.report
-                    .findings
-                    .extend(compat::replay_findings(v, app, prev, outcomes));
-            }
-        }
+        live_outcomes: std::collections::BTreeMap<String, Vec<replay::Outcome>>,
+    ) -> Result<Compat, VerifyError> {
+        self.options.say(v, MigrationStep::Replaying);
+        let mut out = Compat {
+            before: live_outcomes,
+            ..Compat::default()
+        };
         let Some(db) = applied_db.filter(|_| !runnable.is_empty()) else {
-            return Ok(());
+            return Ok(out);
         };
         let mut c = self.connect_migrator(db)?;
         let (sessions, url) = (&self.sessions, db.url());
@@ -261,22 +222,11 @@ impl Run<'_> {
                 crate::db::connect(&sessions.app(url, &app.name))
             }),
         )?;
-        for (app, e) in &seeded_now.failed {
-            self.report
-                .findings
-                .push(compat::rows_cannot_be_written(v, app, e));
-        }
+        out.rows_not_written = seeded_now.failed;
         for app in runnable {
             let mut c = self.connect_app(db, app)?;
             let outcomes = step("replaying statements", replay::replay_all(&mut c, app))?;
-            self.report
-                .findings
-                .extend(compat::replay_findings(v, app, v, &outcomes));
-            if let Some(before) = live_outcomes.get(&app.name) {
-                self.report
-                    .findings
-                    .extend(compat::type_changes(v, app, prev, before, &outcomes));
-            }
+            out.after.push((app.name.clone(), outcomes));
         }
         // Cross-version: each app still running against each newer one
         // that may run on this schema.
@@ -284,13 +234,16 @@ impl Run<'_> {
             for newer in runnable.iter().filter(|a| a.needs > older.needs) {
                 let mut c_old = self.connect_app(db, older)?;
                 let mut c_new = self.connect_app(db, newer)?;
-                let seen = cross_version::run(&mut c_old, &mut c_new, older, newer);
-                self.report
-                    .findings
-                    .extend(compat::cross_version(v, older, newer, seen.as_ref()));
+                let seen = cross_version::run(&mut c_old, &mut c_new, older, newer)
+                    .map(|r| r.map_err(|e| crate::errors::one_line(e.as_ref())));
+                out.cross_version.push(SideBySide {
+                    older: older.name.clone(),
+                    newer: newer.name.clone(),
+                    seen,
+                });
             }
         }
-        Ok(())
+        Ok(out)
     }
 
     /// Runs `m`'s batched updates on `db` as `migrate` does (batches under
@@ -299,7 +252,7 @@ impl Run<'_> {
         &self,
         db: &Database,
         m: &crate::catalog::Migration,
-    ) -> Result<Vec<backfill::BatchedRun>, VerifyError> {
+    ) -> Result<Vec<BatchedRun>, VerifyError> {
         use crate::migrate::backfill as batches;
         let mut out = Vec::new();
         if m.batched_updates().next().is_none() {
@@ -312,8 +265,12 @@ impl Run<'_> {
         )?;
         drop(c);
         for (i, b) in m.batched_updates().enumerate() {
-            self.v
-                .say(&format!("V{}: batched update of {}", m.version, b.table));
+            self.options.say(
+                m.version,
+                MigrationStep::BatchedUpdate {
+                    table: b.table.to_string(),
+                },
+            );
             let started = Instant::now();
             let run = |c: &mut postgres::Client| {
                 batches::run(
@@ -322,7 +279,7 @@ impl Run<'_> {
                     i,
                     b,
                     &batches::BackfillOptions::default(),
-                    &self.v.lock_policy,
+                    &self.options.lock_policy,
                     None,
                 )
                 .map_err(|e| e.to_string())
@@ -370,7 +327,7 @@ impl Run<'_> {
                 )
                 .map(|r| r.get::<_, i64>(0))
                 .map_err(|e| crate::errors::one_line(&e));
-            out.push(backfill::BatchedRun {
+            out.push(BatchedRun {
                 directive: b.clone(),
                 rows: result,
                 remaining,

@@ -1,4 +1,4 @@
-//! Stage 1, per migration in order: the seeded database at V{k−1} (rows
+//! Stage 2, per migration in order: the seeded database at V{k−1} (rows
 //! the live apps write), their statements replayed on it, the
 //! long-transaction probe started in the background, then the empty
 //! path: a scenario ([`Run::forced_failure`], or [`Run::kill_and_rerun`]
@@ -9,26 +9,46 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::app::AppVersion;
 use crate::catalog::Migration;
-use crate::report::Finding;
 use crate::sandbox::Database;
-use crate::verify::checks::{apply, backfill, compat, locks, rewrite};
-use crate::verify::rehearsal::{self, Applied, End, LiveApp};
+use crate::verify::events::MigrationStep;
+use crate::verify::evidence::{Applied, Probe, Rerun, Seeding, Visible};
+use crate::verify::rehearsal::{self, End, LiveApp};
 use crate::verify::{
     apply_unchecked, live_apps, long_transaction, needs_of, seed, step, Run, Staged, VerifyError,
 };
 
-/// What stage 1 left for stage 2.
+/// How stage 2 of one migration ended.
+enum Template {
+    /// It applied on the empty path; stage 3 takes it from here.
+    Staged(Box<Staged>),
+    /// It ends the rehearsal: a live app could not write its rows before
+    /// it, or it failed on the empty path.
+    Stopped,
+}
+
+/// The seeded database at V{prev}, when there is one.
+enum Seeded {
+    /// The database and the rows it holds.
+    Rows(Database, i64),
+    /// No app is live: the empty path stands for the seeded one.
+    Unseeded,
+    /// A live app could not write its rows (the rehearsal stops).
+    AppCannotWrite,
+}
+
+/// What stage 2 left for stage 3.
 pub(super) struct Templates {
     /// The migrations that applied on the empty path, in order.
     pub staged: Vec<Staged>,
-    /// The findings of the migration that ended the rehearsal, if one did.
-    pub stopped: Option<Vec<Finding>>,
+    /// The migration that ended the rehearsal, if one did (its evidence
+    /// says why).
+    pub stopped: Option<i32>,
     /// The last migration reached (the final version when none stopped).
     pub last: i32,
 }
 
 impl Run<'_> {
-    /// Stage 1 over every rehearsed migration; stops at the first that
+    /// Stage 2 over every rehearsed migration; stops at the first that
     /// cannot be seeded or applied.
     pub(super) fn templates(
         &mut self,
@@ -41,12 +61,12 @@ impl Run<'_> {
             last: 0,
         };
         for (index, m) in migrations.iter().enumerate() {
-            if !self.v.since.is_some_and(|s| m.version <= s) {
+            if !self.options.since.is_some_and(|s| m.version <= s) {
                 // (Up to --since: in the base already.)
                 match self.template(index, m, out.last, &out.staged, empty_prev, migrations)? {
-                    Ok(staged) => out.staged.push(staged),
-                    Err(findings) => {
-                        out.stopped = Some(findings);
+                    Template::Staged(staged) => out.staged.push(*staged),
+                    Template::Stopped => {
+                        out.stopped = Some(m.version);
                         break;
                     }
                 }
@@ -56,8 +76,8 @@ impl Run<'_> {
         Ok(out)
     }
 
-    /// Stage 1 for migration `m` (at `index`), the schema being at V{prev}
-    /// on `empty_prev`. Err(findings) when it ends the rehearsal.
+    /// Stage 2 for migration `m` (at `index`), the schema being at V{prev}
+    /// on `empty_prev`.
     fn template(
         &mut self,
         index: usize,
@@ -66,13 +86,30 @@ impl Run<'_> {
         staged: &[Staged],
         empty_prev: &Database,
         migrations: &[Migration],
-    ) -> Result<Result<Staged, Vec<Finding>>, VerifyError> {
+    ) -> Result<Template, VerifyError> {
         let v = m.version;
-        let live: Vec<&AppVersion> = self.v.apps.iter().filter(|a| a.live_during(v)).collect();
+        let live: Vec<&AppVersion> = self
+            .options
+            .apps
+            .iter()
+            .filter(|a| a.live_during(v))
+            .collect();
+        let newly = self
+            .options
+            .apps
+            .iter()
+            .filter(|a| a.may_run_on(v) && !a.may_run_on(prev))
+            .map(|a| a.name.clone())
+            .collect();
+        let e = self.evidence(v);
+        e.prev = prev;
+        e.live = live.iter().map(|a| a.name.clone()).collect();
+        e.newly = newly;
         let seeded =
             match self.seed_before(v, prev, &live, staged.last(), empty_prev, migrations)? {
-                Ok(seeded) => seeded,
-                Err(stop) => return Ok(Err(stop)),
+                Seeded::Rows(db, rows) => Some((db, rows)),
+                Seeded::Unseeded => None,
+                Seeded::AppCannotWrite => return Ok(Template::Stopped),
             };
         let seeded_rows = seeded.as_ref().map_or(0, |(_, n)| *n);
         // What the live apps' statements do on V{prev}: their kinds and
@@ -81,9 +118,10 @@ impl Run<'_> {
             Some((db, _)) => self.replay_apps(db, &live)?,
             None => BTreeMap::new(),
         };
+        self.evidence(v).needs = needs_of(&live, &live_outcomes);
         let tables = Self::user_tables(empty_prev)?;
         if prev > 0 && m.runs_outside_transaction() {
-            self.report.findings.push(locks::probe_not_applicable(v));
+            self.evidence(v).probe = Some(Probe::NotApplicable);
         } else if prev > 0 {
             let on = seeded.as_ref().map_or(empty_prev, |(db, _)| db);
             self.start_probe(v, m, on, &tables, &live_apps(&live, &live_outcomes))?;
@@ -94,24 +132,26 @@ impl Run<'_> {
         // (no copy needed: nothing else reads its state before).
         let readers_before = match &seeded {
             Some((db, _)) => self.visible(db, &live)?,
-            None => backfill::Visible::default(),
+            None => Visible::default(),
         };
 
         // Empty path: the empty template itself (its state at V{prev} was
         // needed only for the seeded clone above, and it goes on as the
         // template at V{v}).
-        self.v.say(&format!("V{v}: applying on an empty database"));
-        let (mut at_zero, trace) = if m.runs_outside_transaction() {
-            (self.kill_and_rerun(v, m, empty_prev)?, Vec::new())
+        self.options.say(v, MigrationStep::ApplyingOnEmpty);
+        let (mut at_zero, trace, rerun) = if m.runs_outside_transaction() {
+            let (at_zero, rerun) = self.kill_and_rerun(m, empty_prev)?;
+            (at_zero, Vec::new(), rerun)
         } else {
-            self.forced_failure(m, empty_prev)?
+            let (at_zero, trace) = self.forced_failure(m, empty_prev)?;
+            (at_zero, trace, None)
         };
-        at_zero.file = self.v.catalog.path_of(m);
-        self.ran(apply::CHECK, Some(v));
-        if !at_zero.ok() {
-            let stop = apply::evaluate(v, &at_zero, None, &trace, self.v.statement_timeout);
-            self.judge_static(v, &at_zero, &needs_of(&live, &live_outcomes));
-            return Ok(Err(stop));
+        at_zero.file = self.options.catalog.path_of(m);
+        let failed = !at_zero.ok();
+        let e = self.evidence(v);
+        (e.at_zero, e.failure_trace, e.rerun) = (Some(at_zero), trace, rerun);
+        if failed {
+            return Ok(Template::Stopped);
         }
 
         // Without seeded rows, the stages after need the schema at V{v}
@@ -119,30 +159,29 @@ impl Run<'_> {
         // backfill directives are to be checked.
         let (seeded, applied_db) = match seeded {
             Some((db, _)) => (true, Some(db)),
-            None if self.v.apps.iter().any(|a| a.may_run_on(v)) || !m.directives.is_empty() => {
+            None if self.options.apps.iter().any(|a| a.may_run_on(v))
+                || !m.directives.is_empty() =>
+            {
                 (false, Some(self.clone_db(empty_prev)?))
             }
             None => (false, None),
         };
-        Ok(Ok(Staged {
+        Ok(Template::Staged(Box::new(Staged {
             index,
-            prev,
             seeded,
             seeded_rows,
             readers_before,
             applied_db,
-            at_zero,
-            trace,
             live_outcomes,
             tables,
-        }))
+        })))
     }
 
     /// The seeded path: a database at V{prev} holding the rows the live
-    /// apps write, and how many. None when no app is live at V{prev}:
+    /// apps write, and how many. Unseeded when no app is live at V{prev}:
     /// nothing writes rows, and the seeded database would be a copy of the
     /// empty one, so the empty path's apply stands for both (two copies
-    /// fewer). Err(findings) when a live app cannot write its rows.
+    /// fewer). What the seeding did is migration `v`'s evidence.
     ///
     /// The previous migration's seeded database (still at its V{prev-1})
     /// is the starting point: a copy of it with that migration applied
@@ -151,7 +190,6 @@ impl Run<'_> {
     /// (migrations alone) is seeded by the catalogue generator, so rewrites
     /// and locks have rows; afresh each time, so tables the previous
     /// migration created get rows too.
-    #[allow(clippy::type_complexity)]
     fn seed_before(
         &mut self,
         v: i32,
@@ -160,10 +198,10 @@ impl Run<'_> {
         previous: Option<&Staged>,
         empty_prev: &Database,
         migrations: &[Migration],
-    ) -> Result<Result<Option<(Database, i64)>, Vec<Finding>>, VerifyError> {
-        let generate_only = self.v.apps.is_empty() && prev > 0;
+    ) -> Result<Seeded, VerifyError> {
+        let generate_only = self.options.apps.is_empty() && prev > 0;
         if live.is_empty() && !generate_only {
-            return Ok(Ok(None));
+            return Ok(Seeded::Unseeded);
         }
         let reused = if live.is_empty() {
             None
@@ -183,17 +221,20 @@ impl Run<'_> {
         };
         let rows = if carried > 0 {
             // Only apps that start running now add rows.
-            (self.v.rows * writers.len() as u64)
+            (self.options.rows * writers.len() as u64)
                 .checked_div(live.len() as u64)
                 .unwrap_or(0)
         } else {
-            self.v.rows
+            self.options.rows
         };
-        self.v.say(&if carried > 0 {
-            format!("V{v}: {carried} seeded rows carried to V{prev}, {rows} more written")
-        } else {
-            format!("V{v}: seeding {rows} rows at V{prev}")
-        });
+        self.options.say(
+            v,
+            MigrationStep::Seeding {
+                carried,
+                rows,
+                at: self.options.catalog.label_of(prev),
+            },
+        );
         // Seeds are the project's files: run as the migrator (the owner of
         // the tables), the rows each app writes as the app.
         let mut c = self.connect_migrator(&seeded)?;
@@ -209,12 +250,16 @@ impl Run<'_> {
             )?
         };
         if let Some((app, e)) = s.failed.first() {
-            return Ok(Err(vec![compat::live_app_cannot_write(prev, v, app, e)]));
+            self.evidence(v).seeding = Some(Seeding {
+                generated: None,
+                cannot_write: Some((app.clone(), e.clone())),
+            });
+            return Ok(Seeded::AppCannotWrite);
         }
         if !generate_only {
             let filled = step(
                 "seeding the tables no live app writes",
-                seed::fill_empty_tables(&mut c, self.v.rows),
+                seed::fill_empty_tables(&mut c, self.options.rows),
             )?;
             if let Some(f) = filled {
                 match &mut s.generated {
@@ -230,11 +275,12 @@ impl Run<'_> {
                 .sum::<i64>();
         if let Some(g) = &s.generated {
             rows += g.seeded.iter().map(|t| t.written as i64).sum::<i64>();
-            self.report
-                .findings
-                .extend(rewrite::tables_not_seeded(v, prev, g));
         }
-        Ok(Ok(Some((seeded, rows))))
+        self.evidence(v).seeding = Some(Seeding {
+            generated: s.generated,
+            cannot_write: None,
+        });
+        Ok(Seeded::Rows(seeded, rows))
     }
 
     /// The long-transaction probe of `m`, in the background, on a copy of
@@ -252,7 +298,7 @@ impl Run<'_> {
         let probe_db = self.clone_db(on)?;
         let sql = m.sql.clone();
         let sessions = self.sessions.clone();
-        let (tables, policy) = (tables.to_vec(), self.v.lock_policy);
+        let (tables, policy) = (tables.to_vec(), self.options.lock_policy);
         let apps: Vec<(AppVersion, BTreeSet<String>)> = live
             .iter()
             .map(|(a, w)| ((*a).clone(), w.clone()))
@@ -312,17 +358,16 @@ impl Run<'_> {
     }
 
     /// The measured apply of a file outside a transaction on `empty`, then
-    /// the kill-and-rerun scenario. Outside a transaction a failure or a
+    /// the kill-and-rerun scenario (None when the apply failed). Outside a transaction a failure or a
     /// kill leaves the statements before it applied, and migrate reruns the
     /// file: what must hold is that the rerun converges. A copy of the
     /// template at V{prev} is killed after a random statement and rerun;
     /// its schema must be the clean run's.
     fn kill_and_rerun(
         &mut self,
-        v: i32,
         m: &Migration,
         empty: &Database,
-    ) -> Result<Applied, VerifyError> {
+    ) -> Result<(Applied, Option<Rerun>), VerifyError> {
         use crate::migrate::no_transaction as nt;
         let killed = self.clone_db(empty)?;
         let at_zero = step(
@@ -335,7 +380,7 @@ impl Run<'_> {
             ),
         )?;
         if !at_zero.ok() {
-            return Ok(at_zero);
+            return Ok((at_zero, None));
         }
         let clean = Self::snapshot(empty)?;
         let steps = nt::steps(&m.sql);
@@ -360,14 +405,14 @@ impl Run<'_> {
             ),
         )?;
         let changed = Self::snapshot(&killed)?.diff(&clean);
-        let line = steps.get(k - 1).map_or(0, |st| st.statement.line);
-        self.report.findings.extend(apply::evaluate_rerun(
-            v,
-            &rerun,
-            &changed,
-            (k, steps.len(), line),
-        ));
-        Ok(at_zero)
+        let rerun = Rerun {
+            applied: rerun,
+            changed,
+            killed_after: k,
+            statements: steps.len(),
+            line: steps.get(k - 1).map_or(0, |st| st.statement.line),
+        };
+        Ok((at_zero, Some(rerun)))
     }
 
     /// A copy of the previous migration's seeded database (at its V{prev−1})
@@ -375,7 +420,7 @@ impl Run<'_> {
     /// apps whose rows they are). None when there is none to reuse (no
     /// live app then, or a migration that runs outside a transaction,
     /// whose batches the plain apply would not run) or the migration fails
-    /// on it (stage 2 reports that).
+    /// on it (stage 3 reports that).
     fn reuse_seeded(
         &self,
         last: Option<&Staged>,
@@ -396,7 +441,7 @@ impl Run<'_> {
             return Ok(None);
         }
         let apps = self
-            .v
+            .options
             .apps
             .iter()
             .filter(|a| a.live_during(m.version))

@@ -1,7 +1,8 @@
-//! The `plan` stage: every statement of every app live during a migration,
-//! planned on the seeded database before and after it, with the indexes
-//! and foreign keys around the plans. It measures; [`checks::plan`]
-//! judges.
+//! Planning, the measuring half of `plan` (part of stage 3): every
+//! statement of every app live during a migration, planned on the seeded
+//! database before and after it, with the indexes and foreign keys around
+//! the plans, into the migration's evidence ([`super::evidence::plan`]).
+//! It measures; [`checks::plan`] judges.
 //!
 //! Each side starts with `ANALYZE` (the seeded rows are the statistics the
 //! planner sees), then plans each statement as its app runs it, on the
@@ -34,90 +35,17 @@ use std::time::{Duration, Instant};
 use postgres::{Client, SimpleQueryMessage};
 use serde_json::Value;
 
-use super::checks::plan;
+use super::events::MigrationStep;
+use super::evidence::plan::{
+    parse, Access, ForeignKey, Mode, Path, Side, StatementPlan, TableStats,
+};
+use super::evidence::Plans;
 use super::replay;
 use crate::app::AppVersion;
 use crate::catalog::Migration;
 use crate::pg::catalogue::{self, Relation};
-pub use crate::pg::catalogue::{ForeignKey, IndexInfo};
 use crate::pg::quote_ident;
 use crate::sandbox::Database;
-
-/// How statements were planned.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Mode {
-    /// `EXPLAIN (GENERIC_PLAN)`, PostgreSQL 16+.
-    Generic,
-    /// `PREPARE` + `EXPLAIN EXECUTE` with the statement's parameter values.
-    #[default]
-    Custom,
-}
-
-impl std::fmt::Display for Mode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Mode::Generic => "generic plans (EXPLAIN (GENERIC_PLAN))",
-            Mode::Custom => {
-                "custom plans of each statement's parameter values (PREPARE + EXPLAIN EXECUTE)"
-            }
-        })
-    }
-}
-
-/// One statement's plan on one side.
-#[derive(Debug, Clone)]
-pub struct StatementPlan {
-    pub app: String,
-    pub statement: String,
-    /// `EXPLAIN (VERBOSE, FORMAT JSON)` output, or why it could not be had.
-    pub planned: Result<Value, String>,
-    /// After the migration, when the plan reads a table sequentially: the
-    /// plan with `enable_seqscan = off` (an index that still matches shows).
-    pub forced: Option<Result<Value, String>>,
-}
-
-/// A table's size as the planner sees it.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct TableStats {
-    /// As plans name it (unquoted).
-    pub schema: String,
-    pub relname: String,
-    /// As messages name it ([`crate::tables`]).
-    pub name: String,
-    /// Schema-qualified and quoted, for SQL.
-    pub qualified: String,
-    /// `reltuples` after the seeded rows' ANALYZE.
-    pub rows: f64,
-    pub pages: i64,
-    /// `reltuples` imported from the target's statistics, when they were.
-    pub imported_rows: Option<f64>,
-}
-
-/// Everything measured on one side of a migration.
-#[derive(Debug, Clone, Default)]
-pub struct Side {
-    pub mode: Mode,
-    pub statements: Vec<StatementPlan>,
-    pub tables: Vec<TableStats>,
-    pub indexes: Vec<IndexInfo>,
-    pub foreign_keys: Vec<ForeignKey>,
-    /// Tables whose planner statistics were imported from the target
-    /// (empty: the seeded rows' statistics only).
-    pub imported: Vec<String>,
-    /// The target's statistics as pg_dump wrote them (read once, before
-    /// the migration; imported again after it).
-    pub dumped_statistics: Option<String>,
-    /// Why no statistics were imported where a target was given.
-    pub not_imported: Option<String>,
-    /// (table, constraint) of each foreign key added by the migration →
-    /// the plan of the lookup on its referencing table (after only).
-    pub fk_lookups: Vec<((String, String), Result<Value, String>)>,
-    /// A full sequential read of each table some statement reads
-    /// sequentially after the migration, at the seeded size (after only).
-    pub full_reads: BTreeMap<String, Duration>,
-    /// How long measuring this side took.
-    pub took: Duration,
-}
 
 /// Which side of the migration is measured.
 #[derive(Clone, Copy)]
@@ -129,9 +57,9 @@ enum When<'a> {
 
 impl super::Run<'_> {
     /// Stage `plan`, before migration `v`: the live apps' statements
-    /// planned on the seeded database still at the previous version (`db`).
-    /// None when no app is live (nothing to compare) or it could not be
-    /// measured (a skipped finding says why).
+    /// planned on the seeded database still at the previous version (`db`),
+    /// into `v`'s evidence. None when no app is live (nothing to compare)
+    /// or it could not be measured (the evidence says why).
     pub(super) fn plans_before(
         &mut self,
         v: i32,
@@ -139,59 +67,39 @@ impl super::Run<'_> {
         live: &[&AppVersion],
     ) -> Option<Side> {
         let db = db.filter(|_| !live.is_empty())?;
-        self.ran(plan::CHECK, Some(v));
-        self.v.say(&format!(
-            "V{v}: planning the live apps' statements before it"
-        ));
-        match self.measure_plans(db, live, When::Before) {
-            Ok(side) => Some(side),
-            Err(e) => {
-                self.report
-                    .findings
-                    .push(plan::not_measured(v, "before", &format!("{e:#}")));
-                None
-            }
-        }
+        self.options.say(v, MigrationStep::PlanningBefore);
+        let before = self
+            .measure_plans(db, live, When::Before)
+            .map_err(|e| format!("{e:#}"));
+        let side = before.as_ref().ok().cloned();
+        self.evidence(v).plans = Some(Plans {
+            before,
+            after: None,
+        });
+        side
     }
 
     /// Stage `plan`, after migration `m` was applied on `db`: the statements
-    /// of every app that may run on it planned again, then judged against
-    /// `before` ([`Run::plans_before`]).
+    /// of every app that may run on it planned again, into `m`'s evidence
+    /// beside `before` ([`Run::plans_before`]).
     pub(super) fn plans_after(
         &mut self,
         m: &Migration,
         before: Option<Side>,
         db: Option<&Database>,
-        live: &[&AppVersion],
         runnable: &[&AppVersion],
     ) {
         let (Some(before), Some(db)) = (before, db) else {
             return;
         };
         let v = m.version;
-        self.v
-            .say(&format!("V{v}: planning the apps' statements after it"));
-        let after = match self.measure_plans(db, runnable, When::After(&before)) {
-            Ok(side) => side,
-            Err(e) => {
-                self.report
-                    .findings
-                    .push(plan::not_measured(v, "after", &format!("{e:#}")));
-                return;
-            }
-        };
-        let live: Vec<String> = live.iter().map(|a| a.name.clone()).collect();
-        let file = self.v.catalog.path_of(m);
-        let cx = plan::Context {
-            v,
-            sql: &m.sql,
-            file: &file,
-            live: &live,
-            sizes: &self.v.sizes,
-            budget: self.v.plan_budget,
-        };
-        let findings = plan::evaluate(&cx, &before, &after);
-        self.report.findings.extend(findings);
+        self.options.say(v, MigrationStep::PlanningAfter);
+        let after = self
+            .measure_plans(db, runnable, When::After(&before))
+            .map_err(|e| format!("{e:#}"));
+        if let Some(plans) = &mut self.evidence(v).plans {
+            plans.after = Some(after);
+        }
     }
 
     fn measure_plans(
@@ -243,8 +151,8 @@ impl super::Run<'_> {
                 let sequential = planned
                     .as_ref()
                     .ok()
-                    .and_then(|j| plan::parse(j).ok())
-                    .is_some_and(|p| p.accesses.iter().any(|a| a.path == plan::Path::Seq));
+                    .and_then(|j| parse(j).ok())
+                    .is_some_and(|p| p.accesses.iter().any(|a| a.path == Path::Seq));
                 let forced = (after && sequential)
                     .then(|| plan_statement(&mut c, app, &st.name, mode, true));
                 side.statements.push(StatementPlan {
@@ -313,7 +221,7 @@ impl super::Run<'_> {
         side: &mut Side,
         when: When,
     ) -> Result<(), postgres::Error> {
-        let Some(target) = &self.v.target else {
+        let Some(target) = &self.options.target else {
             return Ok(());
         };
         let major = self.sandbox.server_major();
@@ -579,7 +487,7 @@ fn full_reads(
     side: &Side,
     before: &Side,
 ) -> anyhow::Result<BTreeMap<String, Duration>> {
-    let parsed = |s: &StatementPlan| s.planned.as_ref().ok().and_then(|j| plan::parse(j).ok());
+    let parsed = |s: &StatementPlan| s.planned.as_ref().ok().and_then(|j| parse(j).ok());
     let mut out = BTreeMap::new();
     for s in &side.statements {
         let Some(p) = parsed(s) else {
@@ -595,7 +503,7 @@ fn full_reads(
         else {
             continue;
         };
-        let indexed_before = |a: &plan::Access| {
+        let indexed_before = |a: &Access| {
             earlier
                 .accesses
                 .iter()
@@ -604,7 +512,7 @@ fn full_reads(
         for a in p
             .accesses
             .iter()
-            .filter(|a| a.path == plan::Path::Seq && indexed_before(a))
+            .filter(|a| a.path == Path::Seq && indexed_before(a))
         {
             let Some(t) = side
                 .tables

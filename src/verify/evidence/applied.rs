@@ -1,0 +1,367 @@
+//! What one measured apply of a migration did, statement by statement:
+//! the locks each statement held, the work it did per table (rows, blocks,
+//! passes), whether a table got a new file, and how long it took. Measured
+//! by [`crate::verify::rehearsal`]; judged by the checks.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use crate::pg::lock_modes;
+
+/// Work one statement (or a whole migration) did on one table: counts from
+/// the per-transaction statistics, indexes of the table included.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Work {
+    pub seq_scans: i64,
+    /// Tuples read by sequential scans (a full pass over the table).
+    pub tuples_read: i64,
+    /// Tuples fetched through indexes.
+    pub tuples_fetched: i64,
+    pub inserted: i64,
+    pub updated: i64,
+    pub deleted: i64,
+    /// Heap blocks requested (from shared buffers or disk).
+    pub heap_blocks: i64,
+    /// Index blocks requested.
+    pub index_blocks: i64,
+}
+
+impl Work {
+    pub fn plus(self, o: Work) -> Work {
+        Work {
+            seq_scans: self.seq_scans + o.seq_scans,
+            tuples_read: self.tuples_read + o.tuples_read,
+            tuples_fetched: self.tuples_fetched + o.tuples_fetched,
+            inserted: self.inserted + o.inserted,
+            updated: self.updated + o.updated,
+            deleted: self.deleted + o.deleted,
+            heap_blocks: self.heap_blocks + o.heap_blocks,
+            index_blocks: self.index_blocks + o.index_blocks,
+        }
+    }
+
+    pub fn minus(self, o: Work) -> Work {
+        Work {
+            seq_scans: self.seq_scans - o.seq_scans,
+            tuples_read: self.tuples_read - o.tuples_read,
+            tuples_fetched: self.tuples_fetched - o.tuples_fetched,
+            inserted: self.inserted - o.inserted,
+            updated: self.updated - o.updated,
+            deleted: self.deleted - o.deleted,
+            heap_blocks: self.heap_blocks - o.heap_blocks,
+            index_blocks: self.index_blocks - o.index_blocks,
+        }
+    }
+
+    /// Rows changed one by one.
+    pub fn rows_written(&self) -> i64 {
+        self.updated + self.deleted
+    }
+
+    /// Whether this work grows with the table (`pages` = its heap pages
+    /// before the migration): a sequential pass over its rows, every heap
+    /// page read, or rows updated or deleted. Constant work — a catalog
+    /// change, a lookup by key — is none of these.
+    pub fn grows_with_table(&self, pages: i64) -> bool {
+        self.tuples_read > 0 || self.rows_written() > 0 || (pages > 0 && self.heap_blocks >= pages)
+    }
+}
+
+/// What a migration did to one table that existed before it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TableWork {
+    pub table: String,
+    pub rows_before: i64,
+    /// Heap pages before (`relpages`, after the seed's ANALYZE).
+    pub pages_before: i64,
+    /// The table got a new file: every row was rewritten.
+    pub rewritten: bool,
+    /// The table no longer exists afterwards.
+    pub dropped: bool,
+    /// Everything the migration did to it.
+    pub work: Work,
+    /// Relation lock modes held on the table at the end of the migration.
+    pub locks: Vec<String>,
+    /// Indexes the migration built on this (existing) table.
+    pub new_indexes: Vec<String>,
+    /// The partitioned table it is a partition of: its rows are counted
+    /// there too, and a lock on that table is a lock on this one.
+    pub partition_of: Option<String>,
+}
+
+impl TableWork {
+    /// The strongest lock held, for messages.
+    pub fn strongest_lock(&self) -> Option<&str> {
+        lock_modes::strongest(self.locks.iter().map(String::as_str))
+    }
+
+    /// Whether the migration did work on it that grows with its size.
+    pub fn grows(&self) -> bool {
+        self.rows_before > 0
+            && (self.rewritten
+                || !self.new_indexes.is_empty()
+                || self.work.grows_with_table(self.pages_before))
+    }
+}
+
+/// What the lock sampler saw while a statement outside a transaction ran.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Observed {
+    /// Samples of its backend's locks taken while it ran.
+    pub samples: u32,
+    /// Per existing table, the longest a lock on it was seen held (from
+    /// the first sample that saw it to the last: a lower bound).
+    pub held: BTreeMap<String, Duration>,
+    /// No sample saw a lock, but the statement measurably rewrote a table
+    /// or built an index: its locks are the manual's for this kind of
+    /// statement ([`lock_modes::documented`]), held at most as long as it
+    /// ran.
+    pub documented: Option<&'static str>,
+}
+
+/// One statement of a measured apply.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StatementRun {
+    /// 1-based line and column of its first character in the file.
+    pub line: usize,
+    pub column: usize,
+    pub excerpt: String,
+    pub duration: Duration,
+    /// Relation locks held on existing tables once it finished (every lock
+    /// taken so far: a transaction keeps them until it ends), by table.
+    pub locks_after: BTreeMap<String, Vec<String>>,
+    /// Its own work, per existing table.
+    pub work: BTreeMap<String, Work>,
+    /// Existing tables it gave a new file (rewrote every row of).
+    pub rewrote: Vec<String>,
+    /// (table, index) of indexes it built (or rebuilt) on existing tables.
+    pub built_indexes: Vec<(String, String)>,
+    /// Outside a transaction: what sampling saw while it ran
+    /// (`locks_after` then holds the locks seen *while* it ran; none is
+    /// left after it commits). None inside a transaction, where the
+    /// locks are read exactly after it.
+    pub observed: Option<Observed>,
+}
+
+impl StatementRun {
+    /// Why its locks are unknown: it ran outside a transaction and no
+    /// sample saw it hold a lock on an existing table (too fast to be
+    /// seen, or it took none: sampling cannot tell which).
+    pub fn locks_unobserved(&self) -> Option<String> {
+        let o = self.observed.as_ref()?;
+        self.locks_after.is_empty().then(|| {
+            format!(
+                "no lock on an existing table seen while it ran ({} samples over {:.1} ms)",
+                o.samples,
+                self.duration.as_secs_f64() * 1000.0
+            )
+        })
+    }
+
+    /// "ACCESS EXCLUSIVE on t held ≥12.3 ms while it ran (5 samples)"
+    /// for a statement outside a transaction whose locks were seen.
+    pub fn observed_phrase(&self) -> Option<String> {
+        let o = self.observed.as_ref()?;
+        if self.locks_after.is_empty() {
+            return None;
+        }
+        let held: Vec<String> = self
+            .locks_after
+            .iter()
+            .map(|(t, modes)| {
+                let mode = lock_modes::strongest(modes.iter().map(String::as_str)).unwrap_or("");
+                format!(
+                    "{} on {t} held {:.1} ms while it ran",
+                    lock_modes::sql_name(mode),
+                    o.held.get(t).copied().unwrap_or_default().as_secs_f64() * 1000.0
+                )
+            })
+            .collect();
+        if let Some(kind) = o.documented {
+            let modes: Vec<String> = self
+                .locks_after
+                .iter()
+                .map(|(t, modes)| {
+                    let mode =
+                        lock_modes::strongest(modes.iter().map(String::as_str)).unwrap_or("");
+                    format!("{} on {t}", lock_modes::sql_name(mode))
+                })
+                .collect();
+            return Some(format!(
+                "{} held for the {:.1} ms it ran (the lock PostgreSQL documents for {kind}: too brief for the {} samples taken to see it; its rewrite or index build was measured)",
+                modes.join(", "),
+                self.duration.as_secs_f64() * 1000.0,
+                o.samples
+            ));
+        }
+        Some(format!(
+            "{} (seen by {} samples over {:.1} ms)",
+            held.join(", "),
+            o.samples,
+            self.duration.as_secs_f64() * 1000.0
+        ))
+    }
+
+    /// Whether its work on `t` grows with the table's size.
+    pub fn grows_on(&self, t: &TableWork) -> bool {
+        t.rows_before > 0
+            && (self.rewrote.contains(&t.table)
+                || self.built_indexes.iter().any(|(x, _)| *x == t.table)
+                || self
+                    .work
+                    .get(&t.table)
+                    .is_some_and(|w| w.grows_with_table(t.pages_before)))
+    }
+}
+
+/// One measured application of a migration.
+#[derive(Debug, Clone, Default)]
+pub struct Applied {
+    /// The server's error when the migration failed (it was rolled back).
+    pub error: Option<String>,
+    pub sqlstate: Option<String>,
+    /// Index into `statements` of the statement that failed.
+    pub failed_statement: Option<usize>,
+    /// Time spent executing the migration's SQL.
+    pub duration: Duration,
+    /// From the migration's first statement to its commit: how long the
+    /// locks it took were held, at most.
+    pub held: Duration,
+    /// WAL written while it ran (server-wide, so an upper bound on a shared
+    /// server).
+    pub wal_bytes: i64,
+    /// Tables that existed before, by name. When a statement failed, only
+    /// their sizes before (rows, pages): what the statements before it did
+    /// is in `statements`.
+    pub tables: BTreeMap<String, TableWork>,
+    /// Per statement, in file order (one entry for the whole file when the
+    /// grammar could not split it).
+    pub statements: Vec<StatementRun>,
+    /// Whether `statements` are the file's real statements.
+    pub split_exact: bool,
+    /// Each statement committed on its own (a no-transaction file): a lock
+    /// is held only while its statement runs.
+    pub outside_transaction: bool,
+    /// Why the statements' work (`StatementRun::work`) was not measured,
+    /// when it was not.
+    pub work_unmeasured: Option<String>,
+    /// The migration's file as a reviewer sees it (set by the caller), for
+    /// locations.
+    pub file: String,
+}
+
+impl Applied {
+    pub fn ok(&self) -> bool {
+        self.error.is_none()
+    }
+
+    /// The first statement after which `mode` was held on `table`.
+    pub fn taken_at(&self, table: &str, mode: &str) -> Option<usize> {
+        self.statements.iter().position(|s| {
+            s.locks_after
+                .get(table)
+                .is_some_and(|m| m.iter().any(|x| x == mode))
+        })
+    }
+
+    /// How long a lock first held after statement `i` stayed held: that
+    /// statement and every later one, to the commit.
+    pub fn held_from(&self, i: usize) -> Duration {
+        if self.outside_transaction {
+            // Committed at its end: held while it ran.
+            return self
+                .statements
+                .get(i)
+                .map(|s| s.duration)
+                .unwrap_or_default();
+        }
+        let before: Duration = self.statements[..i.min(self.statements.len())]
+            .iter()
+            .map(|s| s.duration)
+            .sum();
+        self.held.saturating_sub(before)
+    }
+
+    /// Where statement `i` is in the file (the file's first statement when
+    /// the grammar could not split it).
+    pub fn location(&self, i: usize) -> Option<crate::report::Location> {
+        let s = self.statements.get(i)?;
+        Some(crate::report::Location {
+            file: self.file.clone(),
+            line: s.line,
+            column: s.column,
+            excerpt: s.excerpt.clone(),
+        })
+    }
+
+    /// The report's per-statement table: this apply (at N rows) beside
+    /// `at_zero` (the same statements on an empty database).
+    pub fn statement_rows(&self, at_zero: &Applied) -> Vec<crate::report::StatementRow> {
+        let mut held: BTreeSet<(String, String)> = BTreeSet::new();
+        self.statements
+            .iter()
+            .enumerate()
+            .map(|(i, st)| {
+                let mut new_locks = Vec::new();
+                if self.outside_transaction {
+                    held.clear();
+                }
+                for (table, modes) in &st.locks_after {
+                    for m in modes {
+                        if held.insert((table.clone(), m.clone())) {
+                            new_locks.push(format!("{} on {table}", lock_modes::sql_name(m)));
+                        }
+                    }
+                }
+                let ms = |d: Duration| (d.as_secs_f64() * 10_000.0).round() / 10.0;
+                crate::report::StatementRow {
+                    line: st.line,
+                    column: st.column,
+                    excerpt: st.excerpt.clone(),
+                    new_locks,
+                    ms_at_0_rows: at_zero
+                        .statements
+                        .get(i)
+                        .filter(|_| at_zero.statements.len() == self.statements.len())
+                        .map(|z| ms(z.duration))
+                        .unwrap_or(0.0),
+                    ms_at_n_rows: ms(st.duration),
+                    rows_touched: st
+                        .work
+                        .values()
+                        .map(|w| w.tuples_read + w.inserted + w.updated + w.deleted)
+                        .sum(),
+                }
+            })
+            .collect()
+    }
+
+    /// For a statement outside a transaction: what sampling saw of its
+    /// locks while it ran, or why they are unknown.
+    pub fn observed_at(&self, i: usize) -> Option<String> {
+        let st = self.statements.get(i)?;
+        st.observed_phrase().or_else(|| st.locks_unobserved())
+    }
+
+    /// The cumulative statistics also counted someone else's work (the
+    /// live apps'): every work figure of a statement outside a transaction
+    /// is dropped, never judged, and `why` says so. Rewrites and index
+    /// builds (files) stay measured.
+    pub fn forget_work(&mut self, why: &str) {
+        self.work_unmeasured.get_or_insert_with(|| why.to_string());
+        for st in &mut self.statements {
+            st.work.clear();
+        }
+        for t in self.tables.values_mut() {
+            t.work = Work::default();
+        }
+    }
+
+    /// "line 3: ALTER TABLE …" of statement `i`, for messages.
+    pub fn where_(&self, i: usize) -> String {
+        match self.statements.get(i) {
+            Some(s) if self.split_exact => format!("line {}: {}", s.line, s.excerpt),
+            _ => "the migration".to_string(),
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! What the live apps went through while a migration ran: the workload's
+//! stalls and errors during the measured apply, and the long-transaction
+//! probe (the real lock-retry loop behind an open app transaction).
+//! Measured by [`crate::verify::rehearsal`]; judged by `locks`.
+
+use std::time::Duration;
+
+/// What a concurrent app workload went through.
+#[derive(Debug, Clone, Default)]
+pub struct WorkloadStats {
+    pub statements: u64,
+    /// The longest lock wait of an app statement on the migration (see
+    /// [`crate::verify::sampler`]): what the migration made an app wait, not how long
+    /// its statements took on a busy machine.
+    pub max_stall: Duration,
+    /// "app.statement (read|write)" of that wait.
+    pub max_stall_statement: String,
+    /// Lock waits on the migration seen, and the sampler's samples.
+    pub lock_waits: u64,
+    pub wait_samples: u64,
+    /// (app.statement, message) of failed executions, first few.
+    pub errors: Vec<(String, String)>,
+    pub error_count: u64,
+    /// Whether the apps' sessions count in the cumulative table statistics
+    /// (they are switched off so that a statement outside a transaction is
+    /// measured alone there; this says the switch failed).
+    pub counted_in_table_stats: bool,
+}
+
+/// How the migration fared behind the long transaction.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProbeEnd {
+    /// It got its locks on the first attempt while the transaction was
+    /// open: its locks do not conflict with an app transaction.
+    NoConflict,
+    /// It retried while the transaction was open and completed after it
+    /// ended (`after` = from the end of the transaction to completion).
+    CompletedAfterRelease { after: Duration },
+    /// It waited on one lock far longer than the policy's cap (its SQL
+    /// changes `lock_timeout`); rollsafe cancelled it.
+    IgnoredLockTimeout,
+    /// The policy's window closed before it could complete.
+    GaveUp,
+    /// It failed otherwise (the apply check reports that).
+    Failed(String),
+    /// It was still running long after the transaction ended, waiting on
+    /// nothing rollsafe could see; rollsafe cancelled it.
+    TimedOut,
+}
+
+/// The long-transaction probe: an app transaction holds the tables; the
+/// migration runs the real retry loop ([`crate::lock_policy::LockPolicy::run`]) while the live
+/// apps' workload runs; the transaction ends after `hold`.
+#[derive(Debug, Clone)]
+pub struct LongTransactionProbe {
+    /// Tables the long transaction held (ROW EXCLUSIVE, like an open write
+    /// transaction).
+    pub held_tables: Vec<String>,
+    pub hold: Duration,
+    pub end: ProbeEnd,
+    pub attempts: u32,
+    /// The longest the migration's backend waited on one lock in one go.
+    pub longest_lock_wait: Duration,
+    /// What the apps' statements (and a plain reader) went through.
+    pub app: WorkloadStats,
+}
