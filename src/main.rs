@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use rollsafe::bounds;
-use rollsafe::catalog::{Catalog, Layout, TableName};
+use rollsafe::catalog::{Catalog, Layout, ReadOptions, TableName};
 use rollsafe::config::ProjectConfig;
 use rollsafe::db;
 use rollsafe::lock_policy::LockPolicy;
@@ -126,9 +126,12 @@ struct VerifyArgs {
     /// Directory of migration files to rehearse instead of the embedded migrations (a proposed change, another project).
     #[arg(long, value_name = "DIR")]
     migrations: Option<PathBuf>,
-    /// File naming of --migrations: refinery (V<n>__<name>.sql), sqlx (<version>_<name>.sql) or golang-migrate (<version>_<name>.up.sql) [default: detected].
+    /// The tool whose folder --migrations is: refinery, sqlx, golang-migrate, diesel, goose, dbmate, atlas, flyway, prisma or sqitch [default: detected].
     #[arg(long, value_name = "LAYOUT")]
     layout: Option<Layout>,
+    /// A Flyway placeholder's value (repeatable: --placeholder schema=app); a `${name}` without one is refused.
+    #[arg(long = "placeholder", value_name = "NAME=VALUE", value_parser = placeholder_pair)]
+    placeholders: Vec<(String, String)>,
     /// Directory of the apps' statement sets (*.sql with -- app:, -- needs:, optional -- retired:; <app>.seed.sql seeds) instead of the embedded apps.
     #[arg(long, value_name = "DIR")]
     apps: Option<PathBuf>,
@@ -208,6 +211,18 @@ impl std::str::FromStr for FormatArg {
     }
 }
 
+/// `--placeholder NAME=VALUE`.
+fn placeholder_pair(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((name, value)) if !name.trim().is_empty() => {
+            Ok((name.trim().to_string(), value.to_string()))
+        }
+        _ => Err(format!(
+            "`{s}` is not NAME=VALUE; write e.g. --placeholder schema=app"
+        )),
+    }
+}
+
 /// An error that means "could not run" (exit 2) rather than "found problems".
 fn could_not_run(e: anyhow::Error) -> ExitCode {
     fail(2, &rollsafe::errors::one_line(e.as_ref()))
@@ -269,7 +284,13 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             anyhow::bail!("--layout {layout} names the layout of --migrations DIR, and none was given (the embedded migrations are refinery's); pass --migrations, or drop --layout");
         }
     }
-    let catalog = Catalog::load_in(args.migrations.as_deref(), args.layout)?;
+    let catalog = Catalog::load_in(
+        args.migrations.as_deref(),
+        &ReadOptions {
+            layout: args.layout,
+            placeholders: args.placeholders.iter().cloned().collect(),
+        },
+    )?;
     let since = match &args.since {
         Some(text) => Some(since_version(&catalog, text)?),
         None => None,
