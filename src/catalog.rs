@@ -7,20 +7,24 @@
 //! refused with the same message everywhere, before anything touches a
 //! database.
 //!
-//! Three file-name layouts are read ([`Layout`]): refinery/Flyway
-//! `V{n}__{name}.sql` (the embedded set), sqlx `{version}_{name}.sql` and
-//! golang-migrate `{version}_{name}.up.sql` (its `.down.sql` files are
-//! ignored: rollsafe never migrates down). The layout is detected from the
-//! file names or given (`--layout`); a directory mixing layouts is refused,
-//! since its order would be a guess.
+//! A folder is read in the layout of the tool that wrote it ([`Layout`],
+//! one [`layouts::LayoutReader`] per tool in `catalog/layouts/`): refinery
+//! `V{n}__{name}.sql` (the embedded set), sqlx, golang-migrate, diesel,
+//! goose, dbmate, Atlas, Flyway, Prisma and Sqitch. The layout reads what
+//! its tool runs (up SQL only: down, undo and revert parts never), in the
+//! tool's order, with the tool's transaction mode (which becomes the
+//! `no-transaction` directive). It is detected from the folder or given
+//! (`--layout`, `rollsafe.toml`); a folder mixing layouts is refused, since
+//! its order would be a guess.
 //!
-//! Versions of sqlx and golang-migrate files are often timestamps
-//! (`20240101120000`), larger than refinery's `i32` versions. Every
-//! migration therefore has two numbers' worth of identity:
-//! [`Migration::version`] orders and keys it inside rollsafe (refinery: the
-//! file's version; other layouts: its ordinal, 1, 2, 3 … in version order)
-//! and [`Migration::label`] is what the user wrote (`V3`, `20240101120000`),
-//! the only one messages should show.
+//! Versions of other layouts are timestamps (`20240101120000`), dotted
+//! (`1.1`) or names (Sqitch). Every migration therefore has three kinds of
+//! identity: [`Migration::version`] orders and keys it inside rollsafe
+//! (refinery: the file's version; other layouts: its ordinal, 1, 2, 3 … in
+//! the tool's order), [`Migration::label`] is what the tool shows (`V3`,
+//! `20240101120000`, `2024-10-25-112826_make-unique`), the only one
+//! messages should show, and [`Migration::key`] is what the tool's history
+//! table keeps.
 //!
 //! Checksums are refinery's (SipHash-1-3 over name, version and SQL), so a
 //! history table written by rollsafe can be compared with the files, and an
