@@ -231,6 +231,13 @@ impl Migration {
         refinery_name(self.version, &self.name)
     }
 
+    /// The name refinery keeps in its history table for this file:
+    /// [`Migration::name`] with what refinery refuses replaced by `_`
+    /// (`create-orders` is recorded as `create_orders`).
+    pub fn refinery_history_name(&self) -> String {
+        refinery_safe(&self.name)
+    }
+
     /// The refinery migration for this file.
     pub fn to_refinery(&self) -> refinery::Migration {
         refinery::Migration::unapplied(&self.refinery_name(), &self.sql)
@@ -362,8 +369,12 @@ pub struct Catalog {
 }
 
 fn refinery_name(version: i32, name: &str) -> String {
-    let name: String = name
-        .chars()
+    format!("V{version}__{}", refinery_safe(name))
+}
+
+/// `name` with anything refinery refuses in a name replaced by `_`.
+fn refinery_safe(name: &str) -> String {
+    name.chars()
         .map(|c| {
             if c.is_alphanumeric() || c == '_' {
                 c
@@ -371,8 +382,7 @@ fn refinery_name(version: i32, name: &str) -> String {
                 '_'
             }
         })
-        .collect();
-    format!("V{version}__{name}")
+        .collect()
 }
 
 fn parse_directives(file: &str, sql: &str) -> Result<Vec<Directive>, CatalogError> {

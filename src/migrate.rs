@@ -391,7 +391,11 @@ pub fn compare(catalog: &Catalog, history_table: bool, history: &[HistoryRow]) -
     for m in catalog.migrations() {
         let applied = history.iter().find(|h| h.version == m.version);
         let state = match applied {
-            Some(h) if h.checksum == m.checksum.to_string() && h.name == m.name => State::Applied,
+            Some(h)
+                if h.checksum == m.checksum.to_string() && h.name == m.refinery_history_name() =>
+            {
+                State::Applied
+            }
             Some(_) => State::Divergent,
             None if current.is_some_and(|c| c > m.version) => State::OutOfOrder,
             None => State::Pending,
@@ -1142,5 +1146,22 @@ mod tests {
         // V2 never applied although V3 is; V3 differs.
         assert_eq!(s.versions[1].state, State::OutOfOrder);
         assert_eq!(s.versions[2].state, State::Divergent);
+    }
+
+    #[test]
+    fn a_name_refinery_rewrites_is_not_drift() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("20220421174016_larger-commands.sql"),
+            "CREATE TABLE commands (id int);",
+        )
+        .unwrap();
+        let c = Catalog::from_dir(dir.path()).unwrap();
+        let m = &c.migrations()[0];
+        // refinery records the name it was given: `larger_commands`.
+        let s = compare(&c, true, &[row(1, "larger_commands", m.checksum)]);
+        assert_eq!(s.versions[0].state, State::Applied);
+        let s = compare(&c, true, &[row(1, "larger_commands", m.checksum + 1)]);
+        assert_eq!(s.versions[0].state, State::Divergent);
     }
 }
