@@ -372,8 +372,12 @@ fn refinery_name(version: i32, name: &str) -> String {
     format!("V{version}__{}", refinery_safe(name))
 }
 
-/// `name` with anything refinery refuses in a name replaced by `_`.
+/// `name` with anything refinery refuses in a name replaced by `_`; an
+/// Atlas file named by its version alone is `migration` to refinery.
 fn refinery_safe(name: &str) -> String {
+    if name.is_empty() {
+        return "migration".into();
+    }
     name.chars()
         .map(|c| {
             if c.is_alphanumeric() || c == '_' {
