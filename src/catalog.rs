@@ -644,6 +644,32 @@ impl Catalog {
             .map_or_else(|| format!("V{v}"), |m| m.label.clone())
     }
 
+    /// `versions` as runs of neighbouring migrations, for messages:
+    /// `V1..V247`, `V1..V3, V5`, `20240101120000..20240301090000`. A
+    /// version no migration has is shown as `V<v>` on its own.
+    pub fn label_ranges(&self, versions: &[i32]) -> String {
+        let position = |v: i32| self.migrations.iter().position(|m| m.version == v);
+        let mut sorted: Vec<i32> = versions.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let mut runs: Vec<(i32, i32)> = Vec::new();
+        for v in sorted {
+            match runs.last_mut() {
+                Some((_, last)) if position(*last).is_some_and(|p| position(v) == Some(p + 1)) => {
+                    *last = v
+                }
+                _ => runs.push((v, v)),
+            }
+        }
+        runs.iter()
+            .map(|&(first, last)| match first == last {
+                true => self.label_of(first),
+                false => format!("{}..{}", self.label_of(first), self.label_of(last)),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// All migrations, by ascending version.
     pub fn migrations(&self) -> &[Migration] {
         &self.migrations
@@ -976,5 +1002,25 @@ mod tests {
             matches!(err, CatalogError::DuplicateVersion { ref version, .. } if version == "1"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn label_ranges_fold_neighbours() {
+        let c = Catalog::from_files(
+            Source::Embedded,
+            files(&[
+                ("V1__a.sql", "select 1"),
+                ("V2__b.sql", "select 1"),
+                ("V3__c.sql", "select 1"),
+                ("V5__d.sql", "select 1"),
+                ("V7__e.sql", "select 1"),
+            ]),
+        )
+        .unwrap();
+        // Every migration from V1 to V7 (there is no V4 or V6).
+        assert_eq!(c.label_ranges(&[1, 2, 3, 5, 7]), "V1..V7");
+        assert_eq!(c.label_ranges(&[1, 2, 5]), "V1..V2, V5");
+        assert_eq!(c.label_ranges(&[1, 3, 7]), "V1, V3, V7");
+        assert_eq!(c.label_ranges(&[]), "");
     }
 }

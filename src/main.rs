@@ -234,12 +234,13 @@ fn since_version(catalog: &Catalog, text: &str) -> anyhow::Result<i32> {
     catalog.resolve_version(text).ok_or_else(|| {
         anyhow::anyhow!(
             "--since {text} is not a migration version (the files have {}); pass one of those",
-            catalog
-                .migrations()
-                .iter()
-                .map(|m| m.label.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+            catalog.label_ranges(
+                &catalog
+                    .migrations()
+                    .iter()
+                    .map(|m| m.version)
+                    .collect::<Vec<_>>()
+            )
         )
     })
 }

@@ -464,12 +464,13 @@ fn check_target(catalog: &Catalog, options: &Options) -> Result<i32, MigrateErro
         Some(t) if catalog.get(t).is_some() => Ok(t),
         Some(t) => Err(MigrateError::UnknownTarget {
             target: t,
-            available: catalog
-                .migrations()
-                .iter()
-                .map(|m| format!("V{}", m.version))
-                .collect::<Vec<_>>()
-                .join(", "),
+            available: catalog.label_ranges(
+                &catalog
+                    .migrations()
+                    .iter()
+                    .map(|m| m.version)
+                    .collect::<Vec<_>>(),
+            ),
         }),
     }
 }
@@ -578,11 +579,9 @@ pub fn migrate(url: &str, catalog: &Catalog, options: &Options) -> Result<Outcom
                         if !applied.is_empty() {
                             *earlier = format!(
                                 "; applied before it: {}",
-                                applied
-                                    .iter()
-                                    .map(|a: &Applied| format!("V{}", a.version))
-                                    .collect::<Vec<_>>()
-                                    .join(", ")
+                                catalog.label_ranges(
+                                    &applied.iter().map(|a| a.version).collect::<Vec<_>>()
+                                )
                             );
                         }
                     }
