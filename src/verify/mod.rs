@@ -587,7 +587,10 @@ fn apply_unchecked(c: &mut postgres::Client, m: &crate::catalog::Migration) -> R
     }
     c.transaction()
         .and_then(|mut tx| tx.batch_execute(&m.sql).and_then(|_| tx.commit()))
-        .map_err(|e| crate::errors::one_line(&e))
+        .map_err(|e| {
+            let sqlstate = e.code().map(|c| c.code());
+            crate::migrate::way_out::with_advice(crate::errors::one_line(&e), sqlstate, &m.sql)
+        })
 }
 
 /// What blocks the live apps: the lock modes their replayed statements
