@@ -86,6 +86,7 @@ use crate::lock_policy::{is_lock_timeout, LockPolicy};
 pub mod backfill;
 pub mod conflicts;
 pub mod no_transaction;
+pub mod partitioned_index;
 pub mod way_out;
 
 use backfill::{BackfillError, BackfillOptions, BackfillState, ProgressSink};
