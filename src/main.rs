@@ -426,26 +426,26 @@ struct TargetDbArgs {
     /// postgres://USER:PASSWORD@HOST:PORT/DB[?sslmode=disable|prefer|require|verify-ca|verify-full&sslrootcert=FILE]
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     database_url: String,
-    /// Directory of V<n>__<name>.sql files (default: the migrations embedded in rollsafe).
+    /// Migration folder (default: the migrations embedded in rollsafe); status and migrate read and write its own tool's history table (refinery_schema_history, __diesel_schema_migrations, _sqlx_migrations, …).
     #[arg(long)]
     migrations: Option<std::path::PathBuf>,
+    /// The tool whose folder --migrations is [default: detected]; see `rollsafe verify --help`.
+    #[arg(long, value_name = "LAYOUT")]
+    layout: Option<Layout>,
+    /// A Flyway placeholder's value (repeatable).
+    #[arg(long = "placeholder", value_name = "NAME=VALUE", value_parser = placeholder_pair)]
+    placeholders: Vec<(String, String)>,
 }
 
 impl TargetDbArgs {
-    /// The catalog `migrate` and `status` apply: refinery's layout only,
-    /// since they keep refinery's history table (versions are its `i32`s).
+    /// The catalog `migrate` and `status` compare with the database's
+    /// history (the folder's tool's table).
     fn catalog(&self) -> Result<Catalog, ExitCode> {
-        let catalog = Catalog::load(self.migrations.as_deref()).map_err(|e| fail(2, &e))?;
-        if catalog.layout != Layout::Refinery {
-            return Err(fail(
-                2,
-                &format!(
-                    "{} holds {} migrations; rollsafe migrate and status keep refinery's history table and apply V<n>__<name>.sql files only: apply these with {} and use rollsafe verify / check on them",
-                    catalog.source, catalog.layout, catalog.layout
-                ),
-            ));
-        }
-        Ok(catalog)
+        let options = ReadOptions {
+            layout: self.layout,
+            placeholders: self.placeholders.iter().cloned().collect(),
+        };
+        Catalog::load_in(self.migrations.as_deref(), &options).map_err(|e| fail(2, &e))
     }
 }
 
@@ -836,20 +836,31 @@ fn status(args: StatusArgs) -> ExitCode {
         }
         StatusFormat::Text => {
             println!("database:   {}", db::redact_url(url));
-            println!("migrations: {} (latest V{})", catalog.source, st.latest);
+            let table = migrate::history::ToolHistory(catalog.layout).table();
+            println!(
+                "migrations: {} ({}, latest {})",
+                catalog.source,
+                catalog.layout,
+                catalog.label_of(st.latest)
+            );
             println!(
                 "history:    {}",
                 match (st.history_table, st.current) {
-                    (false, _) => format!("no {} table (nothing applied)", migrate::HISTORY_TABLE),
-                    (true, None) => "empty".to_string(),
-                    (true, Some(v)) => format!("at V{v}"),
+                    (false, _) => format!("no {table} table (nothing applied)"),
+                    (true, None) => format!("{table}: empty"),
+                    (true, Some(v)) => format!("{table}: at {}", catalog.label_of(v)),
                 }
             );
             for v in &st.versions {
                 let state = serde_json::to_value(v.state).expect("state serialises");
+                let label = match catalog.get(v.version) {
+                    Some(m) => m.label.clone(),
+                    None if catalog.layout == Layout::Refinery => format!("V{}", v.version),
+                    None => v.name.clone(),
+                };
                 println!(
-                    "V{:<4} {:<14} {:<25} {}",
-                    v.version,
+                    "{:<5} {:<14} {:<25} {}",
+                    label,
                     state.as_str().unwrap_or("?"),
                     v.applied_on.as_deref().map_or("-".to_string(), |a| {
                         chrono::DateTime::parse_from_rfc3339(a).map_or(a.to_string(), |t| {
