@@ -202,3 +202,19 @@ impl ToolHistory {
         }
     }
 }
+
+/// Before a rehearsal's first migration: the history table the project's
+/// tool would have created by then, because migrations may reference it (a
+/// trigger on `__diesel_schema_migrations`, a backfill reading
+/// `_sqlx_migrations`). Refinery's is rollsafe's own (its migrator creates
+/// it); read-only tools' tables are not made up.
+pub fn prepare_rehearsal(url: &str, layout: Layout) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let tool = ToolHistory(layout);
+    if layout == Layout::Refinery || !tool.writable() {
+        return Ok(());
+    }
+    let mut client = crate::db::connect(url)?;
+    tool.ensure(&mut client)
+        .with_context(|| format!("creating {layout}'s history table {}", tool.table()))
+}
