@@ -698,6 +698,16 @@ fn migrate(args: MigrateArgs) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
+    let tool = migrate::history::ToolHistory(catalog.layout);
+    if !tool.writable() {
+        return fail(
+            2,
+            &format!(
+                "{} holds {} migrations, and rollsafe does not write {}'s history table ({}); apply them with {} itself, and use rollsafe status / verify on them",
+                catalog.source, catalog.layout, catalog.layout, tool.table(), catalog.layout
+            ),
+        );
+    }
     let url = &args.db.database_url;
     let options = Options {
         target: args.target,

@@ -364,8 +364,8 @@ impl MigrateError {
 pub fn read_tool_history(
     client: &mut Client,
     catalog: &Catalog,
+    tool: ToolHistory,
 ) -> Result<(bool, Vec<HistoryRow>), MigrateError> {
-    let tool = ToolHistory(catalog.layout);
     if tool.0 == crate::catalog::Layout::Refinery {
         return read_history(client);
     }
@@ -502,7 +502,8 @@ pub fn compare(catalog: &Catalog, history_table: bool, history: &[HistoryRow]) -
 /// Where the database at `url` stands against `catalog`. Read-only.
 pub fn status(url: &str, catalog: &Catalog) -> Result<Status, MigrateError> {
     let mut client = db::connect(url)?;
-    let (exists, history) = read_tool_history(&mut client, catalog)?;
+    let tool = ToolHistory(catalog.layout);
+    let (exists, history) = read_tool_history(&mut client, catalog, tool)?;
     let mut status = compare(catalog, exists, &history);
     status.backfills = backfill::read_states(&mut client)
         .map_err(|e| MigrateError::sql("reading backfill progress", &e))?;
@@ -617,16 +618,10 @@ pub fn migrate(url: &str, catalog: &Catalog, options: &Options) -> Result<Outcom
     let waited_for_lock = acquire_migrator_lock(&mut client, options.migrator_wait)?;
     // Everything below runs under the lock; read the history only now, as
     // the previous holder may just have applied what we would.
-    let (exists, history) = read_tool_history(&mut client, catalog)?;
+    let tool = ToolHistory::written_by_migrate(catalog.layout);
+    let (exists, history) = read_tool_history(&mut client, catalog, tool)?;
     let status = compare(catalog, exists, &history);
     let plan = plan_from(&status, catalog, target)?;
-    let tool = ToolHistory(catalog.layout);
-    if !tool.writable() {
-        return Err(MigrateError::Sql {
-            context: format!("applying {} migrations", catalog.layout),
-            detail: format!("rollsafe does not write {}'s history table ({}); apply these with {} itself and use rollsafe status / verify on them", catalog.layout, tool.table(), catalog.layout),
-        });
-    }
     let mut applied = Vec::new();
     if !plan.pending.is_empty() {
         let pid: i32 = client
@@ -1025,16 +1020,21 @@ fn apply_outside_transaction(
     })
 }
 
-/// Records `applied` in the history as refinery would have (creating the
-/// table if needed), for a database whose schema was brought to them
-/// another way: verify's rehearsal base, so that `migrate` on it applies
-/// only what comes after.
+/// Records `applied` in the history of `layout`'s tool as `migrate` would
+/// have (creating the table if needed), for a database whose schema was
+/// brought to them another way: verify's rehearsal base, so that `migrate`
+/// on it applies only what comes after.
 pub fn record_applied<'a>(
     client: &mut Client,
+    layout: crate::catalog::Layout,
     applied: impl IntoIterator<Item = &'a Migration>,
 ) -> Result<(), postgres::Error> {
+    let tool = ToolHistory::written_by_migrate(layout);
     for m in applied {
-        record_history(client, m, false)?;
+        match tool.0 {
+            crate::catalog::Layout::Refinery => record_history(client, m, false)?,
+            _ => record_tool_history(client, tool, m, Duration::ZERO, false)?,
+        }
     }
     Ok(())
 }

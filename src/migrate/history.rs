@@ -93,6 +93,16 @@ impl ToolHistory {
         self.ddl().is_some()
     }
 
+    /// The table `migrate` keeps for `layout`: its tool's when rollsafe
+    /// writes that format, else refinery's (a rehearsal's migrator; the
+    /// CLI refuses to `migrate` such a folder on a real database).
+    pub fn written_by_migrate(layout: Layout) -> ToolHistory {
+        match ToolHistory(layout) {
+            tool if tool.writable() => tool,
+            _ => ToolHistory(Layout::Refinery),
+        }
+    }
+
     /// The tool's applied versions (its keys, [`Migration::key`]) with when
     /// each was applied; None when the table does not exist.
     pub fn applied(

@@ -262,13 +262,14 @@ impl Verify {
         if self.catalog.get(version).is_none() {
             return Err(VerifyError::UnknownSince {
                 since: version,
-                available: self
-                    .catalog
-                    .migrations()
-                    .iter()
-                    .map(|m| format!("V{}", m.version))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                available: self.catalog.label_ranges(
+                    &self
+                        .catalog
+                        .migrations()
+                        .iter()
+                        .map(|m| m.version)
+                        .collect::<Vec<_>>(),
+                ),
             });
         }
         self.since = Some(version);

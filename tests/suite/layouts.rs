@@ -13,6 +13,7 @@ use std::process::Command;
 use anyhow::{ensure, Context};
 use libtest_mimic::Trial;
 use rollsafe::catalog::{Catalog, Layout, ReadOptions};
+use rollsafe::migrate;
 use rollsafe::verify::Verify;
 
 use crate::common::{repo_root, rollsafe_bin, TestEnv};
@@ -34,6 +35,9 @@ pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
             a_folder_mixing_layouts_is_refused,
             an_edited_atlas_file_is_refused_as_atlas_refuses_it,
             flyway_placeholder_without_a_value_is_refused_by_the_cli,
+            diesel_migrate_records_diesel_rows_and_status_reads_them,
+            an_applied_unrerunnable_file_does_not_block_pending_ones,
+            a_300_migration_diesel_history_reads_applies_and_rehearses_its_newest,
         ]
     )
 }
@@ -449,5 +453,241 @@ fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
             std::fs::copy(entry.path(), &target)?;
         }
     }
+    Ok(())
+}
+
+/// A diesel folder as `migrate` applies it: each migration recorded in
+/// `__diesel_schema_migrations` (diesel's versions, checked by SQL), then
+/// `status` reads that table and finds everything applied.
+fn diesel_migrate_records_diesel_rows_and_status_reads_them(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = copy_fixture("diesel")?;
+    let catalog = Catalog::from_dir(dir.path())?;
+    let db = env.fresh_database();
+    let outcome = migrate::migrate(db.url(), &catalog, &migrate::Options::default())?;
+    ensure!(
+        outcome.applied.len() == 6,
+        "applied {:?}",
+        outcome.applied.len()
+    );
+    let mut c = db.connect()?;
+    let rows: Vec<String> = c
+        .query(
+            "SELECT version FROM __diesel_schema_migrations ORDER BY version",
+            &[],
+        )?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    ensure!(
+        rows == [
+            "00000000000000",
+            "20240301090000",
+            "20240305101500",
+            "20240312080000",
+            "202403150930000000",
+            "20240320120000"
+        ],
+        "__diesel_schema_migrations: {rows:?}"
+    );
+    eprintln!("layouts: __diesel_schema_migrations after migrate: {rows:?}");
+    ensure!(
+        c.query_one("SELECT to_regclass('refinery_schema_history') IS NULL", &[])?
+            .get::<_, bool>(0),
+        "refinery's table was written for a diesel folder"
+    );
+    let status = migrate::status(db.url(), &catalog)?;
+    ensure!(
+        status.history_table
+            && status
+                .versions
+                .iter()
+                .all(|v| v.state == migrate::State::Applied),
+        "status: {:?}",
+        status
+            .versions
+            .iter()
+            .map(|v| (v.version, v.state))
+            .collect::<Vec<_>>()
+    );
+    let again = migrate::migrate(db.url(), &catalog, &migrate::Options::default())?;
+    ensure!(
+        again.applied.is_empty(),
+        "a second migrate applied {}",
+        again.applied.len()
+    );
+    // The CLI's status names diesel's table and labels.
+    let out = Command::new(rollsafe_bin())
+        .args(["status", "--database-url", db.url(), "--migrations"])
+        .arg(dir.path())
+        .output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("layouts: rollsafe status on the diesel folder:\n{stdout}");
+    ensure!(
+        out.status.code() == Some(0),
+        "status exit {:?}: {stdout}",
+        out.status.code()
+    );
+    ensure!(
+        stdout.contains(
+            "history:    __diesel_schema_migrations: at 2024-03-20-120000_notify_schema_changes"
+        ) && stdout.contains("2024-03-05-101500_create_orders"),
+        "{stdout}"
+    );
+    Ok(())
+}
+
+/// diesel applied a no-transaction index file that rollsafe would not
+/// re-run (no IF NOT EXISTS): applied, it is no reason to refuse the
+/// pending migration after it.
+fn an_applied_unrerunnable_file_does_not_block_pending_ones(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let write = |folder: &str, file: &str, text: &str| -> anyhow::Result<()> {
+        std::fs::create_dir_all(dir.path().join(folder))?;
+        Ok(std::fs::write(dir.path().join(folder).join(file), text)?)
+    };
+    write(
+        "2024-01-01-000000_items",
+        "up.sql",
+        "CREATE TABLE items (id bigint PRIMARY KEY, a int);\n",
+    )?;
+    write(
+        "2024-01-02-000000_items_a",
+        "up.sql",
+        "CREATE INDEX CONCURRENTLY items_a ON items (a);\n",
+    )?;
+    write(
+        "2024-01-02-000000_items_a",
+        "metadata.toml",
+        "run_in_transaction = false\n",
+    )?;
+    let db = env.fresh_database();
+    let mut c = db.connect()?;
+    // What diesel itself did in production.
+    c.batch_execute("CREATE TABLE items (id bigint PRIMARY KEY, a int)")?;
+    c.batch_execute("CREATE INDEX CONCURRENTLY items_a ON items (a)")?;
+    c.batch_execute(
+        "CREATE TABLE __diesel_schema_migrations (version VARCHAR(50) PRIMARY KEY NOT NULL, run_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP);
+         INSERT INTO __diesel_schema_migrations (version) VALUES ('20240101000000'), ('20240102000000');",
+    )?;
+    write(
+        "2024-01-03-000000_items_b",
+        "up.sql",
+        "ALTER TABLE items ADD COLUMN b text;\n",
+    )?;
+    let catalog = Catalog::from_dir(dir.path())?;
+    let outcome = migrate::migrate(db.url(), &catalog, &migrate::Options::default())?;
+    let applied: Vec<&str> = outcome.applied.iter().map(|a| a.file.as_str()).collect();
+    ensure!(
+        applied == ["2024-01-03-000000_items_b/up.sql"],
+        "applied {applied:?}"
+    );
+    let n: i64 = c
+        .query_one(
+            "SELECT count(*) FROM __diesel_schema_migrations WHERE version = '20240103000000'",
+            &[],
+        )?
+        .get(0);
+    ensure!(n == 1, "the pending migration was not recorded for diesel");
+    Ok(())
+}
+
+/// A diesel history of 300 migrations, generated here (both version
+/// spellings, a no-transaction index every 50): read, applied once by
+/// `migrate`, and its newest rehearsed with `--since` the one before.
+fn a_300_migration_diesel_history_reads_applies_and_rehearses_its_newest(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    for i in 0..300u32 {
+        let (day, second) = (i / 100 + 1, i % 100);
+        let folder = if i % 2 == 0 {
+            format!("2025-03-0{day}-1200{second:02}_step_{i}")
+        } else {
+            format!("2025030{day}1200{second:02}_step_{i}")
+        };
+        let path = dir.path().join(&folder);
+        std::fs::create_dir_all(&path)?;
+        let sql = match i {
+            0 => "CREATE TABLE accounts (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, email text NOT NULL);\n".to_string(),
+            i if i % 50 == 0 => {
+                std::fs::write(path.join("metadata.toml"), "run_in_transaction = false\n")?;
+                format!("CREATE INDEX CONCURRENTLY IF NOT EXISTS accounts_c{}_idx ON accounts (c{});\n", i - 1, i - 1)
+            }
+            i => format!("ALTER TABLE accounts ADD COLUMN c{i} integer;\n"),
+        };
+        std::fs::write(path.join("up.sql"), sql)?;
+        std::fs::write(path.join("down.sql"), "DROP TABLE accounts;\n")?;
+    }
+    let started = std::time::Instant::now();
+    let catalog = Catalog::from_dir(dir.path())?;
+    let read = started.elapsed();
+    ensure!(catalog.layout == Layout::Diesel && catalog.migrations().len() == 300);
+    let names: Vec<&str> = catalog
+        .migrations()
+        .iter()
+        .map(|m| m.name.as_str())
+        .collect();
+    let in_order: Vec<String> = (0..300).map(|i| format!("step_{i}")).collect();
+    ensure!(
+        names == in_order,
+        "diesel's order differs from the generated one"
+    );
+
+    let db = env.fresh_database();
+    let started = std::time::Instant::now();
+    let outcome = migrate::migrate(db.url(), &catalog, &migrate::Options::default())?;
+    let applied = started.elapsed();
+    ensure!(
+        outcome.applied.len() == 300,
+        "applied {}",
+        outcome.applied.len()
+    );
+    let recorded: i64 = db
+        .connect()?
+        .query_one("SELECT count(*) FROM __diesel_schema_migrations", &[])?
+        .get(0);
+    ensure!(
+        recorded == 300,
+        "{recorded} rows in __diesel_schema_migrations"
+    );
+
+    let newest = catalog.latest();
+    let started = std::time::Instant::now();
+    let report = Verify::new(catalog)?
+        .since(newest - 1)?
+        .rows(ROWS)
+        .run(&env.sandbox)?;
+    let rehearsed = started.elapsed();
+    let errors: Vec<String> = report
+        .errors()
+        .map(|f| format!("{}: {}", f.id, f.message))
+        .collect();
+    ensure!(report.passed && errors.is_empty(), "errors: {errors:#?}");
+    // The report lists every migration; those up to --since as applied only.
+    let labels: Vec<&str> = report
+        .migrations
+        .iter()
+        .filter(|m| !report.applied_only.contains(&m.version))
+        .map(|m| m.label.as_str())
+        .collect();
+    ensure!(
+        labels == ["20250303120099_step_299"],
+        "rehearsed {labels:?}"
+    );
+    ensure!(
+        report.applied_only.len() == 299,
+        "applied only {}",
+        report.applied_only.len()
+    );
+    let on_newest = report
+        .findings
+        .iter()
+        .filter(|f| f.migration == Some(newest))
+        .count();
+    ensure!(on_newest > 0, "no finding on the rehearsed migration");
+    eprintln!(
+        "layouts: 300 diesel migrations: read in {read:.2?}, applied once by migrate in {applied:.2?}, --since {} rehearsed the newest in {rehearsed:.2?}",
+        newest - 1
+    );
     Ok(())
 }

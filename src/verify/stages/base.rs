@@ -72,6 +72,7 @@ impl Run<'_> {
                     Some(t) => t.copy_history(&mut c),
                     None => crate::migrate::record_applied(
                         &mut c,
+                        self.v.catalog.layout,
                         migrations.iter().filter(|m| m.version <= s),
                     ),
                 };
