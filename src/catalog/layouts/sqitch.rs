@@ -6,6 +6,9 @@
 //! `deploy/name.sql`; the earlier one is labelled `name@tag`. Tags
 //! (`@v1.0 …` lines) order nothing themselves.
 //!
+//! `sqitch.conf`'s `[core] top_dir` (e.g. `./sql`) moves the plan and the
+//! script folders under it, as Sqitch reads them.
+//!
 //! Sqitch runs a script through `psql` as it is: the script's own
 //! `BEGIN … COMMIT` is its transaction. rollsafe runs the statements
 //! between them in its own transaction (the one it measures), so those two
@@ -18,6 +21,35 @@ use crate::catalog::CatalogError;
 pub struct Sqitch;
 
 pub const PLAN: &str = "sqitch.plan";
+const CONF: &str = "sqitch.conf";
+
+/// `[core] top_dir` of `sqitch.conf`, as a path prefix (`sql/`; empty
+/// when unset).
+fn top_dir(folder: &Folder) -> Result<String, CatalogError> {
+    let Some(conf) = folder.text(CONF)? else {
+        return Ok(String::new());
+    };
+    let mut in_core = false;
+    for line in conf.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_core = line == "[core]";
+        } else if let Some((key, value)) = line.split_once('=') {
+            if in_core && key.trim() == "top_dir" {
+                let dir = value
+                    .trim()
+                    .trim_matches('"')
+                    .trim_start_matches("./")
+                    .trim_end_matches('/');
+                return Ok(if dir.is_empty() || dir == "." {
+                    String::new()
+                } else {
+                    format!("{dir}/")
+                });
+            }
+        }
+    }
+    Ok(String::new())
+}
 
 /// One line of the plan that deploys a change.
 #[derive(Debug, PartialEq, Eq)]
@@ -140,20 +172,23 @@ impl LayoutReader for Sqitch {
     }
 
     fn claims(&self, folder: &Folder) -> Vec<String> {
-        if folder.has(PLAN) {
-            vec![PLAN.to_string()]
-        } else {
-            Vec::new()
-        }
+        [PLAN, CONF]
+            .into_iter()
+            .filter(|f| folder.has(f))
+            .map(str::to_string)
+            .collect()
     }
 
     fn read(&self, folder: &Folder, _options: &ReadOptions) -> Result<Vec<Step>, CatalogError> {
-        let plan = folder.text(PLAN)?.ok_or_else(|| CatalogError::Unreadable {
-            file: PLAN.into(),
+        let top = top_dir(folder)?;
+        let plan_file = format!("{top}{PLAN}");
+        let plan = folder.text(&plan_file)?.ok_or_else(|| CatalogError::Unreadable {
+            file: plan_file.clone(),
             why: "is missing: a Sqitch project orders its changes in it; pass the folder that holds sqitch.plan".into(),
         })?;
         let mut steps = Vec::new();
         for (label, name, file) in scripts(&parse_plan(&plan)?)? {
+            let file = format!("{top}{file}");
             let text = folder.text(&file)?.ok_or_else(|| CatalogError::Unreadable {
                 file: file.clone(),
                 why: format!("is missing, and sqitch.plan deploys `{label}` from it; add the script or remove the change from the plan"),
