@@ -726,7 +726,7 @@ fn migrate(args: MigrateArgs) -> ExitCode {
             Ok(p) => p,
             Err(e) => return fail(e.exit_code(), &db::scrub(&e.to_string(), url)),
         };
-        print_position(plan.current, plan.target, plan.beyond_target);
+        print_position(&catalog, plan.current, plan.target, plan.beyond_target);
         println!(
             "dry run: {} migration(s) would be applied, nothing changed",
             plan.pending.len()
@@ -773,7 +773,12 @@ fn migrate(args: MigrateArgs) -> ExitCode {
     }
     match migrate::migrate(url, &catalog, &options) {
         Ok(out) => {
-            print_position(out.plan.current, out.plan.target, out.plan.beyond_target);
+            print_position(
+                &catalog,
+                out.plan.current,
+                out.plan.target,
+                out.plan.beyond_target,
+            );
             for a in &out.applied {
                 let mut how = Vec::new();
                 if a.attempts > 1 {
@@ -805,13 +810,14 @@ fn migrate(args: MigrateArgs) -> ExitCode {
     }
 }
 
-fn print_position(current: Option<i32>, target: i32, beyond: bool) {
+fn print_position(catalog: &Catalog, current: Option<i32>, target: i32, beyond: bool) {
     let at = current.map_or("empty (no migration applied)".to_string(), |v| {
-        format!("V{v}")
+        catalog.label_of(v)
     });
     println!("at:         {at}");
     println!(
-        "target:     V{target}{}",
+        "target:     {}{}",
+        catalog.label_of(target),
         if beyond {
             " (the database is already past it; nothing is ever undone)"
         } else {
