@@ -136,6 +136,28 @@ fn scripts(entries: &[Entry]) -> Result<Vec<(String, String, String)>, CatalogEr
     Ok(out)
 }
 
+/// Sqitch runs scripts through psql, so a script may hold psql's own
+/// commands (`\set x `cat file``, `\i`, `\copy`): they read files and run
+/// shell commands, which nothing from a pull request may do in rollsafe's
+/// sandbox, and the server cannot run them. Refused with the line.
+fn refuse_psql_commands(file: &str, text: &str) -> Result<(), CatalogError> {
+    match text
+        .lines()
+        .enumerate()
+        .find(|(_, l)| l.trim_start().starts_with('\\'))
+    {
+        Some((i, line)) => Err(CatalogError::Unreadable {
+            file: file.to_string(),
+            why: format!(
+                "line {}: `{}` is a psql command (Sqitch runs scripts through psql); rollsafe runs SQL only and never runs a script's shell or file commands: put the value in the SQL itself to rehearse this history",
+                i + 1,
+                line.split_whitespace().next().unwrap_or("\\")
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// The script with its own top-level `BEGIN` and `COMMIT` blanked, and
 /// whether it had them (else it runs outside a transaction).
 fn strip_own_transaction(sql: &str) -> (String, bool) {
@@ -193,6 +215,7 @@ impl LayoutReader for Sqitch {
                 file: file.clone(),
                 why: format!("is missing, and sqitch.plan deploys `{label}` from it; add the script or remove the change from the plan"),
             })?;
+            refuse_psql_commands(&file, &text)?;
             let (sql, own_transaction) = strip_own_transaction(&text);
             steps.push(Step {
                 key: label.clone(),
@@ -235,5 +258,12 @@ mod tests {
         assert_eq!(sql.lines().nth(2), Some("CREATE TABLE t (a int);"));
         assert!(!sql.contains("BEGIN") && !sql.contains("COMMIT"));
         assert!(!strip_own_transaction("CREATE INDEX CONCURRENTLY IF NOT EXISTS i ON t (a);").1);
+        let err =
+            refuse_psql_commands("deploy/t.sql", "-- x\n\\set v `cat f`\nSELECT 1;").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("deploy/t.sql: line 2: `\\set` is a psql command"),
+            "{err}"
+        );
     }
 }
