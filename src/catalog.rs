@@ -7,20 +7,24 @@
 //! refused with the same message everywhere, before anything touches a
 //! database.
 //!
-//! Three file-name layouts are read ([`Layout`]): refinery/Flyway
-//! `V{n}__{name}.sql` (the embedded set), sqlx `{version}_{name}.sql` and
-//! golang-migrate `{version}_{name}.up.sql` (its `.down.sql` files are
-//! ignored: rollsafe never migrates down). The layout is detected from the
-//! file names or given (`--layout`); a directory mixing layouts is refused,
-//! since its order would be a guess.
+//! A folder is read in the layout of the tool that wrote it ([`Layout`],
+//! one [`layouts::LayoutReader`] per tool in `catalog/layouts/`): refinery
+//! `V{n}__{name}.sql` (the embedded set), sqlx, golang-migrate, diesel,
+//! goose, dbmate, Atlas, Flyway, Prisma and Sqitch. The layout reads what
+//! its tool runs (up SQL only: down, undo and revert parts never), in the
+//! tool's order, with the tool's transaction mode (which becomes the
+//! `no-transaction` directive). It is detected from the folder or given
+//! (`--layout`, `rollsafe.toml`); a folder mixing layouts is refused, since
+//! its order would be a guess.
 //!
-//! Versions of sqlx and golang-migrate files are often timestamps
-//! (`20240101120000`), larger than refinery's `i32` versions. Every
-//! migration therefore has two numbers' worth of identity:
-//! [`Migration::version`] orders and keys it inside rollsafe (refinery: the
-//! file's version; other layouts: its ordinal, 1, 2, 3 … in version order)
-//! and [`Migration::label`] is what the user wrote (`V3`, `20240101120000`),
-//! the only one messages should show.
+//! Versions of other layouts are timestamps (`20240101120000`), dotted
+//! (`1.1`) or names (Sqitch). Every migration therefore has three kinds of
+//! identity: [`Migration::version`] orders and keys it inside rollsafe
+//! (refinery: the file's version; other layouts: its ordinal, 1, 2, 3 … in
+//! the tool's order), [`Migration::label`] is what the tool shows (`V3`,
+//! `20240101120000`, `2024-10-25-112826_make-unique`), the only one
+//! messages should show, and [`Migration::key`] is what the tool's history
+//! table keeps.
 //!
 //! Checksums are refinery's (SipHash-1-3 over name, version and SQL), so a
 //! history table written by rollsafe can be compared with the files, and an
@@ -36,7 +40,10 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 mod directive_sql;
+pub mod layouts;
 pub use directive_sql::TableName;
+pub use layouts::ReadOptions;
+use layouts::{Folder, Step};
 
 /// The files embedded at build time (see `build.rs`).
 const EMBEDDED: &[(&str, &[u8])] = include!(concat!(env!("OUT_DIR"), "/embedded_migrations.rs"));
@@ -81,21 +88,46 @@ pub struct BatchedUpdate {
 /// refused with its file and line (a typo must never be silently ignored).
 pub const DIRECTIVES: &[&str] = &["backfill", "no-transaction", "batched-update"];
 
-/// How a project names its migration files.
+/// How a project lays out its migration folder: the tool that writes it.
+/// Each is read by its own [`layouts::LayoutReader`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Layout {
-    /// refinery / Flyway: `V{version}__{name}.sql`.
+    /// refinery: `V{version}__{name}.sql` (the embedded set).
     Refinery,
-    /// sqlx: `{version}_{name}.sql` (reversible `.up.sql`/`.down.sql` pairs
-    /// are read like golang-migrate's).
+    /// sqlx: `{version}_{name}.sql` (or `.up.sql`/`.down.sql` pairs).
     Sqlx,
     /// golang-migrate: `{version}_{name}.up.sql`, `.down.sql` ignored.
     GolangMigrate,
+    /// diesel: `{version}_{name}/up.sql`.
+    Diesel,
+    /// goose: `{version}_{name}.sql` with `-- +goose Up`.
+    Goose,
+    /// dbmate: `{version}_{name}.sql` with `-- migrate:up`.
+    Dbmate,
+    /// Atlas: `{version}[_{name}].sql` with `atlas.sum`.
+    Atlas,
+    /// Flyway: `V{dotted version}__{description}.sql`, `R__` repeatables.
+    Flyway,
+    /// Prisma Migrate: `{name}/migration.sql`.
+    Prisma,
+    /// Sqitch: `sqitch.plan` and `deploy/{change}.sql`.
+    Sqitch,
 }
 
 impl Layout {
-    pub const ALL: [Layout; 3] = [Layout::Refinery, Layout::Sqlx, Layout::GolangMigrate];
+    pub const ALL: [Layout; 10] = [
+        Layout::Refinery,
+        Layout::Sqlx,
+        Layout::GolangMigrate,
+        Layout::Diesel,
+        Layout::Goose,
+        Layout::Dbmate,
+        Layout::Atlas,
+        Layout::Flyway,
+        Layout::Prisma,
+        Layout::Sqitch,
+    ];
 
     /// The name `--layout` and `rollsafe.toml` use.
     pub fn as_str(self) -> &'static str {
@@ -103,16 +135,24 @@ impl Layout {
             Layout::Refinery => "refinery",
             Layout::Sqlx => "sqlx",
             Layout::GolangMigrate => "golang-migrate",
+            Layout::Diesel => "diesel",
+            Layout::Goose => "goose",
+            Layout::Dbmate => "dbmate",
+            Layout::Atlas => "atlas",
+            Layout::Flyway => "flyway",
+            Layout::Prisma => "prisma",
+            Layout::Sqitch => "sqitch",
         }
     }
 
     /// The file-name pattern, for messages.
     pub fn pattern(self) -> &'static str {
-        match self {
-            Layout::Refinery => "V<version>__<name>.sql",
-            Layout::Sqlx => "<version>_<name>.sql",
-            Layout::GolangMigrate => "<version>_<name>.up.sql",
-        }
+        layouts::reader(self).pattern()
+    }
+
+    /// Every layout's name, for messages: `refinery, sqlx, …`.
+    pub fn names() -> String {
+        Layout::ALL.map(Layout::as_str).join(", ")
     }
 }
 
@@ -128,7 +168,7 @@ impl std::str::FromStr for Layout {
         Layout::ALL
             .into_iter()
             .find(|l| l.as_str() == s.trim())
-            .ok_or_else(|| format!("unknown layout `{s}`; use refinery, sqlx or golang-migrate"))
+            .ok_or_else(|| format!("unknown layout `{s}`; use one of {}", Layout::names()))
     }
 }
 
@@ -139,12 +179,17 @@ pub struct Migration {
     /// ordinal (1, 2, 3 … in version order) for the other layouts, whose
     /// versions may be timestamps too large for refinery's `i32`.
     pub version: i32,
-    /// The version as the user wrote it, for every message: `V3` (refinery),
-    /// `20240101120000` (sqlx, golang-migrate).
+    /// The migration as its tool labels it, for every message: `V3`
+    /// (refinery), `20240101120000` (sqlx, golang-migrate),
+    /// `2024-10-25-112826_make-unique` (diesel), the change (Sqitch).
     pub label: String,
+    /// The version the tool keeps in its history table:
+    /// `20241025112826` (diesel), `1.1` (Flyway), the change (Sqitch).
+    pub key: String,
     /// The name part, e.g. `attached_functions_is_ready`.
     pub name: String,
-    /// The file name, e.g. `V3__attached_functions_is_ready.sql`.
+    /// The file run, relative to the folder, e.g.
+    /// `V3__attached_functions_is_ready.sql`, `2024-10-25-112826_x/up.sql`.
     pub file: String,
     pub sql: String,
     /// refinery's checksum of (name, version, sql).
@@ -153,11 +198,44 @@ pub struct Migration {
 }
 
 impl Migration {
+    /// The migration a layout read, numbered `version`: its directives
+    /// parsed, the layout's transaction mode one of them, its checksum.
+    fn from_step(version: i32, step: Step) -> Result<Migration, CatalogError> {
+        let mut directives = parse_directives(&step.file, &step.sql)?;
+        if step.no_transaction && !directives.contains(&Directive::NoTransaction) {
+            directives.push(Directive::NoTransaction);
+        }
+        let checksum =
+            refinery::Migration::unapplied(&refinery_name(version, &step.name), &step.sql)
+                .map_err(|e| CatalogError::Unreadable {
+                    file: step.file.clone(),
+                    why: format!("refinery refuses its name ({e})"),
+                })?
+                .checksum();
+        Ok(Migration {
+            version,
+            label: step.label,
+            key: step.key,
+            name: step.name,
+            file: step.file,
+            sql: step.sql,
+            checksum,
+            directives,
+        })
+    }
+
     /// `V3__attached_functions_is_ready`, refinery's name for it (for other
     /// layouts: the ordinal, and the name with anything refinery refuses
     /// replaced by `_`).
     pub fn refinery_name(&self) -> String {
         refinery_name(self.version, &self.name)
+    }
+
+    /// The name refinery keeps in its history table for this file:
+    /// [`Migration::name`] with what refinery refuses replaced by `_`
+    /// (`create-orders` is recorded as `create_orders`).
+    pub fn refinery_history_name(&self) -> String {
+        refinery_safe(&self.name)
     }
 
     /// The refinery migration for this file.
@@ -244,8 +322,10 @@ pub enum CatalogError {
     MissingDir(PathBuf),
     #[error("cannot read {path}: {detail}")]
     Io { path: PathBuf, detail: String },
-    #[error("{file}: not a migration file name; expected V<version>__<name>.sql (e.g. V4__add_index.sql: whole version, two underscores, letters/digits/underscores), <version>_<name>.sql (sqlx) or <version>_<name>.up.sql (golang-migrate)")]
-    BadName { file: String },
+    #[error("{file}: not a migration file name; expected {expected}")]
+    BadName { file: String, expected: String },
+    #[error("{file}: {why}")]
+    Unreadable { file: String, why: String },
     #[error("{file}: not a {layout} migration file name; expected {pattern} (or drop --layout / `layout` to detect it)")]
     NotInLayout {
         file: String,
@@ -276,7 +356,7 @@ pub enum CatalogError {
         key: String,
         known: String,
     },
-    #[error("{source_name} holds no migration files (V<n>__<name>.sql, <version>_<name>.sql or <version>_<name>.up.sql)")]
+    #[error("{source_name} holds no migration files of a layout rollsafe reads ({}); pass the folder your migration tool writes to, or --layout", Layout::names())]
     Empty { source_name: String },
 }
 
@@ -289,8 +369,16 @@ pub struct Catalog {
 }
 
 fn refinery_name(version: i32, name: &str) -> String {
-    let name: String = name
-        .chars()
+    format!("V{version}__{}", refinery_safe(name))
+}
+
+/// `name` with anything refinery refuses in a name replaced by `_`; an
+/// Atlas file named by its version alone is `migration` to refinery.
+fn refinery_safe(name: &str) -> String {
+    if name.is_empty() {
+        return "migration".into();
+    }
+    name.chars()
         .map(|c| {
             if c.is_alphanumeric() || c == '_' {
                 c
@@ -298,134 +386,7 @@ fn refinery_name(version: i32, name: &str) -> String {
                 '_'
             }
         })
-        .collect();
-    format!("V{version}__{name}")
-}
-
-/// Parses `V3__name.sql` into (3, "name"); None for anything else.
-fn parse_file_name(file: &str) -> Option<(i32, String)> {
-    let stem = file.strip_suffix(".sql")?;
-    let rest = stem.strip_prefix('V')?;
-    let (version, name) = rest.split_once("__")?;
-    if version.is_empty() || !version.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || c == '_') {
-        return None;
-    }
-    Some((version.parse().ok()?, name.to_string()))
-}
-
-/// What one file name is, in the layouts rollsafe reads.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum FileKind {
-    /// `V3__name.sql`.
-    Refinery { version: i32, name: String },
-    /// `20240101120000_name.sql`.
-    Plain { version: u64, name: String },
-    /// `20240101120000_name.up.sql` / `.down.sql`.
-    UpDown {
-        version: u64,
-        name: String,
-        up: bool,
-    },
-}
-
-impl FileKind {
-    /// The layouts this file belongs to (an up/down pair is sqlx's
-    /// reversible form as well as golang-migrate's).
-    fn fits(&self, layout: Layout) -> bool {
-        matches!(
-            (self, layout),
-            (FileKind::Refinery { .. }, Layout::Refinery)
-                | (FileKind::Plain { .. }, Layout::Sqlx)
-                | (
-                    FileKind::UpDown { .. },
-                    Layout::Sqlx | Layout::GolangMigrate
-                )
-        )
-    }
-
-    /// The layout detection settles on for a directory of files like this.
-    fn detected(&self) -> Layout {
-        match self {
-            FileKind::Refinery { .. } => Layout::Refinery,
-            FileKind::Plain { .. } => Layout::Sqlx,
-            FileKind::UpDown { .. } => Layout::GolangMigrate,
-        }
-    }
-}
-
-/// `{version}_{name}`: digits, one `_`, then letters, digits, `_` or `-`.
-fn version_and_name(stem: &str) -> Option<(u64, String)> {
-    let (version, name) = stem.split_once('_')?;
-    if version.is_empty() || !version.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    if name.is_empty()
-        || !name
-            .chars()
-            .all(|c| c.is_alphanumeric() || c == '_' || c == '-')
-    {
-        return None;
-    }
-    Some((version.parse().ok()?, name.to_string()))
-}
-
-fn classify_file(file: &str) -> Option<FileKind> {
-    if let Some((version, name)) = parse_file_name(file) {
-        return Some(FileKind::Refinery { version, name });
-    }
-    let stem = file.strip_suffix(".sql")?;
-    for (suffix, up) in [(".up", true), (".down", false)] {
-        if let Some(stem) = stem.strip_suffix(suffix) {
-            let (version, name) = version_and_name(stem)?;
-            return Some(FileKind::UpDown { version, name, up });
-        }
-    }
-    let (version, name) = version_and_name(stem)?;
-    Some(FileKind::Plain { version, name })
-}
-
-/// The directory's layout: the one given, or the one every file fits.
-fn settle_layout(
-    source: &Source,
-    given: Option<Layout>,
-    kinds: &[(String, FileKind)],
-) -> Result<Layout, CatalogError> {
-    if let Some(layout) = given {
-        if let Some((file, _)) = kinds.iter().find(|(_, k)| !k.fits(layout)) {
-            return Err(CatalogError::NotInLayout {
-                file: file.clone(),
-                layout,
-                pattern: layout.pattern(),
-            });
-        }
-        return Ok(layout);
-    }
-    // One example file per layout found, in a stable order, for the message.
-    let mut found: Vec<(Layout, &str)> = Vec::new();
-    for (file, kind) in kinds {
-        let layout = kind.detected();
-        match found.iter_mut().find(|(l, _)| *l == layout) {
-            Some((_, first)) if file.as_str() < *first => *first = file,
-            Some(_) => {}
-            None => found.push((layout, file)),
-        }
-    }
-    found.sort_by_key(|(l, _)| Layout::ALL.iter().position(|x| x == l));
-    match found.as_slice() {
-        [] => Ok(Layout::Refinery),
-        [(layout, _)] => Ok(*layout),
-        _ => Err(CatalogError::MixedLayouts {
-            dir: source.to_string(),
-            found: found
-                .iter()
-                .map(|(l, f)| format!("{f} is {l}"))
-                .collect::<Vec<_>>()
-                .join(", "),
-        }),
-    }
+        .collect()
 }
 
 fn parse_directives(file: &str, sql: &str) -> Result<Vec<Directive>, CatalogError> {
@@ -495,6 +456,58 @@ fn parse_directives(file: &str, sql: &str) -> Result<Vec<Directive>, CatalogErro
     Ok(out)
 }
 
+/// What a migration file name may look like, for a folder no layout claims.
+const EXPECTED_NAMES: &str = "V<version>__<name>.sql (refinery, Flyway), <version>_<name>.sql (sqlx, goose, dbmate), <version>_<name>.up.sql (golang-migrate), <version>.sql with atlas.sum (Atlas), <version>_<name>/up.sql (diesel), <name>/migration.sql (Prisma) or a sqlx.plan with deploy/ (Sqitch); or pass --layout";
+
+/// The files of a migration folder a layout may read: up to three levels
+/// deep (`deploy/schema/x.sql` in Sqitch), folders starting with `.`
+/// skipped, only the kinds of files layouts name.
+fn read_folder(dir: &Path) -> Result<Folder, CatalogError> {
+    const DEPTH: usize = 3;
+    const KINDS: [&str; 5] = ["sql", "toml", "conf", "sum", "plan"];
+    let io = |path: &Path, e: std::io::Error| CatalogError::Io {
+        path: path.to_path_buf(),
+        detail: e.to_string(),
+    };
+    let mut folder = Folder::default();
+    let mut pending = vec![(dir.to_path_buf(), String::new(), 0)];
+    while let Some((path, prefix, depth)) = pending.pop() {
+        for entry in std::fs::read_dir(&path).map_err(|e| io(&path, e))? {
+            let entry = entry.map_err(|e| io(&path, e))?;
+            let name = entry.file_name().to_string_lossy().to_string();
+            let child = entry.path();
+            let relative = format!("{prefix}{name}");
+            if child.is_dir() {
+                if depth + 1 < DEPTH && !name.starts_with('.') {
+                    pending.push((child, format!("{relative}/"), depth + 1));
+                }
+            } else if child
+                .extension()
+                .is_some_and(|x| KINDS.iter().any(|k| x == *k))
+            {
+                let bytes = std::fs::read(&child).map_err(|e| io(&child, e))?;
+                folder.files.insert(relative, bytes);
+            }
+        }
+    }
+    Ok(folder)
+}
+
+/// Two migrations with the same tool version: which runs first is a guess.
+fn refuse_duplicate_keys(steps: &[Step]) -> Result<(), CatalogError> {
+    let mut seen: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+    for step in steps {
+        if let Some(first) = seen.insert(&step.key, &step.file) {
+            return Err(CatalogError::DuplicateVersion {
+                version: step.key.clone(),
+                first: first.to_string(),
+                second: step.file.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
 impl Catalog {
     /// The migrations embedded in this binary.
     pub fn embedded() -> Result<Catalog, CatalogError> {
@@ -504,43 +517,31 @@ impl Catalog {
         )
     }
 
-    /// The `.sql` files of a directory (other files are ignored), layout
-    /// detected from their names.
+    /// A migration folder, layout detected.
     pub fn from_dir(dir: &Path) -> Result<Catalog, CatalogError> {
-        Catalog::from_dir_in(dir, None)
+        Catalog::from_dir_in(dir, &ReadOptions::default())
     }
 
-    /// The `.sql` files of a directory in `layout` (None: detected).
-    pub fn from_dir_in(dir: &Path, layout: Option<Layout>) -> Result<Catalog, CatalogError> {
+    /// A migration folder read as `options` say (layout: given or
+    /// detected; Flyway placeholders).
+    pub fn from_dir_in(dir: &Path, options: &ReadOptions) -> Result<Catalog, CatalogError> {
         if !dir.is_dir() {
             return Err(CatalogError::MissingDir(dir.to_path_buf()));
         }
-        let io = |path: &Path, e: std::io::Error| CatalogError::Io {
-            path: path.to_path_buf(),
-            detail: e.to_string(),
-        };
-        let mut files = Vec::new();
-        for entry in std::fs::read_dir(dir).map_err(|e| io(dir, e))? {
-            let path = entry.map_err(|e| io(dir, e))?.path();
-            if path.extension().is_some_and(|x| x == "sql") && path.is_file() {
-                let bytes = std::fs::read(&path).map_err(|e| io(&path, e))?;
-                let name = path.file_name().unwrap().to_string_lossy().to_string();
-                files.push((name, bytes));
-            }
-        }
-        Catalog::from_files_in(Source::Dir(dir.to_path_buf()), layout, files.into_iter())
+        let folder = read_folder(dir)?;
+        Catalog::from_folder(Source::Dir(dir.to_path_buf()), options, folder)
     }
 
     /// `--migrations DIR` when given, else the embedded set.
     pub fn load(dir: Option<&Path>) -> Result<Catalog, CatalogError> {
-        Catalog::load_in(dir, None)
+        Catalog::load_in(dir, &ReadOptions::default())
     }
 
-    /// [`Catalog::load`] with a layout (`--layout`; None: detected). The
-    /// embedded set is refinery's, whatever is asked.
-    pub fn load_in(dir: Option<&Path>, layout: Option<Layout>) -> Result<Catalog, CatalogError> {
+    /// [`Catalog::load`] read as `options` say. The embedded set is
+    /// refinery's, whatever is asked.
+    pub fn load_in(dir: Option<&Path>, options: &ReadOptions) -> Result<Catalog, CatalogError> {
         match dir {
-            Some(d) => Catalog::from_dir_in(d, layout),
+            Some(d) => Catalog::from_dir_in(d, options),
             None => Catalog::embedded(),
         }
     }
@@ -549,85 +550,52 @@ impl Catalog {
         source: Source,
         files: impl Iterator<Item = (String, Vec<u8>)>,
     ) -> Result<Catalog, CatalogError> {
-        Catalog::from_files_in(source, None, files)
+        Catalog::from_files_in(source, &ReadOptions::default(), files)
     }
 
     fn from_files_in(
         source: Source,
-        layout: Option<Layout>,
+        options: &ReadOptions,
         files: impl Iterator<Item = (String, Vec<u8>)>,
     ) -> Result<Catalog, CatalogError> {
-        let mut kinds = Vec::new();
-        let mut contents = Vec::new();
-        // By name, so that the file a message names does not depend on the
-        // order the directory lists them in.
-        let mut files: Vec<(String, Vec<u8>)> = files.collect();
-        files.sort_by(|a, b| a.0.cmp(&b.0));
-        for (file, bytes) in files {
-            let kind = classify_file(&file).ok_or_else(|| match layout {
-                Some(layout) => CatalogError::NotInLayout {
-                    file: file.clone(),
-                    layout,
-                    pattern: layout.pattern(),
-                },
-                None => CatalogError::BadName { file: file.clone() },
-            })?;
-            kinds.push((file, kind));
-            contents.push(bytes);
-        }
-        let layout = settle_layout(&source, layout, &kinds)?;
+        let folder = Folder {
+            files: files.collect(),
+        };
+        Catalog::from_folder(source, options, folder)
+    }
 
-        // (sort key, label, name, file, bytes); down files are never read.
-        let mut found: Vec<(u64, String, String, String, Vec<u8>)> = Vec::new();
-        for ((file, kind), bytes) in kinds.into_iter().zip(contents) {
-            match kind {
-                FileKind::Refinery { version, name } => {
-                    found.push((version as u64, format!("V{version}"), name, file, bytes))
+    fn from_folder(
+        source: Source,
+        options: &ReadOptions,
+        folder: Folder,
+    ) -> Result<Catalog, CatalogError> {
+        let layout = match options.layout {
+            Some(layout) => layout,
+            None => match layouts::detect(&source.to_string(), &folder)? {
+                Some(layout) => layout,
+                None => {
+                    return Err(match folder.top_level_sql().next() {
+                        Some((file, _)) => CatalogError::BadName {
+                            file: file.to_string(),
+                            expected: EXPECTED_NAMES.to_string(),
+                        },
+                        None => CatalogError::Empty {
+                            source_name: source.to_string(),
+                        },
+                    })
                 }
-                FileKind::Plain { version, name }
-                | FileKind::UpDown {
-                    version,
-                    name,
-                    up: true,
-                } => found.push((version, version.to_string(), name, file, bytes)),
-                FileKind::UpDown { up: false, .. } => {}
-            }
-        }
-        found.sort_by(|a, b| a.0.cmp(&b.0).then(a.3.cmp(&b.3)));
-        for pair in found.windows(2) {
-            if pair[0].0 == pair[1].0 {
-                return Err(CatalogError::DuplicateVersion {
-                    version: pair[0].0.to_string(),
-                    first: pair[0].3.clone(),
-                    second: pair[1].3.clone(),
-                });
-            }
-        }
-
+            },
+        };
+        let steps = layouts::reader(layout).read(&folder, options)?;
+        refuse_duplicate_keys(&steps)?;
         let mut migrations: Vec<Migration> = Vec::new();
-        for (ordinal, (sort_key, label, name, file, bytes)) in found.into_iter().enumerate() {
+        for (ordinal, step) in steps.into_iter().enumerate() {
             let version = match layout {
-                Layout::Refinery => sort_key as i32,
+                Layout::Refinery => step.key.parse().expect("refinery keys are i32s"),
                 // More than i32::MAX files is not a directory anyone has.
                 _ => i32::try_from(ordinal + 1).unwrap_or(i32::MAX),
             };
-            let sql = String::from_utf8(bytes).map_err(|e| CatalogError::NotUtf8 {
-                file: file.clone(),
-                offset: e.utf8_error().valid_up_to(),
-            })?;
-            let directives = parse_directives(&file, &sql)?;
-            let checksum = refinery::Migration::unapplied(&refinery_name(version, &name), &sql)
-                .map_err(|_| CatalogError::BadName { file: file.clone() })?
-                .checksum();
-            migrations.push(Migration {
-                version,
-                label,
-                name,
-                file,
-                sql,
-                checksum,
-                directives,
-            });
+            migrations.push(Migration::from_step(version, step)?);
         }
         if migrations.is_empty() {
             return Err(CatalogError::Empty {
@@ -641,27 +609,32 @@ impl Catalog {
         })
     }
 
-    /// rollsafe's version for a version as the user writes it (`3`, `V3`,
-    /// `20240101120000`), e.g. in an app's `-- needs:` or `--since`: for
-    /// refinery the number itself, for the other layouts the ordinal of the
-    /// migration with that version. None when it names no migration of a
-    /// non-refinery layout, or is not a version at all.
+    /// rollsafe's version for a migration as the user names it (`3`,
+    /// `V3`, `20240101120000`, `2024-10-25-112826_x`, a Sqitch change), e.g.
+    /// in an app's `-- needs:` or `--since`: for refinery the number itself,
+    /// for the other layouts the ordinal of the migration with that label or
+    /// tool version. None when it names no migration of a non-refinery
+    /// layout, or is not a version at all.
     pub fn resolve_version(&self, text: &str) -> Option<i32> {
         let text = text.trim();
         let digits = text.strip_prefix('V').unwrap_or(text);
-        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
+        let is_digits = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
+        if self.layout == Layout::Refinery {
+            return is_digits.then(|| digits.parse().ok()).flatten();
         }
-        match self.layout {
-            Layout::Refinery => digits.parse().ok(),
-            _ => {
-                let wanted: u64 = digits.parse().ok()?;
-                self.migrations
-                    .iter()
-                    .find(|m| m.label.parse::<u64>().ok() == Some(wanted))
-                    .map(|m| m.version)
-            }
+        if let Some(m) = self
+            .migrations
+            .iter()
+            .find(|m| m.label == text || m.key == text)
+        {
+            return Some(m.version);
         }
+        // `000002` names golang-migrate's 2.
+        let wanted: u64 = is_digits.then(|| digits.parse().ok()).flatten()?;
+        self.migrations
+            .iter()
+            .find(|m| m.key.parse::<u64>().ok() == Some(wanted))
+            .map(|m| m.version)
     }
 
     /// The label of rollsafe's version `v` (`V3` for refinery; the file's
@@ -669,6 +642,32 @@ impl Catalog {
     pub fn label_of(&self, v: i32) -> String {
         self.get(v)
             .map_or_else(|| format!("V{v}"), |m| m.label.clone())
+    }
+
+    /// `versions` as runs of neighbouring migrations, for messages:
+    /// `V1..V247`, `V1..V3, V5`, `20240101120000..20240301090000`. A
+    /// version no migration has is shown as `V<v>` on its own.
+    pub fn label_ranges(&self, versions: &[i32]) -> String {
+        let position = |v: i32| self.migrations.iter().position(|m| m.version == v);
+        let mut sorted: Vec<i32> = versions.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let mut runs: Vec<(i32, i32)> = Vec::new();
+        for v in sorted {
+            match runs.last_mut() {
+                Some((_, last)) if position(*last).is_some_and(|p| position(v) == Some(p + 1)) => {
+                    *last = v
+                }
+                _ => runs.push((v, v)),
+            }
+        }
+        runs.iter()
+            .map(|&(first, last)| match first == last {
+                true => self.label_of(first),
+                false => format!("{}..{}", self.label_of(first), self.label_of(last)),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// All migrations, by ascending version.
@@ -738,8 +737,8 @@ mod tests {
     #[test]
     fn names_are_validated() {
         assert_eq!(
-            parse_file_name("V12__add_x.sql"),
-            Some((12, "add_x".into()))
+            layouts::refinery::parse_name("V12__add_x.sql"),
+            Some(("12", "add_x"))
         );
         for bad in [
             "V1_x.sql",
@@ -750,7 +749,7 @@ mod tests {
             "V1__a-b.sql",
             "V1__x.txt",
         ] {
-            assert_eq!(parse_file_name(bad), None, "{bad}");
+            assert_eq!(layouts::refinery::parse_name(bad), None, "{bad}");
         }
         let err = Catalog::from_files(Source::Embedded, files(&[("V1_x.sql", "")])).unwrap_err();
         assert!(
@@ -962,7 +961,10 @@ mod tests {
     fn a_given_layout_refuses_files_of_another() {
         let err = Catalog::from_files_in(
             Source::Embedded,
-            Some(Layout::Refinery),
+            &ReadOptions {
+                layout: Some(Layout::Refinery),
+                ..Default::default()
+            },
             files(&[("V1__a.sql", "select 1"), ("2_b.sql", "select 2")]),
         )
         .unwrap_err();
@@ -975,7 +977,10 @@ mod tests {
         // Up/down pairs are sqlx's reversible form too.
         let c = Catalog::from_files_in(
             Source::Embedded,
-            Some(Layout::Sqlx),
+            &ReadOptions {
+                layout: Some(Layout::Sqlx),
+                ..Default::default()
+            },
             files(&[("1_a.up.sql", "select 1"), ("1_a.down.sql", "select 0")]),
         )
         .unwrap();
@@ -984,10 +989,10 @@ mod tests {
             "golang-migrate".parse::<Layout>(),
             Ok(Layout::GolangMigrate)
         );
-        assert!("flyway"
+        assert!("liquibase"
             .parse::<Layout>()
             .unwrap_err()
-            .contains("refinery, sqlx or golang-migrate"));
+            .contains("use one of refinery, sqlx, golang-migrate, diesel"));
         let err = Catalog::from_files(
             Source::Embedded,
             files(&[("1_a.sql", "select 1"), ("01_b.sql", "select 2")]),
@@ -997,5 +1002,25 @@ mod tests {
             matches!(err, CatalogError::DuplicateVersion { ref version, .. } if version == "1"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn label_ranges_fold_neighbours() {
+        let c = Catalog::from_files(
+            Source::Embedded,
+            files(&[
+                ("V1__a.sql", "select 1"),
+                ("V2__b.sql", "select 1"),
+                ("V3__c.sql", "select 1"),
+                ("V5__d.sql", "select 1"),
+                ("V7__e.sql", "select 1"),
+            ]),
+        )
+        .unwrap();
+        // Every migration from V1 to V7 (there is no V4 or V6).
+        assert_eq!(c.label_ranges(&[1, 2, 3, 5, 7]), "V1..V7");
+        assert_eq!(c.label_ranges(&[1, 2, 5]), "V1..V2, V5");
+        assert_eq!(c.label_ranges(&[1, 3, 7]), "V1, V3, V7");
+        assert_eq!(c.label_ranges(&[]), "");
     }
 }

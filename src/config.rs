@@ -16,7 +16,7 @@
 //! ```toml
 //! migrations = "migrations"      # directory of migration files
 //! apps = "apps"                  # directory of statement sets (*.sql)
-//! layout = "refinery"            # refinery | sqlx | golang-migrate (default: detected)
+//! layout = "refinery"            # refinery, sqlx, golang-migrate, diesel, goose, dbmate, atlas, flyway, prisma, sqitch (default: detected)
 //! rows = 2000                    # rows seeded per rehearsal
 //! postgres = "auto"              # auto | docker | local | postgres://… of a server
 //! image = "postgres:15"          # docker backend's image
@@ -225,10 +225,10 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains('\n'), "{text}");
-        let err = ProjectConfig::parse(path, "layout = \"flyway\"").unwrap_err();
+        let err = ProjectConfig::parse(path, "layout = \"liquibase\"").unwrap_err();
         assert!(
             err.to_string()
-                .starts_with("rollsafe.toml:1: unknown variant `flyway`"),
+                .starts_with("rollsafe.toml:1: unknown variant `liquibase`"),
             "{err}"
         );
         let err = ProjectConfig::parse(path, "since = 1\nrows = 20000000\n").unwrap_err();

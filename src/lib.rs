@@ -20,7 +20,7 @@
 //!
 //! # fn main() -> anyhow::Result<()> {
 //! // A project's migrations (layout detected); `None` means the embedded ones.
-//! let catalog = Catalog::load_in(Some(Path::new("db/migrations")), None)?;
+//! let catalog = Catalog::load_in(Some(Path::new("db/migrations")), &Default::default())?;
 //! // Docker when an engine answers, else local binaries; ROLLSAFE_POSTGRES
 //! // and friends override, `.postgres_major(17)` picks a major.
 //! let sandbox = SandboxBuilder::from_env()?.start()?;

@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use rollsafe::bounds;
-use rollsafe::catalog::{Catalog, Layout, TableName};
+use rollsafe::catalog::{Catalog, Layout, ReadOptions, TableName};
 use rollsafe::config::ProjectConfig;
 use rollsafe::dao::shipped;
 use rollsafe::db;
@@ -128,9 +128,12 @@ struct VerifyArgs {
     /// Directory of migration files to rehearse instead of the embedded migrations (a proposed change, another project).
     #[arg(long, value_name = "DIR")]
     migrations: Option<PathBuf>,
-    /// File naming of --migrations: refinery (V<n>__<name>.sql), sqlx (<version>_<name>.sql) or golang-migrate (<version>_<name>.up.sql) [default: detected].
+    /// The tool whose folder --migrations is: refinery, sqlx, golang-migrate, diesel, goose, dbmate, atlas, flyway, prisma or sqitch [default: detected].
     #[arg(long, value_name = "LAYOUT")]
     layout: Option<Layout>,
+    /// A Flyway placeholder's value (repeatable: --placeholder schema=app); a `${name}` without one is refused.
+    #[arg(long = "placeholder", value_name = "NAME=VALUE", value_parser = placeholder_pair)]
+    placeholders: Vec<(String, String)>,
     /// Directory of the apps' statement sets (*.sql with -- app:, -- needs:, optional -- retired:; <app>.seed.sql seeds) instead of the embedded apps.
     #[arg(long, value_name = "DIR")]
     apps: Option<PathBuf>,
@@ -210,6 +213,18 @@ impl std::str::FromStr for FormatArg {
     }
 }
 
+/// `--placeholder NAME=VALUE`.
+fn placeholder_pair(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((name, value)) if !name.trim().is_empty() => {
+            Ok((name.trim().to_string(), value.to_string()))
+        }
+        _ => Err(format!(
+            "`{s}` is not NAME=VALUE; write e.g. --placeholder schema=app"
+        )),
+    }
+}
+
 /// An error that means "could not run" (exit 2) rather than "found problems".
 fn could_not_run(e: anyhow::Error) -> ExitCode {
     fail(2, &rollsafe::errors::one_line(e.as_ref()))
@@ -221,12 +236,13 @@ fn since_version(catalog: &Catalog, text: &str) -> anyhow::Result<i32> {
     catalog.resolve_version(text).ok_or_else(|| {
         anyhow::anyhow!(
             "--since {text} is not a migration version (the files have {}); pass one of those",
-            catalog
-                .migrations()
-                .iter()
-                .map(|m| m.label.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+            catalog.label_ranges(
+                &catalog
+                    .migrations()
+                    .iter()
+                    .map(|m| m.version)
+                    .collect::<Vec<_>>()
+            )
         )
     })
 }
@@ -271,7 +287,13 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             anyhow::bail!("--layout {layout} names the layout of --migrations DIR, and none was given (the embedded migrations are refinery's); pass --migrations, or drop --layout");
         }
     }
-    let catalog = Catalog::load_in(args.migrations.as_deref(), args.layout)?;
+    let catalog = Catalog::load_in(
+        args.migrations.as_deref(),
+        &ReadOptions {
+            layout: args.layout,
+            placeholders: args.placeholders.iter().cloned().collect(),
+        },
+    )?;
     let since = match &args.since {
         Some(text) => Some(since_version(&catalog, text)?),
         None => None,
@@ -422,26 +444,26 @@ struct TargetDbArgs {
     /// postgres://USER:PASSWORD@HOST:PORT/DB[?sslmode=disable|prefer|require|verify-ca|verify-full&sslrootcert=FILE]
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     database_url: String,
-    /// Directory of V<n>__<name>.sql files (default: the migrations embedded in rollsafe).
+    /// Migration folder (default: the migrations embedded in rollsafe); status and migrate read and write its own tool's history table (refinery_schema_history, __diesel_schema_migrations, _sqlx_migrations, …).
     #[arg(long)]
     migrations: Option<std::path::PathBuf>,
+    /// The tool whose folder --migrations is [default: detected]; see `rollsafe verify --help`.
+    #[arg(long, value_name = "LAYOUT")]
+    layout: Option<Layout>,
+    /// A Flyway placeholder's value (repeatable).
+    #[arg(long = "placeholder", value_name = "NAME=VALUE", value_parser = placeholder_pair)]
+    placeholders: Vec<(String, String)>,
 }
 
 impl TargetDbArgs {
-    /// The catalog `migrate` and `status` apply: refinery's layout only,
-    /// since they keep refinery's history table (versions are its `i32`s).
+    /// The catalog `migrate` and `status` compare with the database's
+    /// history (the folder's tool's table).
     fn catalog(&self) -> Result<Catalog, ExitCode> {
-        let catalog = Catalog::load(self.migrations.as_deref()).map_err(|e| fail(2, &e))?;
-        if catalog.layout != Layout::Refinery {
-            return Err(fail(
-                2,
-                &format!(
-                    "{} holds {} migrations; rollsafe migrate and status keep refinery's history table and apply V<n>__<name>.sql files only: apply these with {} and use rollsafe verify / check on them",
-                    catalog.source, catalog.layout, catalog.layout
-                ),
-            ));
-        }
-        Ok(catalog)
+        let options = ReadOptions {
+            layout: self.layout,
+            placeholders: self.placeholders.iter().cloned().collect(),
+        };
+        Catalog::load_in(self.migrations.as_deref(), &options).map_err(|e| fail(2, &e))
     }
 }
 
@@ -694,6 +716,16 @@ fn migrate(args: MigrateArgs) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
+    let tool = migrate::history::ToolHistory(catalog.layout);
+    if !tool.writable() {
+        return fail(
+            2,
+            &format!(
+                "{} holds {} migrations, and rollsafe does not write {}'s history table ({}); apply them with {} itself, and use rollsafe status / verify on them",
+                catalog.source, catalog.layout, catalog.layout, tool.table(), catalog.layout
+            ),
+        );
+    }
     let url = &args.db.database_url;
     let options = Options {
         target: args.target,
@@ -712,7 +744,7 @@ fn migrate(args: MigrateArgs) -> ExitCode {
             Ok(p) => p,
             Err(e) => return fail(e.exit_code(), &db::scrub(&e.to_string(), url)),
         };
-        print_position(plan.current, plan.target, plan.beyond_target);
+        print_position(&catalog, plan.current, plan.target, plan.beyond_target);
         println!(
             "dry run: {} migration(s) would be applied, nothing changed",
             plan.pending.len()
@@ -759,7 +791,12 @@ fn migrate(args: MigrateArgs) -> ExitCode {
     }
     match migrate::migrate(url, &catalog, &options) {
         Ok(out) => {
-            print_position(out.plan.current, out.plan.target, out.plan.beyond_target);
+            print_position(
+                &catalog,
+                out.plan.current,
+                out.plan.target,
+                out.plan.beyond_target,
+            );
             for a in &out.applied {
                 let mut how = Vec::new();
                 if a.attempts > 1 {
@@ -791,13 +828,14 @@ fn migrate(args: MigrateArgs) -> ExitCode {
     }
 }
 
-fn print_position(current: Option<i32>, target: i32, beyond: bool) {
+fn print_position(catalog: &Catalog, current: Option<i32>, target: i32, beyond: bool) {
     let at = current.map_or("empty (no migration applied)".to_string(), |v| {
-        format!("V{v}")
+        catalog.label_of(v)
     });
     println!("at:         {at}");
     println!(
-        "target:     V{target}{}",
+        "target:     {}{}",
+        catalog.label_of(target),
         if beyond {
             " (the database is already past it; nothing is ever undone)"
         } else {
@@ -832,20 +870,31 @@ fn status(args: StatusArgs) -> ExitCode {
         }
         StatusFormat::Text => {
             println!("database:   {}", db::redact_url(url));
-            println!("migrations: {} (latest V{})", catalog.source, st.latest);
+            let table = migrate::history::ToolHistory(catalog.layout).table();
+            println!(
+                "migrations: {} ({}, latest {})",
+                catalog.source,
+                catalog.layout,
+                catalog.label_of(st.latest)
+            );
             println!(
                 "history:    {}",
                 match (st.history_table, st.current) {
-                    (false, _) => format!("no {} table (nothing applied)", migrate::HISTORY_TABLE),
-                    (true, None) => "empty".to_string(),
-                    (true, Some(v)) => format!("at V{v}"),
+                    (false, _) => format!("no {table} table (nothing applied)"),
+                    (true, None) => format!("{table}: empty"),
+                    (true, Some(v)) => format!("{table}: at {}", catalog.label_of(v)),
                 }
             );
             for v in &st.versions {
                 let state = serde_json::to_value(v.state).expect("state serialises");
+                let label = match catalog.get(v.version) {
+                    Some(m) => m.label.clone(),
+                    None if catalog.layout == Layout::Refinery => format!("V{}", v.version),
+                    None => v.name.clone(),
+                };
                 println!(
-                    "V{:<4} {:<14} {:<25} {}",
-                    v.version,
+                    "{:<5} {:<14} {:<25} {}",
+                    label,
                     state.as_str().unwrap_or("?"),
                     v.applied_on.as_deref().map_or("-".to_string(), |a| {
                         chrono::DateTime::parse_from_rfc3339(a).map_or(a.to_string(), |t| {

@@ -85,9 +85,13 @@ use crate::lock_policy::{is_lock_timeout, LockPolicy};
 
 pub mod backfill;
 pub mod conflicts;
+pub mod history;
 pub mod no_transaction;
+pub mod partitioned_index;
+pub mod way_out;
 
 use backfill::{BackfillError, BackfillOptions, BackfillState, ProgressSink};
+use history::ToolHistory;
 
 /// refinery's history table (its default name).
 pub const HISTORY_TABLE: &str = "refinery_schema_history";
@@ -351,8 +355,65 @@ impl MigrateError {
     }
 }
 
-/// Reads the history without creating it: empty (and `false`) when the
-/// table does not exist.
+/// The history of `catalog`'s tool (refinery's for refinery folders, see
+/// [`history`]) as refinery-shaped rows keyed by rollsafe's versions, read
+/// without creating anything: empty (and `false`) when the table does not
+/// exist. Tools that keep no checksum rollsafe can compare get the file's,
+/// so only what is applied or not is compared for them; a version the
+/// files do not have is placed after the newest file, named by its key.
+pub fn read_tool_history(
+    client: &mut Client,
+    catalog: &Catalog,
+    tool: ToolHistory,
+) -> Result<(bool, Vec<HistoryRow>), MigrateError> {
+    if tool.0 == crate::catalog::Layout::Refinery {
+        return read_history(client);
+    }
+    let applied = tool
+        .applied(client)
+        .map_err(|e| MigrateError::sql(format!("reading {}", tool.table()), &e))?;
+    let Some(mut applied) = applied else {
+        return Ok((false, Vec::new()));
+    };
+    if tool.0 == crate::catalog::Layout::GolangMigrate {
+        // One row, the newest version: every file up to it is applied.
+        let newest: Option<u64> = applied.iter().filter_map(|(k, _)| k.parse().ok()).max();
+        applied = catalog
+            .migrations()
+            .iter()
+            .filter(|m| m.key.parse::<u64>().ok() <= newest && newest.is_some())
+            .map(|m| (m.key.clone(), String::new()))
+            .collect();
+    }
+    let mut unknown = catalog.latest();
+    let mut rows: Vec<HistoryRow> = applied
+        .into_iter()
+        .map(
+            |(key, applied_on)| match catalog.migrations().iter().find(|m| m.key == key) {
+                Some(m) => HistoryRow {
+                    version: m.version,
+                    name: m.refinery_history_name(),
+                    applied_on,
+                    checksum: m.checksum.to_string(),
+                },
+                None => {
+                    unknown += 1;
+                    HistoryRow {
+                        version: unknown,
+                        name: key,
+                        applied_on,
+                        checksum: "?".into(),
+                    }
+                }
+            },
+        )
+        .collect();
+    rows.sort_by_key(|r| r.version);
+    Ok((true, rows))
+}
+
+/// Reads refinery's history without creating it: empty (and `false`) when
+/// the table does not exist.
 pub fn read_history(client: &mut Client) -> Result<(bool, Vec<HistoryRow>), MigrateError> {
     let exists: bool = client
         .query_one("SELECT to_regclass($1) IS NOT NULL", &[&HISTORY_TABLE])
@@ -391,7 +452,12 @@ pub fn compare(catalog: &Catalog, history_table: bool, history: &[HistoryRow]) -
     for m in catalog.migrations() {
         let applied = history.iter().find(|h| h.version == m.version);
         let state = match applied {
-            Some(h) if h.checksum == m.checksum.to_string() && h.name == m.name => State::Applied,
+            Some(h)
+                if h.checksum == m.checksum.to_string()
+                    && (h.name == m.refinery_history_name() || h.name == m.name) =>
+            {
+                State::Applied
+            }
             Some(_) => State::Divergent,
             None if current.is_some_and(|c| c > m.version) => State::OutOfOrder,
             None => State::Pending,
@@ -436,7 +502,8 @@ pub fn compare(catalog: &Catalog, history_table: bool, history: &[HistoryRow]) -
 /// Where the database at `url` stands against `catalog`. Read-only.
 pub fn status(url: &str, catalog: &Catalog) -> Result<Status, MigrateError> {
     let mut client = db::connect(url)?;
-    let (exists, history) = read_history(&mut client)?;
+    let tool = ToolHistory(catalog.layout);
+    let (exists, history) = read_tool_history(&mut client, catalog, tool)?;
     let mut status = compare(catalog, exists, &history);
     status.backfills = backfill::read_states(&mut client)
         .map_err(|e| MigrateError::sql("reading backfill progress", &e))?;
@@ -460,12 +527,13 @@ fn check_target(catalog: &Catalog, options: &Options) -> Result<i32, MigrateErro
         Some(t) if catalog.get(t).is_some() => Ok(t),
         Some(t) => Err(MigrateError::UnknownTarget {
             target: t,
-            available: catalog
-                .migrations()
-                .iter()
-                .map(|m| format!("V{}", m.version))
-                .collect::<Vec<_>>()
-                .join(", "),
+            available: catalog.label_ranges(
+                &catalog
+                    .migrations()
+                    .iter()
+                    .map(|m| m.version)
+                    .collect::<Vec<_>>(),
+            ),
         }),
     }
 }
@@ -550,7 +618,8 @@ pub fn migrate(url: &str, catalog: &Catalog, options: &Options) -> Result<Outcom
     let waited_for_lock = acquire_migrator_lock(&mut client, options.migrator_wait)?;
     // Everything below runs under the lock; read the history only now, as
     // the previous holder may just have applied what we would.
-    let (exists, history) = read_history(&mut client)?;
+    let tool = ToolHistory::written_by_migrate(catalog.layout);
+    let (exists, history) = read_tool_history(&mut client, catalog, tool)?;
     let status = compare(catalog, exists, &history);
     let plan = plan_from(&status, catalog, target)?;
     let mut applied = Vec::new();
@@ -563,9 +632,11 @@ pub fn migrate(url: &str, catalog: &Catalog, options: &Options) -> Result<Outcom
         let mut looks = Looks::open(url, pid, &options.lock);
         for m in &plan.pending {
             let result = if m.runs_outside_transaction() {
-                apply_outside_transaction(&mut client, m, options, &watcher, &mut looks)
-            } else {
+                apply_outside_transaction(&mut client, tool, m, options, &watcher, &mut looks)
+            } else if tool.0 == crate::catalog::Layout::Refinery {
                 apply_one(&mut client, catalog, m, options, &watcher, &mut looks)
+            } else {
+                apply_one_recorded(&mut client, tool, m, options, &watcher, &mut looks)
             };
             match result {
                 Ok(a) => applied.push(a),
@@ -574,11 +645,9 @@ pub fn migrate(url: &str, catalog: &Catalog, options: &Options) -> Result<Outcom
                         if !applied.is_empty() {
                             *earlier = format!(
                                 "; applied before it: {}",
-                                applied
-                                    .iter()
-                                    .map(|a: &Applied| format!("V{}", a.version))
-                                    .collect::<Vec<_>>()
-                                    .join(", ")
+                                catalog.label_ranges(
+                                    &applied.iter().map(|a| a.version).collect::<Vec<_>>()
+                                )
                             );
                         }
                     }
@@ -842,6 +911,7 @@ impl no_transaction::StepObserver for MigrateSteps<'_> {
 /// it, only once everything else succeeded.
 fn apply_outside_transaction(
     client: &mut Client,
+    tool: ToolHistory,
     m: &Migration,
     options: &Options,
     watcher: &BlockerWatcher,
@@ -935,8 +1005,12 @@ fn apply_outside_transaction(
             }
         }
     }
-    record_history(client, m, has_backfills)
-        .map_err(|e| MigrateError::sql(format!("recording {m} in {HISTORY_TABLE}"), &e))?;
+    let recorded = if tool.0 == crate::catalog::Layout::Refinery {
+        record_history(client, m, has_backfills)
+    } else {
+        record_tool_history(client, tool, m, started.elapsed(), has_backfills)
+    };
+    recorded.map_err(|e| MigrateError::sql(format!("recording {m} in {}", tool.table()), &e))?;
     Ok(Applied {
         version: m.version,
         file: m.file.clone(),
@@ -946,16 +1020,21 @@ fn apply_outside_transaction(
     })
 }
 
-/// Records `applied` in the history as refinery would have (creating the
-/// table if needed), for a database whose schema was brought to them
-/// another way: verify's rehearsal base, so that `migrate` on it applies
-/// only what comes after.
+/// Records `applied` in the history of `layout`'s tool as `migrate` would
+/// have (creating the table if needed), for a database whose schema was
+/// brought to them another way: verify's rehearsal base, so that `migrate`
+/// on it applies only what comes after.
 pub fn record_applied<'a>(
     client: &mut Client,
+    layout: crate::catalog::Layout,
     applied: impl IntoIterator<Item = &'a Migration>,
 ) -> Result<(), postgres::Error> {
+    let tool = ToolHistory::written_by_migrate(layout);
     for m in applied {
-        record_history(client, m, false)?;
+        match tool.0 {
+            crate::catalog::Layout::Refinery => record_history(client, m, false)?,
+            _ => record_tool_history(client, tool, m, Duration::ZERO, false)?,
+        }
     }
     Ok(())
 }
@@ -973,12 +1052,76 @@ fn record_history(
     let applied_on = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
     tx.execute(
         "INSERT INTO refinery_schema_history (version, name, applied_on, checksum) VALUES ($1, $2, $3, $4)",
-        &[&m.version, &m.name, &applied_on, &m.checksum.to_string()],
+        &[&m.version, &m.refinery_history_name(), &applied_on, &m.checksum.to_string()],
     )?;
     if has_backfills {
         backfill::mark_finished(&mut tx, m.version)?;
     }
     tx.commit()
+}
+
+/// [`record_history`] in the tool's own table.
+fn record_tool_history(
+    client: &mut Client,
+    tool: ToolHistory,
+    m: &Migration,
+    elapsed: Duration,
+    has_backfills: bool,
+) -> Result<(), postgres::Error> {
+    tool.ensure(client)?;
+    let mut tx = client.transaction()?;
+    tool.record(&mut tx, m, elapsed)?;
+    if has_backfills {
+        backfill::mark_finished(&mut tx, m.version)?;
+    }
+    tx.commit()
+}
+
+/// [`apply_one`] for a tool other than refinery: the migration's SQL and
+/// the tool's history row in one transaction, under the same lock policy.
+fn apply_one_recorded(
+    client: &mut Client,
+    tool: ToolHistory,
+    m: &Migration,
+    options: &Options,
+    watcher: &BlockerWatcher,
+    looks: &mut Looks,
+) -> Result<Applied, MigrateError> {
+    tool.ensure(client)
+        .map_err(|e| MigrateError::sql(format!("creating {}", tool.table()), &e))?;
+    let mut gate = looks.gate(&conflicts::of_sql(&m.sql));
+    let started = Instant::now();
+    let result = options.lock.run_gated(
+        gate.as_mut().map(|g| || g.holder()),
+        |n, timeout| {
+            watcher.reset();
+            log::info!("applying {m} (attempt {n}, lock_timeout {timeout:?})");
+            let mut tx = client.transaction()?;
+            tx.batch_execute(&format!(
+                "SET LOCAL lock_timeout = '{}ms'",
+                timeout.as_millis().max(1)
+            ))?;
+            tx.batch_execute(&m.sql)?;
+            tool.record(&mut tx, m, started.elapsed())?;
+            tx.commit()
+        },
+        is_lock_timeout,
+    );
+    match result {
+        Ok(((), attempts)) => Ok(Applied {
+            version: m.version,
+            file: m.file.clone(),
+            elapsed: attempts.elapsed,
+            attempts: attempts.count,
+            waited: attempts.waited,
+        }),
+        Err(Err(gave_up)) => Err(MigrateError::gave_up(m.to_string(), gave_up, watcher)),
+        Err(Ok(e)) => Err(MigrateError::Failed {
+            migration: m.to_string(),
+            detail: crate::errors::detailed(&e),
+            earlier: String::new(),
+        }),
+    }
 }
 
 /// One failed attempt of [`apply_one`].
@@ -1142,5 +1285,22 @@ mod tests {
         // V2 never applied although V3 is; V3 differs.
         assert_eq!(s.versions[1].state, State::OutOfOrder);
         assert_eq!(s.versions[2].state, State::Divergent);
+    }
+
+    #[test]
+    fn a_name_refinery_rewrites_is_not_drift() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("20220421174016_larger-commands.sql"),
+            "CREATE TABLE commands (id int);",
+        )
+        .unwrap();
+        let c = Catalog::from_dir(dir.path()).unwrap();
+        let m = &c.migrations()[0];
+        // refinery records the name it was given: `larger_commands`.
+        let s = compare(&c, true, &[row(1, "larger_commands", m.checksum)]);
+        assert_eq!(s.versions[0].state, State::Applied);
+        let s = compare(&c, true, &[row(1, "larger_commands", m.checksum + 1)]);
+        assert_eq!(s.versions[0].state, State::Divergent);
     }
 }

@@ -222,6 +222,18 @@ fn referenced(node: &SyntaxNode) -> Vec<(String, &'static str)> {
         .collect()
 }
 
+/// The relation a statement names, as `to_regclass` reads it: without
+/// `ONLY` before it or `*` after it (`ON ONLY billing.events` locks
+/// `billing.events`, and the lock it needs is the parent's).
+fn relation(written: &str) -> String {
+    let text = written.trim();
+    let text = match text.get(..5) {
+        Some(kw) if kw.eq_ignore_ascii_case("ONLY ") => text[5..].trim_start(),
+        _ => text,
+    };
+    text.trim_end_matches('*').trim_end().to_string()
+}
+
 fn each(names: Vec<String>, mode: &'static str) -> Vec<(String, &'static str)> {
     names.into_iter().map(|n| (n, mode)).collect()
 }
@@ -234,7 +246,7 @@ fn classify(stmt: &ast::Stmt) -> Option<Vec<(String, &'static str)>> {
     Some(
         match stmt {
             ast::Stmt::AlterTable(at) => {
-                let table = at.table_relation_name()?.syntax().text().to_string();
+                let table = relation(&at.table_relation_name()?.syntax().text().to_string());
                 let mode = at
                     .actions()
                     .map(|a| alter_table_action_mode(&words(&a.syntax().text().to_string())))
@@ -245,7 +257,7 @@ fn classify(stmt: &ast::Stmt) -> Option<Vec<(String, &'static str)>> {
                 out
             }
             ast::Stmt::CreateIndex(ci) => {
-                let table = ci.table_relation_name()?.syntax().text().to_string();
+                let table = relation(&ci.table_relation_name()?.syntax().text().to_string());
                 let mode = if ci.concurrently_token().is_some() {
                     SHARE_UPDATE_EXCLUSIVE
                 } else {
@@ -595,6 +607,16 @@ mod tests {
     #[test]
     fn modes_follow_the_manual_per_command() {
         let af = "attached_functions".to_string();
+        // The partitioned-index pattern: the parent's SHARE only, named as
+        // to_regclass reads it.
+        assert_eq!(
+            modes("CREATE INDEX IF NOT EXISTS e_idx ON ONLY billing.events (occurred_on)"),
+            [("billing.events".to_string(), SHARE)]
+        );
+        assert_eq!(
+            modes("ALTER TABLE ONLY billing.events ADD CONSTRAINT c CHECK (a > 0) NOT VALID"),
+            [("billing.events".to_string(), ACCESS_EXCLUSIVE)]
+        );
         assert_eq!(
             modes(
                 "ALTER TABLE attached_functions ADD COLUMN is_ready boolean NOT NULL DEFAULT true"

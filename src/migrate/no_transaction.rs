@@ -21,6 +21,8 @@
 //!   `… SET STATISTICS`, `SET (…)`, `RESET (…)`, `ENABLE|DISABLE TRIGGER`
 //!   (each leaves the same state however often it runs);
 //! - `ALTER TYPE … ADD VALUE IF NOT EXISTS`;
+//! - `ALTER INDEX parent_idx ATTACH PARTITION part_idx` (attaching an
+//!   attached index does nothing: the partitioned-index pattern's last step);
 //! - `COMMENT ON`, `GRANT`, `REVOKE`, `ANALYZE`, `VACUUM`, `REINDEX`,
 //!   `CLUSTER`, `REFRESH MATERIALIZED VIEW`, `SET`, `RESET`;
 //! - a plain `SELECT` (it reads only: no `INTO`, no `FOR UPDATE`/`SHARE`,
@@ -434,7 +436,10 @@ fn judge(s: &Statement) -> Result<Option<String>, String> {
                 let adds_enum_value_if_missing = starts_with(&w, &["ALTER", "TYPE"])
                     && w.windows(5)
                         .any(|x| x == ["ADD", "VALUE", "IF", "NOT", "EXISTS"]);
-                if adds_enum_value_if_missing || IDEMPOTENT.iter().any(|p| starts_with(&w, p)) {
+                if adds_enum_value_if_missing
+                    || super::partitioned_index::attaches_an_index_partition(&w)
+                    || IDEMPOTENT.iter().any(|p| starts_with(&w, p))
+                {
                     Ok(None)
                 } else {
                     Err(format!(
@@ -518,10 +523,11 @@ mod tests {
              COMMENT ON TABLE items IS 'x';\n\
              ALTER TYPE mood ADD VALUE IF NOT EXISTS 'ok';\n\
              SELECT count(*) FROM items WHERE a > 0;\n\
-             CLUSTER items USING items_a;\n",
+             CLUSTER items USING items_a;\n\
+             ALTER INDEX billing.events_day_idx ATTACH PARTITION billing.events_2026_day_idx;\n",
         );
         let steps = plan_steps(&m).unwrap();
-        assert_eq!(steps.len(), 12);
+        assert_eq!(steps.len(), 13);
         assert_eq!(steps[0].concurrent_index.as_deref(), Some("items_a"));
         assert_eq!(steps[1].concurrent_index.as_deref(), Some("\"Items_B\""));
         assert!(steps[2..].iter().all(|s| s.concurrent_index.is_none()));

@@ -270,13 +270,14 @@ impl Verify {
         if self.catalog.get(version).is_none() {
             return Err(VerifyError::UnknownSince {
                 since: version,
-                available: self
-                    .catalog
-                    .migrations()
-                    .iter()
-                    .map(|m| format!("V{}", m.version))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                available: self.catalog.label_ranges(
+                    &self
+                        .catalog
+                        .migrations()
+                        .iter()
+                        .map(|m| m.version)
+                        .collect::<Vec<_>>(),
+                ),
             });
         }
         self.since = Some(version);
@@ -607,7 +608,10 @@ fn apply_unchecked(c: &mut postgres::Client, m: &crate::catalog::Migration) -> R
     }
     c.transaction()
         .and_then(|mut tx| tx.batch_execute(&m.sql).and_then(|_| tx.commit()))
-        .map_err(|e| crate::errors::one_line(&e))
+        .map_err(|e| {
+            let sqlstate = e.code().map(|c| c.code());
+            crate::migrate::way_out::with_advice(crate::errors::one_line(&e), sqlstate, &m.sql)
+        })
 }
 
 /// What blocks the live apps: the lock modes their replayed statements

@@ -396,8 +396,10 @@ fn apply_measured_in(
                 }
             }
         }
+        let builds = crate::migrate::partitioned_index::indexes_built(&indexes, &indexes_before);
         for (table_oid, index, index_oid, _) in indexes {
-            let seen = indexes_before.contains(&index_oid)
+            let seen = !builds.contains(&index_oid)
+                || indexes_before.contains(&index_oid)
                 || out
                     .statements
                     .iter()

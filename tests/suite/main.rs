@@ -9,6 +9,7 @@ mod cleanup;
 mod common;
 mod dao;
 mod generate;
+mod layouts;
 mod migrate;
 mod no_transaction;
 mod plan;
@@ -46,6 +47,7 @@ fn main() {
     trials.extend(schemas::tests(&env));
     trials.extend(roles::tests(&env));
     trials.extend(plan::tests(&env));
+    trials.extend(layouts::tests(&env));
     trials.retain(|t| common::in_scope(t.name()));
     let conclusion = libtest_mimic::run(&args, trials);
     common::print_slowest(10);

@@ -1202,7 +1202,7 @@ fn bad_inputs_give_one_line_errors_and_change_nothing(env: &TestEnv) -> anyhow::
             name: "target that does not exist",
             args: with(&url, vec![s("--target"), s("9")]),
             code: 2,
-            says: &["--target 9", "V1, V2, V3"],
+            says: &["--target 9", "the files have V1..V3"],
         },
         BadCase {
             name: "sslmode=require on a server without TLS",

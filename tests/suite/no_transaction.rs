@@ -36,6 +36,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             backfill_leaving_matching_rows_is_not_recorded_and_status_shows_it,
             readme_example_backfills_output_collection_id_then_validates,
             rehearsal_applies_a_no_transaction_file_statement_by_statement,
+            partitioned_index_pattern_passes_and_migrates_to_a_valid_index,
         ]
     )
 }
@@ -902,6 +903,74 @@ fn rehearsal_applies_a_no_transaction_file_statement_by_statement(
         again.ok() && again.statements.iter().all(|s| s.built_indexes.is_empty()),
         "{:?}",
         again.error
+    );
+    Ok(())
+}
+
+/// PostgreSQL's pattern for indexing a partitioned table: the parent's
+/// index alone (`ON ONLY`: no build), each partition's concurrently, then
+/// attached (re-runnable). It rehearses with zero errors, the `ON ONLY`
+/// step measured as building nothing; `migrate` applies it, the parent's
+/// index ends valid, and the attach file is accepted as re-runnable.
+fn partitioned_index_pattern_passes_and_migrates_to_a_valid_index(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = write_dir(&[
+        (
+            "V1__billing_events.sql",
+            "CREATE SCHEMA billing;\n\
+             CREATE TABLE billing.events (\n\
+                 id bigint GENERATED ALWAYS AS IDENTITY,\n\
+                 occurred_on date NOT NULL,\n\
+                 amount_cents bigint NOT NULL,\n\
+                 PRIMARY KEY (id, occurred_on)\n\
+             ) PARTITION BY RANGE (occurred_on);\n\
+             CREATE TABLE billing.events_2026 PARTITION OF billing.events FOR VALUES FROM ('2026-01-01') TO ('2027-01-01');\n\
+             CREATE TABLE billing.events_rest PARTITION OF billing.events DEFAULT;\n",
+        ),
+        (
+            "V2__events_occurred_on_index.sql",
+            "CREATE INDEX IF NOT EXISTS events_occurred_on_idx ON ONLY billing.events (occurred_on);\n",
+        ),
+        (
+            "V3__events_partition_indexes.sql",
+            "-- rollsafe:no-transaction\n\
+             CREATE INDEX CONCURRENTLY IF NOT EXISTS events_2026_occurred_on_idx ON billing.events_2026 (occurred_on);\n\
+             CREATE INDEX CONCURRENTLY IF NOT EXISTS events_rest_occurred_on_idx ON billing.events_rest (occurred_on);\n\
+             ALTER INDEX billing.events_occurred_on_idx ATTACH PARTITION billing.events_2026_occurred_on_idx;\n\
+             ALTER INDEX billing.events_occurred_on_idx ATTACH PARTITION billing.events_rest_occurred_on_idx;\n",
+        ),
+    ])?;
+    let report = rollsafe::verify::Verify::new(catalog(dir.path())?)?
+        .rows(2000)
+        .run(&env.sandbox)?;
+    let errors: Vec<String> = report
+        .errors()
+        .map(|f| format!("V{:?} {}: {}", f.migration, f.id, f.message))
+        .collect();
+    ensure!(report.passed && errors.is_empty(), "errors: {errors:#?}");
+    let v2: Vec<&str> = report
+        .findings
+        .iter()
+        .filter(|f| f.migration == Some(2))
+        .map(|f| f.id.as_str())
+        .collect();
+    ensure!(
+        !v2.contains(&"locks.blocking-index-build") && v2.contains(&"apply.applies"),
+        "V2's findings: {v2:?}"
+    );
+
+    let db = env.fresh_database();
+    migrate::migrate(db.url(), &catalog(dir.path())?, &Options::default())?;
+    let mut c = db.connect()?;
+    ensure!(
+        index_state(&mut c, "billing.events_occurred_on_idx")? == (true, true),
+        "the parent's index is not valid after every partition's was attached"
+    );
+    ensure!(
+        history(&mut c)? == [1, 2, 3],
+        "history: {:?}",
+        history(&mut c)?
     );
     Ok(())
 }

@@ -40,7 +40,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             bare_verify_reads_rollsafe_toml_and_flags_override_it,
             config_errors_are_one_line_and_exit_2,
             layout_and_apps_errors_are_one_line_and_exit_2,
-            migrate_refuses_a_non_refinery_layout_in_one_line,
+            migrate_records_sqlx_history_and_refuses_a_layout_it_cannot_record,
             capture_without_pg_stat_statements_says_how_to_enable_it,
             a_server_backend_refuses_start_settings_it_cannot_apply,
             capture_classifies_what_the_database_recorded,
@@ -333,28 +333,73 @@ fn layout_and_apps_errors_are_one_line_and_exit_2(_: &TestEnv) -> anyhow::Result
     Ok(())
 }
 
-fn migrate_refuses_a_non_refinery_layout_in_one_line(env: &TestEnv) -> anyhow::Result<()> {
+/// `migrate` on a sqlx project records each migration in sqlx's own
+/// `_sqlx_migrations` (so sqlx sees it applied) and `status` reads it back;
+/// a layout whose history rollsafe does not write (Flyway) is refused in
+/// one line, changing nothing.
+fn migrate_records_sqlx_history_and_refuses_a_layout_it_cannot_record(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     sqlx_project(dir.path())?;
     let db = env.fresh_database();
-    for command in ["migrate", "status"] {
-        let (code, stdout, stderr) = run_in(
-            dir.path(),
-            &[command, "--database-url", db.url(), "--migrations", "db"],
-        )?;
-        ensure!(
-            code == 2 && stdout.is_empty(),
-            "{command}: exit {code}: {stdout}{stderr}"
-        );
-        ensure!(
-            error_lines(&stderr).len() == 1
-                && stderr.contains("db holds sqlx migrations; rollsafe migrate and status keep refinery's history table"),
-            "{command}: {stderr}"
-        );
-    }
-    // Nothing was applied.
+    let (code, stdout, stderr) = run_in(
+        dir.path(),
+        &["migrate", "--database-url", db.url(), "--migrations", "db"],
+    )?;
+    ensure!(code == 0, "migrate: exit {code}: {stdout}{stderr}");
     let mut c = db.connect()?;
-    let tables: i64 = c
+    let rows: Vec<(i64, String, bool, i32)> = c
+        .query(
+            "SELECT version, description, success, octet_length(checksum) FROM _sqlx_migrations ORDER BY version",
+            &[],
+        )?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    ensure!(
+        rows == [
+            (20240101120000, "notes".to_string(), true, 48),
+            (20240201120000, "notes pinned".to_string(), true, 48)
+        ],
+        "_sqlx_migrations: {rows:?}"
+    );
+    let (code, stdout, stderr) = run_in(
+        dir.path(),
+        &["status", "--database-url", db.url(), "--migrations", "db"],
+    )?;
+    ensure!(
+        code == 0 && stdout.contains("_sqlx_migrations: at 20240201120000"),
+        "status: exit {code}: {stdout}{stderr}"
+    );
+
+    std::fs::create_dir_all(dir.path().join("fly"))?;
+    std::fs::write(
+        dir.path().join("fly/V1.1__notes.sql"),
+        "CREATE TABLE fly_notes (id int);",
+    )?;
+    let fresh = env.fresh_database();
+    let (code, stdout, stderr) = run_in(
+        dir.path(),
+        &[
+            "migrate",
+            "--database-url",
+            fresh.url(),
+            "--migrations",
+            "fly",
+        ],
+    )?;
+    ensure!(
+        code == 2 && stdout.is_empty(),
+        "migrate: exit {code}: {stdout}{stderr}"
+    );
+    ensure!(
+        error_lines(&stderr).len() == 1
+            && stderr.contains("fly holds flyway migrations, and rollsafe does not write flyway's history table (flyway_schema_history)"),
+        "{stderr}"
+    );
+    let tables: i64 = fresh
+        .connect()?
         .query_one(
             "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'",
             &[],

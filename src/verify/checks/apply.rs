@@ -202,9 +202,10 @@ pub fn on_both_paths(
                 .evidence("sqlstate", on_empty.sqlstate.clone().unwrap_or_default())
                 .advice(if on_empty.sqlstate.as_deref() == Some("25001") {
                     // active_sql_transaction: CREATE INDEX CONCURRENTLY & co.
-                    "this statement cannot run inside a transaction: put it in a migration of its own that starts with `-- rollsafe:no-transaction` (its statements then run one by one and must be re-runnable, e.g. CREATE INDEX CONCURRENTLY IF NOT EXISTS)"
+                    "this statement cannot run inside a transaction: put it in a migration of its own that starts with `-- rollsafe:no-transaction` (its statements then run one by one and must be re-runnable, e.g. CREATE INDEX CONCURRENTLY IF NOT EXISTS)".to_string()
                 } else {
-                    "fix the SQL; it must apply on a database at the previous version"
+                    crate::migrate::way_out::advice(on_empty.sqlstate.as_deref(), e, None)
+                        .unwrap_or_else(|| "fix the SQL; it must apply on a database at the previous version".into())
                 }),
         );
         return out;

@@ -273,6 +273,11 @@ impl Watch<'_> {
             .iter()
             .flat_map(|r| r.built_indexes.iter().map(|(_, i)| i))
             .collect();
+        let new: Vec<_> = indexes
+            .iter()
+            .map(|(t, i, n, f)| (*t, n.clone(), *i, *f))
+            .collect();
+        let builds = crate::migrate::partitioned_index::indexes_built(&new, self.indexes_before);
         for (table, index, name, file) in indexes {
             let Some(table) = self.name_of(table) else {
                 continue;
@@ -281,7 +286,7 @@ impl Watch<'_> {
             // CONCURRENTLY's replacement), or rebuilt in place (REINDEX,
             // VACUUM FULL, CLUSTER: a new file under the same oid).
             let built = match self.before.files.get(&index) {
-                None => !self.indexes_before.contains(&index) && !earlier.contains(&&name),
+                None => builds.contains(&index) && !earlier.contains(&&name),
                 Some(was) => *was != file && !run.rewrote.iter().any(|t| t == table),
             };
             if built {

@@ -16,6 +16,15 @@ impl Run<'_> {
         empty_prev: &Database,
         migrations: &[Migration],
     ) -> Result<(), VerifyError> {
+        if self.options.target.is_none() {
+            // A target's schema has its own; files alone start with the tool's.
+            let url = self.sessions.migrator(empty_prev.url());
+            let layout = self.options.catalog.layout;
+            step(
+                "creating the tool's history table",
+                crate::migrate::history::prepare_rehearsal(&url, layout),
+            )?;
+        }
         if let Some(t) = &self.options.target {
             let copied = self.restore_target(t, empty_prev)?;
             self.report.copied_rows = Some(
@@ -68,6 +77,7 @@ impl Run<'_> {
                     Some(t) => t.copy_history(&mut c),
                     None => crate::migrate::record_applied(
                         &mut c,
+                        self.options.catalog.layout,
                         migrations.iter().filter(|m| m.version <= s),
                     ),
                 };
@@ -91,7 +101,12 @@ impl Run<'_> {
             let migrator_db = match migrator_db {
                 Some(db) => db,
                 None => match sandbox.fresh_database_owned_by(sessions.owner()) {
-                    Ok(db) => db,
+                    Ok(db) => {
+                        // As on the base; a failure shows as the migrator's.
+                        let url = sessions.migrator(db.url());
+                        let _ = crate::migrate::history::prepare_rehearsal(&url, catalog.layout);
+                        db
+                    }
                     Err(e) => {
                         out.push((
                             catalog.migrations().first().map_or(0, |m| m.version),

@@ -1,0 +1,233 @@
+//! The migration folders rollsafe reads: one file per tool's layout.
+//!
+//! Each layout (diesel, sqlx, golang-migrate, refinery, Flyway, goose,
+//! dbmate, Atlas, Prisma, Sqitch) is a [`LayoutReader`] in its own file:
+//! it says which files of a folder are its own (detection), and reads the
+//! folder the way its tool does — which files are migrations, in which
+//! order, the up SQL only (down, undo and revert sections are never read),
+//! whether the tool runs each one in a transaction, and the version and
+//! label the tool itself shows. The catalog turns those [`Step`]s into
+//! [`super::Migration`]s; nothing here touches a database.
+//!
+//! A step's SQL keeps the file's line numbers: the lines a tool does not run
+//! (a goose Down section, a dbmate annotation, a Sqitch script's own
+//! `BEGIN`/`COMMIT`) are blanked, not removed, so `file:line` in a finding
+//! points at the line in the user's file.
+//!
+//! Not here: directives (`-- rollsafe:`, read by the catalog for every
+//! layout alike), history tables (`migrate`).
+
+use std::collections::BTreeMap;
+
+use super::{CatalogError, Layout};
+
+mod atlas;
+mod dbmate;
+mod diesel;
+mod flyway;
+mod golang_migrate;
+mod goose;
+mod prisma;
+pub(crate) mod refinery;
+mod sqitch;
+mod sqlx;
+
+/// A migration folder as read from disk (or the embedded set): every file
+/// a layout may need, by path relative to the folder, `/`-separated.
+#[derive(Debug, Default, Clone)]
+pub struct Folder {
+    pub files: BTreeMap<String, Vec<u8>>,
+}
+
+impl Folder {
+    /// The `.sql` files directly in the folder, by name.
+    pub fn top_level_sql(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        self.files
+            .iter()
+            .filter(|(p, _)| !p.contains('/') && p.ends_with(".sql"))
+            .map(|(p, b)| (p.as_str(), b.as_slice()))
+    }
+
+    /// The sub-folders (one level) holding a file named `file`, by name;
+    /// folders whose name starts with `.` are skipped, as the tools do.
+    pub fn dirs_with(&self, file: &str) -> Vec<&str> {
+        self.files
+            .keys()
+            .filter_map(|p| p.strip_suffix(file)?.strip_suffix('/'))
+            .filter(|d| !d.contains('/') && !d.starts_with('.'))
+            .collect()
+    }
+
+    pub fn has(&self, path: &str) -> bool {
+        self.files.contains_key(path)
+    }
+
+    /// The file at `path` as text; None when there is no such file.
+    pub fn text(&self, path: &str) -> Result<Option<String>, CatalogError> {
+        self.files
+            .get(path)
+            .map(|b| utf8(path, b.clone()))
+            .transpose()
+    }
+}
+
+/// `bytes` as UTF-8, or the error that names the file and the byte.
+pub fn utf8(file: &str, bytes: Vec<u8>) -> Result<String, CatalogError> {
+    String::from_utf8(bytes).map_err(|e| CatalogError::NotUtf8 {
+        file: file.to_string(),
+        offset: e.utf8_error().valid_up_to(),
+    })
+}
+
+/// What a caller may add to what the folder says (`--placeholder`).
+#[derive(Debug, Default, Clone)]
+pub struct ReadOptions {
+    /// The layout to read the folder in (`--layout`, `rollsafe.toml`);
+    /// None: detected.
+    pub layout: Option<Layout>,
+    /// Flyway placeholder values (`--placeholder key=value`).
+    pub placeholders: BTreeMap<String, String>,
+}
+
+/// One migration as its layout reads it, before the catalog numbers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// The version the tool keeps in its history table: `20241025112826`
+    /// (diesel), `1.1` (Flyway), the change name (Sqitch), the folder name
+    /// (Prisma). Two steps with the same key are refused.
+    pub key: String,
+    /// What the tool shows and every message quotes: `V3`,
+    /// `2024-10-25-112826_make-unique`, `users@v1.0`.
+    pub label: String,
+    /// The name part, e.g. `make-unique`.
+    pub name: String,
+    /// The file run, relative to the folder: `2024-10-25-112826_x/up.sql`.
+    pub file: String,
+    /// The SQL the tool runs, with the file's line numbers.
+    pub sql: String,
+    /// The tool runs this migration outside a transaction.
+    pub no_transaction: bool,
+}
+
+/// How one tool lays out its migrations.
+pub trait LayoutReader: Sync {
+    /// The file-name pattern, for messages.
+    fn pattern(&self) -> &'static str;
+    /// The files of `folder` that only this layout has (one is enough to
+    /// detect it); empty when the folder is not this layout's.
+    fn claims(&self, folder: &Folder) -> Vec<String>;
+    /// The migrations in the tool's order, up SQL only. A file the layout
+    /// cannot read is refused ([`unreadable`]).
+    fn read(&self, folder: &Folder, options: &ReadOptions) -> Result<Vec<Step>, CatalogError>;
+}
+
+/// The reader of `layout`.
+pub fn reader(layout: Layout) -> &'static dyn LayoutReader {
+    match layout {
+        Layout::Refinery => &refinery::Refinery,
+        Layout::Sqlx => &sqlx::Sqlx,
+        Layout::GolangMigrate => &golang_migrate::GolangMigrate,
+        Layout::Diesel => &diesel::Diesel,
+        Layout::Goose => &goose::Goose,
+        Layout::Dbmate => &dbmate::Dbmate,
+        Layout::Atlas => &atlas::Atlas,
+        Layout::Flyway => &flyway::Flyway,
+        Layout::Prisma => &prisma::Prisma,
+        Layout::Sqitch => &sqitch::Sqitch,
+    }
+}
+
+/// The layout of `folder`: the one every migration file belongs to.
+/// Files two layouts claim are refused, since the order would be a guess.
+pub fn detect(source: &str, folder: &Folder) -> Result<Option<Layout>, CatalogError> {
+    let found: Vec<(Layout, String)> = Layout::ALL
+        .into_iter()
+        .filter_map(|l| {
+            let mut claims = reader(l).claims(folder);
+            claims.sort();
+            claims.into_iter().next().map(|first| (l, first))
+        })
+        .collect();
+    match found.as_slice() {
+        [] => Ok(None),
+        [(layout, _)] => Ok(Some(*layout)),
+        _ => Err(CatalogError::MixedLayouts {
+            dir: source.to_string(),
+            found: found
+                .iter()
+                .map(|(l, f)| format!("{f} is {l}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
+    }
+}
+
+/// `{digits}_{name}`: the version (digits, as written) and the name.
+/// Names may hold letters, digits, `_`, `-` and `.`.
+pub fn digits_and_name(stem: &str) -> Option<(&str, &str)> {
+    let (version, name) = stem.split_once('_')?;
+    if version.is_empty() || !version.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    {
+        return None;
+    }
+    Some((version, name))
+}
+
+/// The error for a file `layout` cannot read: refused by name, saying
+/// whether the layout was given or detected.
+pub fn unreadable(file: &str, layout: Layout, options: &ReadOptions) -> CatalogError {
+    let pattern = reader(layout).pattern();
+    match options.layout {
+        Some(_) => CatalogError::NotInLayout {
+            file: file.to_string(),
+            layout,
+            pattern,
+        },
+        None => CatalogError::BadName {
+            file: file.to_string(),
+            expected: format!("a {layout} name like the folder's other files: {pattern}"),
+        },
+    }
+}
+
+/// Sorts by a numeric version (as written: `0002` is 2) and refuses none:
+/// duplicates are the catalog's to report.
+pub fn sort_numeric(steps: &mut [Step]) {
+    steps.sort_by(|a, b| {
+        numeric_key(&a.key)
+            .cmp(&numeric_key(&b.key))
+            .then(a.file.cmp(&b.file))
+    });
+}
+
+/// `0002` → (1, "2"): orders digit strings of any length numerically.
+fn numeric_key(key: &str) -> (usize, &str) {
+    let trimmed = key.trim_start_matches('0');
+    (trimmed.len(), trimmed)
+}
+
+/// The lines of `sql` kept where `keep(line_index)` holds; the others are
+/// blanked (their newline kept), so line numbers stay the file's.
+pub fn keep_lines(sql: &str, mut keep: impl FnMut(usize, &str) -> bool) -> String {
+    let mut out = String::with_capacity(sql.len());
+    for (i, line) in sql.split_inclusive('\n').enumerate() {
+        if keep(i, line) {
+            out.push_str(line);
+        } else if line.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// `-- <word>…` annotation lines: the text after `--`, trimmed; None for
+/// any other line.
+pub fn comment_body(line: &str) -> Option<&str> {
+    line.trim().strip_prefix("--").map(str::trim)
+}

@@ -1,0 +1,213 @@
+//! Atlas: `{version}.sql` or `{version}_{name}.sql` beside `atlas.sum`,
+//! ordered by file name. `atlas.sum` is Atlas's integrity file: its first
+//! line `h1:<sum>` covers the lines after it, one per file, `<file>
+//! h1:<hash>`, where each hash is the base64 SHA-256 of every file name and
+//! content up to and including that file (Atlas's `NewHashFile`). A folder
+//! whose files disagree with it is one Atlas itself refuses to run, and so
+//! does rollsafe, naming the file. Directives sit in the file's header and
+//! count only when a blank line separates the header from the statements:
+//! `-- atlas:txmode none` runs the file outside a transaction;
+//! `-- atlas:sum ignore` keeps the file's content out of the sum.
+
+use base64::Engine;
+use sha2::{Digest, Sha256};
+
+use super::{comment_body, unreadable, Folder, LayoutReader, ReadOptions, Step};
+use crate::catalog::{CatalogError, Layout};
+
+pub struct Atlas;
+
+pub const SUM_FILE: &str = "atlas.sum";
+
+/// `{version}[_{name}]` of an Atlas file name: the version is everything
+/// before the first `_`.
+fn version_and_name(file: &str) -> Option<(&str, &str)> {
+    let stem = file.strip_suffix(".sql")?;
+    let (version, name) = stem.split_once('_').unwrap_or((stem, ""));
+    (!version.is_empty() && version.bytes().all(|b| b.is_ascii_digit())).then_some((version, name))
+}
+
+/// The `atlas:` directives of the file's header (comment lines before the
+/// first blank line; none when no blank line follows them).
+fn header_directives(text: &str) -> Vec<String> {
+    let Some((header, _)) = text.split_once("\n\n") else {
+        return Vec::new();
+    };
+    let lines: Vec<&str> = header.lines().collect();
+    if !lines.iter().all(|l| l.trim_start().starts_with("--")) {
+        return Vec::new();
+    }
+    lines
+        .iter()
+        .filter_map(|l| comment_body(l)?.strip_prefix("atlas:"))
+        .map(|d| d.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+impl LayoutReader for Atlas {
+    fn pattern(&self) -> &'static str {
+        "<version>[_<name>].sql with atlas.sum"
+    }
+
+    fn claims(&self, folder: &Folder) -> Vec<String> {
+        if folder.has(SUM_FILE) {
+            return vec![SUM_FILE.to_string()];
+        }
+        // `20240313233558.sql`: no other layout names a file by its version alone.
+        folder
+            .top_level_sql()
+            .filter(|(f, _)| version_and_name(f).is_some_and(|(_, n)| n.is_empty()))
+            .map(|(f, _)| f.to_string())
+            .collect()
+    }
+
+    fn read(&self, folder: &Folder, options: &ReadOptions) -> Result<Vec<Step>, CatalogError> {
+        let mut steps = Vec::new();
+        for (file, bytes) in folder.top_level_sql() {
+            let (version, name) =
+                version_and_name(file).ok_or_else(|| unreadable(file, Layout::Atlas, options))?;
+            let sql = super::utf8(file, bytes.to_vec())?;
+            steps.push(Step {
+                key: version.to_string(),
+                label: version.to_string(),
+                name: name.to_string(),
+                file: file.to_string(),
+                no_transaction: header_directives(&sql).iter().any(|d| d == "txmode none"),
+                sql,
+            });
+        }
+        check_sum(folder, &steps)?;
+        Ok(steps)
+    }
+}
+
+/// Compares the files with `atlas.sum` as `atlas migrate apply` does.
+fn check_sum(folder: &Folder, steps: &[Step]) -> Result<(), CatalogError> {
+    let refused = |file: &str, why: String| CatalogError::Unreadable {
+        file: file.to_string(),
+        why,
+    };
+    let Some(sum) = folder.text(SUM_FILE)? else {
+        return Err(refused(
+            SUM_FILE,
+            "is missing, and Atlas refuses a migration folder without it; run `atlas migrate hash` and commit the file".into(),
+        ));
+    };
+    let mut lines = sum.lines();
+    let header = lines.next().unwrap_or("").trim().to_string();
+    let recorded: Vec<(String, String)> = lines
+        .filter(|l| !l.trim().is_empty())
+        .filter_map(|l| {
+            let (name, hash) = l.split_once("h1:")?;
+            Some((name.trim().to_string(), hash.trim().to_string()))
+        })
+        .collect();
+    let mut running = Sha256::new();
+    let mut computed = Vec::new();
+    for step in steps {
+        running.update(step.file.as_bytes());
+        if !header_directives(&step.sql)
+            .iter()
+            .any(|d| d == "sum ignore")
+        {
+            running.update(step.sql.as_bytes());
+        }
+        let hash = base64::engine::general_purpose::STANDARD.encode(running.clone().finalize());
+        computed.push((step.file.clone(), hash));
+    }
+    for (file, hash) in &computed {
+        match recorded.iter().find(|(n, _)| n == file) {
+            None => return Err(refused(file, "is not in atlas.sum, so Atlas refuses the folder (checksum mismatch); run `atlas migrate hash` after reviewing it".into())),
+            Some((_, h)) if h != hash => return Err(refused(file, "disagrees with its hash in atlas.sum (the file, or one before it, was edited after `atlas migrate hash`), so Atlas itself refuses to run this folder; restore the file, or run `atlas migrate hash` if the edit is meant".into())),
+            Some(_) => {}
+        }
+    }
+    if let Some((gone, _)) = recorded
+        .iter()
+        .find(|(n, _)| !computed.iter().any(|(f, _)| f == n))
+    {
+        return Err(refused(SUM_FILE, format!("lists {gone}, which is not in the folder, so Atlas refuses it; restore the file or run `atlas migrate hash`")));
+    }
+    let mut total = Sha256::new();
+    for (n, h) in &recorded {
+        total.update(n.as_bytes());
+        total.update(h.as_bytes());
+    }
+    let total = base64::engine::general_purpose::STANDARD.encode(total.finalize());
+    if header.strip_prefix("h1:") != Some(total.as_str()) {
+        return Err(refused(SUM_FILE, "has a first line that does not sum its other lines (edited by hand?), so Atlas refuses it; run `atlas migrate hash`".into()));
+    }
+    Ok(())
+}
+
+/// `atlas.sum` for `files` (name, content) in Atlas's order: what
+/// `atlas migrate hash` writes. For tests.
+#[cfg(test)]
+fn sum_file(files: &[(&str, &str)]) -> String {
+    let mut running = Sha256::new();
+    let mut lines = Vec::new();
+    let mut total = Sha256::new();
+    for (name, content) in files {
+        running.update(name.as_bytes());
+        running.update(content.as_bytes());
+        let hash = base64::engine::general_purpose::STANDARD.encode(running.clone().finalize());
+        total.update(name.as_bytes());
+        total.update(hash.as_bytes());
+        lines.push(format!("{name} h1:{hash}\n"));
+    }
+    format!(
+        "h1:{}\n{}",
+        base64::engine::general_purpose::STANDARD.encode(total.finalize()),
+        lines.concat()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn txmode_needs_its_blank_line() {
+        assert_eq!(
+            header_directives("-- atlas:txmode none\n\nCREATE INDEX CONCURRENTLY i ON t (a);"),
+            ["txmode none"]
+        );
+        assert!(
+            header_directives("-- atlas:txmode none\nCREATE INDEX CONCURRENTLY i ON t (a);")
+                .is_empty()
+        );
+        assert!(
+            header_directives("CREATE TABLE t ();\n-- atlas:txmode none\n\nSELECT 1;").is_empty()
+        );
+    }
+
+    #[test]
+    fn the_sum_is_checked_file_by_file() {
+        let files = [
+            ("1_a.sql", "CREATE TABLE a ();\n"),
+            ("2_b.sql", "CREATE TABLE b ();\n"),
+        ];
+        let mut folder = Folder::default();
+        for (n, c) in files {
+            folder.files.insert(n.into(), c.as_bytes().to_vec());
+        }
+        folder
+            .files
+            .insert(SUM_FILE.into(), sum_file(&files).into_bytes());
+        assert_eq!(
+            Atlas.read(&folder, &ReadOptions::default()).unwrap().len(),
+            2
+        );
+        folder
+            .files
+            .insert("2_b.sql".into(), b"CREATE TABLE b (x int);\n".to_vec());
+        let err = Atlas
+            .read(&folder, &ReadOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("2_b.sql: disagrees with its hash in atlas.sum"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,109 @@
+//! diesel: a folder per migration, `{version}_{name}/up.sql` (+ `down.sql`,
+//! never read, and an optional `metadata.toml`). The version is the folder
+//! name before its first `_` with every `-` removed (diesel's
+//! `version_from_string`), so `2024-10-25-112826_x`, `20140924113530_x` and
+//! `2026-07-30-140000-0000_x` are all versions, compared as strings, which is
+//! how diesel orders them. `metadata.toml` sets `run_in_transaction`; in
+//! diesel's code a file that exists without the key reads as `false`
+//! (`#[serde(default)] run_in_transaction: bool`; only a missing file
+//! defaults to `true`), and rollsafe follows it. Folders starting with `.`
+//! are skipped, as diesel skips them. `00000000000000_diesel_initial_setup`
+//! is an ordinary migration (the helper functions diesel's setup writes).
+
+use serde::Deserialize;
+
+use super::{Folder, LayoutReader, ReadOptions, Step};
+use crate::catalog::CatalogError;
+
+pub struct Diesel;
+
+const UP: &str = "up.sql";
+
+#[derive(Deserialize)]
+struct Metadata {
+    #[serde(default)]
+    run_in_transaction: bool,
+}
+
+/// diesel's version of a migration folder name.
+fn version(dir: &str) -> Option<String> {
+    let prefix = dir.split('_').next()?;
+    let version = prefix.replace('-', "");
+    (!version.is_empty() && version.bytes().all(|b| b.is_ascii_digit())).then_some(version)
+}
+
+impl LayoutReader for Diesel {
+    fn pattern(&self) -> &'static str {
+        "<version>_<name>/up.sql"
+    }
+
+    fn claims(&self, folder: &Folder) -> Vec<String> {
+        folder
+            .dirs_with(UP)
+            .into_iter()
+            .filter(|d| version(d).is_some())
+            .map(|d| format!("{d}/{UP}"))
+            .collect()
+    }
+
+    fn read(&self, folder: &Folder, _options: &ReadOptions) -> Result<Vec<Step>, CatalogError> {
+        let mut steps = Vec::new();
+        for dir in folder.dirs_with(UP) {
+            let file = format!("{dir}/{UP}");
+            let key = version(dir).ok_or_else(|| CatalogError::Unreadable {
+                file: file.clone(),
+                why: "the folder name does not start with a version (YYYY-MM-DD-HHMMSS_name or 14 digits_name), so diesel cannot order it; rename the folder".into(),
+            })?;
+            let sql = folder.text(&file)?.unwrap_or_default();
+            let metadata = format!("{dir}/metadata.toml");
+            let run_in_transaction = match folder.text(&metadata)? {
+                None => true,
+                Some(text) => {
+                    toml::from_str::<Metadata>(&text)
+                        .map_err(|e| CatalogError::Unreadable {
+                            file: metadata.clone(),
+                            why: format!(
+                                "is not the metadata diesel reads ({}); write `run_in_transaction = true` or `false`",
+                                e.message()
+                            ),
+                        })?
+                        .run_in_transaction
+                }
+            };
+            steps.push(Step {
+                key,
+                label: dir.to_string(),
+                name: dir.split_once('_').map_or("", |(_, n)| n).to_string(),
+                file,
+                sql,
+                no_transaction: !run_in_transaction,
+            });
+        }
+        steps.sort_by(|a, b| a.key.cmp(&b.key).then(a.file.cmp(&b.file)));
+        Ok(steps)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_drop_dashes_and_metadata_without_the_key_is_false() {
+        assert_eq!(
+            version("2024-10-25-112826_x").as_deref(),
+            Some("20241025112826")
+        );
+        assert_eq!(
+            version("2026-07-30-140000-0000_x").as_deref(),
+            Some("202607301400000000")
+        );
+        assert_eq!(
+            version("00000000000000_diesel_initial_setup").as_deref(),
+            Some("00000000000000")
+        );
+        assert_eq!(version("init"), None);
+        let m: Metadata = toml::from_str("# nothing set\n").unwrap();
+        assert!(!m.run_in_transaction);
+    }
+}

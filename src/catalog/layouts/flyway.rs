@@ -1,0 +1,220 @@
+//! Flyway: `V{version}__{description}.sql` with dotted versions (`V1.1__`,
+//! `V1_1__` is the same version), ordered by their numeric parts (`1` <
+//! `1.1` < `2`; `1.0` = `1`); `R__{description}.sql` repeatables run after
+//! every versioned one, by description (a rehearsal from empty runs each
+//! once); `U{version}__` undo files are never read (rollsafe never goes
+//! down); a baseline `B{version}__` is refused (it replaces earlier
+//! versions only on an empty database, a choice rollsafe does not guess).
+//! `{file}.conf` with `executeInTransaction=false` runs the file outside a
+//! transaction. `${name}` placeholders are replaced with the values given
+//! by `--placeholder name=value`; one without a value is refused by name.
+
+use std::collections::BTreeMap;
+
+use super::{Folder, LayoutReader, ReadOptions, Step};
+use crate::catalog::CatalogError;
+
+pub struct Flyway;
+
+/// What a Flyway file name is.
+#[derive(Debug, PartialEq, Eq)]
+enum Kind<'a> {
+    Versioned {
+        parts: Vec<u64>,
+        written: &'a str,
+        description: &'a str,
+    },
+    Repeatable {
+        description: &'a str,
+    },
+    Undo,
+    Baseline,
+}
+
+fn kind(file: &str) -> Option<Kind<'_>> {
+    let stem = file.strip_suffix(".sql")?;
+    if let Some(description) = stem.strip_prefix("R__") {
+        return (!description.is_empty()).then_some(Kind::Repeatable { description });
+    }
+    let prefix = stem.chars().next()?;
+    let (written, description) = stem[1..].split_once("__")?;
+    let parts: Vec<u64> = written
+        .split(['.', '_'])
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
+    if description.is_empty() {
+        return None;
+    }
+    match prefix {
+        'V' => Some(Kind::Versioned {
+            parts,
+            written,
+            description,
+        }),
+        'U' => Some(Kind::Undo),
+        'B' => Some(Kind::Baseline),
+        _ => None,
+    }
+}
+
+/// Versions compare by parts, trailing zeros ignored (`1.0` = `1`).
+fn normalized(parts: &[u64]) -> Vec<u64> {
+    let mut parts = parts.to_vec();
+    while parts.len() > 1 && parts.last() == Some(&0) {
+        parts.pop();
+    }
+    parts
+}
+
+/// What only Flyway has: a repeatable, an undo or baseline file, a dotted
+/// version, a `.sql.conf`, a description refinery would refuse.
+fn flyway_only(folder: &Folder, file: &str) -> bool {
+    match kind(file) {
+        Some(Kind::Versioned {
+            written,
+            description,
+            ..
+        }) => {
+            !written.bytes().all(|b| b.is_ascii_digit())
+                || folder.has(&format!("{file}.conf"))
+                || !description.chars().all(|c| c.is_alphanumeric() || c == '_')
+        }
+        Some(_) => true,
+        None => false,
+    }
+}
+
+impl LayoutReader for Flyway {
+    fn pattern(&self) -> &'static str {
+        "V<version>__<description>.sql, R__<description>.sql"
+    }
+
+    fn claims(&self, folder: &Folder) -> Vec<String> {
+        let top: Vec<&str> = folder.top_level_sql().map(|(f, _)| f).collect();
+        if !top.iter().any(|f| flyway_only(folder, f)) {
+            return Vec::new();
+        }
+        top.into_iter()
+            .filter(|f| kind(f).is_some())
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn read(&self, folder: &Folder, options: &ReadOptions) -> Result<Vec<Step>, CatalogError> {
+        let mut versioned = Vec::new();
+        let mut repeatable = Vec::new();
+        for (file, bytes) in folder.top_level_sql() {
+            let refused = |why: &str| CatalogError::Unreadable {
+                file: file.to_string(),
+                why: why.to_string(),
+            };
+            let kind = kind(file)
+                .ok_or_else(|| super::unreadable(file, crate::catalog::Layout::Flyway, options))?;
+            if kind == Kind::Undo {
+                continue;
+            }
+            let text = super::utf8(file, bytes.to_vec())?;
+            let no_transaction = execute_outside_transaction(folder, file)?;
+            let sql = replace_placeholders(file, &text, &options.placeholders)?;
+            match kind {
+                Kind::Undo => unreachable!("skipped above"),
+                Kind::Baseline => return Err(refused("is a Flyway baseline migration, which replaces the versions before it on an empty database only; rehearse the versioned files (move the baseline out) or the baseline alone")),
+                Kind::Versioned { parts, written, description } => versioned.push((
+                    normalized(&parts),
+                    Step {
+                        key: normalized(&parts).iter().map(u64::to_string).collect::<Vec<_>>().join("."),
+                        label: format!("V{written}"),
+                        name: description.to_string(),
+                        file: file.to_string(),
+                        sql,
+                        no_transaction,
+                    },
+                )),
+                Kind::Repeatable { description } => repeatable.push(Step {
+                    key: format!("R__{description}"),
+                    label: format!("R__{description}"),
+                    name: description.to_string(),
+                    file: file.to_string(),
+                    sql,
+                    no_transaction,
+                }),
+            }
+        }
+        versioned.sort_by(|a, b| a.0.cmp(&b.0));
+        repeatable.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(versioned
+            .into_iter()
+            .map(|(_, s)| s)
+            .chain(repeatable)
+            .collect())
+    }
+}
+
+/// `{file}.conf` says `executeInTransaction=false`.
+fn execute_outside_transaction(folder: &Folder, file: &str) -> Result<bool, CatalogError> {
+    let conf = format!("{file}.conf");
+    Ok(folder.text(&conf)?.is_some_and(|text| {
+        text.lines().any(|l| {
+            l.split_once('=').is_some_and(|(k, v)| {
+                k.trim() == "executeInTransaction" && v.trim().eq_ignore_ascii_case("false")
+            })
+        })
+    }))
+}
+
+/// `${name}` replaced with its given value; one without a value is refused.
+fn replace_placeholders(
+    file: &str,
+    text: &str,
+    values: &BTreeMap<String, String>,
+) -> Result<String, CatalogError> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        let Some(len) = rest[start + 2..].find('}') else {
+            break;
+        };
+        let name = &rest[start + 2..start + 2 + len];
+        let value = values.get(name).ok_or_else(|| CatalogError::Unreadable {
+            file: file.to_string(),
+            why: format!(
+                "line {}: Flyway placeholder `${{{name}}}` has no value; pass --placeholder {name}=<value> (the value Flyway's configuration gives it)",
+                text[..text.len() - rest.len() + start].lines().count().max(1)
+            ),
+        })?;
+        out.push_str(&rest[..start]);
+        out.push_str(value);
+        rest = &rest[start + 2 + len + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_versions_and_placeholders() {
+        assert!(
+            matches!(kind("V1_1__x.sql"), Some(Kind::Versioned { ref parts, .. }) if parts == &[1, 1])
+        );
+        assert_eq!(
+            kind("R__views.sql"),
+            Some(Kind::Repeatable {
+                description: "views"
+            })
+        );
+        assert_eq!(kind("U2__x.sql"), Some(Kind::Undo));
+        assert_eq!(kind("V1.x__x.sql"), None);
+        assert_eq!(normalized(&[1, 0]), [1]);
+        let values = BTreeMap::from([("schema".to_string(), "app".to_string())]);
+        assert_eq!(
+            replace_placeholders("V1__a.sql", "CREATE TABLE ${schema}.t ();", &values).unwrap(),
+            "CREATE TABLE app.t ();"
+        );
+        let err = replace_placeholders("V1__a.sql", "\nGRANT SELECT ON t TO ${reader};", &values)
+            .unwrap_err();
+        assert!(err.to_string().contains("line 2: Flyway placeholder `${reader}` has no value; pass --placeholder reader=<value>"), "{err}");
+    }
+}

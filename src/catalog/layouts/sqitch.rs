@@ -1,0 +1,269 @@
+//! Sqitch: `sqitch.plan` orders the changes (not the file names); each
+//! change `name` deploys `deploy/name.sql`, is checked by `verify/name.sql`
+//! and undone by `revert/name.sql` (never read). A change reworked after a
+//! tag appears in the plan twice: its earlier instance deploys
+//! `deploy/name@tag.sql` (`tag` = the first tag after it), its latest
+//! `deploy/name.sql`; the earlier one is labelled `name@tag`. Tags
+//! (`@v1.0 …` lines) order nothing themselves.
+//!
+//! `sqitch.conf`'s `[core] top_dir` (e.g. `./sql`) moves the plan and the
+//! script folders under it, as Sqitch reads them.
+//!
+//! Sqitch runs a script through `psql` as it is: the script's own
+//! `BEGIN … COMMIT` is its transaction. rollsafe runs the statements
+//! between them in its own transaction (the one it measures), so those two
+//! statements are blanked; a script without them runs outside a
+//! transaction, as Sqitch runs it.
+
+use super::{Folder, LayoutReader, ReadOptions, Step};
+use crate::catalog::CatalogError;
+
+pub struct Sqitch;
+
+pub const PLAN: &str = "sqitch.plan";
+const CONF: &str = "sqitch.conf";
+
+/// `[core] top_dir` of `sqitch.conf`, as a path prefix (`sql/`; empty
+/// when unset).
+fn top_dir(folder: &Folder) -> Result<String, CatalogError> {
+    let Some(conf) = folder.text(CONF)? else {
+        return Ok(String::new());
+    };
+    let mut in_core = false;
+    for line in conf.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_core = line == "[core]";
+        } else if let Some((key, value)) = line.split_once('=') {
+            if in_core && key.trim() == "top_dir" {
+                let dir = value
+                    .trim()
+                    .trim_matches('"')
+                    .trim_start_matches("./")
+                    .trim_end_matches('/');
+                return Ok(if dir.is_empty() || dir == "." {
+                    String::new()
+                } else {
+                    format!("{dir}/")
+                });
+            }
+        }
+    }
+    Ok(String::new())
+}
+
+/// One line of the plan that deploys a change.
+#[derive(Debug, PartialEq, Eq)]
+struct Change {
+    name: String,
+    line: usize,
+}
+
+/// The plan's entries in order: changes, and the tags between them.
+#[derive(Debug, PartialEq, Eq)]
+enum Entry {
+    Change(Change),
+    Tag(String),
+}
+
+fn parse_plan(text: &str) -> Result<Vec<Entry>, CatalogError> {
+    let mut entries = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with('%') {
+            continue;
+        }
+        let first = line.split_whitespace().next().unwrap_or("");
+        if let Some(tag) = first.strip_prefix('@') {
+            entries.push(Entry::Tag(tag.to_string()));
+            continue;
+        }
+        if first.starts_with('-') {
+            return Err(CatalogError::Unreadable {
+                file: PLAN.into(),
+                why: format!("line {}: `{first}` is a revert entry in the plan; rollsafe rehearses deploys only: rehearse the plan without it", i + 1),
+            });
+        }
+        let name = first.trim_start_matches('+');
+        if name.is_empty() {
+            return Err(CatalogError::Unreadable {
+                file: PLAN.into(),
+                why: format!("line {}: a change line without a name", i + 1),
+            });
+        }
+        entries.push(Entry::Change(Change {
+            name: name.to_string(),
+            line: i + 1,
+        }));
+    }
+    Ok(entries)
+}
+
+/// (label, deploy script) of each change, in plan order.
+fn scripts(entries: &[Entry]) -> Result<Vec<(String, String, String)>, CatalogError> {
+    let mut out = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let Entry::Change(change) = entry else {
+            continue;
+        };
+        let reworked_later = entries[i + 1..]
+            .iter()
+            .any(|e| matches!(e, Entry::Change(c) if c.name == change.name));
+        if !reworked_later {
+            out.push((
+                change.name.clone(),
+                change.name.clone(),
+                format!("deploy/{}.sql", change.name),
+            ));
+            continue;
+        }
+        let tag = entries[i + 1..].iter().find_map(|e| match e {
+            Entry::Tag(t) => Some(t),
+            _ => None,
+        });
+        let Some(tag) = tag else {
+            return Err(CatalogError::Unreadable {
+                file: PLAN.into(),
+                why: format!("line {}: `{}` appears again later without a tag between (Sqitch reworks a change only after a tag)", change.line, change.name),
+            });
+        };
+        let label = format!("{}@{tag}", change.name);
+        out.push((
+            label.clone(),
+            change.name.clone(),
+            format!("deploy/{label}.sql"),
+        ));
+    }
+    Ok(out)
+}
+
+/// Sqitch runs scripts through psql, so a script may hold psql's own
+/// commands (`\set x `cat file``, `\i`, `\copy`): they read files and run
+/// shell commands, which nothing from a pull request may do in rollsafe's
+/// sandbox, and the server cannot run them. Refused with the line.
+fn refuse_psql_commands(file: &str, text: &str) -> Result<(), CatalogError> {
+    match text
+        .lines()
+        .enumerate()
+        .find(|(_, l)| l.trim_start().starts_with('\\'))
+    {
+        Some((i, line)) => Err(CatalogError::Unreadable {
+            file: file.to_string(),
+            why: format!(
+                "line {}: `{}` is a psql command (Sqitch runs scripts through psql); rollsafe runs SQL only and never runs a script's shell or file commands: put the value in the SQL itself to rehearse this history",
+                i + 1,
+                line.split_whitespace().next().unwrap_or("\\")
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The script with its own top-level `BEGIN` and `COMMIT` blanked, and
+/// whether it had them (else it runs outside a transaction).
+fn strip_own_transaction(sql: &str) -> (String, bool) {
+    let split = crate::sql::split(sql);
+    let control: Vec<&crate::sql::Statement> = split
+        .statements
+        .iter()
+        .filter(|s| {
+            let word = s
+                .text
+                .split_whitespace()
+                .next()
+                .unwrap_or("")
+                .to_ascii_uppercase();
+            matches!(word.as_str(), "BEGIN" | "COMMIT" | "START")
+                && s.text.split_whitespace().count() <= 2
+        })
+        .collect();
+    if !split.exact || control.is_empty() {
+        return (sql.to_string(), false);
+    }
+    let mut out = sql.to_string();
+    for s in control {
+        // Blank the statement and its `;`, keeping newlines and offsets.
+        let end = sql[s.end..].find(';').map_or(s.end, |i| s.end + i + 1);
+        out.replace_range(s.start..end, &" ".repeat(end - s.start));
+    }
+    (out, true)
+}
+
+impl LayoutReader for Sqitch {
+    fn pattern(&self) -> &'static str {
+        "sqitch.plan with deploy/<change>.sql"
+    }
+
+    fn claims(&self, folder: &Folder) -> Vec<String> {
+        [PLAN, CONF]
+            .into_iter()
+            .filter(|f| folder.has(f))
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn read(&self, folder: &Folder, _options: &ReadOptions) -> Result<Vec<Step>, CatalogError> {
+        let top = top_dir(folder)?;
+        let plan_file = format!("{top}{PLAN}");
+        let plan = folder.text(&plan_file)?.ok_or_else(|| CatalogError::Unreadable {
+            file: plan_file.clone(),
+            why: "is missing: a Sqitch project orders its changes in it; pass the folder that holds sqitch.plan".into(),
+        })?;
+        let mut steps = Vec::new();
+        for (label, name, file) in scripts(&parse_plan(&plan)?)? {
+            let file = format!("{top}{file}");
+            let text = folder.text(&file)?.ok_or_else(|| CatalogError::Unreadable {
+                file: file.clone(),
+                why: format!("is missing, and sqitch.plan deploys `{label}` from it; add the script or remove the change from the plan"),
+            })?;
+            refuse_psql_commands(&file, &text)?;
+            let (sql, own_transaction) = strip_own_transaction(&text);
+            steps.push(Step {
+                key: label.clone(),
+                label,
+                name,
+                file,
+                sql,
+                no_transaction: !own_transaction,
+            });
+        }
+        Ok(steps)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_order_tags_and_rework() {
+        let plan = "%syntax-version=1.0.0\n%project=shop\n\nschema 2024-01-01T00:00:00Z A <a@x> # schema\nusers [schema] 2024-01-02T00:00:00Z A <a@x> # users\n@v1.0 2024-01-03T00:00:00Z A <a@x> # tag\nusers [users@v1.0] 2024-02-01T00:00:00Z A <a@x> # reworked\n";
+        let s = scripts(&parse_plan(plan).unwrap()).unwrap();
+        let files: Vec<&str> = s.iter().map(|(_, _, f)| f.as_str()).collect();
+        assert_eq!(
+            files,
+            [
+                "deploy/schema.sql",
+                "deploy/users@v1.0.sql",
+                "deploy/users.sql"
+            ]
+        );
+        assert_eq!(s[1].0, "users@v1.0");
+    }
+
+    #[test]
+    fn own_begin_commit_is_blanked() {
+        let (sql, own) =
+            strip_own_transaction("-- Deploy x\nBEGIN;\nCREATE TABLE t (a int);\nCOMMIT;\n");
+        assert!(own);
+        assert_eq!(sql.lines().nth(2), Some("CREATE TABLE t (a int);"));
+        assert!(!sql.contains("BEGIN") && !sql.contains("COMMIT"));
+        assert!(!strip_own_transaction("CREATE INDEX CONCURRENTLY IF NOT EXISTS i ON t (a);").1);
+        let err =
+            refuse_psql_commands("deploy/t.sql", "-- x\n\\set v `cat f`\nSELECT 1;").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("deploy/t.sql: line 2: `\\set` is a psql command"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,65 @@
+//! sqlx: `{version}_{description}.sql` (version an `i64`), or the
+//! reversible `.up.sql`/`.down.sql` pair (the down file is never read).
+//! A file whose first bytes are `-- no-transaction` runs outside a
+//! transaction (sqlx's own rule: the prefix, nothing before it).
+
+use super::{digits_and_name, sort_numeric, unreadable, Folder, LayoutReader, ReadOptions, Step};
+use crate::catalog::{CatalogError, Layout};
+
+pub struct Sqlx;
+
+/// `{digits}_{name}.sql` that no other flat layout marks as its own
+/// (goose and dbmate annotations, golang-migrate's `.up`/`.down`, an
+/// `atlas.sum` beside it).
+fn is_plain(folder: &Folder, file: &str, bytes: &[u8]) -> bool {
+    let Some(stem) = file.strip_suffix(".sql") else {
+        return false;
+    };
+    !stem.ends_with(".up")
+        && !stem.ends_with(".down")
+        && !folder.has(super::atlas::SUM_FILE)
+        && !super::goose::is_goose(bytes)
+        && !super::dbmate::is_dbmate(bytes)
+        && digits_and_name(stem).is_some()
+}
+
+impl LayoutReader for Sqlx {
+    fn pattern(&self) -> &'static str {
+        "<version>_<name>.sql"
+    }
+
+    fn claims(&self, folder: &Folder) -> Vec<String> {
+        folder
+            .top_level_sql()
+            .filter(|(f, b)| is_plain(folder, f, b))
+            .map(|(f, _)| f.to_string())
+            .collect()
+    }
+
+    fn read(&self, folder: &Folder, options: &ReadOptions) -> Result<Vec<Step>, CatalogError> {
+        let mut steps = Vec::new();
+        for (file, bytes) in folder.top_level_sql() {
+            let stem = file.strip_suffix(".sql").unwrap_or(file);
+            if stem.ends_with(".down") {
+                continue;
+            }
+            let stem = stem.strip_suffix(".up").unwrap_or(stem);
+            let (version, name) =
+                digits_and_name(stem).ok_or_else(|| unreadable(file, Layout::Sqlx, options))?;
+            let version: i64 = version
+                .parse()
+                .map_err(|_| unreadable(file, Layout::Sqlx, options))?;
+            let sql = super::utf8(file, bytes.to_vec())?;
+            steps.push(Step {
+                key: version.to_string(),
+                label: version.to_string(),
+                name: name.to_string(),
+                file: file.to_string(),
+                no_transaction: sql.starts_with("-- no-transaction"),
+                sql,
+            });
+        }
+        sort_numeric(&mut steps);
+        Ok(steps)
+    }
+}

@@ -1,0 +1,92 @@
+//! The way out of an apply error that is not the migration's fault but the
+//! rehearsal's setting: a migration that needs a superuser migrator
+//! (`ALTER TABLE … DISABLE TRIGGER ALL` touches system triggers, `CREATE
+//! EXTENSION` of an untrusted one), or syntax a newer PostgreSQL major
+//! accepts (16 allows a subquery in FROM without an alias). Shared by
+//! `verify`'s findings and its base apply (`--since`), so the same error
+//! names the same flag everywhere.
+
+/// What to do about an apply error with `sqlstate` and `message` from a
+/// file whose statement is `statement` (when known); None when the error
+/// is the migration's own.
+pub fn advice(sqlstate: Option<&str>, message: &str, statement: Option<&str>) -> Option<String> {
+    match sqlstate? {
+        // insufficient_privilege
+        "42501" if needs_superuser(message) => Some(
+            "this needs a superuser (rollsafe's migrator is not one by default); if production's migrator is a superuser, pass --migrator-superuser (or `migrator_superuser = true` in rollsafe.toml)".into(),
+        ),
+        // syntax_error
+        "42601" if message.contains("subquery in FROM must have an alias") => Some(
+            "this parses on PostgreSQL 16 and later (a subquery in FROM without an alias); if production runs 16 or later, rehearse on it: --postgres-version 16".into(),
+        ),
+        "42601" if statement.is_some_and(parses_with_a_newer_grammar) => Some(
+            "squawk's PostgreSQL 18 grammar accepts this statement: if production runs a newer major than this sandbox, rehearse on it (--postgres-version 16, 17 or 18); otherwise fix the SQL".into(),
+        ),
+        _ => None,
+    }
+}
+
+/// `message` with [`advice`] appended after `; `, for errors that are one
+/// line of text.
+pub fn with_advice(message: String, sqlstate: Option<&str>, sql: &str) -> String {
+    match advice(sqlstate, &message, Some(sql)) {
+        Some(a) => format!("{message}; {a}"),
+        None => message,
+    }
+}
+
+/// Privilege errors only a superuser gets past (a missing GRANT is the
+/// migration's or the app role's business, not this).
+fn needs_superuser(message: &str) -> bool {
+    [
+        "is a system trigger",
+        "must be superuser",
+        "permission denied to create extension",
+        "permission denied for language",
+        "only superuser",
+        "must have the SUPERUSER attribute",
+    ]
+    .iter()
+    .any(|m| message.contains(m))
+}
+
+fn parses_with_a_newer_grammar(sql: &str) -> bool {
+    let split = crate::sql::split(sql);
+    split.exact && !split.statements.is_empty() && split.statements.iter().all(|s| s.parsed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_the_flag_that_gets_past_the_error() {
+        let a = advice(
+            Some("42501"),
+            r#"permission denied: "RI_ConstraintTrigger_c_18299" is a system trigger"#,
+            None,
+        )
+        .unwrap();
+        assert!(a.contains("--migrator-superuser"), "{a}");
+        assert_eq!(
+            advice(Some("42501"), "permission denied for table t", None),
+            None
+        );
+        let a = advice(Some("42601"), "subquery in FROM must have an alias", None).unwrap();
+        assert!(
+            a.starts_with("this parses on PostgreSQL 16 and later")
+                && a.ends_with("--postgres-version 16"),
+            "{a}"
+        );
+        assert!(advice(
+            Some("42601"),
+            "syntax error at or near \"x\"",
+            Some("SELEC x")
+        )
+        .is_none());
+        assert_eq!(
+            advice(Some("42P01"), "relation \"t\" does not exist", None),
+            None
+        );
+    }
+}

@@ -1,0 +1,692 @@
+//! Every tool's migration folder, read the way its tool reads it and
+//! rehearsed end to end: one fixture per layout under
+//! `tests/fixtures/layouts/` (a small shop: customers, orders, an index
+//! built concurrently, a column added), each with a down/undo/revert part
+//! that would break the run if it were executed, a step the tool runs
+//! outside a transaction, and an ordering trap (diesel's two version
+//! spellings, goose's 2 before 10, Flyway's V1.1 and its repeatable after
+//! V10, Sqitch's plan order and rework, sqlx's longer version).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{ensure, Context};
+use libtest_mimic::Trial;
+use rollsafe::catalog::{Catalog, Layout, ReadOptions};
+use rollsafe::migrate;
+use rollsafe::verify::Verify;
+
+use crate::common::{cli, repo_root, TestEnv};
+
+pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
+    crate::trials!(
+        "layouts",
+        env,
+        [
+            diesel_folders_in_version_order,
+            goose_up_sections_only,
+            dbmate_up_sections_only,
+            sqlx_reversible_pairs_with_no_transaction,
+            golang_migrate_up_files,
+            atlas_with_its_sum_and_txmode,
+            flyway_dotted_versions_repeatables_and_placeholders,
+            prisma_folders,
+            sqitch_plan_order_and_rework,
+            a_folder_mixing_layouts_is_refused,
+            an_edited_atlas_file_is_refused_as_atlas_refuses_it,
+            flyway_placeholder_without_a_value_is_refused_by_the_cli,
+            diesel_migrate_records_diesel_rows_and_status_reads_them,
+            an_applied_unrerunnable_file_does_not_block_pending_ones,
+            a_300_migration_diesel_history_reads_applies_and_rehearses_its_newest,
+        ]
+    )
+}
+
+const ROWS: u64 = 1000;
+
+fn fixture(layout: &str) -> PathBuf {
+    repo_root().join("tests/fixtures/layouts").join(layout)
+}
+
+/// (label, file, runs outside a transaction) of each migration, in order.
+fn read(catalog: &Catalog) -> Vec<(String, String, bool)> {
+    catalog
+        .migrations()
+        .iter()
+        .map(|m| (m.label.clone(), m.file.clone(), m.no_transaction()))
+        .collect()
+}
+
+fn expect_read(
+    catalog: &Catalog,
+    layout: Layout,
+    expected: &[(&str, &str, bool)],
+) -> anyhow::Result<()> {
+    ensure!(
+        catalog.layout == layout,
+        "read as {}, not {layout}",
+        catalog.layout
+    );
+    let got = read(catalog);
+    let want: Vec<(String, String, bool)> = expected
+        .iter()
+        .map(|(l, f, n)| (l.to_string(), f.to_string(), *n))
+        .collect();
+    ensure!(
+        got == want,
+        "migrations read:\n{got:#?}\nexpected:\n{want:#?}"
+    );
+    Ok(())
+}
+
+/// Rehearses `catalog` on the suite's server: zero errors, every
+/// migration rehearsed under its label.
+fn rehearse_clean(env: &TestEnv, catalog: Catalog) -> anyhow::Result<()> {
+    let labels: Vec<String> = catalog
+        .migrations()
+        .iter()
+        .map(|m| m.label.clone())
+        .collect();
+    let report = Verify::new(catalog)?.rows(ROWS).run(&env.sandbox)?;
+    let errors: Vec<String> = report
+        .errors()
+        .map(|f| format!("{:?} {}: {}", f.migration, f.id, f.message))
+        .collect();
+    ensure!(report.passed && errors.is_empty(), "errors: {errors:#?}");
+    // The report leaves a label out when it is `V<version>`.
+    let rehearsed: Vec<String> = report
+        .migrations
+        .iter()
+        .map(|m| match m.label.as_str() {
+            "" => format!("V{}", m.version),
+            l => l.to_string(),
+        })
+        .collect();
+    ensure!(
+        rehearsed == labels,
+        "rehearsed {rehearsed:?}, read {labels:?}"
+    );
+    let applied = report
+        .findings
+        .iter()
+        .filter(|f| f.id == "apply.applies")
+        .count();
+    ensure!(
+        applied == labels.len(),
+        "{applied} apply.applies findings for {} migrations",
+        labels.len()
+    );
+    Ok(())
+}
+
+fn diesel_folders_in_version_order(env: &TestEnv) -> anyhow::Result<()> {
+    let catalog = Catalog::from_dir(&fixture("diesel"))?;
+    // `2024-03-05-…` sorts before `20240301…` by name ('-' < '0'); diesel
+    // orders by version with the dashes removed. `.scratch/` is skipped;
+    // a metadata.toml without the key means no transaction.
+    expect_read(
+        &catalog,
+        Layout::Diesel,
+        &[
+            (
+                "00000000000000_diesel_initial_setup",
+                "00000000000000_diesel_initial_setup/up.sql",
+                false,
+            ),
+            (
+                "20240301090000_create_customers",
+                "20240301090000_create_customers/up.sql",
+                false,
+            ),
+            (
+                "2024-03-05-101500_create_orders",
+                "2024-03-05-101500_create_orders/up.sql",
+                false,
+            ),
+            (
+                "2024-03-12-080000_orders_customer_index",
+                "2024-03-12-080000_orders_customer_index/up.sql",
+                true,
+            ),
+            (
+                "2024-03-15-093000-0000_order_notes",
+                "2024-03-15-093000-0000_order_notes/up.sql",
+                false,
+            ),
+            // Puts a trigger on diesel's own history table, which the
+            // rehearsal creates before the first migration.
+            (
+                "2024-03-20-120000_notify_schema_changes",
+                "2024-03-20-120000_notify_schema_changes/up.sql",
+                false,
+            ),
+        ],
+    )?;
+    ensure!(catalog.migrations()[2].key == "20240305101500");
+    ensure!(catalog.resolve_version("2024-03-12-080000_orders_customer_index") == Some(4));
+    rehearse_clean(env, catalog)
+}
+
+fn goose_up_sections_only(env: &TestEnv) -> anyhow::Result<()> {
+    let catalog = Catalog::from_dir(&fixture("goose"))?;
+    expect_read(
+        &catalog,
+        Layout::Goose,
+        &[
+            ("1", "1_create_customers.sql", false),
+            ("2", "2_create_orders.sql", false),
+            ("10", "10_orders_customer_index.sql", true),
+            ("11", "11_order_notes.sql", false),
+        ],
+    )?;
+    let sql = &catalog.migrations()[1].sql;
+    ensure!(
+        !sql.contains("DROP TABLE") && sql.contains("RETURN cents >= 0;"),
+        "{sql}"
+    );
+    rehearse_clean(env, catalog)
+}
+
+fn dbmate_up_sections_only(env: &TestEnv) -> anyhow::Result<()> {
+    let catalog = Catalog::from_dir(&fixture("dbmate"))?;
+    expect_read(
+        &catalog,
+        Layout::Dbmate,
+        &[
+            (
+                "20240301090000",
+                "20240301090000_create_customers.sql",
+                false,
+            ),
+            ("20240305101500", "20240305101500_create_orders.sql", false),
+            (
+                "20240312080000",
+                "20240312080000_orders_customer_index.sql",
+                true,
+            ),
+            ("20240315093000", "20240315093000_order_notes.sql", false),
+        ],
+    )?;
+    // Both up sections of the second file, not the down between them.
+    let sql = &catalog.migrations()[1].sql;
+    ensure!(
+        sql.contains("COMMENT ON TABLE orders") && !sql.contains("DROP"),
+        "{sql}"
+    );
+    rehearse_clean(env, catalog)
+}
+
+fn sqlx_reversible_pairs_with_no_transaction(env: &TestEnv) -> anyhow::Result<()> {
+    let options = ReadOptions {
+        layout: Some(Layout::Sqlx),
+        ..Default::default()
+    };
+    let catalog = Catalog::from_dir_in(&fixture("sqlx"), &options)?;
+    expect_read(
+        &catalog,
+        Layout::Sqlx,
+        &[
+            (
+                "20240301090000",
+                "20240301090000_create_customers.up.sql",
+                false,
+            ),
+            (
+                "20240305101500",
+                "20240305101500_create-orders.up.sql",
+                false,
+            ),
+            (
+                "20240312080000",
+                "20240312080000_orders_customer_index.up.sql",
+                true,
+            ),
+            (
+                "202403150930000",
+                "202403150930000_order_notes.up.sql",
+                false,
+            ),
+        ],
+    )?;
+    // Without --layout, up/down pairs read as golang-migrate's.
+    ensure!(Catalog::from_dir(&fixture("sqlx"))?.layout == Layout::GolangMigrate);
+    rehearse_clean(env, catalog)
+}
+
+fn golang_migrate_up_files(env: &TestEnv) -> anyhow::Result<()> {
+    let catalog = Catalog::from_dir(&fixture("golang-migrate"))?;
+    expect_read(
+        &catalog,
+        Layout::GolangMigrate,
+        &[
+            ("1", "000001_create_customers.up.sql", false),
+            ("2", "000002_create_orders.up.sql", false),
+            ("10", "10_orders_customer_index.up.sql", true),
+            ("11", "11_order_notes.up.sql", false),
+        ],
+    )?;
+    rehearse_clean(env, catalog)
+}
+
+fn atlas_with_its_sum_and_txmode(env: &TestEnv) -> anyhow::Result<()> {
+    let catalog = Catalog::from_dir(&fixture("atlas"))?;
+    expect_read(
+        &catalog,
+        Layout::Atlas,
+        &[
+            ("20240301090000", "20240301090000.sql", false),
+            ("20240305101500", "20240305101500_create_orders.sql", false),
+            (
+                "20240312080000",
+                "20240312080000_orders_customer_index.sql",
+                true,
+            ),
+            ("20240315093000", "20240315093000_order_notes.sql", false),
+        ],
+    )?;
+    rehearse_clean(env, catalog)
+}
+
+fn flyway_dotted_versions_repeatables_and_placeholders(env: &TestEnv) -> anyhow::Result<()> {
+    let options = ReadOptions {
+        placeholders: [("team".to_string(), "payments".to_string())].into(),
+        ..Default::default()
+    };
+    let catalog = Catalog::from_dir_in(&fixture("flyway"), &options)?;
+    // V1.1 between V1 and V2, V10 after V2, the repeatable (which reads
+    // V10's column) after every versioned file; the undo file U1.1 unread.
+    expect_read(
+        &catalog,
+        Layout::Flyway,
+        &[
+            ("V1", "V1__create_customers.sql", false),
+            ("V1.1", "V1.1__create_orders.sql", false),
+            ("V2", "V2__orders_customer_index.sql", true),
+            ("V10", "V10__order_notes.sql", false),
+            ("R__order_totals_view", "R__order_totals_view.sql", false),
+        ],
+    )?;
+    ensure!(catalog.migrations()[0]
+        .sql
+        .contains("'owned by the payments team'"));
+    let err = Catalog::from_dir(&fixture("flyway"))
+        .unwrap_err()
+        .to_string();
+    ensure!(
+        err == "V1__create_customers.sql: line 5: Flyway placeholder `${team}` has no value; pass --placeholder team=<value> (the value Flyway's configuration gives it)",
+        "{err}"
+    );
+    rehearse_clean(env, catalog)
+}
+
+fn prisma_folders(env: &TestEnv) -> anyhow::Result<()> {
+    let catalog = Catalog::from_dir(&fixture("prisma"))?;
+    expect_read(
+        &catalog,
+        Layout::Prisma,
+        &[
+            ("01_init", "01_init/migration.sql", false),
+            (
+                "20240305101500_orders",
+                "20240305101500_orders/migration.sql",
+                false,
+            ),
+            (
+                "20240315093000_order_notes",
+                "20240315093000_order_notes/migration.sql",
+                false,
+            ),
+        ],
+    )?;
+    let dir = copy_fixture("prisma")?;
+    std::fs::write(
+        dir.path().join("migration_lock.toml"),
+        "provider = \"mysql\"\n",
+    )?;
+    let err = Catalog::from_dir(dir.path()).unwrap_err().to_string();
+    ensure!(
+        err.starts_with("migration_lock.toml: says these migrations were written for `mysql`"),
+        "{err}"
+    );
+    rehearse_clean(env, catalog)
+}
+
+fn sqitch_plan_order_and_rework(env: &TestEnv) -> anyhow::Result<()> {
+    let catalog = Catalog::from_dir(&fixture("sqitch"))?;
+    // Plan order, not file names; `orders` reworked after @v1.0: its first
+    // instance deploys orders@v1.0.sql. The index script has no BEGIN, so
+    // Sqitch (and rollsafe) run it outside a transaction.
+    expect_read(
+        &catalog,
+        Layout::Sqitch,
+        &[
+            ("schema", "deploy/schema.sql", false),
+            ("customers", "deploy/customers.sql", false),
+            ("orders@v1.0", "deploy/orders@v1.0.sql", false),
+            (
+                "orders_customer_index",
+                "deploy/orders_customer_index.sql",
+                true,
+            ),
+            ("orders", "deploy/orders.sql", false),
+        ],
+    )?;
+    let sql = &catalog.migrations()[1].sql;
+    ensure!(
+        !sql.contains("BEGIN")
+            && !sql.contains("COMMIT")
+            && sql.contains("CREATE TABLE shop.customers"),
+        "{sql}"
+    );
+    rehearse_clean(env, catalog)
+}
+
+fn a_folder_mixing_layouts_is_refused(_env: &TestEnv) -> anyhow::Result<()> {
+    let dir = copy_fixture("goose")?;
+    std::fs::copy(
+        fixture("dbmate").join("20240315093000_order_notes.sql"),
+        dir.path().join("20240315093000_order_notes.sql"),
+    )?;
+    let err = Catalog::from_dir(dir.path()).unwrap_err().to_string();
+    ensure!(
+        err.ends_with("mixes migration layouts (10_orders_customer_index.sql is goose, 20240315093000_order_notes.sql is dbmate); keep one layout per directory, rename the odd files or move them out"),
+        "{err}"
+    );
+    Ok(())
+}
+
+fn an_edited_atlas_file_is_refused_as_atlas_refuses_it(_env: &TestEnv) -> anyhow::Result<()> {
+    let dir = copy_fixture("atlas")?;
+    let file = dir.path().join("20240305101500_create_orders.sql");
+    let edited = std::fs::read_to_string(&file)?.replace("total_cents >= 0", "total_cents > 0");
+    std::fs::write(&file, edited)?;
+    let err = Catalog::from_dir(dir.path()).unwrap_err().to_string();
+    ensure!(
+        err.starts_with("20240305101500_create_orders.sql: disagrees with its hash in atlas.sum")
+            && err.contains("Atlas itself refuses"),
+        "{err}"
+    );
+    Ok(())
+}
+
+fn flyway_placeholder_without_a_value_is_refused_by_the_cli(_env: &TestEnv) -> anyhow::Result<()> {
+    let run = |extra: &[&str]| -> anyhow::Result<std::process::Output> {
+        cli()
+            .args(["verify", "--static-only", "--migrations"])
+            .arg(fixture("flyway"))
+            .args(extra)
+            .output()
+            .context("running rollsafe")
+    };
+    let out = run(&[])?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        out.status.code() == Some(2),
+        "exit {:?}: {stderr}",
+        out.status.code()
+    );
+    ensure!(
+        stderr.contains("placeholder `${team}` has no value; pass --placeholder team=<value>"),
+        "{stderr}"
+    );
+    let out = run(&["--placeholder", "team=payments", "--layout", "flyway"])?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    ensure!(stdout.contains("V1.1 V1.1__create_orders.sql"), "{stdout}");
+    Ok(())
+}
+
+/// A copy of a fixture to change.
+fn copy_fixture(layout: &str) -> anyhow::Result<tempfile::TempDir> {
+    let dir = tempfile::tempdir()?;
+    copy_tree(&fixture(layout), dir.path())?;
+    Ok(dir)
+}
+
+fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            std::fs::create_dir_all(&target)?;
+            copy_tree(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}
+
+/// A diesel folder as `migrate` applies it: each migration recorded in
+/// `__diesel_schema_migrations` (diesel's versions, checked by SQL), then
+/// `status` reads that table and finds everything applied.
+fn diesel_migrate_records_diesel_rows_and_status_reads_them(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = copy_fixture("diesel")?;
+    let catalog = Catalog::from_dir(dir.path())?;
+    let db = env.fresh_database();
+    let outcome = migrate::migrate(db.url(), &catalog, &migrate::Options::default())?;
+    ensure!(
+        outcome.applied.len() == 6,
+        "applied {:?}",
+        outcome.applied.len()
+    );
+    let mut c = db.connect()?;
+    let rows: Vec<String> = c
+        .query(
+            "SELECT version FROM __diesel_schema_migrations ORDER BY version",
+            &[],
+        )?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    ensure!(
+        rows == [
+            "00000000000000",
+            "20240301090000",
+            "20240305101500",
+            "20240312080000",
+            "202403150930000000",
+            "20240320120000"
+        ],
+        "__diesel_schema_migrations: {rows:?}"
+    );
+    eprintln!("layouts: __diesel_schema_migrations after migrate: {rows:?}");
+    ensure!(
+        c.query_one("SELECT to_regclass('refinery_schema_history') IS NULL", &[])?
+            .get::<_, bool>(0),
+        "refinery's table was written for a diesel folder"
+    );
+    let status = migrate::status(db.url(), &catalog)?;
+    ensure!(
+        status.history_table
+            && status
+                .versions
+                .iter()
+                .all(|v| v.state == migrate::State::Applied),
+        "status: {:?}",
+        status
+            .versions
+            .iter()
+            .map(|v| (v.version, v.state))
+            .collect::<Vec<_>>()
+    );
+    let again = migrate::migrate(db.url(), &catalog, &migrate::Options::default())?;
+    ensure!(
+        again.applied.is_empty(),
+        "a second migrate applied {}",
+        again.applied.len()
+    );
+    // The CLI's status names diesel's table and labels.
+    let out = cli()
+        .args(["status", "--database-url", db.url(), "--migrations"])
+        .arg(dir.path())
+        .output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("layouts: rollsafe status on the diesel folder:\n{stdout}");
+    ensure!(
+        out.status.code() == Some(0),
+        "status exit {:?}: {stdout}",
+        out.status.code()
+    );
+    ensure!(
+        stdout.contains(
+            "history:    __diesel_schema_migrations: at 2024-03-20-120000_notify_schema_changes"
+        ) && stdout.contains("2024-03-05-101500_create_orders"),
+        "{stdout}"
+    );
+    Ok(())
+}
+
+/// diesel applied a no-transaction index file that rollsafe would not
+/// re-run (no IF NOT EXISTS): applied, it is no reason to refuse the
+/// pending migration after it.
+fn an_applied_unrerunnable_file_does_not_block_pending_ones(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let write = |folder: &str, file: &str, text: &str| -> anyhow::Result<()> {
+        std::fs::create_dir_all(dir.path().join(folder))?;
+        Ok(std::fs::write(dir.path().join(folder).join(file), text)?)
+    };
+    write(
+        "2024-01-01-000000_items",
+        "up.sql",
+        "CREATE TABLE items (id bigint PRIMARY KEY, a int);\n",
+    )?;
+    write(
+        "2024-01-02-000000_items_a",
+        "up.sql",
+        "CREATE INDEX CONCURRENTLY items_a ON items (a);\n",
+    )?;
+    write(
+        "2024-01-02-000000_items_a",
+        "metadata.toml",
+        "run_in_transaction = false\n",
+    )?;
+    let db = env.fresh_database();
+    let mut c = db.connect()?;
+    // What diesel itself did in production.
+    c.batch_execute("CREATE TABLE items (id bigint PRIMARY KEY, a int)")?;
+    c.batch_execute("CREATE INDEX CONCURRENTLY items_a ON items (a)")?;
+    c.batch_execute(
+        "CREATE TABLE __diesel_schema_migrations (version VARCHAR(50) PRIMARY KEY NOT NULL, run_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP);
+         INSERT INTO __diesel_schema_migrations (version) VALUES ('20240101000000'), ('20240102000000');",
+    )?;
+    write(
+        "2024-01-03-000000_items_b",
+        "up.sql",
+        "ALTER TABLE items ADD COLUMN b text;\n",
+    )?;
+    let catalog = Catalog::from_dir(dir.path())?;
+    let outcome = migrate::migrate(db.url(), &catalog, &migrate::Options::default())?;
+    let applied: Vec<&str> = outcome.applied.iter().map(|a| a.file.as_str()).collect();
+    ensure!(
+        applied == ["2024-01-03-000000_items_b/up.sql"],
+        "applied {applied:?}"
+    );
+    let n: i64 = c
+        .query_one(
+            "SELECT count(*) FROM __diesel_schema_migrations WHERE version = '20240103000000'",
+            &[],
+        )?
+        .get(0);
+    ensure!(n == 1, "the pending migration was not recorded for diesel");
+    Ok(())
+}
+
+/// A diesel history of 300 migrations, generated here (both version
+/// spellings, a no-transaction index every 50): read, applied once by
+/// `migrate`, and its newest rehearsed with `--since` the one before.
+fn a_300_migration_diesel_history_reads_applies_and_rehearses_its_newest(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    for i in 0..300u32 {
+        let (day, second) = (i / 100 + 1, i % 100);
+        let folder = if i % 2 == 0 {
+            format!("2025-03-0{day}-1200{second:02}_step_{i}")
+        } else {
+            format!("2025030{day}1200{second:02}_step_{i}")
+        };
+        let path = dir.path().join(&folder);
+        std::fs::create_dir_all(&path)?;
+        let sql = match i {
+            0 => "CREATE TABLE accounts (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, email text NOT NULL);\n".to_string(),
+            i if i % 50 == 0 => {
+                std::fs::write(path.join("metadata.toml"), "run_in_transaction = false\n")?;
+                format!("CREATE INDEX CONCURRENTLY IF NOT EXISTS accounts_c{}_idx ON accounts (c{});\n", i - 1, i - 1)
+            }
+            i => format!("ALTER TABLE accounts ADD COLUMN c{i} integer;\n"),
+        };
+        std::fs::write(path.join("up.sql"), sql)?;
+        std::fs::write(path.join("down.sql"), "DROP TABLE accounts;\n")?;
+    }
+    let started = std::time::Instant::now();
+    let catalog = Catalog::from_dir(dir.path())?;
+    let read = started.elapsed();
+    ensure!(catalog.layout == Layout::Diesel && catalog.migrations().len() == 300);
+    let names: Vec<&str> = catalog
+        .migrations()
+        .iter()
+        .map(|m| m.name.as_str())
+        .collect();
+    let in_order: Vec<String> = (0..300).map(|i| format!("step_{i}")).collect();
+    ensure!(
+        names == in_order,
+        "diesel's order differs from the generated one"
+    );
+
+    let db = env.fresh_database();
+    let started = std::time::Instant::now();
+    let outcome = migrate::migrate(db.url(), &catalog, &migrate::Options::default())?;
+    let applied = started.elapsed();
+    ensure!(
+        outcome.applied.len() == 300,
+        "applied {}",
+        outcome.applied.len()
+    );
+    let recorded: i64 = db
+        .connect()?
+        .query_one("SELECT count(*) FROM __diesel_schema_migrations", &[])?
+        .get(0);
+    ensure!(
+        recorded == 300,
+        "{recorded} rows in __diesel_schema_migrations"
+    );
+
+    let newest = catalog.latest();
+    let started = std::time::Instant::now();
+    let report = Verify::new(catalog)?
+        .since(newest - 1)?
+        .rows(ROWS)
+        .run(&env.sandbox)?;
+    let rehearsed = started.elapsed();
+    let errors: Vec<String> = report
+        .errors()
+        .map(|f| format!("{}: {}", f.id, f.message))
+        .collect();
+    ensure!(report.passed && errors.is_empty(), "errors: {errors:#?}");
+    // The report lists every migration; those up to --since as applied only.
+    let labels: Vec<&str> = report
+        .migrations
+        .iter()
+        .filter(|m| !report.applied_only.contains(&m.version))
+        .map(|m| m.label.as_str())
+        .collect();
+    ensure!(
+        labels == ["20250303120099_step_299"],
+        "rehearsed {labels:?}"
+    );
+    ensure!(
+        report.applied_only.len() == 299,
+        "applied only {}",
+        report.applied_only.len()
+    );
+    let on_newest = report
+        .findings
+        .iter()
+        .filter(|f| f.migration == Some(newest))
+        .count();
+    ensure!(on_newest > 0, "no finding on the rehearsed migration");
+    eprintln!(
+        "layouts: 300 diesel migrations: read in {read:.2?}, applied once by migrate in {applied:.2?}, --since {} rehearsed the newest in {rehearsed:.2?}",
+        newest - 1
+    );
+    Ok(())
+}
