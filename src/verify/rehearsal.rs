@@ -157,6 +157,9 @@ pub struct StatementRun {
     pub column: usize,
     pub excerpt: String,
     pub duration: Duration,
+    /// When it started (the report's lock timeline lines it up with the
+    /// apps' waits).
+    pub started: Option<Instant>,
     /// Relation locks held on existing tables once it finished (every lock
     /// taken so far: a transaction keeps them until it ends), by table.
     pub locks_after: BTreeMap<String, Vec<String>>,
@@ -257,6 +260,9 @@ pub struct Applied {
     /// From the migration's first statement to its commit: how long the
     /// locks it took were held, at most.
     pub held: Duration,
+    /// When its transaction (outside one, its first statement) started:
+    /// the origin of the report's lock timeline.
+    pub started: Option<Instant>,
     /// WAL written while it ran (server-wide, so an upper bound on a shared
     /// server).
     pub wal_bytes: i64,
@@ -343,7 +349,9 @@ impl Applied {
                         }
                     }
                 }
-                let ms = |d: Duration| (d.as_secs_f64() * 10_000.0).round() / 10.0;
+                let strongest = held
+                    .iter()
+                    .max_by_key(|(_, m)| lock_modes::MODES.iter().position(|x| x == m));
                 crate::report::StatementRow {
                     line: st.line,
                     column: st.column,
@@ -353,17 +361,85 @@ impl Applied {
                         .statements
                         .get(i)
                         .filter(|_| at_zero.statements.len() == self.statements.len())
-                        .map(|z| ms(z.duration))
+                        .map(|z| report_ms(z.duration))
                         .unwrap_or(0.0),
-                    ms_at_n_rows: ms(st.duration),
+                    ms_at_n_rows: report_ms(st.duration),
                     rows_touched: st
                         .work
                         .values()
                         .map(|w| w.tuples_read + w.inserted + w.updated + w.deleted)
                         .sum(),
+                    start_ms: self.since_start(st.started),
+                    strongest_lock: strongest
+                        .map(|(t, m)| format!("{} on {t}", lock_modes::sql_name(m))),
+                    blocks_writes: strongest
+                        .is_some_and(|(_, m)| lock_modes::conflicts(m, "RowExclusiveLock")),
                 }
             })
             .collect()
+    }
+
+    /// ms from this apply's start to `at`, as the report has it.
+    fn since_start(&self, at: Option<Instant>) -> Option<f64> {
+        Some(report_ms(at?.saturating_duration_since(self.started?)))
+    }
+
+    /// The report's app waits: the [`crate::report::APP_WAITS_KEPT`]
+    /// longest of `workload`'s that began while this apply held its
+    /// locks (the batched updates after it are not its statements), each
+    /// with the statement it waited behind, in order of start.
+    pub fn app_wait_rows(&self, workload: &WorkloadStats) -> Vec<crate::report::AppWaitRow> {
+        let (Some(t0), ends) = (self.started, self.started.map(|t| t + self.held)) else {
+            return Vec::new();
+        };
+        let mut waits: Vec<&AppWait> = workload
+            .waits
+            .iter()
+            .filter(|w| ends.is_some_and(|end| w.began <= end))
+            .collect();
+        waits.sort_by(|a, b| b.waited.cmp(&a.waited));
+        waits.truncate(crate::report::APP_WAITS_KEPT);
+        waits.sort_by_key(|w| w.began);
+        waits
+            .into_iter()
+            .map(|w| crate::report::AppWaitRow {
+                statement: w.statement.clone(),
+                table: w.table.clone(),
+                mode: lock_modes::sql_name(&w.mode),
+                start_ms: report_ms(w.began.saturating_duration_since(t0)),
+                ms: report_ms(w.waited),
+                behind_line: self.blocker_of(w).map(|i| self.statements[i].line),
+            })
+            .collect()
+    }
+
+    /// The statement whose lock `w` waited behind: inside a transaction
+    /// the first that took a lock on its table conflicting with the mode
+    /// it asked for (held to the commit) and had started by the wait's
+    /// end; else the statement running when it began (outside a
+    /// transaction, or when the migration itself was still queued for
+    /// the lock), else the last one started before it.
+    fn blocker_of(&self, w: &AppWait) -> Option<usize> {
+        let ended = w.began + w.waited;
+        let started_by = |s: &StatementRun, at: Instant| s.started.is_some_and(|x| x <= at);
+        let took_conflicting = |s: &StatementRun| {
+            s.locks_after
+                .get(&w.table)
+                .is_some_and(|modes| modes.iter().any(|m| lock_modes::conflicts(m, &w.mode)))
+        };
+        if !self.outside_transaction {
+            if let Some(i) = self
+                .statements
+                .iter()
+                .position(|s| took_conflicting(s) && started_by(s, ended))
+            {
+                return Some(i);
+            }
+        }
+        self.statements
+            .iter()
+            .rposition(|s| started_by(s, w.began))
+            .or_else(|| self.statements.iter().position(|s| started_by(s, ended)))
     }
 
     /// For a statement outside a transaction: what sampling saw of its
@@ -394,6 +470,11 @@ impl Applied {
             _ => "the migration".to_string(),
         }
     }
+}
+
+/// A duration in ms to 0.1 ms, as the report writes them.
+fn report_ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 10_000.0).round() / 10.0
 }
 
 /// How a measured apply ends.
@@ -690,6 +771,7 @@ fn apply_measured_in(
     }
     let lsn0 = wal_lsn(&mut c)?;
     let t0 = Instant::now();
+    out.started = Some(t0);
     // Counters of this backend not flushed yet stay in the view: start
     // from what it shows now.
     let baseline: BTreeMap<u32, Work> = xact_work(&mut c, &existing)?;
@@ -703,6 +785,7 @@ fn apply_measured_in(
             column: st.column,
             excerpt: st.excerpt(60),
             duration: started.elapsed(),
+            started: Some(started),
             ..StatementRun::default()
         };
         if let Err(e) = result {
@@ -838,6 +921,21 @@ pub struct WorkloadStats {
     /// (they are switched off so that a statement outside a transaction is
     /// measured alone there; this says the switch failed).
     pub counted_in_table_stats: bool,
+    /// Each lock wait on the migration seen (the first
+    /// [`sampler::MAX_WAITS_KEPT`]), for the report's lock timeline.
+    pub waits: Vec<AppWait>,
+}
+
+/// One app statement's lock wait on the migration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppWait {
+    /// "app.statement (read|write)".
+    pub statement: String,
+    /// The table it waited for and the mode it asked for.
+    pub table: String,
+    pub mode: String,
+    pub began: Instant,
+    pub waited: Duration,
 }
 
 /// Sets a flag when dropped: every loop a rehearsal starts watches one, so
@@ -987,19 +1085,31 @@ impl Workload {
         s.lock_waits = waits.waits;
         s.wait_samples = waits.samples;
         if !waits.app.is_empty() {
-            // The sampled query is the statement's text, cut at
-            // track_activity_query_size: name the app's statement.
-            let query = waits.query.trim();
-            s.max_stall_statement = self
-                .labels
-                .iter()
-                .find(|((app, sql), _)| {
-                    *app == waits.app && !query.is_empty() && sql.starts_with(query)
-                })
-                .map(|(_, label)| label.clone())
-                .unwrap_or_else(|| format!("{}: {}", waits.app, waits.query));
+            s.max_stall_statement = self.label(&waits.app, &waits.query);
         }
+        s.waits = waits
+            .each
+            .iter()
+            .map(|w| AppWait {
+                statement: self.label(&w.app, &w.query),
+                table: w.relation.clone(),
+                mode: w.mode.clone(),
+                began: w.began,
+                waited: w.waited,
+            })
+            .collect();
         s
+    }
+
+    /// "app.statement (kind)" of a sampled wait: the sampled query is the
+    /// statement's text, cut at track_activity_query_size.
+    fn label(&self, app: &str, query: &str) -> String {
+        let query = query.trim();
+        self.labels
+            .iter()
+            .find(|((a, sql), _)| a == app && !query.is_empty() && sql.starts_with(query))
+            .map(|(_, label)| label.clone())
+            .unwrap_or_else(|| format!("{app}: {query}"))
     }
 
     fn halt(&mut self) {

@@ -85,6 +85,7 @@ impl Run<'_> {
         };
         if let Some(r) = self.report.migrations.iter_mut().find(|r| r.version == v) {
             r.statements = at_n.statement_rows(&at_zero);
+            r.app_waits = workload.as_ref().map(|w| at_n.app_wait_rows(w));
         }
         self.report.findings.extend(apply::evaluate(
             v,
