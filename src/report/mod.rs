@@ -22,6 +22,7 @@ mod majors;
 mod markdown;
 pub mod output;
 mod text;
+pub mod timeline;
 
 use std::collections::BTreeMap;
 use std::fmt;

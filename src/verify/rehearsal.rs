@@ -397,7 +397,7 @@ impl Applied {
             .iter()
             .filter(|w| ends.is_some_and(|end| w.began <= end))
             .collect();
-        waits.sort_by(|a, b| b.waited.cmp(&a.waited));
+        waits.sort_by_key(|w| std::cmp::Reverse(w.waited));
         waits.truncate(crate::report::APP_WAITS_KEPT);
         waits.sort_by_key(|w| w.began);
         waits
