@@ -419,12 +419,12 @@ mod tests {
         let chart = md
             .find("```mermaid\ngantt\n")
             .unwrap_or_else(|| panic!("{md}"));
-        // Labels in Mermaid's entity codes (`·` is #183;), bars to the ms.
+        // Labels in Mermaid's entity codes (`·` is,), bars to the ms.
         assert!(md[chart..].contains(
-            "    section V3 statements\n    L4 ALTER TABLE jobs ADD COLUMN x int #183; ACCESS EXCLUSIVE on jobs #183; 9.5 ms :crit, 1, 11\n"
+            "    section V3 statements\n    BEGIN to COMMIT, its locks held to the end, ACCESS EXCLUSIVE on jobs, 10.7 ms :crit, 0, 11\n    L4 ALTER TABLE jobs ADD COLUMN x int, ACCESS EXCLUSIVE on jobs, 9.5 ms :crit, 1, 11\n"
         ), "{md}");
         assert!(md[chart..].contains(
-            "    section apps waiting\n    old.list (read) waits for ACCESS SHARE on jobs behind L4 #183; 7.5 ms :active, 3, 11\n"
+            "    section apps waiting\n    old.list (read) waits for ACCESS SHARE on jobs behind L4, 7.5 ms :active, 3, 11\n"
         ), "{md}");
         assert!(md.contains("**V2** `migrations/V2__a.sql`: no timeline, no statement was measured on the seeded database."), "{md}");
         assert!(md.find("#### Lock timeline").unwrap() < md.find("<details>").unwrap());

@@ -174,6 +174,11 @@ pub struct RehearsedMigration {
     /// empty: the apps ran and never waited on it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app_waits: Option<Vec<AppWaitRow>>,
+    /// ms from its transaction's start to its commit on the seeded
+    /// database: every lock it took is held that long. None outside a
+    /// transaction (each statement commits on its own) or not measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub committed_ms: Option<f64>,
 }
 
 /// Most app waits a migration's report keeps: the worst ones.
@@ -318,6 +323,7 @@ impl Report {
                     m.label.clone()
                 },
                 app_waits: None,
+                committed_ms: None,
             })
             .collect();
     }
@@ -555,6 +561,7 @@ pub(crate) fn sample_report() -> Report {
             statements: Vec::new(),
             label: String::new(),
             app_waits: None,
+            committed_ms: None,
         },
         RehearsedMigration {
             version: 3,
@@ -581,6 +588,7 @@ pub(crate) fn sample_report() -> Report {
                 ms: 7.5,
                 behind_line: Some(4),
             }]),
+            committed_ms: Some(10.7),
         },
     ];
     r.apps = vec![RehearsedApp {

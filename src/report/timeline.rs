@@ -41,6 +41,11 @@ pub struct Bar {
 /// A migration's timeline, ready to draw.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Timeline {
+    /// The migration's transaction, from its start to its commit: every
+    /// lock a statement took stays held to the end of it, so the apps
+    /// may wait past the statement that took it (None outside a
+    /// transaction).
+    pub transaction: Option<Bar>,
     pub statements: Vec<Bar>,
     pub waits: Vec<Bar>,
     /// Statements measured (what the statement bars stand for together).
@@ -83,14 +88,33 @@ pub fn build(m: &RehearsedMigration) -> Result<Timeline, String> {
         let next = bars.remove(i + 1);
         bars[i].absorb(next);
     }
+    let transaction = m.committed_ms.map(|committed| {
+        let strongest = bars
+            .iter()
+            .filter_map(|g| g.lock.clone())
+            .max_by_key(|l| l.0)
+            .map_or("no lock on an existing table".to_string(), |l| l.1);
+        Bar {
+            label: format!(
+                "BEGIN to COMMIT, its locks held to the end, {strongest}, {committed:.1} ms"
+            ),
+            start_ms: 0.0,
+            end_ms: committed,
+            critical: !waits.is_empty(),
+            blocks_writes: bars.iter().any(|g| g.blocks_writes),
+            statements: 0,
+        }
+    });
     let statements: Vec<Bar> = bars.into_iter().map(Group::bar).collect();
     let waits: Vec<Bar> = waits.iter().map(wait_bar).collect();
     let end_ms = statements
         .iter()
+        .chain(&transaction)
         .chain(&waits)
         .map(|b| b.end_ms)
         .fold(0.0, f64::max);
     Ok(Timeline {
+        transaction,
         statements,
         waits,
         measured: m.statements.len(),
@@ -152,14 +176,14 @@ impl Group {
         };
         let label = if self.count == 1 {
             format!(
-                "L{} {} · {lock} · {:.1} ms",
+                "L{} {}, {lock}, {:.1} ms",
                 self.first_line,
                 shorten(&self.excerpt, 40),
                 self.end - self.start
             )
         } else {
             format!(
-                "L{}–L{} {} statements · {}{lock} · {:.1} ms",
+                "L{}–L{} {} statements, {}{lock}, {:.1} ms",
                 self.first_line,
                 self.last_line,
                 self.count,
@@ -184,7 +208,7 @@ fn wait_bar(w: &AppWaitRow) -> Bar {
         .map_or(String::new(), |l| format!(" behind L{l}"));
     Bar {
         label: format!(
-            "{} waits for {} on {}{behind} · {:.1} ms",
+            "{} waits for {} on {}{behind}, {:.1} ms",
             w.statement, w.mode, w.table, w.ms
         ),
         start_ms: w.start_ms,
@@ -220,7 +244,7 @@ fn shorten(s: &str, max: usize) -> String {
 pub fn mermaid_text(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
-        if c.is_ascii_alphanumeric() || " _.()-+=/".contains(c) {
+        if c.is_ascii_alphanumeric() || " _.,()-+=/".contains(c) {
             out.push(c);
         } else if c.is_control() {
             out.push(' ');
@@ -243,7 +267,7 @@ pub fn mermaid(t: &Timeline, title: &str, statements_section: &str) -> String {
         out.push_str("    axisFormat %M:%S\n");
     }
     let _ = writeln!(out, "    section {}", mermaid_text(statements_section));
-    for b in &t.statements {
+    for b in t.transaction.iter().chain(&t.statements) {
         task(&mut out, b, if b.critical { "crit, " } else { "" });
     }
     if !t.waits.is_empty() {
@@ -281,7 +305,7 @@ pub fn ascii(t: &Timeline, width: usize) -> Vec<String> {
         s
     };
     let mut lines = Vec::new();
-    for b in &t.statements {
+    for b in t.transaction.iter().chain(&t.statements) {
         let mark = if b.blocks_writes { '#' } else { '=' };
         lines.push(format!(
             "{} {}{}",
@@ -326,6 +350,7 @@ mod tests {
             statements,
             label: String::new(),
             app_waits: waits,
+            committed_ms: None,
         }
     }
 
@@ -355,14 +380,14 @@ mod tests {
         assert!(blocker.critical && blocker.blocks_writes);
         assert_eq!((blocker.start_ms, blocker.end_ms), (1.0, 813.4));
         assert!(
-            blocker.label.contains("SHARE on books · 812.4 ms"),
+            blocker.label.contains("SHARE on books, 812.4 ms"),
             "{}",
             blocker.label
         );
         assert!(!t.statements[0].critical);
         assert_eq!(
             t.waits[0].label,
-            "legacy.create (write) waits for ROW EXCLUSIVE on books behind L3 · 790.1 ms"
+            "legacy.create (write) waits for ROW EXCLUSIVE on books behind L3, 790.1 ms"
         );
         assert_eq!(t.end_ms, 815.1);
         let chart = mermaid(&t, "V4: lock timeline", "V4 statements");
@@ -388,7 +413,7 @@ mod tests {
         assert_eq!(t.statements[0].statements, 10);
         assert!(t.statements[0]
             .label
-            .starts_with("L1–L10 10 statements · up to ROW EXCLUSIVE on t"));
+            .starts_with("L1–L10 10 statements, up to ROW EXCLUSIVE on t"));
         assert!(!t.apps_ran);
 
         // Forty statements that each block writes: capped, critical kept.

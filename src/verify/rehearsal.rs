@@ -379,6 +379,12 @@ impl Applied {
             .collect()
     }
 
+    /// ms from this apply's start to its commit, as the report has it,
+    /// for a migration in one transaction.
+    pub fn committed_ms(&self) -> Option<f64> {
+        (!self.outside_transaction && self.started.is_some()).then(|| report_ms(self.held))
+    }
+
     /// ms from this apply's start to `at`, as the report has it.
     fn since_start(&self, at: Option<Instant>) -> Option<f64> {
         Some(report_ms(at?.saturating_duration_since(self.started?)))

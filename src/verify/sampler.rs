@@ -181,7 +181,8 @@ pub struct SampledWait {
     pub relation: String,
     pub mode: String,
     /// When the wait began (the server's `waitstart`, else the first
-    /// sample that saw it) and how long it was seen to last.
+    /// sample that saw it; placed from the sample's send time) and how
+    /// long it was seen to last.
     pub began: Instant,
     pub waited: Duration,
 }
@@ -231,9 +232,13 @@ impl AppWaitSampler {
             // its entry in `out.each`, if kept.
             let mut first: BTreeMap<(i32, String), (Instant, Option<usize>)> = BTreeMap::new();
             while !flag.load(Ordering::Relaxed) {
+                // The server reads its clock after the query is sent: a
+                // wait placed from the send time is never late (the
+                // timeline never shows it past the lock's release), early
+                // by at most the query's trip to the server.
+                let now = Instant::now();
                 if let Ok(rows) = admin.query(&query, &[]) {
                     out.samples += 1;
-                    let now = Instant::now();
                     for r in rows {
                         let key: (i32, String) = (r.get(0), r.get(3));
                         let new = !first.contains_key(&key);

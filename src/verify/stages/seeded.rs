@@ -86,6 +86,7 @@ impl Run<'_> {
         if let Some(r) = self.report.migrations.iter_mut().find(|r| r.version == v) {
             r.statements = at_n.statement_rows(&at_zero);
             r.app_waits = workload.as_ref().map(|w| at_n.app_wait_rows(w));
+            r.committed_ms = at_n.committed_ms();
         }
         self.report.findings.extend(apply::evaluate(
             v,
