@@ -23,6 +23,9 @@ their inputs only that way):
             request's number), or ROLLSAFE_COMMENT_PR
     GitLab: CI_API_V4_URL, CI_PROJECT_ID, CI_MERGE_REQUEST_IID
 
+templates/rollsafe.yml embeds a copy of this file for GitLab (a component
+ships only its YAML); ci/test-comment.py checks that the two are equal.
+
 A comment that cannot be written never fails the job: the findings are in
 the annotations and the summary already. A token that may not write (a
 fork's pull request gets a read-only one) is said in one log line.

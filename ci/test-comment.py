@@ -5,9 +5,11 @@ GitLab, on 127.0.0.1: a first run creates the comment, a second updates
 the same one in place, another target gets its own, a summary past
 GitHub's limit keeps its errors and links to the full one, a read-only
 token (a fork's) is a log line and exit 0, and the token never reaches the
-log. Prints every call the fake saw.
+log. GitLab runs the copy that the component (templates/rollsafe.yml)
+embeds, checked equal to the file. Prints every call the fake saw.
 
     python3 ci/test-comment.py
+    python3 ci/test-comment.py --embed   # after editing the script: copy it into the component
 """
 
 import http.server
@@ -19,7 +21,9 @@ import tempfile
 import threading
 import urllib.parse
 
-SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "action", "review-comment.py")
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+SCRIPT = os.path.join(ROOT, "action", "review-comment.py")
+COMPONENT = os.path.join(ROOT, "templates", "rollsafe.yml")
 TOKEN = "ghs_fake-token-that-must-never-be-printed"
 
 
@@ -100,13 +104,33 @@ def summary(verdict, errors, filler=0):
             f"| severity | id | where | message |\n|---|---|---|---|\n{rows}\n{pad}\n\n#### Lock timeline\n")
 
 
-def run(env_extra, body, work):
+def embedded_copy():
+    """The script as the GitLab component's note job writes it (a heredoc
+    in a YAML block, indented six spaces)."""
+    text = open(COMPONENT, encoding="utf-8").read()
+    inner = text.split("<<'ROLLSAFE_SCRIPT_END'\n", 1)[1].split("\n      ROLLSAFE_SCRIPT_END\n", 1)[0]
+    return "\n".join(line[6:] for line in inner.split("\n")) + "\n"
+
+
+
+def embed():
+    """Writes action/review-comment.py into the component's heredoc."""
+    text = open(COMPONENT, encoding="utf-8").read()
+    start = text.index("<<'ROLLSAFE_SCRIPT_END'\n") + len("<<'ROLLSAFE_SCRIPT_END'\n")
+    end = text.index("\n      ROLLSAFE_SCRIPT_END\n")
+    script = open(SCRIPT, encoding="utf-8").read().rstrip("\n")
+    indented = "\n".join(("      " + l) if l else "" for l in script.split("\n"))
+    with open(COMPONENT, "w", encoding="utf-8") as f:
+        f.write(text[:start] + indented + text[end:])
+
+
+def run(env_extra, body, work, script=SCRIPT):
     path = os.path.join(work, "summary.md")
     with open(path, "w", encoding="utf-8") as f:
         f.write(body)
     env = {"PATH": os.environ["PATH"], "ROLLSAFE_COMMENT_FILE": path, "ROLLSAFE_COMMENT_TOKEN": TOKEN,
            "ROLLSAFE_COMMENT_LINK": "https://ci.example/run/7", **env_extra}
-    out = subprocess.run([sys.executable, SCRIPT], env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True, timeout=60)
     log = out.stdout + out.stderr
     assert out.returncode == 0, f"exit {out.returncode}: {log}"
     assert TOKEN not in log, "the token reached the log"
@@ -192,20 +216,26 @@ def main():
         log = run({k: v for k, v in github.items() if k != "GITHUB_EVENT_PATH"}, summary("PASSED", 0), work)
         check("not a pull request" in log, "no pull request, no comment")
 
+        # The component's note job runs its own copy: it must be this one.
+        copy = os.path.join(work, "component-copy.py")
+        with open(copy, "w", encoding="utf-8") as f:
+            f.write(embedded_copy())
+        check(embedded_copy() == open(SCRIPT, encoding="utf-8").read(),
+              "templates/rollsafe.yml embeds action/review-comment.py as it is")
         gitlab = {"CI_API_V4_URL": f"{api}/api/v4", "CI_PROJECT_ID": "shop/books", "CI_MERGE_REQUEST_IID": "7",
                   "ROLLSAFE_COMMENT_TARGET": "PG 15"}
         notes = "/api/v4/projects/shop%2Fbooks/merge_requests/7/notes"
         for title, verdict, methods in (("GitLab, first run", "FAILED", ["GET", "POST"]),
                                         ("GitLab, second run", "PASSED", ["GET", "PUT"])):
             n = len(fake.calls)
-            log = run(gitlab, summary(verdict, 1), work)
+            log = run(gitlab, summary(verdict, 1), work, script=copy)
             calls = calls_since(fake, n)
             show(title, calls, log)
             check([c[0] for c in calls] == methods, f"{title}: {methods}")
             check(all(c[1].startswith(notes) for c in calls), f"{title}: the merge request's notes")
         check(len(fake.thread(notes)) == 1 and "**PASSED**" in fake.thread(notes)[0]["body"], "one note, updated")
 
-        log = run({**gitlab, "ROLLSAFE_COMMENT_TOKEN": ""}, summary("PASSED", 0), work)
+        log = run({**gitlab, "ROLLSAFE_COMMENT_TOKEN": ""}, summary("PASSED", 0), work, script=copy)
         check("no token" in log, "GitLab without a token: a log line")
     server.shutdown()
     print("comment tests: " + ("all passed" if not failures else f"{failures} failed"))
@@ -213,4 +243,7 @@ def main():
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--embed"]:
+        embed()
+        sys.exit(0)
     sys.exit(main())
