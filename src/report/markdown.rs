@@ -238,7 +238,7 @@ fn timelines_section(report: &Report, budget: &mut Budget) -> String {
     if !budget.push(
         &mut out,
         &format!(
-            "\n#### Lock timeline\n\nEach migration applied on {} seeded rows while the live apps ran: a bar per statement at its measured start and duration (to the millisecond; labels give the measured figures) with the strongest lock it held; critical (red) bars are statements an app waited behind; the apps' longest waits are bars of their own.\n",
+            "\n#### Lock timeline\n\nEach migration applied on {} seeded rows while the live apps ran: a bar per statement at its measured start and duration (to the millisecond; labels give the measured figures) with the strongest lock it held; a migration in one transaction also gets a BEGIN to COMMIT bar, its locks being held to the commit (in a rehearsal that includes the reads rollsafe takes after each statement); critical (red) bars are statements an app waited behind; the apps' longest waits are bars of their own.\n",
             report.rows
         ),
     ) {
