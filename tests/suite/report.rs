@@ -56,12 +56,13 @@ fn v4(report: &Report) -> anyhow::Result<&RehearsedMigration> {
         .context("V4 is not in the report")
 }
 
-fn keep_for_rendering(name: &str, markdown: &str) -> anyhow::Result<()> {
+/// Writes the reports to `ROLLSAFE_RENDER_DIR` when it is set: `<name>.md`
+/// (rendered by ci/test-render.sh) and `<name>.txt`.
+fn keep_for_rendering(name: &str, report: &Report) -> anyhow::Result<()> {
     if let Some(dir) = std::env::var_os("ROLLSAFE_RENDER_DIR") {
-        std::fs::write(
-            std::path::Path::new(&dir).join(format!("{name}.md")),
-            markdown,
-        )?;
+        let dir = std::path::Path::new(&dir);
+        std::fs::write(dir.join(format!("{name}.md")), render_markdown(report))?;
+        std::fs::write(dir.join(format!("{name}.txt")), render_text(report))?;
     }
     Ok(())
 }
@@ -102,7 +103,7 @@ fn blocking_index_build(env: &TestEnv) -> anyhow::Result<()> {
         );
     }
     let md = render_markdown(&report);
-    keep_for_rendering("blocking_index_build", &md)?;
+    keep_for_rendering("blocking_index_build", &report)?;
     let chart = &md[md.find("**V4**").context("no V4 timeline")?..];
     let statement_bar = chart
         .lines()
@@ -149,7 +150,7 @@ fn concurrent_index_build(env: &TestEnv) -> anyhow::Result<()> {
         m.app_waits
     );
     let md = render_markdown(&report);
-    keep_for_rendering("concurrent_index_build", &md)?;
+    keep_for_rendering("concurrent_index_build", &report)?;
     let chart = &md[md.find("**V4**").context("no V4 timeline")?..];
     ensure!(chart.contains("```mermaid\ngantt\n"), "{md}");
     ensure!(
