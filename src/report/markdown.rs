@@ -231,8 +231,15 @@ fn plans_section(report: &Report, budget: &mut Budget) -> String {
 /// Per migration its lock timeline, or why it has none.
 fn timelines_section(report: &Report, budget: &mut Budget) -> String {
     let mut out = String::new();
-    if report.migrations.iter().all(|m| m.statements.is_empty()) && report.rows == 0 {
-        // `rollsafe check` and reports that rehearsed nothing.
+    if report.migrations.iter().all(|m| m.statements.is_empty()) {
+        // `rollsafe check` seeds nothing; a rehearsal that measured no
+        // statement (static checks only, or none applied) says so once.
+        if report.rows > 0 && !report.migrations.is_empty() {
+            budget.push(
+                &mut out,
+                "\nNo statement was measured on a seeded database: no lock timeline.\n",
+            );
+        }
         return out;
     }
     if !budget.push(
@@ -428,6 +435,25 @@ mod tests {
         ), "{md}");
         assert!(md.contains("**V2** `migrations/V2__a.sql`: no timeline, no statement was measured on the seeded database."), "{md}");
         assert!(md.find("#### Lock timeline").unwrap() < md.find("<details>").unwrap());
+    }
+
+    #[test]
+    fn a_run_that_measured_no_statement_says_so_once() {
+        let mut r = super::super::sample_report();
+        for m in &mut r.migrations {
+            m.statements.clear();
+        }
+        let md = render_markdown(&r);
+        assert_eq!(md.matches("no lock timeline").count(), 1, "{md}");
+        assert!(
+            !md.contains("```mermaid") && !md.contains("#### Lock timeline"),
+            "{md}"
+        );
+        r.rows = 0;
+        assert!(
+            !render_markdown(&r).contains("timeline"),
+            "nothing seeded: nothing said"
+        );
     }
 
     #[test]
