@@ -190,7 +190,12 @@ inputs.update(given)
 unknown = set(given) - set(action["inputs"])
 assert not unknown, f"inputs not declared in action.yml: {unknown}"
 steps = action["runs"]["steps"]
-assert action["runs"]["using"] == "composite" and len(steps) == 1, "one composite step expected"
+assert action["runs"]["using"] == "composite", "a composite action expected"
+# The verify step; the comment step after it runs on pull requests only
+# (action/review-comment.py, tested by ci/test-comment.py).
+assert [s.get("id") for s in steps] == ["verify", "comment"], "the verify and comment steps expected"
+for s in steps:
+    assert "${{" not in s["run"], f"step {s['id']}: the script must read inputs from its env only"
 step = steps[0]
 assert step["shell"] == "bash"
 def resolve(text):

@@ -10,6 +10,11 @@
 # 4. the integration suite (tests/suite) in full once, on the default
 #    backend (docker when an engine answers, else local binaries); a failing
 #    docker run fails the whole run - no silent fallback;
+#    its report:: tests write their Markdown reports for stage 4b;
+# 4b. the lock timelines of those reports rendered with Mermaid in
+#    headless Chromium (ci/test-render.sh; installs Chromium when missing),
+#    and the pull / merge request comment against a local fake of its API
+#    (ci/test-comment.py);
 # 5. the sandbox contract (ROLLSAFE_SUITE=contract: start, connect,
 #    databases, majors, leftovers, TLS) on every other backend present: the
 #    rest of the suite talks to a database through the same handle whichever
@@ -215,8 +220,14 @@ suite() {
 }
 
 default_backend="${backends[0]}"
+export ROLLSAFE_RENDER_DIR="$LOGDIR/render"
+mkdir -p "$ROLLSAFE_RENDER_DIR"
 stage "integration suite (all tests) on the ${default_backend} backend" \
   suite "$default_backend" all "$@"
+unset ROLLSAFE_RENDER_DIR
+stage "lock timelines rendered in Chromium (ci/test-render.sh)" \
+  bash ci/test-render.sh "$LOGDIR/render"
+stage "review comment against a fake API (ci/test-comment.py)" python3 ci/test-comment.py
 for backend in "${backends[@]:1}"; do
   stage "integration suite (sandbox contract) on the ${backend} backend" \
     suite "$backend" contract "$@"

@@ -1,18 +1,19 @@
 //! A Markdown summary for a pull / merge request comment or a GitHub step
 //! summary: the verdict, a table of the findings a reviewer must read
 //! (errors, then warnings, then skipped checks; each with its file and
-//! line), the safe deploy order, and per migration the per-statement table
+//! line), the safe deploy order, per migration its lock timeline (a
+//! Mermaid gantt chart, [`super::timeline`]) and its per-statement table
 //! (locks newly taken, time at 0 and N rows, rows touched).
 //!
 //! Bounded: never more than [`MARKDOWN_LIMIT`] bytes. The verdict and the
 //! deploy order always fit; findings fill what is left in order of
-//! severity, then statement rows; what does not fit is counted ("… and 12
-//! more findings (see the full report)"). Passing measurements are only
-//! counted: the text and JSON reports have them.
+//! severity, then timelines, then statement rows; what does not fit is
+//! counted ("… and 12 more findings (see the full report)"). Passing
+//! measurements are only counted: the text and JSON reports have them.
 
 use std::fmt::Write;
 
-use super::{Finding, Report, Severity};
+use super::{timeline, Finding, RehearsedMigration, Report, Severity};
 
 /// Most bytes a summary takes, so also most characters: under GitHub's
 /// 65,536 characters of a pull request comment (and far under the 1 MiB of
@@ -227,6 +228,86 @@ fn plans_section(report: &Report, budget: &mut Budget) -> String {
     out
 }
 
+/// Per migration its lock timeline, or why it has none.
+fn timelines_section(report: &Report, budget: &mut Budget) -> String {
+    let mut out = String::new();
+    if report.migrations.iter().all(|m| m.statements.is_empty()) {
+        // `rollsafe check` seeds nothing; a rehearsal that measured no
+        // statement (static checks only, or none applied) says so once.
+        if report.rows > 0 && !report.migrations.is_empty() {
+            budget.push(
+                &mut out,
+                "\nNo statement was measured on a seeded database: no lock timeline.\n",
+            );
+        }
+        return out;
+    }
+    if !budget.push(
+        &mut out,
+        &format!(
+            "\n#### Lock timeline\n\nEach migration applied on {} seeded rows while the live apps ran: a bar per statement at its measured start and duration (to the millisecond; labels give the measured figures) with the strongest lock it held; a migration in one transaction also gets a BEGIN to COMMIT bar, its locks being held to the commit (in a rehearsal that includes the reads rollsafe takes after each statement); critical (red) bars are statements an app waited behind; the apps' longest waits are bars of their own.\n",
+            report.rows
+        ),
+    ) {
+        return out;
+    }
+    let mut left_out = 0;
+    for m in &report.migrations {
+        if report.applied_only.contains(&m.version) {
+            continue;
+        }
+        if left_out > 0 || !budget.push(&mut out, &migration_timeline(report, m)) {
+            left_out += 1;
+        }
+    }
+    // From the reserve.
+    if left_out > 0 {
+        let _ = writeln!(
+            out,
+            "\n… and {left_out} more timelines (see the full report)"
+        );
+    }
+    out
+}
+
+fn migration_timeline(report: &Report, m: &RehearsedMigration) -> String {
+    let v = report.label(m.version);
+    let t = match timeline::build(m) {
+        Ok(t) => t,
+        Err(why) => return format!("\n**{v}** {}: no timeline, {why}.\n", code(&m.path)),
+    };
+    let mut out = format!("\n**{v}** {}\n\n", code(&m.path));
+    out.push_str(&timeline::mermaid(
+        &t,
+        &format!("{v}: locks and app waits, ms from its start"),
+        &format!("{v} statements"),
+    ));
+    let mut notes = Vec::new();
+    if t.statements.len() < t.measured {
+        notes.push(format!(
+            "{} statements drawn as {} bars (consecutive statements holding no lock the apps notice, and past {} bars the shortest neighbours, are merged)",
+            t.measured,
+            t.statements.len(),
+            timeline::MAX_STATEMENT_BARS
+        ));
+    }
+    if !t.apps_ran {
+        notes.push("no app workload ran on it, so no waits could be seen".to_string());
+    } else if t.waits.is_empty() {
+        notes.push("the live apps never waited on its locks".to_string());
+    }
+    if !notes.is_empty() {
+        let _ = writeln!(out, "\n{}.", cell(&capitalised(&notes.join("; "))));
+    }
+    out
+}
+
+fn capitalised(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map_or(String::new(), |f| f.to_uppercase().chain(c).collect())
+}
+
 fn statements_section(report: &Report, budget: &mut Budget) -> String {
     let migrations: Vec<_> = report
         .migrations
@@ -298,8 +379,9 @@ pub fn render_markdown(report: &Report) -> String {
     let order = order_section(report, &mut budget);
     let findings = findings_section(report, &mut budget);
     let plans = plans_section(report, &mut budget);
+    let timelines = timelines_section(report, &mut budget);
     let statements = statements_section(report, &mut budget);
-    let out = head + &findings + &plans + &order + &statements;
+    let out = head + &findings + &plans + &order + &timelines + &statements;
     debug_assert!(out.len() <= MARKDOWN_LIMIT, "{} bytes", out.len());
     out
 }
@@ -336,6 +418,42 @@ mod tests {
             "| 4 | `ALTER TABLE jobs ADD COLUMN x int` | ACCESS EXCLUSIVE on jobs | 0.4 ms | 9.5 ms | 10 |"
         ), "{md}");
         assert!(!md.contains("more findings"), "{md}");
+    }
+
+    #[test]
+    fn each_rehearsed_migration_has_its_timeline_or_says_why_not() {
+        let md = render_markdown(&super::super::sample_report());
+        let chart = md
+            .find("```mermaid\ngantt\n")
+            .unwrap_or_else(|| panic!("{md}"));
+        // Labels in Mermaid's entity codes (`·` is,), bars to the ms.
+        assert!(md[chart..].contains(
+            "    section V3 statements\n    BEGIN to COMMIT, its locks held to the end, ACCESS EXCLUSIVE on jobs, 10.7 ms :crit, 0, 11\n    L4 ALTER TABLE jobs ADD COLUMN x int, ACCESS EXCLUSIVE on jobs, 9.5 ms :crit, 1, 11\n"
+        ), "{md}");
+        assert!(md[chart..].contains(
+            "    section apps waiting\n    old.list (read) waits for ACCESS SHARE on jobs behind L4, 7.5 ms :active, 3, 11\n"
+        ), "{md}");
+        assert!(md.contains("**V2** `migrations/V2__a.sql`: no timeline, no statement was measured on the seeded database."), "{md}");
+        assert!(md.find("#### Lock timeline").unwrap() < md.find("<details>").unwrap());
+    }
+
+    #[test]
+    fn a_run_that_measured_no_statement_says_so_once() {
+        let mut r = super::super::sample_report();
+        for m in &mut r.migrations {
+            m.statements.clear();
+        }
+        let md = render_markdown(&r);
+        assert_eq!(md.matches("no lock timeline").count(), 1, "{md}");
+        assert!(
+            !md.contains("```mermaid") && !md.contains("#### Lock timeline"),
+            "{md}"
+        );
+        r.rows = 0;
+        assert!(
+            !render_markdown(&r).contains("timeline"),
+            "nothing seeded: nothing said"
+        );
     }
 
     #[test]

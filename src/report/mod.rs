@@ -22,6 +22,7 @@ mod majors;
 mod markdown;
 pub mod output;
 mod text;
+pub mod timeline;
 
 use std::fmt;
 
@@ -165,6 +166,38 @@ pub struct RehearsedMigration {
     /// golang-migrate), when it is not `V<version>`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub label: String,
+    /// The live apps' longest lock waits on this migration while it
+    /// applied on the seeded database, at most [`APP_WAITS_KEPT`], in
+    /// order of start (the lock timeline draws them). None: no app
+    /// workload ran (nothing seeded, or a report from an older rollsafe);
+    /// empty: the apps ran and never waited on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_waits: Option<Vec<AppWaitRow>>,
+    /// ms from its transaction's start to its commit on the seeded
+    /// database: every lock it took is held that long. None outside a
+    /// transaction (each statement commits on its own) or not measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub committed_ms: Option<f64>,
+}
+
+/// Most app waits a migration's report keeps: the worst ones.
+pub const APP_WAITS_KEPT: usize = 8;
+
+/// One app statement's lock wait on a migration, measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AppWaitRow {
+    /// "legacy.create (write)".
+    pub statement: String,
+    /// The table it waited for and the mode it asked for ("ROW EXCLUSIVE").
+    pub table: String,
+    pub mode: String,
+    /// When the wait began, ms after the migration's transaction (its
+    /// first statement, outside a transaction) started; and how long it
+    /// lasted.
+    pub start_ms: f64,
+    pub ms: f64,
+    /// The line of the statement whose lock it waited behind.
+    pub behind_line: Option<usize>,
 }
 
 /// One statement of a rehearsed migration: the per-statement table of the
@@ -180,6 +213,20 @@ pub struct StatementRow {
     pub ms_at_n_rows: f64,
     /// Rows of existing tables it read by sequential pass or wrote, at N rows.
     pub rows_touched: i64,
+    /// When it started on the seeded database, ms after the migration's
+    /// transaction (or, outside a transaction, its first statement)
+    /// started. None when not measured (a report from an older rollsafe).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_ms: Option<f64>,
+    /// The strongest lock held while it ran ("SHARE on books"): inside a
+    /// transaction, every lock taken so far is still held. None: no lock
+    /// on an existing table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strongest_lock: Option<String>,
+    /// Whether a lock it held conflicts with the apps' writes (SHARE or
+    /// stronger): what the apps notice.
+    #[serde(default)]
+    pub blocks_writes: bool,
 }
 
 /// An application version whose statements were replayed.
@@ -274,6 +321,8 @@ impl Report {
                 } else {
                     m.label.clone()
                 },
+                app_waits: None,
+                committed_ms: None,
             })
             .collect();
     }
@@ -487,6 +536,8 @@ pub(crate) fn sample_report() -> Report {
             path: "migrations/V2__a.sql".into(),
             statements: Vec::new(),
             label: String::new(),
+            app_waits: None,
+            committed_ms: None,
         },
         RehearsedMigration {
             version: 3,
@@ -501,7 +552,19 @@ pub(crate) fn sample_report() -> Report {
                 ms_at_0_rows: 0.4,
                 ms_at_n_rows: 9.5,
                 rows_touched: 10,
+                start_ms: Some(1.2),
+                strongest_lock: Some("ACCESS EXCLUSIVE on jobs".into()),
+                blocks_writes: true,
             }],
+            app_waits: Some(vec![AppWaitRow {
+                statement: "old.list (read)".into(),
+                table: "jobs".into(),
+                mode: "ACCESS SHARE".into(),
+                start_ms: 3.0,
+                ms: 7.5,
+                behind_line: Some(4),
+            }]),
+            committed_ms: Some(10.7),
         },
     ];
     r.apps = vec![RehearsedApp {

@@ -1,9 +1,15 @@
 //! Human-readable rendering: what was rehearsed, then the findings grouped
-//! per migration (errors first), then the safe deploy order and a verdict.
+//! per migration (errors first), the per-statement tables, the lock
+//! timelines of the migrations that blocked the apps' writes or kept an
+//! app waiting (ASCII lanes, [`super::timeline`]), then the safe deploy
+//! order and a verdict.
 
 use std::fmt::Write;
 
-use super::{Finding, Report, Severity};
+use super::{timeline, Finding, Report, Severity};
+
+/// Columns of an ASCII lane.
+const LANE_WIDTH: usize = 50;
 
 fn evidence_line(f: &Finding) -> String {
     f.evidence
@@ -75,6 +81,44 @@ fn render_statement_tables(out: &mut String, report: &Report) {
                     format!("  (plan regressed: {})", regresses.join(", "))
                 }
             );
+        }
+    }
+}
+
+/// The lock timelines where they tell something a table does not: a
+/// migration that held a lock blocking the apps' writes, or that an app
+/// waited on.
+fn render_timelines(out: &mut String, report: &Report) {
+    let mut header = false;
+    for m in &report.migrations {
+        let Ok(t) = timeline::build(m) else {
+            continue;
+        };
+        if t.waits.is_empty() && !t.statements.iter().any(|b| b.blocks_writes) {
+            continue;
+        }
+        if !header {
+            let _ = writeln!(
+                out,
+                "\nlock timeline (# holds a lock that blocks writes, = holds none the apps notice, ~ an app waiting)"
+            );
+            header = true;
+        }
+        let _ = writeln!(
+            out,
+            "  {} {}: 0 to {:.1} ms from its start, {:.1} ms a column{}",
+            report.label(m.version),
+            m.path,
+            t.end_ms,
+            t.end_ms / LANE_WIDTH as f64,
+            if t.statements.len() < t.measured {
+                format!("; {} statements in {} bars", t.measured, t.statements.len())
+            } else {
+                String::new()
+            }
+        );
+        for line in timeline::ascii(&t, LANE_WIDTH) {
+            let _ = writeln!(out, "    {line}");
         }
     }
 }
@@ -203,6 +247,7 @@ pub fn render_text(report: &Report) -> String {
     }
 
     render_statement_tables(&mut out, report);
+    render_timelines(&mut out, report);
 
     let hints: Vec<String> = regressions
         .iter()
@@ -314,5 +359,33 @@ mod tests {
             text.contains("SKIP  locks.probe-skipped") && text.contains("advice:   start it"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_lane_for_the_migration_that_kept_an_app_waiting() {
+        let text = render_text(&super::super::sample_report());
+        let lanes = text
+            .find("\nlock timeline (# holds")
+            .unwrap_or_else(|| panic!("{text}"));
+        let lanes = &text[lanes..];
+        // V3: statement from 1.2 ms for 9.5 ms, the wait from 3.0 ms for
+        // 7.5 ms, over 10.7 ms in 50 columns.
+        assert!(
+            lanes.contains("  V3 migrations/V3__b.sql: 0 to 10.7 ms from its start"),
+            "{text}"
+        );
+        let (statement, wait) = (
+            format!("|     {}|", "#".repeat(45)),
+            format!("|{}{}|", " ".repeat(14), "~".repeat(36)),
+        );
+        assert!(
+            lanes.contains(&format!("    {statement} L4 ALTER TABLE")),
+            "{text}"
+        );
+        assert!(
+            lanes.contains(&format!("    {wait} old.list (read) waits")),
+            "{text}"
+        );
+        assert!(!lanes.contains("V2 "), "V2 measured nothing: {text}");
     }
 }

@@ -705,6 +705,11 @@ impl Run<'_> {
                     .find(|r| r.version == e.version)
                 {
                     r.statements = seeded.applied.statement_rows(at_zero);
+                    r.app_waits = seeded
+                        .workload
+                        .as_ref()
+                        .map(|w| seeded.applied.app_wait_rows(w));
+                    r.committed_ms = seeded.applied.committed_ms();
                 }
             }
         }
@@ -775,7 +780,7 @@ impl Run<'_> {
                 Ok(r) => r.map_err(|e| format!("{e:#}")),
                 Err(_) => Err("its thread panicked (a bug in rollsafe)".to_string()),
             };
-            self.evidence(v).probe = Some(evidence::Probe::Ran(probe));
+            self.evidence(v).probe = Some(evidence::Probe::Ran(Box::new(probe)));
         }
     }
 

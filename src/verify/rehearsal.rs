@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use postgres::Client;
 
 use super::evidence::{
-    Applied, LongTransactionProbe, ProbeEnd, StatementRun, TableWork, Work, WorkloadStats,
+    AppWait, Applied, LongTransactionProbe, ProbeEnd, StatementRun, TableWork, Work, WorkloadStats,
 };
 use super::replay;
 use super::roles::Sessions;
@@ -334,6 +334,7 @@ fn apply_measured_in(
     }
     let lsn0 = wal_lsn(&mut c)?;
     let t0 = Instant::now();
+    out.started = Some(t0);
     // Counters of this backend not flushed yet stay in the view: start
     // from what it shows now.
     let baseline: BTreeMap<u32, Work> = xact_work(&mut c, &existing)?;
@@ -347,6 +348,7 @@ fn apply_measured_in(
             column: st.column,
             excerpt: st.excerpt(60),
             duration: started.elapsed(),
+            started: Some(started),
             ..StatementRun::default()
         };
         if let Err(e) = result {
@@ -611,19 +613,31 @@ impl Workload {
         s.lock_waits = waits.waits;
         s.wait_samples = waits.samples;
         if !waits.app.is_empty() {
-            // The sampled query is the statement's text, cut at
-            // track_activity_query_size: name the app's statement.
-            let query = waits.query.trim();
-            s.max_stall_statement = self
-                .labels
-                .iter()
-                .find(|((app, sql), _)| {
-                    *app == waits.app && !query.is_empty() && sql.starts_with(query)
-                })
-                .map(|(_, label)| label.clone())
-                .unwrap_or_else(|| format!("{}: {}", waits.app, waits.query));
+            s.max_stall_statement = self.label(&waits.app, &waits.query);
         }
+        s.waits = waits
+            .each
+            .iter()
+            .map(|w| AppWait {
+                statement: self.label(&w.app, &w.query),
+                table: w.relation.clone(),
+                mode: w.mode.clone(),
+                began: w.began,
+                waited: w.waited,
+            })
+            .collect();
         s
+    }
+
+    /// "app.statement (kind)" of a sampled wait: the sampled query is the
+    /// statement's text, cut at track_activity_query_size.
+    fn label(&self, app: &str, query: &str) -> String {
+        let query = query.trim();
+        self.labels
+            .iter()
+            .find(|((a, sql), _)| a == app && !query.is_empty() && sql.starts_with(query))
+            .map(|(_, label)| label.clone())
+            .unwrap_or_else(|| format!("{app}: {query}"))
     }
 
     fn halt(&mut self) {

@@ -161,6 +161,30 @@ pub struct AppWaits {
     /// Distinct lock waits attributed to the migration.
     pub waits: u64,
     pub samples: u64,
+    /// Each distinct wait (the first [`MAX_WAITS_KEPT`]), for the
+    /// report's lock timeline.
+    pub each: Vec<SampledWait>,
+}
+
+/// Most waits [`AppWaits::each`] keeps: a long rehearsal under a blocking
+/// lock queues the apps over and over; the timeline shows the worst few.
+pub const MAX_WAITS_KEPT: usize = 2000;
+
+/// One app backend's lock wait on the migration, as sampled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SampledWait {
+    /// The app's session (`legacy (write)`) and its statement's text.
+    pub app: String,
+    pub query: String,
+    /// The relation it waited for (named as [`crate::tables`] names it:
+    /// the server's `regclass` spelling) and the mode it asked for.
+    pub relation: String,
+    pub mode: String,
+    /// When the wait began (the server's `waitstart`, else the first
+    /// sample that saw it; placed from the sample's send time) and how
+    /// long it was seen to last.
+    pub began: Instant,
+    pub waited: Duration,
 }
 
 /// Samples, until stopped, every app backend of the database waiting on
@@ -186,7 +210,8 @@ impl AppWaitSampler {
         };
         let sql = format!(
             "SELECT a.pid, a.application_name, coalesce(a.query, ''),
-                    coalesce(a.query_start::text, ''), {waitstart}
+                    coalesce(a.query_start::text, ''), {waitstart},
+                    coalesce(l.relation::regclass::text, ''), l.mode
                FROM pg_stat_activity a
                JOIN pg_locks l ON l.pid = a.pid AND NOT l.granted
               WHERE a.datname = current_database() AND a.wait_event_type = 'Lock'
@@ -203,22 +228,47 @@ impl AppWaitSampler {
         let thread = std::thread::spawn(move || {
             let mut out = AppWaits::default();
             // (pid, query_start) of a wait → when it was first seen.
-            let mut first: BTreeMap<(i32, String), Instant> = BTreeMap::new();
+            // (pid, query_start) of a wait → when it was first seen and
+            // its entry in `out.each`, if kept.
+            let mut first: BTreeMap<(i32, String), (Instant, Option<usize>)> = BTreeMap::new();
             while !flag.load(Ordering::Relaxed) {
+                // The server reads its clock after the query is sent: a
+                // wait placed from the send time is never late (the
+                // timeline never shows it past the lock's release), early
+                // by at most the query's trip to the server.
+                let now = Instant::now();
                 if let Ok(rows) = admin.query(&query, &[]) {
                     out.samples += 1;
-                    let now = Instant::now();
                     for r in rows {
                         let key: (i32, String) = (r.get(0), r.get(3));
-                        let seen_since = *first.entry(key).or_insert_with(|| {
+                        let new = !first.contains_key(&key);
+                        let (seen_since, kept) = *first.entry(key).or_insert_with(|| {
                             out.waits += 1;
-                            now
+                            (
+                                now,
+                                (out.each.len() < MAX_WAITS_KEPT).then_some(out.each.len()),
+                            )
                         });
                         let waited = r
                             .get::<_, Option<f64>>(4)
                             .filter(|s| s.is_finite() && *s >= 0.0)
                             .map(Duration::from_secs_f64)
                             .unwrap_or(now - seen_since);
+                        match kept {
+                            Some(_) if new => out.each.push(SampledWait {
+                                app: r
+                                    .get::<_, String>(1)
+                                    .trim_start_matches(APP_PREFIX)
+                                    .to_string(),
+                                query: r.get(2),
+                                relation: r.get(5),
+                                mode: r.get(6),
+                                began: now.checked_sub(waited).unwrap_or(now),
+                                waited,
+                            }),
+                            Some(i) => out.each[i].waited = waited,
+                            None => {}
+                        }
                         if waited > out.longest {
                             out.longest = waited;
                             let app: String = r.get(1);

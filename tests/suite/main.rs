@@ -14,6 +14,7 @@ mod migrate;
 mod no_transaction;
 mod plan;
 mod project;
+mod report;
 mod roles;
 mod sandbox;
 mod schemas;
@@ -48,6 +49,7 @@ fn main() {
     trials.extend(roles::tests(&env));
     trials.extend(plan::tests(&env));
     trials.extend(layouts::tests(&env));
+    trials.extend(report::tests(&env));
     trials.retain(|t| common::in_scope(t.name()));
     let conclusion = libtest_mimic::run(&args, trials);
     common::print_slowest(10);

@@ -82,7 +82,7 @@ pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
         ));
     }
     if let (false, Some(Probe::Ran(probe))) = (e.failed_on_empty(), &e.probe) {
-        out.extend(match probe {
+        out.extend(match probe.as_ref() {
             Ok(p) => evaluate_probe(v, p, &cx.lock_policy, cx.stall_budget),
             Err(why) => vec![probe_could_not_run(v, why)],
         });

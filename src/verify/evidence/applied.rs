@@ -4,8 +4,9 @@
 //! by [`crate::verify::rehearsal`]; judged by the checks.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use super::workload::{AppWait, WorkloadStats};
 use crate::pg::lock_modes;
 
 /// Work one statement (or a whole migration) did on one table: counts from
@@ -127,6 +128,9 @@ pub struct StatementRun {
     pub column: usize,
     pub excerpt: String,
     pub duration: Duration,
+    /// When it started (the report's lock timeline lines it up with the
+    /// apps' waits).
+    pub started: Option<Instant>,
     /// Relation locks held on existing tables once it finished (every lock
     /// taken so far: a transaction keeps them until it ends), by table.
     pub locks_after: BTreeMap<String, Vec<String>>,
@@ -227,6 +231,9 @@ pub struct Applied {
     /// From the migration's first statement to its commit: how long the
     /// locks it took were held, at most.
     pub held: Duration,
+    /// When its transaction (outside one, its first statement) started:
+    /// the origin of the report's lock timeline.
+    pub started: Option<Instant>,
     /// WAL written while it ran (server-wide, so an upper bound on a shared
     /// server).
     pub wal_bytes: i64,
@@ -313,7 +320,9 @@ impl Applied {
                         }
                     }
                 }
-                let ms = |d: Duration| (d.as_secs_f64() * 10_000.0).round() / 10.0;
+                let strongest = held
+                    .iter()
+                    .max_by_key(|(_, m)| lock_modes::MODES.iter().position(|x| x == m));
                 crate::report::StatementRow {
                     line: st.line,
                     column: st.column,
@@ -323,17 +332,91 @@ impl Applied {
                         .statements
                         .get(i)
                         .filter(|_| at_zero.statements.len() == self.statements.len())
-                        .map(|z| ms(z.duration))
+                        .map(|z| report_ms(z.duration))
                         .unwrap_or(0.0),
-                    ms_at_n_rows: ms(st.duration),
+                    ms_at_n_rows: report_ms(st.duration),
                     rows_touched: st
                         .work
                         .values()
                         .map(|w| w.tuples_read + w.inserted + w.updated + w.deleted)
                         .sum(),
+                    start_ms: self.since_start(st.started),
+                    strongest_lock: strongest
+                        .map(|(t, m)| format!("{} on {t}", lock_modes::sql_name(m))),
+                    blocks_writes: strongest
+                        .is_some_and(|(_, m)| lock_modes::conflicts(m, "RowExclusiveLock")),
                 }
             })
             .collect()
+    }
+
+    /// ms from this apply's start to its commit, as the report has it,
+    /// for a migration in one transaction.
+    pub fn committed_ms(&self) -> Option<f64> {
+        (!self.outside_transaction && self.started.is_some()).then(|| report_ms(self.held))
+    }
+
+    /// ms from this apply's start to `at`, as the report has it.
+    fn since_start(&self, at: Option<Instant>) -> Option<f64> {
+        Some(report_ms(at?.saturating_duration_since(self.started?)))
+    }
+
+    /// The report's app waits: the [`crate::report::APP_WAITS_KEPT`]
+    /// longest of `workload`'s that began while this apply held its
+    /// locks (the batched updates after it are not its statements), each
+    /// with the statement it waited behind, in order of start.
+    pub fn app_wait_rows(&self, workload: &WorkloadStats) -> Vec<crate::report::AppWaitRow> {
+        let (Some(t0), ends) = (self.started, self.started.map(|t| t + self.held)) else {
+            return Vec::new();
+        };
+        let mut waits: Vec<&AppWait> = workload
+            .waits
+            .iter()
+            .filter(|w| ends.is_some_and(|end| w.began <= end))
+            .collect();
+        waits.sort_by_key(|w| std::cmp::Reverse(w.waited));
+        waits.truncate(crate::report::APP_WAITS_KEPT);
+        waits.sort_by_key(|w| w.began);
+        waits
+            .into_iter()
+            .map(|w| crate::report::AppWaitRow {
+                statement: w.statement.clone(),
+                table: w.table.clone(),
+                mode: lock_modes::sql_name(&w.mode),
+                start_ms: report_ms(w.began.saturating_duration_since(t0)),
+                ms: report_ms(w.waited),
+                behind_line: self.blocker_of(w).map(|i| self.statements[i].line),
+            })
+            .collect()
+    }
+
+    /// The statement whose lock `w` waited behind: inside a transaction
+    /// the first that took a lock on its table conflicting with the mode
+    /// it asked for (held to the commit) and had started by the wait's
+    /// end; else the statement running when it began (outside a
+    /// transaction, or when the migration itself was still queued for
+    /// the lock), else the last one started before it.
+    fn blocker_of(&self, w: &AppWait) -> Option<usize> {
+        let ended = w.began + w.waited;
+        let started_by = |s: &StatementRun, at: Instant| s.started.is_some_and(|x| x <= at);
+        let took_conflicting = |s: &StatementRun| {
+            s.locks_after
+                .get(&w.table)
+                .is_some_and(|modes| modes.iter().any(|m| lock_modes::conflicts(m, &w.mode)))
+        };
+        if !self.outside_transaction {
+            if let Some(i) = self
+                .statements
+                .iter()
+                .position(|s| took_conflicting(s) && started_by(s, ended))
+            {
+                return Some(i);
+            }
+        }
+        self.statements
+            .iter()
+            .rposition(|s| started_by(s, w.began))
+            .or_else(|| self.statements.iter().position(|s| started_by(s, ended)))
     }
 
     /// For a statement outside a transaction: what sampling saw of its
@@ -364,4 +447,9 @@ impl Applied {
             _ => "the migration".to_string(),
         }
     }
+}
+
+/// A duration in ms to 0.1 ms, as the report writes them.
+fn report_ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 10_000.0).round() / 10.0
 }

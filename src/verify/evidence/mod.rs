@@ -36,7 +36,7 @@ pub use applied::{Applied, Observed, StatementRun, TableWork, Work};
 pub use lint::Warning;
 pub use readers::{DirectiveCount, Visible};
 pub use runs::{BatchedRun, Rerun, SecondRun};
-pub use workload::{LongTransactionProbe, ProbeEnd, WorkloadStats};
+pub use workload::{AppWait, LongTransactionProbe, ProbeEnd, WorkloadStats};
 
 /// Everything the rehearsal measured about one migration.
 #[derive(Debug, Clone, Default)]
@@ -109,7 +109,7 @@ pub enum Probe {
     /// A file outside a transaction has no transaction to queue behind.
     NotApplicable,
     /// It ran (Err: why it could not).
-    Ran(Result<LongTransactionProbe, String>),
+    Ran(Box<Result<LongTransactionProbe, String>>),
 }
 
 /// The live apps' statements planned on the seeded database before the

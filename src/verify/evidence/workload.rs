@@ -3,7 +3,7 @@
 //! probe (the real lock-retry loop behind an open app transaction).
 //! Measured by [`crate::verify::rehearsal`]; judged by `locks`.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What a concurrent app workload went through.
 #[derive(Debug, Clone, Default)]
@@ -25,6 +25,22 @@ pub struct WorkloadStats {
     /// (they are switched off so that a statement outside a transaction is
     /// measured alone there; this says the switch failed).
     pub counted_in_table_stats: bool,
+    /// Each lock wait on the migration seen (the first
+    /// [`crate::verify::sampler::MAX_WAITS_KEPT`]), for the report's lock
+    /// timeline.
+    pub waits: Vec<AppWait>,
+}
+
+/// One app statement's lock wait on the migration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppWait {
+    /// "app.statement (read|write)".
+    pub statement: String,
+    /// The table it waited for and the mode it asked for.
+    pub table: String,
+    pub mode: String,
+    pub began: Instant,
+    pub waited: Duration,
 }
 
 /// How the migration fared behind the long transaction.

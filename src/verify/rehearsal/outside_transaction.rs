@@ -69,6 +69,7 @@ pub fn apply(
         flushable,
         admin: Some(admin),
         sampler: None,
+        started: None,
         before: Before::default(),
         runs: Vec::new(),
         error: None,
@@ -83,6 +84,7 @@ pub fn apply(
         work_unmeasured: (!flushable).then(|| NO_FLUSH.to_string()),
         statements: watch.runs,
         duration: t0.elapsed(),
+        started: Some(t0),
         ..Applied::default()
     };
     out.held = out.duration;
@@ -167,6 +169,8 @@ struct Watch<'a> {
     /// The sampler's connection while no statement runs.
     admin: Option<Client>,
     sampler: Option<LockSampler>,
+    /// When the statement being watched started (after its sampler).
+    started: Option<Instant>,
     before: Before,
     runs: Vec<StatementRun>,
     /// The first measurement that failed (the rehearsal's error).
@@ -213,6 +217,7 @@ impl Watch<'_> {
             .take()
             .ok_or_else(|| anyhow::anyhow!("the lock sampler's connection was lost"))?;
         self.sampler = Some(LockSampler::start(admin, self.pid)?);
+        self.started = Some(Instant::now());
         Ok(())
     }
 
@@ -234,6 +239,7 @@ impl Watch<'_> {
             column: st.column,
             excerpt: st.excerpt(60),
             duration: took,
+            started: self.started.take(),
             ..StatementRun::default()
         };
         let mut observed = Observed {
