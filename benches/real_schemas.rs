@@ -32,8 +32,10 @@
 //!
 //! Then, per run, the full-history cost: `rollsafe verify` (every migration
 //! rehearsed) on the history's first ROLLSAFE_BENCH_FULL_MAX migrations
-//! (default 10; a full verify of 300 takes hours today), its cost per
-//! migration and each migration's seeding time, and what was not measured.
+//! (default 10; a full verify of 300 takes hours today), stopped after
+//! ROLLSAFE_BENCH_FULL_LIMIT seconds (default 600): its cost per
+//! migration, its error findings, each migration's seeding time, and what
+//! was not measured.
 //!
 //! `cargo bench --bench real_schemas` (ROLLSAFE_BENCH_ROWS: rows per table,
 //! default verify's; ROLLSAFE_BENCH_FIXTURES: `catalogue,history`).
@@ -45,7 +47,10 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{apply, builder, floor_of, progress_marks, run_verify, secs, stage_times, VerifyRun};
+use common::{
+    apply, builder, floor_of, progress_marks, run_verify, run_verify_within, secs, stage_times,
+    VerifyRun,
+};
 use rollsafe::catalog::Catalog;
 use rollsafe::report::Report;
 use rollsafe::tables::{self, Kind};
@@ -67,6 +72,7 @@ fn main() {
     let rows: u64 = env_or("ROLLSAFE_BENCH_ROWS", DEFAULT_ROWS);
     let runs: usize = env_or("ROLLSAFE_BENCH_RUNS", 2);
     let full_max: usize = env_or("ROLLSAFE_BENCH_FULL_MAX", 10);
+    let full_limit = Duration::from_secs(env_or("ROLLSAFE_BENCH_FULL_LIMIT", 600));
     let length: i32 = env_or("ROLLSAFE_BENCH_HISTORY_LEN", 300);
     let wanted = std::env::var("ROLLSAFE_BENCH_FIXTURES").unwrap_or("catalogue,history".into());
     let history_dir = history(&catalogue_dir(), length);
@@ -85,7 +91,7 @@ fn main() {
             fixture(dir, rows);
         }
         println!("== run {run}, full history");
-        full_history(history_dir.path(), full_max, rows);
+        full_history(history_dir.path(), full_max, full_limit, rows);
     }
 }
 
@@ -261,9 +267,9 @@ impl Alone {
     }
 }
 
-/// A full verify of the history's first `n` migrations: its cost per
-/// migration and each migration's seeding step.
-fn full_history(dir: &Path, n: usize, rows: u64) {
+/// A full verify of the history's first `n` migrations, stopped at
+/// `limit`: its cost per migration and each migration's seeding step.
+fn full_history(dir: &Path, n: usize, limit: Duration, rows: u64) {
     let catalog = Catalog::from_dir(dir).expect("catalog");
     let all = catalog.migrations().len();
     let n = n.min(all);
@@ -277,7 +283,7 @@ fn full_history(dir: &Path, n: usize, rows: u64) {
     }
     let path = prefix.path().to_str().expect("utf-8 path");
     let rows_arg = rows.to_string();
-    let run = run_verify(
+    let run = run_verify_within(
         None,
         &[
             "--migrations",
@@ -287,14 +293,34 @@ fn full_history(dir: &Path, n: usize, rows: u64) {
             "--format",
             "json",
         ],
+        Some(limit),
     );
-    println!(
-        "full verify of V1..V{n}: {} ({:.1} s per migration; {}); V{}..V{all} not measured (ROLLSAFE_BENCH_FULL_MAX={n})",
-        secs(run.took),
-        run.took.as_secs_f64() / n as f64,
-        run.verdict,
-        n + 1
-    );
+    match run.stopped_at {
+        None => println!(
+            "full verify of V1..V{n}: {} ({:.1} s per migration; {}); V{}..V{all} not measured (ROLLSAFE_BENCH_FULL_MAX={n})",
+            secs(run.took),
+            run.took.as_secs_f64() / n as f64,
+            run.verdict,
+            n + 1
+        ),
+        Some(at) => println!(
+            "full verify of V1..V{n}: not finished, stopped after {} (ROLLSAFE_BENCH_FULL_LIMIT); its last step: `{}`; no cost per migration (the rehearsal had not ended)",
+            secs(at),
+            progress_marks(&run.progress)
+                .last()
+                .map_or("none", |(_, s)| s.as_str())
+        ),
+    }
+    if let Ok(report) = serde_json::from_str::<Report>(&run.stdout) {
+        let mut errors: std::collections::BTreeMap<&str, usize> = Default::default();
+        for f in &report.findings {
+            if f.severity == rollsafe::report::Severity::Error {
+                *errors.entry(f.id.as_str()).or_default() += 1;
+            }
+        }
+        let list: Vec<String> = errors.iter().map(|(id, n)| format!("{id} ×{n}")).collect();
+        println!("  error findings: {}", list.join(", "));
+    }
     let marks = progress_marks(&run.progress);
     let steps: Vec<String> = marks
         .iter()

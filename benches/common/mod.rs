@@ -6,7 +6,8 @@
 //! `benches/*/main.rs`, not this file): `mod common;` in `verify.rs` and
 //! `real_schemas.rs`.
 
-use std::process::Command;
+use std::io::Read;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rollsafe::app::AppVersion;
@@ -88,33 +89,75 @@ pub struct VerifyRun {
     #[allow(dead_code)]
     pub stdout: String,
     pub progress: String,
+    /// Stopped at this limit before it ended (its progress lines say how
+    /// far it got).
+    #[allow(dead_code)]
+    pub stopped_at: Option<Duration>,
 }
 
 /// `rollsafe verify ARGS` (with `--postgres BACKEND` when one is given).
 pub fn run_verify(backend: Option<&str>, args: &[&str]) -> VerifyRun {
+    run_verify_within(backend, args, None)
+}
+
+/// [`run_verify`], stopped with SIGTERM once `limit` has passed (rollsafe
+/// drops its throwaway server on the signal).
+pub fn run_verify_within(
+    backend: Option<&str>,
+    args: &[&str],
+    limit: Option<Duration>,
+) -> VerifyRun {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rollsafe"));
     cmd.arg("verify").args(args);
     if let Some(backend) = backend {
         cmd.args(["--postgres", backend]);
     }
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let t = Instant::now();
-    let out = cmd.output().expect("running rollsafe verify");
+    let mut child = cmd.spawn().expect("running rollsafe verify");
+    let stdout = read_all(child.stdout.take().expect("piped stdout"));
+    let stderr = read_all(child.stderr.take().expect("piped stderr"));
+    let mut stopped_at = None;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for rollsafe verify") {
+            break status;
+        }
+        if limit.is_some_and(|l| t.elapsed() >= l) {
+            stopped_at = Some(t.elapsed());
+            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            break child.wait().expect("waiting for rollsafe verify");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     let took = t.elapsed();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let progress = String::from_utf8_lossy(&out.stderr).into_owned();
-    let verdict = verdict_of(&stdout).unwrap_or_else(|| {
-        format!(
-            "exit {:?}: {}",
-            out.status.code(),
-            progress.lines().last().unwrap_or("").trim()
-        )
-    });
+    let stdout = stdout.join().expect("stdout reader");
+    let progress = stderr.join().expect("stderr reader");
+    let verdict = match stopped_at {
+        Some(at) => format!("stopped at the limit, {}", secs(at)),
+        None => verdict_of(&stdout).unwrap_or_else(|| {
+            format!(
+                "exit {:?}: {}",
+                status.code(),
+                progress.lines().last().unwrap_or("").trim()
+            )
+        }),
+    };
     VerifyRun {
         took,
         verdict,
         stdout,
         progress,
+        stopped_at,
     }
+}
+
+fn read_all(mut from: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = from.read_to_end(&mut bytes);
+        String::from_utf8_lossy(&bytes).into_owned()
+    })
 }
 
 /// The text report's last PASSED/FAILED line, or the JSON report's
