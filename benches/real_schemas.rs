@@ -239,7 +239,7 @@ impl Alone {
             g.unseeded.len()
         );
         let mut slow: Vec<_> = g.seeded.iter().collect();
-        slow.sort_by(|a, b| b.took.cmp(&a.took));
+        slow.sort_by_key(|t| std::cmp::Reverse(t.took));
         for t in slow.iter().take(5) {
             println!(
                 "    slowest INSERT: {} {} rows in {}{}",
