@@ -28,65 +28,23 @@
 //! is run on, default 50: a full verify of 200 migrations takes many
 //! minutes).
 
-use std::process::Command;
-use std::time::{Duration, Instant};
+mod common;
 
+use std::time::Duration;
+
+use common::{builder, floor_of, run_verify, secs, stage_times, VerifyRun};
 use rollsafe::catalog::Catalog;
 use rollsafe::dao::shipped;
-use rollsafe::sandbox::{binaries, docker, BackendChoice, SandboxBuilder};
-use rollsafe::verify::{seed, DEFAULT_ROWS};
+use rollsafe::sandbox::{binaries, docker};
+use rollsafe::verify::DEFAULT_ROWS;
 
-fn secs(d: Duration) -> String {
-    format!("{:.2} s", d.as_secs_f64())
-}
-
-/// The backend a bench run uses: `ROLLSAFE_POSTGRES` as the product reads
-/// it, or the one being compared.
-fn builder(backend: Option<&str>) -> SandboxBuilder {
-    let b = SandboxBuilder::from_env().expect("ROLLSAFE_POSTGRES");
-    match backend {
-        Some("docker") => b.backend(BackendChoice::Docker),
-        Some("local") => b.backend(BackendChoice::Local),
-        _ => b,
-    }
-}
-
+/// The floor of the shipped set: its migrations, its apps' rows seeded.
 fn floor(rows: u64, backend: Option<&str>) -> Duration {
-    floor_of(&Catalog::embedded().expect("catalog"), rows, backend)
+    shipped_floor_of(&Catalog::embedded().expect("catalog"), rows, backend)
 }
 
-fn floor_of(catalog: &Catalog, rows: u64, backend: Option<&str>) -> Duration {
-    let t = Instant::now();
-    let sandbox = builder(backend).start().expect("sandbox");
-    let db = sandbox.fresh_database().expect("database");
-    let mut c = db.connect().expect("connect");
-    let apps = shipped::apps().expect("apps");
-    let mut prev = 0;
-    let mut seeded = false;
-    for m in catalog.migrations() {
-        let live: Vec<_> = apps.iter().filter(|a| a.needs <= prev).collect();
-        if !seeded && !live.is_empty() {
-            let url = db.url().to_string();
-            seed::seed(&mut c, &live, rows, &|_| rollsafe::db::connect(&url)).expect("seed");
-            seeded = true;
-        }
-        let mut tx = c.transaction().expect("begin");
-        tx.batch_execute(&m.sql).expect("apply");
-        tx.commit().expect("commit");
-        prev = m.version;
-    }
-    drop(c);
-    drop(db);
-    drop(sandbox);
-    t.elapsed()
-}
-
-/// One run of the real binary: its wall time, its verdict line, and its
-/// progress lines (stderr).
-struct VerifyRun {
-    took: Duration,
-    verdict: String,
-    progress: String,
+fn shipped_floor_of(catalog: &Catalog, rows: u64, backend: Option<&str>) -> Duration {
+    floor_of(catalog, &shipped::apps().expect("apps"), rows, backend)
 }
 
 fn verify_with(rows: u64, extra: &[&str]) -> (Duration, String) {
@@ -95,33 +53,17 @@ fn verify_with(rows: u64, extra: &[&str]) -> (Duration, String) {
 }
 
 fn verify_on(backend: Option<&str>, rows: u64, extra: &[&str]) -> VerifyRun {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rollsafe"));
-    cmd.args(["verify", "--rows", &rows.to_string()])
-        .args(extra);
-    if let Some(backend) = backend {
-        cmd.args(["--postgres", backend]);
-    }
-    let t = Instant::now();
-    let out = cmd.output().expect("running rollsafe verify");
-    let took = t.elapsed();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let verdict = text
-        .lines()
-        .rev()
-        .find(|l| l.starts_with("PASSED") || l.starts_with("FAILED"))
-        .map(str::to_string)
-        .unwrap_or_else(|| {
-            format!(
-                "exit {:?}: {}",
-                out.status.code(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            )
-        });
-    VerifyRun {
-        took,
-        verdict,
-        progress: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    let rows = rows.to_string();
+    let args: Vec<&str> = ["--rows", rows.as_str()]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+    run_verify(backend, &args)
+}
+
+fn median(mut xs: Vec<Duration>) -> Duration {
+    xs.sort();
+    xs[xs.len() / 2]
 }
 
 /// The backends to compare: ROLLSAFE_BENCH_BACKENDS, else each one this
@@ -139,52 +81,6 @@ fn backends_present() -> Vec<String> {
         found.push("local".to_string());
     }
     found
-}
-
-fn median(mut xs: Vec<Duration>) -> Duration {
-    xs.sort();
-    xs[xs.len() / 2]
-}
-
-/// Where one verify's time went: each progress line's step lasts until the
-/// next line (`[rollsafe verify 6.2s] V3: seeding …`), summed per step
-/// kind (the words before the first `:` or digit-free prefix).
-fn stage_times(progress: &str, total: Duration) -> Vec<(String, f64)> {
-    let marks: Vec<(f64, String)> = progress
-        .lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix("[rollsafe verify ")?;
-            let (at, step) = rest.split_once("s] ")?;
-            Some((at.parse().ok()?, step.to_string()))
-        })
-        .collect();
-    let mut sums: Vec<(String, f64)> = Vec::new();
-    for (i, (at, step)) in marks.iter().enumerate() {
-        let end = marks
-            .get(i + 1)
-            .map(|(t, _)| *t)
-            .unwrap_or(total.as_secs_f64());
-        let kind = step_kind(step);
-        match sums.iter_mut().find(|(k, _)| *k == kind) {
-            Some((_, s)) => *s += end - at,
-            None => sums.push((kind, end - at)),
-        }
-    }
-    sums
-}
-
-/// `V3: seeding 10000 rows at V2` -> `seeding`; `static: squawk's …` -> `static`.
-fn step_kind(step: &str) -> String {
-    let step = match step.split_once(": ") {
-        Some((head, rest)) if head.starts_with('V') || head.starts_with("PG") => rest,
-        _ => step,
-    };
-    let step = step.split(": ").next().unwrap_or(step);
-    step.split_whitespace()
-        .take_while(|w| !w.chars().any(|c| c.is_ascii_digit()))
-        .take(4)
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 fn main() {
@@ -257,7 +153,7 @@ fn main() {
         let dir = history(n);
         let path = dir.path().to_str().expect("utf-8 path");
         let catalog = Catalog::from_dir(dir.path()).expect("catalog");
-        let f = floor_of(&catalog, DEFAULT_ROWS, None);
+        let f = shipped_floor_of(&catalog, DEFAULT_ROWS, None);
         let since = n.to_string();
         let (s, s_verdict) = verify_with(DEFAULT_ROWS, &["--migrations", path, "--since", &since]);
         // A target at V{n}: a database of a throwaway server of its own,

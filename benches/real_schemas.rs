@@ -1,0 +1,517 @@
+//! Real-shaped schemas: how much of them a rehearsal fills, how fast, and
+//! what a long history costs (issue 30's measuring stick).
+//!
+//! Fixtures (refinery layout, migrations only, no apps: the generator seeds
+//! every table):
+//! - `catalogue`: `tests/fixtures/real-shaped/catalogue/migrations`, a
+//!   package registry of 39 tables over 21 migrations with what real
+//!   schemas have (its README lists each feature and where it is);
+//! - `history`: the catalogue followed by generated migrations up to V300
+//!   (ROLLSAFE_BENCH_HISTORY_LEN), built into a temp dir: tables added,
+//!   columns added and dropped, indexes (every tenth built CONCURRENTLY in
+//!   a no-transaction file), triggers and their functions, SQL functions,
+//!   data fixes.
+//!
+//! For each fixture, ROLLSAFE_BENCH_RUNS times (default 2), on the default
+//! backend (`ROLLSAFE_POSTGRES`):
+//! - floor: one throwaway server, the whole history applied once, stopped
+//!   ([`common::floor_of`]; nothing seeded: the fixtures have no apps);
+//! - `rollsafe verify --migrations DIR --since V{newest-1} --format json`
+//!   (the real binary): its wall time against the floor; tables seeded /
+//!   tables at V{newest-1} (a table is seeded when no
+//!   `rewrite.table-not-seeded` finding of the newest migration names it),
+//!   the reason given for each one left out, the generator's warnings
+//!   (`rewrite.seeding-warning`); and the seeding rate: the rows verify
+//!   says it seeded (`applying on N seeded rows`) over the time from its
+//!   `seeding N rows` line to the next progress line (the value search,
+//!   the INSERTs, ANALYZE and the copy for the long-transaction probe);
+//! - the generator alone ([`rollsafe::verify::generate::seed`], what verify
+//!   runs) on a database at V{newest-1} of a throwaway server, connected as
+//!   the sandbox's superuser (verify seeds as its migrator): rows and INSERT
+//!   time per table, so the tables that make seeding slow are named.
+//!
+//! Then, per run, the full-history cost: `rollsafe verify` (every migration
+//! rehearsed) on the history's first ROLLSAFE_BENCH_FULL_MAX migrations
+//! (default 10; a full verify of 300 takes hours today), stopped after
+//! ROLLSAFE_BENCH_FULL_LIMIT seconds (default 600): its cost per
+//! migration, its error findings, each migration's seeding time, and what
+//! was not measured.
+//!
+//! `cargo bench --bench real_schemas` (ROLLSAFE_BENCH_ROWS: rows per table,
+//! default verify's; ROLLSAFE_BENCH_FIXTURES: `catalogue,history`).
+//! Prints figures; asserts nothing.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::{
+    apply, builder, floor_of, progress_marks, run_verify, run_verify_within, secs, stage_times,
+    VerifyRun,
+};
+use rollsafe::catalog::Catalog;
+use rollsafe::report::Report;
+use rollsafe::tables::{self, Kind};
+use rollsafe::verify::generate::{self, RowCounts};
+use rollsafe::verify::DEFAULT_ROWS;
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().replace('_', "").parse().ok())
+        .unwrap_or(default)
+}
+
+fn catalogue_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/real-shaped/catalogue/migrations")
+}
+
+fn main() {
+    let rows: u64 = env_or("ROLLSAFE_BENCH_ROWS", DEFAULT_ROWS);
+    let runs: usize = env_or("ROLLSAFE_BENCH_RUNS", 2);
+    let full_max: usize = env_or("ROLLSAFE_BENCH_FULL_MAX", 10);
+    let full_limit = Duration::from_secs(env_or("ROLLSAFE_BENCH_FULL_LIMIT", 600));
+    let length: i32 = env_or("ROLLSAFE_BENCH_HISTORY_LEN", 300);
+    let wanted = std::env::var("ROLLSAFE_BENCH_FIXTURES").unwrap_or("catalogue,history".into());
+    let history_dir = history(&catalogue_dir(), length);
+    let mut fixtures: Vec<(&str, PathBuf)> = Vec::new();
+    if wanted.contains("catalogue") {
+        fixtures.push(("catalogue", catalogue_dir()));
+    }
+    if wanted.contains("history") {
+        fixtures.push(("history", history_dir.path().to_path_buf()));
+    }
+    let backend = std::env::var("ROLLSAFE_POSTGRES").unwrap_or_else(|_| "auto".into());
+    println!("real-shaped schemas, backend {backend}, {rows} rows per table, {runs} runs");
+    for run in 1..=runs {
+        for (name, dir) in &fixtures {
+            println!("== run {run}, fixture {name} ({})", dir.display());
+            fixture(dir, rows);
+        }
+        println!("== run {run}, full history");
+        full_history(history_dir.path(), full_max, full_limit, rows);
+    }
+}
+
+/// One fixture's figures: floor, `--since` the newest, the generator alone.
+fn fixture(dir: &Path, rows: u64) {
+    let catalog = Catalog::from_dir(dir).expect("catalog");
+    let newest = catalog.migrations().last().expect("a migration").version;
+    let before = catalog.migrations()[catalog.migrations().len() - 2].version;
+    let floor = floor_of(&catalog, &[], rows, None);
+    let path = dir.to_str().expect("utf-8 path");
+    let since = before.to_string();
+    let rows_arg = rows.to_string();
+    let run = run_verify(
+        None,
+        &[
+            "--migrations",
+            path,
+            "--since",
+            &since,
+            "--rows",
+            &rows_arg,
+            "--format",
+            "json",
+        ],
+    );
+    println!(
+        "floor (server + {} migrations once) {} | verify --since {before} {} ({:.1}x floor; {})",
+        catalog.migrations().len(),
+        secs(floor),
+        secs(run.took),
+        run.took.as_secs_f64() / floor.as_secs_f64(),
+        run.verdict
+    );
+    let went: Vec<String> = stage_times(&run.progress, run.took)
+        .iter()
+        .map(|(kind, s)| format!("{kind} {s:.1} s"))
+        .collect();
+    println!("  where it went: {}", went.join(", "));
+    let alone = generator_alone(&catalog, before, rows);
+    seeded_tables(&run, newest, before, &alone.tables);
+    seeding_rate(&run, newest);
+    alone.print();
+}
+
+/// Tables seeded / tables at V{before}, as verify's report says it.
+fn seeded_tables(run: &VerifyRun, newest: i32, before: i32, all: &BTreeSet<String>) {
+    let Ok(report) = serde_json::from_str::<Report>(&run.stdout) else {
+        println!("  no JSON report: {}", run.verdict);
+        return;
+    };
+    let mine = |id: &'static str| {
+        report
+            .findings
+            .iter()
+            .filter(move |f| f.id == id && f.migration == Some(newest))
+    };
+    let unseeded: Vec<_> = mine("rewrite.table-not-seeded").collect();
+    let names: BTreeSet<String> = unseeded
+        .iter()
+        .filter_map(|f| f.evidence.get("table")?.as_str().map(str::to_string))
+        .collect();
+    println!(
+        "  tables seeded at V{before}: {} / {} ({:.0}%)",
+        all.difference(&names).count(),
+        all.len(),
+        100.0 * all.difference(&names).count() as f64 / all.len().max(1) as f64
+    );
+    for f in unseeded {
+        println!("    left out: {}", f.message);
+    }
+    for f in mine("rewrite.seeding-warning") {
+        println!("    generator warning: {}", f.message);
+    }
+}
+
+/// Rows per second of verify's seeding step of migration `v`, from its
+/// progress lines.
+fn seeding_rate(run: &VerifyRun, v: i32) {
+    let marks = progress_marks(&run.progress);
+    let start = format!("V{v}: seeding ");
+    let Some(i) = marks.iter().position(|(_, s)| s.starts_with(&start)) else {
+        println!("  seeding rate: not derivable (no `{start}…` progress line)");
+        return;
+    };
+    let end = marks.get(i + 1).map_or(run.took.as_secs_f64(), |(t, _)| *t);
+    let took = end - marks[i].0;
+    let seeded: Option<i64> = marks.iter().find_map(|(_, s)| {
+        let rest = s.strip_prefix(&format!("V{v}: applying on "))?;
+        rest.split_whitespace().next()?.parse().ok()
+    });
+    match seeded {
+        Some(n) => println!(
+            "  seeding at V{v}: {n} rows in {took:.1} s ({:.0} rows/s; `{}` to the next step)",
+            n as f64 / took.max(0.05),
+            marks[i].1
+        ),
+        None => println!(
+            "  seeding at V{v}: {took:.1} s; rows not derivable (no `V{v}: applying on N seeded rows` line)"
+        ),
+    }
+}
+
+/// What the generator did on its own at V{before}.
+struct Alone {
+    /// The tables at V{before} (partitions counted in their parent).
+    tables: BTreeSet<String>,
+    generated: generate::Generated,
+    took: Duration,
+}
+
+fn generator_alone(catalog: &Catalog, before: i32, rows: u64) -> Alone {
+    let sandbox = builder(None).start().expect("sandbox");
+    let db = sandbox.fresh_database().expect("database");
+    let mut c = db.connect().expect("connect");
+    for m in catalog.migrations().iter().filter(|m| m.version <= before) {
+        apply(&mut c, m);
+    }
+    let tables = tables::list(&mut c)
+        .expect("tables")
+        .into_iter()
+        .filter(|t| t.kind != Kind::MaterializedView && t.partition_of.is_none())
+        .map(|t| t.name)
+        .collect();
+    let t = Instant::now();
+    let generated = generate::seed(&mut c, &RowCounts::new(rows), &[]).expect("generator");
+    Alone {
+        tables,
+        generated,
+        took: t.elapsed(),
+    }
+}
+
+impl Alone {
+    fn print(&self) {
+        let g = &self.generated;
+        let written: u64 = g.seeded.iter().map(|t| t.written).sum();
+        let inserting: Duration = g.seeded.iter().map(|t| t.took).sum();
+        println!(
+            "  generator alone: {written} rows into {} tables in {} ({:.0} rows/s; INSERTs {}, {:.0} rows/s), {} tables not seeded",
+            g.seeded.len(),
+            secs(self.took),
+            written as f64 / self.took.as_secs_f64(),
+            secs(inserting),
+            written as f64 / inserting.as_secs_f64().max(1e-3),
+            g.unseeded.len()
+        );
+        let mut slow: Vec<_> = g.seeded.iter().collect();
+        slow.sort_by_key(|t| std::cmp::Reverse(t.took));
+        for t in slow.iter().take(5) {
+            println!(
+                "    slowest INSERT: {} {} rows in {}{}",
+                t.table,
+                t.written,
+                secs(t.took),
+                t.note
+                    .as_deref()
+                    .map(|n| format!(" ({n})"))
+                    .unwrap_or_default()
+            );
+        }
+        for t in g.seeded.iter().filter(|t| t.written < t.requested) {
+            println!(
+                "    fewer rows: {} {} of {}{}",
+                t.table,
+                t.written,
+                t.requested,
+                t.note
+                    .as_deref()
+                    .map(|n| format!(" ({n})"))
+                    .unwrap_or_default()
+            );
+        }
+    }
+}
+
+/// A full verify of the history's first `n` migrations, stopped at
+/// `limit`: its cost per migration and each migration's seeding step.
+fn full_history(dir: &Path, n: usize, limit: Duration, rows: u64) {
+    let catalog = Catalog::from_dir(dir).expect("catalog");
+    let all = catalog.migrations().len();
+    let n = n.min(all);
+    if n == 0 {
+        println!("full verify: not run (ROLLSAFE_BENCH_FULL_MAX=0)");
+        return;
+    }
+    let prefix = tempfile::tempdir().expect("temp dir");
+    for m in &catalog.migrations()[..n] {
+        std::fs::write(prefix.path().join(&m.file), &m.sql).expect("write");
+    }
+    let path = prefix.path().to_str().expect("utf-8 path");
+    let rows_arg = rows.to_string();
+    let run = run_verify_within(
+        None,
+        &[
+            "--migrations",
+            path,
+            "--rows",
+            &rows_arg,
+            "--format",
+            "json",
+        ],
+        Some(limit),
+    );
+    match run.stopped_at {
+        None => println!(
+            "full verify of V1..V{n}: {} ({:.1} s per migration; {}); V{}..V{all} not measured (ROLLSAFE_BENCH_FULL_MAX={n})",
+            secs(run.took),
+            run.took.as_secs_f64() / n as f64,
+            run.verdict,
+            n + 1
+        ),
+        Some(at) => println!(
+            "full verify of V1..V{n}: not finished, stopped after {} (ROLLSAFE_BENCH_FULL_LIMIT); its last step: `{}`; no cost per migration (the rehearsal had not ended)",
+            secs(at),
+            progress_marks(&run.progress)
+                .last()
+                .map_or("none", |(_, s)| s.as_str())
+        ),
+    }
+    if let Ok(report) = serde_json::from_str::<Report>(&run.stdout) {
+        let mut errors: std::collections::BTreeMap<&str, usize> = Default::default();
+        for f in &report.findings {
+            if f.severity == rollsafe::report::Severity::Error {
+                *errors.entry(f.id.as_str()).or_default() += 1;
+            }
+        }
+        let list: Vec<String> = errors.iter().map(|(id, n)| format!("{id} ×{n}")).collect();
+        println!("  error findings: {}", list.join(", "));
+    }
+    let marks = progress_marks(&run.progress);
+    let steps: Vec<String> = marks
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, s))| s.contains(": seeding "))
+        .map(|(i, (at, s))| {
+            let end = marks.get(i + 1).map_or(run.took.as_secs_f64(), |(t, _)| *t);
+            format!("{} {:.1} s", s.split(':').next().unwrap_or(s), end - at)
+        })
+        .collect();
+    println!("  seeding per migration: {}", steps.join(", "));
+}
+
+/// The catalogue's migrations, then generated ones up to `length`.
+fn history(catalogue: &Path, length: i32) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let base = Catalog::from_dir(catalogue).expect("catalogue");
+    for m in base.migrations() {
+        std::fs::write(dir.path().join(&m.file), &m.sql).expect("write");
+    }
+    let mut grown = Grown::default();
+    let first = base.migrations().last().expect("a migration").version + 1;
+    for v in first..=length {
+        let (name, sql) = grown.migration(v, v - first);
+        std::fs::write(dir.path().join(format!("V{v}__{name}.sql")), sql).expect("write");
+    }
+    dir
+}
+
+/// The state a generated history has reached: the tables it added and the
+/// columns it added and has not dropped yet.
+#[derive(Default)]
+struct Grown {
+    tables: Vec<String>,
+    columns: std::collections::VecDeque<(String, String)>,
+}
+
+/// Catalogue tables the generated history also changes.
+const CATALOGUE_TABLES: [&str; 6] = [
+    "crates",
+    "versions",
+    "users",
+    "dependencies",
+    "api_tokens",
+    "version_downloads",
+];
+
+impl Grown {
+    /// The newest table added, else a catalogue one.
+    fn latest(&self) -> String {
+        self.tables
+            .last()
+            .cloned()
+            .unwrap_or_else(|| "crates".into())
+    }
+
+    /// A table to change at `v`: the added ones and the catalogue's in turn.
+    fn some_table(&self, v: i32) -> String {
+        let pool: Vec<String> = CATALOGUE_TABLES
+            .iter()
+            .map(|s| s.to_string())
+            .chain(self.tables.iter().cloned())
+            .collect();
+        pool[v as usize % pool.len()].clone()
+    }
+
+    /// Migration `v`, the `nth` generated: (name, SQL), its kind chosen
+    /// in a cycle of ten that starts with a new table.
+    fn migration(&mut self, v: i32, nth: i32) -> (String, String) {
+        match nth % 10 {
+            0 => self.new_table(v),
+            1 | 5 => self.add_column(v),
+            2 => {
+                let t = self.latest();
+                (
+                    format!("index_{t}_created"),
+                    format!("CREATE INDEX {t}_created_{v} ON {t} (created_at);\n"),
+                )
+            }
+            3 => self.touch_trigger(),
+            4 => self.data_fix(v),
+            6 => {
+                let t = self.latest();
+                (
+                    format!("index_{t}_label_concurrently"),
+                    format!(
+                        "-- rollsafe:no-transaction\nCREATE INDEX CONCURRENTLY IF NOT EXISTS {t}_label_{v} ON {t} (label);\n"
+                    ),
+                )
+            }
+            7 => self.drop_column(v),
+            8 => {
+                let t = self.latest();
+                (
+                    format!("function_{t}_count"),
+                    format!(
+                        "CREATE OR REPLACE FUNCTION {t}_per_crate_{v}(c integer) RETURNS bigint\nLANGUAGE sql STABLE AS $$ SELECT count(*) FROM {t} WHERE crate_id = c $$;\n"
+                    ),
+                )
+            }
+            _ => {
+                let t = self.latest();
+                (
+                    format!("check_{t}_label"),
+                    format!(
+                        "ALTER TABLE {t} ADD CONSTRAINT {t}_label_{v} CHECK (char_length(label) <= 200) NOT VALID;\nALTER TABLE {t} VALIDATE CONSTRAINT {t}_label_{v};\n"
+                    ),
+                )
+            }
+        }
+    }
+
+    /// A feature table: an identity key, a key to crates or users, a
+    /// label, a score with a CHECK; every third with a composite UNIQUE.
+    fn new_table(&mut self, v: i32) -> (String, String) {
+        let t = format!("feature_{v}");
+        let (owner, owner_type) = if v % 20 == 0 {
+            (
+                "crate_id",
+                "integer NOT NULL REFERENCES crates (id) ON DELETE CASCADE",
+            )
+        } else {
+            (
+                "user_id",
+                "bigint NOT NULL REFERENCES users (id) ON DELETE CASCADE",
+            )
+        };
+        // Every table gets crate_id: the generated functions count by it.
+        let crate_col = if owner == "crate_id" {
+            String::new()
+        } else {
+            "    crate_id integer REFERENCES crates (id),\n".to_string()
+        };
+        let unique = if v % 30 == 0 {
+            format!(",\n    UNIQUE ({owner}, label)")
+        } else {
+            String::new()
+        };
+        let sql = format!(
+            "CREATE TABLE {t} (\n    id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,\n    {owner} {owner_type},\n{crate_col}    label text NOT NULL,\n    score integer NOT NULL DEFAULT 0,\n    created_at timestamptz NOT NULL DEFAULT now(),\n    CONSTRAINT {t}_score CHECK (score >= 0){unique}\n);\n"
+        );
+        self.tables.push(t.clone());
+        (format!("create_{t}"), sql)
+    }
+
+    fn add_column(&mut self, v: i32) -> (String, String) {
+        let t = self.some_table(v);
+        let c = format!("note_{v}");
+        let sql = if v % 2 == 0 {
+            format!("ALTER TABLE {t} ADD COLUMN {c} integer NOT NULL DEFAULT 0;\n")
+        } else {
+            format!("ALTER TABLE {t} ADD COLUMN {c} text;\n")
+        };
+        self.columns.push_back((t.clone(), c.clone()));
+        (format!("add_{t}_{c}"), sql)
+    }
+
+    /// Drops the oldest column the history added, if one is left.
+    fn drop_column(&mut self, v: i32) -> (String, String) {
+        match self.columns.pop_front() {
+            Some((t, c)) => (
+                format!("drop_{t}_{c}"),
+                format!("ALTER TABLE {t} DROP COLUMN IF EXISTS {c};\n"),
+            ),
+            None => self.add_column(v),
+        }
+    }
+
+    /// An `updated_at` kept by a trigger on the newest table.
+    fn touch_trigger(&mut self) -> (String, String) {
+        let t = self.latest();
+        let sql = format!(
+            "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS updated_at timestamptz;\n\
+             CREATE OR REPLACE FUNCTION touch_{t}() RETURNS trigger LANGUAGE plpgsql AS $$\n\
+             BEGIN NEW.updated_at := now(); RETURN NEW; END;\n$$;\n\
+             DROP TRIGGER IF EXISTS {t}_touch ON {t};\n\
+             CREATE TRIGGER {t}_touch BEFORE UPDATE ON {t} FOR EACH ROW EXECUTE FUNCTION touch_{t}();\n"
+        );
+        (format!("trigger_{t}_touch"), sql)
+    }
+
+    /// A data fix of the kind real histories have: normalise what old
+    /// code wrote.
+    fn data_fix(&mut self, v: i32) -> (String, String) {
+        let sql = if v % 20 == 4 {
+            "UPDATE crates SET description = btrim(description) WHERE description <> btrim(description);\n"
+                .to_string()
+        } else {
+            let t = self.latest();
+            format!("UPDATE {t} SET label = lower(label) WHERE label <> lower(label);\n")
+        };
+        ("data_fix".to_string(), sql)
+    }
+}
