@@ -557,6 +557,11 @@ impl<'a> Gate<'a> {
         Ok(rows
             .iter()
             .filter(|r| lock_modes::conflicts(r.get::<_, &str>(1), r.get::<_, &str>(2)))
+            // pg_locks and pg_stat_activity are not read as one snapshot: a
+            // session shown `idle` (outside any transaction) holds no lock
+            // any more; its row is a statement that ended between the two
+            // reads (a short read of a live app), not a holder to name.
+            .filter(|r| r.get::<_, &str>(6) != "idle")
             .map(|r| Holder {
                 pid: r.get(0),
                 mode: r.get(1),

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use anyhow::{ensure, Context};
 use libtest_mimic::Trial;
 use rollsafe::catalog::Catalog;
+use rollsafe::dao::shipped;
 use rollsafe::report::{render_markdown, render_text, RehearsedMigration, Report};
-use rollsafe::verify::Verify;
 
 use crate::common::{self, TestEnv};
 
@@ -38,11 +38,11 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<Trial> {
     )
 }
 
-/// The shipped V1..V3, then `v4`, rehearsing V4 only.
+/// The shipped V1..V3 and their apps, then `v4`, rehearsing V4 only.
 fn rehearse_v4(env: &TestEnv, v4: &str) -> anyhow::Result<Report> {
     let dir = crate::verify::with_later(&[v4]);
     let catalog = Catalog::from_dir(dir.path())?;
-    Ok(Verify::new(catalog)?
+    Ok(shipped::verify(catalog)?
         .rows(ROWS)
         .since(3)?
         .run(&env.sandbox)?)
