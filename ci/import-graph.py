@@ -11,7 +11,7 @@ modules), maps each to the file that defines the module it names, and prints
   helper) is not counted: a parent declares its children, so every folder
   would be a circle;
 - upward imports: a file of a lower layer importing a higher one, by the
-  layers of ci/layers.txt.
+  layers of src/layers.txt.
 
 Exit status 1 when either list is non-empty and `--check` is given (the
 unit test in `src/lib.rs` runs the same rules in Rust, so `cargo test`
@@ -26,12 +26,12 @@ import sys
 
 SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 
-# Lowest first, from ci/layers.txt (`<layer>: <modules>`; `#` comments). A
+# Lowest first, from src/layers.txt (`<layer>: <modules>`; `#` comments). A
 # module may import its own layer and any lower one; the top-level module of
 # a file (`crate::<name>`) decides its layer.
 def read_layers():
     layers = []
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "layers.txt")) as f:
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "layers.txt")) as f:
         for line in f:
             line = line.split("#")[0].strip()
             if line:

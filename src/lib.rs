@@ -81,15 +81,15 @@ pub mod validity;
 pub mod verify;
 
 /// The shape of the imports stays: no module imports one of a higher
-/// layer (`ci/layers.txt`; `ci/import-graph.py` reports the whole graph,
+/// layer (`src/layers.txt`; `ci/import-graph.py` reports the whole graph,
 /// circles of files included).
 #[cfg(test)]
 mod shape {
     use std::path::Path;
 
-    const LAYERS: &str = include_str!("../ci/layers.txt");
+    const LAYERS: &str = include_str!("layers.txt");
 
-    /// Each top-level module's layer (its line in `ci/layers.txt`).
+    /// Each top-level module's layer (its line in `src/layers.txt`).
     fn layer_of(module: &str) -> Option<usize> {
         LAYERS
             .lines()
@@ -162,7 +162,7 @@ mod shape {
             let module = top(&rel.to_string_lossy());
             let Some(own) = layer_of(&module) else {
                 panic!(
-                    "{}: module {module} is in no layer of ci/layers.txt",
+                    "{}: module {module} is in no layer of src/layers.txt",
                     rel.display()
                 );
             };
