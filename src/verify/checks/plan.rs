@@ -838,32 +838,8 @@ fn summary(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::verify::evidence::plan::tests::{explain, scan};
     use crate::verify::evidence::plan::{Mode, TableStats};
-
-    fn scan(
-        kind: &str,
-        rel: &str,
-        index: Option<&str>,
-        cond: Option<&str>,
-        rows: f64,
-        cost: f64,
-    ) -> Value {
-        let mut n = json!({
-            "Node Type": kind, "Relation Name": rel, "Schema": "public", "Alias": rel,
-            "Plan Rows": rows, "Total Cost": cost,
-        });
-        if let Some(i) = index {
-            n["Index Name"] = json!(i);
-        }
-        if let Some(c) = cond {
-            n["Index Cond"] = json!(c);
-        }
-        n
-    }
-
-    fn explain(top: Value) -> Value {
-        json!([{ "Plan": top }])
-    }
 
     fn side(
         statements: Vec<(&str, &str, Value)>,

@@ -351,10 +351,11 @@ fn closing_paren(s: &str) -> Option<usize> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn scan(
+    /// A plan node reading `rel` (also used by the plan check's tests).
+    pub(crate) fn scan(
         kind: &str,
         rel: &str,
         index: Option<&str>,
@@ -375,7 +376,8 @@ mod tests {
         n
     }
 
-    fn explain(top: Value) -> Value {
+    /// `EXPLAIN (FORMAT JSON)`'s shape around `top`.
+    pub(crate) fn explain(top: Value) -> Value {
         json!([{ "Plan": top }])
     }
 
