@@ -48,6 +48,18 @@ impl Folder {
             .map(|(p, b)| (p.as_str(), b.as_slice()))
     }
 
+    /// The top-level `<digits>_<name>.sql` files whose text `marked` says
+    /// are a tool's (goose's `-- +goose Up`, dbmate's `-- migrate:up`): what
+    /// a layout that shares sqlx's file names but not its text claims.
+    pub fn numbered_sql_marked(&self, marked: fn(&[u8]) -> bool) -> Vec<String> {
+        self.top_level_sql()
+            .filter(|(f, b)| {
+                marked(b) && f.strip_suffix(".sql").and_then(digits_and_name).is_some()
+            })
+            .map(|(f, _)| f.to_string())
+            .collect()
+    }
+
     /// The sub-folders (one level) holding a file named `file`, by name;
     /// folders whose name starts with `.` are skipped, as the tools do.
     pub fn dirs_with(&self, file: &str) -> Vec<&str> {

@@ -33,13 +33,7 @@ impl LayoutReader for Dbmate {
     }
 
     fn claims(&self, folder: &Folder) -> Vec<String> {
-        folder
-            .top_level_sql()
-            .filter(|(f, b)| {
-                is_dbmate(b) && f.strip_suffix(".sql").and_then(digits_and_name).is_some()
-            })
-            .map(|(f, _)| f.to_string())
-            .collect()
+        folder.numbered_sql_marked(is_dbmate)
     }
 
     fn read(&self, folder: &Folder, options: &ReadOptions) -> Result<Vec<Step>, CatalogError> {

@@ -39,13 +39,7 @@ impl LayoutReader for Goose {
     }
 
     fn claims(&self, folder: &Folder) -> Vec<String> {
-        folder
-            .top_level_sql()
-            .filter(|(f, b)| {
-                is_goose(b) && f.strip_suffix(".sql").and_then(digits_and_name).is_some()
-            })
-            .map(|(f, _)| f.to_string())
-            .collect()
+        folder.numbered_sql_marked(is_goose)
     }
 
     fn read(&self, folder: &Folder, options: &ReadOptions) -> Result<Vec<Step>, CatalogError> {
