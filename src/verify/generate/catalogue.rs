@@ -23,6 +23,9 @@ pub(super) struct Table {
     pub(super) uniques: Vec<Vec<i16>>,
     pub(super) fks: Vec<ForeignKey>,
     pub(super) checks: Vec<Check>,
+    /// The column a partitioned table routes its rows by, and the values
+    /// some partition takes ([`super::partition`]).
+    pub(super) routed: Option<(i16, super::families::Family)>,
 }
 
 impl Table {
@@ -263,6 +266,7 @@ pub(super) fn read_tables(
             uniques: Vec::new(),
             fks: Vec::new(),
             checks: Vec::new(),
+            routed: None,
             name: rel.name,
             qualified: rel.qualified,
         };
@@ -279,6 +283,7 @@ pub(super) fn read_tables(
                 generated: col.generated,
             });
         }
+        t.routed = super::partition::routed_values(c, t.oid, &t.columns)?;
         for k in constraints.iter().filter(|k| k.table == name) {
             add_constraint(&mut t, k);
         }
@@ -297,6 +302,9 @@ pub(super) fn read_tables(
 pub(super) fn add_constraint(t: &mut Table, k: &catalogue::Constraint) {
     match k.kind {
         ConstraintKind::PrimaryKey | ConstraintKind::Unique => t.uniques.push(k.columns.clone()),
+        // The clones PostgreSQL makes of a key into a partitioned table
+        // (one per partition) are kept by the key itself.
+        ConstraintKind::ForeignKey if k.inherited => {}
         ConstraintKind::ForeignKey => t.fks.push(ForeignKey {
             name: k.name.clone(),
             cols: k.columns.clone(),

@@ -11,12 +11,18 @@ pub(super) struct Family {
     pub(super) sql: String,
     /// Distinct indexes give distinct values.
     pub(super) injective: bool,
+    /// The values repeat every `k` indexes (`list[1 + i % k]`: an IN
+    /// list, an enum's labels): k consecutive indexes give k distinct
+    /// values, so a UNIQUE key of this column and foreign keys can still
+    /// walk their combinations.
+    pub(super) cycle: Option<u64>,
 }
 
 pub(super) fn fam(sql: impl Into<String>) -> Family {
     Family {
         sql: sql.into(),
         injective: false,
+        cycle: None,
     }
 }
 
@@ -24,6 +30,17 @@ pub(super) fn inj(sql: impl Into<String>) -> Family {
     Family {
         sql: sql.into(),
         injective: true,
+        cycle: None,
+    }
+}
+
+/// `list[1 + i % k]`: each of the `k` SQL values in turn.
+pub(super) fn each_of(values: &[String]) -> Family {
+    let k = values.len();
+    Family {
+        sql: format!("(ARRAY[{}])[1 + {I} % {k}]", values.join(", ")),
+        injective: k <= 1,
+        cycle: Some(k as u64),
     }
 }
 
@@ -42,15 +59,24 @@ pub(super) fn quote_literal(s: &str) -> String {
 pub(super) struct Literals {
     pub(super) strings: Vec<String>,
     pub(super) numbers: Vec<String>,
+    /// Regular expressions the value must match (`~ '…'`, `~* '…'`).
+    pub(super) patterns: Vec<String>,
 }
 
 impl Literals {
     pub(super) fn scan(&mut self, expr: &str) {
         let mut chars = expr.chars().peekable();
         let mut prev_ident = false;
+        // What came before the current literal, to tell a pattern (`~`,
+        // `~*`, not `!~`) from a value.
+        let mut before = String::new();
         while let Some(ch) = chars.next() {
+            before.push(ch);
             match ch {
                 '\'' => {
+                    let op = before[..before.len() - 1].trim_end();
+                    let op = op.strip_suffix('*').unwrap_or(op);
+                    let is_pattern = op.ends_with('~') && !op.ends_with("!~");
                     let mut s = String::new();
                     while let Some(c) = chars.next() {
                         if c == '\'' {
@@ -63,6 +89,15 @@ impl Literals {
                         } else {
                             s.push(c);
                         }
+                    }
+                    before.push_str(&s);
+                    before.push('\'');
+                    if is_pattern {
+                        if !self.patterns.contains(&s) {
+                            self.patterns.push(s);
+                        }
+                        prev_ident = false;
+                        continue;
                     }
                     if s.parse::<f64>().is_ok() && !self.numbers.contains(&s) {
                         self.numbers.push(s.clone());
@@ -77,6 +112,7 @@ impl Literals {
                     while let Some(&c) = chars.peek() {
                         if c.is_ascii_digit() || c == '.' {
                             n.push(c);
+                            before.push(c);
                             chars.next();
                         } else {
                             break;
@@ -123,6 +159,7 @@ pub(super) fn families(
         }
         TypeKind::Array(elem) => arrays(elem, typmod, name, lits, width),
         TypeKind::Range(sub) => ranges(sub, name, width),
+        TypeKind::Bytea => bytes(lits),
         kind => FIXED
             .iter()
             .find(|(k, _)| std::mem::discriminant(k) == std::mem::discriminant(kind))
@@ -133,6 +170,7 @@ pub(super) fn families(
                     .replace("{i}", I)
                     .replace("{name}", &quote_literal(name)),
                 injective,
+                cycle: None,
             })
             .collect(),
     };
@@ -209,13 +247,6 @@ const FIXED: &[(TypeKind, &[Template])] = &[
         ],
     ),
     (
-        TypeKind::Bytea,
-        &[
-            ("decode(md5({i}::text), 'hex')", true),
-            (r"'\x00'::bytea", false),
-        ],
-    ),
-    (
         TypeKind::Inet,
         &[
             ("'10.0.0.0'::inet + {i}", true),
@@ -244,8 +275,20 @@ fn integers(bytes: u8, lits: &Literals) -> Vec<Family> {
         v.push(fam(format!("{i} % 30000")));
     }
     v.extend([fam("0"), fam("1"), inj(format!("-{i}"))]);
+    v.extend(number_list(lits));
     v.extend(around_literals(lits));
     v
+}
+
+/// The whole numbers a CHECK mentions in turn (`action IN (0, 1, 2, 3)`).
+fn number_list(lits: &Literals) -> Option<Family> {
+    let whole: Vec<String> = lits
+        .numbers
+        .iter()
+        .filter(|n| n.parse::<i64>().is_ok())
+        .cloned()
+        .collect();
+    (whole.len() >= 2).then(|| each_of(&whole))
 }
 
 /// Each number a CHECK mentions: just above, just below, and itself.
@@ -307,7 +350,12 @@ fn texts(typmod: i32, name: &str, lits: &Literals, width: u64) -> Vec<Family> {
         })
         .take(room.saturating_sub(1))
         .collect();
-    let mut v = Vec::new();
+    // A pattern the value must match comes first: nothing else would.
+    let mut v: Vec<Family> = lits
+        .patterns
+        .iter()
+        .filter_map(|p| super::pattern::matching(p, digits))
+        .collect();
     if room >= 2 {
         v.push(inj(format!(
             "{} || {i}",
@@ -316,20 +364,23 @@ fn texts(typmod: i32, name: &str, lits: &Literals, width: u64) -> Vec<Family> {
     }
     v.push(inj(format!("{i}::text")));
     if !lits.strings.is_empty() {
-        let all = lits
-            .strings
-            .iter()
-            .map(|s| quote_literal(s))
-            .collect::<Vec<_>>()
-            .join(", ");
-        v.push(fam(format!(
-            "(ARRAY[{all}])[1 + {i} % {}]",
-            lits.strings.len()
-        )));
+        let all: Vec<String> = lits.strings.iter().map(|s| quote_literal(s)).collect();
+        v.push(each_of(&all));
         for s in lits.strings.iter().take(6) {
             v.push(inj(format!("{} || {i}", quote_literal(s))));
             v.push(fam(quote_literal(s)));
         }
+    }
+    // A length a CHECK names (`char_length(code) = 8`): the index padded.
+    for n in lits
+        .numbers
+        .iter()
+        .filter_map(|n| n.parse::<usize>().ok())
+        .filter(|&n| (1..=256).contains(&n) && max_len.map_or(true, |m| n <= m))
+        .take(3)
+    {
+        let sql = format!("lpad(({i})::text, {n}, 'x')");
+        v.push(if n >= digits { inj(sql) } else { fam(sql) });
     }
     v.extend([
         inj(format!("md5({i}::text)")),
@@ -343,14 +394,41 @@ fn texts(typmod: i32, name: &str, lits: &Literals, width: u64) -> Vec<Family> {
     v
 }
 
+/// Byte strings: a digest of the index (16 bytes, 32 for the usual
+/// `octet_length(hash) = 32`), and one of each length a CHECK mentions.
+fn bytes(lits: &Literals) -> Vec<Family> {
+    let i = I;
+    let mut v = vec![
+        inj(format!("decode(md5({i}::text), 'hex')")),
+        inj(format!("sha256(({i})::text::bytea)")),
+    ];
+    for n in lits
+        .numbers
+        .iter()
+        .filter_map(|n| n.parse::<u32>().ok())
+        .filter(|n| (1..=4096).contains(n) && *n != 16 && *n != 32)
+        .take(4)
+    {
+        let hex = format!("decode(repeat(md5({i}::text), {}), 'hex')", n.div_ceil(16));
+        let sql = format!("substring({hex} from 1 for {n})");
+        // Six bytes of a digest are as good as distinct for seeding.
+        v.push(if n >= 6 { inj(sql) } else { fam(sql) });
+    }
+    v.push(fam(r"'\x00'::bytea"));
+    v
+}
+
 fn enum_labels(ty: &TypeInfo, labels: &[String]) -> Vec<Family> {
     let mut v = Vec::new();
     if !labels.is_empty() {
-        v.push(fam(format!(
-            "(enum_range(NULL::{}))[1 + {I} % {}]",
-            ty.sql,
-            labels.len()
-        )));
+        v.push(Family {
+            cycle: Some(labels.len() as u64),
+            ..fam(format!(
+                "(enum_range(NULL::{}))[1 + {I} % {}]",
+                ty.sql,
+                labels.len()
+            ))
+        });
     }
     v.extend(labels.iter().take(8).map(|l| fam(quote_literal(l))));
     v
@@ -363,10 +441,12 @@ fn arrays(elem: &TypeInfo, typmod: i32, name: &str, lits: &Literals, width: u64)
         v.push(Family {
             sql: format!("ARRAY[{}, {}]", e.sql, at(&e.sql, &format!("{I} + 1"))),
             injective: e.injective,
+            cycle: None,
         });
         v.push(Family {
             sql: format!("ARRAY[{}]", e.sql),
             injective: e.injective,
+            cycle: e.cycle,
         });
     }
     v.push(fam("'{}'"));
@@ -376,8 +456,11 @@ fn arrays(elem: &TypeInfo, typmod: i32, name: &str, lits: &Literals, width: u64)
 /// `[v(i), v(i + 1))`: increasing for the subtype's first families
 /// (numbers, times); the fit probe drops the others.
 fn ranges(sub: &TypeInfo, name: &str, width: u64) -> Vec<Family> {
+    // Only injective subtype values: a family that wraps (a date modulo
+    // ten years) would give a lower bound above the upper one.
     let mut v: Vec<Family> = families(sub, -1, name, &Literals::default(), width.saturating_add(1))
         .iter()
+        .filter(|e| e.injective)
         .take(3)
         .map(|e| {
             inj(format!(
@@ -441,8 +524,8 @@ mod tests {
             -1,
             "n",
             &Literals {
-                strings: vec![],
                 numbers: vec!["100".into()],
+                ..Literals::default()
             },
             10,
         );

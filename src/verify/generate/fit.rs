@@ -37,10 +37,16 @@ pub(super) fn choose_values(
         }
         let col = &t.columns[k];
         let mut fams = families(&col.ty, col.typmod, &col.name, &lits[k], width);
+        if let Some((_, routed)) = t.routed.as_ref().filter(|(n, _)| *n == col.num) {
+            // Only values some partition takes can be inserted at all.
+            fams = vec![routed.clone()];
+        }
         if carriers.contains(&k) && fams.iter().any(|f| f.injective) {
             // Without an injective family the INSERT tells whether the
-            // key holds (a few rows of an enum may still be distinct).
-            fams.retain(|f| f.injective);
+            // key holds (a few rows of an enum may still be distinct). A
+            // list taken in turn stays: its key walks the combinations
+            // with the key's foreign keys ([`walk_lists`]).
+            fams.retain(|f| f.injective || f.cycle.is_some());
         }
         if !col.not_null() {
             fams.push(fam("NULL"));
@@ -203,6 +209,50 @@ pub(super) fn combinations(sizes: &[usize]) -> impl Iterator<Item = Vec<usize>> 
             })
             .collect()
     })
+}
+
+/// Step 5 of [`seed_table`]: a UNIQUE key whose carrier ended up with a
+/// list taken in turn (`badge_type IN ('ci', 'docs', …)` on the key
+/// `(crate_id, badge_type)`) walks the combinations of the list and the
+/// key's referenced rows: row g takes value `g % k` and parent row
+/// `(g - 1) / k`. The table then gets at most as many rows as there are
+/// combinations; the note says so.
+pub(super) fn walk_lists(plan: &mut Plan, carriers: &BTreeSet<usize>) -> Option<String> {
+    let t = plan.table;
+    let mut note = None;
+    for &k in carriers {
+        let Val::Gen { fams, chosen } = &plan.vals[k] else {
+            continue;
+        };
+        let (false, Some(cycle)) = (fams[*chosen].injective, fams[*chosen].cycle) else {
+            continue;
+        };
+        let joins: BTreeSet<usize> = t
+            .uniques
+            .iter()
+            .filter(|key| key.iter().any(|&n| t.column(n) == Some(k)))
+            .flat_map(|key| key.iter().filter_map(|&n| t.column(n)))
+            .filter_map(|c| match plan.vals[c] {
+                Val::Fk { fk, .. } => Some(fk),
+                _ => None,
+            })
+            .collect();
+        let mut combinations = cycle;
+        for j in joins {
+            if plan.joins[j].divisor.is_none() {
+                plan.joins[j].divisor = Some(combinations);
+                combinations = combinations.saturating_mul(plan.joins[j].n);
+            }
+        }
+        if combinations < plan.rows {
+            plan.rows = combinations;
+            note = Some(format!(
+                "{combinations} rows: every combination of the values column {} may take and the rows its UNIQUE key references",
+                t.columns[k].name
+            ));
+        }
+    }
+    note
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use postgres::Client;
 
-use super::catalogue::{ForeignKey, Table, TypeKind};
+use super::catalogue::{ForeignKey, Table, TypeInfo, TypeKind};
 use super::families::quote_literal;
 use super::plan::{unseeded, Plan, TableResult};
 use super::SeededTable;
@@ -51,11 +51,14 @@ pub(super) fn insert_rows(
         let xid: String = tx
             .query_one("SELECT pg_current_xact_id()::xid::text", &[])?
             .get(0);
-        for &k in forced {
+        // Only integer columns (or domains over one) draw from a
+        // sequence; explicit casts, since a domain's max() is the domain
+        // and `setval(text, <domain>)` resolves to no function.
+        for &k in forced.iter().filter(|&&k| is_integer(&t.columns[k].ty)) {
             let col = &t.columns[k];
             tx.batch_execute(&format!(
-                "SELECT setval(s, m) FROM (SELECT pg_get_serial_sequence({}, {}) AS s,
-                        (SELECT max({}) FROM {qt}) AS m) x WHERE s IS NOT NULL AND m IS NOT NULL",
+                "SELECT setval(s::regclass, m) FROM (SELECT pg_get_serial_sequence({}, {}) AS s,
+                        (SELECT max({}::bigint) FROM {qt}) AS m) x WHERE s IS NOT NULL AND m IS NOT NULL",
                 quote_literal(qt),
                 quote_literal(&col.name),
                 quote_ident(&col.name)
@@ -175,12 +178,7 @@ pub(super) fn max_integer_key(
     let mut max = 0u64;
     for &k in carriers.iter().chain(forced) {
         let col = &t.columns[k];
-        let int = match &col.ty.kind {
-            TypeKind::Int(_) => true,
-            TypeKind::Domain { base, .. } => matches!(base.kind, TypeKind::Int(_)),
-            _ => false,
-        };
-        if int {
+        if is_integer(&col.ty) {
             // numeric: abs() of the smallest bigint would overflow; the cap
             // keeps the offset a bigint whatever the column holds.
             let m: Option<i64> = c
@@ -196,4 +194,13 @@ pub(super) fn max_integer_key(
         }
     }
     Ok(max)
+}
+
+/// An integer type, or a domain over one (at any depth).
+fn is_integer(ty: &TypeInfo) -> bool {
+    match &ty.kind {
+        TypeKind::Int(_) => true,
+        TypeKind::Domain { base, .. } => is_integer(base),
+        _ => false,
+    }
 }

@@ -49,6 +49,8 @@ mod families;
 mod fit;
 mod insert;
 mod order;
+mod partition;
+mod pattern;
 mod plan;
 mod table;
 

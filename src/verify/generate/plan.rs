@@ -47,6 +47,10 @@ pub(super) struct Join {
     pub(super) n: u64,
     /// Mixed-radix divisor for keys that must give distinct combinations.
     pub(super) divisor: Option<u64>,
+    /// Earlier joins to the same table: this one starts that many rows
+    /// further, so two keys into one table (an inviter and an invitee,
+    /// `CHECK (a <> b)`) point at different rows.
+    pub(super) shift: u64,
 }
 
 pub(super) struct Plan<'a> {
@@ -132,9 +136,10 @@ impl Plan<'_> {
             // needs some parent rows, not the ones the INSERT will pick:
             // any 16 are read without sorting the parent table.
             let limit = if probe { " LIMIT 16" } else { "" };
+            let shift = j.shift;
             let pick = match j.divisor {
-                Some(d) => format!("((s.g - 1) / {d}) % {n}"),
-                None => format!("(s.g - 1) % {n}"),
+                Some(d) => format!("((s.g - 1) / {d} + {shift}) % {n}"),
+                None => format!("(s.g - 1 + {shift}) % {n}"),
             };
             sql.push_str(&format!(
                 " LEFT JOIN (SELECT {keys}, row_number() OVER (ORDER BY {keys}) - 1 AS rollsafe_rn

@@ -9,7 +9,7 @@ use postgres::Client;
 
 use super::catalogue::{ForeignKey, Table};
 use super::families::{at, families, Literals};
-use super::fit::{choose_values, satisfy_checks};
+use super::fit::{choose_values, satisfy_checks, walk_lists};
 use super::insert::{insert_rows, max_integer_key};
 use super::plan::{unseeded, Join, Plan, TableResult, Val};
 use super::{SeededTable, UnseededTable, I};
@@ -94,6 +94,7 @@ pub(super) fn seed_table(
     if let Err(u) = satisfy_checks(c, &mut plan, &fitting)? {
         return Ok(Err(u));
     }
+    let note = walk_lists(&mut plan, &carriers).or(note);
     insert_rows(c, &plan, &forced, requested, note)
 }
 
@@ -242,11 +243,17 @@ impl Draft {
                 self.decided[*k] = true;
             }
         }
+        let shift = self
+            .joins
+            .iter()
+            .filter(|j| j.parent == p.qualified)
+            .count() as u64;
         self.joins.push(Join {
             parent: p.qualified.clone(),
             ref_cols,
             n: n as u64,
             divisor: None,
+            shift,
         });
         Ok(true)
     }

@@ -1,0 +1,182 @@
+//! The values a partitioned table routes: a row whose partition key falls
+//! outside every partition is refused (`no partition of relation … found
+//! for row`), so the key column of a table partitioned by RANGE or LIST
+//! (with no DEFAULT partition) takes values from its partitions' bounds.
+//!
+//! RANGE over one column of a date, timestamp or number type: the span
+//! from the lowest lower bound to the highest upper bound, walked in turn
+//! (partitions are assumed to cover it without gaps, as yearly or monthly
+//! ones do). LIST: every listed value in turn. HASH routes any value.
+
+use postgres::Client;
+
+use super::catalogue::{Column, TypeKind};
+use super::families::{each_of, quote_literal, Family, Literals};
+use super::I;
+
+/// The column (by number) a partitioned table's rows must be routed by
+/// and the values that route them; None when any value is routed (not
+/// partitioned, HASH, a DEFAULT partition) or the key is not one plain
+/// column of a type handled here.
+pub(super) fn routed_values(
+    c: &mut Client,
+    oid: u32,
+    columns: &[Column],
+) -> Result<Option<(i16, Family)>, postgres::Error> {
+    let row = c.query_one(
+        "SELECT pg_get_partkeydef($1::oid),
+                ARRAY(SELECT pg_get_expr(k.relpartbound, k.oid)
+                        FROM pg_inherits i JOIN pg_class k ON k.oid = i.inhrelid
+                       WHERE i.inhparent = $1::oid)",
+        &[&oid],
+    )?;
+    let (Some(key), bounds) = (
+        row.get::<_, Option<String>>(0),
+        row.get::<_, Vec<String>>(1),
+    ) else {
+        return Ok(None);
+    };
+    if bounds.is_empty() || bounds.iter().any(|b| b.trim() == "DEFAULT") {
+        return Ok(None);
+    }
+    let Some((strategy, column)) = key_column(&key) else {
+        return Ok(None);
+    };
+    let Some(col) = columns.iter().find(|col| col.name == column) else {
+        return Ok(None);
+    };
+    let family = match strategy.as_str() {
+        "LIST" => {
+            let mut lits = Literals::default();
+            for b in &bounds {
+                lits.scan(b);
+            }
+            let values: Vec<String> = if lits.strings.is_empty() {
+                lits.numbers.clone()
+            } else {
+                lits.strings.iter().map(|s| quote_literal(s)).collect()
+            };
+            (!values.is_empty()).then(|| each_of(&values))
+        }
+        "RANGE" => range_span(c, col, &bounds)?,
+        _ => None,
+    };
+    Ok(family.map(|f| (col.num, f)))
+}
+
+/// `RANGE (date)` → ("RANGE", "date"); None for an expression or several
+/// columns.
+fn key_column(key: &str) -> Option<(String, String)> {
+    let (strategy, rest) = key.split_once(' ')?;
+    let inner = rest.trim().strip_prefix('(')?.strip_suffix(')')?.trim();
+    if inner.contains([',', '(', ' ']) {
+        return None;
+    }
+    let name = match inner.strip_prefix('"').and_then(|s| s.strip_suffix('"')) {
+        Some(quoted) => quoted.replace("\"\"", "\""),
+        None => inner.to_string(),
+    };
+    Some((strategy.to_string(), name))
+}
+
+/// The text between `FROM (` and `)`, and between `TO (` and `)`, of one
+/// range bound; None for MINVALUE / MAXVALUE or several columns.
+fn from_to(bound: &str) -> Option<(String, String)> {
+    let after_from = bound.split_once("FROM (")?.1;
+    let (from, rest) = after_from.split_once(") TO (")?;
+    let to = rest.strip_suffix(')')?;
+    let finite = |v: &str| !v.contains("MINVALUE") && !v.contains("MAXVALUE") && !v.contains(',');
+    (finite(from) && finite(to)).then(|| (from.to_string(), to.to_string()))
+}
+
+/// The SQL of a value from the lowest bound (a literal), the key's type
+/// and the span.
+type Step = fn(&str, &str, i64) -> String;
+
+/// Values from the lowest lower bound on, in turn over the span to the
+/// highest upper bound, for a date, timestamp or integer key.
+fn range_span(
+    c: &mut Client,
+    col: &Column,
+    bounds: &[String],
+) -> Result<Option<Family>, postgres::Error> {
+    let pairs: Option<Vec<(String, String)>> = bounds.iter().map(|b| from_to(b)).collect();
+    let Some(pairs) = pairs else {
+        return Ok(None);
+    };
+    let ty = &col.sql_type;
+    // The span in the unit the family steps by (days, seconds, one).
+    let (span, step): (&str, Step) = match base(&col.ty.kind) {
+        TypeKind::Date => ("max(y) - min(x)", |lo, ty, span| {
+            format!("({lo}::{ty} + (({I}) % {span})::int)")
+        }),
+        TypeKind::Timestamp => (
+            "extract(epoch FROM max(y) - min(x))::bigint",
+            |lo, ty, span| format!("({lo}::{ty} + (({I}) % {span}) * interval '1 second')"),
+        ),
+        TypeKind::Int(_) => ("max(y) - min(x)", |lo, ty, span| {
+            format!("({lo}::{ty} + ({I}) % {span})")
+        }),
+        _ => return Ok(None),
+    };
+    let values = pairs
+        .iter()
+        .map(|(x, y)| format!("(({x})::{ty}, ({y})::{ty})"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let row = c.query_one(
+        &format!("SELECT min(x)::text, ({span})::bigint FROM (VALUES {values}) v(x, y)"),
+        &[],
+    );
+    let row = match row {
+        Ok(row) => row,
+        Err(e) if e.as_db_error().is_some() => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let (Some(lo), Some(span)) = (
+        row.get::<_, Option<String>>(0),
+        row.get::<_, Option<i64>>(1),
+    ) else {
+        return Ok(None);
+    };
+    if span <= 0 {
+        return Ok(None);
+    }
+    Ok(Some(Family {
+        sql: step(&quote_literal(&lo), ty, span),
+        injective: false,
+        cycle: Some(span as u64),
+    }))
+}
+
+/// A domain's base kind (at any depth).
+fn base(kind: &TypeKind) -> &TypeKind {
+    match kind {
+        TypeKind::Domain { base, .. } => self::base(&base.kind),
+        k => k,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_keys_and_range_bounds_are_read() {
+        assert_eq!(
+            key_column("RANGE (date)"),
+            Some(("RANGE".into(), "date".into()))
+        );
+        assert_eq!(
+            key_column("LIST (\"Region\")"),
+            Some(("LIST".into(), "Region".into()))
+        );
+        assert_eq!(key_column("RANGE (a, b)"), None);
+        assert_eq!(key_column("RANGE (lower(x))"), None);
+        assert_eq!(
+            from_to("FOR VALUES FROM ('2024-01-01') TO ('2025-01-01')"),
+            Some(("'2024-01-01'".into(), "'2025-01-01'".into()))
+        );
+        assert_eq!(from_to("FOR VALUES FROM (MINVALUE) TO (10)"), None);
+    }
+}
