@@ -26,6 +26,9 @@ pub(super) struct Table {
     /// The column a partitioned table routes its rows by, and the values
     /// some partition takes ([`super::partition`]).
     pub(super) routed: Option<(i16, super::families::Family)>,
+    /// Its enabled user triggers that fire on INSERT, with their mode
+    /// (`pg_trigger.tgenabled`: O, A or R), to disable and restore.
+    pub(super) insert_triggers: Vec<(String, String)>,
 }
 
 impl Table {
@@ -72,6 +75,8 @@ pub(super) struct ForeignKey {
     pub(super) ref_table: u32,
     pub(super) ref_cols: Vec<i16>,
     pub(super) match_full: bool,
+    /// `DEFERRABLE`: checked at commit when deferred.
+    pub(super) deferrable: bool,
 }
 
 impl ForeignKey {
@@ -267,6 +272,7 @@ pub(super) fn read_tables(
             fks: Vec::new(),
             checks: Vec::new(),
             routed: None,
+            insert_triggers: Vec::new(),
             name: rel.name,
             qualified: rel.qualified,
         };
@@ -284,6 +290,17 @@ pub(super) fn read_tables(
             });
         }
         t.routed = super::partition::routed_values(c, t.oid, &t.columns)?;
+        // tgtype bit 4: fires on INSERT (row or statement level).
+        t.insert_triggers = c
+            .query(
+                "SELECT tgname::text, tgenabled::text FROM pg_trigger
+                  WHERE tgrelid = $1::oid AND NOT tgisinternal AND tgenabled <> 'D'
+                    AND tgtype::int & 4 <> 0 ORDER BY tgname",
+                &[&t.oid],
+            )?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
         for k in constraints.iter().filter(|k| k.table == name) {
             add_constraint(&mut t, k);
         }
@@ -311,6 +328,8 @@ pub(super) fn add_constraint(t: &mut Table, k: &catalogue::Constraint) {
             ref_table: k.referenced_oid,
             ref_cols: k.referenced_columns.clone(),
             match_full: k.match_full,
+            deferrable: k.definition.contains(" DEFERRABLE")
+                && !k.definition.contains("NOT DEFERRABLE"),
         }),
         ConstraintKind::Check => {
             if let Some(expr) = &k.expression {

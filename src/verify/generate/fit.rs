@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use postgres::Client;
+use postgres::GenericClient;
 
 use super::families::{at, fam, families, max_text_len, Family, Literals};
 use super::plan::{unseeded, Plan, Val};
@@ -14,7 +14,7 @@ use super::{UnseededTable, MAX_COMBINATIONS};
 /// fit it (tried on the sample), the first one chosen; injective ones
 /// only for a column that carries a UNIQUE key.
 pub(super) fn choose_values(
-    c: &mut Client,
+    c: &mut impl GenericClient,
     plan: &mut Plan,
     decided: &[bool],
     carriers: &BTreeSet<usize>,
@@ -83,7 +83,7 @@ pub(super) fn choose_values(
 /// fitting families of its columns until it holds without breaking one
 /// that held; its columns are then kept.
 pub(super) fn satisfy_checks(
-    c: &mut Client,
+    c: &mut impl GenericClient,
     plan: &mut Plan,
     fitting: &BTreeMap<usize, Vec<Family>>,
 ) -> Result<Result<(), UnseededTable>, postgres::Error> {
@@ -138,7 +138,7 @@ pub(super) fn satisfy_checks(
 /// lengths, ranges, NOT NULL) over the sample; the error says why not.
 #[allow(clippy::type_complexity)]
 pub(super) fn fits_column(
-    c: &mut Client,
+    c: &mut impl GenericClient,
     plan: &Plan,
     k: usize,
     f: &Family,
@@ -158,7 +158,7 @@ pub(super) fn fits_column(
         "SELECT count(*) FILTER (WHERE {too_long} OR {null}), count(v) FROM (SELECT {value} AS v FROM {}) x",
         plan.sample()
     );
-    match c.query_one(sql.as_str(), &[]) {
+    match probe(c, &sql)? {
         Ok(row) if row.get::<_, i64>(0) == 0 => Ok(Ok(())),
         Ok(_) => Ok(Err((None, "too long or NULL".into()))),
         Err(e) if e.as_db_error().is_some() => Ok(Err((
@@ -173,7 +173,10 @@ pub(super) fn fits_column(
 
 /// Which of the table's CHECKs some sampled row violates (all of them,
 /// when the probe itself fails: a value the expression cannot take).
-pub(super) fn failing_checks(c: &mut Client, plan: &Plan) -> Result<Vec<bool>, postgres::Error> {
+pub(super) fn failing_checks(
+    c: &mut impl GenericClient,
+    plan: &Plan,
+) -> Result<Vec<bool>, postgres::Error> {
     let checks = &plan.table.checks;
     let counts = checks
         .iter()
@@ -184,11 +187,25 @@ pub(super) fn failing_checks(c: &mut Client, plan: &Plan) -> Result<Vec<bool>, p
         "SELECT ARRAY[{counts}]::bigint[] FROM ({}) t",
         plan.select(&plan.sample(), true)
     );
-    match c.query_one(sql.as_str(), &[]) {
+    match probe(c, &sql)? {
         Ok(row) => Ok(row.get::<_, Vec<i64>>(0).iter().map(|&n| n > 0).collect()),
         Err(e) if e.as_db_error().is_some() => Ok(vec![true; checks.len()]),
         Err(e) => Err(e),
     }
+}
+
+/// A probe that may fail (a value its type refuses), in a savepoint of
+/// its own: inside the transaction of a deferred cycle
+/// ([`super::Seeding::group`]) a failed query would end the whole
+/// transaction. The outer error is a lost connection.
+fn probe(
+    c: &mut impl GenericClient,
+    sql: &str,
+) -> Result<Result<postgres::Row, postgres::Error>, postgres::Error> {
+    let mut sp = c.transaction()?;
+    let r = sp.query_one(sql, &[]);
+    drop(sp);
+    Ok(r)
 }
 
 /// Every combination of choices (`sizes[v]` options for variable v),

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use postgres::Client;
+use postgres::GenericClient;
 
 use super::catalogue::{ForeignKey, Table, TypeInfo, TypeKind};
 use super::families::quote_literal;
@@ -12,17 +12,216 @@ use super::plan::{unseeded, Plan, TableResult};
 use super::SeededTable;
 use crate::pg::quote_ident;
 
-/// Step 5 of [`seed_table`]: the rows, in one transaction with the sequences behind the
-/// columns rollsafe filled moved past them.
+/// Rows written through the table's INSERT triggers before their cost is
+/// judged: a first batch, then a second of the same size.
+const TRIGGER_PROBE_ROWS: u64 = 500;
+/// The longest the rest of a table's rows may take through its triggers
+/// (projected from the second batch) before they are written past them.
+const TRIGGER_BUDGET: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Step 6 of [`seed_table`]: the rows, in one transaction with the
+/// sequences behind the columns rollsafe filled moved past them; or, in
+/// a group of tables seeded in one transaction (`own_transaction` false:
+/// a deferred foreign-key cycle), on `c` directly.
+///
+/// A table with INSERT triggers gets its rows through them first, as
+/// production writes them. Seeded past them (each disabled for the
+/// INSERT and enabled again in the same transaction, as its owner) when
+/// they refuse the generated rows, or when their cost per row grows with
+/// the table (a trigger that counts the table on every insert makes
+/// seeding quadratic) or would pass [`TRIGGER_BUDGET`]: the table's
+/// [`SeededTable::past_triggers`] says which and why.
 pub(super) fn insert_rows(
-    c: &mut Client,
+    c: &mut impl GenericClient,
     plan: &Plan,
     forced: &BTreeSet<usize>,
     requested: u64,
     note: Option<String>,
+    own_transaction: bool,
 ) -> anyhow::Result<TableResult> {
     let t = plan.table;
+    let started = std::time::Instant::now();
+    let outcome = if !own_transaction {
+        write(c, plan, forced, Through::Triggers(1, plan.rows))
+    } else if t.insert_triggers.is_empty() {
+        let mut tx = c.transaction()?;
+        let r = write(&mut tx, plan, forced, Through::Triggers(1, plan.rows));
+        commit_if_ok(tx, r)
+    } else {
+        write_with_triggers(c, plan, forced)?
+    };
+    match outcome {
+        Ok(Written {
+            rows,
+            xid,
+            past_triggers,
+        }) => Ok(Ok((
+            SeededTable {
+                table: t.name.clone(),
+                requested,
+                written: rows,
+                note,
+                past_triggers,
+                took: started.elapsed(),
+            },
+            Some(xid),
+        ))),
+        Err(e) if e.as_db_error().is_some() => {
+            let constraint = e
+                .as_db_error()
+                .and_then(|d| d.constraint())
+                .map(str::to_string);
+            Ok(unseeded(
+                t,
+                constraint.as_deref(),
+                crate::errors::one_line(&e),
+            ))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// What one table's writing did.
+struct Written {
+    rows: u64,
+    /// The transaction that wrote them, to find them again.
+    xid: String,
+    past_triggers: Option<String>,
+}
+
+/// Rows `from..=to` of the plan, through the table's triggers or past
+/// them.
+#[derive(Clone, Copy)]
+enum Through {
+    Triggers(u64, u64),
+    PastTriggers(u64, u64),
+}
+
+fn commit_if_ok(
+    tx: postgres::Transaction<'_>,
+    r: Result<Written, postgres::Error>,
+) -> Result<Written, postgres::Error> {
+    match r {
+        Ok(w) => {
+            tx.commit()?;
+            Ok(w)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The measured path of a table with INSERT triggers (see
+/// [`insert_rows`]): the first two batches through them, then the rest
+/// through them or past them. A refusal starts over past them, in a
+/// transaction of its own.
+fn write_with_triggers(
+    c: &mut impl GenericClient,
+    plan: &Plan,
+    forced: &BTreeSet<usize>,
+) -> Result<Result<Written, postgres::Error>, postgres::Error> {
     let rows = plan.rows;
+    let names = plan
+        .table
+        .insert_triggers
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut tx = c.transaction()?;
+    // Three batches: a warm-up (plans, caches), then two whose cost per
+    // row is compared, the second twice the first's size.
+    let (b1, b2) = (TRIGGER_PROBE_ROWS / 2, TRIGGER_PROBE_ROWS / 2);
+    let ends = [
+        b1.min(rows),
+        (b1 + b2).min(rows),
+        (b1 + b2 + TRIGGER_PROBE_ROWS).min(rows),
+    ];
+    let mut spent = Vec::new();
+    let mut from = 1;
+    let mut written = None;
+    for &to in &ends {
+        if to < from {
+            break;
+        }
+        let at = std::time::Instant::now();
+        match write(&mut tx, plan, forced, Through::Triggers(from, to)) {
+            Ok(w) => {
+                spent.push((to - from + 1, at.elapsed()));
+                written.get_or_insert(w);
+            }
+            Err(e) if e.as_db_error().is_some() => {
+                drop(tx);
+                let why = format!(
+                    "its INSERT triggers ({names}) refuse the generated rows ({})",
+                    crate::errors::one_line(&e)
+                );
+                let mut tx = c.transaction()?;
+                let r =
+                    write(&mut tx, plan, forced, Through::PastTriggers(1, rows)).map(|w| Written {
+                        past_triggers: Some(format!(
+                            "all {rows} rows written with its triggers disabled: {why}"
+                        )),
+                        ..w
+                    });
+                return Ok(commit_if_ok(tx, r));
+            }
+            Err(e) => return Err(e),
+        }
+        from = to + 1;
+    }
+    let Some(written) = written else {
+        return Ok(commit_if_ok(
+            tx,
+            Ok(Written {
+                rows: 0,
+                xid: String::new(),
+                past_triggers: None,
+            }),
+        ));
+    };
+    let rest = rows.saturating_sub(from - 1);
+    let per_row = |(n, d): (u64, std::time::Duration)| d.as_secs_f64() * 1000.0 / n.max(1) as f64;
+    let (p2, p3) = match spent[..] {
+        [_, second, third] => (per_row(second), per_row(third)),
+        _ => (0.0, 0.0),
+    };
+    // Noise on a few milliseconds is no growth: the third batch must
+    // cost something before it is compared.
+    let grows =
+        p3 > 1.3 * p2 && spent.len() == 3 && spent[2].1 > std::time::Duration::from_millis(5);
+    let projected = std::time::Duration::from_secs_f64(p3 * rest as f64 / 1000.0);
+    let past = rest > 0 && (grows || projected > TRIGGER_BUDGET);
+    let r = match rest {
+        0 => Ok(written),
+        _ if past => write(&mut tx, plan, forced, Through::PastTriggers(from, rows)),
+        _ => write(&mut tx, plan, forced, Through::Triggers(from, rows)),
+    }
+    .map(|w| Written {
+        rows,
+        past_triggers: past.then(|| {
+            format!(
+                "{rest} of its {rows} rows written with its INSERT triggers ({names}) disabled: through them rows cost {p2:.3} ms each after {} rows and {p3:.3} ms after {} ({}; {:.1} s projected for the rest)",
+                ends[0],
+                ends[1],
+                if grows { "their cost grows with the table" } else { "too slow to seed" },
+                projected.as_secs_f64()
+            )
+        }),
+        ..w
+    });
+    Ok(commit_if_ok(tx, r))
+}
+
+/// One INSERT of rows `through` (with the table's triggers disabled
+/// around it when past them), then the sequences behind the columns
+/// rollsafe filled moved past the rows.
+fn write(
+    c: &mut impl GenericClient,
+    plan: &Plan,
+    forced: &BTreeSet<usize>,
+    through: Through,
+) -> Result<Written, postgres::Error> {
+    let t = plan.table;
     let qt = &t.qualified;
     let mut names = Vec::new();
     for (k, col) in t.columns.iter().enumerate() {
@@ -35,6 +234,10 @@ pub(super) fn insert_rows(
         .iter()
         .enumerate()
         .any(|(k, col)| col.identity && forced.contains(&k));
+    let ((from, to), past) = match through {
+        Through::Triggers(from, to) => ((from, to), false),
+        Through::PastTriggers(from, to) => ((from, to), true),
+    };
     let insert = format!(
         "INSERT INTO {qt} ({}){} {}",
         names.join(", "),
@@ -43,56 +246,52 @@ pub(super) fn insert_rows(
         } else {
             ""
         },
-        plan.select(&format!("generate_series(1, {rows}) AS s(g)"), false)
+        plan.select(&format!("generate_series({from}, {to}) AS s(g)"), false)
     );
-    let started = std::time::Instant::now();
-    let mut tx = c.transaction()?;
-    let result = tx.execute(insert.as_str(), &[]).and_then(|written| {
-        let xid: String = tx
-            .query_one("SELECT pg_current_xact_id()::xid::text", &[])?
-            .get(0);
-        // Only integer columns (or domains over one) draw from a
-        // sequence; explicit casts, since a domain's max() is the domain
-        // and `setval(text, <domain>)` resolves to no function.
-        for &k in forced.iter().filter(|&&k| is_integer(&t.columns[k].ty)) {
-            let col = &t.columns[k];
-            tx.batch_execute(&format!(
-                "SELECT setval(s::regclass, m) FROM (SELECT pg_get_serial_sequence({}, {}) AS s,
-                        (SELECT max({}::bigint) FROM {qt}) AS m) x WHERE s IS NOT NULL AND m IS NOT NULL",
-                quote_literal(qt),
-                quote_literal(&col.name),
-                quote_ident(&col.name)
+    if past {
+        for (name, _) in &t.insert_triggers {
+            c.batch_execute(&format!(
+                "ALTER TABLE {qt} DISABLE TRIGGER {}",
+                quote_ident(name)
             ))?;
         }
-        Ok((written, xid))
-    });
-    match result {
-        Ok((written, xid)) => {
-            tx.commit()?;
-            Ok(Ok((
-                SeededTable {
-                    table: t.name.clone(),
-                    requested,
-                    written,
-                    note,
-                    took: started.elapsed(),
-                },
-                Some(xid),
-            )))
-        }
-        Err(e) => {
-            drop(tx);
-            let constraint = e
-                .as_db_error()
-                .and_then(|d| d.constraint())
-                .map(str::to_string);
-            Ok(unseeded(
-                t,
-                constraint.as_deref(),
-                crate::errors::one_line(&e),
-            ))
+    }
+    let written = c.execute(insert.as_str(), &[])?;
+    if past {
+        // Back as it was: ENABLE (origin), ALWAYS or REPLICA.
+        for (name, mode) in &t.insert_triggers {
+            let how = match mode.as_str() {
+                "A" => "ENABLE ALWAYS",
+                "R" => "ENABLE REPLICA",
+                _ => "ENABLE",
+            };
+            c.batch_execute(&format!(
+                "ALTER TABLE {qt} {how} TRIGGER {}",
+                quote_ident(name)
+            ))?;
         }
     }
+    let xid: String = c
+        .query_one("SELECT pg_current_xact_id()::xid::text", &[])?
+        .get(0);
+    // Only integer columns (or domains over one) draw from a
+    // sequence; explicit casts, since a domain's max() is the domain
+    // and `setval(text, <domain>)` resolves to no function.
+    for &k in forced.iter().filter(|&&k| is_integer(&t.columns[k].ty)) {
+        let col = &t.columns[k];
+        c.batch_execute(&format!(
+            "SELECT setval(s::regclass, m) FROM (SELECT pg_get_serial_sequence({}, {}) AS s,
+                    (SELECT max({}::bigint) FROM {qt}) AS m) x WHERE s IS NOT NULL AND m IS NOT NULL",
+            quote_literal(qt),
+            quote_literal(&col.name),
+            quote_ident(&col.name)
+        ))?;
+    }
+    Ok(Written {
+        rows: written,
+        xid,
+        past_triggers: None,
+    })
 }
 
 /// Points the rows transaction `xid` wrote into `child` at rows of
@@ -101,7 +300,7 @@ pub(super) fn insert_rows(
 /// would collide). The inner error is the server's message; the update
 /// is all or nothing.
 pub(super) fn fill_broken_reference(
-    c: &mut Client,
+    c: &mut impl GenericClient,
     child: &Table,
     fk: &ForeignKey,
     parent: &Table,
@@ -169,7 +368,7 @@ pub(super) fn fill_broken_reference(
 /// The largest value of the integer columns rollsafe fills for a UNIQUE
 /// key, so new indexes (`i = g + offset`) start past them.
 pub(super) fn max_integer_key(
-    c: &mut Client,
+    c: &mut impl GenericClient,
     t: &Table,
     qt: &str,
     carriers: &BTreeSet<usize>,

@@ -54,9 +54,9 @@ mod pattern;
 mod plan;
 mod table;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
-use postgres::Client;
+use postgres::{Client, GenericClient};
 use thiserror::Error;
 
 use super::replay;
@@ -65,7 +65,8 @@ use app_writes::run_app_writes;
 use catalogue::{read_tables, ForeignKey, Table, TypeCache};
 use insert::fill_broken_reference;
 use order::{seeding_order, Edge};
-use table::seed_table;
+use plan::TableResult;
+use table::{seed_table, Cut};
 
 /// How many times each app write statement runs after the bulk rows.
 const APP_WRITE_RUNS: usize = 3;
@@ -189,6 +190,11 @@ pub struct SeededTable {
     pub written: u64,
     /// Why fewer rows than requested were written, if so.
     pub note: Option<String>,
+    /// Rows written with the table's INSERT triggers disabled, and why
+    /// (they refused the generated rows, or their cost grew with the
+    /// table): a later migration that enforces a trigger's rule may meet
+    /// rows production could not hold.
+    pub past_triggers: Option<String>,
     /// How long its INSERT took (the search for values excluded).
     pub took: std::time::Duration,
 }
@@ -225,44 +231,36 @@ pub fn seed(c: &mut Client, rows: &RowCounts, apps: &[&AppVersion]) -> anyhow::R
     let edges = foreign_key_edges(&tables);
     let names: Vec<String> = tables.iter().map(|t| t.name.clone()).collect();
     let order = seeding_order(&names, &edges);
-    out.warnings.extend(order.warnings);
-    let broken: BTreeSet<(usize, String)> = order
-        .broken
-        .iter()
-        .map(|&e| (edges[e].child, edges[e].constraint.clone()))
-        .collect();
-    let parents: HashMap<u32, &Table> = tables.iter().map(|t| (t.oid, t)).collect();
+    out.warnings.extend(order.warnings.iter().cloned());
+    let seeding = Seeding {
+        tables: &tables,
+        parents: tables.iter().map(|t| (t.oid, t)).collect(),
+        edges: &edges,
+        order: &order,
+        rows,
+    };
     // The transaction that wrote each table's rows, to find them again.
     let mut writers: HashMap<usize, String> = HashMap::new();
-    for k in order.tables {
-        let t = &tables[k];
-        let requested = rows.for_table(&t.name);
-        let is_broken = |fk: &ForeignKey| broken.contains(&(k, fk.name.clone()));
-        let result = match seed_table(c, t, &parents, &is_broken, requested, rows.only_empty) {
-            Ok(r) => r,
-            // A query the server refused (permissions, a value out of
-            // range) is this table's problem; a lost connection is not.
-            Err(e) => match e
-                .downcast_ref::<postgres::Error>()
-                .and_then(|pg| pg.as_db_error())
-            {
-                Some(db) => Err(UnseededTable {
-                    table: t.name.clone(),
-                    constraint: db.constraint().map(str::to_string),
-                    reason: db.message().to_string(),
-                }),
-                None => return Err(e),
-            },
-        };
-        match result {
-            Ok((s, xid)) => {
-                if let Some(xid) = xid {
-                    writers.insert(k, xid);
+    let mut pos = 0;
+    while pos < order.tables.len() {
+        // A cycle closed by a deferrable key is seeded in one
+        // transaction, from the table holding the key to its parent.
+        if let Some(end) = seeding.deferred_group_at(pos) {
+            match seeding.group(c, pos..=end)? {
+                Ok(done) => {
+                    for (k, result) in done {
+                        out.record(k, result, &mut writers);
+                    }
+                    pos = end + 1;
+                    continue;
                 }
-                out.seeded.push(s)
+                Err(why) => out.warnings.push(why),
             }
-            Err(u) => out.unseeded.push(u),
         }
+        let k = order.tables[pos];
+        let result = seeding.one(c, k, false, true)?;
+        out.record(k, result, &mut writers);
+        pos += 1;
     }
     // A key set aside to break a cycle now points at the rows its parent
     // got since.
@@ -292,6 +290,164 @@ pub fn seed(c: &mut Client, rows: &RowCounts, apps: &[&AppVersion]) -> anyhow::R
     Ok(out)
 }
 
+impl Generated {
+    fn record(&mut self, k: usize, result: TableResult, writers: &mut HashMap<usize, String>) {
+        match result {
+            Ok((s, xid)) => {
+                if let Some(xid) = xid {
+                    writers.insert(k, xid);
+                }
+                self.seeded.push(s)
+            }
+            Err(u) => self.unseeded.push(u),
+        }
+    }
+}
+
+/// What seeding each table needs to know of the others.
+struct Seeding<'a> {
+    tables: &'a [Table],
+    parents: HashMap<u32, &'a Table>,
+    edges: &'a [Edge],
+    order: &'a order::Order,
+    rows: &'a RowCounts,
+}
+
+impl Seeding<'_> {
+    /// How table `k`'s foreign key `fk` was set aside, if it was
+    /// (`deferring`: inside the transaction of a deferred cycle).
+    fn cut(&self, k: usize, fk: &ForeignKey, deferring: bool) -> Cut {
+        let set_aside = self
+            .order
+            .broken
+            .iter()
+            .map(|&e| &self.edges[e])
+            .find(|e| e.child == k && e.constraint == fk.name);
+        match set_aside {
+            None => Cut::No,
+            Some(e) if deferring && !e.breakable && e.deferrable => Cut::Deferred,
+            Some(_) => Cut::Nullable,
+        }
+    }
+
+    /// Seeds table `k`; a query the server refused (permissions, a value
+    /// out of range) is this table's problem, a lost connection is not.
+    fn one(
+        &self,
+        c: &mut impl GenericClient,
+        k: usize,
+        deferring: bool,
+        own_transaction: bool,
+    ) -> anyhow::Result<TableResult> {
+        let t = &self.tables[k];
+        let requested = self.rows.for_table(&t.name);
+        let cut = |fk: &ForeignKey| self.cut(k, fk, deferring);
+        match seed_table(
+            c,
+            t,
+            &self.parents,
+            &cut,
+            requested,
+            self.rows.only_empty,
+            own_transaction,
+        ) {
+            Ok(r) => Ok(r),
+            Err(e) => match e
+                .downcast_ref::<postgres::Error>()
+                .and_then(|pg| pg.as_db_error())
+            {
+                Some(db) => Ok(Err(UnseededTable {
+                    table: t.name.clone(),
+                    constraint: db.constraint().map(str::to_string),
+                    reason: db.message().to_string(),
+                })),
+                None => Err(e),
+            },
+        }
+    }
+
+    /// The last position of the group that starts at `pos`: the table
+    /// there holds a deferrable key set aside to break a cycle (no key of
+    /// the cycle may be NULL), and the group ends at that key's parent.
+    fn deferred_group_at(&self, pos: usize) -> Option<usize> {
+        let k = self.order.tables[pos];
+        self.order
+            .broken
+            .iter()
+            .map(|&e| &self.edges[e])
+            .filter(|e| e.child == k && !e.breakable && e.deferrable)
+            .filter_map(|e| self.order.tables.iter().position(|&t| t == e.parent))
+            .filter(|&end| end > pos)
+            .max()
+    }
+
+    /// Seeds the tables at `positions` in one transaction with their
+    /// deferrable keys deferred, then points those keys at their parents'
+    /// rows before the commit checks them. Err: why it failed (nothing of
+    /// it is kept; the caller seeds the tables one by one instead).
+    fn group(
+        &self,
+        c: &mut Client,
+        positions: std::ops::RangeInclusive<usize>,
+    ) -> anyhow::Result<Result<Vec<(usize, TableResult)>, String>> {
+        let ks: Vec<usize> = self.order.tables[positions].to_vec();
+        let deferred: Vec<&Edge> = self
+            .order
+            .broken
+            .iter()
+            .map(|&e| &self.edges[e])
+            .filter(|e| {
+                ks.contains(&e.child) && ks.contains(&e.parent) && e.deferrable && !e.breakable
+            })
+            .collect();
+        let names = deferred
+            .iter()
+            .map(|e| e.constraint.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let failed = |e: &dyn std::fmt::Display| {
+            Ok(Err(format!(
+                "the foreign-key cycle closed by {names} could not be seeded in one transaction ({e}); its tables were seeded one by one"
+            )))
+        };
+        let mut tx = c.transaction()?;
+        // Only deferrable keys are deferred, each checked at the commit.
+        tx.batch_execute("SET CONSTRAINTS ALL DEFERRED")?;
+        let mut done = Vec::new();
+        let mut xids: HashMap<usize, String> = HashMap::new();
+        for &k in &ks {
+            match self.one(&mut tx, k, true, false)? {
+                Ok((s, xid)) => {
+                    if let Some(xid) = xid.clone() {
+                        xids.insert(k, xid);
+                    }
+                    done.push((k, Ok((s, xid))));
+                }
+                Err(u) => return failed(&format!("{}: {}", u.table, u.reason)),
+            }
+        }
+        for e in &deferred {
+            let child = &self.tables[e.child];
+            let (Some(xid), Some(fk)) = (
+                xids.get(&e.child),
+                child.fks.iter().find(|f| f.name == e.constraint),
+            ) else {
+                continue;
+            };
+            if let Err(message) =
+                fill_broken_reference(&mut tx, child, fk, &self.tables[e.parent], xid)?
+            {
+                return failed(&message);
+            }
+        }
+        match tx.commit() {
+            Ok(()) => Ok(Ok(done)),
+            Err(e) if e.as_db_error().is_some() => failed(&crate::errors::one_line(&e)),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
 /// The foreign keys between two different tables, by table index.
 fn foreign_key_edges(tables: &[Table]) -> Vec<Edge> {
     let index: HashMap<u32, usize> = tables.iter().enumerate().map(|(k, t)| (t.oid, k)).collect();
@@ -305,6 +461,7 @@ fn foreign_key_edges(tables: &[Table]) -> Vec<Edge> {
                         parent,
                         constraint: fk.name.clone(),
                         breakable: fk.breakable(t),
+                        deferrable: fk.deferrable,
                     });
                 }
             }

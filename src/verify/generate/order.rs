@@ -9,6 +9,9 @@ pub(super) struct Edge {
     pub(super) constraint: String,
     /// NULLs can satisfy it, so a cycle can be broken here.
     pub(super) breakable: bool,
+    /// Checked at commit (`DEFERRABLE`): a cycle of NOT NULL keys can be
+    /// broken here inside one transaction.
+    pub(super) deferrable: bool,
 }
 
 #[derive(Debug, Default)]
@@ -48,12 +51,13 @@ pub(super) fn seeding_order(tables: &[String], edges: &[Edge]) -> Order {
         let Some(&pick) = pending
             .iter()
             .find(|&&e| edges[e].breakable)
+            .or_else(|| pending.iter().find(|&&e| edges[e].deferrable))
             .or_else(|| pending.first())
         else {
             break; // unreachable: a stuck order always has a pending edge
         };
         let e = &edges[pick];
-        if !e.breakable {
+        if !e.breakable && !e.deferrable {
             out.warnings.push(format!(
                 "foreign-key cycle: constraint {} ({} → {}) has no nullable column to break it; {} is seeded before {} and its rows cannot reference it",
                 e.constraint, tables[e.child], tables[e.parent], tables[e.child], tables[e.parent]
@@ -75,6 +79,7 @@ mod tests {
             parent,
             constraint: name.into(),
             breakable,
+            deferrable: false,
         }
     }
 

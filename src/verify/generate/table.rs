@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use postgres::Client;
+use postgres::GenericClient;
 
 use super::catalogue::{ForeignKey, Table};
 use super::families::{at, families, Literals};
@@ -22,12 +22,13 @@ use crate::pg::quote_ident;
 /// column carries each UNIQUE key ([`unique_carriers`]), then
 /// [`choose_values`], [`satisfy_checks`], [`insert_rows`].
 pub(super) fn seed_table(
-    c: &mut Client,
+    c: &mut impl GenericClient,
     t: &Table,
     parents: &HashMap<u32, &Table>,
-    is_broken: &dyn Fn(&ForeignKey) -> bool,
+    cut: &dyn Fn(&ForeignKey) -> Cut,
     requested: u64,
     only_if_empty: bool,
+    own_transaction: bool,
 ) -> anyhow::Result<TableResult> {
     let nothing = || {
         let written = SeededTable {
@@ -35,6 +36,7 @@ pub(super) fn seed_table(
             requested: 0,
             written: 0,
             note: None,
+            past_triggers: None,
             took: std::time::Duration::ZERO,
         };
         Ok(Ok((written, None)))
@@ -52,7 +54,7 @@ pub(super) fn seed_table(
 
     // 1. What each column gets, before values are chosen.
     let mut draft = Draft::new(t);
-    let self_fks = match draft.point_foreign_keys(c, t, parents, is_broken)? {
+    let self_fks = match draft.point_foreign_keys(c, t, parents, cut)? {
         Ok(self_fks) => self_fks,
         Err(u) => return Ok(Err(u)),
     };
@@ -95,7 +97,19 @@ pub(super) fn seed_table(
         return Ok(Err(u));
     }
     let note = walk_lists(&mut plan, &carriers).or(note);
-    insert_rows(c, &plan, &forced, requested, note)
+    insert_rows(c, &plan, &forced, requested, note, own_transaction)
+}
+
+/// Whether a foreign key was set aside to break a cycle of keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Cut {
+    /// It points at its parent's rows.
+    No,
+    /// Its columns are NULL now and filled in after the parent's rows.
+    Nullable,
+    /// Deferred to the commit of the transaction that seeds the cycle:
+    /// its columns take values now and the parent's rows before commit.
+    Deferred,
 }
 
 /// Step 1 of [`seed_table`]: where each column's value comes from, before
@@ -158,10 +172,10 @@ impl Draft {
     /// [`Draft::point_self_references`].
     fn point_foreign_keys(
         &mut self,
-        c: &mut Client,
+        c: &mut impl GenericClient,
         t: &Table,
         parents: &HashMap<u32, &Table>,
-        is_broken: &dyn Fn(&ForeignKey) -> bool,
+        cut: &dyn Fn(&ForeignKey) -> Cut,
     ) -> anyhow::Result<Result<Vec<usize>, UnseededTable>> {
         let mut self_fks = Vec::new();
         for (f, fk) in t.fks.iter().enumerate() {
@@ -174,10 +188,16 @@ impl Draft {
                 continue;
             }
             let parent = parents.get(&fk.ref_table);
-            if let Some(p) = parent.filter(|_| !is_broken(fk)) {
+            let cut = cut(fk);
+            if let Some(p) = parent.filter(|_| cut == Cut::No) {
                 if self.join_parent(c, t, fk, &local, p)? {
                     continue;
                 }
+            }
+            if cut == Cut::Deferred {
+                // Checked at commit: its columns get values of their
+                // type now and the parent's rows once it has them.
+                continue;
             }
             // No rows to point at (or the key breaks a cycle): NULL where
             // the key allows it, else the table cannot be seeded.
@@ -207,7 +227,7 @@ impl Draft {
     /// when it has any; false when it has none to point at.
     fn join_parent(
         &mut self,
-        c: &mut Client,
+        c: &mut impl GenericClient,
         t: &Table,
         fk: &ForeignKey,
         local: &[usize],
