@@ -38,12 +38,20 @@ pub struct Seeded {
 }
 
 /// A project without apps: `rows` rows per table generated from the
-/// catalogue (none when `rows` is 0: a rehearsal that carries the rows of
-/// the previous one adds none).
-pub fn generate_only(c: &mut Client, rows: u64) -> anyhow::Result<Seeded> {
+/// catalogue (none when `rows` is 0); `carried`: the database holds the
+/// rows seeded for the previous migration, migrated, so only the tables
+/// still empty (new ones, emptied ones) get rows.
+pub fn generate_only(c: &mut Client, rows: u64, carried: bool) -> anyhow::Result<Seeded> {
     let mut out = Seeded::default();
     if rows > 0 {
-        out.generated = Some(generate::seed(c, &RowCounts::new(rows), &[])?);
+        let mut counts = RowCounts::new(rows);
+        if carried {
+            counts = counts.only_empty();
+        }
+        let mut generated = generate::seed(c, &counts, &[])?;
+        // The tables that held rows already are the earlier seeding's.
+        generated.seeded.retain(|t| t.requested > 0);
+        out.generated = Some(generated);
         c.batch_execute("ANALYZE")?;
     }
     Ok(out)

@@ -51,6 +51,7 @@ pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
     // Stage 2 judges both paths; a failure on the empty path is judged
     // alone (the seeded one is never reached).
     let seeded = e.seeded.as_ref().map(|s| (&s.applied, s.rows));
+    let first = out.len();
     if e.failed_on_empty() || seeded.is_some() {
         out.extend(on_both_paths(
             v,
@@ -59,6 +60,27 @@ pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
             &e.failure_trace,
             cx.statement_timeout,
         ));
+    }
+    // Rows seeded past a table's triggers may hold values production's
+    // triggers refuse: a failure on them says so.
+    let past: Vec<&str> = e
+        .seeding
+        .iter()
+        .filter_map(|s| s.generated.as_ref())
+        .flat_map(|g| &g.seeded)
+        .filter(|t| t.past_triggers.is_some())
+        .map(|t| t.table.as_str())
+        .collect();
+    if !past.is_empty() {
+        for f in out[first..]
+            .iter_mut()
+            .filter(|f| f.id == "apply.fails-on-seeded")
+        {
+            f.message.push_str(&format!(
+                " (the rows of {} were seeded past their INSERT triggers, see rewrite.seeded-past-triggers: they may hold values the triggers refuse in production)",
+                past.join(", ")
+            ));
+        }
     }
     if let (false, Some(r)) = (e.failed_on_empty(), &e.second_run) {
         out.push(evaluate_second_run(Some(v), r));

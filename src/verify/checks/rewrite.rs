@@ -89,6 +89,20 @@ pub fn tables_not_seeded(
             .advice("give the app a seed file (<app>.seed.sql next to its statement set) that writes rows the way it does")
         })
         .collect();
+    out.extend(generated.seeded.iter().filter_map(|t| {
+        let why = t.past_triggers.as_ref()?;
+        Some(
+            Finding::new(
+                CHECK,
+                "seeded-past-triggers",
+                Severity::Info,
+                Some(v),
+                format!("{} was seeded at {prev_label} past its triggers: {why}", t.table),
+            )
+            .evidence("table", t.table.clone())
+            .advice("its rows did not all go through its INSERT triggers: a migration that enforces a trigger's rule may meet rows production could not hold; give the app a seed file (<app>.seed.sql) that writes rows the way it does"),
+        )
+    }));
     out.extend(generated.warnings.iter().map(|w| {
         Finding::new(CHECK, "seeding-warning", Severity::Warn, Some(v), w.clone())
             .advice("give the app a seed file (<app>.seed.sql next to its statement set)")

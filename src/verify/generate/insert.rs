@@ -14,7 +14,7 @@ use crate::pg::quote_ident;
 
 /// Rows written through the table's INSERT triggers before their cost is
 /// judged: a first batch, then a second of the same size.
-const TRIGGER_PROBE_ROWS: u64 = 500;
+const TRIGGER_PROBE_ROWS: u64 = 1000;
 /// The longest the rest of a table's rows may take through its triggers
 /// (projected from the second batch) before they are written past them.
 const TRIGGER_BUDGET: std::time::Duration = std::time::Duration::from_secs(2);
@@ -185,12 +185,26 @@ fn write_with_triggers(
         [_, second, third] => (per_row(second), per_row(third)),
         _ => (0.0, 0.0),
     };
-    // Noise on a few milliseconds is no growth: the third batch must
-    // cost something before it is compared.
-    let grows =
-        p3 > 1.3 * p2 && spent.len() == 3 && spent[2].1 > std::time::Duration::from_millis(5);
-    let projected = std::time::Duration::from_secs_f64(p3 * rest as f64 / 1000.0);
-    let past = rest > 0 && (grows || projected > TRIGGER_BUDGET);
+    // The cost per row as a line in the table's size m (p = a + b·m),
+    // through the middles of the last two batches; the rest of the rows
+    // projected along it. A trigger whose cost grows with the table
+    // makes seeding quadratic, which the projection shows; a cheap one
+    // stays under the budget, whatever the noise on its slope.
+    let (m2, m3) = (
+        (ends[0] + ends[1]) as f64 / 2.0,
+        (ends[1] + ends[2]) as f64 / 2.0,
+    );
+    let measured = spent.len() == 3;
+    let slope = if measured {
+        ((p3 - p2) / (m3 - m2)).max(0.0)
+    } else {
+        0.0
+    };
+    let grows = measured && p3 > 1.3 * p2;
+    let (done, all, left) = ((from - 1) as f64, rows as f64, rest as f64);
+    let rest_ms = p3 * left + slope * ((all * all - done * done) / 2.0 - m3 * left);
+    let projected = std::time::Duration::from_secs_f64(rest_ms.max(0.0) / 1000.0);
+    let past = rest > 0 && projected > TRIGGER_BUDGET;
     let r = match rest {
         0 => Ok(written),
         _ if past => write(&mut tx, plan, forced, Through::PastTriggers(from, rows)),

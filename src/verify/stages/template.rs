@@ -203,11 +203,11 @@ impl Run<'_> {
         if live.is_empty() && !generate_only {
             return Ok(Seeded::Unseeded);
         }
-        let reused = if live.is_empty() {
-            None
-        } else {
-            self.reuse_seeded(previous, migrations)?
-        };
+        // Rows written before are carried: the previous migration's
+        // seeded copy with that migration applied, as production's rows
+        // are migrated (a project without apps too: only its new or
+        // still-empty tables are then seeded).
+        let reused = self.reuse_seeded(previous, migrations)?;
         let (seeded, carried, writers): (Database, i64, Vec<&AppVersion>) = match reused {
             Some((db, carried, before)) => {
                 let newly: Vec<&AppVersion> = live
@@ -219,7 +219,7 @@ impl Run<'_> {
             }
             None => (self.clone_db(empty_prev)?, 0, live.to_vec()),
         };
-        let rows = if carried > 0 {
+        let rows = if carried > 0 && !generate_only {
             // Only apps that start running now add rows.
             (self.options.rows * writers.len() as u64)
                 .checked_div(live.len() as u64)
@@ -239,7 +239,7 @@ impl Run<'_> {
         // the tables), the rows each app writes as the app.
         let mut c = self.connect_migrator(&seeded)?;
         let mut s = if generate_only {
-            step("seeding", seed::generate_only(&mut c, rows))?
+            step("seeding", seed::generate_only(&mut c, rows, carried > 0))?
         } else {
             let (sessions, url) = (&self.sessions, seeded.url());
             step(
