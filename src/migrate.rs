@@ -81,8 +81,9 @@ use thiserror::Error;
 
 use crate::catalog::{Catalog, Migration};
 use crate::db::{self, ConnectError};
-use crate::lock_policy::{is_lock_timeout, LockPolicy};
+use crate::lock_policy::LockPolicy;
 
+pub mod apply;
 pub mod backfill;
 pub mod conflicts;
 pub mod history;
@@ -633,10 +634,8 @@ pub fn migrate(url: &str, catalog: &Catalog, options: &Options) -> Result<Outcom
         for m in &plan.pending {
             let result = if m.runs_outside_transaction() {
                 apply_outside_transaction(&mut client, tool, m, options, &watcher, &mut looks)
-            } else if tool.0 == crate::catalog::Layout::Refinery {
-                apply_one(&mut client, catalog, m, options, &watcher, &mut looks)
             } else {
-                apply_one_recorded(&mut client, tool, m, options, &watcher, &mut looks)
+                apply_in_transaction(&mut client, tool, m, options, &watcher, &mut looks)
             };
             match result {
                 Ok(a) => applied.push(a),
@@ -781,82 +780,92 @@ impl Looks {
     }
 }
 
-/// Applies one migration (and its history row, one transaction) through
-/// refinery, waiting and retrying as the [`LockPolicy`] says.
-fn apply_one(
+/// Applies one migration and its history row in one transaction
+/// ([`apply::in_transaction`], the path every rehearsal measures), waiting
+/// and retrying as the [`LockPolicy`] says: each attempt is a transaction
+/// of its own, gated on the locks the whole file needs where the policy
+/// waits without queueing.
+fn apply_in_transaction(
     client: &mut Client,
-    catalog: &Catalog,
+    tool: ToolHistory,
     m: &Migration,
     options: &Options,
     watcher: &BlockerWatcher,
     looks: &mut Looks,
 ) -> Result<Applied, MigrateError> {
-    let migrations: Vec<refinery::Migration> = catalog
-        .up_to(m.version)
-        .map(Migration::to_refinery)
-        .collect();
-    let runner = refinery::Runner::new(&migrations)
-        .set_grouped(true)
-        .set_target(refinery::Target::Version(m.version))
-        .set_abort_divergent(true)
-        .set_abort_missing(true);
-    // Each attempt sets its own lock_timeout for the session (refinery
-    // opens the transaction itself); a timed-out attempt rolled back whole.
-    let mut gate = looks.gate(&conflicts::of_sql(&m.sql));
-    let result = options.lock.run_gated(
-        gate.as_mut().map(|g| || g.holder()),
-        |n, timeout| {
-            watcher.reset();
-            log::info!("applying {m} (attempt {n}, lock_timeout {timeout:?})");
-            client
-                .batch_execute(&format!(
-                    "SET lock_timeout = '{}ms'",
-                    timeout.as_millis().max(1)
-                ))
-                .map_err(RunError::Setup)?;
-            runner.run(client).map_err(RunError::Refinery)
-        },
-        |e| matches!(e, RunError::Refinery(r) if pg_error(r).is_some_and(is_lock_timeout)),
+    tool.ensure(client)
+        .map_err(|e| MigrateError::sql(format!("creating {}", tool.table()), &e))?;
+    let steps = apply::transaction_steps(&m.sql);
+    let started = Instant::now();
+    let mut observer = MigrateTransaction {
+        m,
+        tool,
+        watcher,
+        looks,
+        started,
+    };
+    let result = apply::in_transaction(
+        client,
+        &steps,
+        Some(&options.lock),
+        apply::Ending::Commit,
+        &mut observer,
     );
-    let _ = client.batch_execute("RESET lock_timeout");
     match result {
-        Ok((report, attempts)) => {
-            let versions: Vec<i32> = report
-                .applied_migrations()
-                .iter()
-                .map(|r| r.version())
-                .collect();
-            if versions != [m.version] {
-                // Our own history read said m is next; anything else
-                // means the history changed under the lock.
-                return Err(MigrateError::Sql {
-                    context: format!("applying {m}"),
-                    detail: format!(
-                        "refinery applied {versions:?} instead of [{}]; run `rollsafe status`",
-                        m.version
-                    ),
-                });
-            }
-            Ok(Applied {
-                version: m.version,
-                file: m.file.clone(),
-                elapsed: attempts.elapsed,
-                attempts: attempts.count,
-                waited: attempts.waited,
-            })
+        Ok(a) => Ok(Applied {
+            version: m.version,
+            file: m.file.clone(),
+            elapsed: started.elapsed(),
+            attempts: a.attempts,
+            waited: a.waited,
+        }),
+        Err(apply::StepError::GaveUp { gave_up, .. }) => {
+            Err(MigrateError::gave_up(m.to_string(), gave_up, watcher))
         }
-        Err(Err(gave_up)) => Err(MigrateError::gave_up(m.to_string(), gave_up, watcher)),
-        Err(Ok(RunError::Setup(e))) => Err(MigrateError::sql("setting lock_timeout", &e)),
-        Err(Ok(RunError::Refinery(e))) => {
-            let detail = match pg_error(&e) {
-                Some(p) => crate::errors::detailed(p),
-                None => crate::errors::one_line(&e),
-            };
-            Err(MigrateError::Failed {
-                migration: m.to_string(),
-                detail,
-                earlier: String::new(),
-            })
+        Err(apply::StepError::Failed { index, error }) if index == steps.len() => Err(
+            MigrateError::sql(format!("recording {m} in {}", tool.table()), &error),
+        ),
+        Err(apply::StepError::Failed { error, .. }) => Err(MigrateError::Failed {
+            migration: m.to_string(),
+            detail: crate::errors::detailed(&error),
+            earlier: String::new(),
+        }),
+    }
+}
+
+/// How `migrate` watches a transactional file: every attempt logged and,
+/// where the policy waits without queueing, gated on the locks the whole
+/// file needs; the history row written before the commit.
+struct MigrateTransaction<'a> {
+    m: &'a Migration,
+    tool: ToolHistory,
+    watcher: &'a BlockerWatcher,
+    looks: &'a mut Looks,
+    started: Instant,
+}
+
+impl apply::StepObserver for MigrateTransaction<'_> {
+    fn gated(&mut self, _index: usize, _step: &apply::Step) -> bool {
+        self.looks.gate(&conflicts::of_sql(&self.m.sql)).is_some()
+    }
+
+    fn holder(&mut self, _index: usize) -> Option<String> {
+        self.looks.gate(&conflicts::of_sql(&self.m.sql))?.holder()
+    }
+
+    fn attempt(&mut self, _index: usize, n: u32, timeout: Duration) {
+        self.watcher.reset();
+        log::info!(
+            "applying {} (attempt {n}, lock_timeout {timeout:?})",
+            self.m
+        );
+    }
+
+    fn finishing(&mut self, client: &mut Client) -> Result<(), postgres::Error> {
+        if self.tool.0 == crate::catalog::Layout::Refinery {
+            insert_refinery_row(client, self.m)
+        } else {
+            self.tool.record(client, self.m, self.started.elapsed())
         }
     }
 }
@@ -882,8 +891,8 @@ struct MigrateSteps<'a> {
     line: usize,
 }
 
-impl no_transaction::StepObserver for MigrateSteps<'_> {
-    fn gated(&mut self, _index: usize, step: &no_transaction::Step) -> bool {
+impl apply::StepObserver for MigrateSteps<'_> {
+    fn gated(&mut self, _index: usize, step: &apply::Step) -> bool {
         let needed = conflicts::of_statements(std::slice::from_ref(&step.statement));
         let gated = self.looks.gate(&needed).is_some();
         (self.needed, self.line) = (Some(needed), step.statement.line);
@@ -931,21 +940,21 @@ fn apply_outside_transaction(
         needed: None,
         line: 0,
     };
-    let applied = no_transaction::apply_steps(client, &steps, Some(&options.lock), &mut observer)
+    let applied = apply::outside_transaction(client, &steps, Some(&options.lock), &mut observer)
         .map_err(|e| {
-        let stmt = &steps[e.index()].statement;
-        match e {
-            no_transaction::StepError::GaveUp { gave_up, .. } => {
-                MigrateError::gave_up(format!("{m} line {}", stmt.line), gave_up, watcher)
+            let stmt = &steps[e.index()].statement;
+            match e {
+                apply::StepError::GaveUp { gave_up, .. } => {
+                    MigrateError::gave_up(format!("{m} line {}", stmt.line), gave_up, watcher)
+                }
+                apply::StepError::Failed { error, .. } => MigrateError::StatementFailed {
+                    migration: m.to_string(),
+                    line: stmt.line,
+                    statement: stmt.excerpt(80),
+                    detail: crate::errors::detailed(&error),
+                },
             }
-            no_transaction::StepError::Failed { error, .. } => MigrateError::StatementFailed {
-                migration: m.to_string(),
-                line: stmt.line,
-                statement: stmt.excerpt(80),
-                detail: crate::errors::detailed(&error),
-            },
-        }
-    })?;
+        })?;
     let (attempts_total, waited) = (applied.attempts, applied.waited);
     let has_backfills = m.batched_updates().next().is_some();
     if has_backfills {
@@ -1049,15 +1058,25 @@ fn record_history(
 ) -> Result<(), postgres::Error> {
     client.batch_execute(HISTORY_DDL)?;
     let mut tx = client.transaction()?;
-    let applied_on = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
-    tx.execute(
-        "INSERT INTO refinery_schema_history (version, name, applied_on, checksum) VALUES ($1, $2, $3, $4)",
-        &[&m.version, &m.refinery_history_name(), &applied_on, &m.checksum.to_string()],
-    )?;
+    insert_refinery_row(&mut tx, m)?;
     if has_backfills {
         backfill::mark_finished(&mut tx, m.version)?;
     }
     tx.commit()
+}
+
+/// `m`'s row in refinery's history table, as refinery writes it.
+fn insert_refinery_row(
+    client: &mut impl postgres::GenericClient,
+    m: &Migration,
+) -> Result<(), postgres::Error> {
+    let applied_on = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
+    client
+        .execute(
+            "INSERT INTO refinery_schema_history (version, name, applied_on, checksum) VALUES ($1, $2, $3, $4)",
+            &[&m.version, &m.refinery_history_name(), &applied_on, &m.checksum.to_string()],
+        )
+        .map(drop)
 }
 
 /// [`record_history`] in the tool's own table.
@@ -1075,71 +1094,6 @@ fn record_tool_history(
         backfill::mark_finished(&mut tx, m.version)?;
     }
     tx.commit()
-}
-
-/// [`apply_one`] for a tool other than refinery: the migration's SQL and
-/// the tool's history row in one transaction, under the same lock policy.
-fn apply_one_recorded(
-    client: &mut Client,
-    tool: ToolHistory,
-    m: &Migration,
-    options: &Options,
-    watcher: &BlockerWatcher,
-    looks: &mut Looks,
-) -> Result<Applied, MigrateError> {
-    tool.ensure(client)
-        .map_err(|e| MigrateError::sql(format!("creating {}", tool.table()), &e))?;
-    let mut gate = looks.gate(&conflicts::of_sql(&m.sql));
-    let started = Instant::now();
-    let result = options.lock.run_gated(
-        gate.as_mut().map(|g| || g.holder()),
-        |n, timeout| {
-            watcher.reset();
-            log::info!("applying {m} (attempt {n}, lock_timeout {timeout:?})");
-            let mut tx = client.transaction()?;
-            tx.batch_execute(&format!(
-                "SET LOCAL lock_timeout = '{}ms'",
-                timeout.as_millis().max(1)
-            ))?;
-            tx.batch_execute(&m.sql)?;
-            tool.record(&mut tx, m, started.elapsed())?;
-            tx.commit()
-        },
-        is_lock_timeout,
-    );
-    match result {
-        Ok(((), attempts)) => Ok(Applied {
-            version: m.version,
-            file: m.file.clone(),
-            elapsed: attempts.elapsed,
-            attempts: attempts.count,
-            waited: attempts.waited,
-        }),
-        Err(Err(gave_up)) => Err(MigrateError::gave_up(m.to_string(), gave_up, watcher)),
-        Err(Ok(e)) => Err(MigrateError::Failed {
-            migration: m.to_string(),
-            detail: crate::errors::detailed(&e),
-            earlier: String::new(),
-        }),
-    }
-}
-
-/// One failed attempt of [`apply_one`].
-enum RunError {
-    Setup(postgres::Error),
-    Refinery(refinery::Error),
-}
-
-/// The postgres error under a refinery error, if any.
-fn pg_error(e: &refinery::Error) -> Option<&postgres::Error> {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
-    while let Some(s) = source {
-        if let Some(pg) = s.downcast_ref::<postgres::Error>() {
-            return Some(pg);
-        }
-        source = s.source();
-    }
-    None
 }
 
 /// A second connection that keeps noting who blocks the migrator's backend,

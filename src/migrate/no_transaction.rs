@@ -37,32 +37,15 @@
 //! is dropped with `DROP INDEX CONCURRENTLY` (what GitLab's
 //! `add_concurrent_index` does), so the attempt rebuilds it.
 //!
-//! [`apply_steps`] is the one way such a file's statements are run, by
-//! `migrate` (under the lock policy) and by `verify` (measured, killed
-//! and rerun, or applied unchecked to a base): each statement on the
-//! caller's connection, committing on its own, the invalid leftover of a
-//! concurrent index build dropped first. A [`StepObserver`] sees each
-//! statement start and end (verify samples its locks meanwhile).
+//! The statements run through [`super::apply::outside_transaction`], the
+//! one way any migration is applied ([`super::apply`]).
 //!
 //! Not here: the advisory lock and the history row (`migrate`), batched
 //! updates (`migrate::backfill`).
 
-use std::time::{Duration, Instant};
-
-use postgres::Client;
-
+pub use super::apply::Step;
 use crate::catalog::Migration;
-use crate::lock_policy::{is_lock_timeout, GaveUp, LockPolicy};
 use crate::sql::{self, Statement};
-
-/// One statement of a no-transaction file, judged re-runnable.
-#[derive(Debug, Clone)]
-pub struct Step {
-    pub statement: Statement,
-    /// For `CREATE INDEX CONCURRENTLY IF NOT EXISTS <name>`: the index name
-    /// as written, whose INVALID leftover is dropped before each attempt.
-    pub concurrent_index: Option<String>,
-}
 
 /// Why a no-transaction file is refused before anything runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,179 +98,6 @@ pub fn steps(sql: &str) -> Vec<Step> {
             statement,
         })
         .collect()
-}
-
-/// Sees each statement of [`apply_steps`] run. Every method has a default
-/// that does nothing.
-pub trait StepObserver {
-    /// Before statement `index` (its first attempt), on the connection
-    /// that runs it.
-    fn before(&mut self, _client: &mut Client, _index: usize, _step: &Step) {}
-    /// Before each attempt under a lock policy (`n` from 1).
-    fn attempt(&mut self, _index: usize, _n: u32, _timeout: Duration) {}
-    /// Whether statement `index` waits without queueing (the policy's
-    /// `no_queue`, [`LockPolicy::run_gated`]): asked once, before its first
-    /// attempt. When it does, [`StepObserver::holder`] is asked before
-    /// each attempt. By default a statement requests its locks at once,
-    /// stepped.
-    fn gated(&mut self, _index: usize, _step: &Step) -> bool {
-        false
-    }
-    /// The session holding a lock statement `index` would queue behind,
-    /// described for a give-up message; None while nothing does.
-    fn holder(&mut self, _index: usize) -> Option<String> {
-        None
-    }
-    /// After statement `index` ended (`ok`: it succeeded), with how long
-    /// its last attempt ran; on the same connection.
-    fn after(
-        &mut self,
-        _client: &mut Client,
-        _index: usize,
-        _step: &Step,
-        _ok: bool,
-        _took: Duration,
-    ) {
-    }
-}
-
-/// The observer that watches nothing.
-pub struct Unobserved;
-
-impl StepObserver for Unobserved {}
-
-/// Why [`apply_steps`] stopped.
-#[derive(Debug)]
-pub enum StepError {
-    /// Statement `index` failed.
-    Failed {
-        index: usize,
-        error: postgres::Error,
-    },
-    /// Statement `index` timed out on its locks until the policy's window
-    /// closed.
-    GaveUp {
-        index: usize,
-        gave_up: GaveUp<postgres::Error>,
-    },
-}
-
-impl StepError {
-    pub fn index(&self) -> usize {
-        match self {
-            StepError::Failed { index, .. } | StepError::GaveUp { index, .. } => *index,
-        }
-    }
-
-    /// The server's error (the last attempt's, for a lock timeout).
-    pub fn error(&self) -> Option<&postgres::Error> {
-        match self {
-            StepError::Failed { error, .. } => Some(error),
-            StepError::GaveUp { gave_up, .. } => gave_up.last.as_ref(),
-        }
-    }
-
-    /// The error on one line, for messages.
-    pub fn message(&self) -> String {
-        match (self, self.error()) {
-            (_, Some(e)) => crate::errors::one_line(e),
-            (StepError::GaveUp { gave_up, .. }, None) => format!(
-                "gave up on its locks after {} attempts",
-                gave_up.attempts.count
-            ),
-            (StepError::Failed { .. }, None) => "failed".into(),
-        }
-    }
-}
-
-/// Runs `steps` in order on `client`, each statement committing on its own,
-/// stopping at the first that fails. Under `lock`, each statement's
-/// attempts set `lock_timeout` as the policy steps it and retry lock
-/// timeouts (waiting without queueing where the observer gates them);
-/// without, the session's settings stand.
-pub fn apply_steps(
-    client: &mut Client,
-    steps: &[Step],
-    lock: Option<&LockPolicy>,
-    observer: &mut dyn StepObserver,
-) -> Result<Applied, StepError> {
-    let (mut attempts_total, mut waited) = (0, Duration::ZERO);
-    for (index, step) in steps.iter().enumerate() {
-        observer.before(client, index, step);
-        let mut took = Duration::ZERO;
-        let mut run_once = |client: &mut Client| -> Result<(), postgres::Error> {
-            if let Some(name) = &step.concurrent_index {
-                drop_invalid_index(client, name)?;
-            }
-            let started = Instant::now();
-            let r = client.batch_execute(&step.statement.text);
-            took = started.elapsed();
-            r
-        };
-        let result: Result<u32, StepError> = match lock {
-            None => run_once(client)
-                .map(|_| 1)
-                .map_err(|error| StepError::Failed { index, error }),
-            Some(policy) => {
-                let gated = observer.gated(index, step);
-                // The gate and the attempts take turns with the observer.
-                let observer = std::cell::RefCell::new(&mut *observer);
-                let r = policy.run_gated(
-                    gated.then_some(|| observer.borrow_mut().holder(index)),
-                    |n, timeout| {
-                        observer.borrow_mut().attempt(index, n, timeout);
-                        client.batch_execute(&format!(
-                            "SET lock_timeout = '{}ms'",
-                            timeout.as_millis().max(1)
-                        ))?;
-                        run_once(client)
-                    },
-                    is_lock_timeout,
-                );
-                let _ = client.batch_execute("RESET lock_timeout");
-                match r {
-                    Ok(((), a)) => {
-                        waited += a.waited;
-                        Ok(a.count)
-                    }
-                    Err(Ok(error)) => Err(StepError::Failed { index, error }),
-                    Err(Err(gave_up)) => Err(StepError::GaveUp { index, gave_up }),
-                }
-            }
-        };
-        observer.after(client, index, step, result.is_ok(), took);
-        attempts_total += result?;
-    }
-    Ok(Applied {
-        attempts: attempts_total,
-        waited,
-    })
-}
-
-/// What [`apply_steps`] went through: attempts in all, and how long
-/// gated attempts waited for a conflicting holder to finish.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Applied {
-    pub attempts: u32,
-    pub waited: Duration,
-}
-
-/// Drops `index` when it exists and is INVALID (a failed or killed
-/// `CREATE INDEX CONCURRENTLY`), so that the statement's IF NOT EXISTS
-/// does not keep the broken index. Concurrently: a plain DROP INDEX would
-/// take ACCESS EXCLUSIVE on the table.
-fn drop_invalid_index(client: &mut Client, index: &str) -> Result<(), postgres::Error> {
-    let invalid: bool = client
-        .query_one(
-            "SELECT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass($1) AND NOT indisvalid)",
-            &[&index],
-        )?
-        .get(0);
-    if invalid {
-        log::info!("dropping the invalid index {index} left by an earlier run");
-        client.batch_execute(&format!("DROP INDEX CONCURRENTLY IF EXISTS {index}"))?;
-    }
-    Ok(())
 }
 
 /// The first statement of a transactional file that PostgreSQL refuses

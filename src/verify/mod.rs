@@ -599,19 +599,26 @@ fn step<T, E: std::fmt::Display>(what: &str, r: Result<T, E>) -> Result<T, Verif
 /// statement by statement for a file that runs outside one (its batched
 /// updates have no rows to settle in a base without data).
 fn apply_unchecked(c: &mut postgres::Client, m: &crate::catalog::Migration) -> Result<(), String> {
+    use crate::migrate::{apply, no_transaction as nt};
     if m.runs_outside_transaction() {
-        use crate::migrate::no_transaction as nt;
         let steps = nt::steps(&m.sql);
-        return nt::apply_steps(c, &steps, None, &mut nt::Unobserved)
+        return apply::outside_transaction(c, &steps, None, &mut apply::Unobserved)
             .map(|_| ())
             .map_err(|e| format!("line {}: {}", steps[e.index()].statement.line, e.message()));
     }
-    c.transaction()
-        .and_then(|mut tx| tx.batch_execute(&m.sql).and_then(|_| tx.commit()))
-        .map_err(|e| {
-            let sqlstate = e.code().map(|c| c.code());
-            crate::migrate::way_out::with_advice(crate::errors::one_line(&e), sqlstate, &m.sql)
-        })
+    let steps = apply::transaction_steps(&m.sql);
+    apply::in_transaction(
+        c,
+        &steps,
+        None,
+        apply::Ending::Commit,
+        &mut apply::Unobserved,
+    )
+    .map(|_| ())
+    .map_err(|e| {
+        let sqlstate = e.error().and_then(|e| e.code()).map(|c| c.code());
+        crate::migrate::way_out::with_advice(e.message(), sqlstate, &m.sql)
+    })
 }
 
 /// What blocks the live apps: the lock modes their replayed statements

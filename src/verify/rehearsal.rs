@@ -38,6 +38,7 @@ use crate::app::AppVersion;
 mod outside_transaction;
 use crate::db;
 use crate::lock_policy::{is_lock_timeout, LockPolicy};
+use crate::migrate::apply;
 use crate::tables::UserTable;
 
 /// How a measured apply ends.
@@ -67,6 +68,20 @@ struct Existing {
     /// Schema-qualified, for SQL; None when it cannot be read (a
     /// materialized view not populated yet).
     qualified: Option<String>,
+}
+
+impl Existing {
+    /// Its size before the migration, the start of its [`TableWork`]
+    /// whichever way the migration ran.
+    fn sizes(&self) -> TableWork {
+        TableWork {
+            table: self.name.clone(),
+            rows_before: self.rows,
+            pages_before: self.pages,
+            partition_of: self.partition_of.clone(),
+            ..TableWork::default()
+        }
+    }
 }
 
 /// Per-transaction counters of every existing table (its indexes summed
@@ -314,13 +329,9 @@ fn apply_measured_in(
     end: End,
 ) -> anyhow::Result<Applied> {
     let (existing, indexes_before) = existing_tables(url)?;
-    let split = crate::sql::split(sql);
+    let steps = apply::transaction_steps(sql);
     let mut c = db::connect(migrator_url)?;
     sampler::name_session(&mut c, sampler::MIGRATION)?;
-    let mut out = Applied {
-        split_exact: split.exact,
-        ..Applied::default()
-    };
     // A fresh backend's first statement on a table loads its catalog
     // entries (relcache), which costs more on a table with indexes and
     // statistics than on an empty one: not row work, so pay it before the
@@ -328,142 +339,224 @@ fn apply_measured_in(
     for q in existing.iter().filter_map(|t| t.qualified.as_ref()) {
         c.batch_execute(&format!("SELECT FROM {q} LIMIT 0"))?;
     }
-    c.batch_execute("BEGIN")?;
-    if let Some(t) = lock_timeout {
-        c.batch_execute(&format!("SET LOCAL lock_timeout = '{}ms'", t.as_millis()))?;
+    let mut measure = Measure {
+        existing: &existing,
+        indexes_before: &indexes_before,
+        lock_timeout,
+        out: Applied {
+            split_exact: crate::sql::split(sql).exact,
+            ..Applied::default()
+        },
+        baseline: BTreeMap::new(),
+        totals: BTreeMap::new(),
+        last_file: existing.iter().map(|t| (t.oid, t.filenode)).collect(),
+        lsn0: String::new(),
+        statement_started: None,
+        error: None,
+    };
+    let ending = match end {
+        End::Commit => apply::Ending::Commit,
+        End::Rollback => apply::Ending::Rollback,
+    };
+    let result = apply::in_transaction(&mut c, &steps, None, ending, &mut measure);
+    if let Some(e) = measure.error {
+        return Err(e);
     }
-    let lsn0 = wal_lsn(&mut c)?;
-    let t0 = Instant::now();
-    out.started = Some(t0);
-    // Counters of this backend not flushed yet stay in the view: start
-    // from what it shows now.
-    let baseline: BTreeMap<u32, Work> = xact_work(&mut c, &existing)?;
-    let mut totals = baseline.clone();
-    let mut last_file: BTreeMap<u32, u32> = existing.iter().map(|t| (t.oid, t.filenode)).collect();
-    for (i, st) in split.statements.iter().enumerate() {
-        let started = Instant::now();
-        let result = c.batch_execute(&st.text);
-        let mut run = StatementRun {
-            line: st.line,
-            column: st.column,
-            excerpt: st.excerpt(60),
-            duration: started.elapsed(),
-            started: Some(started),
-            ..StatementRun::default()
-        };
-        if let Err(e) = result {
+    let mut out = measure.out;
+    let t0 = out.started.unwrap_or_else(Instant::now);
+    match result {
+        Ok(_) => out.held = t0.elapsed(),
+        Err(e) if e.index() < steps.len() => {
+            let st = &steps[e.index()].statement;
             out.duration = t0.elapsed();
             out.held = out.duration;
-            out.error = Some(if split.exact && split.statements.len() > 1 {
-                format!("line {}: {}", st.line, crate::errors::one_line(&e))
+            out.error = Some(if out.split_exact && steps.len() > 1 {
+                format!("line {}: {}", st.line, e.message())
             } else {
-                crate::errors::one_line(&e)
+                e.message()
             });
-            out.sqlstate = e.code().map(|s| s.code().to_string());
-            out.failed_statement = Some(i);
-            out.statements.push(run);
+            out.sqlstate = e
+                .error()
+                .and_then(|e| e.code())
+                .map(|s| s.code().to_string());
+            out.failed_statement = Some(e.index());
             // The sizes still say which tables the statements before it
             // worked on, and on how many rows.
             out.tables = existing
                 .iter()
-                .map(|t| {
-                    let sizes = TableWork {
-                        table: t.name.clone(),
-                        rows_before: t.rows,
-                        pages_before: t.pages,
-                        partition_of: t.partition_of.clone(),
-                        ..TableWork::default()
-                    };
-                    (t.name.clone(), sizes)
-                })
+                .map(|t| (t.name.clone(), t.sizes()))
                 .collect();
-            c.batch_execute("ROLLBACK")?;
-            return Ok(out);
         }
-        let now = xact_work(&mut c, &existing)?;
-        for t in &existing {
-            let w = now[&t.oid].minus(totals[&t.oid]);
+        // Measuring, or the transaction's start or end, failed: not the
+        // migration's doing.
+        Err(e) => anyhow::bail!("measuring the migration: {}", e.message()),
+    }
+    Ok(out)
+}
+
+/// The observer that measures each statement of a transactional apply
+/// after it ran, and the whole before the commit (see the module doc).
+struct Measure<'a> {
+    existing: &'a [Existing],
+    indexes_before: &'a [u32],
+    lock_timeout: Option<Duration>,
+    out: Applied,
+    /// The migration backend's counters when its transaction began (its
+    /// unflushed counts from before stay in the view), and after the last
+    /// statement measured.
+    baseline: BTreeMap<u32, Work>,
+    totals: BTreeMap<u32, Work>,
+    /// Each existing table's file after the last statement.
+    last_file: BTreeMap<u32, u32>,
+    lsn0: String,
+    statement_started: Option<Instant>,
+    /// The first measurement that failed (the rehearsal's error).
+    error: Option<anyhow::Error>,
+}
+
+impl apply::StepObserver for Measure<'_> {
+    fn begun(&mut self, c: &mut Client) -> Result<(), postgres::Error> {
+        if let Some(t) = self.lock_timeout {
+            c.batch_execute(&format!("SET LOCAL lock_timeout = '{}ms'", t.as_millis()))?;
+        }
+        self.lsn0 = wal_lsn(c)?;
+        self.out.started = Some(Instant::now());
+        self.baseline = xact_work(c, self.existing)?;
+        self.totals = self.baseline.clone();
+        Ok(())
+    }
+
+    fn before(&mut self, _c: &mut Client, _index: usize, _step: &apply::Step) {
+        self.statement_started = Some(Instant::now());
+    }
+
+    fn after(
+        &mut self,
+        c: &mut Client,
+        _index: usize,
+        step: &apply::Step,
+        ok: bool,
+        took: Duration,
+    ) {
+        let st = &step.statement;
+        let mut run = StatementRun {
+            line: st.line,
+            column: st.column,
+            excerpt: st.excerpt(60),
+            duration: took,
+            started: self.statement_started,
+            ..StatementRun::default()
+        };
+        if ok && self.error.is_none() {
+            if let Err(e) = self.measure(c, &mut run) {
+                self.error = Some(e.into());
+            }
+        }
+        self.out.statements.push(run);
+    }
+
+    fn finishing(&mut self, c: &mut Client) -> Result<(), postgres::Error> {
+        let t0 = self.out.started.unwrap_or_else(Instant::now);
+        self.out.duration = t0.elapsed();
+        self.out.wal_bytes = wal_since(c, &self.lsn0)?;
+        self.out.tables = post_apply(c, self.existing, &self.out.statements)?;
+        Ok(())
+    }
+}
+
+/// WAL written on this connection's server since `lsn0`.
+fn wal_since(c: &mut Client, lsn0: &str) -> Result<i64, postgres::Error> {
+    let lsn1 = wal_lsn(c)?;
+    Ok(c.query_one(
+        "SELECT pg_wal_lsn_diff($1::text::pg_lsn, $2::text::pg_lsn)::bigint",
+        &[&lsn1, &lsn0],
+    )?
+    .get(0))
+}
+
+/// What a migration did to each table that existed before it, from what
+/// its statements were measured doing (work, locks, new files, indexes
+/// built) and whether the table is still there: the same whether the
+/// migration ran in one transaction or outside one.
+fn post_apply(
+    c: &mut Client,
+    existing: &[Existing],
+    statements: &[StatementRun],
+) -> Result<BTreeMap<String, TableWork>, postgres::Error> {
+    let oids: Vec<u32> = existing.iter().map(|t| t.oid).collect();
+    let still: Vec<u32> = c
+        .query(
+            "SELECT oid FROM pg_class WHERE oid = ANY($1::oid[])",
+            &[&oids],
+        )?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let mut out = BTreeMap::new();
+    for t in existing {
+        let mut w = t.sizes();
+        w.dropped = !still.contains(&t.oid);
+        for st in statements {
+            if let Some(x) = st.work.get(&t.name) {
+                w.work = w.work.plus(*x);
+            }
+            for m in st.locks_after.get(&t.name).into_iter().flatten() {
+                if !w.locks.contains(m) {
+                    w.locks.push(m.clone());
+                }
+            }
+            w.rewritten |= st.rewrote.contains(&t.name);
+            for (table, index) in &st.built_indexes {
+                if *table == t.name && !w.new_indexes.contains(index) {
+                    w.new_indexes.push(index.clone());
+                }
+            }
+        }
+        out.insert(t.name.clone(), w);
+    }
+    Ok(out)
+}
+
+impl Measure<'_> {
+    /// What statement `run` did: its work per table, the locks held after
+    /// it, the tables it gave a new file and the indexes it built.
+    fn measure(&mut self, c: &mut Client, run: &mut StatementRun) -> Result<(), postgres::Error> {
+        let now = xact_work(c, self.existing)?;
+        for t in self.existing {
+            let w = now[&t.oid].minus(self.totals[&t.oid]);
             if w != Work::default() {
                 run.work.insert(t.name.clone(), w);
             }
         }
-        totals = now;
-        run.locks_after = held_locks(&mut c, &existing)?;
-        let (files, indexes) = files_and_indexes(&mut c, &existing)?;
-        for t in &existing {
-            if let (Some(now), Some(last)) = (files.get(&t.oid), last_file.get_mut(&t.oid)) {
+        self.totals = now;
+        run.locks_after = held_locks(c, self.existing)?;
+        let (files, indexes) = files_and_indexes(c, self.existing)?;
+        for t in self.existing {
+            if let (Some(now), Some(last)) = (files.get(&t.oid), self.last_file.get_mut(&t.oid)) {
                 if now != last {
                     run.rewrote.push(t.name.clone());
                     *last = *now;
                 }
             }
         }
-        let builds = crate::migrate::partitioned_index::indexes_built(&indexes, &indexes_before);
+        let builds =
+            crate::migrate::partitioned_index::indexes_built(&indexes, self.indexes_before);
         for (table_oid, index, index_oid, _) in indexes {
             let seen = !builds.contains(&index_oid)
-                || indexes_before.contains(&index_oid)
-                || out
+                || self.indexes_before.contains(&index_oid)
+                || self
+                    .out
                     .statements
                     .iter()
                     .any(|s| s.built_indexes.iter().any(|(_, i)| *i == index));
             if !seen {
-                if let Some(t) = existing.iter().find(|t| t.oid == table_oid) {
+                if let Some(t) = self.existing.iter().find(|t| t.oid == table_oid) {
                     run.built_indexes.push((t.name.clone(), index));
                 }
             }
         }
-        out.statements.push(run);
+        Ok(())
     }
-    out.duration = t0.elapsed();
-    let locks = held_locks(&mut c, &existing)?;
-    let after: BTreeMap<u32, u32> = c
-        .query(
-            "SELECT oid, relfilenode FROM pg_class WHERE oid = ANY($1::oid[])",
-            &[&existing.iter().map(|t| t.oid).collect::<Vec<u32>>()],
-        )?
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
-    let indexes = c.query(
-        "SELECT x.indrelid, i.relname::text, x.indexrelid
-           FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid",
-        &[],
-    )?;
-    let lsn1 = wal_lsn(&mut c)?;
-    out.wal_bytes = c
-        .query_one(
-            "SELECT pg_wal_lsn_diff($1::text::pg_lsn, $2::text::pg_lsn)::bigint",
-            &[&lsn1, &lsn0],
-        )?
-        .get(0);
-    for t in &existing {
-        let mut w = TableWork {
-            table: t.name.clone(),
-            rows_before: t.rows,
-            pages_before: t.pages,
-            work: totals[&t.oid].minus(baseline[&t.oid]),
-            locks: locks.get(&t.name).cloned().unwrap_or_default(),
-            partition_of: t.partition_of.clone(),
-            ..TableWork::default()
-        };
-        match after.get(&t.oid) {
-            None => w.dropped = true,
-            Some(f) => w.rewritten = *f != t.filenode,
-        }
-        for r in indexes
-            .iter()
-            .filter(|r| r.get::<_, u32>(0) == t.oid && !indexes_before.contains(&r.get(2)))
-        {
-            w.new_indexes.push(r.get(1));
-        }
-        out.tables.insert(t.name.clone(), w);
-    }
-    match end {
-        End::Commit => c.batch_execute("COMMIT")?,
-        End::Rollback => c.batch_execute("ROLLBACK")?,
-    }
-    out.held = t0.elapsed();
-    Ok(out)
 }
 
 /// Sets a flag when dropped: every loop a rehearsal starts watches one, so

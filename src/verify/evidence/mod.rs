@@ -236,7 +236,8 @@ mod tests {
         "migrate::migrate(",
         "migrate::apply",
         "migrate::record_applied",
-        "no_transaction::apply_steps",
+        "apply::in_transaction(",
+        "apply::outside_transaction(",
         "backfill::run(",
     ];
 

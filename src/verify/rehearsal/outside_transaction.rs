@@ -1,6 +1,6 @@
 //! Measuring a `-- rollsafe:no-transaction` file (or one with batched
 //! updates) while it runs, as `migrate` applies it: statement by statement
-//! through [`no_transaction::apply_steps`], each committing on its own.
+//! through [`apply::outside_transaction`], each committing on its own.
 //!
 //! Once such a statement ends its locks are gone and its per-transaction
 //! counters with them, so each is watched *while it runs*:
@@ -24,11 +24,14 @@ use std::time::{Duration, Instant};
 
 use postgres::Client;
 
-use super::{cumulative_work, existing_tables, files_and_indexes, wal_lsn, Existing};
+use super::{
+    cumulative_work, existing_tables, files_and_indexes, post_apply, wal_lsn, wal_since, Existing,
+};
 use crate::db;
-use crate::migrate::no_transaction::{self, Step, StepObserver};
+use crate::migrate::apply::{self, Step, StepObserver};
+use crate::migrate::no_transaction;
 use crate::pg::lock_modes;
-use crate::verify::evidence::{Applied, Observed, StatementRun, TableWork, Work};
+use crate::verify::evidence::{Applied, Observed, StatementRun, Work};
 use crate::verify::sampler::{self, LockSampler};
 
 /// Why work is not measured before PostgreSQL 15.
@@ -74,7 +77,7 @@ pub fn apply(
         runs: Vec::new(),
         error: None,
     };
-    let result = no_transaction::apply_steps(&mut c, &steps, None, &mut watch);
+    let result = apply::outside_transaction(&mut c, &steps, None, &mut watch);
     if let Some(e) = watch.error {
         return Err(e);
     }
@@ -88,12 +91,6 @@ pub fn apply(
         ..Applied::default()
     };
     out.held = out.duration;
-    let sizes_only = |t: &Existing| TableWork {
-        table: t.name.clone(),
-        rows_before: t.rows,
-        pages_before: t.pages,
-        ..TableWork::default()
-    };
     if let Err(e) = result {
         let st = &steps[e.index()].statement;
         out.error = Some(if out.split_exact && steps.len() > 1 {
@@ -108,47 +105,12 @@ pub fn apply(
         out.failed_statement = Some(e.index());
         out.tables = existing
             .iter()
-            .map(|t| (t.name.clone(), sizes_only(t)))
+            .map(|t| (t.name.clone(), t.sizes()))
             .collect();
         return Ok(out);
     }
-    let lsn1 = wal_lsn(&mut c)?;
-    out.wal_bytes = c
-        .query_one(
-            "SELECT pg_wal_lsn_diff($1::text::pg_lsn, $2::text::pg_lsn)::bigint",
-            &[&lsn1, &lsn0],
-        )?
-        .get(0);
-    let oids: Vec<u32> = existing.iter().map(|t| t.oid).collect();
-    let still: Vec<u32> = c
-        .query(
-            "SELECT oid FROM pg_class WHERE oid = ANY($1::oid[])",
-            &[&oids],
-        )?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    for t in &existing {
-        let mut w = sizes_only(t);
-        w.dropped = !still.contains(&t.oid);
-        for st in &out.statements {
-            if let Some(x) = st.work.get(&t.name) {
-                w.work = w.work.plus(*x);
-            }
-            for m in st.locks_after.get(&t.name).into_iter().flatten() {
-                if !w.locks.contains(m) {
-                    w.locks.push(m.clone());
-                }
-            }
-            w.rewritten |= st.rewrote.contains(&t.name);
-            for (table, index) in &st.built_indexes {
-                if *table == t.name && !w.new_indexes.contains(index) {
-                    w.new_indexes.push(index.clone());
-                }
-            }
-        }
-        out.tables.insert(t.name.clone(), w);
-    }
+    out.wal_bytes = wal_since(&mut c, &lsn0)?;
+    out.tables = post_apply(&mut c, &existing, &out.statements)?;
     Ok(out)
 }
 

@@ -331,17 +331,18 @@ impl Run<'_> {
         m: &Migration,
         empty: &Database,
     ) -> Result<(Applied, Vec<String>), VerifyError> {
+        use crate::migrate::apply;
         let before = Self::snapshot(empty)?;
-        let injected = format!(
-            "{}\n;\nDO $rollsafe$ BEGIN RAISE EXCEPTION 'rollsafe: injected failure'; END $rollsafe$",
-            m.sql
-        );
+        // Its statements, then a failure raised before the commit: what
+        // a crash there leaves (it must be nothing).
         let mut c = self.connect_migrator(empty)?;
-        let _ = c.batch_execute(&format!("BEGIN;\n{injected}"));
-        step(
-            "rolling the forced failure back",
-            c.batch_execute("ROLLBACK"),
-        )?;
+        let _ = apply::in_transaction(
+            &mut c,
+            &apply::transaction_steps(&m.sql),
+            None,
+            apply::Ending::Fail,
+            &mut apply::Unobserved,
+        );
         drop(c);
         let trace = Self::snapshot(empty)?.diff(&before);
         let at_zero = step(
@@ -368,7 +369,7 @@ impl Run<'_> {
         m: &Migration,
         empty: &Database,
     ) -> Result<(Applied, Option<Rerun>), VerifyError> {
-        use crate::migrate::no_transaction as nt;
+        use crate::migrate::{apply, no_transaction as nt};
         let killed = self.clone_db(empty)?;
         let at_zero = step(
             "applying on an empty database",
@@ -388,11 +389,11 @@ impl Run<'_> {
         // where a failure would have stopped it.
         let k = rand::random_range(1..=steps.len().max(1));
         let mut c = self.connect_migrator(&killed)?;
-        let _ = nt::apply_steps(
+        let _ = apply::outside_transaction(
             &mut c,
             &steps[..k.min(steps.len())],
             None,
-            &mut nt::Unobserved,
+            &mut apply::Unobserved,
         );
         drop(c);
         let rerun = step(
