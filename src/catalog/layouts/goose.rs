@@ -60,6 +60,7 @@ impl LayoutReader for Goose {
                 file: file.to_string(),
                 sql,
                 no_transaction,
+                ..Step::default()
             });
         }
         sort_numeric(&mut steps);
