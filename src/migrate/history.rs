@@ -14,7 +14,7 @@
 //! | sqlx | `_sqlx_migrations(version, description, installed_on, success, checksum, execution_time)` | version, description (`_` → space), SHA-384 of the file |
 //! | golang-migrate | `schema_migrations(version, dirty)` | one row: the newest version, not dirty |
 //! | goose | `goose_db_version(id, version_id, is_applied, tstamp)` | one row per version (and goose's row 0) |
-//! | dbmate | `schema_migrations(version)` | the version |
+//! | dbmate | `schema_migrations(version)` | the version (a file's earlier up sections `<version>#<n>` until its last applies) |
 //!
 //! Atlas (`atlas_schema_revisions`), Flyway (`flyway_schema_history`),
 //! Prisma (`_prisma_migrations`) and Sqitch (`sqitch.changes`) histories
@@ -273,15 +273,24 @@ impl ToolHistory {
                     )
                     .map(drop)
             }
-            // A section before a dbmate file's last: the version is
-            // recorded with the last.
-            Layout::Dbmate if crate::catalog::layouts::dbmate::is_earlier_section(&m.key) => Ok(()),
-            Layout::Dbmate => client
-                .execute(
-                    "INSERT INTO schema_migrations (version) VALUES ($1)",
-                    &[&m.key],
-                )
-                .map(drop),
+            // A section of a dbmate file before its last is kept as
+            // `<version>#<n>` until the last section replaces those rows
+            // with the version, in its own transaction: a run that stops
+            // between sections resumes after the last one applied.
+            Layout::Dbmate => {
+                if !crate::catalog::layouts::dbmate::is_earlier_section(&m.key) {
+                    client.execute(
+                        "DELETE FROM schema_migrations WHERE version LIKE $1",
+                        &[&format!("{}#%", m.key)],
+                    )?;
+                }
+                client
+                    .execute(
+                        "INSERT INTO schema_migrations (version) VALUES ($1)",
+                        &[&m.key],
+                    )
+                    .map(drop)
+            }
             Layout::Refinery | Layout::Atlas | Layout::Flyway | Layout::Prisma | Layout::Sqitch => {
                 unreachable!("{} history is written by refinery or not at all", self.0)
             }

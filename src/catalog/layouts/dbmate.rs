@@ -9,8 +9,10 @@
 //! (its 2.35 inserts it after every section and fails on the second on
 //! PostgreSQL, dbmate issue #820; the fix it takes records it after the
 //! last): the last section carries the version as its key, the sections
-//! before it `<version>#<n>`, which rollsafe never writes to dbmate's
-//! table and reads as applied with the version.
+//! before it `<version>#<n>`. `rollsafe migrate` records such a section as
+//! `<version>#<n>` (so a run stopped between sections resumes after it)
+//! and the last section replaces those rows with the version; a recorded
+//! version stands for all its sections.
 
 use super::{
     comment_body, digits_and_name, keep_lines, unreadable, Folder, LayoutReader, ReadOptions, Step,
@@ -80,6 +82,7 @@ impl LayoutReader for Dbmate {
 
 /// Whether `key` is a section of a dbmate file before its last
 /// (`<version>#<n>`): the file's version is recorded with the last.
+/// Digits never hold `#`, so a file's version never looks like one.
 pub fn is_earlier_section(key: &str) -> bool {
     key.contains('#')
 }
