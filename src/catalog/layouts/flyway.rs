@@ -6,7 +6,12 @@
 //! down); a baseline `B{version}__` is refused (it replaces earlier
 //! versions only on an empty database, a choice rollsafe does not guess).
 //! `{file}.conf` with `executeInTransaction=false` runs the file outside a
-//! transaction. `${name}` placeholders are replaced with the values given
+//! transaction, and so does, without any setting, a file with a statement
+//! PostgreSQL refuses in one: Flyway's PostgreSQL parser
+//! (`detectCanExecuteInTransaction`) runs such a script outside a
+//! transaction by itself (`CREATE|DROP [UNIQUE] INDEX CONCURRENTLY`,
+//! `VACUUM`, `REINDEX SCHEMA|DATABASE|SYSTEM`, …; `ALTER TYPE … ADD
+//! VALUE` only before PostgreSQL 12, below what rollsafe rehearses). `${name}` placeholders are replaced with the values given
 //! by `--placeholder name=value`; one without a value is refused by name.
 
 use std::collections::BTreeMap;
@@ -114,8 +119,9 @@ impl LayoutReader for Flyway {
                 continue;
             }
             let text = super::utf8(file, bytes.to_vec())?;
-            let no_transaction = execute_outside_transaction(folder, file)?;
             let sql = replace_placeholders(file, &text, &options.placeholders)?;
+            let no_transaction =
+                execute_outside_transaction(folder, file)? || cannot_run_in_transaction(&sql);
             match kind {
                 Kind::Undo => unreachable!("skipped above"),
                 Kind::Baseline => return Err(refused("is a Flyway baseline migration, which replaces the versions before it on an empty database only; rehearse the versioned files (move the baseline out) or the baseline alone")),
@@ -222,6 +228,45 @@ impl Crc32 {
     }
 }
 
+/// Whether Flyway runs `sql` outside a transaction by itself: one of its
+/// statements matches what Flyway's PostgreSQL parser knows PostgreSQL
+/// refuses inside one (its patterns, over the statement's words).
+fn cannot_run_in_transaction(sql: &str) -> bool {
+    const OUTSIDE: &[&str] = &[
+        "CREATE INDEX CONCURRENTLY",
+        "CREATE UNIQUE INDEX CONCURRENTLY",
+        "DROP INDEX CONCURRENTLY",
+        "DROP UNIQUE INDEX CONCURRENTLY",
+        "CREATE DATABASE",
+        "DROP DATABASE",
+        "CREATE TABLESPACE",
+        "DROP TABLESPACE",
+        "CREATE SUBSCRIPTION",
+        "DROP SUBSCRIPTION",
+        "ALTER SYSTEM",
+        "REINDEX SCHEMA",
+        "REINDEX DATABASE",
+        "REINDEX SYSTEM",
+        "REINDEX VERBOSE SCHEMA",
+        "REINDEX VERBOSE DATABASE",
+        "REINDEX VERBOSE SYSTEM",
+        "VACUUM",
+        "DISCARD ALL",
+    ];
+    crate::sql::split(sql).statements.iter().any(|s| {
+        let words = s
+            .text
+            .split_whitespace()
+            .take(5)
+            .collect::<Vec<_>>()
+            .join(" ")
+            .to_ascii_uppercase();
+        OUTSIDE
+            .iter()
+            .any(|p| words == *p || words.starts_with(&format!("{p} ")))
+    })
+}
+
 /// `{file}.conf` says `executeInTransaction=false`.
 fn execute_outside_transaction(folder: &Folder, file: &str) -> Result<bool, CatalogError> {
     let conf = format!("{file}.conf");
@@ -288,6 +333,13 @@ mod tests {
         );
         assert_ne!(checksum("SELECT 1;"), checksum("SELECT 2;"));
         assert_eq!(history_version("1.1.0").as_deref(), Some("1.1"));
+        assert!(cannot_run_in_transaction(
+            "CREATE TABLE t (a int);\n-- built online\ndrop index\n  concurrently if exists i;"
+        ));
+        assert!(cannot_run_in_transaction("VACUUM;"));
+        assert!(!cannot_run_in_transaction(
+            "CREATE INDEX i ON t (a); ALTER TYPE e ADD VALUE 'x';"
+        ));
         assert_eq!(normalized(&[1, 0]), [1]);
         let values = BTreeMap::from([("schema".to_string(), "app".to_string())]);
         assert_eq!(
