@@ -233,6 +233,9 @@ fn could_not_run(e: anyhow::Error) -> ExitCode {
 /// `--since`'s version (or `since` of rollsafe.toml) as rollsafe's version
 /// in `catalog`'s layout.
 fn since_version(catalog: &Catalog, text: &str) -> anyhow::Result<i32> {
+    if text.trim() == "auto" {
+        anyhow::bail!("since = auto (rollsafe.toml) rehearses what a database lacks, read from its migration tool's history table; pass --from-target URL with it, or give a version");
+    }
     catalog
         .resolve_label(text)
         .map_err(|why| anyhow::anyhow!("--since {text}: {why}"))

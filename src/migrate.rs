@@ -600,6 +600,22 @@ pub fn compare_tool(
     status
 }
 
+/// Where a real database stands by its own migration tool's table
+/// (`verify --from-target`, `--since auto`): the tool of `catalog`'s layout
+/// (`flyway_schema_history` for a Flyway folder, …), compared with the
+/// files as `status` compares them. Also the rows as refinery-shaped
+/// [`HistoryRow`]s (refinery's own rows for a refinery folder, which a
+/// rehearsal copies as they are). Read-only.
+pub fn target_status(
+    client: &mut Client,
+    catalog: &Catalog,
+) -> Result<(Status, Vec<HistoryRow>), MigrateError> {
+    let tool = ToolHistory(catalog.layout);
+    let (exists, history) = read_tool_history(client, catalog, tool)?;
+    let status = compare_tool(catalog, tool, exists, &history);
+    Ok((status, history))
+}
+
 /// Where the database at `url` stands against `catalog`. Read-only.
 pub fn status(url: &str, catalog: &Catalog) -> Result<Status, MigrateError> {
     let mut client = db::connect(url)?;

@@ -946,6 +946,15 @@ fn flyway_prisma_and_atlas_checksums_are_compared_with_the_files(
         "flyway: {:?}",
         states(&flyway, db.url())?
     );
+    // What `--from-target` reads: applied up to V10 (the repeatable's
+    // ordinal does not count), the repeatable due to run again.
+    let (status, _) = migrate::target_status(&mut c, &flyway)?;
+    let reruns: Vec<&str> = status.reruns().map(|v| v.label.as_str()).collect();
+    ensure!(
+        status.current == Some(4) && reruns == ["R__order_totals_view"],
+        "current {:?}, reruns {reruns:?}",
+        status.current
+    );
     let fdir = copy_fixture("flyway")?;
     let (code, out, err) = rollsafe_cli(
         &[
