@@ -29,6 +29,7 @@ mod golang_migrate;
 mod goose;
 pub(crate) mod prisma;
 pub(crate) mod refinery;
+pub use atlas::sum_file as atlas_sum;
 mod sqitch;
 mod sqlx;
 

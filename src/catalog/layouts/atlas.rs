@@ -189,9 +189,8 @@ fn check_sum(folder: &Folder, steps: &mut [Step]) -> Result<(), CatalogError> {
 }
 
 /// `atlas.sum` for `files` (name, content) in Atlas's order: what
-/// `atlas migrate hash` writes. For tests.
-#[cfg(test)]
-fn sum_file(files: &[(&str, &str)]) -> String {
+/// `atlas migrate hash` writes (for tests and fixtures).
+pub fn sum_file(files: &[(&str, &str)]) -> String {
     let mut running = Sha256::new();
     let mut lines = Vec::new();
     let mut total = Sha256::new();
