@@ -181,6 +181,11 @@ pub struct VersionStatus {
     pub applied_on: Option<String>,
     pub checksum_file: Option<String>,
     pub checksum_applied: Option<String>,
+    /// What a divergent checksum can and cannot tell, where the tool's
+    /// checksum covers more than the file (Atlas's chains every file
+    /// before it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl VersionStatus {
@@ -190,12 +195,19 @@ impl VersionStatus {
         let v = &self.label;
         Some(match self.state {
             State::Applied | State::Pending | State::PendingRerun => return None,
-            State::Divergent => format!(
-                "{v} ({file}) was edited after it was applied: the history has checksum {} (name `{}`), the file has {}; applied migrations are never edited: restore the file and put the change in a new version",
-                self.checksum_applied.as_deref().unwrap_or("?"),
-                self.name,
-                self.checksum_file.as_deref().unwrap_or("?"),
-            ),
+            State::Divergent => match &self.note {
+                None => format!(
+                    "{v} ({file}) was edited after it was applied: the history has checksum {} (name `{}`), the file has {}; applied migrations are never edited: restore the file and put the change in a new version",
+                    self.checksum_applied.as_deref().unwrap_or("?"),
+                    self.name,
+                    self.checksum_file.as_deref().unwrap_or("?"),
+                ),
+                Some(note) => format!(
+                    "{v} ({file}) differs from what was applied: the history has checksum {}, the files now give {} ({note}); applied migrations are never edited: restore the file and put the change in a new version",
+                    self.checksum_applied.as_deref().unwrap_or("?"),
+                    self.checksum_file.as_deref().unwrap_or("?"),
+                ),
+            },
             State::Missing if v.starts_with('V') && v[1..].bytes().all(|b| b.is_ascii_digit()) => format!(
                 "{v} (`{}`, applied {}) has no file any more; restore {v}__{}.sql from version control (applied migrations are never deleted)",
                 self.name,
@@ -544,6 +556,7 @@ pub fn compare(catalog: &Catalog, history_table: bool, history: &[HistoryRow]) -
             applied_on: applied.map(|h| h.applied_on.clone()),
             checksum_file: Some(m.checksum.to_string()),
             checksum_applied: applied.map(|h| h.checksum.clone()),
+            note: None,
         });
     }
     for h in history {
@@ -561,6 +574,7 @@ pub fn compare(catalog: &Catalog, history_table: bool, history: &[HistoryRow]) -
                 applied_on: Some(h.applied_on.clone()),
                 checksum_file: None,
                 checksum_applied: Some(h.checksum.clone()),
+                note: None,
             });
         }
     }
@@ -593,6 +607,9 @@ pub fn compare_tool(
                 v.checksum_file = m.tool_checksum.clone();
                 if v.state == State::Applied {
                     v.checksum_applied = m.tool_checksum.clone();
+                }
+                if v.state == State::Divergent && tool.0 == crate::catalog::Layout::Atlas {
+                    v.note = Some("Atlas's hash in atlas.sum covers this file and every file before it, so this file or an earlier one was edited".into());
                 }
             }
         }

@@ -1046,6 +1046,16 @@ fn flyway_prisma_and_atlas_checksums_are_compared_with_the_files(
             && got[2..].iter().all(|(_, s)| *s == State::Pending),
         "atlas: {got:?}"
     );
+    let status = migrate::status(db.url(), &atlas)?;
+    let message = status
+        .drift()
+        .find_map(|v| v.drift_message())
+        .unwrap_or_default();
+    ensure!(
+        message.contains("differs from what was applied")
+            && message.contains("this file or an earlier one was edited"),
+        "{message}"
+    );
     ensure!(ToolHistory(Layout::Atlas)
         .table()
         .starts_with("atlas_schema_revisions"));
