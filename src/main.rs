@@ -131,7 +131,7 @@ struct VerifyArgs {
     /// The tool whose folder --migrations is: refinery, sqlx, golang-migrate, diesel, goose, dbmate, atlas, flyway, prisma or sqitch [default: detected].
     #[arg(long, value_name = "LAYOUT")]
     layout: Option<Layout>,
-    /// A Flyway placeholder's value (repeatable: --placeholder schema=app); a `${name}` without one is refused.
+    /// A Flyway placeholder's value, or a goose ENVSUB variable's (repeatable: --placeholder schema=app); a `${name}` without one is refused.
     #[arg(long = "placeholder", value_name = "NAME=VALUE", value_parser = placeholder_pair)]
     placeholders: Vec<(String, String)>,
     /// Directory of the apps' statement sets (*.sql with -- app:, -- needs:, optional -- retired:; <app>.seed.sql seeds) instead of the embedded apps.
@@ -460,7 +460,7 @@ struct TargetDbArgs {
     /// The tool whose folder --migrations is [default: detected]; see `rollsafe verify --help`.
     #[arg(long, value_name = "LAYOUT")]
     layout: Option<Layout>,
-    /// A Flyway placeholder's value (repeatable).
+    /// A Flyway placeholder's value, or a goose ENVSUB variable's (repeatable).
     #[arg(long = "placeholder", value_name = "NAME=VALUE", value_parser = placeholder_pair)]
     placeholders: Vec<(String, String)>,
 }

@@ -98,7 +98,7 @@ pub struct ReadOptions {
     /// The layout to read the folder in (`--layout`, `rollsafe.toml`);
     /// None: detected.
     pub layout: Option<Layout>,
-    /// Flyway placeholder values (`--placeholder key=value`).
+    /// Flyway placeholder and goose ENVSUB values (`--placeholder key=value`).
     pub placeholders: BTreeMap<String, String>,
 }
 
