@@ -42,8 +42,8 @@ use thiserror::Error;
 mod directive_sql;
 pub mod layouts;
 pub use directive_sql::TableName;
-pub use layouts::ReadOptions;
 use layouts::{Folder, Step};
+pub use layouts::{Nolint, ReadOptions, Script};
 
 /// The files embedded at build time (see `build.rs`).
 const EMBEDDED: &[(&str, &[u8])] = include!(concat!(env!("OUT_DIR"), "/embedded_migrations.rs"));
@@ -194,6 +194,20 @@ pub struct Migration {
     pub sql: String,
     /// refinery's checksum of (name, version, sql).
     pub checksum: u64,
+    /// The checksum the migration's own tool keeps in its history table
+    /// (sqlx's SHA-384, Flyway's CRC32, Prisma's SHA-256, Atlas's sum
+    /// hash; see [`layouts::Step::checksum`]), which `status` compares
+    /// with that table; None for refinery and the tools that keep none.
+    pub tool_checksum: Option<String>,
+    /// A Flyway repeatable (`R__`): applied after every versioned
+    /// migration, and again whenever its checksum changes.
+    pub repeatable: bool,
+    /// Sqitch's verify script for this change, run after it (its failure
+    /// means the change did not do what it promised).
+    pub verify: Option<Script>,
+    /// Atlas's `-- atlas:nolint` directives: the static precheck's
+    /// warnings they silence ([`Nolint::silences`]).
+    pub nolint: Nolint,
     pub directives: Vec<Directive>,
 }
 
@@ -220,6 +234,10 @@ impl Migration {
             file: step.file,
             sql: step.sql,
             checksum,
+            tool_checksum: step.checksum,
+            repeatable: step.repeatable,
+            verify: step.verify,
+            nolint: step.nolint,
             directives,
         })
     }
@@ -635,6 +653,52 @@ impl Catalog {
             .iter()
             .find(|m| m.key.parse::<u64>().ok() == Some(wanted))
             .map(|m| m.version)
+    }
+
+    /// rollsafe's version for a migration named on the command line
+    /// (`--target`, `--since`): what [`Catalog::resolve_version`] resolves,
+    /// or, for layouts other than refinery, the one migration whose label or
+    /// tool version starts with `text` (a bare Prisma timestamp
+    /// `20260616120000` for `20260616120000_add_x`, diesel's
+    /// `2024-10-25-112826` without its name). The error is one phrase for
+    /// the caller to put after the flag: none or several migrations match,
+    /// with the valid ones as ranges.
+    pub fn resolve_label(&self, text: &str) -> Result<i32, String> {
+        let all = || {
+            self.label_ranges(
+                &self
+                    .migrations
+                    .iter()
+                    .map(|m| m.version)
+                    .collect::<Vec<_>>(),
+            )
+        };
+        if let Some(v) = self.resolve_version(text) {
+            return Ok(v);
+        }
+        let wanted = text.trim();
+        let matching: Vec<i32> = match (self.layout, wanted.is_empty()) {
+            (Layout::Refinery, _) | (_, true) => Vec::new(),
+            _ => self
+                .migrations
+                .iter()
+                .filter(|m| m.label.starts_with(wanted) || m.key.starts_with(wanted))
+                .map(|m| m.version)
+                .collect(),
+        };
+        match matching.as_slice() {
+            [v] => Ok(*v),
+            [] => Err(format!(
+                "`{wanted}` names no migration of this {} folder (the files have {}); pass one of those labels (or the start of one)",
+                self.layout,
+                all()
+            )),
+            several => Err(format!(
+                "`{wanted}` is the start of {} migrations ({}); give more of the label so that it names one",
+                several.len(),
+                self.label_ranges(several)
+            )),
+        }
     }
 
     /// The label of rollsafe's version `v` (`V3` for refinery; the file's

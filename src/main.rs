@@ -131,7 +131,7 @@ struct VerifyArgs {
     /// The tool whose folder --migrations is: refinery, sqlx, golang-migrate, diesel, goose, dbmate, atlas, flyway, prisma or sqitch [default: detected].
     #[arg(long, value_name = "LAYOUT")]
     layout: Option<Layout>,
-    /// A Flyway placeholder's value (repeatable: --placeholder schema=app); a `${name}` without one is refused.
+    /// A Flyway placeholder's value, or a goose ENVSUB variable's (repeatable: --placeholder schema=app); a `${name}` without one is refused.
     #[arg(long = "placeholder", value_name = "NAME=VALUE", value_parser = placeholder_pair)]
     placeholders: Vec<(String, String)>,
     /// Directory of the apps' statement sets (*.sql with -- app:, -- needs:, optional -- retired:; <app>.seed.sql seeds) instead of the embedded apps.
@@ -140,11 +140,11 @@ struct VerifyArgs {
     /// Rehearse on each of these PostgreSQL majors (e.g. 13,15,17,18), each on its own server, and merge the findings ("on PostgreSQL 13 only").
     #[arg(long, value_name = "V[,V…]", value_delimiter = ',')]
     postgres_version: Vec<u32>,
-    /// Rehearse only the migrations after version V; those up to V are applied once, unchecked (a pull request's cost follows its change).
-    #[arg(long, value_name = "V")]
+    /// Rehearse only the migrations after version V (the layout's own label, or the start of one: 20240101120000, 2024-10-25-112826, a Sqitch change); those up to V are applied once, unchecked (a pull request's cost follows its change). `auto` with --from-target: after what that database's own tool table says is applied.
+    #[arg(long, value_name = "V|auto")]
     since: Option<String>,
     /// Rehearse exactly the migrations pending on this database, on its own schema (pg_dump --schema-only), table sizes and PostgreSQL major. Read-only: a role with pg_read_all_data suffices.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["since", "static_only"])]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["static_only"])]
     from_target: Option<String>,
     /// With --from-target: also copy this table's production rows into the sandbox (repeatable; schema.table allowed). Otherwise only tables the applied migrations INSERT into (lookup data, at most 1000 rows) are copied; every other table is seeded.
     #[arg(long = "copy-rows", value_name = "TABLE", requires = "from_target", value_parser = TableName::parse)]
@@ -233,18 +233,23 @@ fn could_not_run(e: anyhow::Error) -> ExitCode {
 /// `--since`'s version (or `since` of rollsafe.toml) as rollsafe's version
 /// in `catalog`'s layout.
 fn since_version(catalog: &Catalog, text: &str) -> anyhow::Result<i32> {
-    catalog.resolve_version(text).ok_or_else(|| {
-        anyhow::anyhow!(
-            "--since {text} is not a migration version (the files have {}); pass one of those",
-            catalog.label_ranges(
-                &catalog
-                    .migrations()
-                    .iter()
-                    .map(|m| m.version)
-                    .collect::<Vec<_>>()
-            )
-        )
-    })
+    if text.trim() == "auto" {
+        anyhow::bail!("since = auto (rollsafe.toml) rehearses what a database lacks, read from its migration tool's history table; pass --from-target URL with it, or give a version");
+    }
+    catalog
+        .resolve_label(text)
+        .map_err(|why| anyhow::anyhow!("--since {text}: {why}"))
+}
+
+/// `--since` beside `--from-target`: only `auto` (the target's own tool
+/// table says what is applied), which is what `--from-target` does anyway;
+/// `auto` without a target has nothing to read.
+fn check_since_with_target(args: &VerifyArgs) -> anyhow::Result<()> {
+    match (args.since.as_deref().map(str::trim), &args.from_target) {
+        (Some("auto"), None) => anyhow::bail!("--since auto rehearses what a database lacks, read from its migration tool's history table; pass --from-target URL with it, or give --since a version"),
+        (Some(v), Some(_)) if v != "auto" => anyhow::bail!("--since {v} and --from-target both say where the rehearsal starts; drop --since (or pass --since auto): --from-target starts after what the target has applied"),
+        _ => Ok(()),
+    }
 }
 
 /// The flags with `rollsafe.toml` filled in under them: a flag (or the
@@ -280,7 +285,12 @@ fn merge_project_config(mut args: VerifyArgs) -> anyhow::Result<VerifyArgs> {
 }
 
 fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
-    let args = merge_project_config(args)?;
+    check_since_with_target(&args)?;
+    let mut args = merge_project_config(args)?;
+    if args.from_target.is_some() {
+        // The target's history decides (rollsafe.toml's `since` too).
+        args.since = None;
+    }
     let targets = args.report.targets()?;
     if let (None, Some(layout)) = (&args.migrations, args.layout) {
         if layout != Layout::Refinery {
@@ -450,7 +460,7 @@ struct TargetDbArgs {
     /// The tool whose folder --migrations is [default: detected]; see `rollsafe verify --help`.
     #[arg(long, value_name = "LAYOUT")]
     layout: Option<Layout>,
-    /// A Flyway placeholder's value (repeatable).
+    /// A Flyway placeholder's value, or a goose ENVSUB variable's (repeatable).
     #[arg(long = "placeholder", value_name = "NAME=VALUE", value_parser = placeholder_pair)]
     placeholders: Vec<(String, String)>,
 }
@@ -471,9 +481,9 @@ impl TargetDbArgs {
 struct MigrateArgs {
     #[command(flatten)]
     db: TargetDbArgs,
-    /// Apply up to this version (inclusive); default: the latest.
-    #[arg(long)]
-    target: Option<i32>,
+    /// Apply up to this migration (inclusive), named as its tool names it (V3, 20240101120000, 2024-10-25-112826_x, a Sqitch change, Flyway's 1.1) or by the start of its label; default: the latest.
+    #[arg(long, value_name = "V")]
+    target: Option<String>,
     /// Print the plan and the SQL of each pending migration; change nothing.
     #[arg(long)]
     dry_run: bool,
@@ -726,9 +736,19 @@ fn migrate(args: MigrateArgs) -> ExitCode {
             ),
         );
     }
+    let target = match args.target.as_deref().map(|t| catalog.resolve_label(t)) {
+        None => None,
+        Some(Ok(v)) => Some(v),
+        Some(Err(why)) => {
+            return fail(
+                2,
+                &format!("--target {}: {why}", args.target.unwrap_or_default()),
+            )
+        }
+    };
     let url = &args.db.database_url;
     let options = Options {
-        target: args.target,
+        target,
         lock: args.lock.policy(),
         migrator_wait: args.migrator_wait,
         backfill: rollsafe::migrate::backfill::BackfillOptions {
@@ -887,14 +907,9 @@ fn status(args: StatusArgs) -> ExitCode {
             );
             for v in &st.versions {
                 let state = serde_json::to_value(v.state).expect("state serialises");
-                let label = match catalog.get(v.version) {
-                    Some(m) => m.label.clone(),
-                    None if catalog.layout == Layout::Refinery => format!("V{}", v.version),
-                    None => v.name.clone(),
-                };
                 println!(
                     "{:<5} {:<14} {:<25} {}",
-                    label,
+                    v.label,
                     state.as_str().unwrap_or("?"),
                     v.applied_on.as_deref().map_or("-".to_string(), |a| {
                         chrono::DateTime::parse_from_rfc3339(a).map_or(a.to_string(), |t| {
@@ -915,6 +930,15 @@ fn status(args: StatusArgs) -> ExitCode {
                     b.batches,
                     b.last_key.as_deref().unwrap_or("(none)"),
                     b.updated_at
+                );
+            }
+            for v in st.reruns() {
+                println!(
+                    "rerun:      {} ({}) changed since its last run (checksum {} in the history, {} in the file); Flyway runs it again on its next migrate",
+                    v.label,
+                    v.file.as_deref().unwrap_or("?"),
+                    v.checksum_applied.as_deref().unwrap_or("?"),
+                    v.checksum_file.as_deref().unwrap_or("?"),
                 );
             }
             for v in st.drift() {

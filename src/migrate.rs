@@ -155,12 +155,14 @@ pub enum State {
     UnknownNewer,
     /// A file never applied although a newer version is.
     OutOfOrder,
+    /// A Flyway repeatable changed since its last run: Flyway runs it again.
+    PendingRerun,
 }
 
 impl State {
     /// Whether this state stops `migrate`.
     pub fn is_drift(self) -> bool {
-        !matches!(self, State::Applied | State::Pending)
+        !matches!(self, State::Applied | State::Pending | State::PendingRerun)
     }
 }
 
@@ -168,6 +170,10 @@ impl State {
 #[derive(Debug, Clone, Serialize)]
 pub struct VersionStatus {
     pub version: i32,
+    /// As the migration's tool labels it (`V3`, `20240101120000`,
+    /// `2024-10-25-112826_x`); a history row no file has: `V<version>`
+    /// for refinery, else the version the tool recorded.
+    pub label: String,
     pub name: String,
     /// The file, when one has this version.
     pub file: Option<String>,
@@ -176,34 +182,50 @@ pub struct VersionStatus {
     pub applied_on: Option<String>,
     pub checksum_file: Option<String>,
     pub checksum_applied: Option<String>,
+    /// What a divergent checksum can and cannot tell, where the tool's
+    /// checksum covers more than the file (Atlas's chains every file
+    /// before it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl VersionStatus {
     /// The one-line explanation of a drift, with what to do.
     pub fn drift_message(&self) -> Option<String> {
         let file = self.file.as_deref().unwrap_or("?");
-        let v = self.version;
+        let v = &self.label;
         Some(match self.state {
-            State::Applied | State::Pending => return None,
-            State::Divergent => format!(
-                "V{v} ({file}) was edited after it was applied: the history has checksum {} (name `{}`), the file has {}; applied migrations are never edited: restore the file and put the change in a new version",
-                self.checksum_applied.as_deref().unwrap_or("?"),
-                self.name,
-                self.checksum_file.as_deref().unwrap_or("?"),
-            ),
-            State::Missing => format!(
-                "V{v} (`{}`, applied {}) has no file any more; restore V{v}__{}.sql from version control (applied migrations are never deleted)",
+            State::Applied | State::Pending | State::PendingRerun => return None,
+            State::Divergent => match &self.note {
+                None => format!(
+                    "{v} ({file}) was edited after it was applied: the history has checksum {} (name `{}`), the file has {}; applied migrations are never edited: restore the file and put the change in a new version",
+                    self.checksum_applied.as_deref().unwrap_or("?"),
+                    self.name,
+                    self.checksum_file.as_deref().unwrap_or("?"),
+                ),
+                Some(note) => format!(
+                    "{v} ({file}) differs from what was applied: the history has checksum {}, the files now give {} ({note}); applied migrations are never edited: restore the file and put the change in a new version",
+                    self.checksum_applied.as_deref().unwrap_or("?"),
+                    self.checksum_file.as_deref().unwrap_or("?"),
+                ),
+            },
+            State::Missing if v.starts_with('V') && v[1..].bytes().all(|b| b.is_ascii_digit()) => format!(
+                "{v} (`{}`, applied {}) has no file any more; restore {v}__{}.sql from version control (applied migrations are never deleted)",
                 self.name,
                 self.applied_on.as_deref().unwrap_or("?"),
                 self.name,
             ),
+            State::Missing => format!(
+                "{v} (applied {}) has no file any more; restore its file from version control (applied migrations are never deleted)",
+                self.applied_on.as_deref().unwrap_or("?"),
+            ),
             State::UnknownNewer => format!(
-                "the database is ahead of the code: V{v} (`{}`, applied {}) is newer than every migration file; run the rollsafe build (or --migrations directory) that has V{v}",
+                "the database is ahead of the code: {v} (`{}`, applied {}) is newer than every migration file; run the rollsafe build (or --migrations directory) that has {v}",
                 self.name,
                 self.applied_on.as_deref().unwrap_or("?"),
             ),
             State::OutOfOrder => format!(
-                "V{v} ({file}) was never applied but a newer version was; migrations apply in order: give this change a version above the newest applied one"
+                "{v} ({file}) was never applied but a newer version was; migrations apply in order: give this change a version above the newest applied one"
             ),
         })
     }
@@ -235,8 +257,20 @@ impl Status {
         self.versions.iter().filter(|v| v.state.is_drift())
     }
 
+    /// What `migrate` would apply: pending files, and Flyway repeatables
+    /// due to run again.
     pub fn pending(&self) -> impl Iterator<Item = &VersionStatus> {
-        self.versions.iter().filter(|v| v.state == State::Pending)
+        self.versions
+            .iter()
+            .filter(|v| matches!(v.state, State::Pending | State::PendingRerun))
+    }
+
+    /// Flyway repeatables whose file changed since their last run: a
+    /// rehearsal of what the target lacks runs them again.
+    pub fn reruns(&self) -> impl Iterator<Item = &VersionStatus> {
+        self.versions
+            .iter()
+            .filter(|v| v.state == State::PendingRerun)
     }
 }
 
@@ -359,9 +393,11 @@ impl MigrateError {
 /// The history of `catalog`'s tool (refinery's for refinery folders, see
 /// [`history`]) as refinery-shaped rows keyed by rollsafe's versions, read
 /// without creating anything: empty (and `false`) when the table does not
-/// exist. Tools that keep no checksum rollsafe can compare get the file's,
-/// so only what is applied or not is compared for them; a version the
-/// files do not have is placed after the newest file, named by its key.
+/// exist. A row whose recorded checksum is the file's (or that records
+/// none) carries the file's refinery checksum, so [`compare`] finds it
+/// applied; one whose checksum differs carries the recorded one, so it is
+/// divergent (a Flyway repeatable: due to run again). A version the files
+/// do not have is placed after the newest file, named by its key.
 pub fn read_tool_history(
     client: &mut Client,
     catalog: &Catalog,
@@ -373,44 +409,80 @@ pub fn read_tool_history(
     let applied = tool
         .applied(client)
         .map_err(|e| MigrateError::sql(format!("reading {}", tool.table()), &e))?;
-    let Some(mut applied) = applied else {
+    let Some(applied) = applied else {
         return Ok((false, Vec::new()));
     };
-    if tool.0 == crate::catalog::Layout::GolangMigrate {
-        // One row, the newest version: every file up to it is applied.
-        let newest: Option<u64> = applied.iter().filter_map(|(k, _)| k.parse().ok()).max();
-        applied = catalog
-            .migrations()
-            .iter()
-            .filter(|m| m.key.parse::<u64>().ok() <= newest && newest.is_some())
-            .map(|m| (m.key.clone(), String::new()))
-            .collect();
-    }
+    let applied = expand_recorded(catalog, tool, applied);
     let mut unknown = catalog.latest();
-    let mut rows: Vec<HistoryRow> = applied
-        .into_iter()
-        .map(
-            |(key, applied_on)| match catalog.migrations().iter().find(|m| m.key == key) {
-                Some(m) => HistoryRow {
-                    version: m.version,
-                    name: m.refinery_history_name(),
-                    applied_on,
-                    checksum: m.checksum.to_string(),
+    let mut rows: Vec<HistoryRow> = Vec::new();
+    for row in applied {
+        let history_row = match catalog.migrations().iter().find(|m| m.key == row.key) {
+            Some(m) => HistoryRow {
+                version: m.version,
+                name: m.refinery_history_name(),
+                applied_on: row.applied_on,
+                checksum: match tool.checksum_matches(m, row.checksum.as_deref()) {
+                    true => m.checksum.to_string(),
+                    false => row.checksum.unwrap_or_default(),
                 },
-                None => {
-                    unknown += 1;
-                    HistoryRow {
-                        version: unknown,
-                        name: key,
-                        applied_on,
-                        checksum: "?".into(),
-                    }
-                }
             },
-        )
-        .collect();
+            None => {
+                unknown += 1;
+                HistoryRow {
+                    version: unknown,
+                    name: row.key,
+                    applied_on: row.applied_on,
+                    checksum: "?".into(),
+                }
+            }
+        };
+        rows.push(history_row);
+    }
     rows.sort_by_key(|r| r.version);
     Ok((true, rows))
+}
+
+/// What a tool's rows say is applied, one row per migration of `catalog`:
+/// golang-migrate's one row (the newest version) stands for every file up
+/// to it; a dbmate version for each section of its file.
+fn expand_recorded(
+    catalog: &Catalog,
+    tool: ToolHistory,
+    applied: Vec<history::AppliedRow>,
+) -> Vec<history::AppliedRow> {
+    use crate::catalog::Layout;
+    let row = |m: &Migration, applied_on: &str| history::AppliedRow {
+        key: m.key.clone(),
+        applied_on: applied_on.to_string(),
+        checksum: None,
+    };
+    match tool.0 {
+        Layout::GolangMigrate => {
+            let newest: Option<u64> = applied.iter().filter_map(|r| r.key.parse().ok()).max();
+            catalog
+                .migrations()
+                .iter()
+                .filter(|m| newest.is_some() && m.key.parse::<u64>().ok() <= newest)
+                .map(|m| row(m, ""))
+                .collect()
+        }
+        Layout::Dbmate => {
+            let mut out = Vec::new();
+            for r in applied {
+                let earlier = format!("{}#", r.key);
+                out.extend(
+                    catalog
+                        .migrations()
+                        .iter()
+                        .filter(|m| m.key.starts_with(&earlier))
+                        .map(|m| row(m, &r.applied_on)),
+                );
+                out.push(r);
+            }
+            out
+        }
+        _ => applied,
+    }
 }
 
 /// Reads refinery's history without creating it: empty (and `false`) when
@@ -445,10 +517,22 @@ pub fn read_history(client: &mut Client) -> Result<(bool, Vec<HistoryRow>), Migr
     ))
 }
 
-/// Compares the files with the history (pure; no database).
+/// Compares the files with the history (pure; no database). A Flyway
+/// repeatable is never out of order and never makes another file so; one
+/// whose checksum changed is due to run again, not divergent.
 pub fn compare(catalog: &Catalog, history_table: bool, history: &[HistoryRow]) -> Status {
     let latest = catalog.latest();
-    let current = history.iter().map(|h| h.version).max();
+    let repeatable = |v: i32| catalog.get(v).is_some_and(|m| m.repeatable);
+    let current = history
+        .iter()
+        .map(|h| h.version)
+        .filter(|v| !repeatable(*v))
+        .max();
+    let label_of = |v: i32, recorded: &str| match catalog.get(v) {
+        Some(m) => m.label.clone(),
+        None if catalog.layout == crate::catalog::Layout::Refinery => format!("V{v}"),
+        None => recorded.to_string(),
+    };
     let mut versions: Vec<VersionStatus> = Vec::new();
     for m in catalog.migrations() {
         let applied = history.iter().find(|h| h.version == m.version);
@@ -459,24 +543,28 @@ pub fn compare(catalog: &Catalog, history_table: bool, history: &[HistoryRow]) -
             {
                 State::Applied
             }
+            Some(_) if m.repeatable => State::PendingRerun,
             Some(_) => State::Divergent,
-            None if current.is_some_and(|c| c > m.version) => State::OutOfOrder,
+            None if !m.repeatable && current.is_some_and(|c| c > m.version) => State::OutOfOrder,
             None => State::Pending,
         };
         versions.push(VersionStatus {
             version: m.version,
+            label: m.label.clone(),
             name: m.name.clone(),
             file: Some(m.file.clone()),
             state,
             applied_on: applied.map(|h| h.applied_on.clone()),
             checksum_file: Some(m.checksum.to_string()),
             checksum_applied: applied.map(|h| h.checksum.clone()),
+            note: None,
         });
     }
     for h in history {
         if catalog.get(h.version).is_none() {
             versions.push(VersionStatus {
                 version: h.version,
+                label: label_of(h.version, &h.name),
                 name: h.name.clone(),
                 file: None,
                 state: if h.version > latest {
@@ -487,6 +575,7 @@ pub fn compare(catalog: &Catalog, history_table: bool, history: &[HistoryRow]) -
                 applied_on: Some(h.applied_on.clone()),
                 checksum_file: None,
                 checksum_applied: Some(h.checksum.clone()),
+                note: None,
             });
         }
     }
@@ -500,12 +589,57 @@ pub fn compare(catalog: &Catalog, history_table: bool, history: &[HistoryRow]) -
     }
 }
 
+/// [`compare`] with the history of `tool`: where the tool keeps its own
+/// checksum, a divergent file is described by that checksum (sqlx's
+/// SHA-384, Flyway's CRC32 …) rather than refinery's.
+pub fn compare_tool(
+    catalog: &Catalog,
+    tool: ToolHistory,
+    history_table: bool,
+    history: &[HistoryRow],
+) -> Status {
+    let mut status = compare(catalog, history_table, history);
+    if tool.0 != crate::catalog::Layout::Refinery {
+        for v in &mut status.versions {
+            let Some(m) = catalog.get(v.version) else {
+                continue;
+            };
+            if m.tool_checksum.is_some() {
+                v.checksum_file = m.tool_checksum.clone();
+                if v.state == State::Applied {
+                    v.checksum_applied = m.tool_checksum.clone();
+                }
+                if v.state == State::Divergent && tool.0 == crate::catalog::Layout::Atlas {
+                    v.note = Some("Atlas's hash in atlas.sum covers this file and every file before it, so this file or an earlier one was edited".into());
+                }
+            }
+        }
+    }
+    status
+}
+
+/// Where a real database stands by its own migration tool's table
+/// (`verify --from-target`, `--since auto`): the tool of `catalog`'s layout
+/// (`flyway_schema_history` for a Flyway folder, …), compared with the
+/// files as `status` compares them. Also the rows as refinery-shaped
+/// [`HistoryRow`]s (refinery's own rows for a refinery folder, which a
+/// rehearsal copies as they are). Read-only.
+pub fn target_status(
+    client: &mut Client,
+    catalog: &Catalog,
+) -> Result<(Status, Vec<HistoryRow>), MigrateError> {
+    let tool = ToolHistory(catalog.layout);
+    let (exists, history) = read_tool_history(client, catalog, tool)?;
+    let status = compare_tool(catalog, tool, exists, &history);
+    Ok((status, history))
+}
+
 /// Where the database at `url` stands against `catalog`. Read-only.
 pub fn status(url: &str, catalog: &Catalog) -> Result<Status, MigrateError> {
     let mut client = db::connect(url)?;
     let tool = ToolHistory(catalog.layout);
     let (exists, history) = read_tool_history(&mut client, catalog, tool)?;
-    let mut status = compare(catalog, exists, &history);
+    let mut status = compare_tool(catalog, tool, exists, &history);
     status.backfills = backfill::read_states(&mut client)
         .map_err(|e| MigrateError::sql("reading backfill progress", &e))?;
     Ok(status)
@@ -621,7 +755,7 @@ pub fn migrate(url: &str, catalog: &Catalog, options: &Options) -> Result<Outcom
     // the previous holder may just have applied what we would.
     let tool = ToolHistory::written_by_migrate(catalog.layout);
     let (exists, history) = read_tool_history(&mut client, catalog, tool)?;
-    let status = compare(catalog, exists, &history);
+    let status = compare_tool(catalog, tool, exists, &history);
     let plan = plan_from(&status, catalog, target)?;
     let mut applied = Vec::new();
     if !plan.pending.is_empty() {

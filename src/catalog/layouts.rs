@@ -22,13 +22,14 @@ use std::collections::BTreeMap;
 use super::{CatalogError, Layout};
 
 mod atlas;
-mod dbmate;
+pub(crate) mod dbmate;
 mod diesel;
-mod flyway;
+pub(crate) mod flyway;
 mod golang_migrate;
 mod goose;
-mod prisma;
+pub(crate) mod prisma;
 pub(crate) mod refinery;
+pub use atlas::sum_file as atlas_sum;
 mod sqitch;
 mod sqlx;
 
@@ -97,12 +98,12 @@ pub struct ReadOptions {
     /// The layout to read the folder in (`--layout`, `rollsafe.toml`);
     /// None: detected.
     pub layout: Option<Layout>,
-    /// Flyway placeholder values (`--placeholder key=value`).
+    /// Flyway placeholder and goose ENVSUB values (`--placeholder key=value`).
     pub placeholders: BTreeMap<String, String>,
 }
 
 /// One migration as its layout reads it, before the catalog numbers it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Step {
     /// The version the tool keeps in its history table: `20241025112826`
     /// (diesel), `1.1` (Flyway), the change name (Sqitch), the folder name
@@ -119,6 +120,42 @@ pub struct Step {
     pub sql: String,
     /// The tool runs this migration outside a transaction.
     pub no_transaction: bool,
+    /// The checksum the tool keeps for this file in its history table, as
+    /// [`crate::migrate::history`] reads it back: sqlx's SHA-384 and
+    /// Prisma's SHA-256 (lower-case hex), Flyway's CRC32 (a signed decimal),
+    /// Atlas's `atlas.sum` hash. None for tools that keep none.
+    pub checksum: Option<String>,
+    /// Flyway `R__`: applied after every versioned file, and again
+    /// whenever its checksum changes.
+    pub repeatable: bool,
+    /// Sqitch: the change's `verify/<change>.sql`, blanked as the deploy
+    /// script is; None when there is none.
+    pub verify: Option<Script>,
+    /// Atlas: the `-- atlas:nolint` directives of the file.
+    pub nolint: Nolint,
+}
+
+/// A script that goes with a migration (Sqitch's verify script).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Script {
+    /// Relative to the folder: `verify/orders.sql`.
+    pub file: String,
+    /// The SQL to run, with the file's line numbers.
+    pub sql: String,
+}
+
+/// Atlas's `-- atlas:nolint [rules]` directives (Atlas's `nolintRules`):
+/// in the file's header (comment lines followed by a blank line) they
+/// cover every statement, above a statement that statement. No rules: all
+/// of them; else analyzer names (`destructive`), codes (`DS103`) or
+/// squawk's rule names, which [`Nolint::silences`] maps onto each other.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Nolint {
+    /// The header's rules: `Some(empty)` silences the whole file.
+    pub file: Option<Vec<String>>,
+    /// (statement index in [`crate::sql::split`] of the SQL, its rules;
+    /// empty = all).
+    pub statements: Vec<(usize, Vec<String>)>,
 }
 
 /// How one tool lays out its migrations.
@@ -242,4 +279,64 @@ pub fn keep_lines(sql: &str, mut keep: impl FnMut(usize, &str) -> bool) -> Strin
 /// any other line.
 pub fn comment_body(line: &str) -> Option<&str> {
     line.trim().strip_prefix("--").map(str::trim)
+}
+
+/// Atlas's analyzer codes and names against squawk's rules that flag the
+/// same change (the names from Atlas's `sqlcheck` analyzers; the `PG1xx`
+/// codes from its concurrent-index analyzer's documentation).
+const ATLAS_LINT: &[(&str, &str, &[&str])] = &[
+    ("DS102", "destructive", &["ban-drop-table"]),
+    ("DS103", "destructive", &["ban-drop-column"]),
+    ("MF101", "data_depend", &["disallowed-unique-constraint"]),
+    ("MF102", "data_depend", &["disallowed-unique-constraint"]),
+    (
+        "MF103",
+        "data_depend",
+        &["adding-required-field", "adding-not-nullable-field"],
+    ),
+    ("MF104", "data_depend", &["adding-not-nullable-field"]),
+    ("BC101", "incompatible", &["renaming-table"]),
+    ("BC102", "incompatible", &["renaming-column"]),
+    (
+        "PG101",
+        "concurrent_index",
+        &["require-concurrent-index-creation"],
+    ),
+    (
+        "PG102",
+        "concurrent_index",
+        &["require-concurrent-index-deletion"],
+    ),
+    (
+        "PG103",
+        "concurrent_index",
+        &["ban-concurrent-index-creation-in-transaction"],
+    ),
+];
+
+impl Nolint {
+    /// Whether a lint warning of squawk rule `rule` on statement
+    /// `statement` (its index in [`crate::sql::split`], None when unknown)
+    /// is silenced, as Atlas silences its own diagnostics.
+    pub fn silences(&self, statement: Option<usize>, rule: &str) -> bool {
+        let covers = |rules: &[String]| {
+            rules.is_empty()
+                || rules.iter().any(|r| {
+                    r == rule
+                        || ATLAS_LINT.iter().any(|(code, analyzer, squawk)| {
+                            (r == code || r == analyzer) && squawk.contains(&rule)
+                        })
+                })
+        };
+        self.file.as_deref().is_some_and(covers)
+            || statement.is_some_and(|i| {
+                self.statements
+                    .iter()
+                    .any(|(s, rules)| *s == i && covers(rules))
+            })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.file.is_none() && self.statements.is_empty()
+    }
 }

@@ -14,18 +14,41 @@
 //! | sqlx | `_sqlx_migrations(version, description, installed_on, success, checksum, execution_time)` | version, description (`_` → space), SHA-384 of the file |
 //! | golang-migrate | `schema_migrations(version, dirty)` | one row: the newest version, not dirty |
 //! | goose | `goose_db_version(id, version_id, is_applied, tstamp)` | one row per version (and goose's row 0) |
-//! | dbmate | `schema_migrations(version)` | the version |
+//! | dbmate | `schema_migrations(version)` | the version (a file's earlier up sections `<version>#<n>` until its last applies) |
 //!
 //! Atlas (`atlas_schema_revisions`), Flyway (`flyway_schema_history`),
 //! Prisma (`_prisma_migrations`) and Sqitch (`sqitch.changes`) histories
 //! are read (for `status` and `--since`), never written: their rows carry
 //! more than rollsafe can vouch for (Atlas's and Flyway's checksums,
 //! Prisma's step counts, Sqitch's change ids).
+//!
+//! Where the tool keeps a checksum of each file, it is read back and
+//! compared with the file's, computed as that tool computes it
+//! ([`crate::catalog::Migration::tool_checksum`]): sqlx's SHA-384 of the
+//! file (`_sqlx_migrations.checksum`), Flyway's CRC32 of its lines
+//! (`flyway_schema_history.checksum`; for a repeatable, its latest run's),
+//! Prisma's SHA-256 (`_prisma_migrations.checksum`, with the line-ending
+//! variants Prisma accepts) and Atlas's `atlas.sum` hash
+//! (`atlas_schema_revisions.hash`). A file edited after it was applied is
+//! then divergent, as an edited refinery file is; an edited Flyway
+//! repeatable is due to run again. diesel, golang-migrate, goose, dbmate
+//! and Sqitch's `sqitch.changes` keep no checksum rollsafe compares.
 
 use postgres::{Client, GenericClient};
 use sha2::{Digest, Sha384};
 
 use crate::catalog::{Layout, Migration};
+
+/// One row of a tool's history table, as [`ToolHistory::applied`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppliedRow {
+    /// The version as the catalog keys it ([`Migration::key`]).
+    pub key: String,
+    pub applied_on: String,
+    /// The checksum the tool recorded, as text (hex, or Flyway's decimal);
+    /// None for tools that record none.
+    pub checksum: Option<String>,
+}
 
 /// The history table of a layout's tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,11 +127,9 @@ impl ToolHistory {
     }
 
     /// The tool's applied versions (its keys, [`Migration::key`]) with when
-    /// each was applied; None when the table does not exist.
-    pub fn applied(
-        self,
-        client: &mut Client,
-    ) -> Result<Option<Vec<(String, String)>>, postgres::Error> {
+    /// each was applied and the checksum the tool recorded (None for tools
+    /// that record none); None when the table does not exist.
+    pub fn applied(self, client: &mut Client) -> Result<Option<Vec<AppliedRow>>, postgres::Error> {
         let exists: bool = client
             .query_one("SELECT to_regclass($1) IS NOT NULL", &[&self.table()])?
             .get(0);
@@ -116,35 +137,87 @@ impl ToolHistory {
             return Ok(None);
         }
         let sql = match self.0 {
-            Layout::Refinery => "SELECT version::text, coalesce(applied_on, '') FROM refinery_schema_history",
-            Layout::Diesel => "SELECT version::text, run_on::text FROM __diesel_schema_migrations",
-            Layout::Sqlx => "SELECT version::text, installed_on::text FROM _sqlx_migrations WHERE success",
+            Layout::Refinery => "SELECT version::text, coalesce(applied_on, ''), NULL::text FROM refinery_schema_history",
+            Layout::Diesel => "SELECT version::text, run_on::text, NULL::text FROM __diesel_schema_migrations",
+            Layout::Sqlx => "SELECT version::text, installed_on::text, encode(checksum, 'hex') FROM _sqlx_migrations WHERE success",
             // golang-migrate keeps only the newest version: every file up to it is applied.
-            Layout::GolangMigrate => "SELECT version::text, '' FROM schema_migrations WHERE NOT dirty",
+            Layout::GolangMigrate => "SELECT version::text, '', NULL::text FROM schema_migrations WHERE NOT dirty",
             // goose's latest row per version says whether it is applied.
-            Layout::Goose => "SELECT v, t FROM (SELECT DISTINCT ON (version_id) version_id::text AS v,
+            Layout::Goose => "SELECT v, t, NULL::text FROM (SELECT DISTINCT ON (version_id) version_id::text AS v,
                                      tstamp::text AS t, is_applied AS a FROM goose_db_version
                                WHERE version_id > 0 ORDER BY version_id, id DESC) latest WHERE a",
-            Layout::Dbmate => "SELECT version::text, '' FROM schema_migrations",
-            Layout::Atlas => "SELECT version::text, executed_at::text FROM atlas_schema_revisions.atlas_schema_revisions
+            Layout::Dbmate => "SELECT version::text, '', NULL::text FROM schema_migrations",
+            Layout::Atlas => "SELECT version::text, executed_at::text, hash FROM atlas_schema_revisions.atlas_schema_revisions
                                WHERE applied = total",
-            Layout::Flyway => "SELECT coalesce(version, 'R__' || replace(description, ' ', '_')), installed_on::text
-                                FROM flyway_schema_history WHERE success AND type <> 'BASELINE' AND version IS DISTINCT FROM '0'",
-            Layout::Prisma => "SELECT migration_name, finished_at::text FROM _prisma_migrations
+            // A repeatable has a row per run: its latest counts.
+            Layout::Flyway => "SELECT DISTINCT ON (k) k, installed_on::text, checksum::text FROM (
+                                 SELECT coalesce(version, 'R__' || replace(description, ' ', '_')) AS k,
+                                        installed_on, checksum, installed_rank
+                                   FROM flyway_schema_history
+                                  WHERE success AND type <> 'BASELINE' AND version IS DISTINCT FROM '0') runs
+                                ORDER BY k, installed_rank DESC",
+            Layout::Prisma => "SELECT migration_name, finished_at::text, checksum FROM _prisma_migrations
                                 WHERE finished_at IS NOT NULL AND rolled_back_at IS NULL",
-            Layout::Sqitch => "SELECT change, committed_at::text FROM sqitch.changes",
+            Layout::Sqitch => "SELECT change, committed_at::text, NULL::text FROM sqitch.changes",
         };
         let rows = client.query(sql, &[])?;
         Ok(Some(
             rows.iter()
-                .map(|r| {
-                    (
-                        r.get::<_, String>(0),
-                        r.get::<_, Option<String>>(1).unwrap_or_default(),
-                    )
+                .map(|r| AppliedRow {
+                    key: self.normalized_key(r.get::<_, String>(0)),
+                    applied_on: r.get::<_, Option<String>>(1).unwrap_or_default(),
+                    checksum: r.get(2),
                 })
                 .collect(),
         ))
+    }
+
+    /// A key as the history writes it, as the catalog keys it: Flyway's
+    /// `1.1.0` is `1.1`.
+    fn normalized_key(self, key: String) -> String {
+        match self.0 {
+            Layout::Flyway if !key.starts_with("R__") => {
+                crate::catalog::layouts::flyway::history_version(&key).unwrap_or(key)
+            }
+            _ => key,
+        }
+    }
+
+    /// Whether `recorded`, the checksum this tool keeps for `m`, is the
+    /// file's ([`Migration::tool_checksum`]; Prisma also accepts the
+    /// file with its line endings changed). True when either side has none.
+    pub fn checksum_matches(self, m: &Migration, recorded: Option<&str>) -> bool {
+        let (Some(recorded), Some(file)) = (recorded, m.tool_checksum.as_deref()) else {
+            return true;
+        };
+        match self.0 {
+            Layout::Prisma => crate::catalog::layouts::prisma::checksum_matches(&m.sql, recorded),
+            Layout::Sqlx => recorded.eq_ignore_ascii_case(file),
+            _ => recorded.trim() == file,
+        }
+    }
+
+    /// The tool's applied versions as rollsafe's versions in `catalog`
+    /// (ordinals for layouts other than refinery), ascending: what a
+    /// rehearsal of the same database takes as applied (`verify --since
+    /// auto --from-target`). Versions no file has are left out; None when
+    /// the table does not exist.
+    pub fn applied_versions(
+        self,
+        client: &mut Client,
+        catalog: &crate::catalog::Catalog,
+    ) -> Result<Option<Vec<i32>>, crate::migrate::MigrateError> {
+        let (exists, rows) = crate::migrate::read_tool_history(client, catalog, self)?;
+        if !exists {
+            return Ok(None);
+        }
+        let mut versions: Vec<i32> = rows
+            .iter()
+            .map(|r| r.version)
+            .filter(|v| catalog.get(*v).is_some())
+            .collect();
+        versions.sort_unstable();
+        Ok(Some(versions))
     }
 
     /// Creates the table if missing (tools rollsafe writes only).
@@ -200,12 +273,24 @@ impl ToolHistory {
                     )
                     .map(drop)
             }
-            Layout::Dbmate => client
-                .execute(
-                    "INSERT INTO schema_migrations (version) VALUES ($1)",
-                    &[&m.key],
-                )
-                .map(drop),
+            // A section of a dbmate file before its last is kept as
+            // `<version>#<n>` until the last section replaces those rows
+            // with the version, in its own transaction: a run that stops
+            // between sections resumes after the last one applied.
+            Layout::Dbmate => {
+                if !crate::catalog::layouts::dbmate::is_earlier_section(&m.key) {
+                    client.execute(
+                        "DELETE FROM schema_migrations WHERE version LIKE $1",
+                        &[&format!("{}#%", m.key)],
+                    )?;
+                }
+                client
+                    .execute(
+                        "INSERT INTO schema_migrations (version) VALUES ($1)",
+                        &[&m.key],
+                    )
+                    .map(drop)
+            }
             Layout::Refinery | Layout::Atlas | Layout::Flyway | Layout::Prisma | Layout::Sqitch => {
                 unreachable!("{} history is written by refinery or not at all", self.0)
             }

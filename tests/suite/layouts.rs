@@ -37,6 +37,13 @@ pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
             diesel_migrate_records_diesel_rows_and_status_reads_them,
             an_applied_unrerunnable_file_does_not_block_pending_ones,
             a_300_migration_diesel_history_reads_applies_and_rehearses_its_newest,
+            migrate_target_takes_the_layouts_own_label,
+            since_takes_a_unique_start_of_a_label_and_says_which_when_not,
+            an_edited_sqlx_file_is_divergent_and_migrate_refuses_naming_it,
+            flyway_prisma_and_atlas_checksums_are_compared_with_the_files,
+            dbmate_sections_migrate_in_their_own_modes_and_record_the_version_once,
+            sqitch_verify_scripts_pass_after_their_change_and_a_broken_one_fails,
+            applied_versions_come_from_the_tools_own_table,
         ]
     )
 }
@@ -197,7 +204,13 @@ fn dbmate_up_sections_only(env: &TestEnv) -> anyhow::Result<()> {
                 "20240301090000_create_customers.sql",
                 false,
             ),
-            ("20240305101500", "20240305101500_create_orders.sql", false),
+            // Two up sections, each in its own mode, as dbmate runs them.
+            (
+                "20240305101500#1",
+                "20240305101500_create_orders.sql",
+                false,
+            ),
+            ("20240305101500#2", "20240305101500_create_orders.sql", true),
             (
                 "20240312080000",
                 "20240312080000_orders_customer_index.sql",
@@ -206,12 +219,22 @@ fn dbmate_up_sections_only(env: &TestEnv) -> anyhow::Result<()> {
             ("20240315093000", "20240315093000_order_notes.sql", false),
         ],
     )?;
-    // Both up sections of the second file, not the down between them.
-    let sql = &catalog.migrations()[1].sql;
+    // Each up section alone, never the down sections.
+    let (first, second) = (&catalog.migrations()[1].sql, &catalog.migrations()[2].sql);
     ensure!(
-        sql.contains("COMMENT ON TABLE orders") && !sql.contains("DROP"),
-        "{sql}"
+        first.contains("COMMENT ON TABLE orders")
+            && !first.contains("CONCURRENTLY")
+            && !first.contains("DROP"),
+        "{first}"
     );
+    ensure!(
+        second.contains("CREATE INDEX CONCURRENTLY IF NOT EXISTS orders_total_cents")
+            && !second.contains("CREATE TABLE")
+            && !second.contains("DROP"),
+        "{second}"
+    );
+    // The file's version names its last section (the whole file).
+    ensure!(catalog.resolve_label("20240305101500") == Ok(3));
     rehearse_clean(env, catalog)
 }
 
@@ -688,5 +711,489 @@ fn a_300_migration_diesel_history_reads_applies_and_rehearses_its_newest(
         "layouts: 300 diesel migrations: read in {read:.2?}, applied once by migrate in {applied:.2?}, --since {} rehearsed the newest in {rehearsed:.2?}",
         newest - 1
     );
+    Ok(())
+}
+
+/// `rollsafe migrate` with `--target`, `status` and the one-line errors.
+fn rollsafe_cli(args: &[&str], dir: &Path) -> anyhow::Result<(i32, String, String)> {
+    crate::common::output(cli().args(args).arg("--migrations").arg(dir))
+}
+
+/// `migrate --target` names a diesel migration as diesel does: its folder
+/// name, its version (the digits diesel records) or the start of its
+/// folder name; it applies exactly up to it. An ordinal, an unknown and an
+/// ambiguous start are refused in one line that lists the valid labels.
+fn migrate_target_takes_the_layouts_own_label(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = copy_fixture("diesel")?;
+    let db = env.fresh_database();
+    let url = db.url();
+    let mut c = db.connect()?;
+    let recorded = |c: &mut postgres::Client| -> anyhow::Result<Vec<String>> {
+        Ok(c.query(
+            "SELECT version FROM __diesel_schema_migrations ORDER BY version",
+            &[],
+        )?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
+    };
+    let (code, out, err) = rollsafe_cli(
+        &[
+            "migrate",
+            "--database-url",
+            url,
+            "--target",
+            "2024-03-05-101500_create_orders",
+        ],
+        dir.path(),
+    )?;
+    ensure!(code == 0, "exit {code}: {out}{err}");
+    ensure!(
+        out.contains("target:     2024-03-05-101500_create_orders"),
+        "{out}"
+    );
+    ensure!(
+        recorded(&mut c)? == ["00000000000000", "20240301090000", "20240305101500"],
+        "after --target <folder name>: {:?}",
+        recorded(&mut c)?
+    );
+    // The version diesel records, then the start of a folder name.
+    for (target, newest) in [
+        ("20240312080000", "20240312080000"),
+        ("2024-03-15", "202403150930000000"),
+    ] {
+        let (code, out, err) = rollsafe_cli(
+            &["migrate", "--database-url", url, "--target", target],
+            dir.path(),
+        )?;
+        ensure!(code == 0, "--target {target}: exit {code}: {out}{err}");
+        let rows = recorded(&mut c)?;
+        ensure!(
+            rows.last().map(String::as_str) == Some(newest)
+                && !rows.iter().any(|r| r == "20240320120000"),
+            "--target {target}: {rows:?}"
+        );
+    }
+    let (code, _, err) = rollsafe_cli(
+        &["migrate", "--database-url", url, "--target", "3"],
+        dir.path(),
+    )?;
+    ensure!(
+        code == 2
+            && err.trim() == "rollsafe: error: --target 3: `3` names no migration of this diesel folder (the files have 00000000000000_diesel_initial_setup..2024-03-20-120000_notify_schema_changes); pass one of those labels (or the start of one)",
+        "exit {code}: {err}"
+    );
+    let (code, _, err) = rollsafe_cli(
+        &["migrate", "--database-url", url, "--target", "2024-03-1"],
+        dir.path(),
+    )?;
+    ensure!(
+        code == 2
+            && err.trim() == "rollsafe: error: --target 2024-03-1: `2024-03-1` is the start of 2 migrations (2024-03-12-080000_orders_customer_index..2024-03-15-093000-0000_order_notes); give more of the label so that it names one",
+        "exit {code}: {err}"
+    );
+    ensure!(err.lines().count() == 1, "{err}");
+    eprintln!("layouts: --target refusals:\n{err}");
+    Ok(())
+}
+
+/// `verify --since` takes a bare Prisma timestamp for its folder; an
+/// ambiguous start is refused in one line, exit 2.
+fn since_takes_a_unique_start_of_a_label_and_says_which_when_not(
+    _env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = fixture("prisma");
+    let (code, out, err) = rollsafe_cli(
+        &["verify", "--static-only", "--since", "20240305101500"],
+        &dir,
+    )?;
+    ensure!(code == 0, "exit {code}: {out}{err}");
+    let (code, _, err) = rollsafe_cli(&["verify", "--static-only", "--since", "2024"], &dir)?;
+    ensure!(
+        code == 2
+            && err.trim() == "rollsafe: error: --since 2024: `2024` is the start of 2 migrations (20240305101500_orders..20240315093000_order_notes); give more of the label so that it names one",
+        "exit {code}: {err}"
+    );
+    let (code, _, err) = rollsafe_cli(&["verify", "--static-only", "--since", "auto"], &dir)?;
+    ensure!(
+        code == 2 && err.contains("--since auto") && err.contains("--from-target"),
+        "exit {code}: {err}"
+    );
+    Ok(())
+}
+
+/// A sqlx file edited after `migrate` applied it: `_sqlx_migrations`
+/// holds sqlx's SHA-384 of the file as applied, so `status` says
+/// divergent with the file and both checksums, and `migrate` refuses
+/// before anything runs, naming the file.
+fn an_edited_sqlx_file_is_divergent_and_migrate_refuses_naming_it(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = copy_fixture("sqlx")?;
+    let options = ReadOptions {
+        layout: Some(Layout::Sqlx),
+        ..Default::default()
+    };
+    let catalog = Catalog::from_dir_in(dir.path(), &options)?;
+    let db = env.fresh_database();
+    migrate::migrate(db.url(), &catalog, &migrate::Options::default())?;
+    let mut c = db.connect()?;
+    // What sqlx itself computes: the SHA-384 of the file's text.
+    let m = &catalog.migrations()[1];
+    let stored: String = c
+        .query_one(
+            "SELECT encode(checksum, 'hex') FROM _sqlx_migrations WHERE version = 20240305101500",
+            &[],
+        )?
+        .get(0);
+    let text = std::fs::read_to_string(dir.path().join(&m.file))?;
+    ensure!(
+        stored == hex_sha384(&text) && m.tool_checksum.as_deref() == Some(stored.as_str()),
+        "stored {stored}"
+    );
+    let file = dir.path().join("20240305101500_create-orders.up.sql");
+    std::fs::write(&file, format!("{text}\n-- edited after it was applied\n"))?;
+    let (code, out, err) = rollsafe_cli(
+        &["status", "--layout", "sqlx", "--database-url", db.url()],
+        dir.path(),
+    )?;
+    ensure!(code == 1, "status exit {code}: {out}{err}");
+    ensure!(
+        out.contains("20240305101500 divergent")
+            && out.contains("problem: 20240305101500 (20240305101500_create-orders.up.sql) was edited after it was applied")
+            && out.contains(&stored),
+        "{out}"
+    );
+    eprintln!("layouts: status after a sqlx file was edited:\n{out}");
+    // A pending migration after it is not applied either.
+    std::fs::write(
+        dir.path().join("202403200000000_more.up.sql"),
+        "ALTER TABLE orders ADD COLUMN more text;\n",
+    )?;
+    let (code, out, err) = rollsafe_cli(
+        &["migrate", "--layout", "sqlx", "--database-url", db.url()],
+        dir.path(),
+    )?;
+    ensure!(
+        code == 1
+            && err.starts_with("rollsafe: error: refused, nothing applied: 20240305101500 (20240305101500_create-orders.up.sql) was edited after it was applied"),
+        "migrate exit {code}: {out}{err}"
+    );
+    let n: i64 = c
+        .query_one("SELECT count(*) FROM _sqlx_migrations", &[])?
+        .get(0);
+    ensure!(n == 4, "{n} rows in _sqlx_migrations");
+    Ok(())
+}
+
+fn hex_sha384(text: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha384::digest(text.as_bytes()))
+}
+
+/// The tools rollsafe reads but does not write keep checksums too: a
+/// history written as Flyway, Prisma and Atlas write it, with one file
+/// edited since, reads back as divergent; Flyway's changed repeatable is
+/// due to run again (not drift); Prisma's CRLF checkout is not an edit.
+fn flyway_prisma_and_atlas_checksums_are_compared_with_the_files(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    use migrate::history::ToolHistory;
+    use migrate::State;
+    let states = |catalog: &Catalog, url: &str| -> anyhow::Result<Vec<(String, State)>> {
+        Ok(migrate::status(url, catalog)?
+            .versions
+            .iter()
+            .map(|v| (v.label.clone(), v.state))
+            .collect())
+    };
+    // Flyway: V1.1 edited since it ran; the repeatable changed since its run.
+    let options = ReadOptions {
+        placeholders: [("team".to_string(), "payments".to_string())].into(),
+        ..Default::default()
+    };
+    let flyway = Catalog::from_dir_in(&fixture("flyway"), &options)?;
+    let db = env.fresh_database();
+    let mut c = db.connect()?;
+    c.batch_execute(
+        "CREATE TABLE flyway_schema_history (installed_rank int PRIMARY KEY, version varchar(50),
+            description varchar(200) NOT NULL, type varchar(20) NOT NULL, script varchar(1000) NOT NULL,
+            checksum int, installed_by varchar(100) NOT NULL, installed_on timestamp NOT NULL DEFAULT now(),
+            execution_time int NOT NULL, success boolean NOT NULL)",
+    )?;
+    for (rank, m) in flyway.migrations().iter().enumerate() {
+        let recorded: i32 = m
+            .tool_checksum
+            .as_deref()
+            .context("a Flyway checksum")?
+            .parse()?;
+        let edited = matches!(m.label.as_str(), "V1.1" | "R__order_totals_view");
+        let version = (!m.repeatable).then(|| m.key.clone());
+        c.execute(
+            "INSERT INTO flyway_schema_history VALUES ($1, $2, $3, 'SQL', $4, $5, 'flyway', now(), 1, true)",
+            &[&(rank as i32 + 1), &version, &m.name.replace('_', " "), &m.file, &(recorded ^ i32::from(edited))],
+        )?;
+    }
+    ensure!(
+        states(&flyway, db.url())?
+            == [
+                ("V1".to_string(), State::Applied),
+                ("V1.1".to_string(), State::Divergent),
+                ("V2".to_string(), State::Applied),
+                ("V10".to_string(), State::Applied),
+                ("R__order_totals_view".to_string(), State::PendingRerun),
+            ],
+        "flyway: {:?}",
+        states(&flyway, db.url())?
+    );
+    // What `--from-target` reads: applied up to V10 (the repeatable's
+    // ordinal does not count), the repeatable due to run again.
+    let (status, _) = migrate::target_status(&mut c, &flyway)?;
+    let reruns: Vec<&str> = status.reruns().map(|v| v.label.as_str()).collect();
+    ensure!(
+        status.current == Some(4) && reruns == ["R__order_totals_view"],
+        "current {:?}, reruns {reruns:?}",
+        status.current
+    );
+    let fdir = copy_fixture("flyway")?;
+    let (code, out, err) = rollsafe_cli(
+        &[
+            "status",
+            "--database-url",
+            db.url(),
+            "--placeholder",
+            "team=payments",
+        ],
+        fdir.path(),
+    )?;
+    ensure!(code == 1, "exit {code}: {out}{err}");
+    ensure!(
+        out.contains("rerun:      R__order_totals_view (R__order_totals_view.sql) changed since its last run")
+            && out.contains("problem: V1.1 (V1.1__create_orders.sql) was edited after it was applied"),
+        "{out}"
+    );
+    eprintln!("layouts: status of a Flyway history with an edited file:\n{out}");
+    // Prisma: 01_init recorded from a CRLF checkout (Prisma accepts it),
+    // the orders migration edited since.
+    let prisma = Catalog::from_dir(&fixture("prisma"))?;
+    let db = env.fresh_database();
+    let mut c = db.connect()?;
+    c.batch_execute(
+        "CREATE TABLE _prisma_migrations (id varchar(36) PRIMARY KEY, checksum varchar(64) NOT NULL,
+            finished_at timestamptz, migration_name varchar(255) NOT NULL, logs text,
+            rolled_back_at timestamptz, started_at timestamptz NOT NULL DEFAULT now(),
+            applied_steps_count int NOT NULL DEFAULT 0)",
+    )?;
+    for (i, m) in prisma.migrations().iter().enumerate() {
+        let checksum = match i {
+            0 => hex_sha256(&m.sql.replace('\n', "\r\n")),
+            1 => hex_sha256(&format!("{}-- edited\n", m.sql)),
+            _ => m.tool_checksum.clone().context("a Prisma checksum")?,
+        };
+        c.execute(
+            "INSERT INTO _prisma_migrations (id, checksum, finished_at, migration_name, applied_steps_count) VALUES ($1, $2, now(), $3, 1)",
+            &[&format!("id-{i}"), &checksum, &m.key],
+        )?;
+    }
+    ensure!(
+        states(&prisma, db.url())?
+            == [
+                ("01_init".to_string(), State::Applied),
+                ("20240305101500_orders".to_string(), State::Divergent),
+                ("20240315093000_order_notes".to_string(), State::Applied),
+            ],
+        "prisma: {:?}",
+        states(&prisma, db.url())?
+    );
+    // Atlas: the revision's hash is the file's line in atlas.sum.
+    let atlas = Catalog::from_dir(&fixture("atlas"))?;
+    let sum = std::fs::read_to_string(fixture("atlas").join("atlas.sum"))?;
+    let first = &atlas.migrations()[0];
+    ensure!(
+        sum.contains(&format!(
+            "{} h1:{}",
+            first.file,
+            first.tool_checksum.as_deref().unwrap_or("?")
+        )),
+        "atlas.sum: {sum}"
+    );
+    let db = env.fresh_database();
+    let mut c = db.connect()?;
+    c.batch_execute(
+        "CREATE SCHEMA atlas_schema_revisions;
+         CREATE TABLE atlas_schema_revisions.atlas_schema_revisions (version varchar PRIMARY KEY,
+            description varchar NOT NULL, type bigint NOT NULL DEFAULT 2, applied bigint NOT NULL DEFAULT 0,
+            total bigint NOT NULL DEFAULT 0, executed_at timestamptz NOT NULL, execution_time bigint NOT NULL,
+            error text, error_stmt text, hash varchar NOT NULL, partial_hashes jsonb, operator_version varchar NOT NULL)",
+    )?;
+    for (i, m) in atlas.migrations().iter().take(2).enumerate() {
+        let hash = match i {
+            1 => "edited".to_string(),
+            _ => m.tool_checksum.clone().unwrap_or_default(),
+        };
+        c.execute(
+            "INSERT INTO atlas_schema_revisions.atlas_schema_revisions (version, description, applied, total, executed_at, execution_time, hash, operator_version) VALUES ($1, $2, 1, 1, now(), 1, $3, 'Atlas CLI')",
+            &[&m.key, &m.name, &hash],
+        )?;
+    }
+    let got = states(&atlas, db.url())?;
+    ensure!(
+        got[..2]
+            == [
+                (atlas.migrations()[0].label.clone(), State::Applied),
+                (atlas.migrations()[1].label.clone(), State::Divergent),
+            ]
+            && got[2..].iter().all(|(_, s)| *s == State::Pending),
+        "atlas: {got:?}"
+    );
+    let status = migrate::status(db.url(), &atlas)?;
+    let message = status
+        .drift()
+        .find_map(|v| v.drift_message())
+        .unwrap_or_default();
+    ensure!(
+        message.contains("differs from what was applied")
+            && message.contains("this file or an earlier one was edited"),
+        "{message}"
+    );
+    ensure!(ToolHistory(Layout::Atlas)
+        .table()
+        .starts_with("atlas_schema_revisions"));
+    Ok(())
+}
+
+fn hex_sha256(text: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(text.as_bytes()))
+}
+
+/// dbmate runs each up section of a file on its own, each in its mode:
+/// `migrate` builds the second section's index concurrently (outside a
+/// transaction), records the file's version once, after its last section,
+/// and `status` then finds every section applied.
+fn dbmate_sections_migrate_in_their_own_modes_and_record_the_version_once(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = copy_fixture("dbmate")?;
+    let catalog = Catalog::from_dir(dir.path())?;
+    let db = env.fresh_database();
+    let outcome = migrate::migrate(db.url(), &catalog, &migrate::Options::default())?;
+    ensure!(
+        outcome.applied.len() == 5,
+        "applied {}",
+        outcome.applied.len()
+    );
+    let mut c = db.connect()?;
+    let rows: Vec<String> = c
+        .query(
+            "SELECT version FROM schema_migrations ORDER BY version",
+            &[],
+        )?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    ensure!(
+        rows == [
+            "20240301090000",
+            "20240305101500",
+            "20240312080000",
+            "20240315093000"
+        ],
+        "schema_migrations: {rows:?}"
+    );
+    let valid: bool = c
+        .query_one(
+            "SELECT indisvalid FROM pg_index WHERE indexrelid = 'orders_total_cents'::regclass",
+            &[],
+        )?
+        .get(0);
+    ensure!(valid, "the concurrently built index is not valid");
+    let (code, out, err) = rollsafe_cli(&["status", "--database-url", db.url()], dir.path())?;
+    ensure!(
+        code == 0
+            && out.contains("20240305101500#1 applied")
+            && out.contains("20240305101500#2 applied"),
+        "status exit {code}: {out}{err}"
+    );
+    let again = migrate::migrate(db.url(), &catalog, &migrate::Options::default())?;
+    ensure!(
+        again.applied.is_empty(),
+        "a second migrate applied {}",
+        again.applied.len()
+    );
+    Ok(())
+}
+
+/// Sqitch's verify scripts, as the catalog hands them over, run after
+/// their change (in a transaction rolled back, their own BEGIN/ROLLBACK
+/// blanked) and pass; a verify script whose check fails raises.
+fn sqitch_verify_scripts_pass_after_their_change_and_a_broken_one_fails(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let catalog = Catalog::from_dir(&fixture("sqitch"))?;
+    let files: Vec<Option<&str>> = catalog
+        .migrations()
+        .iter()
+        .map(|m| m.verify.as_ref().map(|v| v.file.as_str()))
+        .collect();
+    ensure!(
+        files
+            == [
+                Some("verify/schema.sql"),
+                Some("verify/customers.sql"),
+                Some("verify/orders@v1.0.sql"),
+                Some("verify/orders_customer_index.sql"),
+                Some("verify/orders.sql"),
+            ],
+        "{files:?}"
+    );
+    let db = env.fresh_database();
+    let mut c = db.connect()?;
+    let verify = |c: &mut postgres::Client, sql: &str| -> Result<(), postgres::Error> {
+        let mut tx = c.transaction()?;
+        tx.batch_execute(sql)?;
+        tx.rollback()
+    };
+    for m in catalog.migrations() {
+        let script = m.verify.as_ref().context("a verify script")?;
+        // Before its change, the check fails (orders@v1.0's would pass
+        // once the table exists; the reworked `orders` needs its column).
+        if m.label != "schema" {
+            ensure!(
+                verify(&mut c, &script.sql).is_err(),
+                "{} passes before its change",
+                script.file
+            );
+        }
+        c.batch_execute(&m.sql)?;
+        verify(&mut c, &script.sql)
+            .with_context(|| format!("{} after {}", script.file, m.label))?;
+    }
+    Ok(())
+}
+
+/// What `verify --since auto --from-target` reads: the versions the
+/// tool's own table says are applied, as rollsafe's versions.
+fn applied_versions_come_from_the_tools_own_table(env: &TestEnv) -> anyhow::Result<()> {
+    use migrate::history::ToolHistory;
+    let dir = copy_fixture("diesel")?;
+    let catalog = Catalog::from_dir(dir.path())?;
+    let db = env.fresh_database();
+    let mut c = db.connect()?;
+    let tool = ToolHistory(Layout::Diesel);
+    ensure!(tool.applied_versions(&mut c, &catalog)?.is_none());
+    let target = catalog
+        .resolve_label("2024-03-12-080000_orders_customer_index")
+        .map_err(anyhow::Error::msg)?;
+    migrate::migrate(
+        db.url(),
+        &catalog,
+        &migrate::Options {
+            target: Some(target),
+            ..Default::default()
+        },
+    )?;
+    let versions = tool.applied_versions(&mut c, &catalog)?;
+    ensure!(versions == Some(vec![1, 2, 3, 4]), "{versions:?}");
     Ok(())
 }

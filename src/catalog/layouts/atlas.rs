@@ -12,7 +12,7 @@
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
-use super::{comment_body, unreadable, Folder, LayoutReader, ReadOptions, Step};
+use super::{comment_body, unreadable, Folder, LayoutReader, Nolint, ReadOptions, Step};
 use crate::catalog::{CatalogError, Layout};
 
 pub struct Atlas;
@@ -73,16 +73,63 @@ impl LayoutReader for Atlas {
                 name: name.to_string(),
                 file: file.to_string(),
                 no_transaction: header_directives(&sql).iter().any(|d| d == "txmode none"),
+                nolint: nolint(&sql),
                 sql,
+                ..Step::default()
             });
         }
-        check_sum(folder, &steps)?;
+        check_sum(folder, &mut steps)?;
         Ok(steps)
     }
 }
 
-/// Compares the files with `atlas.sum` as `atlas migrate apply` does.
-fn check_sum(folder: &Folder, steps: &[Step]) -> Result<(), CatalogError> {
+/// The words after `atlas:nolint` on a comment line (`-- atlas:nolint
+/// DS103 destructive` → [DS103, destructive]; bare: empty); None for
+/// any other line.
+fn nolint_rules(line: &str) -> Option<Vec<String>> {
+    let rest = comment_body(line)?.strip_prefix("atlas:nolint")?;
+    if !(rest.is_empty() || rest.starts_with(char::is_whitespace)) {
+        return None;
+    }
+    Some(rest.split_whitespace().map(str::to_string).collect())
+}
+
+/// The file's `atlas:nolint` directives, as Atlas's `nolintRules` reads
+/// them: the header's cover every statement; a comment line between two
+/// statements covers the statement after it.
+fn nolint(sql: &str) -> Nolint {
+    let mut file: Option<Vec<String>> = None;
+    for d in header_directives(sql) {
+        if let Some(rules) = nolint_rules(&format!("-- atlas:{d}")) {
+            match (&mut file, rules.is_empty()) {
+                (_, true) => file = Some(Vec::new()),
+                (Some(all), false) if all.is_empty() => {}
+                (Some(some), false) => some.extend(rules),
+                (None, false) => file = Some(rules),
+            }
+        }
+    }
+    let split = crate::sql::split(sql);
+    let mut statements = Vec::new();
+    // The header's lines are the file's, not the first statement's.
+    let mut previous_end = match file {
+        Some(_) => sql.find("\n\n").map_or(0, |i| i + 2),
+        None => 0,
+    };
+    for (i, st) in split.statements.iter().enumerate() {
+        let before = sql.get(previous_end..st.start).unwrap_or_default();
+        for rules in before.lines().filter_map(nolint_rules) {
+            statements.push((i, rules));
+        }
+        previous_end = st.end;
+    }
+    Nolint { file, statements }
+}
+
+/// Compares the files with `atlas.sum` as `atlas migrate apply` does, and
+/// keeps each file's hash as its checksum: the hash Atlas records for it in
+/// `atlas_schema_revisions` (`SumByName`).
+fn check_sum(folder: &Folder, steps: &mut [Step]) -> Result<(), CatalogError> {
     let refused = |file: &str, why: String| CatalogError::Unreadable {
         file: file.to_string(),
         why,
@@ -104,7 +151,7 @@ fn check_sum(folder: &Folder, steps: &[Step]) -> Result<(), CatalogError> {
         .collect();
     let mut running = Sha256::new();
     let mut computed = Vec::new();
-    for step in steps {
+    for step in steps.iter_mut() {
         running.update(step.file.as_bytes());
         if !header_directives(&step.sql)
             .iter()
@@ -113,6 +160,7 @@ fn check_sum(folder: &Folder, steps: &[Step]) -> Result<(), CatalogError> {
             running.update(step.sql.as_bytes());
         }
         let hash = base64::engine::general_purpose::STANDARD.encode(running.clone().finalize());
+        step.checksum = Some(hash.clone());
         computed.push((step.file.clone(), hash));
     }
     for (file, hash) in &computed {
@@ -141,9 +189,8 @@ fn check_sum(folder: &Folder, steps: &[Step]) -> Result<(), CatalogError> {
 }
 
 /// `atlas.sum` for `files` (name, content) in Atlas's order: what
-/// `atlas migrate hash` writes. For tests.
-#[cfg(test)]
-fn sum_file(files: &[(&str, &str)]) -> String {
+/// `atlas migrate hash` writes (for tests and fixtures).
+pub fn sum_file(files: &[(&str, &str)]) -> String {
     let mut running = Sha256::new();
     let mut lines = Vec::new();
     let mut total = Sha256::new();
@@ -179,6 +226,21 @@ mod tests {
         assert!(
             header_directives("CREATE TABLE t ();\n-- atlas:txmode none\n\nSELECT 1;").is_empty()
         );
+    }
+
+    #[test]
+    fn nolint_in_the_header_and_above_a_statement() {
+        let n = nolint("-- atlas:nolint destructive\n\nDROP TABLE a;\n-- keep it\n-- atlas:nolint PG101\nCREATE INDEX i ON t (a);\nDROP TABLE b;\n");
+        assert_eq!(n.file, Some(vec!["destructive".to_string()]));
+        assert_eq!(n.statements, [(1, vec!["PG101".to_string()])]);
+        assert!(n.silences(Some(2), "ban-drop-table"));
+        assert!(n.silences(Some(1), "require-concurrent-index-creation"));
+        assert!(!n.silences(Some(2), "require-concurrent-index-creation"));
+        let n = nolint("-- atlas:nolint\n\nDROP TABLE a;\n");
+        assert!(n.silences(None, "anything"));
+        let n = nolint("CREATE TABLE t (a int);\n-- atlas:nolint\nALTER TABLE t DROP COLUMN a;\n-- atlas:nolintx\nDROP TABLE t;\n");
+        assert!(n.file.is_none() && n.silences(Some(1), "ban-drop-column"));
+        assert!(!n.silences(Some(2), "ban-drop-table") && !n.silences(Some(0), "x"));
     }
 
     #[test]

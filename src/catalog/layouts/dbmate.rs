@@ -1,9 +1,18 @@
 //! dbmate: `{version}_{name}.sql`, ordered by file name, with
 //! `-- migrate:up` and `-- migrate:down` sections; only the up sections
-//! run (a file may hold several since 2025). `-- migrate:up
-//! transaction:false` runs the file outside a transaction (rollsafe keeps
-//! one mode per file: any up section without a transaction makes the whole
-//! file run without one).
+//! run. Since dbmate 2.28 (2025) a file may hold several up/down pairs, and
+//! dbmate's `Migrate` runs each up section on its own, in its own
+//! transaction unless that section's `-- migrate:up transaction:false`
+//! says otherwise. rollsafe does the same: a file with several up sections
+//! is read as one migration per section, labelled `<version>#<n>`, each
+//! with its own transaction mode. dbmate records the file's version once
+//! (its 2.35 inserts it after every section and fails on the second on
+//! PostgreSQL, dbmate issue #820; the fix it takes records it after the
+//! last): the last section carries the version as its key, the sections
+//! before it `<version>#<n>`. `rollsafe migrate` records such a section as
+//! `<version>#<n>` (so a run stopped between sections resumes after it)
+//! and the last section replaces those rows with the version; a recorded
+//! version stands for all its sections.
 
 use super::{
     comment_body, digits_and_name, keep_lines, unreadable, Folder, LayoutReader, ReadOptions, Step,
@@ -45,43 +54,75 @@ impl LayoutReader for Dbmate {
                 .and_then(digits_and_name)
                 .ok_or_else(|| unreadable(file, Layout::Dbmate, options))?;
             let text = super::utf8(file, bytes.to_vec())?;
-            let (sql, no_transaction) = up_sections(file, &text)?;
-            steps.push(Step {
-                key: version.to_string(),
-                label: version.to_string(),
-                name: name.to_string(),
-                file: file.to_string(),
-                sql,
-                no_transaction,
-            });
+            let sections = up_sections(file, &text)?;
+            let count = sections.len();
+            for (i, (sql, no_transaction)) in sections.into_iter().enumerate() {
+                let (key, label) = match (count, i + 1 == count) {
+                    (1, _) => (version.to_string(), version.to_string()),
+                    (_, true) => (version.to_string(), format!("{version}#{}", i + 1)),
+                    (_, false) => {
+                        let part = format!("{version}#{}", i + 1);
+                        (part.clone(), part)
+                    }
+                };
+                steps.push(Step {
+                    key,
+                    label,
+                    name: name.to_string(),
+                    file: file.to_string(),
+                    sql,
+                    no_transaction,
+                    ..Step::default()
+                });
+            }
         }
         Ok(steps)
     }
 }
 
-fn up_sections(file: &str, text: &str) -> Result<(String, bool), CatalogError> {
-    let mut in_up = false;
-    let mut seen_up = false;
-    let mut no_transaction = false;
-    let sql = keep_lines(text, |_, line| match section(line) {
-        Some((true, options)) => {
-            (in_up, seen_up) = (true, true);
-            no_transaction |= options.split_whitespace().any(|o| o == "transaction:false");
-            false
+/// Whether `key` is a section of a dbmate file before its last
+/// (`<version>#<n>`): the file's version is recorded with the last.
+/// Digits never hold `#`, so a file's version never looks like one.
+pub fn is_earlier_section(key: &str) -> bool {
+    key.contains('#')
+}
+
+/// Each up section (every other line blanked, so each keeps the file's
+/// line numbers) and whether it runs outside a transaction.
+fn up_sections(file: &str, text: &str) -> Result<Vec<(String, bool)>, CatalogError> {
+    let mut starts: Vec<(usize, bool)> = Vec::new();
+    for (i, line) in text.split_inclusive('\n').enumerate() {
+        if let Some((true, options)) = section(line) {
+            let no_transaction = options.split_whitespace().any(|o| o == "transaction:false");
+            starts.push((i, no_transaction));
         }
-        Some((false, _)) => {
-            in_up = false;
-            false
-        }
-        None => in_up,
-    });
-    if !seen_up {
+    }
+    if starts.is_empty() {
         return Err(CatalogError::Unreadable {
             file: file.to_string(),
             why: "has no `-- migrate:up` section, so dbmate would run nothing of it; mark where the up migration starts".into(),
         });
     }
-    Ok((sql, no_transaction))
+    let sections = starts
+        .iter()
+        .enumerate()
+        .map(|(n, &(start, no_transaction))| {
+            let end = starts.get(n + 1).map_or(usize::MAX, |s| s.0);
+            let mut in_up = false;
+            let sql = keep_lines(text, |i, line| {
+                if i == start {
+                    in_up = true;
+                    return false;
+                }
+                if i >= end || section(line).is_some() {
+                    in_up = false;
+                }
+                in_up && i > start && i < end
+            });
+            (sql, no_transaction)
+        })
+        .collect();
+    Ok(sections)
 }
 
 #[cfg(test)]
@@ -89,11 +130,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn up_sections_only_and_transaction_false() {
+    fn each_up_section_keeps_its_own_transaction_mode() {
         let text = "-- migrate:up transaction:false\nCREATE INDEX CONCURRENTLY IF NOT EXISTS i ON t (a);\n-- migrate:down\nDROP INDEX i;\n-- migrate:up\nSELECT 2;\n";
-        let (sql, no_tx) = up_sections("1_i.sql", text).unwrap();
+        let sections = up_sections("1_i.sql", text).unwrap();
+        assert_eq!(sections.len(), 2);
+        let (first, no_tx) = &sections[0];
         assert!(no_tx);
-        assert!(sql.contains("CONCURRENTLY") && sql.contains("SELECT 2") && !sql.contains("DROP"));
-        assert_eq!(sql.lines().count(), text.lines().count());
+        assert!(
+            first.contains("CONCURRENTLY")
+                && !first.contains("SELECT 2")
+                && !first.contains("DROP")
+        );
+        let (second, no_tx) = &sections[1];
+        assert!(!no_tx);
+        assert!(second.contains("SELECT 2") && !second.contains("CONCURRENTLY"));
+        assert!(sections
+            .iter()
+            .all(|(s, _)| s.lines().count() == text.lines().count()));
+        let mut folder = Folder::default();
+        folder
+            .files
+            .insert("20240101000000_i.sql".into(), text.as_bytes().to_vec());
+        let steps = Dbmate.read(&folder, &ReadOptions::default()).unwrap();
+        let keys: Vec<(&str, &str)> = steps
+            .iter()
+            .map(|s| (s.key.as_str(), s.label.as_str()))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                ("20240101000000#1", "20240101000000#1"),
+                ("20240101000000", "20240101000000#2")
+            ]
+        );
     }
 }

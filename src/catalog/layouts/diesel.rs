@@ -77,6 +77,7 @@ impl LayoutReader for Diesel {
                 file,
                 sql,
                 no_transaction: !run_in_transaction,
+                ..Step::default()
             });
         }
         steps.sort_by(|a, b| a.key.cmp(&b.key).then(a.file.cmp(&b.file)));

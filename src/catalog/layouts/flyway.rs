@@ -6,7 +6,12 @@
 //! down); a baseline `B{version}__` is refused (it replaces earlier
 //! versions only on an empty database, a choice rollsafe does not guess).
 //! `{file}.conf` with `executeInTransaction=false` runs the file outside a
-//! transaction. `${name}` placeholders are replaced with the values given
+//! transaction, and so does, without any setting, a file with a statement
+//! PostgreSQL refuses in one: Flyway's PostgreSQL parser
+//! (`detectCanExecuteInTransaction`) runs such a script outside a
+//! transaction by itself (`CREATE|DROP [UNIQUE] INDEX CONCURRENTLY`,
+//! `VACUUM`, `REINDEX SCHEMA|DATABASE|SYSTEM`, …; `ALTER TYPE … ADD
+//! VALUE` only before PostgreSQL 12, below what rollsafe rehearses). `${name}` placeholders are replaced with the values given
 //! by `--placeholder name=value`; one without a value is refused by name.
 
 use std::collections::BTreeMap;
@@ -114,20 +119,23 @@ impl LayoutReader for Flyway {
                 continue;
             }
             let text = super::utf8(file, bytes.to_vec())?;
-            let no_transaction = execute_outside_transaction(folder, file)?;
             let sql = replace_placeholders(file, &text, &options.placeholders)?;
+            let no_transaction =
+                execute_outside_transaction(folder, file)? || cannot_run_in_transaction(&sql);
             match kind {
                 Kind::Undo => unreachable!("skipped above"),
                 Kind::Baseline => return Err(refused("is a Flyway baseline migration, which replaces the versions before it on an empty database only; rehearse the versioned files (move the baseline out) or the baseline alone")),
                 Kind::Versioned { parts, written, description } => versioned.push((
                     normalized(&parts),
                     Step {
-                        key: normalized(&parts).iter().map(u64::to_string).collect::<Vec<_>>().join("."),
+                        key: version_key(&parts),
                         label: format!("V{written}"),
                         name: description.to_string(),
                         file: file.to_string(),
                         sql,
                         no_transaction,
+                        checksum: Some(checksum(&text).to_string()),
+                        ..Step::default()
                     },
                 )),
                 Kind::Repeatable { description } => repeatable.push(Step {
@@ -137,6 +145,9 @@ impl LayoutReader for Flyway {
                     file: file.to_string(),
                     sql,
                     no_transaction,
+                    checksum: Some(checksum(&text).to_string()),
+                    repeatable: true,
+                    ..Step::default()
                 }),
             }
         }
@@ -148,6 +159,112 @@ impl LayoutReader for Flyway {
             .chain(repeatable)
             .collect())
     }
+}
+
+/// The version as rollsafe keys it: its numeric parts, trailing zeros
+/// dropped, joined by `.` (`1_1` and `1.1.0` are `1.1`).
+fn version_key(parts: &[u64]) -> String {
+    normalized(parts)
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// A version from `flyway_schema_history.version` (`1.1`, `2.0`) as
+/// [`version_key`] writes it; None for what is not a version.
+pub fn history_version(version: &str) -> Option<String> {
+    let parts: Vec<u64> = version
+        .split(['.', '_'])
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
+    Some(version_key(&parts))
+}
+
+/// Flyway's checksum of a file, as `flyway_schema_history.checksum` keeps
+/// it (`ChecksumCalculator`): the CRC-32 of the file's lines, each without
+/// its line break (Java's `BufferedReader.readLine`: `\n`, `\r\n` or
+/// `\r`), a byte-order mark removed from the first; as a signed 32-bit
+/// integer. The text is the file's, before placeholders are replaced.
+pub fn checksum(text: &str) -> i32 {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut crc = Crc32::default();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let end = rest.find(['\n', '\r']).unwrap_or(rest.len());
+        crc.update(&rest.as_bytes()[..end]);
+        rest = &rest[end..];
+        rest = rest
+            .strip_prefix("\r\n")
+            .or_else(|| rest.strip_prefix('\n'))
+            .or_else(|| rest.strip_prefix('\r'))
+            .unwrap_or(rest);
+    }
+    crc.finish() as i32
+}
+
+/// CRC-32 (IEEE 802.3, reflected, as `java.util.zip.CRC32`).
+struct Crc32(u32);
+
+impl Default for Crc32 {
+    fn default() -> Self {
+        Crc32(0xFFFF_FFFF)
+    }
+}
+
+impl Crc32 {
+    fn update(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= u32::from(b);
+            for _ in 0..8 {
+                let mask = (self.0 & 1).wrapping_neg();
+                self.0 = (self.0 >> 1) ^ (0xEDB8_8320 & mask);
+            }
+        }
+    }
+
+    fn finish(&self) -> u32 {
+        !self.0
+    }
+}
+
+/// Whether Flyway runs `sql` outside a transaction by itself: one of its
+/// statements matches what Flyway's PostgreSQL parser knows PostgreSQL
+/// refuses inside one (its patterns, over the statement's words).
+fn cannot_run_in_transaction(sql: &str) -> bool {
+    const OUTSIDE: &[&str] = &[
+        "CREATE INDEX CONCURRENTLY",
+        "CREATE UNIQUE INDEX CONCURRENTLY",
+        "DROP INDEX CONCURRENTLY",
+        "DROP UNIQUE INDEX CONCURRENTLY",
+        "CREATE DATABASE",
+        "DROP DATABASE",
+        "CREATE TABLESPACE",
+        "DROP TABLESPACE",
+        "CREATE SUBSCRIPTION",
+        "DROP SUBSCRIPTION",
+        "ALTER SYSTEM",
+        "REINDEX SCHEMA",
+        "REINDEX DATABASE",
+        "REINDEX SYSTEM",
+        "REINDEX VERBOSE SCHEMA",
+        "REINDEX VERBOSE DATABASE",
+        "REINDEX VERBOSE SYSTEM",
+        "VACUUM",
+        "DISCARD ALL",
+    ];
+    crate::sql::split(sql).statements.iter().any(|s| {
+        let words = s
+            .text
+            .split_whitespace()
+            .take(5)
+            .collect::<Vec<_>>()
+            .join(" ")
+            .to_ascii_uppercase();
+        OUTSIDE
+            .iter()
+            .any(|p| words == *p || words.starts_with(&format!("{p} ")))
+    })
 }
 
 /// `{file}.conf` says `executeInTransaction=false`.
@@ -207,6 +324,22 @@ mod tests {
         );
         assert_eq!(kind("U2__x.sql"), Some(Kind::Undo));
         assert_eq!(kind("V1.x__x.sql"), None);
+        // java.util.zip.CRC32 of "123456789" is 0xCBF43926.
+        assert_eq!(checksum("123456789"), 0xCBF4_3926_u32 as i32);
+        // Line breaks of any kind, and a BOM, change nothing.
+        assert_eq!(
+            checksum("SELECT 1;\nSELECT 2;\n"),
+            checksum("\u{feff}SELECT 1;\r\nSELECT 2;")
+        );
+        assert_ne!(checksum("SELECT 1;"), checksum("SELECT 2;"));
+        assert_eq!(history_version("1.1.0").as_deref(), Some("1.1"));
+        assert!(cannot_run_in_transaction(
+            "CREATE TABLE t (a int);\n-- built online\ndrop index\n  concurrently if exists i;"
+        ));
+        assert!(cannot_run_in_transaction("VACUUM;"));
+        assert!(!cannot_run_in_transaction(
+            "CREATE INDEX i ON t (a); ALTER TYPE e ADD VALUE 'x';"
+        ));
         assert_eq!(normalized(&[1, 0]), [1]);
         let values = BTreeMap::from([("schema".to_string(), "app".to_string())]);
         assert_eq!(

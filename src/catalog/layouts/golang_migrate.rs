@@ -52,6 +52,7 @@ impl LayoutReader for GolangMigrate {
                 file: file.to_string(),
                 sql: super::utf8(file, bytes.to_vec())?,
                 no_transaction: false,
+                ..Step::default()
             });
         }
         sort_numeric(&mut steps);

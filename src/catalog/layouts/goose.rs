@@ -4,7 +4,13 @@
 //! (rollsafe's splitter keeps them whole anyway: the markers are comments);
 //! `-- +goose NO TRANSACTION` anywhere in the file runs it outside a
 //! transaction. goose refuses a file without an Up annotation; so does
-//! rollsafe.
+//! rollsafe. Between `-- +goose ENVSUB ON` and `OFF`, goose replaces
+//! `${NAME}` (and `${NAME:-default}`, `${NAME-default}`) with the
+//! environment's value; rollsafe takes the values from `--placeholder
+//! NAME=value` (a rehearsal's environment is not production's) and refuses
+//! one without a value or default by name.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
     comment_body, digits_and_name, keep_lines, sort_numeric, unreadable, Folder, LayoutReader,
@@ -51,7 +57,11 @@ impl LayoutReader for Goose {
                 .filter(|(v, _)| v.parse::<i64>().is_ok())
                 .ok_or_else(|| unreadable(file, Layout::Goose, options))?;
             let text = super::utf8(file, bytes.to_vec())?;
-            let (sql, no_transaction) = up_section(file, &text)?;
+            let up = up_section(file, &text)?;
+            let (sql, no_transaction) = (
+                substitute_env(file, &up.sql, &up.envsub, &options.placeholders)?,
+                up.no_transaction,
+            );
             let version: i64 = version.parse().expect("filtered above");
             steps.push(Step {
                 key: version.to_string(),
@@ -60,6 +70,7 @@ impl LayoutReader for Goose {
                 file: file.to_string(),
                 sql,
                 no_transaction,
+                ..Step::default()
             });
         }
         sort_numeric(&mut steps);
@@ -67,13 +78,23 @@ impl LayoutReader for Goose {
     }
 }
 
-/// The Up section (other lines blanked) and whether the file says
-/// `NO TRANSACTION`.
-fn up_section(file: &str, text: &str) -> Result<(String, bool), CatalogError> {
+/// A goose file's Up section as rollsafe runs it.
+struct UpSection {
+    /// The Up section, other lines blanked.
+    sql: String,
+    /// The file says `NO TRANSACTION`.
+    no_transaction: bool,
+    /// Indexes of the lines inside `ENVSUB ON` … `ENVSUB OFF`.
+    envsub: BTreeSet<usize>,
+}
+
+fn up_section(file: &str, text: &str) -> Result<UpSection, CatalogError> {
     let mut in_up = false;
     let mut seen_up = false;
     let mut no_transaction = false;
-    let sql = keep_lines(text, |_, line| match annotation(line).as_deref() {
+    let mut envsub_on = false;
+    let mut envsub = BTreeSet::new();
+    let sql = keep_lines(text, |i, line| match annotation(line).as_deref() {
         Some("UP") => {
             (in_up, seen_up) = (true, true);
             false
@@ -86,8 +107,21 @@ fn up_section(file: &str, text: &str) -> Result<(String, bool), CatalogError> {
             no_transaction = true;
             false
         }
+        Some("ENVSUB ON") => {
+            envsub_on = true;
+            false
+        }
+        Some("ENVSUB OFF") => {
+            envsub_on = false;
+            false
+        }
         Some(_) => false,
-        None => in_up,
+        None => {
+            if in_up && envsub_on {
+                envsub.insert(i);
+            }
+            in_up
+        }
     });
     if !seen_up {
         return Err(CatalogError::Unreadable {
@@ -95,7 +129,55 @@ fn up_section(file: &str, text: &str) -> Result<(String, bool), CatalogError> {
             why: "has no `-- +goose Up` annotation, and goose refuses such a file; mark where the up migration starts".into(),
         });
     }
-    Ok((sql, no_transaction))
+    Ok(UpSection {
+        sql,
+        no_transaction,
+        envsub,
+    })
+}
+
+/// `sql` with the `${NAME}`, `${NAME:-default}` and `${NAME-default}` on
+/// its ENVSUB lines replaced from `values` (`--placeholder`), else by the
+/// default; one with neither is refused by name and line.
+fn substitute_env(
+    file: &str,
+    sql: &str,
+    envsub: &BTreeSet<usize>,
+    values: &BTreeMap<String, String>,
+) -> Result<String, CatalogError> {
+    if envsub.is_empty() || !sql.contains("${") {
+        return Ok(sql.to_string());
+    }
+    let mut out = String::with_capacity(sql.len());
+    for (i, line) in sql.split_inclusive('\n').enumerate() {
+        let mut rest = line;
+        while let Some(start) = rest.find("${").filter(|_| envsub.contains(&i)) {
+            let Some(len) = rest[start + 2..].find('}') else {
+                break;
+            };
+            let inner = &rest[start + 2..start + 2 + len];
+            let (name, default) = match inner.split_once(":-").or_else(|| inner.split_once('-')) {
+                Some((n, d)) => (n, Some(d)),
+                None => (inner, None),
+            };
+            let value = values
+                .get(name)
+                .map(String::as_str)
+                .or(default)
+                .ok_or_else(|| CatalogError::Unreadable {
+                    file: file.to_string(),
+                    why: format!(
+                        "line {}: `${{{name}}}` is read from the environment by goose (ENVSUB ON) and has no value here; pass --placeholder {name}=<value> (the value production's environment gives it)",
+                        i + 1
+                    ),
+                })?;
+            out.push_str(&rest[..start]);
+            out.push_str(value);
+            rest = &rest[start + 2 + len + 1..];
+        }
+        out.push_str(rest);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -105,11 +187,31 @@ mod tests {
     #[test]
     fn only_the_up_section_runs_and_no_transaction_is_read() {
         let text = "-- +goose NO TRANSACTION\n-- +goose Up\n-- +goose StatementBegin\nCREATE FUNCTION f() RETURNS int AS $$ SELECT 1; $$ LANGUAGE sql;\n-- +goose StatementEnd\n-- +goose Down\nDROP FUNCTION f;\n";
-        let (sql, no_tx) = up_section("1_f.sql", text).unwrap();
+        let UpSection {
+            sql,
+            no_transaction: no_tx,
+            ..
+        } = up_section("1_f.sql", text).unwrap();
         assert!(no_tx);
         assert_eq!(sql.lines().count(), text.lines().count());
         assert!(sql.contains("CREATE FUNCTION") && !sql.contains("DROP"));
         assert_eq!(sql.lines().nth(3).unwrap(), text.lines().nth(3).unwrap());
         assert!(up_section("1_f.sql", "SELECT 1;").is_err());
+    }
+
+    #[test]
+    fn envsub_regions_take_placeholders_and_refuse_a_missing_one() {
+        let text = "-- +goose Up\n-- +goose ENVSUB ON\nGRANT SELECT ON t TO ${READER};\nCOMMENT ON TABLE t IS '${NOTE:-none}';\n-- +goose ENVSUB OFF\nSELECT '${LITERAL}';\n";
+        let up = up_section("1_g.sql", text).unwrap();
+        let values = BTreeMap::from([("READER".to_string(), "app_ro".to_string())]);
+        let sql = substitute_env("1_g.sql", &up.sql, &up.envsub, &values).unwrap();
+        assert!(
+            sql.contains("TO app_ro;")
+                && sql.contains("IS 'none';")
+                && sql.contains("'${LITERAL}'"),
+            "{sql}"
+        );
+        let err = substitute_env("1_g.sql", &up.sql, &up.envsub, &BTreeMap::new()).unwrap_err();
+        assert_eq!(err.to_string(), "1_g.sql: line 3: `${READER}` is read from the environment by goose (ENVSUB ON) and has no value here; pass --placeholder READER=<value> (the value production's environment gives it)");
     }
 }

@@ -5,10 +5,38 @@
 //! `migration_lock.toml` names the provider the history was written for: a
 //! history for another database is refused.
 
+use sha2::{Digest, Sha256};
+
 use super::{Folder, LayoutReader, ReadOptions, Step};
 use crate::catalog::CatalogError;
 
 pub struct Prisma;
+
+/// Prisma's checksum of a migration script: the lower-case hex SHA-256
+/// of its text, as `_prisma_migrations.checksum` keeps it.
+pub fn checksum(script: &str) -> String {
+    hex::encode(Sha256::digest(script.as_bytes()))
+}
+
+/// Whether `recorded` is Prisma's checksum of `script` as Prisma's
+/// `script_matches_checksum` accepts it: the text as it is, with CRLF made
+/// LF, or LF made CRLF (git changes line endings), and a checksum an old
+/// schema engine wrote without zero-padding its bytes.
+pub fn checksum_matches(script: &str, recorded: &str) -> bool {
+    let variants = [
+        script.to_string(),
+        script.replace("\r\n", "\n"),
+        script.replace('\n', "\r\n"),
+    ];
+    variants.iter().any(|v| {
+        let digest = Sha256::digest(v.as_bytes());
+        let padded = hex::encode(digest);
+        match recorded.len() == padded.len() {
+            true => padded == recorded,
+            false => digest.iter().map(|b| format!("{b:x}")).collect::<String>() == recorded,
+        }
+    })
+}
 
 const MIGRATION: &str = "migration.sql";
 const LOCK: &str = "migration_lock.toml";
@@ -54,13 +82,16 @@ impl LayoutReader for Prisma {
         let mut steps = Vec::new();
         for dir in folder.dirs_with(MIGRATION) {
             let file = format!("{dir}/{MIGRATION}");
+            let sql = folder.text(&file)?.unwrap_or_default();
             steps.push(Step {
                 key: dir.to_string(),
                 label: dir.to_string(),
                 name: dir.split_once('_').map_or(dir, |(_, n)| n).to_string(),
-                sql: folder.text(&file)?.unwrap_or_default(),
+                checksum: Some(checksum(&sql)),
+                sql,
                 file,
                 no_transaction: false,
+                ..Step::default()
             });
         }
         // dirs_with lists by name: Prisma's order.

@@ -53,6 +53,7 @@ impl LayoutReader for Refinery {
                 file: file.to_string(),
                 sql: super::utf8(file, bytes.to_vec())?,
                 no_transaction: false,
+                ..Step::default()
             });
         }
         sort_numeric(&mut steps);

@@ -161,6 +161,19 @@ fn refuse_psql_commands(file: &str, text: &str) -> Result<(), CatalogError> {
 /// The script with its own top-level `BEGIN` and `COMMIT` blanked, and
 /// whether it had them (else it runs outside a transaction).
 fn strip_own_transaction(sql: &str) -> (String, bool) {
+    strip_control(sql, &["BEGIN", "COMMIT", "START"])
+}
+
+/// A verify script as rollsafe runs it: Sqitch's template wraps it in
+/// `BEGIN … ROLLBACK`, and rollsafe runs it in a transaction it rolls
+/// back itself, so those are blanked too.
+fn strip_verify_transaction(sql: &str) -> String {
+    strip_control(sql, &["BEGIN", "COMMIT", "START", "ROLLBACK"]).0
+}
+
+/// `sql` with its top-level transaction-control statements (`words`)
+/// blanked, and whether it had any.
+fn strip_control(sql: &str, words: &[&str]) -> (String, bool) {
     let split = crate::sql::split(sql);
     let control: Vec<&crate::sql::Statement> = split
         .statements
@@ -172,8 +185,7 @@ fn strip_own_transaction(sql: &str) -> (String, bool) {
                 .next()
                 .unwrap_or("")
                 .to_ascii_uppercase();
-            matches!(word.as_str(), "BEGIN" | "COMMIT" | "START")
-                && s.text.split_whitespace().count() <= 2
+            words.contains(&word.as_str()) && s.text.split_whitespace().count() <= 2
         })
         .collect();
     if !split.exact || control.is_empty() {
@@ -186,6 +198,26 @@ fn strip_own_transaction(sql: &str) -> (String, bool) {
         out.replace_range(s.start..end, &" ".repeat(end - s.start));
     }
     (out, true)
+}
+
+/// The change's `verify/<label>.sql` (a reworked change's earlier
+/// instance: `verify/<change>@<tag>.sql`), read with the deploy scripts'
+/// rules; None when the project has none for it (Sqitch then verifies
+/// nothing for it either).
+fn verify_script(
+    folder: &Folder,
+    top: &str,
+    label: &str,
+) -> Result<Option<super::Script>, CatalogError> {
+    let file = format!("{top}verify/{label}.sql");
+    let Some(text) = folder.text(&file)? else {
+        return Ok(None);
+    };
+    refuse_psql_commands(&file, &text)?;
+    Ok(Some(super::Script {
+        sql: strip_verify_transaction(&text),
+        file,
+    }))
 }
 
 impl LayoutReader for Sqitch {
@@ -217,6 +249,7 @@ impl LayoutReader for Sqitch {
             })?;
             refuse_psql_commands(&file, &text)?;
             let (sql, own_transaction) = strip_own_transaction(&text);
+            let verify = verify_script(folder, &top, &label)?;
             steps.push(Step {
                 key: label.clone(),
                 label,
@@ -224,6 +257,8 @@ impl LayoutReader for Sqitch {
                 file,
                 sql,
                 no_transaction: !own_transaction,
+                verify,
+                ..Step::default()
             });
         }
         Ok(steps)
@@ -258,6 +293,11 @@ mod tests {
         assert_eq!(sql.lines().nth(2), Some("CREATE TABLE t (a int);"));
         assert!(!sql.contains("BEGIN") && !sql.contains("COMMIT"));
         assert!(!strip_own_transaction("CREATE INDEX CONCURRENTLY IF NOT EXISTS i ON t (a);").1);
+        let verify = strip_verify_transaction(
+            "-- Verify x\nBEGIN;\nSELECT a FROM t WHERE false;\nROLLBACK;\n",
+        );
+        assert_eq!(verify.lines().nth(2), Some("SELECT a FROM t WHERE false;"));
+        assert!(!verify.contains("BEGIN") && !verify.contains("ROLLBACK"));
         let err =
             refuse_psql_commands("deploy/t.sql", "-- x\n\\set v `cat f`\nSELECT 1;").unwrap_err();
         assert!(

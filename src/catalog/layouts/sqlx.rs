@@ -3,10 +3,19 @@
 //! A file whose first bytes are `-- no-transaction` runs outside a
 //! transaction (sqlx's own rule: the prefix, nothing before it).
 
+use sha2::Digest;
+
 use super::{digits_and_name, sort_numeric, unreadable, Folder, LayoutReader, ReadOptions, Step};
 use crate::catalog::{CatalogError, Layout};
 
 pub struct Sqlx;
+
+/// sqlx's checksum of a migration file: the SHA-384 of its whole text
+/// (`sqlx_core::migrate::Migration::new`), lower-case hex, as
+/// `encode(_sqlx_migrations.checksum, 'hex')` reads it.
+pub fn checksum(sql: &str) -> String {
+    hex::encode(sha2::Sha384::digest(sql.as_bytes()))
+}
 
 /// `{digits}_{name}.sql` that no other flat layout marks as its own
 /// (goose and dbmate annotations, golang-migrate's `.up`/`.down`, an
@@ -56,7 +65,9 @@ impl LayoutReader for Sqlx {
                 name: name.to_string(),
                 file: file.to_string(),
                 no_transaction: sql.starts_with("-- no-transaction"),
+                checksum: Some(checksum(&sql)),
                 sql,
+                ..Step::default()
             });
         }
         sort_numeric(&mut steps);
