@@ -637,9 +637,7 @@ pub fn target_status(
 /// Where the database at `url` stands against `catalog`. Read-only.
 pub fn status(url: &str, catalog: &Catalog) -> Result<Status, MigrateError> {
     let mut client = db::connect(url)?;
-    let tool = ToolHistory(catalog.layout);
-    let (exists, history) = read_tool_history(&mut client, catalog, tool)?;
-    let mut status = compare_tool(catalog, tool, exists, &history);
+    let (mut status, _) = target_status(&mut client, catalog)?;
     status.backfills = backfill::read_states(&mut client)
         .map_err(|e| MigrateError::sql("reading backfill progress", &e))?;
     Ok(status)

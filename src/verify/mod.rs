@@ -108,9 +108,9 @@ pub enum VerifyError {
     BadSnapshot { path: PathBuf, detail: String },
     #[error("--since {since} is not a migration version (the files have {available}); pass one of those")]
     UnknownSince { since: i32, available: String },
-    #[error("V{version} ({file}) fails to apply before the rehearsed migrations (--since): {detail}; it is applied unchecked, so it must apply cleanly on the previous version")]
+    #[error("{label} ({file}) fails to apply before the rehearsed migrations (--since): {detail}; it is applied unchecked, so it must apply cleanly on the previous version")]
     PrefixFails {
-        version: i32,
+        label: String,
         file: String,
         detail: String,
     },
@@ -419,7 +419,13 @@ impl Verify {
             .migrations()
             .iter()
             .filter(|m| !self.since.is_some_and(|s| m.version <= s))
-            .map(|m| (m.version, r#static::lint(&self.catalog.path_of(m), &m.sql)))
+            .map(|m| {
+                let warnings = r#static::lint(&self.catalog.path_of(m), &m.sql)
+                    .into_iter()
+                    .filter(|w| !m.nolint.silences(w.statement, &w.rule))
+                    .collect();
+                (m.version, warnings)
+            })
             .collect()
     }
 

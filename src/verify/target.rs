@@ -76,9 +76,8 @@ impl Target {
     pub fn read(url: &str, catalog: &Catalog) -> Result<Target, VerifyError> {
         let fail = |e: MigrateError| VerifyError::Target(db::scrub(&e.to_string(), url));
         let mut c: Client = db::connect(url).map_err(|e| fail(e.into()))?;
-        let (exists, history) = migrate::read_history(&mut c).map_err(fail)?;
-        // The same comparison, and the same refusal, as `migrate`'s.
-        let status = migrate::compare(catalog, exists, &history);
+        // The project's own tool's table, compared as `migrate` compares it.
+        let (status, history) = migrate::target_status(&mut c, catalog).map_err(fail)?;
         let drift: Vec<String> = status.drift().filter_map(|v| v.drift_message()).collect();
         if !drift.is_empty() {
             return Err(VerifyError::TargetDrift {

@@ -44,6 +44,9 @@ pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
             dbmate_sections_migrate_in_their_own_modes_and_record_the_version_once,
             sqitch_verify_scripts_pass_after_their_change_and_a_broken_one_fails,
             applied_versions_come_from_the_tools_own_table,
+            a_failing_sqitch_verify_script_is_an_error_finding,
+            since_auto_from_target_rehearses_what_the_tools_table_lacks,
+            atlas_nolint_silences_the_static_precheck,
         ]
     )
 }
@@ -1195,5 +1198,119 @@ fn applied_versions_come_from_the_tools_own_table(env: &TestEnv) -> anyhow::Resu
     )?;
     let versions = tool.applied_versions(&mut c, &catalog)?;
     ensure!(versions == Some(vec![1, 2, 3, 4]), "{versions:?}");
+    Ok(())
+}
+
+/// A Sqitch change whose verify script fails after it (the reworked
+/// `orders` checks a column its deploy script no longer adds) is an
+/// error finding naming the script; the passing ones are info.
+fn a_failing_sqitch_verify_script_is_an_error_finding(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = copy_fixture("sqitch")?;
+    let verify = dir.path().join("verify/orders.sql");
+    std::fs::write(&verify, "-- Verify shop:orders on pg\n\nBEGIN;\nSELECT gift_wrap FROM shop.orders WHERE false;\nROLLBACK;\n")?;
+    let catalog = Catalog::from_dir(dir.path())?;
+    let report = Verify::new(catalog)?.rows(ROWS).run(&env.sandbox)?;
+    let ids: Vec<String> = report
+        .findings
+        .iter()
+        .filter(|f| f.id.starts_with("apply.verify-script"))
+        .map(|f| format!("{} {}", f.id, f.message))
+        .collect();
+    eprintln!("layouts: verify scripts: {ids:#?}");
+    ensure!(
+        !report.passed,
+        "passed with a failing verify script: {ids:?}"
+    );
+    ensure!(
+        ids.iter()
+            .filter(|i| i.starts_with("apply.verify-script-passes"))
+            .count()
+            == 4
+            && ids.iter().any(|i| i
+                .starts_with("apply.verify-script-fails verify/orders.sql fails after the change")
+                && i.contains("gift_wrap")),
+        "{ids:#?}"
+    );
+    Ok(())
+}
+
+/// `verify --since auto --from-target` on a sqlx database migrated up to
+/// its second migration: it reads `_sqlx_migrations` and rehearses the
+/// two after, on that database's schema.
+fn since_auto_from_target_rehearses_what_the_tools_table_lacks(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = copy_fixture("sqlx")?;
+    let options = ReadOptions {
+        layout: Some(Layout::Sqlx),
+        ..Default::default()
+    };
+    let catalog = Catalog::from_dir_in(dir.path(), &options)?;
+    let db = env.fresh_database();
+    migrate::migrate(
+        db.url(),
+        &catalog,
+        &migrate::Options {
+            target: Some(2),
+            ..Default::default()
+        },
+    )?;
+    let (code, out, err) = rollsafe_cli(
+        &[
+            "verify",
+            "--layout",
+            "sqlx",
+            "--rows",
+            "1000",
+            "--from-target",
+            db.url(),
+            "--since",
+            "auto",
+            "--format",
+            "json",
+        ],
+        dir.path(),
+    )?;
+    ensure!(code == 0, "exit {code}: {out}{err}");
+    let report: serde_json::Value = serde_json::from_str(&out)?;
+    let rehearsed: Vec<i64> = report["migrations"]
+        .as_array()
+        .context("migrations")?
+        .iter()
+        .filter(|m| {
+            !report["applied_only"]
+                .as_array()
+                .is_some_and(|a| a.contains(&m["version"]))
+        })
+        .filter_map(|m| m["version"].as_i64())
+        .collect();
+    ensure!(rehearsed == [3, 4], "rehearsed {rehearsed:?}: {out}");
+    Ok(())
+}
+
+/// Atlas's `-- atlas:nolint` silences the static precheck's warning for
+/// its statement, as Atlas's own lint does.
+fn atlas_nolint_silences_the_static_precheck(_env: &TestEnv) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let files = [
+        ("1_t.sql", "CREATE TABLE t (a int);\n"),
+        (
+            "2_drop.sql",
+            "-- atlas:nolint DS103\nALTER TABLE t DROP COLUMN a;\nDROP TABLE t;\n",
+        ),
+    ];
+    for (f, text) in files {
+        std::fs::write(dir.path().join(f), text)?;
+    }
+    std::fs::write(
+        dir.path().join("atlas.sum"),
+        rollsafe::catalog::layouts::atlas_sum(&files),
+    )?;
+    let (code, out, err) = rollsafe_cli(&["verify", "--static-only"], dir.path())?;
+    ensure!(code == 0, "exit {code}: {out}{err}");
+    ensure!(
+        !out.contains("ban-drop-column") && out.contains("ban-drop-table"),
+        "{out}"
+    );
     Ok(())
 }

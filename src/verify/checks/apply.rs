@@ -85,7 +85,32 @@ pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
     if let (false, Some(r)) = (e.failed_on_empty(), &e.second_run) {
         out.push(evaluate_second_run(Some(v), r));
     }
+    if let Some(s) = &e.verify_script {
+        out.push(evaluate_verify_script(v, s));
+    }
     out
+}
+
+/// The project's verify script (Sqitch) after the change: its failure
+/// means the change did not do what the project itself checks for.
+pub fn evaluate_verify_script(v: i32, s: &crate::verify::evidence::VerifyScript) -> Finding {
+    match &s.error {
+        None => Finding::new(
+            CHECK,
+            "verify-script-passes",
+            Severity::Info,
+            Some(v),
+            format!("{} passes after the change", s.file),
+        ),
+        Some(e) => Finding::new(
+            CHECK,
+            "verify-script-fails",
+            Severity::Error,
+            Some(v),
+            format!("{} fails after the change: {e}", s.file),
+        )
+        .advice("the change does not do what its verify script checks: fix the deploy script (or the verify script, if its check is what is wrong)"),
+    }
 }
 
 /// `--since` left nothing to rehearse.

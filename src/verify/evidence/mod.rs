@@ -35,7 +35,7 @@ use crate::verify::replay::Outcome;
 pub use applied::{Applied, Observed, StatementRun, TableWork, Work};
 pub use lint::Warning;
 pub use readers::{DirectiveCount, Visible};
-pub use runs::{BatchedRun, Rerun, SecondRun};
+pub use runs::{BatchedRun, Rerun, SecondRun, VerifyScript};
 pub use workload::{AppWait, LongTransactionProbe, ProbeEnd, WorkloadStats};
 
 /// Everything the rehearsal measured about one migration.
@@ -73,6 +73,8 @@ pub struct MigrationEvidence {
     /// Reached only when the seeded apply succeeded.
     pub backfill: Option<Backfill>,
     pub compat: Option<Compat>,
+    /// The project's own verify script (Sqitch), run after the change.
+    pub verify_script: Option<VerifyScript>,
     /// The migrator run twice up to this version (Err: why it failed).
     pub second_run: Option<Result<SecondRun, String>>,
     /// The final schemas, on the last migration only.

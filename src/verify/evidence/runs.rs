@@ -18,6 +18,16 @@ pub struct BatchedRun {
     pub took: std::time::Duration,
 }
 
+/// A Sqitch verify script run right after its change, in a transaction
+/// rolled back: Sqitch's own proof that the change did what it promised.
+#[derive(Debug, Clone, Default)]
+pub struct VerifyScript {
+    /// As the repository has it: `verify/orders.sql`.
+    pub file: String,
+    /// The error it raised; None when it passed.
+    pub error: Option<String>,
+}
+
 /// What running the migrator up to a version twice did.
 #[derive(Debug, Clone, Default)]
 pub struct SecondRun {

@@ -45,7 +45,7 @@ impl Run<'_> {
             for m in migrations.iter().filter(|m| m.version <= s) {
                 if let Err(e) = apply_unchecked(&mut c, m) {
                     return Err(VerifyError::PrefixFails {
-                        version: m.version,
+                        label: m.label.clone(),
                         file: m.file.clone(),
                         detail: e,
                     });
@@ -74,8 +74,10 @@ impl Run<'_> {
                 // The migrator's history table is its own, as in production.
                 let mut c = self.connect_migrator(&db)?;
                 let recorded = match target {
-                    Some(t) => t.copy_history(&mut c),
-                    None => crate::migrate::record_applied(
+                    Some(t) if self.options.catalog.layout == crate::catalog::Layout::Refinery => {
+                        t.copy_history(&mut c)
+                    }
+                    _ => crate::migrate::record_applied(
                         &mut c,
                         self.options.catalog.layout,
                         migrations.iter().filter(|m| m.version <= s),

@@ -153,6 +153,12 @@ impl Run<'_> {
         if failed {
             return Ok(Template::Stopped);
         }
+        // The project's own verify script (Sqitch), on the empty path's
+        // database right after the change.
+        if let Some(script) = &m.verify {
+            let ran = self.run_verify_script(empty_prev, script)?;
+            self.evidence(v).verify_script = Some(ran);
+        }
 
         // Without seeded rows, the stages after need the schema at V{v}
         // only when an app may run on it (compat replays, post) or its
@@ -356,6 +362,33 @@ impl Run<'_> {
             ),
         )?;
         Ok((at_zero, trace))
+    }
+
+    /// The change's own verify script (Sqitch) on `db`, in a transaction
+    /// rolled back (it only reads), as the migrator.
+    fn run_verify_script(
+        &self,
+        db: &Database,
+        script: &crate::catalog::Script,
+    ) -> Result<crate::verify::evidence::VerifyScript, VerifyError> {
+        use crate::migrate::apply;
+        // Run as the migrator, in a transaction rolled back: it checks,
+        // and whatever it writes is not kept.
+        let mut c = self.connect_migrator(db)?;
+        let ran = apply::in_transaction(
+            &mut c,
+            &apply::transaction_steps(&script.sql),
+            None,
+            apply::Ending::Rollback,
+            &mut apply::Unobserved,
+        );
+        Ok(crate::verify::evidence::VerifyScript {
+            file: script.file.clone(),
+            error: ran.err().map(|e| {
+                e.error()
+                    .map_or_else(|| e.message(), crate::errors::detailed)
+            }),
+        })
     }
 
     /// The measured apply of a file outside a transaction on `empty`, then
