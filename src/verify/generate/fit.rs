@@ -49,7 +49,20 @@ pub(super) fn choose_values(
             fams.retain(|f| f.injective || f.cycle.is_some());
         }
         if !col.not_null() {
-            fams.push(fam("NULL"));
+            // A nullable `…_id` column no foreign key, key or CHECK holds
+            // yet names rows of a table a later migration may point it at
+            // (`ADD FOREIGN KEY`): made-up numbers there would fail that
+            // migration on rows production could not have. NULL is what
+            // such a column holds until the app fills it.
+            let reference = col.name.ends_with("_id")
+                && !carriers.contains(&k)
+                && !t.uniques.iter().flatten().any(|&n| n == col.num)
+                && !t.checks.iter().any(|ck| ck.cols.contains(&col.num));
+            if reference {
+                fams.insert(0, fam("NULL"));
+            } else {
+                fams.push(fam("NULL"));
+            }
         }
         let mut fits = Vec::new();
         let mut last_error = None;
