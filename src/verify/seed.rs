@@ -48,7 +48,9 @@ pub fn generate_only(c: &mut Client, rows: u64, carried: bool) -> anyhow::Result
         if carried {
             counts = counts.only_empty();
         }
+        let clock = std::time::Instant::now();
         let mut generated = generate::seed(c, &counts, &[])?;
+        log::debug!("generated rows in {:?}", clock.elapsed());
         // The tables that held rows already are the earlier seeding's.
         generated.seeded.retain(|t| t.requested > 0);
         out.generated = Some(generated);

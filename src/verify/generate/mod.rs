@@ -285,8 +285,10 @@ pub fn seed(c: &mut Client, rows: &RowCounts, apps: &[&AppVersion]) -> anyhow::R
     for app in apps {
         out.app_writes.extend(run_app_writes(c, app, &mut types)?);
     }
+    log::debug!("generate: tables written");
     refresh_materialized_views(c, &mut out)?;
     c.batch_execute("ANALYZE")?;
+    log::debug!("generate: analyzed");
     Ok(out)
 }
 

@@ -105,6 +105,7 @@ impl Run<'_> {
         e.prev = prev;
         e.live = live.iter().map(|a| a.name.clone()).collect();
         e.newly = newly;
+        let clock = std::time::Instant::now();
         let seeded =
             match self.seed_before(v, prev, &live, staged.last(), empty_prev, migrations)? {
                 Seeded::Rows(db, rows) => Some((db, rows)),
@@ -124,7 +125,9 @@ impl Run<'_> {
             self.evidence(v).probe = Some(Probe::NotApplicable);
         } else if prev > 0 {
             let on = seeded.as_ref().map_or(empty_prev, |(db, _)| db);
+            log::debug!("V{v}: seeded and replayed in {:?}", clock.elapsed());
             self.start_probe(v, m, on, &tables, &live_apps(&live, &live_outcomes))?;
+            log::debug!("V{v}: probe started at {:?}", clock.elapsed());
         }
 
         // What the live apps' readers see before the migration; the
