@@ -28,6 +28,7 @@
 
 mod base;
 mod final_schema;
+mod readers;
 mod seeded;
 mod template;
 
