@@ -17,7 +17,7 @@
 use crate::app::AppVersion;
 use crate::report::{Finding, Severity};
 use crate::verify::cross_version::CrossVersion;
-use crate::verify::evidence::{Context, Labels, MigrationEvidence};
+use crate::verify::evidence::{Context, Labels, MigrationEvidence, RolloutWrite, RowRead};
 use crate::verify::replay::Outcome;
 
 use super::Check;
@@ -63,6 +63,14 @@ pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
         }
     }
     for pair in &c.cross_version {
+        // Apps without a driver: their rows written during the rollout
+        // were read back by statement (below) instead.
+        let by_statement = c.rollout_writes.iter().any(|w| {
+            w.older == pair.older && w.reads.iter().any(|r| r.app == pair.newer)
+        });
+        if pair.seen.is_none() && by_statement {
+            continue;
+        }
         if let (Some(older), Some(newer)) = (cx.app(&pair.older), cx.app(&pair.newer)) {
             out.extend(cross_version(
                 v,
@@ -72,6 +80,138 @@ pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
                 &cx.labels,
             ));
         }
+    }
+    let known = |table: &str| -> Vec<String> {
+        e.backfill
+            .iter()
+            .flat_map(|b| &b.readers_before.statements)
+            .filter(|r| r.table == table)
+            .find_map(|r| r.rows.as_ref().ok().map(|rows| rows.table_columns.clone()))
+            .unwrap_or_default()
+    };
+    for w in &c.rollout_writes {
+        out.extend(rollout_write(v, w, &known(&w.table), &cx.labels));
+    }
+    out
+}
+
+/// Judges a row the older app wrote on `v`'s schema while the newer apps
+/// run ([`RolloutWrite`]): a newer app none of whose readers return it,
+/// while the writer's own readers do, lost it. Rows the newer apps write
+/// are never judged here: hiding its own rows until a later step (a
+/// two-phase create) is the newer app's design, and this row is the older
+/// app's. `known`: the table's columns before the migration (empty:
+/// unknown).
+pub fn rollout_write(v: i32, w: &RolloutWrite, known: &[String], labels: &Labels) -> Vec<Finding> {
+    let v_label = labels.of(v);
+    let o = &w.older;
+    let (key, row) = match &w.written {
+        Err(e) => {
+            return vec![Finding::new(
+                CHECK,
+                "rollout-write-not-compared",
+                Severity::Skipped,
+                Some(v),
+                format!(
+                    "the {o} app's `{}` could not write a row on {v_label} to read back with the newer apps' readers: {e}",
+                    w.statement
+                ),
+            )
+            .evidence("app", o.clone())
+            .evidence("statement", w.statement.clone())
+            .advice("the statement's own findings (statement-fails) say whether the schema is to blame; declare `-- param:` values that name existing rows for its foreign keys")]
+        }
+        Ok(written) => written,
+    };
+    let mut out = Vec::new();
+    let own: Vec<&RowRead> = w.reads.iter().filter(|r| &r.app == o).collect();
+    let own_sees = own.iter().any(|r| r.returned == Ok(true));
+    let own_filters: Vec<(String, Vec<String>)> =
+        own.iter().flat_map(|r| r.filters.clone()).collect();
+    let mut newer: Vec<&str> = Vec::new();
+    for r in w.reads.iter().filter(|r| &r.app != o) {
+        if !newer.contains(&r.app.as_str()) {
+            newer.push(&r.app);
+        }
+    }
+    let mut visible_to = Vec::new();
+    for n in newer {
+        let reads: Vec<&RowRead> = w.reads.iter().filter(|r| r.app == n).collect();
+        let names = reads
+            .iter()
+            .map(|r| format!("`{}`", r.statement))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if reads.iter().any(|r| r.returned == Ok(true)) {
+            visible_to.push(format!("the {n} app's {names}"));
+            continue;
+        }
+        if !(own_sees || own.is_empty()) {
+            // Its own readers do not return it either: nothing was lost
+            // between the versions.
+            continue;
+        }
+        let filters: Vec<(String, Vec<String>)> = reads.iter().flat_map(|r| r.filters.clone()).collect();
+        let filter = super::backfill::excluding_filter(&filters, &own_filters, known, row);
+        let why = filter.as_ref().map_or(String::new(), |(text, col, value)| {
+            format!(": its filter `{text}` excludes it ({col} is {value} on the row)")
+        });
+        let though = own
+            .iter()
+            .find(|r| r.returned == Ok(true))
+            .map_or(String::new(), |r| format!(", though the {o} app's `{}` returns it", r.statement));
+        let mut f = fail(
+            v,
+            "old-writes-invisible-to-new",
+            Severity::Error,
+            format!(
+                "a row the {o} app wrote during the rollout with `{}` (the row {key} of {}) is not returned by the {n} app's {names}{why}{though}",
+                w.statement, w.table
+            ),
+            "rows the older app writes during the rollout are complete: a new filter column's default must make them pass the newer app's filter (DEFAULT true); a backfill alone does not reach rows written after it",
+        )
+        .evidence("older", o.clone())
+        .evidence("newer", n.to_string())
+        .evidence("statement", w.statement.clone())
+        .evidence("row", key.clone());
+        if let Some((text, col, value)) = filter {
+            f = f.evidence("filter", text).evidence("column", col).evidence("value", value);
+        }
+        out.push(f);
+    }
+    for (app, why) in &w.unbound {
+        out.push(
+            Finding::new(
+                CHECK,
+                "rollout-write-not-compared",
+                Severity::Skipped,
+                Some(v),
+                format!(
+                    "the row the {o} app wrote with `{}` during the rollout on {v_label} was not read back by the {app} app: {why}",
+                    w.statement
+                ),
+            )
+            .evidence("app", app.clone())
+            .evidence("statement", w.statement.clone())
+            .advice(format!("give the {app} app's reader of {} a predicate `column = $N` on a column the row holds (its key), so rollsafe can point it at the row", w.table)),
+        );
+    }
+    if !visible_to.is_empty() {
+        out.push(
+            Finding::new(
+                CHECK,
+                "old-writes-visible-to-new",
+                Severity::Info,
+                Some(v),
+                format!(
+                    "a row the {o} app writes with `{}` during the rollout on {v_label} is returned by {}",
+                    w.statement,
+                    visible_to.join(" and ")
+                ),
+            )
+            .evidence("older", o.clone())
+            .evidence("statement", w.statement.clone()),
+        );
     }
     out
 }

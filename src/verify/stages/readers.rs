@@ -439,12 +439,19 @@ impl Run<'_> {
                 };
                 for app in std::iter::once(*older).chain(newer.iter().copied()) {
                     let mut c = self.connect_app(db, app)?;
-                    let bound: Vec<Reader> = readers_of(app)
+                    let of_table: Vec<Reader> = readers_of(app)
                         .into_iter()
-                        .filter(|r| r.table() == table && !r.keys().is_empty())
+                        .filter(|r| r.table() == table)
+                        .collect();
+                    let any_reader = !of_table.is_empty();
+                    let bound: Vec<Reader> = of_table
+                        .into_iter()
+                        .filter(|r| !r.keys().is_empty())
                         .filter(|r| r.keys().iter().all(|k| row.contains_key(k)))
                         .collect();
-                    if bound.is_empty() && app.name != older.name {
+                    // An app that reads nothing of the table cannot lose
+                    // the row.
+                    if bound.is_empty() && any_reader && app.name != older.name {
                         w.unbound.push((
                             app.name.clone(),
                             format!("no reader of {table} compares its parameters to columns of the row (`column = $N`)"),
