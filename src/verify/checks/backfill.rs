@@ -150,9 +150,10 @@ fn reader_not_compared(
     label: &str,
     cx: &Context,
 ) -> Finding {
-    let source = cx
-        .app(&r.app)
-        .map_or_else(|| format!("the {} app's statement set", r.app), |a| a.set.source.clone());
+    let source = cx.app(&r.app).map_or_else(
+        || format!("the {} app's statement set", r.app),
+        |a| a.set.source.clone(),
+    );
     let (why, advice) = match why {
         NotCompared::CannotBind(why) => (
             format!("its parameters cannot be bound to existing rows: {why}"),
@@ -228,7 +229,10 @@ fn rows_missing(
     } else {
         (
             "new-readers-miss-rows",
-            format!("the {} app's `{}` returned before {label}", b.app, b.statement),
+            format!(
+                "the {} app's `{}` returned before {label}",
+                b.app, b.statement
+            ),
         )
     };
     let keyed = if b.keys.is_empty() {

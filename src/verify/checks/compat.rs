@@ -65,9 +65,10 @@ pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
     for pair in &c.cross_version {
         // Apps without a driver: their rows written during the rollout
         // were read back by statement (below) instead.
-        let by_statement = c.rollout_writes.iter().any(|w| {
-            w.older == pair.older && w.reads.iter().any(|r| r.app == pair.newer)
-        });
+        let by_statement = c
+            .rollout_writes
+            .iter()
+            .any(|w| w.older == pair.older && w.reads.iter().any(|r| r.app == pair.newer));
         if pair.seen.is_none() && by_statement {
             continue;
         }
@@ -151,7 +152,8 @@ pub fn rollout_write(v: i32, w: &RolloutWrite, known: &[String], labels: &Labels
             // between the versions.
             continue;
         }
-        let filters: Vec<(String, Vec<String>)> = reads.iter().flat_map(|r| r.filters.clone()).collect();
+        let filters: Vec<(String, Vec<String>)> =
+            reads.iter().flat_map(|r| r.filters.clone()).collect();
         let filter = super::backfill::excluding_filter(&filters, &own_filters, known, row);
         let why = filter.as_ref().map_or(String::new(), |(text, col, value)| {
             format!(": its filter `{text}` excludes it ({col} is {value} on the row)")
@@ -159,7 +161,9 @@ pub fn rollout_write(v: i32, w: &RolloutWrite, known: &[String], labels: &Labels
         let though = own
             .iter()
             .find(|r| r.returned == Ok(true))
-            .map_or(String::new(), |r| format!(", though the {o} app's `{}` returns it", r.statement));
+            .map_or(String::new(), |r| {
+                format!(", though the {o} app's `{}` returns it", r.statement)
+            });
         let mut f = fail(
             v,
             "old-writes-invisible-to-new",
@@ -175,7 +179,10 @@ pub fn rollout_write(v: i32, w: &RolloutWrite, known: &[String], labels: &Labels
         .evidence("statement", w.statement.clone())
         .evidence("row", key.clone());
         if let Some((text, col, value)) = filter {
-            f = f.evidence("filter", text).evidence("column", col).evidence("value", value);
+            f = f
+                .evidence("filter", text)
+                .evidence("column", col)
+                .evidence("value", value);
         }
         out.push(f);
     }

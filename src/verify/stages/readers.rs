@@ -245,14 +245,17 @@ fn run_reader(
     sql: &str,
     bindings: &[Vec<Option<String>>],
 ) -> Result<Vec<Vec<Row>>, String> {
-    let wrapped =
-        format!("SELECT to_jsonb(rollsafe_row)::text FROM (\n{sql}\n) AS rollsafe_row");
+    let wrapped = format!("SELECT to_jsonb(rollsafe_row)::text FROM (\n{sql}\n) AS rollsafe_row");
     read_only(c, |c| {
         let prepared = c.prepare(&wrapped)?;
         let mut out = Vec::new();
         for b in bindings {
             let rows = replay::query_text(c, &prepared, b)?;
-            out.push(rows.iter().map(|r| row_of(&r.get::<_, String>(0))).collect());
+            out.push(
+                rows.iter()
+                    .map(|r| row_of(&r.get::<_, String>(0)))
+                    .collect(),
+            );
         }
         Ok(out)
     })
@@ -385,11 +388,17 @@ impl Run<'_> {
                 if !same_app && !newly.contains(&app.name) {
                     continue;
                 }
-                let Some((reader, bindings)) = counterpart(&readers, b, reference, same_app)
-                else {
+                let Some((reader, bindings)) = counterpart(&readers, b, reference, same_app) else {
                     continue;
                 };
-                out.push(after_one(&mut c, &mut migrator, &reader, b, reference, bindings));
+                out.push(after_one(
+                    &mut c,
+                    &mut migrator,
+                    &reader,
+                    b,
+                    reference,
+                    bindings,
+                ));
             }
         }
         Ok(out)
@@ -508,7 +517,12 @@ fn counterpart<'r, 'a>(
         reference
             .bindings
             .iter()
-            .map(|binding| index.iter().map(|&i| binding.get(i).cloned().flatten()).collect())
+            .map(|binding| {
+                index
+                    .iter()
+                    .map(|&i| binding.get(i).cloned().flatten())
+                    .collect()
+            })
             .collect()
     } else {
         reference.bindings.clone()
@@ -659,12 +673,19 @@ mod tests {
             identity_of(&r, &[]),
             r#"{"id":"17","note":null,"seat":"A4"}"#
         );
-        assert_eq!(row_of(r#"{"id": 17, "ok": true, "n": null}"#), row(&[("id", Some("17")), ("ok", Some("true")), ("n", None)]));
+        assert_eq!(
+            row_of(r#"{"id": 17, "ok": true, "n": null}"#),
+            row(&[("id", Some("17")), ("ok", Some("true")), ("n", None)])
+        );
     }
 
     #[test]
     fn a_written_row_is_recognised_in_a_result() {
-        let written = row(&[("id", Some("5")), ("seat", Some("B1")), ("confirmed", Some("false"))]);
+        let written = row(&[
+            ("id", Some("5")),
+            ("seat", Some("B1")),
+            ("confirmed", Some("false")),
+        ]);
         let pk = vec!["id".to_string()];
         assert!(same_row(&row(&[("id", Some("5"))]), &written, &pk));
         assert!(!same_row(&row(&[("id", Some("6"))]), &written, &pk));
