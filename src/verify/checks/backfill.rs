@@ -105,9 +105,9 @@ pub fn statement_readers(
                 continue;
             }
         };
-        let total: usize = was.seen.iter().map(BTreeSet::len).sum();
-        let missing: usize = was
-            .seen
+        let expected = now.reference_seen.as_ref().unwrap_or(&was.seen);
+        let total: usize = expected.iter().map(BTreeSet::len).sum();
+        let missing: usize = expected
             .iter()
             .zip(&now.seen)
             .map(|(w, n)| w.difference(n).count())

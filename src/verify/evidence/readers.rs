@@ -88,6 +88,13 @@ pub struct BoundRows {
     /// The columns its table had when it ran (before the migration: the
     /// ones that existed then).
     pub table_columns: Vec<String>,
+    /// The reader's result columns.
+    pub columns: Vec<String>,
+    /// After the migration, when rows are identified whole and this
+    /// reader returns other columns than the reference: the reference's
+    /// rows cut to the columns both return (what is compared instead of
+    /// the reference's `seen`).
+    pub reference_seen: Option<Vec<BTreeSet<String>>>,
     /// After the migration: one row the reference returned that this
     /// reader does not, as the table holds it now (its identity, the row).
     pub example_missing: Option<(String, Row)>,

@@ -240,26 +240,47 @@ fn declared(c: &mut Client, reader: &Reader) -> Result<Vec<Vec<Option<String>>>,
 }
 
 /// What `reader` returns for each binding, as rows.
-fn run_reader(
-    c: &mut Client,
-    sql: &str,
-    bindings: &[Vec<Option<String>>],
-) -> Result<Vec<Vec<Row>>, String> {
-    let wrapped = format!("SELECT to_jsonb(rollsafe_row)::text FROM (\n{sql}\n) AS rollsafe_row");
+fn run_reader(c: &mut Client, sql: &str, bindings: &[Vec<Option<String>>]) -> Result<Ran, String> {
+    let wrapped =
+        format!("SELECT to_jsonb(rollsafe_row)::text FROM (\n{sql}\n) AS rollsafe_row");
     read_only(c, |c| {
+        let columns = c
+            .prepare(sql)?
+            .columns()
+            .iter()
+            .map(|col| col.name().to_string())
+            .collect();
         let prepared = c.prepare(&wrapped)?;
-        let mut out = Vec::new();
+        let mut rows = Vec::new();
         for b in bindings {
-            let rows = replay::query_text(c, &prepared, b)?;
-            out.push(
-                rows.iter()
-                    .map(|r| row_of(&r.get::<_, String>(0)))
-                    .collect(),
-            );
+            let got = replay::query_text(c, &prepared, b)?;
+            rows.push(got.iter().map(|r| row_of(&r.get::<_, String>(0))).collect());
         }
-        Ok(out)
+        Ok(Ran { columns, rows })
     })
     .map_err(|e| one_line(&e))
+}
+
+/// What a reader returned: its result columns and, per binding, its rows.
+struct Ran {
+    columns: Vec<String>,
+    rows: Vec<Vec<Row>>,
+}
+
+/// Rows identified whole (as [`identity_of`] writes them) cut to
+/// `columns`.
+fn cut(seen: &[BTreeSet<String>], columns: &[String]) -> Vec<BTreeSet<String>> {
+    seen.iter()
+        .map(|set| {
+            set.iter()
+                .map(|whole| {
+                    let mut row = row_of(whole);
+                    row.retain(|k, _| columns.contains(k));
+                    identity_of(&row, &[])
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// The identity columns a reader's rows carry: the table's primary key
@@ -343,9 +364,9 @@ impl Run<'_> {
             Ok(s) => table_facts(migrator, &s.table).unwrap_or_default(),
             Err(_) => Default::default(),
         };
-        let rows = match run_reader(c, &reader.statement.sql, &bindings) {
+        let Ran { columns, rows } = match run_reader(c, &reader.statement.sql, &bindings) {
             Err(e) => return reader.measured(bound_by, Err(NotCompared::Failed(e))),
-            Ok(rows) => rows,
+            Ok(ran) => ran,
         };
         let identity = identity_for(&pk, &rows);
         let seen = rows
@@ -358,6 +379,8 @@ impl Run<'_> {
                 bindings,
                 seen,
                 table_columns,
+                columns,
+                reference_seen: None,
                 example_missing: None,
             }),
         );
@@ -469,8 +492,9 @@ impl Run<'_> {
                     for r in bound {
                         let binding: Vec<Option<String>> =
                             r.keys().iter().map(|k| row[k].clone()).collect();
-                        let returned = run_reader(&mut c, &r.statement.sql, &[binding])
-                            .map(|rows| rows.iter().flatten().any(|got| same_row(got, row, &pk)));
+                        let returned = run_reader(&mut c, &r.statement.sql, &[binding]).map(
+                            |ran| ran.rows.iter().flatten().any(|got| same_row(got, row, &pk)),
+                        );
                         w.reads.push(RowRead {
                             app: app.name.clone(),
                             statement: r.statement.name.clone(),
@@ -541,22 +565,50 @@ fn after_one(
 ) -> StatementReader {
     let mut m = reader.measured(b.bound_by, Err(NotCompared::NoRows));
     m.reference = Some((b.app.clone(), b.statement.clone()));
-    let rows = match run_reader(c, &reader.statement.sql, &bindings) {
+    let Ran { columns, rows } = match run_reader(c, &reader.statement.sql, &bindings) {
         Err(e) => {
             m.rows = Err(NotCompared::Failed(e));
             return m;
         }
-        Ok(rows) => rows,
+        Ok(ran) => ran,
     };
     m.identity = b.identity.clone();
+    // Rows identified whole, by a reader that returns other columns than
+    // the reference: both are compared on the columns they share.
+    let common: Vec<String> = reference
+        .columns
+        .iter()
+        .filter(|col| columns.contains(col))
+        .cloned()
+        .collect();
+    if m.identity.is_empty() && common.is_empty() {
+        m.rows = Err(NotCompared::CannotBind(format!(
+            "it returns none of the columns the {} app's `{}` returns, nor the primary key of its table, so their rows cannot be matched",
+            b.app, b.statement
+        )));
+        return m;
+    }
+    let reference_seen = (m.identity.is_empty() && common != reference.columns)
+        .then(|| cut(&reference.seen, &common));
     let seen: Vec<BTreeSet<String>> = rows
         .iter()
-        .map(|rs| rs.iter().map(|r| identity_of(r, &m.identity)).collect())
+        .map(|rs| {
+            rs.iter()
+                .map(|r| {
+                    let mut r = r.clone();
+                    if reference_seen.is_some() {
+                        r.retain(|k, _| common.contains(k));
+                    }
+                    identity_of(&r, &m.identity)
+                })
+                .collect()
+        })
         .collect();
     // One row the reference returned that this reader does not, as the
     // table holds it now: the judge names the filter that excludes it.
-    let missing = reference
-        .seen
+    let missing = reference_seen
+        .as_ref()
+        .unwrap_or(&reference.seen)
         .iter()
         .zip(&seen)
         .find_map(|(was, now)| was.difference(now).next().cloned());
@@ -572,6 +624,8 @@ fn after_one(
         bindings,
         seen,
         table_columns: Vec::new(),
+        columns,
+        reference_seen,
         example_missing,
     });
     m
