@@ -15,9 +15,10 @@ use std::collections::BTreeSet;
 
 use uuid::Uuid;
 
+use crate::app::AppVersion;
 use crate::report::{Finding, Severity};
 use crate::verify::evidence::{
-    BatchedRun, BoundRows, Context, DirectiveCount, MigrationEvidence, NotCompared,
+    BatchedRun, BoundRows, Context, DirectiveCount, Labels, MigrationEvidence, NotCompared,
     StatementReader, Visible,
 };
 
@@ -52,7 +53,8 @@ pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
         v,
         &b.readers_before.statements,
         &b.readers_after.statements,
-        cx,
+        &cx.labels,
+        cx.apps,
     );
     let driver = compare_readers(v, &b.readers_before, &b.readers_after, &e.live, &e.newly);
     // The statement readers stand for the apps without a driver: the
@@ -76,13 +78,14 @@ pub fn statement_readers(
     v: i32,
     before: &[StatementReader],
     after: &[StatementReader],
-    cx: &Context,
+    labels: &Labels,
+    apps: &[AppVersion],
 ) -> Vec<Finding> {
-    let label = cx.labels.of(v);
+    let label = labels.of(v);
     let mut out = Vec::new();
     for b in before {
         if let Err(why) = &b.rows {
-            out.push(reader_not_compared(v, b, why, &label, cx));
+            out.push(reader_not_compared(v, b, why, &label, apps));
         }
     }
     let mut agreeing: Vec<String> = Vec::new();
@@ -101,7 +104,7 @@ pub fn statement_readers(
         let now = match &a.rows {
             Ok(now) => now,
             Err(why) => {
-                out.push(reader_not_compared(v, a, why, &label, cx));
+                out.push(reader_not_compared(v, a, why, &label, apps));
                 continue;
             }
         };
@@ -148,9 +151,9 @@ fn reader_not_compared(
     r: &StatementReader,
     why: &NotCompared,
     label: &str,
-    cx: &Context,
+    apps: &[AppVersion],
 ) -> Finding {
-    let source = cx.app(&r.app).map_or_else(
+    let source = apps.iter().find(|a| a.name == r.app).map_or_else(
         || format!("the {} app's statement set", r.app),
         |a| a.set.source.clone(),
     );
@@ -591,6 +594,77 @@ mod tests {
             (f[0].id.as_str(), f[0].severity),
             ("backfill.readers-not-compared", Severity::Skipped)
         );
+    }
+
+    fn reader(app: &str, statement: &str, rows: Result<BoundRows, NotCompared>) -> StatementReader {
+        StatementReader {
+            app: app.into(),
+            statement: statement.into(),
+            table: "tickets".into(),
+            keys: vec!["event_id".into()],
+            filters: vec![
+                ("event_id = $1::bigint".into(), vec!["event_id".into()]),
+                ("confirmed".into(), vec!["confirmed".into()]),
+            ],
+            identity: vec!["id".into()],
+            bound_by: crate::verify::evidence::BoundBy::Keys,
+            reference: None,
+            rows,
+        }
+    }
+
+    fn seen(keys: &[&str]) -> BoundRows {
+        BoundRows {
+            bindings: vec![vec![Some("1".into())]],
+            seen: vec![keys.iter().map(|k| k.to_string()).collect()],
+            table_columns: vec!["id".into(), "event_id".into()],
+            ..BoundRows::default()
+        }
+    }
+
+    #[test]
+    fn statement_readers_name_the_filter_the_new_column_and_a_row() {
+        let before = vec![
+            reader("v1", "list_by_event", Ok(seen(&["id=1", "id=2"]))),
+            reader(
+                "v1",
+                "search",
+                Err(NotCompared::CannotBind("rollsafe cannot tell".into())),
+            ),
+        ];
+        let mut lost = seen(&[]);
+        lost.example_missing = Some((
+            "id=1".into(),
+            [
+                ("id".to_string(), Some("1".to_string())),
+                ("confirmed".to_string(), Some("false".to_string())),
+            ]
+            .into(),
+        ));
+        let mut after = reader("v2", "list_by_event", Ok(lost));
+        after.reference = Some(("v1".into(), "list_by_event".into()));
+        let mut same = reader("v1", "list_by_event", Ok(seen(&["id=1", "id=2"])));
+        same.reference = Some(("v1".into(), "list_by_event".into()));
+        let f = statement_readers(3, &before, &[same, after], &Labels::ORDINALS, &[]);
+        let ids: Vec<(&str, Severity)> = f.iter().map(|f| (f.id.as_str(), f.severity)).collect();
+        assert_eq!(
+            ids,
+            [
+                ("backfill.reader-not-compared", Severity::Skipped),
+                ("backfill.new-readers-miss-rows", Severity::Error)
+            ]
+        );
+        assert!(f[0].message.contains("`search`"), "{}", f[0].message);
+        assert!(f[0].advice.contains("-- sample:"), "{}", f[0].advice);
+        assert_eq!(
+            f[1].message,
+            "the v2 app's `list_by_event` no longer returns 2 of the 2 rows the v1 app's `list_by_event` returned before V3 (1 bindings of (event_id)): its filter `confirmed` excludes them (confirmed is false on them, a column V3 added); e.g. the row id=1"
+        );
+        // Every row still returned: the readers agree.
+        let mut kept = reader("v2", "list_by_event", Ok(seen(&["id=1", "id=2"])));
+        kept.reference = Some(("v1".into(), "list_by_event".into()));
+        let f = statement_readers(3, &before[..1], &[kept], &Labels::ORDINALS, &[]);
+        assert_eq!(f[0].id, "backfill.readers-agree");
     }
 
     #[test]

@@ -844,6 +844,64 @@ mod tests {
     }
 
     #[test]
+    fn a_row_the_older_app_wrote_must_reach_the_newer_apps_readers() {
+        let read = |app: &str, returned: bool| RowRead {
+            app: app.into(),
+            statement: "list_by_event".into(),
+            filters: if app == "new" {
+                vec![("confirmed".into(), vec!["confirmed".into()])]
+            } else {
+                Vec::new()
+            },
+            returned: Ok(returned),
+        };
+        let row: crate::verify::evidence::Row = [
+            ("id".to_string(), Some("7".to_string())),
+            ("confirmed".to_string(), Some("false".to_string())),
+        ]
+        .into();
+        let write = |reads: Vec<RowRead>| RolloutWrite {
+            older: "old".into(),
+            statement: "sell".into(),
+            table: "tickets".into(),
+            written: Ok(("id=7".into(), row.clone())),
+            reads,
+            unbound: Vec::new(),
+        };
+        let known = ["id".to_string()];
+        let f = rollout_write(
+            3,
+            &write(vec![read("old", true), read("new", false)]),
+            &known,
+            &Labels::ORDINALS,
+        );
+        assert_eq!(f.len(), 1);
+        assert_eq!(
+            f[0].message,
+            "a row the old app wrote during the rollout with `sell` (the row id=7 of tickets) is not returned by the new app's `list_by_event`: its filter `confirmed` excludes it (confirmed is false on the row), though the old app's `list_by_event` returns it"
+        );
+        let f = rollout_write(
+            3,
+            &write(vec![read("old", true), read("new", true)]),
+            &known,
+            &Labels::ORDINALS,
+        );
+        assert_eq!(
+            (f[0].id.as_str(), f[0].severity),
+            ("compat.old-writes-visible-to-new", Severity::Info)
+        );
+        // Not returned to its own writer either: nothing lost between
+        // the versions.
+        let f = rollout_write(
+            3,
+            &write(vec![read("old", false), read("new", false)]),
+            &known,
+            &Labels::ORDINALS,
+        );
+        assert!(f.is_empty(), "{f:?}");
+    }
+
+    #[test]
     fn safe_order_follows_the_windows() {
         let apps = apps();
         assert_eq!(

@@ -188,6 +188,7 @@ fn read_only<T>(
 /// Bindings from the reader's `-- sample:` query: its rows, each column a
 /// parameter in order.
 fn sampled(c: &mut Client, sample: &str) -> Result<Vec<Vec<Option<String>>>, String> {
+    let sample = sample.trim().trim_end_matches(';').trim_end();
     bindings::check_sample(sample)?;
     let sql = format!(
         "SELECT (SELECT coalesce(array_agg(x.value ORDER BY x.n), '{{}}')
@@ -241,8 +242,7 @@ fn declared(c: &mut Client, reader: &Reader) -> Result<Vec<Vec<Option<String>>>,
 
 /// What `reader` returns for each binding, as rows.
 fn run_reader(c: &mut Client, sql: &str, bindings: &[Vec<Option<String>>]) -> Result<Ran, String> {
-    let wrapped =
-        format!("SELECT to_jsonb(rollsafe_row)::text FROM (\n{sql}\n) AS rollsafe_row");
+    let wrapped = format!("SELECT to_jsonb(rollsafe_row)::text FROM (\n{sql}\n) AS rollsafe_row");
     read_only(c, |c| {
         let columns = c
             .prepare(sql)?
@@ -492,9 +492,10 @@ impl Run<'_> {
                     for r in bound {
                         let binding: Vec<Option<String>> =
                             r.keys().iter().map(|k| row[k].clone()).collect();
-                        let returned = run_reader(&mut c, &r.statement.sql, &[binding]).map(
-                            |ran| ran.rows.iter().flatten().any(|got| same_row(got, row, &pk)),
-                        );
+                        let returned =
+                            run_reader(&mut c, &r.statement.sql, &[binding]).map(|ran| {
+                                ran.rows.iter().flatten().any(|got| same_row(got, row, &pk))
+                            });
                         w.reads.push(RowRead {
                             app: app.name.clone(),
                             statement: r.statement.name.clone(),
