@@ -201,7 +201,7 @@ const VARIANTS: &[Variant] = &[
 ];
 
 pub fn tests(env: &Arc<TestEnv>) -> Vec<Trial> {
-    VARIANTS
+    let mut trials: Vec<Trial> = VARIANTS
         .iter()
         .map(|variant| {
             let env = Arc::clone(env);
@@ -209,7 +209,45 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<Trial> {
                 judge(&env, variant)
             })
         })
-        .collect()
+        .collect();
+    let shipped = Arc::clone(env);
+    trials.push(trial(
+        "readers::the_shipped_apps_keep_their_drivers_findings".into(),
+        move || the_shipped_apps_keep_their_drivers_findings(&shipped),
+    ));
+    trials
+}
+
+/// The shipped apps have drivers: their readers and cross-version
+/// behaviour are compared through them, as before; no statement reader
+/// runs for them, so none of its findings appears.
+fn the_shipped_apps_keep_their_drivers_findings(env: &TestEnv) -> anyhow::Result<()> {
+    let out = cli()
+        .args(["verify", "--postgres", env.sandbox.admin_url()])
+        .args(["--rows", "2000", "--format", "json"])
+        .output()?;
+    let code = out.status.code().unwrap_or(-1);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("exit {code}, no JSON report"))?;
+    let found = findings_on_v3(&report)?;
+    ensure!(code == 0, "the shipped set must pass: {found:#?}");
+    for id in ["backfill.readers-agree", "compat.cross-version"] {
+        ensure!(
+            found.iter().any(|(_, i, _)| i == id),
+            "expected the driver's `{id}` on V3: {found:#?}"
+        );
+    }
+    for id in [
+        "backfill.reader-not-compared",
+        "compat.old-writes-visible-to-new",
+        "compat.rollout-write-not-compared",
+    ] {
+        ensure!(
+            !found.iter().any(|(_, i, _)| i == id),
+            "`{id}` is the statement readers', not the shipped apps': {found:#?}"
+        );
+    }
+    Ok(())
 }
 
 /// A copy of the project with the variant's V3 and newer app.
