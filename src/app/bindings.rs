@@ -174,10 +174,7 @@ fn columns_in(node: &SyntaxNode) -> Vec<String> {
         let Some(n) = n.into_node() else { continue };
         let name = match n.kind() {
             // `t.col` names col (its qualifier is a table).
-            SyntaxKind::FIELD_EXPR => match as_column(&n) {
-                Some((_, col)) => Some(col),
-                None => None,
-            },
+            SyntaxKind::FIELD_EXPR => as_column(&n).map(|(_, col)| col),
             SyntaxKind::NAME_REF
                 if n.parent().map(|p| p.kind()) != Some(SyntaxKind::FIELD_EXPR)
                     && n.parent().map(|p| p.kind()) != Some(SyntaxKind::CALL_EXPR) =>

@@ -417,7 +417,7 @@ impl Run<'_> {
                 out.push(after_one(
                     &mut c,
                     &mut migrator,
-                    &reader,
+                    reader,
                     b,
                     reference,
                     bindings,
