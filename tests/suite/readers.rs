@@ -82,6 +82,32 @@ SELECT id, title FROM documents WHERE folder_id = $1::integer AND draft IS NOT T
 ";
 
 const VARIANTS: &[Variant] = &[
+    // The seed's own bug: the shipped migrations with the upstream V3,
+    // and the shipped DAO's statement sets given as files (no driver).
+    Variant {
+        name: "seed_dao_as_files_default_false_is_caught",
+        project: SEED_AS_FILES,
+        v3: "ALTER TABLE attached_functions ADD COLUMN is_ready boolean NOT NULL DEFAULT false;",
+        newer_app: None,
+        verdict: Verdict::Errors(&[
+            "backfill.new-readers-miss-rows: the current app's `get_by_name` no longer returns",
+            "backfill.new-readers-miss-rows: bindings of (input_collection_id, name)): its filter `is_ready` excludes them (is_ready is false on them",
+            "compat.old-writes-invisible-to-new: with `insert_attached_function`",
+        ]),
+        absent: &["backfill.readers-not-compared", "compat.cross-version-skipped"],
+        present: &[],
+    },
+    Variant {
+        name: "seed_dao_as_files_default_true_passes",
+        project: SEED_AS_FILES,
+        v3: "ALTER TABLE attached_functions ADD COLUMN is_ready boolean NOT NULL DEFAULT true;",
+        newer_app: None,
+        verdict: Verdict::Passes,
+        absent: &[],
+        // The current app's not-ready rows are its own: never judged;
+        // its `get_any_*` readers are held to nothing of the legacy app's.
+        present: &["compat.old-writes-visible-to-new: the current app's `get_by_id`"],
+    },
     Variant {
         name: "tickets_default_false_hides_every_ticket",
         project: "tickets",
@@ -250,16 +276,31 @@ fn the_shipped_apps_keep_their_drivers_findings(env: &TestEnv) -> anyhow::Result
     Ok(())
 }
 
+/// The project made of the shipped migrations and the shipped DAO's
+/// statement sets, as a project without a driver would give them.
+const SEED_AS_FILES: &str = "seed_as_files";
+
 /// A copy of the project with the variant's V3 and newer app.
 fn project(variant: &Variant) -> anyhow::Result<tempfile::TempDir> {
-    let from = repo_root()
-        .join("tests/fixtures/projects")
-        .join(variant.project);
+    let root = repo_root();
+    let from = root.join("tests/fixtures/projects").join(variant.project);
     let dir = tempfile::tempdir()?;
     for sub in ["migrations", "apps"] {
         std::fs::create_dir(dir.path().join(sub))?;
-        for entry in std::fs::read_dir(from.join(sub))? {
-            let path = entry?.path();
+        let files: Vec<std::path::PathBuf> = match (variant.project, sub) {
+            (SEED_AS_FILES, "migrations") => std::fs::read_dir(root.join("migrations"))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "sql"))
+                .collect(),
+            (SEED_AS_FILES, _) => vec![
+                root.join("src/dao/legacy.sql"),
+                root.join("src/dao/current.sql"),
+            ],
+            _ => std::fs::read_dir(from.join(sub))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .collect(),
+        };
+        for path in files {
             let name = path.file_name().context("a file name")?;
             std::fs::copy(&path, dir.path().join(sub).join(name))?;
         }

@@ -126,7 +126,6 @@ pub fn rollout_write(v: i32, w: &RolloutWrite, known: &[String], labels: &Labels
     };
     let mut out = Vec::new();
     let own: Vec<&RowRead> = w.reads.iter().filter(|r| &r.app == o).collect();
-    let own_sees = own.iter().any(|r| r.returned == Ok(true));
     let own_filters: Vec<(String, Vec<String>)> =
         own.iter().flat_map(|r| r.filters.clone()).collect();
     let mut newer: Vec<&str> = Vec::new();
@@ -138,39 +137,84 @@ pub fn rollout_write(v: i32, w: &RolloutWrite, known: &[String], labels: &Labels
     let mut visible_to = Vec::new();
     for n in newer {
         let reads: Vec<&RowRead> = w.reads.iter().filter(|r| r.app == n).collect();
-        let names = reads
+        let names = |reads: &[&RowRead]| {
+            reads
+                .iter()
+                .map(|r| format!("`{}`", r.statement))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        // Each newer reader is held to the older app's reader of the same
+        // name (else of the same table keyed alike): a reader the older
+        // app has no counterpart of (one that also lists rows not ready,
+        // say) sets no expectation.
+        let counterpart = |r: &RowRead| {
+            own.iter()
+                .find(|o| o.statement == r.statement)
+                .or_else(|| {
+                    own.iter().find(|o| {
+                        !o.keys.is_empty()
+                            && o.keys.iter().collect::<std::collections::BTreeSet<_>>()
+                                == r.keys.iter().collect()
+                    })
+                })
+                .copied()
+        };
+        let held: Vec<(&RowRead, &RowRead)> = reads
             .iter()
-            .map(|r| format!("`{}`", r.statement))
-            .collect::<Vec<_>>()
-            .join(", ");
-        if reads.iter().any(|r| r.returned == Ok(true)) {
-            visible_to.push(format!("the {n} app's {names}"));
+            .filter_map(|r| counterpart(r).map(|o| (*r, o)))
+            .collect();
+        let (lost, though): (Vec<&RowRead>, Option<&RowRead>) = if held.is_empty() {
+            // Nothing to hold them to: the row is lost when no reader of
+            // the newer app returns it while the older app's do (or it
+            // has none).
+            let none = !reads.iter().any(|r| r.returned == Ok(true));
+            match own.iter().find(|r| r.returned == Ok(true)) {
+                Some(o) if none => (reads.clone(), Some(*o)),
+                None if none && own.is_empty() => (reads.clone(), None),
+                _ => (Vec::new(), None),
+            }
+        } else {
+            let lost: Vec<(&RowRead, &RowRead)> = held
+                .iter()
+                .filter(|(r, o)| o.returned == Ok(true) && r.returned == Ok(false))
+                .copied()
+                .collect();
+            (
+                lost.iter().map(|(r, _)| *r).collect(),
+                lost.first().map(|(_, o)| *o),
+            )
+        };
+        let returned: Vec<&RowRead> = reads
+            .iter()
+            .filter(|r| r.returned == Ok(true))
+            .copied()
+            .collect();
+        if lost.is_empty() {
+            if !returned.is_empty() {
+                visible_to.push(format!("the {n} app's {}", names(&returned)));
+            }
             continue;
         }
-        if !(own_sees || own.is_empty()) {
-            // Its own readers do not return it either: nothing was lost
-            // between the versions.
-            continue;
-        }
+        let lost_reads = lost;
         let filters: Vec<(String, Vec<String>)> =
-            reads.iter().flat_map(|r| r.filters.clone()).collect();
+            lost_reads.iter().flat_map(|r| r.filters.clone()).collect();
         let filter = super::backfill::excluding_filter(&filters, &own_filters, known, row);
         let why = filter.as_ref().map_or(String::new(), |(text, col, value)| {
             format!(": its filter `{text}` excludes it ({col} is {value} on the row)")
         });
-        let though = own
-            .iter()
-            .find(|r| r.returned == Ok(true))
-            .map_or(String::new(), |r| {
-                format!(", though the {o} app's `{}` returns it", r.statement)
-            });
+        let though = though.map_or(String::new(), |r| {
+            format!(", though the {o} app's `{}` returns it", r.statement)
+        });
         let mut f = fail(
             v,
             "old-writes-invisible-to-new",
             Severity::Error,
             format!(
-                "a row the {o} app wrote during the rollout with `{}` (the row {key} of {}) is not returned by the {n} app's {names}{why}{though}",
-                w.statement, w.table
+                "a row the {o} app wrote during the rollout with `{}` (the row {key} of {}) is not returned by the {n} app's {}{why}{though}",
+                w.statement,
+                w.table,
+                names(&lost_reads)
             ),
             "rows the older app writes during the rollout are complete: a new filter column's default must make them pass the newer app's filter (DEFAULT true); a backfill alone does not reach rows written after it",
         )
@@ -848,6 +892,7 @@ mod tests {
         let read = |app: &str, returned: bool| RowRead {
             app: app.into(),
             statement: "list_by_event".into(),
+            keys: vec!["event_id".into()],
             filters: if app == "new" {
                 vec![("confirmed".into(), vec!["confirmed".into()])]
             } else {

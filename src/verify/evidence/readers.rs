@@ -135,6 +135,8 @@ pub struct RolloutWrite {
 pub struct RowRead {
     pub app: String,
     pub statement: String,
+    /// The columns its parameters were bound from (the row's values).
+    pub keys: Vec<String>,
     pub filters: Vec<(String, Vec<String>)>,
     /// Whether it returned the row; Err: the server's message.
     pub returned: Result<bool, String>,

@@ -499,6 +499,7 @@ impl Run<'_> {
                         w.reads.push(RowRead {
                             app: app.name.clone(),
                             statement: r.statement.name.clone(),
+                            keys: r.keys(),
                             filters: r.filters(),
                             returned,
                         });
