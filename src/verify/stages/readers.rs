@@ -203,25 +203,32 @@ fn sampled(c: &mut Client, sample: &str) -> Result<Vec<Vec<Option<String>>>, Str
 /// Bindings from the key columns: their distinct values in the table.
 fn keyed(c: &mut Client, table: &str, keys: &[String]) -> Result<Vec<Vec<Option<String>>>, String> {
     let cols: Vec<String> = keys.iter().map(|k| crate::pg::quote_ident(k)).collect();
-    let select = cols
-        .iter()
-        .map(|c| format!("{c}::text"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let not_null = cols
-        .iter()
-        .map(|c| format!("{c} IS NOT NULL"))
-        .collect::<Vec<_>>()
-        .join(" AND ");
-    let order = (1..=cols.len())
-        .map(|i| i.to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
-    let sql = format!(
-        "SELECT DISTINCT {select} FROM {} WHERE {not_null} ORDER BY {order} LIMIT {SAMPLE_BINDINGS}",
-        quoted_table(table)
+    let join = |f: &dyn Fn(usize, &String) -> String, sep: &str| {
+        cols.iter()
+            .enumerate()
+            .map(|(i, c)| f(i, c))
+            .collect::<Vec<_>>()
+            .join(sep)
+    };
+    let list = join(&|_, c| c.clone(), ", ");
+    let not_null = join(&|_, c| format!("{c} IS NOT NULL"), " AND ");
+    let aliases = join(&|i, _| format!("k{i}"), ", ");
+    let texts = join(&|i, _| format!("k{i}::text"), ", ");
+    let table = quoted_table(table);
+    // Ordered by the columns themselves, an index on them answers it
+    // without reading the table; a type without ordering is sampled in
+    // text order instead.
+    let native = format!(
+        "SELECT {texts} FROM (SELECT DISTINCT {list} FROM {table} WHERE {not_null}
+                             ORDER BY {list} LIMIT {SAMPLE_BINDINGS}) AS k({aliases})"
     );
-    read_only(c, |c| c.query(&sql, &[]))
+    let as_text = format!(
+        "SELECT DISTINCT {} FROM {table} WHERE {not_null} ORDER BY {} LIMIT {SAMPLE_BINDINGS}",
+        join(&|_, c| format!("{c}::text"), ", "),
+        join(&|i, _| (i + 1).to_string(), ", "),
+    );
+    read_only(c, |c| c.query(&native, &[]))
+        .or_else(|_| read_only(c, |c| c.query(&as_text, &[])))
         .map(|rows| {
             rows.iter()
                 .map(|r| (0..cols.len()).map(|i| r.get(i)).collect())
