@@ -30,6 +30,7 @@
 //! `verify` and `check` (which replay the sets and run the rules) and
 //! below `dao` (which implements them): it imports none of them.
 
+pub mod bindings;
 pub mod statements;
 
 use std::collections::BTreeMap;

@@ -286,6 +286,19 @@ pub fn execute_with(
     c.execute(&p.prepared, &params)
 }
 
+/// Runs `statement` with `args` bound in text format (values as
+/// [`arguments`] or a sampled row gives them): its rows.
+pub fn query_text(
+    c: &mut Client,
+    statement: &postgres::Statement,
+    args: &[Option<String>],
+) -> Result<Vec<postgres::Row>, postgres::Error> {
+    let values: Vec<TextValue> = args.iter().map(|a| TextValue(a.as_deref())).collect();
+    let params: Vec<&(dyn ToSql + Sync)> =
+        values.iter().map(|v| v as &(dyn ToSql + Sync)).collect();
+    c.query(statement, &params)
+}
+
 /// Evaluates the parameters and executes.
 pub fn execute(c: &mut Client, p: &Prepared) -> Result<u64, (Step, postgres::Error)> {
     let args = arguments(c, p).map_err(|e| (Step::Params, e))?;

@@ -14,6 +14,7 @@ mod migrate;
 mod no_transaction;
 mod plan;
 mod project;
+mod readers;
 mod report;
 mod roles;
 mod sandbox;
@@ -50,6 +51,7 @@ fn main() {
     trials.extend(plan::tests(&env));
     trials.extend(layouts::tests(&env));
     trials.extend(report::tests(&env));
+    trials.extend(readers::tests(&env));
     trials.retain(|t| common::in_scope(t.name()));
     let conclusion = libtest_mimic::run(&args, trials);
     common::print_slowest(10);

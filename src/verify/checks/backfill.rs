@@ -15,8 +15,12 @@ use std::collections::BTreeSet;
 
 use uuid::Uuid;
 
+use crate::app::AppVersion;
 use crate::report::{Finding, Severity};
-use crate::verify::evidence::{BatchedRun, Context, DirectiveCount, MigrationEvidence, Visible};
+use crate::verify::evidence::{
+    BatchedRun, BoundRows, Context, DirectiveCount, Labels, MigrationEvidence, NotCompared,
+    StatementReader, Visible,
+};
 
 use super::Check;
 
@@ -33,7 +37,7 @@ pub const ENTRY: Check = Check {
 
 /// backfill's judgement of one migration: its batched updates, its
 /// `-- rollsafe:backfill` promises, and the readers before and after.
-pub fn evaluate(e: &MigrationEvidence, _: &Context) -> Vec<Finding> {
+pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
     let v = e.version;
     let mut out = Vec::new();
     if let Some(s) = e.applied_on_seeded() {
@@ -45,14 +49,239 @@ pub fn evaluate(e: &MigrationEvidence, _: &Context) -> Vec<Finding> {
     if let Some(counted) = &b.directives {
         out.extend(directives(v, counted));
     }
-    out.extend(compare_readers(
+    let by_statement = statement_readers(
         v,
-        &b.readers_before,
-        &b.readers_after,
-        &e.live,
-        &e.newly,
-    ));
+        &b.readers_before.statements,
+        &b.readers_after.statements,
+        &cx.labels,
+        cx.apps,
+    );
+    let driver = compare_readers(v, &b.readers_before, &b.readers_after, &e.live, &e.newly);
+    // The statement readers stand for the apps without a driver: the
+    // driver path's "nothing compared" is theirs to say.
+    let drop_not_compared = !b.readers_before.statements.is_empty();
+    out.extend(
+        driver
+            .into_iter()
+            .filter(|f| !(drop_not_compared && f.id == "backfill.readers-not-compared")),
+    );
+    out.extend(by_statement);
     out
+}
+
+/// The statement readers (apps without a driver) before and after
+/// migration `v`: every row a reader returned before must be returned
+/// after by the same reader and by the newer apps' counterparts
+/// ([`StatementReader::reference`]); a reader that could not be compared
+/// says why.
+pub fn statement_readers(
+    v: i32,
+    before: &[StatementReader],
+    after: &[StatementReader],
+    labels: &Labels,
+    apps: &[AppVersion],
+) -> Vec<Finding> {
+    let label = labels.of(v);
+    let mut out = Vec::new();
+    for b in before {
+        if let Err(why) = &b.rows {
+            out.push(reader_not_compared(v, b, why, &label, apps));
+        }
+    }
+    let mut agreeing: Vec<String> = Vec::new();
+    let mut compared_rows = 0;
+    for a in after {
+        let Some((ref_app, ref_st)) = &a.reference else {
+            continue;
+        };
+        let Some((b, Ok(was))) = before
+            .iter()
+            .find(|b| &b.app == ref_app && &b.statement == ref_st)
+            .map(|b| (b, &b.rows))
+        else {
+            continue;
+        };
+        let now = match &a.rows {
+            Ok(now) => now,
+            Err(why) => {
+                out.push(reader_not_compared(v, a, why, &label, apps));
+                continue;
+            }
+        };
+        let expected = now.reference_seen.as_ref().unwrap_or(&was.seen);
+        let total: usize = expected.iter().map(BTreeSet::len).sum();
+        let missing: usize = expected
+            .iter()
+            .zip(&now.seen)
+            .map(|(w, n)| w.difference(n).count())
+            .sum();
+        compared_rows += total;
+        if missing == 0 {
+            let who = format!("{}'s `{}`", a.app, a.statement);
+            if !agreeing.contains(&who) {
+                agreeing.push(who);
+            }
+            continue;
+        }
+        out.push(rows_missing(v, a, b, was, now, missing, total, &label));
+    }
+    if !agreeing.is_empty() && !out.iter().any(|f| f.severity == Severity::Error) {
+        out.push(
+            Finding::new(
+                CHECK,
+                "readers-agree",
+                Severity::Info,
+                Some(v),
+                format!(
+                    "after {label} every statement reader returns the rows it (or the older app's reader of the same rows) returned before: {}",
+                    agreeing.join(", ")
+                ),
+            )
+            .evidence("rows_compared", compared_rows)
+            .evidence("readers", agreeing.len()),
+        );
+    }
+    out
+}
+
+/// A reader (before or after `v`) that was not compared, and what would
+/// make it comparable.
+fn reader_not_compared(
+    v: i32,
+    r: &StatementReader,
+    why: &NotCompared,
+    label: &str,
+    apps: &[AppVersion],
+) -> Finding {
+    let source = apps.iter().find(|a| a.name == r.app).map_or_else(
+        || format!("the {} app's statement set", r.app),
+        |a| a.set.source.clone(),
+    );
+    let (why, advice) = match why {
+        NotCompared::CannotBind(why) => (
+            format!("its parameters cannot be bound to existing rows: {why}"),
+            format!("add a `-- sample: SELECT …` line under `-- name: {}` in {source}: a read-only query whose rows are the values to bind, one column per parameter in order ($1, $2, …)", r.statement),
+        ),
+        NotCompared::NoRows => (
+            format!("there are no rows to sample it with{}", if r.table.is_empty() { String::new() } else { format!(" ({} holds none)", r.table) }),
+            format!("seed rows the way the {} app writes them (a {}.seed.sql next to its set), or give it a `-- sample:` line", r.app, r.app),
+        ),
+        NotCompared::Failed(e) => (
+            format!("running it on sampled rows failed: {e}"),
+            format!("check its `-- sample:` line or its SQL in {source}; the compat findings say whether the statement itself fails"),
+        ),
+    };
+    Finding::new(
+        CHECK,
+        "reader-not-compared",
+        Severity::Skipped,
+        Some(v),
+        format!(
+            "the {} app's `{}` was not compared before and after {label}: {why}",
+            r.app, r.statement
+        ),
+    )
+    .evidence("app", r.app.clone())
+    .evidence("statement", r.statement.clone())
+    .advice(advice)
+}
+
+/// The filter of `filters` that a column the migration added decides,
+/// with that column and its value on `row`: ("confirmed", "confirmed",
+/// "false"). `known`: the table's columns before (empty: unknown, then
+/// any filter on a column of the row whose text `old_filters` lacks).
+pub fn excluding_filter(
+    filters: &[(String, Vec<String>)],
+    old_filters: &[(String, Vec<String>)],
+    known: &[String],
+    row: &crate::verify::evidence::Row,
+) -> Option<(String, String, String)> {
+    filters.iter().find_map(|(text, cols)| {
+        let col = cols.iter().find(|c| {
+            row.contains_key(*c)
+                && if known.is_empty() {
+                    !old_filters.iter().any(|(t, _)| t == text)
+                } else {
+                    !known.contains(c)
+                }
+        })?;
+        let value = row
+            .get(col)
+            .cloned()
+            .flatten()
+            .unwrap_or_else(|| "NULL".to_string());
+        Some((text.clone(), col.clone(), value))
+    })
+}
+
+/// Rows a reader returned before `v` that `a` does not return after.
+#[allow(clippy::too_many_arguments)]
+fn rows_missing(
+    v: i32,
+    a: &StatementReader,
+    b: &StatementReader,
+    was: &BoundRows,
+    now: &BoundRows,
+    missing: usize,
+    total: usize,
+    label: &str,
+) -> Finding {
+    let same_app = a.app == b.app;
+    let (id, whose) = if same_app {
+        ("rows-lost-for-app", format!("it returned before {label}"))
+    } else {
+        (
+            "new-readers-miss-rows",
+            format!(
+                "the {} app's `{}` returned before {label}",
+                b.app, b.statement
+            ),
+        )
+    };
+    let keyed = if b.keys.is_empty() {
+        String::new()
+    } else {
+        format!(" of ({})", b.keys.join(", "))
+    };
+    let (key, row) = now.example_missing.clone().unwrap_or_default();
+    let filter = excluding_filter(&a.filters, &b.filters, &was.table_columns, &row);
+    let why = match &filter {
+        Some((text, col, value)) => format!(
+            "its filter `{text}` excludes them ({col} is {value} on them{})",
+            if was.table_columns.is_empty() || was.table_columns.contains(col) {
+                String::new()
+            } else {
+                format!(", a column {label} added")
+            }
+        ),
+        None => "a filter or a change of the table now excludes them".to_string(),
+    };
+    let mut f = Finding::new(
+        CHECK,
+        id,
+        Severity::Error,
+        Some(v),
+        format!(
+            "the {} app's `{}` no longer returns {missing} of the {total} rows {whose} ({} bindings{keyed}): {why}; e.g. the row {key}",
+            a.app,
+            a.statement,
+            was.bindings.len(),
+        ),
+    )
+    .evidence("app", a.app.clone())
+    .evidence("statement", a.statement.clone())
+    .evidence("reference_app", b.app.clone())
+    .evidence("reference_statement", b.statement.clone())
+    .evidence("expected_rows", total)
+    .evidence("missing", missing)
+    .evidence("example_missing", key);
+    if let Some((text, col, value)) = filter {
+        f = f
+            .evidence("filter", text)
+            .evidence("column", col)
+            .evidence("value", value);
+    }
+    f.advice("existing rows must read the same after the migration: give a new filter column a default that makes existing rows pass the filter (a readiness flag: DEFAULT true), or backfill them in the same migration")
 }
 
 /// Judges the `-- rollsafe:backfill` promises of migration `v` on their
@@ -365,6 +594,77 @@ mod tests {
             (f[0].id.as_str(), f[0].severity),
             ("backfill.readers-not-compared", Severity::Skipped)
         );
+    }
+
+    fn reader(app: &str, statement: &str, rows: Result<BoundRows, NotCompared>) -> StatementReader {
+        StatementReader {
+            app: app.into(),
+            statement: statement.into(),
+            table: "tickets".into(),
+            keys: vec!["event_id".into()],
+            filters: vec![
+                ("event_id = $1::bigint".into(), vec!["event_id".into()]),
+                ("confirmed".into(), vec!["confirmed".into()]),
+            ],
+            identity: vec!["id".into()],
+            bound_by: crate::verify::evidence::BoundBy::Keys,
+            reference: None,
+            rows,
+        }
+    }
+
+    fn seen(keys: &[&str]) -> BoundRows {
+        BoundRows {
+            bindings: vec![vec![Some("1".into())]],
+            seen: vec![keys.iter().map(|k| k.to_string()).collect()],
+            table_columns: vec!["id".into(), "event_id".into()],
+            ..BoundRows::default()
+        }
+    }
+
+    #[test]
+    fn statement_readers_name_the_filter_the_new_column_and_a_row() {
+        let before = vec![
+            reader("v1", "list_by_event", Ok(seen(&["id=1", "id=2"]))),
+            reader(
+                "v1",
+                "search",
+                Err(NotCompared::CannotBind("rollsafe cannot tell".into())),
+            ),
+        ];
+        let mut lost = seen(&[]);
+        lost.example_missing = Some((
+            "id=1".into(),
+            [
+                ("id".to_string(), Some("1".to_string())),
+                ("confirmed".to_string(), Some("false".to_string())),
+            ]
+            .into(),
+        ));
+        let mut after = reader("v2", "list_by_event", Ok(lost));
+        after.reference = Some(("v1".into(), "list_by_event".into()));
+        let mut same = reader("v1", "list_by_event", Ok(seen(&["id=1", "id=2"])));
+        same.reference = Some(("v1".into(), "list_by_event".into()));
+        let f = statement_readers(3, &before, &[same, after], &Labels::ORDINALS, &[]);
+        let ids: Vec<(&str, Severity)> = f.iter().map(|f| (f.id.as_str(), f.severity)).collect();
+        assert_eq!(
+            ids,
+            [
+                ("backfill.reader-not-compared", Severity::Skipped),
+                ("backfill.new-readers-miss-rows", Severity::Error)
+            ]
+        );
+        assert!(f[0].message.contains("`search`"), "{}", f[0].message);
+        assert!(f[0].advice.contains("-- sample:"), "{}", f[0].advice);
+        assert_eq!(
+            f[1].message,
+            "the v2 app's `list_by_event` no longer returns 2 of the 2 rows the v1 app's `list_by_event` returned before V3 (1 bindings of (event_id)): its filter `confirmed` excludes them (confirmed is false on them, a column V3 added); e.g. the row id=1"
+        );
+        // Every row still returned: the readers agree.
+        let mut kept = reader("v2", "list_by_event", Ok(seen(&["id=1", "id=2"])));
+        kept.reference = Some(("v1".into(), "list_by_event".into()));
+        let f = statement_readers(3, &before[..1], &[kept], &Labels::ORDINALS, &[]);
+        assert_eq!(f[0].id, "backfill.readers-agree");
     }
 
     #[test]

@@ -34,7 +34,10 @@ use crate::verify::replay::Outcome;
 
 pub use applied::{Applied, Observed, StatementRun, TableWork, Work};
 pub use lint::Warning;
-pub use readers::{DirectiveCount, Visible};
+pub use readers::{
+    BoundBy, BoundRows, DirectiveCount, NotCompared, RolloutWrite, Row, RowRead, StatementReader,
+    Visible,
+};
 pub use runs::{BatchedRun, Rerun, SecondRun, VerifyScript};
 pub use workload::{AppWait, LongTransactionProbe, ProbeEnd, WorkloadStats};
 
@@ -157,6 +160,9 @@ pub struct Compat {
     pub after: Vec<(String, Vec<Outcome>)>,
     /// Each older app beside each newer one.
     pub cross_version: Vec<SideBySide>,
+    /// Rows the live apps without a driver wrote on the schema after,
+    /// read by every app's statement readers.
+    pub rollout_writes: Vec<RolloutWrite>,
 }
 
 /// The cross-version scenario of two apps.

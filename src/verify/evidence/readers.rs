@@ -31,4 +31,113 @@ pub struct Visible {
     /// (qualified names): an app role without a policy sees none of their
     /// rows.
     pub row_security: Vec<String>,
+    /// The read statements of the apps without a driver (their readers
+    /// compared the same way, by statement).
+    pub statements: Vec<StatementReader>,
+}
+
+/// A row as the database returned it: column → value in text form (None:
+/// NULL).
+pub type Row = BTreeMap<String, Option<String>>;
+
+/// How a statement reader's parameters got their values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BoundBy {
+    /// It has no parameters.
+    #[default]
+    Nothing,
+    /// Distinct values of the columns its predicates compare them to.
+    Keys,
+    /// Its `-- sample:` line.
+    Sample,
+    /// Its `-- param:` lines (one binding).
+    Params,
+}
+
+/// One read statement of an app without a driver, run on the seeded
+/// database with sampled bindings: before the migration (bindings sampled
+/// there), or after it with the bindings of the reader it is compared
+/// with ([`StatementReader::reference`]).
+#[derive(Debug, Clone)]
+pub struct StatementReader {
+    pub app: String,
+    pub statement: String,
+    /// The table it reads, as it names it ("" when not inferred).
+    pub table: String,
+    /// The column each parameter is compared to, in parameter order
+    /// (empty when not every parameter is).
+    pub keys: Vec<String>,
+    /// Its `WHERE`'s conjuncts: (text, columns named).
+    pub filters: Vec<(String, Vec<String>)>,
+    /// The columns that identify a returned row (the table's primary key,
+    /// when the statement returns it); empty: the whole row.
+    pub identity: Vec<String>,
+    pub bound_by: BoundBy,
+    /// After the migration: the (app, statement) whose bindings it ran
+    /// with.
+    pub reference: Option<(String, String)>,
+    /// What it returned, per binding; Err: why it was not compared.
+    pub rows: Result<BoundRows, NotCompared>,
+}
+
+/// A reader's bindings and what it returned for each (row identities).
+#[derive(Debug, Clone, Default)]
+pub struct BoundRows {
+    pub bindings: Vec<Vec<Option<String>>>,
+    pub seen: Vec<BTreeSet<String>>,
+    /// The columns its table had when it ran (before the migration: the
+    /// ones that existed then).
+    pub table_columns: Vec<String>,
+    /// The reader's result columns.
+    pub columns: Vec<String>,
+    /// After the migration, when rows are identified whole and this
+    /// reader returns other columns than the reference: the reference's
+    /// rows cut to the columns both return (what is compared instead of
+    /// the reference's `seen`).
+    pub reference_seen: Option<Vec<BTreeSet<String>>>,
+    /// After the migration: one row the reference returned that this
+    /// reader does not, as the table holds it now (its identity, the row).
+    pub example_missing: Option<(String, Row)>,
+}
+
+/// Why a reader was not compared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotCompared {
+    /// No values for its parameters: why, in words.
+    CannotBind(String),
+    /// Its table holds no rows to sample.
+    NoRows,
+    /// It (or its sample) failed: the server's message.
+    Failed(String),
+}
+
+/// A row the older app wrote on the schema after a migration while the
+/// newer apps run, and whether each app's readers that can be pointed at
+/// it return it.
+#[derive(Debug, Clone)]
+pub struct RolloutWrite {
+    pub older: String,
+    /// The older app's write statement.
+    pub statement: String,
+    pub table: String,
+    /// The row as the table holds it after the write, with its identity
+    /// (`id=17`); Err: why the write or its reading failed.
+    pub written: Result<(String, Row), String>,
+    /// What each reader of the table bound to the row returned.
+    pub reads: Vec<RowRead>,
+    /// Newer apps none of whose readers could be bound to the row: (app,
+    /// why).
+    pub unbound: Vec<(String, String)>,
+}
+
+/// One reader run on a written row.
+#[derive(Debug, Clone)]
+pub struct RowRead {
+    pub app: String,
+    pub statement: String,
+    /// The columns its parameters were bound from (the row's values).
+    pub keys: Vec<String>,
+    pub filters: Vec<(String, Vec<String>)>,
+    /// Whether it returned the row; Err: the server's message.
+    pub returned: Result<bool, String>,
 }

@@ -182,8 +182,17 @@ impl Run<'_> {
                 .collect();
             directives = Some(counted);
         }
+        let newly = self.evidence(v).newly.clone();
         let readers_after = match applied_db {
-            Some(db) => self.visible(db, runnable)?,
+            Some(db) => Visible {
+                statements: self.statement_readers_after(
+                    db,
+                    runnable,
+                    &readers_before.statements,
+                    &newly,
+                )?,
+                ..self.visible(db, runnable)?
+            },
             None => Visible::default(),
         };
         Ok(Backfill {
@@ -243,6 +252,9 @@ impl Run<'_> {
                 });
             }
         }
+        // Rows the older apps write while the newer ones run, read back
+        // by their statement readers (apps without a driver).
+        out.rollout_writes = self.rollout_writes(db, live, runnable)?;
         Ok(out)
     }
 

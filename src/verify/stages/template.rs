@@ -134,7 +134,10 @@ impl Run<'_> {
         // seeded database is then the one the migration is measured on
         // (no copy needed: nothing else reads its state before).
         let readers_before = match &seeded {
-            Some((db, _)) => self.visible(db, &live)?,
+            Some((db, _)) => Visible {
+                statements: self.statement_readers_before(db, &live)?,
+                ..self.visible(db, &live)?
+            },
             None => Visible::default(),
         };
 

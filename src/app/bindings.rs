@@ -1,0 +1,401 @@
+//! What an app's statement reads or writes, from its syntax tree: the
+//! shape the reader comparison needs to run it on real rows.
+//!
+//! A reader (`SELECT … FROM t WHERE input_collection_id = $1 AND name =
+//! $2`) is run with values that name existing rows: each parameter is
+//! bound to the column of `t` its predicate compares it to with `=`
+//! ([`ReadShape::keys`]), so sampling distinct `(input_collection_id,
+//! name)` pairs of `t` gives bindings that return rows. Its `WHERE`'s
+//! top-level conjuncts ([`ReadShape::filters`]) name the predicate that
+//! excludes a row when one goes missing. A parameter compared any other
+//! way (`LIKE`, `> $1`, inside a function call) cannot be inferred: the
+//! statement's `-- sample: SELECT …` line says what to bind instead.
+//!
+//! A writer's target table ([`insert_target`]) tells which readers can
+//! be run on the row it wrote. Parsed with the grammar that splits files
+//! ([`crate::sql`]); nothing here reads a database.
+
+use std::collections::BTreeMap;
+
+use squawk_syntax::ast::{AstNode, Stmt};
+use squawk_syntax::{SyntaxKind, SyntaxNode};
+
+/// How a read statement can be bound to existing rows.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ReadShape {
+    /// The table it reads, as the statement names it (`tickets`,
+    /// `sales.orders`), lower-cased unless quoted.
+    pub table: String,
+    /// `$N` → the column of [`ReadShape::table`] it is compared to with
+    /// `=`.
+    pub keys: BTreeMap<usize, String>,
+    /// How many parameters it has (the highest `$N`).
+    pub params: usize,
+    /// Its `WHERE`'s top-level conjuncts, in order.
+    pub filters: Vec<Filter>,
+}
+
+impl ReadShape {
+    /// Whether every parameter is bound to a column.
+    pub fn fully_keyed(&self) -> bool {
+        (1..=self.params).all(|n| self.keys.contains_key(&n))
+    }
+
+    /// The key columns, in parameter order.
+    pub fn key_columns(&self) -> Vec<String> {
+        self.keys.values().cloned().collect()
+    }
+}
+
+/// One conjunct of a `WHERE`: its text and the column names in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Filter {
+    pub text: String,
+    pub columns: Vec<String>,
+}
+
+/// Runs `f` on the only statement of `sql`; Err says why there is not one.
+fn with_statement<T: Send>(
+    sql: &str,
+    f: impl FnOnce(&Stmt) -> Result<T, String> + Send,
+) -> Result<T, String> {
+    crate::sql::with_parse(sql, |parse| {
+        if let Some(e) = parse.errors().first() {
+            return Err(format!("rollsafe's SQL grammar cannot read it ({e})"));
+        }
+        let stmts: Vec<Stmt> = parse.tree().stmts().collect();
+        let [stmt] = stmts.as_slice() else {
+            return Err("it is not one statement".into());
+        };
+        f(stmt)
+    })
+    .map_err(|e| e.to_string())?
+}
+
+/// An identifier as PostgreSQL folds it: `"Name"` keeps its case, `Name`
+/// is `name`.
+fn folded(ident: &str) -> String {
+    let t = ident.trim();
+    match t.strip_prefix('"').and_then(|s| s.strip_suffix('"')) {
+        Some(quoted) => quoted.replace("\"\"", "\""),
+        None => t.to_lowercase(),
+    }
+}
+
+/// The highest `$N` in `node`.
+fn param_count(node: &SyntaxNode) -> usize {
+    node.descendants_with_tokens()
+        .filter_map(|e| e.into_token())
+        .filter(|t| t.kind() == SyntaxKind::POSITIONAL_PARAM)
+        .filter_map(|t| t.text().trim_start_matches('$').parse::<usize>().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+/// The parameter number when `node` is `$N`, `$N::type`, `($N)` or
+/// `CAST($N AS type)`.
+fn as_param(node: &SyntaxNode) -> Option<usize> {
+    match node.kind() {
+        SyntaxKind::LITERAL => {
+            let t = node.first_token()?;
+            (t.kind() == SyntaxKind::POSITIONAL_PARAM)
+                .then(|| t.text().trim_start_matches('$').parse().ok())
+                .flatten()
+        }
+        SyntaxKind::CAST_EXPR | SyntaxKind::PAREN_EXPR => {
+            node.children().find_map(|c| as_param(&c))
+        }
+        _ => None,
+    }
+}
+
+/// The column when `node` is `col` or `qualifier.col` (the qualifier
+/// folded, if any).
+fn as_column(node: &SyntaxNode) -> Option<(Option<String>, String)> {
+    match node.kind() {
+        SyntaxKind::NAME_REF => Some((None, folded(&node.text().to_string()))),
+        SyntaxKind::FIELD_EXPR => {
+            let parts: Vec<SyntaxNode> = node.children().collect();
+            let [base, field] = parts.as_slice() else {
+                return None;
+            };
+            let (None, qualifier) = as_column(base)? else {
+                return None;
+            };
+            (field.kind() == SyntaxKind::NAME_REF)
+                .then(|| (Some(qualifier), folded(&field.text().to_string())))
+        }
+        SyntaxKind::PAREN_EXPR => {
+            let inner: Vec<SyntaxNode> = node.children().collect();
+            match inner.as_slice() {
+                [one] => as_column(one),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// The operator of a binary expression, lower-cased (`=`, `and`).
+fn operator(bin: &SyntaxNode) -> Option<String> {
+    bin.children_with_tokens()
+        .find(|c| match c {
+            squawk_syntax::SyntaxElement::Token(t) => {
+                !matches!(t.kind(), SyntaxKind::WHITESPACE | SyntaxKind::COMMENT)
+            }
+            squawk_syntax::SyntaxElement::Node(n) => n.kind() == SyntaxKind::OP,
+        })
+        .map(|op| op.to_string().trim().to_lowercase())
+}
+
+/// The operands of a binary expression (the nodes that are not its
+/// operator).
+fn operands(bin: &SyntaxNode) -> Vec<SyntaxNode> {
+    bin.children()
+        .filter(|c| c.kind() != SyntaxKind::OP)
+        .collect()
+}
+
+/// The top-level conjuncts of `expr` (split on `AND`).
+fn conjuncts(expr: &SyntaxNode, out: &mut Vec<SyntaxNode>) {
+    if expr.kind() == SyntaxKind::BIN_EXPR && operator(expr).as_deref() == Some("and") {
+        for side in operands(expr) {
+            conjuncts(&side, out);
+        }
+    } else {
+        out.push(expr.clone());
+    }
+}
+
+/// The column names a conjunct mentions.
+fn columns_in(node: &SyntaxNode) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for n in node.descendants_with_tokens() {
+        let Some(n) = n.into_node() else { continue };
+        let name = match n.kind() {
+            // `t.col` names col (its qualifier is a table).
+            SyntaxKind::FIELD_EXPR => as_column(&n).map(|(_, col)| col),
+            SyntaxKind::NAME_REF
+                if n.parent().map(|p| p.kind()) != Some(SyntaxKind::FIELD_EXPR)
+                    && n.parent().map(|p| p.kind()) != Some(SyntaxKind::CALL_EXPR) =>
+            {
+                Some(folded(&n.text().to_string()))
+            }
+            _ => None,
+        };
+        if let Some(name) = name.filter(|n| !out.contains(n)) {
+            out.push(name);
+        }
+    }
+    out
+}
+
+/// The tables a `FROM` clause reads: (name as written, folded; alias).
+fn from_tables(from: &SyntaxNode) -> Vec<(String, Option<String>)> {
+    from.descendants()
+        .filter(|n| n.kind() == SyntaxKind::RELATION_FROM_ITEM)
+        .filter_map(|item| {
+            let name = item
+                .children()
+                .find(|c| {
+                    c.kind() == SyntaxKind::RELATION_NAME_REF || c.kind() == SyntaxKind::PATH_REF
+                })
+                .or_else(|| {
+                    item.descendants()
+                        .find(|c| c.kind() == SyntaxKind::PATH_REF)
+                })?;
+            let name = name
+                .text()
+                .to_string()
+                .split('.')
+                .map(folded)
+                .collect::<Vec<_>>()
+                .join(".");
+            let alias = item
+                .children()
+                .find(|c| c.kind() == SyntaxKind::FROM_ALIAS)
+                .and_then(|a| {
+                    a.descendants()
+                        .find(|n| n.kind() == SyntaxKind::TABLE_ALIAS)
+                        .map(|n| folded(&n.text().to_string()))
+                });
+            Some((name, alias))
+        })
+        .collect()
+}
+
+/// What a reader compares its parameters to; Err says why it cannot be
+/// read that way (it is then compared only with a `-- sample:` line).
+pub fn infer_read(sql: &str) -> Result<ReadShape, String> {
+    with_statement(sql, |stmt| {
+        let Stmt::Select(select) = stmt else {
+            return Err("it is not a plain SELECT (a UNION, VALUES or another statement)".into());
+        };
+        let node = select.syntax();
+        let from = node
+            .children()
+            .find(|c| c.kind() == SyntaxKind::FROM_CLAUSE)
+            .ok_or("it reads no table (no FROM)")?;
+        let tables = from_tables(&from);
+        let Some((table, alias)) = tables.first().cloned() else {
+            return Err("its FROM names no table".into());
+        };
+        let unqualified_is_main = tables.len() == 1;
+        let mut shape = ReadShape {
+            table: table.clone(),
+            params: param_count(node),
+            ..ReadShape::default()
+        };
+        let last = table.rsplit('.').next().unwrap_or(&table).to_string();
+        let of_main = |qualifier: &Option<String>| match qualifier {
+            None => unqualified_is_main,
+            Some(q) => alias.as_deref().map_or(*q == last, |a| a == q),
+        };
+        if let Some(expr) = node
+            .children()
+            .find(|c| c.kind() == SyntaxKind::WHERE_CLAUSE)
+            .and_then(|w| w.children().next())
+        {
+            let mut parts = Vec::new();
+            conjuncts(&expr, &mut parts);
+            for part in &parts {
+                shape.filters.push(Filter {
+                    text: part
+                        .text()
+                        .to_string()
+                        .split_whitespace()
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                    columns: columns_in(part),
+                });
+                if part.kind() != SyntaxKind::BIN_EXPR || operator(part).as_deref() != Some("=") {
+                    continue;
+                }
+                let sides = operands(part);
+                let [l, r] = sides.as_slice() else { continue };
+                let pair = match (as_param(l), as_param(r)) {
+                    (Some(n), None) => as_column(r).map(|c| (n, c)),
+                    (None, Some(n)) => as_column(l).map(|c| (n, c)),
+                    _ => None,
+                };
+                if let Some((n, (qualifier, column))) = pair {
+                    if of_main(&qualifier) {
+                        shape.keys.entry(n).or_insert(column);
+                    }
+                }
+            }
+        }
+        Ok(shape)
+    })
+}
+
+/// Whether a statement locks the rows it reads (`FOR UPDATE`/`SHARE`):
+/// part of a write, not a reader to compare.
+pub fn locks_rows(sql: &str) -> bool {
+    with_statement(sql, |stmt| {
+        Ok(stmt
+            .syntax()
+            .descendants()
+            .any(|n| n.kind() == SyntaxKind::LOCKING_CLAUSE))
+    })
+    .unwrap_or(false)
+}
+
+/// The table an `INSERT` writes (folded, as named); None for any other
+/// statement.
+pub fn insert_target(sql: &str) -> Option<String> {
+    with_statement(sql, |stmt| {
+        let Stmt::Insert(insert) = stmt else {
+            return Err(String::new());
+        };
+        let name = insert
+            .syntax()
+            .children()
+            .find(|c| c.kind() == SyntaxKind::RELATION_NAME_REF || c.kind() == SyntaxKind::PATH_REF)
+            .ok_or_else(String::new)?;
+        Ok(name
+            .text()
+            .to_string()
+            .split('.')
+            .map(folded)
+            .collect::<Vec<_>>()
+            .join("."))
+    })
+    .ok()
+}
+
+/// A `-- sample:` query must be one statement that only reads.
+pub fn check_sample(sql: &str) -> Result<(), String> {
+    match crate::capture::classify(sql) {
+        crate::capture::Class::Read if !locks_rows(sql) => Ok(()),
+        _ => Err("a `-- sample:` line must be one SELECT that only reads".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(shape: &ReadShape) -> Vec<(usize, &str)> {
+        shape.keys.iter().map(|(n, c)| (*n, c.as_str())).collect()
+    }
+
+    #[test]
+    fn parameters_compared_with_equals_bind_to_their_columns() {
+        let s = infer_read(
+            "SELECT id, name FROM attached_functions\n WHERE input_collection_id = $1::uuid AND name = $2::text AND NOT is_deleted",
+        )
+        .unwrap();
+        assert_eq!(s.table, "attached_functions");
+        assert_eq!(s.params, 2);
+        assert_eq!(keys(&s), [(1, "input_collection_id"), (2, "name")]);
+        assert!(s.fully_keyed());
+        let texts: Vec<&str> = s.filters.iter().map(|f| f.text.as_str()).collect();
+        assert_eq!(
+            texts,
+            [
+                "input_collection_id = $1::uuid",
+                "name = $2::text",
+                "NOT is_deleted"
+            ]
+        );
+        assert_eq!(s.filters[2].columns, ["is_deleted"]);
+    }
+
+    #[test]
+    fn qualified_reversed_and_aliased_comparisons_are_read() {
+        let s = infer_read(
+            "SELECT t.id FROM Tickets AS t JOIN events e ON e.id = t.event_id WHERE $1 = t.event_id AND e.name = $2 AND t.confirmed ORDER BY t.seat",
+        )
+        .unwrap();
+        assert_eq!(s.table, "tickets");
+        // $2 compares a column of another table: not a key of tickets.
+        assert_eq!(keys(&s), [(1, "event_id")]);
+        assert!(!s.fully_keyed());
+        assert_eq!(s.filters[2].text, "t.confirmed");
+        assert_eq!(s.filters[2].columns, ["confirmed"]);
+    }
+
+    #[test]
+    fn what_cannot_be_inferred_says_so() {
+        let s = infer_read("SELECT id FROM docs WHERE title LIKE $1").unwrap();
+        assert_eq!((s.params, s.fully_keyed()), (1, false));
+        assert!(infer_read("SELECT 1 UNION SELECT 2").is_err());
+        assert!(infer_read("SELECT now()").is_err());
+        let none = infer_read("SELECT id FROM docs ORDER BY id LIMIT 5").unwrap();
+        assert!(none.fully_keyed() && none.filters.is_empty());
+    }
+
+    #[test]
+    fn writers_and_samples() {
+        assert_eq!(
+            insert_target("INSERT INTO s.Orders (a) VALUES ($1) RETURNING id").as_deref(),
+            Some("s.orders")
+        );
+        assert_eq!(insert_target("UPDATE t SET a = 1"), None);
+        assert!(locks_rows("SELECT id FROM t WHERE id = $1 FOR UPDATE"));
+        assert!(check_sample("SELECT event_id FROM tickets LIMIT 3").is_ok());
+        assert!(check_sample("DELETE FROM tickets RETURNING id").is_err());
+        assert!(check_sample("WITH x AS (DELETE FROM t RETURNING id) SELECT id FROM x").is_err());
+    }
+}
