@@ -11,25 +11,11 @@
 //!    completed, and can it still create?
 
 use postgres::Client;
-use uuid::Uuid;
 
 use crate::app::AppVersion;
 use crate::errors::one_line;
 
-/// What the scenario saw.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CrossVersion {
-    /// The older app's row written during the rollout and whether the
-    /// newer app's readers see it; or why the older app could not create.
-    pub old_write: Result<(Uuid, bool), String>,
-    /// The newer app's in-flight row (None: its driver has no two-phase
-    /// create): (row, seen by the newer app, seen by the older app).
-    pub in_flight: Option<(Uuid, bool, bool)>,
-    /// After a rollback: whether the older app sees a row the newer one
-    /// completed, and its own create (Err: why it failed).
-    pub rollback_reads: bool,
-    pub rollback_write: Result<(), String>,
-}
+pub use super::evidence::CrossVersion;
 
 /// Runs the scenario; None when either app has no driver (nothing to
 /// exercise). An app operation other than a create that fails outright

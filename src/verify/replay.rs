@@ -31,68 +31,7 @@ use crate::app::{AppVersion, Kind};
 /// SQLSTATE 42501 insufficient_privilege.
 pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
 
-/// Why a statement was refused a privilege, as its role sees it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Denied {
-    /// The object the server names (`public.t`), as it names it.
-    pub table: String,
-    /// The privileges the role lacks there that the statement needs
-    /// (`INSERT`, `SELECT`); empty when none could be named.
-    pub privileges: Vec<String>,
-    /// Row-level security is enabled on the table: a row was refused by
-    /// its policies (or, without any, by default deny).
-    pub row_security: bool,
-    /// The role the statement ran as.
-    pub role: String,
-}
-
-/// How one statement fared, and what it is: its result columns and
-/// parameter types as the server describes them, and the table locks its
-/// execution took (its real effect: ROW EXCLUSIVE for a write, ROW SHARE
-/// for `FOR UPDATE`, ACCESS SHARE for a read).
-#[derive(Debug, Clone, Default)]
-pub struct Outcome {
-    pub statement: String,
-    /// None when it prepared and executed; else the step and the server's
-    /// message.
-    pub failure: Option<(Step, String)>,
-    /// (name, type) of each result column, when it prepared.
-    pub columns: Vec<(String, String)>,
-    /// Parameter types, when it prepared.
-    pub params: Vec<String>,
-    /// (table, mode) of the relation locks its execution took.
-    pub locks: Vec<(String, String)>,
-    /// The SQLSTATE of the failure, when the server gave one.
-    pub sqlstate: Option<String>,
-    /// What privilege it lacked, when it failed with SQLSTATE 42501.
-    pub denied: Option<Denied>,
-    /// Rows it returned or changed when it executed.
-    pub rows: Option<u64>,
-}
-
-impl Outcome {
-    /// Whether executing it took a lock that only writers take.
-    pub fn writes(&self) -> bool {
-        self.locks.iter().any(|(_, m)| m != "AccessShareLock")
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
-    Prepare,
-    Params,
-    Execute,
-}
-
-impl std::fmt::Display for Step {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Step::Prepare => "PREPARE",
-            Step::Params => "evaluating its declared parameters",
-            Step::Execute => "EXECUTE",
-        })
-    }
-}
+pub use super::evidence::{Denied, Outcome, Step};
 
 /// `-- param: $N = expr` lines of a statement, by N.
 pub fn declared_params<'a>(meta: impl Iterator<Item = &'a str>) -> BTreeMap<usize, String> {

@@ -62,7 +62,7 @@ pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
 pub fn tables_not_seeded(
     v: i32,
     prev: i32,
-    generated: &crate::verify::generate::Generated,
+    generated: &crate::verify::evidence::Generated,
     labels: &Labels,
 ) -> Vec<Finding> {
     let prev_label = labels.of(prev);

@@ -13,10 +13,13 @@
 // `predict` reads applies through this path: the root names `predict`
 // (the Context's sizes), so importing the root from it would be a circle.
 pub mod applied;
+mod cross_version;
 mod lint;
 pub mod plan;
 mod readers;
+mod replay;
 mod runs;
+pub mod seeding;
 mod workload;
 
 use std::collections::BTreeMap;
@@ -27,18 +30,18 @@ use crate::catalog::Catalog;
 use crate::lock_policy::LockPolicy;
 use crate::pg::lock_modes::Needs;
 use crate::schema::Snapshot;
-use crate::verify::cross_version::CrossVersion;
-use crate::verify::generate::Generated;
 use crate::verify::predict::Sizes;
-use crate::verify::replay::Outcome;
 
 pub use applied::{Applied, Observed, StatementRun, TableWork, Work};
+pub use cross_version::CrossVersion;
 pub use lint::Warning;
 pub use readers::{
     BoundBy, BoundRows, DirectiveCount, NotCompared, RolloutWrite, Row, RowRead, StatementReader,
     Visible,
 };
+pub use replay::{Denied, Outcome, Step};
 pub use runs::{BatchedRun, Rerun, SecondRun, VerifyScript};
+pub use seeding::Generated;
 pub use workload::{AppWait, LongTransactionProbe, ProbeEnd, WorkloadStats};
 
 /// Everything the rehearsal measured about one migration.
