@@ -1,7 +1,7 @@
 //! PostgreSQL knowledge that every layer shares, below all of them: which
 //! table-level lock modes conflict ([`lock_modes`]), how to read the
 //! catalogue ([`catalogue`]: columns, constraints and foreign keys,
-//! indexes, table statistics) and how to quote an identifier.
+//! indexes, table statistics) and how to quote an identifier or a literal.
 //!
 //! Nothing here knows rollsafe's own modules: no migration set, no
 //! sandbox, no finding. Callers say which relations they mean (by oid);
@@ -9,6 +9,12 @@
 
 pub mod catalogue;
 pub mod lock_modes;
+
+/// Quotes a string as an SQL literal (`'it''s'`; standard-conforming
+/// strings, so a backslash is an ordinary character).
+pub fn quote_literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
 
 /// Quotes an identifier for SQL (`"name"`, doubling embedded quotes).
 pub fn quote_ident(name: &str) -> String {

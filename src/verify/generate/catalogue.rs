@@ -23,9 +23,10 @@ pub(super) struct Table {
     pub(super) uniques: Vec<Vec<i16>>,
     pub(super) fks: Vec<ForeignKey>,
     pub(super) checks: Vec<Check>,
-    /// The column a partitioned table routes its rows by, and the values
-    /// some partition takes ([`super::partition`]).
-    pub(super) routed: Option<(i16, super::families::Family)>,
+    /// A partitioned table's key (`pg_get_partkeydef`: `RANGE (day)`) and
+    /// its partitions' bounds (`FOR VALUES FROM (…) TO (…)`), from which
+    /// [`super::partition`] knows the values its rows may take.
+    pub(super) partitioning: Option<(String, Vec<String>)>,
     /// Its enabled user triggers that fire on INSERT, with their mode
     /// (`pg_trigger.tgenabled`: O, A or R), to disable and restore.
     pub(super) insert_triggers: Vec<(String, String)>,
@@ -271,7 +272,7 @@ pub(super) fn read_tables(
             uniques: Vec::new(),
             fks: Vec::new(),
             checks: Vec::new(),
-            routed: None,
+            partitioning: None,
             insert_triggers: Vec::new(),
             name: rel.name,
             qualified: rel.qualified,
@@ -289,7 +290,14 @@ pub(super) fn read_tables(
                 generated: col.generated,
             });
         }
-        t.routed = super::partition::routed_values(c, t.oid, &t.columns)?;
+        let p = c.query_one(
+            "SELECT pg_get_partkeydef($1::oid),
+                    ARRAY(SELECT pg_get_expr(k.relpartbound, k.oid)
+                            FROM pg_inherits i JOIN pg_class k ON k.oid = i.inhrelid
+                           WHERE i.inhparent = $1::oid)",
+            &[&t.oid],
+        )?;
+        t.partitioning = p.get::<_, Option<String>>(0).map(|key| (key, p.get(1)));
         // tgtype bit 4: fires on INSERT (row or statement level).
         t.insert_triggers = c
             .query(

@@ -4,6 +4,7 @@
 
 use super::catalogue::{TypeInfo, TypeKind};
 use super::{I, MAX_FAMILIES};
+use crate::pg::quote_literal;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Family {
@@ -47,10 +48,6 @@ pub(super) fn each_of(values: &[String]) -> Family {
 /// `template` with the index replaced by `index` (an SQL expression).
 pub(super) fn at(template: &str, index: &str) -> String {
     template.replace(I, &format!("({index})"))
-}
-
-pub(super) fn quote_literal(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
 }
 
 /// The literals of a CHECK expression: strings (`'a'`, `'-5'`) and bare
@@ -355,6 +352,7 @@ fn texts(typmod: i32, name: &str, lits: &Literals, width: u64) -> Vec<Family> {
         .patterns
         .iter()
         .filter_map(|p| super::pattern::matching(p, digits))
+        .map(|(sql, injective)| if injective { inj(sql) } else { fam(sql) })
         .collect();
     if room >= 2 {
         v.push(inj(format!(

@@ -30,6 +30,7 @@ pub(super) fn choose_values(
             }
         }
     }
+    let routed = super::partition::routed_values(c, t)?;
     let mut fitting: BTreeMap<usize, Vec<Family>> = BTreeMap::new();
     for k in 0..t.columns.len() {
         if decided[k] {
@@ -37,7 +38,7 @@ pub(super) fn choose_values(
         }
         let col = &t.columns[k];
         let mut fams = families(&col.ty, col.typmod, &col.name, &lits[k], width);
-        if let Some((_, routed)) = t.routed.as_ref().filter(|(n, _)| *n == col.num) {
+        if let Some((_, routed)) = routed.as_ref().filter(|(n, _)| *n == col.num) {
             // Only values some partition takes can be inserted at all.
             fams = vec![routed.clone()];
         }

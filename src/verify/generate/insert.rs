@@ -7,10 +7,10 @@ use std::collections::BTreeSet;
 use postgres::GenericClient;
 
 use super::catalogue::{ForeignKey, Table, TypeInfo, TypeKind};
-use super::families::quote_literal;
 use super::plan::{unseeded, Plan, TableResult};
 use super::SeededTable;
 use crate::pg::quote_ident;
+use crate::pg::quote_literal;
 
 /// Rows written through the table's INSERT triggers before their cost is
 /// judged: a first batch, then a second of the same size.

@@ -8,47 +8,37 @@
 //! (partitions are assumed to cover it without gaps, as yearly or monthly
 //! ones do). LIST: every listed value in turn. HASH routes any value.
 
-use postgres::Client;
+use postgres::GenericClient;
 
-use super::catalogue::{Column, TypeKind};
-use super::families::{each_of, quote_literal, Family, Literals};
+use super::catalogue::{Column, Table, TypeKind};
+use super::families::{each_of, Family, Literals};
 use super::I;
+use crate::pg::quote_literal;
 
 /// The column (by number) a partitioned table's rows must be routed by
 /// and the values that route them; None when any value is routed (not
 /// partitioned, HASH, a DEFAULT partition) or the key is not one plain
 /// column of a type handled here.
 pub(super) fn routed_values(
-    c: &mut Client,
-    oid: u32,
-    columns: &[Column],
+    c: &mut impl GenericClient,
+    t: &Table,
 ) -> Result<Option<(i16, Family)>, postgres::Error> {
-    let row = c.query_one(
-        "SELECT pg_get_partkeydef($1::oid),
-                ARRAY(SELECT pg_get_expr(k.relpartbound, k.oid)
-                        FROM pg_inherits i JOIN pg_class k ON k.oid = i.inhrelid
-                       WHERE i.inhparent = $1::oid)",
-        &[&oid],
-    )?;
-    let (Some(key), bounds) = (
-        row.get::<_, Option<String>>(0),
-        row.get::<_, Vec<String>>(1),
-    ) else {
+    let Some((key, bounds)) = &t.partitioning else {
         return Ok(None);
     };
     if bounds.is_empty() || bounds.iter().any(|b| b.trim() == "DEFAULT") {
         return Ok(None);
     }
-    let Some((strategy, column)) = key_column(&key) else {
+    let Some((strategy, column)) = key_column(key) else {
         return Ok(None);
     };
-    let Some(col) = columns.iter().find(|col| col.name == column) else {
+    let Some(col) = t.columns.iter().find(|col| col.name == column) else {
         return Ok(None);
     };
     let family = match strategy.as_str() {
         "LIST" => {
             let mut lits = Literals::default();
-            for b in &bounds {
+            for b in bounds {
                 lits.scan(b);
             }
             let values: Vec<String> = if lits.strings.is_empty() {
@@ -58,7 +48,7 @@ pub(super) fn routed_values(
             };
             (!values.is_empty()).then(|| each_of(&values))
         }
-        "RANGE" => range_span(c, col, &bounds)?,
+        "RANGE" => range_span(c, col, bounds)?,
         _ => None,
     };
     Ok(family.map(|f| (col.num, f)))
@@ -96,7 +86,7 @@ type Step = fn(&str, &str, i64) -> String;
 /// Values from the lowest lower bound on, in turn over the span to the
 /// highest upper bound, for a date, timestamp or integer key.
 fn range_span(
-    c: &mut Client,
+    c: &mut impl GenericClient,
     col: &Column,
     bounds: &[String],
 ) -> Result<Option<Family>, postgres::Error> {
@@ -124,10 +114,14 @@ fn range_span(
         .map(|(x, y)| format!("(({x})::{ty}, ({y})::{ty})"))
         .collect::<Vec<_>>()
         .join(", ");
-    let row = c.query_one(
+    // In a savepoint: bounds its casts refuse must not end the transaction
+    // of a deferred cycle.
+    let mut sp = c.transaction()?;
+    let row = sp.query_one(
         &format!("SELECT min(x)::text, ({span})::bigint FROM (VALUES {values}) v(x, y)"),
         &[],
     );
+    drop(sp);
     let row = match row {
         Ok(row) => row,
         Err(e) if e.as_db_error().is_some() => return Ok(None),
