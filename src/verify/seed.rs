@@ -49,12 +49,12 @@ pub fn generate_only(c: &mut Client, rows: u64, carried: bool) -> anyhow::Result
             counts = counts.only_empty();
         }
         let clock = std::time::Instant::now();
+        // (It ends with ANALYZE.)
         let mut generated = generate::seed(c, &counts, &[])?;
         log::debug!("generated rows in {:?}", clock.elapsed());
         // The tables that held rows already are the earlier seeding's.
         generated.seeded.retain(|t| t.requested > 0);
         out.generated = Some(generated);
-        c.batch_execute("ANALYZE")?;
     }
     Ok(out)
 }
@@ -69,13 +69,13 @@ pub fn fill_empty_tables(c: &mut Client, rows: u64) -> anyhow::Result<Option<gen
     if rows == 0 {
         return Ok(None);
     }
+    // (It ends with ANALYZE.)
     let mut generated = generate::seed(c, &RowCounts::new(rows).only_empty(), &[])?;
     // Only the tables that were empty are this seeding's.
     generated.seeded.retain(|t| t.requested > 0);
     if generated.seeded.is_empty() && generated.unseeded.is_empty() {
         return Ok(None);
     }
-    c.batch_execute("ANALYZE")?;
     Ok(Some(generated))
 }
 
@@ -137,8 +137,10 @@ pub fn seed(
             .copied()
             .collect();
         let per_table = share * apps.len() as u64 + (rows - share * live.len() as u64);
+        // (It ends with ANALYZE, after the bulk seeds above.)
         out.generated = Some(generate::seed(c, &RowCounts::new(per_table), &apps)?);
+    } else {
+        c.batch_execute("ANALYZE")?;
     }
-    c.batch_execute("ANALYZE")?;
     Ok(out)
 }
