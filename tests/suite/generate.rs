@@ -774,6 +774,11 @@ CREATE TABLE audited (id serial PRIMARY KEY, note text NOT NULL, noted_at timest
 CREATE FUNCTION stamp() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN NEW.noted_at := now(); RETURN NEW; END $$;
 CREATE TRIGGER audited_stamp BEFORE INSERT ON audited FOR EACH ROW EXECUTE FUNCTION stamp();
+
+CREATE TABLE audit_counts (audited_id integer PRIMARY KEY REFERENCES audited (id), seen integer NOT NULL);
+CREATE FUNCTION count_audited() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN INSERT INTO audit_counts VALUES (NEW.id, 1); RETURN NEW; END $$;
+CREATE TRIGGER audited_counted AFTER INSERT ON audited FOR EACH ROW EXECUTE FUNCTION count_audited();
 "#;
 
 fn triggers_that_refuse_or_grow_are_seeded_past_and_said(env: &TestEnv) -> anyhow::Result<()> {
@@ -807,6 +812,21 @@ fn triggers_that_refuse_or_grow_are_seeded_past_and_said(env: &TestEnv) -> anyho
         "{grew}"
     );
     ensure!(past("audited").is_empty(), "{}", past("audited"));
+    // A table its parent's trigger fills keeps those rows (generated ones
+    // would collide with them on its key), said so.
+    let counts = g
+        .seeded
+        .iter()
+        .find(|t| t.table == "audit_counts")
+        .ok_or_else(|| anyhow::anyhow!("{g:?}"))?;
+    ensure!(
+        counts.written == n
+            && counts
+                .note
+                .as_deref()
+                .is_some_and(|x| x.contains("triggers")),
+        "{counts:?}"
+    );
     // Rows seeded through a trigger got what it writes.
     ensure!(
         count(
@@ -822,7 +842,8 @@ fn triggers_that_refuse_or_grow_are_seeded_past_and_said(env: &TestEnv) -> anyho
     ensure!(
         modes
             == [
-                ("audited_stamp".to_string(), "O".to_string()),
+                ("audited_counted".to_string(), "O".to_string()),
+                ("audited_stamp".into(), "O".into()),
                 ("handles_reserved".into(), "A".into()),
                 ("uploads_quota".into(), "O".into())
             ],

@@ -54,7 +54,7 @@ mod pattern;
 mod plan;
 mod table;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use postgres::{Client, GenericClient};
 use thiserror::Error;
@@ -160,12 +160,25 @@ pub fn seed(c: &mut Client, rows: &RowCounts, apps: &[&AppVersion]) -> anyhow::R
     let names: Vec<String> = tables.iter().map(|t| t.name.clone()).collect();
     let order = seeding_order(&names, &edges);
     out.warnings.extend(order.warnings.iter().cloned());
+    let mut empty_at_start = BTreeSet::new();
+    for (k, t) in tables.iter().enumerate() {
+        let any: bool = c
+            .query_one(
+                &format!("SELECT EXISTS (SELECT 1 FROM {})", t.qualified),
+                &[],
+            )?
+            .get(0);
+        if !any {
+            empty_at_start.insert(k);
+        }
+    }
     let seeding = Seeding {
         tables: &tables,
         parents: tables.iter().map(|t| (t.oid, t)).collect(),
         edges: &edges,
         order: &order,
         rows,
+        empty_at_start,
     };
     // The transaction that wrote each table's rows, to find them again.
     let mut writers: HashMap<usize, String> = HashMap::new();
@@ -241,6 +254,8 @@ struct Seeding<'a> {
     edges: &'a [Edge],
     order: &'a order::Order,
     rows: &'a RowCounts,
+    /// Tables that held no row when this seeding began.
+    empty_at_start: BTreeSet<usize>,
 }
 
 impl Seeding<'_> {
@@ -271,6 +286,30 @@ impl Seeding<'_> {
     ) -> anyhow::Result<TableResult> {
         let t = &self.tables[k];
         let requested = self.rows.for_table(&t.name);
+        if requested > 0 && self.empty_at_start.contains(&k) {
+            // Rows written since by the INSERT triggers of tables seeded
+            // before it (a counter row per crate, a default per parent):
+            // they are the rows production has, and generated ones would
+            // collide with them on its keys.
+            let by_triggers: i64 = c
+                .query_one(&format!("SELECT count(*) FROM {}", t.qualified), &[])?
+                .get(0);
+            if by_triggers > 0 {
+                return Ok(Ok((
+                    SeededTable {
+                        table: t.name.clone(),
+                        requested,
+                        written: by_triggers as u64,
+                        note: Some(format!(
+                            "its {by_triggers} rows were written by the INSERT triggers of the tables seeded before it"
+                        )),
+                        past_triggers: None,
+                        took: std::time::Duration::ZERO,
+                    },
+                    None,
+                )));
+            }
+        }
         let cut = |fk: &ForeignKey| self.cut(k, fk, deferring);
         match seed_table(
             c,
