@@ -81,6 +81,7 @@ pub(super) fn seed_table(
         decided,
         forced,
         joins,
+        ..
     } = draft;
     let mut plan = Plan {
         table: t,
@@ -121,6 +122,9 @@ pub(super) struct Draft {
     /// Columns rollsafe fills despite a default.
     pub(super) forced: BTreeSet<usize>,
     pub(super) joins: Vec<Join>,
+    /// Joins (by index) whose foreign key's columns make a UNIQUE key on
+    /// their own: each parent row at most once.
+    pub(super) single: Vec<usize>,
 }
 
 impl Draft {
@@ -155,6 +159,7 @@ impl Draft {
             decided,
             forced: BTreeSet::new(),
             joins: Vec::new(),
+            single: Vec::new(),
         }
     }
 
@@ -346,11 +351,27 @@ impl Draft {
                 carriers.insert(k);
                 continue;
             }
-            for &k in &cols {
-                if let Val::Fk { fk, .. } = self.vals[k] {
-                    if !radix.contains(&fk) {
-                        radix.push(fk);
-                    }
+            let joins: BTreeSet<usize> = cols
+                .iter()
+                .filter_map(|&k| match self.vals[k] {
+                    Val::Fk { fk, .. } => Some(fk),
+                    _ => None,
+                })
+                .collect();
+            // A key of one foreign key's columns (a one-to-one: a default
+            // version per crate) takes each parent row once: the plain
+            // walk does, up to its rows. Several foreign keys walk their
+            // combinations.
+            if joins.len() == 1 {
+                let j = *joins.iter().next().expect("one join");
+                if !self.single.contains(&j) {
+                    self.single.push(j);
+                }
+                continue;
+            }
+            for fk in joins {
+                if !radix.contains(&fk) {
+                    radix.push(fk);
                 }
             }
         }
@@ -384,6 +405,13 @@ impl Draft {
     /// columns only (the joins `radix`) has fewer combinations, with the
     /// note that says so.
     fn walk_combinations(&mut self, radix: &[usize], requested: u64) -> (u64, Option<String>) {
+        // Each parent row once, for a key of one foreign key's columns.
+        if let Some(n) = self.single.iter().map(|&j| self.joins[j].n).min() {
+            if n < requested && radix.is_empty() {
+                let note = format!("{n} rows: one per referenced row, as its UNIQUE key allows");
+                return (n, Some(note));
+            }
+        }
         if radix.is_empty() {
             return (requested, None);
         }
