@@ -711,8 +711,10 @@ fn real_shaped_catalogue_is_seeded_almost_whole(env: &TestEnv) -> anyhow::Result
             ),
         }
     }
+    // Every table of this fixture can be seeded (issue 30 asks 95% of
+    // real schemas; anything less here is a regression).
     ensure!(
-        seeded * 100 >= listed.len() * 95,
+        seeded == listed.len(),
         "{seeded} of {} tables seeded: {:?}",
         listed.len(),
         g.unseeded

@@ -133,9 +133,16 @@ impl Plan<'_> {
                 .join(" AND ");
             let n = if probe { j.n.min(16) } else { j.n };
             // A probe (run once per candidate while CHECKs are searched)
-            // needs some parent rows, not the ones the INSERT will pick:
-            // any 16 are read without sorting the parent table.
-            let limit = if probe { " LIMIT 16" } else { "" };
+            // needs some parent rows, not all: the first 16 by the key,
+            // read from the unique index every referenced key has (no
+            // sort of a big table). The same 16 for every join to one
+            // parent, so the shift between two such joins holds in the
+            // probe as in the INSERT (an inviter is not the invitee).
+            let limit = if probe {
+                format!(" ORDER BY {keys} LIMIT 16")
+            } else {
+                String::new()
+            };
             let shift = j.shift;
             let pick = match j.divisor {
                 Some(d) => format!("((s.g - 1) / {d} + {shift}) % {n}"),

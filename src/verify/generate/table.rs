@@ -351,19 +351,22 @@ impl Draft {
                 carriers.insert(k);
                 continue;
             }
-            let joins: BTreeSet<usize> = cols
-                .iter()
-                .filter_map(|&k| match self.vals[k] {
-                    Val::Fk { fk, .. } => Some(fk),
-                    _ => None,
-                })
-                .collect();
+            // In the key's column order: the first walks fastest (a
+            // shifted second key into the same table stays apart from it).
+            let mut joins: Vec<usize> = Vec::new();
+            for &k in &cols {
+                if let Val::Fk { fk, .. } = self.vals[k] {
+                    if !joins.contains(&fk) {
+                        joins.push(fk);
+                    }
+                }
+            }
             // A key of one foreign key's columns (a one-to-one: a default
             // version per crate) takes each parent row once: the plain
             // walk does, up to its rows. Several foreign keys walk their
             // combinations.
             if joins.len() == 1 {
-                let j = *joins.iter().next().expect("one join");
+                let j = joins[0];
                 if !self.single.contains(&j) {
                     self.single.push(j);
                 }
