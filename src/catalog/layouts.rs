@@ -340,3 +340,29 @@ impl Nolint {
         self.file.is_none() && self.statements.is_empty()
     }
 }
+
+/// `text` with each `${inner}` replaced by what `value` gives for it (the
+/// text between the braces, and the 1-based line of `text` it starts on):
+/// Flyway's placeholders and goose's ENVSUB variables. An unclosed `${`
+/// is left as it is.
+pub(super) fn fill_placeholders(
+    text: &str,
+    mut value: impl FnMut(&str, usize) -> Result<String, CatalogError>,
+) -> Result<String, CatalogError> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        let Some(len) = rest[start + 2..].find('}') else {
+            break;
+        };
+        let line = text[..text.len() - rest.len() + start]
+            .lines()
+            .count()
+            .max(1);
+        out.push_str(&rest[..start]);
+        out.push_str(&value(&rest[start + 2..start + 2 + len], line)?);
+        rest = &rest[start + 2 + len + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}

@@ -367,25 +367,9 @@ fn apply_measured_in(
     match result {
         Ok(_) => out.held = t0.elapsed(),
         Err(e) if e.index() < steps.len() => {
-            let st = &steps[e.index()].statement;
             out.duration = t0.elapsed();
             out.held = out.duration;
-            out.error = Some(if out.split_exact && steps.len() > 1 {
-                format!("line {}: {}", st.line, e.message())
-            } else {
-                e.message()
-            });
-            out.sqlstate = e
-                .error()
-                .and_then(|e| e.code())
-                .map(|s| s.code().to_string());
-            out.failed_statement = Some(e.index());
-            // The sizes still say which tables the statements before it
-            // worked on, and on how many rows.
-            out.tables = existing
-                .iter()
-                .map(|t| (t.name.clone(), t.sizes()))
-                .collect();
+            failed(&mut out, &e, &steps, &existing);
         }
         // Measuring, or the transaction's start or end, failed: not the
         // migration's doing.
@@ -462,6 +446,28 @@ impl apply::StepObserver for Measure<'_> {
         self.out.tables = post_apply(c, self.existing, &self.out.statements)?;
         Ok(())
     }
+}
+
+/// Records statement `e.index()`'s failure in `out`, whichever way the
+/// migration ran: its error (with its line when the file has several
+/// statements), SQLSTATE and index, and the tables' sizes (they still say
+/// which tables the statements before it worked on, and on how many rows).
+fn failed(out: &mut Applied, e: &apply::StepError, steps: &[apply::Step], existing: &[Existing]) {
+    let st = &steps[e.index()].statement;
+    out.error = Some(if out.split_exact && steps.len() > 1 {
+        format!("line {}: {}", st.line, e.message())
+    } else {
+        e.message()
+    });
+    out.sqlstate = e
+        .error()
+        .and_then(|e| e.code())
+        .map(|s| s.code().to_string());
+    out.failed_statement = Some(e.index());
+    out.tables = existing
+        .iter()
+        .map(|t| (t.name.clone(), t.sizes()))
+        .collect();
 }
 
 /// WAL written on this connection's server since `lsn0`.

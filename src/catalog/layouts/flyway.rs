@@ -285,26 +285,14 @@ fn replace_placeholders(
     text: &str,
     values: &BTreeMap<String, String>,
 ) -> Result<String, CatalogError> {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(start) = rest.find("${") {
-        let Some(len) = rest[start + 2..].find('}') else {
-            break;
-        };
-        let name = &rest[start + 2..start + 2 + len];
-        let value = values.get(name).ok_or_else(|| CatalogError::Unreadable {
+    super::fill_placeholders(text, |name, line| {
+        values.get(name).cloned().ok_or_else(|| CatalogError::Unreadable {
             file: file.to_string(),
             why: format!(
-                "line {}: Flyway placeholder `${{{name}}}` has no value; pass --placeholder {name}=<value> (the value Flyway's configuration gives it)",
-                text[..text.len() - rest.len() + start].lines().count().max(1)
+                "line {line}: Flyway placeholder `${{{name}}}` has no value; pass --placeholder {name}=<value> (the value Flyway's configuration gives it)"
             ),
-        })?;
-        out.push_str(&rest[..start]);
-        out.push_str(value);
-        rest = &rest[start + 2 + len + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
+        })
+    })
 }
 
 #[cfg(test)]

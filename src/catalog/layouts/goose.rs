@@ -150,32 +150,28 @@ fn substitute_env(
     }
     let mut out = String::with_capacity(sql.len());
     for (i, line) in sql.split_inclusive('\n').enumerate() {
-        let mut rest = line;
-        while let Some(start) = rest.find("${").filter(|_| envsub.contains(&i)) {
-            let Some(len) = rest[start + 2..].find('}') else {
-                break;
-            };
-            let inner = &rest[start + 2..start + 2 + len];
+        if !envsub.contains(&i) {
+            out.push_str(line);
+            continue;
+        }
+        out.push_str(&super::fill_placeholders(line, |inner, _| {
             let (name, default) = match inner.split_once(":-").or_else(|| inner.split_once('-')) {
                 Some((n, d)) => (n, Some(d)),
                 None => (inner, None),
             };
-            let value = values
+            values
                 .get(name)
                 .map(String::as_str)
                 .or(default)
+                .map(str::to_string)
                 .ok_or_else(|| CatalogError::Unreadable {
                     file: file.to_string(),
                     why: format!(
                         "line {}: `${{{name}}}` is read from the environment by goose (ENVSUB ON) and has no value here; pass --placeholder {name}=<value> (the value production's environment gives it)",
                         i + 1
                     ),
-                })?;
-            out.push_str(&rest[..start]);
-            out.push_str(value);
-            rest = &rest[start + 2 + len + 1..];
-        }
-        out.push_str(rest);
+                })
+        })?);
     }
     Ok(out)
 }

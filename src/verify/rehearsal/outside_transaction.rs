@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 use postgres::Client;
 
 use super::{
-    cumulative_work, existing_tables, files_and_indexes, post_apply, wal_lsn, wal_since, Existing,
+    cumulative_work, existing_tables, failed, files_and_indexes, post_apply, wal_lsn, wal_since,
+    Existing,
 };
 use crate::db;
 use crate::migrate::apply::{self, Step, StepObserver};
@@ -92,21 +93,7 @@ pub fn apply(
     };
     out.held = out.duration;
     if let Err(e) = result {
-        let st = &steps[e.index()].statement;
-        out.error = Some(if out.split_exact && steps.len() > 1 {
-            format!("line {}: {}", st.line, e.message())
-        } else {
-            e.message()
-        });
-        out.sqlstate = e
-            .error()
-            .and_then(|e| e.code())
-            .map(|s| s.code().to_string());
-        out.failed_statement = Some(e.index());
-        out.tables = existing
-            .iter()
-            .map(|t| (t.name.clone(), t.sizes()))
-            .collect();
+        failed(&mut out, &e, &steps, &existing);
         return Ok(out);
     }
     out.wal_bytes = wal_since(&mut c, &lsn0)?;
