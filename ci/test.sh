@@ -97,13 +97,17 @@ resources() {
         held_elsewhere "$pid" || echo "container $id"
       done
   fi
-  for dir in "${TMPDIR:-/tmp}"/rollsafe-local-*; do
-    [ -e "$dir" ] || continue
-    pid=$(pgrep -f -- "-D $dir/" | head -n 1)
-    held_elsewhere "$pid" || echo "datadir $dir"
-  done
-  pgrep -f -- "-D ${TMPDIR:-/tmp}/rollsafe-local-" | while read -r pid; do
-    held_elsewhere "$pid" || echo "server-pid $pid"
+  # Where the local backend puts its servers (cleanup::local_dir_parents).
+  local parent
+  for parent in ${ROLLSAFE_LOCAL_DIR:-} /dev/shm "${TMPDIR:-/tmp}"; do
+    for dir in "$parent"/rollsafe-local-*; do
+      [ -e "$dir" ] || continue
+      pid=$(pgrep -f -- "-D $dir/" | head -n 1)
+      held_elsewhere "$pid" || echo "datadir $dir"
+    done
+    pgrep -f -- "-D $parent/rollsafe-local-" | while read -r pid; do
+      held_elsewhere "$pid" || echo "server-pid $pid"
+    done
   done
   true
 }

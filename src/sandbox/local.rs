@@ -3,7 +3,7 @@
 //!
 //! The server listens on a free loopback port only (no Unix socket), runs
 //! with `fsync=off`, and lives in a temporary directory that is removed on
-//! drop. PostgreSQL refuses to run as root, so as root the binaries run as
+//! drop: in memory where it can ([`cleanup::local_dir_parents`]). PostgreSQL refuses to run as root, so as root the binaries run as
 //! the `postgres` OS user.
 //!
 //! `postgres` is started directly as a child (not through `pg_ctl`) with a
@@ -93,10 +93,25 @@ impl LocalBackend {
     ) -> Result<LocalBackend, SandboxError> {
         let bindir = find_bindir(bindir)?;
         let user = server_user()?;
-        let dir = tempfile::Builder::new()
-            .prefix(DIR_PREFIX)
-            .tempdir()
-            .map_err(|e| local_err("creating a temporary directory", e))?;
+        let parents = cleanup::local_dir_parents();
+        let dir = parents
+            .iter()
+            .find_map(|parent| {
+                tempfile::Builder::new()
+                    .prefix(DIR_PREFIX)
+                    .tempdir_in(parent)
+                    .ok()
+            })
+            .ok_or_else(|| {
+                let tried: Vec<String> = parents.iter().map(|p| p.display().to_string()).collect();
+                local_err(
+                    &format!(
+                        "creating a directory for the server in {}",
+                        tried.join(" or ")
+                    ),
+                    "none is writable; set ROLLSAFE_LOCAL_DIR to a writable directory",
+                )
+            })?;
         let registration = cleanup::register(Held::LocalServer {
             dir: dir.path().to_path_buf(),
             pid: None,

@@ -29,6 +29,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<Trial> {
         [
             a_killed_runs_local_directory_is_removed_by_the_next_run,
             a_killed_runs_container_is_removed_by_the_next_run,
+            the_local_server_lives_where_rollsafe_local_dir_says,
         ]
     ));
     // Shown as ignored (never silently passed) where the backend is absent.
@@ -54,9 +55,18 @@ enum Resources {
 /// `rollsafe verify --postgres <backend>` on the embedded migrations,
 /// returned once it is rehearsing V1 (its sandbox is up and in use).
 fn verify_in_progress(backend: &str) -> anyhow::Result<(Child, tempfile::NamedTempFile)> {
+    verify_in_progress_with(backend, &[])
+}
+
+/// [`verify_in_progress`] with extra environment variables.
+fn verify_in_progress_with(
+    backend: &str,
+    env: &[(&str, &std::path::Path)],
+) -> anyhow::Result<(Child, tempfile::NamedTempFile)> {
     let stderr = tempfile::NamedTempFile::new()?;
     let child = cli()
         .args(["verify", "--postgres", backend, "--rows", "2000"])
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::from(stderr.reopen()?))
         .spawn()?;
@@ -75,13 +85,21 @@ fn verify_in_progress(backend: &str) -> anyhow::Result<(Child, tempfile::NamedTe
 }
 
 fn resources_of(pid: u32, backend: &str) -> anyhow::Result<Resources> {
+    resources_in(pid, backend, cleanup::local_dir_parents())
+}
+
+/// [`resources_of`], a local directory looked for in `parents`.
+fn resources_in(pid: u32, backend: &str, parents: Vec<PathBuf>) -> anyhow::Result<Resources> {
     if backend == "docker" {
         return Ok(Resources::Docker {
             containers: containers_of(pid)?,
         });
     }
-    for entry in std::fs::read_dir(std::env::temp_dir())? {
-        let dir = entry?.path();
+    let dirs = parents
+        .into_iter()
+        .filter_map(|parent| std::fs::read_dir(parent).ok())
+        .flat_map(|entries| entries.flatten().map(|e| e.path()));
+    for dir in dirs {
         let owner = std::fs::read_to_string(dir.join(cleanup::OWNER_FILE)).unwrap_or_default();
         if owner.trim() == pid.to_string() {
             let postmaster = std::fs::read_to_string(dir.join("data/postmaster.pid"))
@@ -241,6 +259,46 @@ fn a_killed_runs_local_directory_is_removed_by_the_next_run(_env: &TestEnv) -> a
         "local",
         SandboxBuilder::from_env()?.backend(rollsafe::sandbox::BackendChoice::Local),
     )
+}
+
+/// The local backend's directory goes where `ROLLSAFE_LOCAL_DIR` says
+/// (else in memory when /dev/shm has room: the order of
+/// `cleanup::local_dir_parents`), and is removed from there on SIGTERM.
+fn the_local_server_lives_where_rollsafe_local_dir_says(_env: &TestEnv) -> anyhow::Result<()> {
+    let chosen = tempfile::tempdir()?;
+    // The postgres OS user (as root) must be able to enter it.
+    std::fs::set_permissions(
+        chosen.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+    )?;
+    let (mut child, stderr) =
+        verify_in_progress_with("local", &[("ROLLSAFE_LOCAL_DIR", chosen.path())])?;
+    let pid = child.id();
+    let held = resources_in(pid, "local", vec![chosen.path().to_path_buf()]);
+    let listed: Vec<PathBuf> = std::fs::read_dir(chosen.path())?
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    kill(Pid::from_raw(pid as i32), Signal::SIGTERM)?;
+    let status = child.wait()?;
+    let held = held?;
+    let Resources::Local { dir, .. } = &held else {
+        bail!("a local run holds a directory: {held:?}")
+    };
+    ensure!(
+        dir.parent() == Some(chosen.path()),
+        "the server's directory {} is not in ROLLSAFE_LOCAL_DIR {} (it holds {listed:?})",
+        dir.display(),
+        chosen.path().display()
+    );
+    ensure!(
+        status.code() == Some(143),
+        "exit {status:?}: {}",
+        std::fs::read_to_string(stderr.path())?
+    );
+    let left = left(&held, pid)?;
+    ensure!(left.is_empty(), "left after SIGTERM: {left:?}");
+    Ok(())
 }
 
 fn a_killed_runs_container_is_removed_by_the_next_run(_env: &TestEnv) -> anyhow::Result<()> {
