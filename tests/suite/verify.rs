@@ -301,9 +301,10 @@ fn default_false_hides_legacy_rows(env: &TestEnv) -> anyhow::Result<()> {
     // The row the legacy DAO itself creates during the rollout, read back
     // by the current app's statement readers.
     ensure!(
-        r.errors().any(|f| f.id == "compat.old-writes-invisible-to-new"
-            && f.evidence["statement"] == "driver:create"
-            && f.message.contains("its filter `is_ready` excludes it")),
+        r.errors()
+            .any(|f| f.id == "compat.old-writes-invisible-to-new"
+                && f.evidence["statement"] == "driver:create"
+                && f.message.contains("its filter `is_ready` excludes it")),
         "{:?}",
         error_ids(&r)
     );
@@ -999,9 +1000,10 @@ fn type_change_is_a_rewrite_and_a_broken_read_not_a_panic(env: &TestEnv) -> anyh
         "{:?}",
         f.evidence
     );
-    // The DAO's own reads fail with a message naming the column and both
-    // types, as a finding.
-    let read = expect_error(&r, 4, "backfill.reader-fails")?;
+    // The DAO's own reads (through the drivers' two-phase and rollback
+    // scenarios) fail with a message naming the column and both types,
+    // as a finding.
+    let read = expect_error(&r, 4, "compat.cross-version-fails")?;
     ensure!(
         read.message
             .contains("`current_attempts` is int8 in the database, but the app reads it as i32"),
