@@ -33,6 +33,8 @@ struct Variant {
     v3: &'static str,
     /// The newer app's statement set instead of the fixture's, if given.
     newer_app: Option<&'static str>,
+    /// The older app's statement set instead of the fixture's, if given.
+    older_app: Option<&'static str>,
     verdict: Verdict,
     /// Findings that must not be on V3 (ids).
     absent: &'static [&'static str],
@@ -54,6 +56,23 @@ END $$;
 CREATE TRIGGER tickets_reconfirm BEFORE UPDATE OF holder ON tickets
     FOR EACH ROW WHEN (NEW.holder IS DISTINCT FROM OLD.holder)
     EXECUTE FUNCTION tickets_reconfirm();
+";
+
+/// A tickets_v1 whose list hides the press row (seats `R1-…`, never for
+/// sale), which the fixture's tickets_v2 lists again.
+const TICKETS_PRESS_ROW: &str = "\
+-- app: tickets_v1
+-- needs: 2
+
+-- name: sell
+-- param: $1 = (SELECT id FROM events ORDER BY id LIMIT 1)
+-- param: $2 = 'S-' || substr(md5(random()::text), 1, 10)
+-- param: $3 = 'walk-in'
+INSERT INTO tickets (event_id, seat, holder) VALUES ($1::bigint, $2::text, $3::text) RETURNING id;
+
+-- name: list_by_event
+-- param: $1 = (SELECT id FROM events ORDER BY id LIMIT 1)
+SELECT id, seat, holder FROM tickets WHERE event_id = $1::bigint AND seat NOT LIKE 'R1-%' ORDER BY seat;
 ";
 
 /// The tickets_v2 app of the "own rows only" variant: a hold hides a seat
@@ -107,6 +126,7 @@ const VARIANTS: &[Variant] = &[
         project: SEED_AS_FILES,
         v3: "ALTER TABLE attached_functions ADD COLUMN is_ready boolean NOT NULL DEFAULT false;",
         newer_app: None,
+        older_app: None,
         verdict: Verdict::Errors(&[
             "backfill.new-readers-miss-rows: the current app's `get_by_name` no longer returns",
             "backfill.new-readers-miss-rows: bindings of (input_collection_id, name)): its filter `is_ready` excludes them (is_ready is false on them",
@@ -120,6 +140,7 @@ const VARIANTS: &[Variant] = &[
         project: SEED_AS_FILES,
         v3: "ALTER TABLE attached_functions ADD COLUMN is_ready boolean NOT NULL DEFAULT true;",
         newer_app: None,
+        older_app: None,
         verdict: Verdict::Passes,
         absent: &[],
         // The current app's not-ready rows are its own: never judged;
@@ -133,6 +154,7 @@ const VARIANTS: &[Variant] = &[
         project: SHIPPED,
         v3: "-- rollsafe:backfill attached_functions is_ready = true\nALTER TABLE attached_functions ADD COLUMN is_ready boolean NOT NULL DEFAULT false;",
         newer_app: None,
+        older_app: None,
         verdict: Verdict::Errors(&[
             "backfill.rows-not-backfilled: of attached_functions do not satisfy `is_ready = true`",
             "backfill.new-readers-miss-rows: the current app's `list_by_collection` no longer returns",
@@ -152,6 +174,7 @@ const VARIANTS: &[Variant] = &[
         project: "tickets",
         v3: "ALTER TABLE tickets ADD COLUMN confirmed boolean NOT NULL DEFAULT false;",
         newer_app: None,
+        older_app: None,
         verdict: Verdict::Errors(&[
             "backfill.new-readers-miss-rows: the tickets_v2 app's `list_by_event` no longer returns",
             "backfill.new-readers-miss-rows: its filter `confirmed` excludes them (confirmed is false on them, a column V3 added); e.g. the row id=",
@@ -165,6 +188,7 @@ const VARIANTS: &[Variant] = &[
         project: "tickets",
         v3: "ALTER TABLE tickets ADD COLUMN confirmed boolean NOT NULL DEFAULT true;",
         newer_app: None,
+        older_app: None,
         verdict: Verdict::Passes,
         absent: &["backfill.readers-not-compared", "compat.cross-version-skipped"],
         present: &[
@@ -175,10 +199,23 @@ const VARIANTS: &[Variant] = &[
         ],
     },
     Variant {
+        name: "tickets_newer_reader_without_the_older_filter_shows_hidden_rows",
+        project: "tickets",
+        v3: "ALTER TABLE tickets ADD COLUMN confirmed boolean NOT NULL DEFAULT true;",
+        newer_app: None,
+        older_app: Some(TICKETS_PRESS_ROW),
+        verdict: Verdict::Passes,
+        absent: &[],
+        present: &[
+            "backfill.new-readers-return-hidden-rows: the tickets_v2 app's `list_by_event` returns 20 rows that the tickets_v1 app's `list_by_event` does not return on the same bindings: it lacks the older reader's filter `seat NOT LIKE 'R1-%'`",
+        ],
+    },
+    Variant {
         name: "tickets_old_update_reset_by_a_trigger_hides_the_resold_ticket",
         project: "tickets",
         v3: TICKETS_RECONFIRM_TRIGGER,
         newer_app: None,
+        older_app: None,
         verdict: Verdict::Errors(&[
             "compat.old-writes-invisible-to-new: with `resell` (the row id=",
             "compat.old-writes-invisible-to-new: `get_tickets`: its filter `confirmed` excludes it (confirmed is false on the row), though the tickets_v1 app's",
@@ -192,6 +229,7 @@ const VARIANTS: &[Variant] = &[
         project: "tickets",
         v3: "ALTER TABLE tickets ADD COLUMN confirmed boolean;",
         newer_app: None,
+        older_app: None,
         verdict: Verdict::Errors(&[
             "backfill.new-readers-miss-rows: (confirmed is NULL on them",
             "compat.old-writes-invisible-to-new: (confirmed is NULL on the row)",
@@ -204,6 +242,7 @@ const VARIANTS: &[Variant] = &[
         project: "tickets",
         v3: "ALTER TABLE tickets ADD COLUMN IF NOT EXISTS confirmed boolean NOT NULL DEFAULT false;\n-- rollsafe:batched-update tickets SET confirmed = true WHERE NOT confirmed\n",
         newer_app: None,
+        older_app: None,
         verdict: Verdict::Errors(&[
             "compat.old-writes-invisible-to-new: its filter `confirmed` excludes it (confirmed is false on the row)",
         ]),
@@ -216,6 +255,7 @@ const VARIANTS: &[Variant] = &[
         project: "tickets",
         v3: "ALTER TABLE tickets ADD COLUMN held_until timestamptz;",
         newer_app: Some(TICKETS_HOLDS),
+        older_app: None,
         verdict: Verdict::Passes,
         absent: &[],
         present: &["compat.old-writes-visible-to-new: "],
@@ -225,6 +265,7 @@ const VARIANTS: &[Variant] = &[
         project: "docs",
         v3: "ALTER TABLE documents ADD COLUMN approved boolean NOT NULL DEFAULT false;",
         newer_app: None,
+        older_app: None,
         verdict: Verdict::Errors(&[
             // A reader of another name, keyed the same way.
             "backfill.new-readers-miss-rows: the docs_v2 app's `folder_listing` no longer returns",
@@ -240,6 +281,7 @@ const VARIANTS: &[Variant] = &[
         project: "docs",
         v3: "ALTER TABLE documents ADD COLUMN approved boolean NOT NULL DEFAULT true;",
         newer_app: None,
+        older_app: None,
         verdict: Verdict::Passes,
         absent: &["backfill.rows-lost-for-app"],
         present: &[
@@ -255,6 +297,7 @@ const VARIANTS: &[Variant] = &[
         project: "docs",
         v3: "ALTER TABLE documents ADD COLUMN approved boolean;",
         newer_app: None,
+        older_app: None,
         verdict: Verdict::Errors(&[
             "backfill.new-readers-miss-rows: (approved is NULL on them",
             "compat.old-writes-invisible-to-new: (approved is NULL on the row)",
@@ -267,6 +310,7 @@ const VARIANTS: &[Variant] = &[
         project: "docs",
         v3: "ALTER TABLE documents ADD COLUMN IF NOT EXISTS approved boolean NOT NULL DEFAULT false;\n-- rollsafe:batched-update documents SET approved = true WHERE NOT approved\n",
         newer_app: None,
+        older_app: None,
         verdict: Verdict::Errors(&["compat.old-writes-invisible-to-new: `approved`"]),
         absent: &["backfill.new-readers-miss-rows"],
         present: &[],
@@ -276,6 +320,7 @@ const VARIANTS: &[Variant] = &[
         project: "docs",
         v3: "ALTER TABLE documents ADD COLUMN draft boolean;",
         newer_app: Some(DOCS_DRAFTS),
+        older_app: None,
         verdict: Verdict::Passes,
         absent: &[],
         present: &["compat.old-writes-visible-to-new: "],
@@ -379,9 +424,11 @@ fn project(variant: &Variant) -> anyhow::Result<tempfile::TempDir> {
         })
         .context("the fixture's V3")?;
     std::fs::write(v3, variant.v3)?;
-    if let Some(newer) = variant.newer_app {
-        let name = format!("{}_v2.sql", variant.project);
-        std::fs::write(dir.path().join("apps").join(name), newer)?;
+    for (app, text) in [("v2", variant.newer_app), ("v1", variant.older_app)] {
+        if let Some(text) = text {
+            let name = format!("{}_{app}.sql", variant.project);
+            std::fs::write(dir.path().join("apps").join(name), text)?;
+        }
     }
     Ok(dir)
 }
