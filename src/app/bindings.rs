@@ -144,10 +144,18 @@ fn as_param_list(node: &SyntaxNode) -> Option<Vec<usize>> {
     node.children().map(|c| as_param(&c)).collect()
 }
 
-/// The parameters a conjunct compares to one column, and whether they
-/// take arrays: `col = $N`, `$N = col`, `col = ANY($N)`, `col IN ($N,
-/// …)`. None for any other shape.
-fn keyed_comparison(part: &SyntaxNode) -> Option<(Vec<usize>, bool, (Option<String>, String))> {
+/// Parameters a conjunct compares to one column.
+struct Keyed {
+    params: Vec<usize>,
+    /// Whether they take an array (`= ANY($N)`).
+    array: bool,
+    /// The column, with its qualifier if it has one.
+    column: (Option<String>, String),
+}
+
+/// The parameters a conjunct compares to one column: `col = $N`, `$N =
+/// col`, `col = ANY($N)`, `col IN ($N, …)`. None for any other shape.
+fn keyed_comparison(part: &SyntaxNode) -> Option<Keyed> {
     if part.kind() != SyntaxKind::BIN_EXPR {
         return None;
     }
@@ -155,13 +163,20 @@ fn keyed_comparison(part: &SyntaxNode) -> Option<(Vec<usize>, bool, (Option<Stri
     let [l, r] = sides.as_slice() else {
         return None;
     };
+    let keyed = |params, array, column| {
+        Some(Keyed {
+            params,
+            array,
+            column,
+        })
+    };
     match operator(part).as_deref()? {
         "=" => match (as_param(l), as_param(r)) {
-            (Some(n), None) => Some((vec![n], false, as_column(r)?)),
-            (None, Some(n)) => Some((vec![n], false, as_column(l)?)),
-            _ => Some((vec![as_any_param(r)?], true, as_column(l)?)),
+            (Some(n), None) => keyed(vec![n], false, as_column(r)?),
+            (None, Some(n)) => keyed(vec![n], false, as_column(l)?),
+            _ => keyed(vec![as_any_param(r)?], true, as_column(l)?),
         },
-        "in" => Some((as_param_list(r)?, false, as_column(l)?)),
+        "in" => keyed(as_param_list(r)?, false, as_column(l)?),
         _ => None,
     }
 }
@@ -331,15 +346,21 @@ pub fn infer_read(sql: &str) -> Result<ReadShape, String> {
                         .join(" "),
                     columns: columns_in(part),
                 });
-                let Some((params, array, (qualifier, column))) = keyed_comparison(part) else {
+                let Some(Keyed {
+                    params,
+                    array,
+                    column: (qualifier, column),
+                }) = keyed_comparison(part)
+                else {
                     continue;
                 };
                 if !of_main(&qualifier) {
                     continue;
                 }
                 for n in params {
-                    if !shape.keys.contains_key(&n) {
-                        shape.keys.insert(n, column.clone());
+                    // The first comparison of a parameter binds it.
+                    if let std::collections::btree_map::Entry::Vacant(e) = shape.keys.entry(n) {
+                        e.insert(column.clone());
                         if array {
                             shape.arrays.insert(n);
                         }
