@@ -377,6 +377,7 @@ impl Run<'_> {
         db: &Database,
         live: &[&AppVersion],
     ) -> Result<Visible, VerifyError> {
+        let clock = std::time::Instant::now();
         let mut migrator = self.connect_migrator(db)?;
         let mut out = Visible {
             row_security: step("reading row-level security", row_security(&mut migrator))?,
@@ -389,6 +390,11 @@ impl Run<'_> {
                     .push(self.before_one(&mut c, &mut migrator, &reader));
             }
         }
+        log::debug!(
+            "readers before: {} statement readers in {:?}",
+            out.statements.len(),
+            clock.elapsed()
+        );
         Ok(out)
     }
 
@@ -476,6 +482,11 @@ impl Run<'_> {
         before: &[StatementReader],
         newly: &[String],
     ) -> Result<Visible, VerifyError> {
+        // Nothing ran before (no app was live): nothing to compare with.
+        if before.is_empty() {
+            return Ok(Visible::default());
+        }
+        let clock = std::time::Instant::now();
         let mut migrator = self.connect_migrator(db)?;
         let mut out = Visible {
             row_security: step("reading row-level security", row_security(&mut migrator))?,
@@ -503,6 +514,11 @@ impl Run<'_> {
                 ));
             }
         }
+        log::debug!(
+            "readers after: {} statement readers in {:?}",
+            out.statements.len(),
+            clock.elapsed()
+        );
         Ok(out)
     }
 
@@ -519,6 +535,10 @@ impl Run<'_> {
         runnable: &[&AppVersion],
     ) -> Result<Vec<RolloutWrite>, VerifyError> {
         let mut out = Vec::new();
+        if live.is_empty() {
+            return Ok(out);
+        }
+        let clock = std::time::Instant::now();
         let mut migrator = self.connect_migrator(db)?;
         for older in live {
             let newer: Vec<&AppVersion> = runnable
@@ -530,6 +550,12 @@ impl Run<'_> {
                 continue;
             }
             let mut c_old = self.connect_app(db, older)?;
+            // The writer and the newer apps, each on its connection with
+            // its readers, read back every row written below.
+            let mut reading = Vec::new();
+            for app in std::iter::once(*older).chain(newer.iter().copied()) {
+                reading.push((app, self.connect_app(db, app)?, readers_of(app)));
+            }
             let mut written: Vec<(Writer, String, Result<Vec<Row>, String>)> = writes_of(older)
                 .into_iter()
                 .map(|(st, table)| {
@@ -575,37 +601,40 @@ impl Run<'_> {
                         reads: Vec::new(),
                         unbound: Vec::new(),
                     };
-                    for app in std::iter::once(*older).chain(newer.iter().copied()) {
-                        let mut c = self.connect_app(db, app)?;
-                        read_back(&mut c, app, older, &table, &row, &pk, &mut w);
+                    for (app, c, readers) in &mut reading {
+                        read_back(c, app, readers, older, &table, &row, &pk, &mut w);
                     }
                     out.push(w);
                 }
             }
         }
+        log::debug!(
+            "rollout writes: {} rows read back in {:?}",
+            out.len(),
+            clock.elapsed()
+        );
         Ok(out)
     }
 }
 
-/// Runs each reader of `app` over `table` that the written `row` can
-/// bind on it, into `w`; a newer app with readers of the table none of
-/// which can be bound is noted (an app that reads nothing of the table
+/// Runs each of `readers` (of `app`) over `table` that the written `row`
+/// can bind on it, into `w`; a newer app with readers of the table none
+/// of which can be bound is noted (an app that reads nothing of the table
 /// cannot lose the row).
+#[allow(clippy::too_many_arguments)]
 fn read_back(
     c: &mut Client,
     app: &AppVersion,
+    readers: &[Reader],
     older: &AppVersion,
     table: &str,
     row: &Row,
     pk: &[String],
     w: &mut RolloutWrite,
 ) {
-    let of_table: Vec<Reader> = readers_of(app)
-        .into_iter()
-        .filter(|r| r.table() == table)
-        .collect();
+    let of_table: Vec<&Reader> = readers.iter().filter(|r| r.table() == table).collect();
     let mut bound = 0;
-    for r in &of_table {
+    for r in of_table.iter().copied() {
         let Some(binding) = bind_to_row(c, r, row) else {
             continue;
         };
