@@ -556,25 +556,30 @@ impl Run<'_> {
             for app in std::iter::once(*older).chain(newer.iter().copied()) {
                 reading.push((app, self.connect_app(db, app)?, readers_of(app)));
             }
-            let mut written: Vec<(Writer, String, Result<Vec<Row>, String>)> = writes_of(older)
-                .into_iter()
-                .map(|(st, table)| {
-                    let rows = write_committed(&mut c_old, &mut migrator, older, &st.name, &table);
-                    (Writer::Statement(st.name.clone()), table, rows)
-                })
+            // Each write is read back before the next one runs, so a later
+            // write (an UPDATE of the same table) cannot change its rows
+            // first.
+            let writes = writes_of(older);
+            let mut writers: Vec<Writer> = writes
+                .iter()
+                .map(|(st, _)| Writer::Statement(st.name.clone()))
                 .collect();
-            if let Some(driver) = &older.driver {
-                let label = format!("{}_during_rollout", older.name);
-                let (table, rows) = match driver.create_complete(&mut c_old, &label) {
-                    Ok(created) => {
-                        let row = created_row(&mut migrator, &created);
-                        (created.table, row.map(|r| vec![r]))
-                    }
-                    Err(e) => (String::new(), Err(one_line(e.as_ref()))),
-                };
-                written.push((Writer::Driver, table, rows));
+            if older.driver.is_some() {
+                writers.push(Writer::Driver);
             }
-            for (writer, table, rows) in written {
+            for writer in writers {
+                let (table, rows) = match &writer {
+                    Writer::Statement(name) => {
+                        let table = writes
+                            .iter()
+                            .find(|(st, _)| &st.name == name)
+                            .map(|(_, t)| t.clone())
+                            .unwrap_or_default();
+                        let rows = write_committed(&mut c_old, &mut migrator, older, name, &table);
+                        (table, rows)
+                    }
+                    Writer::Driver => driver_create(&mut c_old, &mut migrator, older),
+                };
                 let pk = table_facts(&mut migrator, &table)
                     .map(|(pk, _)| pk)
                     .unwrap_or_default();
@@ -614,6 +619,25 @@ impl Run<'_> {
             clock.elapsed()
         );
         Ok(out)
+    }
+}
+
+/// A row created by `app`'s driver as its code creates (its table, the
+/// row read as the migrator by its primary key).
+fn driver_create(
+    c: &mut Client,
+    migrator: &mut Client,
+    app: &AppVersion,
+) -> (String, Result<Vec<Row>, String>) {
+    let Some(driver) = &app.driver else {
+        return (String::new(), Ok(Vec::new()));
+    };
+    match driver.create_complete(c, &format!("{}_during_rollout", app.name)) {
+        Ok(created) => {
+            let row = created_row(migrator, &created);
+            (created.table, row.map(|r| vec![r]))
+        }
+        Err(e) => (String::new(), Err(one_line(e.as_ref()))),
     }
 }
 
