@@ -4,18 +4,21 @@
 //! A reader (`SELECT … FROM t WHERE input_collection_id = $1 AND name =
 //! $2`) is run with values that name existing rows: each parameter is
 //! bound to the column of `t` its predicate compares it to with `=`
-//! ([`ReadShape::keys`]), so sampling distinct `(input_collection_id,
+//! (`column = $N`, `$N = column`, `column = ANY($N)`, `column IN ($N,
+//! $M)`: [`ReadShape::keys`]), so sampling distinct `(input_collection_id,
 //! name)` pairs of `t` gives bindings that return rows. Its `WHERE`'s
 //! top-level conjuncts ([`ReadShape::filters`]) name the predicate that
 //! excludes a row when one goes missing. A parameter compared any other
-//! way (`LIKE`, `> $1`, inside a function call) cannot be inferred: the
-//! statement's `-- sample: SELECT …` line says what to bind instead.
+//! way (`LIKE`, a range `>= $1`, inside a function call) cannot be
+//! inferred soundly (a range's bound decides how many rows come back):
+//! the statement's `-- sample: SELECT …` line says what to bind instead.
 //!
-//! A writer's target table ([`insert_target`]) tells which readers can
-//! be run on the row it wrote. Parsed with the grammar that splits files
+//! A writer's target table ([`write_target`]: an `INSERT`, upsert
+//! included, or an `UPDATE`) tells which readers can be run on the rows
+//! it wrote. Parsed with the grammar that splits files
 //! ([`crate::sql`]); nothing here reads a database.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use squawk_syntax::ast::{AstNode, Stmt};
 use squawk_syntax::{SyntaxKind, SyntaxNode};
@@ -27,8 +30,15 @@ pub struct ReadShape {
     /// `sales.orders`), lower-cased unless quoted.
     pub table: String,
     /// `$N` → the column of [`ReadShape::table`] it is compared to with
-    /// `=`.
+    /// `=` (either side), `= ANY($N)` or `IN (…, $N, …)`.
     pub keys: BTreeMap<usize, String>,
+    /// The keyed parameters that take an array (`column = ANY($N)`): a
+    /// column's value is bound as the one-element array holding it.
+    pub arrays: BTreeSet<usize>,
+    /// Whether it cuts its result (`LIMIT`, `OFFSET`, `FETCH`): which
+    /// rows it returns then depends on the others, so a row it leaves out
+    /// is not one its filters exclude.
+    pub limited: bool,
     /// How many parameters it has (the highest `$N`).
     pub params: usize,
     /// Its `WHERE`'s top-level conjuncts, in order.
@@ -105,6 +115,68 @@ fn as_param(node: &SyntaxNode) -> Option<usize> {
         SyntaxKind::CAST_EXPR | SyntaxKind::PAREN_EXPR => {
             node.children().find_map(|c| as_param(&c))
         }
+        _ => None,
+    }
+}
+
+/// The parameter number when `node` is `ANY($N)` or `SOME($N)` (an
+/// array parameter compared element-wise).
+fn as_any_param(node: &SyntaxNode) -> Option<usize> {
+    if node.kind() != SyntaxKind::CALL_EXPR {
+        return None;
+    }
+    let call = node.children().next()?;
+    if !matches!(call.kind(), SyntaxKind::ANY_FN | SyntaxKind::SOME_FN) {
+        return None;
+    }
+    let args: Vec<SyntaxNode> = call.children().collect();
+    match args.as_slice() {
+        [one] => as_param(one),
+        _ => None,
+    }
+}
+
+/// The parameters of `(…, $N, …)` when every item is one.
+fn as_param_list(node: &SyntaxNode) -> Option<Vec<usize>> {
+    if !matches!(node.kind(), SyntaxKind::TUPLE_EXPR | SyntaxKind::PAREN_EXPR) {
+        return None;
+    }
+    node.children().map(|c| as_param(&c)).collect()
+}
+
+/// Parameters a conjunct compares to one column.
+struct Keyed {
+    params: Vec<usize>,
+    /// Whether they take an array (`= ANY($N)`).
+    array: bool,
+    /// The column, with its qualifier if it has one.
+    column: (Option<String>, String),
+}
+
+/// The parameters a conjunct compares to one column: `col = $N`, `$N =
+/// col`, `col = ANY($N)`, `col IN ($N, …)`. None for any other shape.
+fn keyed_comparison(part: &SyntaxNode) -> Option<Keyed> {
+    if part.kind() != SyntaxKind::BIN_EXPR {
+        return None;
+    }
+    let sides = operands(part);
+    let [l, r] = sides.as_slice() else {
+        return None;
+    };
+    let keyed = |params, array, column| {
+        Some(Keyed {
+            params,
+            array,
+            column,
+        })
+    };
+    match operator(part).as_deref()? {
+        "=" => match (as_param(l), as_param(r)) {
+            (Some(n), None) => keyed(vec![n], false, as_column(r)?),
+            (None, Some(n)) => keyed(vec![n], false, as_column(l)?),
+            _ => keyed(vec![as_any_param(r)?], true, as_column(l)?),
+        },
+        "in" => keyed(as_param_list(r)?, false, as_column(l)?),
         _ => None,
     }
 }
@@ -244,6 +316,12 @@ pub fn infer_read(sql: &str) -> Result<ReadShape, String> {
         let mut shape = ReadShape {
             table: table.clone(),
             params: param_count(node),
+            limited: node.children().any(|c| {
+                matches!(
+                    c.kind(),
+                    SyntaxKind::LIMIT_CLAUSE | SyntaxKind::OFFSET_CLAUSE | SyntaxKind::FETCH_CLAUSE
+                )
+            }),
             ..ReadShape::default()
         };
         let last = table.rsplit('.').next().unwrap_or(&table).to_string();
@@ -268,19 +346,24 @@ pub fn infer_read(sql: &str) -> Result<ReadShape, String> {
                         .join(" "),
                     columns: columns_in(part),
                 });
-                if part.kind() != SyntaxKind::BIN_EXPR || operator(part).as_deref() != Some("=") {
+                let Some(Keyed {
+                    params,
+                    array,
+                    column: (qualifier, column),
+                }) = keyed_comparison(part)
+                else {
+                    continue;
+                };
+                if !of_main(&qualifier) {
                     continue;
                 }
-                let sides = operands(part);
-                let [l, r] = sides.as_slice() else { continue };
-                let pair = match (as_param(l), as_param(r)) {
-                    (Some(n), None) => as_column(r).map(|c| (n, c)),
-                    (None, Some(n)) => as_column(l).map(|c| (n, c)),
-                    _ => None,
-                };
-                if let Some((n, (qualifier, column))) = pair {
-                    if of_main(&qualifier) {
-                        shape.keys.entry(n).or_insert(column);
+                for n in params {
+                    // The first comparison of a parameter binds it.
+                    if let std::collections::btree_map::Entry::Vacant(e) = shape.keys.entry(n) {
+                        e.insert(column.clone());
+                        if array {
+                            shape.arrays.insert(n);
+                        }
                     }
                 }
             }
@@ -301,18 +384,23 @@ pub fn locks_rows(sql: &str) -> bool {
     .unwrap_or(false)
 }
 
-/// The table an `INSERT` writes (folded, as named); None for any other
-/// statement.
-pub fn insert_target(sql: &str) -> Option<String> {
+/// The table a statement writes rows into, folded as named: an `INSERT`
+/// (an upsert too) or an `UPDATE`; None for any other statement (a
+/// `DELETE` leaves no row to read back).
+pub fn write_target(sql: &str) -> Option<String> {
     with_statement(sql, |stmt| {
-        let Stmt::Insert(insert) = stmt else {
-            return Err(String::new());
-        };
-        let name = insert
-            .syntax()
-            .children()
-            .find(|c| c.kind() == SyntaxKind::RELATION_NAME_REF || c.kind() == SyntaxKind::PATH_REF)
-            .ok_or_else(String::new)?;
+        let name = match stmt {
+            Stmt::Insert(insert) => insert.syntax().children().find(|c| {
+                c.kind() == SyntaxKind::RELATION_NAME_REF || c.kind() == SyntaxKind::PATH_REF
+            }),
+            Stmt::Update(update) => update
+                .syntax()
+                .children()
+                .find(|c| c.kind() == SyntaxKind::RELATION_NAME)
+                .and_then(|n| n.descendants().find(|c| c.kind() == SyntaxKind::PATH_REF)),
+            _ => None,
+        }
+        .ok_or_else(String::new)?;
         Ok(name
             .text()
             .to_string()
@@ -387,12 +475,36 @@ mod tests {
     }
 
     #[test]
+    fn any_in_and_reversed_comparisons_bind_too_ranges_do_not() {
+        let s = infer_read(
+            "SELECT id FROM t WHERE id = ANY($1::uuid[]) AND a IN ($2, $3) AND $4 = b AND c >= $5 LIMIT 3",
+        )
+        .unwrap();
+        assert_eq!(keys(&s), [(1, "id"), (2, "a"), (3, "a"), (4, "b")]);
+        assert_eq!(s.arrays, BTreeSet::from([1]));
+        assert!(!s.fully_keyed() && s.limited);
+        let s = infer_read("SELECT id FROM t WHERE a IN ($1, 2)").unwrap();
+        assert!(s.keys.is_empty(), "a list that is not all parameters");
+        assert!(!infer_read("SELECT id FROM t WHERE a = $1").unwrap().limited);
+    }
+
+    #[test]
     fn writers_and_samples() {
         assert_eq!(
-            insert_target("INSERT INTO s.Orders (a) VALUES ($1) RETURNING id").as_deref(),
+            write_target("INSERT INTO s.Orders (a) VALUES ($1) RETURNING id").as_deref(),
             Some("s.orders")
         );
-        assert_eq!(insert_target("UPDATE t SET a = 1"), None);
+        assert_eq!(
+            write_target("INSERT INTO t (a) VALUES (1) ON CONFLICT (a) DO UPDATE SET a = 2")
+                .as_deref(),
+            Some("t")
+        );
+        assert_eq!(
+            write_target("UPDATE S.Tickets AS x SET holder = $2 WHERE id = $1").as_deref(),
+            Some("s.tickets")
+        );
+        assert_eq!(write_target("DELETE FROM t WHERE id = $1"), None);
+        assert_eq!(write_target("SELECT 1"), None);
         assert!(locks_rows("SELECT id FROM t WHERE id = $1 FOR UPDATE"));
         assert!(check_sample("SELECT event_id FROM tickets LIMIT 3").is_ok());
         assert!(check_sample("DELETE FROM tickets RETURNING id").is_err());

@@ -19,8 +19,9 @@
 //! writes them (`{rows}` is the row count, as in `src/dao/seed/*.sql`).
 //!
 //! A project may bring more than statement sets: drivers for its apps'
-//! behaviours ([`AppDriver`]) and rules about its own tables
-//! ([`ProjectRule`]). The shipped project (`crate::dao::shipped`) brings
+//! behaviours ([`AppDriver`]: writes as the app's code makes them, and
+//! the two-phase protocol; its readers stay the set's read statements)
+//! and rules about its own tables ([`ProjectRule`]). The shipped project (`crate::dao::shipped`) brings
 //! both: statement sets, seeds, drivers that call the DAO's Rust API
 //! (which executes those very statement sets, so the verifier proves the
 //! code that ships) and its rules; `main.rs` hands them to `verify` and
@@ -135,7 +136,9 @@ pub struct AppVersion {
     pub seed_sql: Option<String>,
     pub set: StatementSet,
     /// The app's behaviours, when its project brings a driver (the shipped
-    /// project does; `--apps DIR` apps have none and are only replayed).
+    /// project does; `--apps DIR` apps have none): one more source of
+    /// rollout writes, and the two-phase and rollback scenarios. Its
+    /// readers are the set's, like any app's.
     pub driver: Option<Arc<dyn AppDriver>>,
     /// The database role the app connects as (`-- role:`); None: the
     /// project's default (`app_role`), else the migrator's
@@ -362,24 +365,35 @@ pub fn load_dir(dir: &Path, catalog: &Catalog) -> Result<Vec<AppVersion>, AppErr
     Ok(apps)
 }
 
+/// A row an app's own code wrote: its table and the value of its primary
+/// key (one uuid column), so the rehearsal can find it and run every
+/// app's readers on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Created {
+    pub table: String,
+    pub id: Uuid,
+}
+
 /// An app's behaviours, driven through the app's own code (the shipped
-/// project's DAO), for the cross-version checks, the backfill's reader
-/// comparison and the seeding. Rows are identified by uuid; each create
-/// makes what it needs (a parent group of its own, named after `label`) so
-/// scenarios never collide.
+/// project's DAO). A driver is one more source of writes beside the
+/// app's statement set, never a second way of reading: the readers the
+/// rehearsal compares are the set's read statements, which the DAO runs
+/// by name (so the SQL exists once). What a driver adds is what has no
+/// statement equivalent: a create as the app's code makes it (values
+/// that satisfy its foreign keys and its own rules), the two-phase
+/// protocol's in-flight row, and the rollback scenario
+/// ([`crate::verify::cross_version`]). Each create makes what it needs (a
+/// parent group of its own, named after `label`) so scenarios never
+/// collide.
 pub trait AppDriver: Send + Sync {
     /// Creates a complete row the way this app does.
-    fn create_complete(&self, c: &mut Client, label: &str) -> anyhow::Result<Uuid>;
+    fn create_complete(&self, c: &mut Client, label: &str) -> anyhow::Result<Created>;
     /// Phase 1 of a two-phase create (a row not yet complete); None for an
     /// app that creates in one phase.
     fn begin_create(&self, c: &mut Client, label: &str) -> anyhow::Result<Option<Uuid>>;
-    /// Whether this app's ordinary reader returns the row.
+    /// Whether this app's ordinary reader returns the row (the two-phase
+    /// and rollback scenarios).
     fn sees(&self, c: &mut Client, id: Uuid) -> anyhow::Result<bool>;
-    /// Up to `n` groups the list reader lists by, in a deterministic order,
-    /// so a million seeded rows stay quick to compare.
-    fn sample_groups(&self, c: &mut Client, n: i64) -> Result<Vec<Uuid>, postgres::Error>;
-    /// What this app's list reader returns for a group.
-    fn list(&self, c: &mut Client, group: Uuid) -> anyhow::Result<Vec<Uuid>>;
     /// The project's own rule about this app's behaviour, run by verify on
     /// the final schema (the shipped project: the two-phase create's retry
     /// and race rules); None: the project declares none.

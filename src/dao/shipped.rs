@@ -7,9 +7,13 @@
 //! - [`apps`]: the two app versions, `legacy` (one-phase create, needs V2)
 //!   and `current` (two-phase attach, needs V3): their statement sets are
 //!   the DAO's own files (`src/dao/legacy.sql`, `src/dao/current.sql`) and
-//!   their seeds `src/dao/seed/*.sql`, read like an `--apps DIR`. Each
-//!   carries a driver that calls the DAO's Rust API, so the cross-version
-//!   checks and the seeding exercise the code that ships.
+//!   their seeds `src/dao/seed/*.sql`, read like an `--apps DIR`. Their
+//!   readers are those files' read statements, compared like any app's
+//!   (the DAO runs exactly those, by name). Each carries a driver that
+//!   calls the DAO's Rust API: its create is one more write the older
+//!   app makes during the rollout (read back by the newer app's
+//!   statement readers), and the two-phase and rollback scenarios run
+//!   through it, so the code that ships is what is exercised.
 //! - The `dao` check ([`crate::dao::check`]), a [`ProjectRule`] declared by
 //!   the current app's driver: verify runs it only when an app declaring it
 //!   may run on the final schema.
@@ -26,7 +30,7 @@ use std::time::Duration;
 use postgres::Client;
 use uuid::Uuid;
 
-use crate::app::{AppDriver, AppError, AppVersion, ProjectRule};
+use crate::app::{AppDriver, AppError, AppVersion, Created, ProjectRule};
 use crate::catalog::{Catalog, Source};
 use crate::dao::{request_with_new_collection, CurrentDao, LegacyDao};
 use crate::report::{Finding, Severity};
@@ -98,40 +102,29 @@ pub fn apps() -> Result<Vec<AppVersion>, AppError> {
     Ok(apps)
 }
 
-/// The input collections the list readers list by: a deterministic sample.
-fn sample_collections(c: &mut Client, n: i64) -> Result<Vec<Uuid>, postgres::Error> {
-    Ok(c.query(
-        "SELECT DISTINCT input_collection_id FROM attached_functions ORDER BY 1 LIMIT $1",
-        &[&n],
-    )?
-    .iter()
-    .map(|r| r.get(0))
-    .collect())
+/// The table both apps' creates write.
+const ATTACHED_FUNCTIONS: &str = "attached_functions";
+
+fn created(id: Uuid) -> Created {
+    Created {
+        table: ATTACHED_FUNCTIONS.to_string(),
+        id,
+    }
 }
 
 /// The legacy app: `rollsafe::dao::LegacyDao` (one-phase create).
 struct LegacyDriver;
 
 impl AppDriver for LegacyDriver {
-    fn create_complete(&self, c: &mut Client, label: &str) -> anyhow::Result<Uuid> {
+    fn create_complete(&self, c: &mut Client, label: &str) -> anyhow::Result<Created> {
         let req = request_with_new_collection(c, label)?;
-        Ok(LegacyDao::new(c).create(&req)?)
+        Ok(created(LegacyDao::new(c).create(&req)?))
     }
     fn begin_create(&self, _: &mut Client, _: &str) -> anyhow::Result<Option<Uuid>> {
         Ok(None)
     }
     fn sees(&self, c: &mut Client, id: Uuid) -> anyhow::Result<bool> {
         Ok(LegacyDao::new(c).get_by_id(id)?.is_some())
-    }
-    fn sample_groups(&self, c: &mut Client, n: i64) -> Result<Vec<Uuid>, postgres::Error> {
-        sample_collections(c, n)
-    }
-    fn list(&self, c: &mut Client, collection: Uuid) -> anyhow::Result<Vec<Uuid>> {
-        Ok(LegacyDao::new(c)
-            .list_by_collection(collection)?
-            .into_iter()
-            .map(|f| f.id)
-            .collect())
     }
 }
 
@@ -140,9 +133,9 @@ impl AppDriver for LegacyDriver {
 struct CurrentDriver;
 
 impl AppDriver for CurrentDriver {
-    fn create_complete(&self, c: &mut Client, label: &str) -> anyhow::Result<Uuid> {
+    fn create_complete(&self, c: &mut Client, label: &str) -> anyhow::Result<Created> {
         let req = request_with_new_collection(c, label)?;
-        Ok(CurrentDao::new(c).attach(&req)?.id)
+        Ok(created(CurrentDao::new(c).attach(&req)?.id))
     }
     fn begin_create(&self, c: &mut Client, label: &str) -> anyhow::Result<Option<Uuid>> {
         let req = request_with_new_collection(c, label)?;
@@ -150,16 +143,6 @@ impl AppDriver for CurrentDriver {
     }
     fn sees(&self, c: &mut Client, id: Uuid) -> anyhow::Result<bool> {
         Ok(CurrentDao::new(c).get_by_id(id)?.is_some())
-    }
-    fn sample_groups(&self, c: &mut Client, n: i64) -> Result<Vec<Uuid>, postgres::Error> {
-        sample_collections(c, n)
-    }
-    fn list(&self, c: &mut Client, collection: Uuid) -> anyhow::Result<Vec<Uuid>> {
-        Ok(CurrentDao::new(c)
-            .list_by_collection(collection)?
-            .into_iter()
-            .map(|f| f.id)
-            .collect())
     }
     fn final_check(&self) -> Option<Arc<dyn ProjectRule>> {
         Some(Arc::new(crate::dao::check::TwoPhaseCreate))

@@ -6,18 +6,22 @@
 //! - every named statement of the app is prepared and executed (inside a
 //!   rolled-back transaction) on a database at that version with rows in it
 //!   ([`crate::verify::replay`]);
-//! - cross-version behaviour, through the apps' drivers, on one database at
-//!   k: rows the older app writes are visible to the newer app's readers;
-//!   the newer app's not-ready rows are invisible to its own readers and
-//!   (a warning) visible to the older app's; after rolling the app back,
-//!   the older app still reads the newer app's rows and still writes.
+//! - rows the older app writes on k while the newer apps run (each of its
+//!   write statements, and its driver's create when it has one) are
+//!   returned by the newer apps' statement readers bound to them
+//!   ([`rollout_write`]): one judgement for drivers and statement files;
+//! - the two-phase protocol, through the apps' drivers, on one database at
+//!   k: the newer app's not-ready rows are invisible to its own readers
+//!   and (a warning) visible to the older app's; after rolling the app
+//!   back, the older app still reads the newer app's rows and still
+//!   writes.
 //!
 //! It also derives the safe deploy order from the windows.
 
 use crate::app::AppVersion;
 use crate::report::{Finding, Severity};
 use crate::verify::cross_version::CrossVersion;
-use crate::verify::evidence::{Context, Labels, MigrationEvidence, RolloutWrite, RowRead};
+use crate::verify::evidence::{Context, Labels, MigrationEvidence, RolloutWrite, RowRead, Writer};
 use crate::verify::replay::Outcome;
 
 use super::Check;
@@ -63,8 +67,9 @@ pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
         }
     }
     for pair in &c.cross_version {
-        // Apps without a driver: their rows written during the rollout
-        // were read back by statement (below) instead.
+        // Without drivers there is no protocol to exercise; the rows the
+        // older app wrote during the rollout were read back by statement
+        // (below), which is what matters, so the skip is not said.
         let by_statement = c
             .rollout_writes
             .iter()
@@ -90,8 +95,22 @@ pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
             .find_map(|r| r.rows.as_ref().ok().map(|rows| rows.table_columns.clone()))
             .unwrap_or_default()
     };
+    // A write that touched several rows is judged on each; one finding
+    // per writer, reader app and outcome says it.
+    let mut said: Vec<(String, String, String)> = Vec::new();
     for w in &c.rollout_writes {
-        out.extend(rollout_write(v, w, &known(&w.table), &cx.labels));
+        for f in rollout_write(v, w, &known(&w.table), &cx.labels) {
+            let text = |k: &str| f.evidence.get(k).map(|e| e.to_string()).unwrap_or_default();
+            let who = (
+                f.id.clone(),
+                text("statement"),
+                text("newer") + &text("app"),
+            );
+            if !said.contains(&who) {
+                said.push(who);
+                out.push(f);
+            }
+        }
     }
     out
 }
@@ -106,23 +125,39 @@ pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
 pub fn rollout_write(v: i32, w: &RolloutWrite, known: &[String], labels: &Labels) -> Vec<Finding> {
     let v_label = labels.of(v);
     let o = &w.older;
-    let (key, row) = match &w.written {
-        Err(e) => {
+    let with = w.writer.phrase();
+    let statement = w.writer.evidence();
+    let (key, row) = match (&w.written, &w.writer) {
+        // The app's own code failed to create: the older app cannot
+        // write on this schema.
+        (Err(e), Writer::Driver) => {
+            return vec![fail(
+                v,
+                "old-app-cannot-write",
+                Severity::Error,
+                format!("the {o} app cannot create on {v_label} with {with}: {e}"),
+                "the older app keeps running during the rollout; its writes must still succeed",
+            )
+            .evidence("app", o.clone())
+            .evidence("statement", statement)]
+        }
+        // A statement run with rollsafe's values: they, not the schema,
+        // may be what failed.
+        (Err(e), Writer::Statement(_)) => {
             return vec![Finding::new(
                 CHECK,
                 "rollout-write-not-compared",
                 Severity::Skipped,
                 Some(v),
                 format!(
-                    "the {o} app's `{}` could not write a row on {v_label} to read back with the newer apps' readers: {e}",
-                    w.statement
+                    "the {o} app's {with} could not write a row on {v_label} to read back with the newer apps' readers: {e}"
                 ),
             )
             .evidence("app", o.clone())
-            .evidence("statement", w.statement.clone())
-            .advice("the statement's own findings (statement-fails) say whether the schema is to blame; declare `-- param:` values that name existing rows for its foreign keys")]
+            .evidence("statement", statement)
+            .advice("the statement's own findings (statement-fails) say whether the schema is to blame; declare `-- param:` values that name existing rows for its foreign keys (an UPDATE's WHERE must match a row)")]
         }
-        Ok(written) => written,
+        (Ok(written), _) => written,
     };
     let mut out = Vec::new();
     let own: Vec<&RowRead> = w.reads.iter().filter(|r| &r.app == o).collect();
@@ -211,8 +246,7 @@ pub fn rollout_write(v: i32, w: &RolloutWrite, known: &[String], labels: &Labels
             "old-writes-invisible-to-new",
             Severity::Error,
             format!(
-                "a row the {o} app wrote during the rollout with `{}` (the row {key} of {}) is not returned by the {n} app's {}{why}{though}",
-                w.statement,
+                "a row the {o} app wrote during the rollout with {with} (the row {key} of {}) is not returned by the {n} app's {}{why}{though}",
                 w.table,
                 names(&lost_reads)
             ),
@@ -220,7 +254,7 @@ pub fn rollout_write(v: i32, w: &RolloutWrite, known: &[String], labels: &Labels
         )
         .evidence("older", o.clone())
         .evidence("newer", n.to_string())
-        .evidence("statement", w.statement.clone())
+        .evidence("statement", statement.clone())
         .evidence("row", key.clone());
         if let Some((text, col, value)) = filter {
             f = f
@@ -238,12 +272,11 @@ pub fn rollout_write(v: i32, w: &RolloutWrite, known: &[String], labels: &Labels
                 Severity::Skipped,
                 Some(v),
                 format!(
-                    "the row the {o} app wrote with `{}` during the rollout on {v_label} was not read back by the {app} app: {why}",
-                    w.statement
+                    "the row the {o} app wrote with {with} during the rollout on {v_label} was not read back by the {app} app: {why}"
                 ),
             )
             .evidence("app", app.clone())
-            .evidence("statement", w.statement.clone())
+            .evidence("statement", statement.clone())
             .advice(format!("give the {app} app's reader of {} a predicate `column = $N` on a column the row holds (its key), so rollsafe can point it at the row", w.table)),
         );
     }
@@ -255,13 +288,12 @@ pub fn rollout_write(v: i32, w: &RolloutWrite, known: &[String], labels: &Labels
                 Severity::Info,
                 Some(v),
                 format!(
-                    "a row the {o} app writes with `{}` during the rollout on {v_label} is returned by {}",
-                    w.statement,
+                    "a row the {o} app writes with {with} during the rollout on {v_label} is returned by {}",
                     visible_to.join(" and ")
                 ),
             )
             .evidence("older", o.clone())
-            .evidence("statement", w.statement.clone()),
+            .evidence("statement", statement),
         );
     }
     out
@@ -599,29 +631,9 @@ pub fn cross_version(
     let mut out = Vec::new();
     let mut ok = Vec::new();
 
-    // Rows the older app writes during the rollout.
-    match &seen.old_write {
-        Err(e) => out.push(fail(
-            v,
-            "old-app-cannot-write",
-            Severity::Error,
-            format!("the {o} app cannot create on {v_label}: {e}"),
-            "the older app keeps running during the rollout; its writes must still succeed",
-        )),
-        Ok((_, true)) => ok.push(format!("rows the {o} app writes are visible to the {n} app")),
-        Ok((id, false)) => out.push(
-            fail(
-                v,
-                "old-writes-invisible-to-new",
-                Severity::Error,
-                format!("a row the {o} app created during the rollout is invisible to the {n} app's readers"),
-                "rows written by the older app are complete: a readiness column's default must make them visible (DEFAULT true), or its backfill must",
-            )
-            .evidence("row", id.to_string()),
-        ),
-    }
-
-    // The newer app's creations in flight.
+    // The newer app's creations in flight: its own rows, hidden by
+    // design (the older app's rows written during the rollout are judged
+    // by `rollout_write`).
     if let Some((id, to_new, to_old)) = seen.in_flight {
         if to_new {
             out.push(
@@ -748,7 +760,6 @@ mod tests {
             f.into_iter().map(|f| (f.id, f.severity)).collect()
         };
         let good = CrossVersion {
-            old_write: Ok((id, true)),
             in_flight: Some((id, false, true)),
             rollback_reads: true,
             rollback_write: Ok(()),
@@ -770,12 +781,10 @@ mod tests {
             ]
         );
         let bad = CrossVersion {
-            old_write: Ok((id, false)),
             rollback_write: Err("null value in column \"is_ready\"".into()),
             ..good
         };
         let f = cross_version(3, old, new, Some(&Ok(bad)), &Labels::ORDINALS);
-        assert_eq!(f[0].id, "compat.old-writes-invisible-to-new");
         let rollback = f
             .iter()
             .find(|f| f.id == "compat.rollback-breaks-old-app")
@@ -907,7 +916,7 @@ mod tests {
         .into();
         let write = |reads: Vec<RowRead>| RolloutWrite {
             older: "old".into(),
-            statement: "sell".into(),
+            writer: Writer::Statement("sell".into()),
             table: "tickets".into(),
             written: Ok(("id=7".into(), row.clone())),
             reads,
@@ -944,6 +953,33 @@ mod tests {
             &Labels::ORDINALS,
         );
         assert!(f.is_empty(), "{f:?}");
+        // The driver's create is judged the same way, and a create that
+        // fails is the older app failing to write (its own code), not a
+        // row left uncompared.
+        let mut by_driver = write(vec![read("old", true), read("new", false)]);
+        by_driver.writer = Writer::Driver;
+        let f = rollout_write(3, &by_driver, &known, &Labels::ORDINALS);
+        assert!(
+            f[0].id == "compat.old-writes-invisible-to-new"
+                && f[0]
+                    .message
+                    .contains("with its driver's create (the row id=7"),
+            "{}",
+            f[0].message
+        );
+        by_driver.written = Err("null value in column \"x\"".into());
+        let f = rollout_write(3, &by_driver, &known, &Labels::ORDINALS);
+        assert_eq!(
+            (f[0].id.as_str(), f[0].severity),
+            ("compat.old-app-cannot-write", Severity::Error)
+        );
+        let mut by_statement = by_driver.clone();
+        by_statement.writer = Writer::Statement("sell".into());
+        let f = rollout_write(3, &by_statement, &known, &Labels::ORDINALS);
+        assert_eq!(
+            (f[0].id.as_str(), f[0].severity),
+            ("compat.rollout-write-not-compared", Severity::Skipped)
+        );
     }
 
     #[test]

@@ -7,9 +7,6 @@ use uuid::Uuid;
 /// What the scenario saw.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CrossVersion {
-    /// The older app's row written during the rollout and whether the
-    /// newer app's readers see it; or why the older app could not create.
-    pub old_write: Result<(Uuid, bool), String>,
     /// The newer app's in-flight row (None: its driver has no two-phase
     /// create): (row, seen by the newer app, seen by the older app).
     pub in_flight: Option<(Uuid, bool, bool)>,

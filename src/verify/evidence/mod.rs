@@ -37,7 +37,7 @@ pub use cross_version::CrossVersion;
 pub use lint::Warning;
 pub use readers::{
     BoundBy, BoundRows, DirectiveCount, NotCompared, RolloutWrite, Row, RowRead, StatementReader,
-    Visible,
+    Visible, Writer,
 };
 pub use replay::{Denied, Outcome, Step};
 pub use runs::{BatchedRun, Rerun, SecondRun, VerifyScript};
@@ -163,8 +163,9 @@ pub struct Compat {
     pub after: Vec<(String, Vec<Outcome>)>,
     /// Each older app beside each newer one.
     pub cross_version: Vec<SideBySide>,
-    /// Rows the live apps without a driver wrote on the schema after,
-    /// read by every app's statement readers.
+    /// Rows the live apps wrote on the schema after (their write
+    /// statements, their drivers' creates), read by the statement readers
+    /// of the writer and of the newer apps.
     pub rollout_writes: Vec<RolloutWrite>,
 }
 
@@ -173,7 +174,8 @@ pub struct Compat {
 pub struct SideBySide {
     pub older: String,
     pub newer: String,
-    /// What it saw; None: either app has no driver; Err: why it failed.
+    /// What the two-phase and rollback scenarios saw; None: either app
+    /// has no driver; Err: why it failed.
     pub seen: Option<Result<CrossVersion, String>>,
 }
 

@@ -4,8 +4,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use uuid::Uuid;
-
 /// A `-- rollsafe:backfill <table> <predicate>` promise and what counting
 /// it found on the seeded database right after the migration (so every
 /// row there existed before it): the rows, or why it could not be
@@ -16,23 +14,15 @@ pub type DirectiveCount = (
     Result<crate::validity::BackfillCount, String>,
 );
 
-/// What each app's list reader returned over the sampled groups.
+/// What the apps' readers returned, before or right after a migration.
 #[derive(Debug, Clone, Default)]
 pub struct Visible {
-    /// Rows each app's reader returned, by app name.
-    pub seen: BTreeMap<String, BTreeSet<Uuid>>,
-    /// (app, message) of readers that failed (the app can no longer read).
-    pub failed: Vec<(String, String)>,
-    /// How many groups were sampled.
-    pub sampled: usize,
-    /// Why nothing could be listed, when nothing was.
-    pub not_listed: Option<String>,
     /// Tables with row-level security enabled when the readers read
     /// (qualified names): an app role without a policy sees none of their
     /// rows.
     pub row_security: Vec<String>,
-    /// The read statements of the apps without a driver (their readers
-    /// compared the same way, by statement).
+    /// The read statements of every app (a driver's app included: its
+    /// readers are its statement set's), each with its bindings and rows.
     pub statements: Vec<StatementReader>,
 }
 
@@ -54,7 +44,7 @@ pub enum BoundBy {
     Params,
 }
 
-/// One read statement of an app without a driver, run on the seeded
+/// One read statement of an app, run on the seeded
 /// database with sampled bindings: before the migration (bindings sampled
 /// there), or after it with the bindings of the reader it is compared
 /// with ([`StatementReader::reference`]).
@@ -73,6 +63,9 @@ pub struct StatementReader {
     /// when the statement returns it); empty: the whole row.
     pub identity: Vec<String>,
     pub bound_by: BoundBy,
+    /// Whether it cuts its result (`LIMIT`, `OFFSET`, `FETCH`): the rows
+    /// it leaves out are not told apart from rows its filters exclude.
+    pub limited: bool,
     /// After the migration: the (app, statement) whose bindings it ran
     /// with.
     pub reference: Option<(String, String)>,
@@ -112,13 +105,13 @@ pub enum NotCompared {
 }
 
 /// A row the older app wrote on the schema after a migration while the
-/// newer apps run, and whether each app's readers that can be pointed at
-/// it return it.
+/// newer apps run (one of the rows a write touched), and whether each
+/// app's readers that can be pointed at it return it.
 #[derive(Debug, Clone)]
 pub struct RolloutWrite {
     pub older: String,
-    /// The older app's write statement.
-    pub statement: String,
+    /// What wrote it: a write statement of the older app, or its driver.
+    pub writer: Writer,
     pub table: String,
     /// The row as the table holds it after the write, with its identity
     /// (`id=17`); Err: why the write or its reading failed.
@@ -128,6 +121,34 @@ pub struct RolloutWrite {
     /// Newer apps none of whose readers could be bound to the row: (app,
     /// why).
     pub unbound: Vec<(String, String)>,
+}
+
+/// What wrote a rollout row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Writer {
+    /// A write statement of the app's set (INSERT, upsert or UPDATE), run
+    /// with its `-- param:` values.
+    Statement(String),
+    /// The app's driver: a create as the app's own code makes it.
+    Driver,
+}
+
+impl Writer {
+    /// How a message names it: "`sell`", "its driver's create".
+    pub fn phrase(&self) -> String {
+        match self {
+            Writer::Statement(name) => format!("`{name}`"),
+            Writer::Driver => "its driver's create".to_string(),
+        }
+    }
+
+    /// How the evidence names it: the statement, or `driver:create`.
+    pub fn evidence(&self) -> String {
+        match self {
+            Writer::Statement(name) => name.clone(),
+            Writer::Driver => "driver:create".to_string(),
+        }
+    }
 }
 
 /// One reader run on a written row.

@@ -18,10 +18,11 @@
 //! 4. [`final_schema`]: the final schemas for post, and the project's own
 //!    checks (the shipped project: `dao`).
 //!
-//! [`readers`] serves stages 2 and 3: the read statements of the apps
-//! without a driver run with sampled bindings before and after each
-//! migration, and the rows the older apps write during the rollout read
-//! back by the newer apps' readers.
+//! [`readers`] serves stages 2 and 3: the read statements of every app
+//! (a driver's app too) run with sampled bindings before and after each
+//! migration, and the rows the older apps write during the rollout (their
+//! write statements, their drivers' creates) read back by the newer apps'
+//! readers.
 //!
 //! Stages measure: each scenario is a function that returns what it
 //! measured, and the stage stores it in its migration's evidence

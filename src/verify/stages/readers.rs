@@ -1,18 +1,31 @@
-//! The apps' read statements run on real rows around a migration, for the
-//! apps without a driver (statement sets from `--apps`): what their
-//! readers returned before it, what the same readers and the newer apps'
-//! return after it with the same bindings, and whether the rows the older
-//! app writes during the rollout are returned to the newer app. Measured
-//! here; judged by `backfill` and `compat`.
+//! The apps' read statements run on real rows around a migration, for
+//! every app (a driver's app too: its readers are its statement set's,
+//! the statements its code runs by name): what their readers returned
+//! before it, what the same readers and the newer apps' return after it
+//! with the same bindings, and whether the rows the older app writes
+//! during the rollout are returned to the newer app. Measured here;
+//! judged by `backfill` and `compat`.
 //!
 //! Bindings (values for a reader's parameters) name existing rows: a
 //! `-- sample: SELECT …` line of the statement when it has one, else
 //! distinct values of the columns its predicates compare the parameters
-//! to ([`crate::app::bindings`]), else its `-- param:` lines (one
-//! binding). Everything runs as the app's role, in a READ ONLY
-//! transaction that is rolled back; a `-- sample:` query is one statement
-//! that only reads. Rows are told apart by the table's primary key when
-//! the reader returns it, else by the whole row.
+//! to ([`crate::app::bindings`]; `= ANY($N)` takes the value as a
+//! one-element array), else its `-- param:` lines (one binding).
+//! Everything runs as the app's role, in a READ ONLY transaction that is
+//! rolled back; a `-- sample:` query is one statement that only reads.
+//! Rows are told apart by the table's primary key when the reader
+//! returns it, else by the whole row.
+//!
+//! Rollout writes: each write statement of the older app (INSERT, upsert,
+//! UPDATE) runs once, committed, with its `-- param:` values, and the
+//! rows it touched are found by their xmin (its transaction); an older
+//! app with a driver also creates a row through it (found by its primary
+//! key). Every reader of the written table whose parameters the row's
+//! columns can bind (the rest declared by `-- param:`) is then run on
+//! each row, the writer's own and the newer apps'. The newer apps' own
+//! writes are never read back here: a row the newer app hides until a
+//! later step of its own (a two-phase create) is its design, and who
+//! wrote a row is what tells the two apart.
 
 use std::collections::BTreeSet;
 
@@ -20,17 +33,21 @@ use postgres::Client;
 
 use crate::app::bindings::{self, ReadShape};
 use crate::app::statements::Statement;
-use crate::app::{AppVersion, Kind};
+use crate::app::{AppVersion, Created, Kind};
 use crate::errors::one_line;
 use crate::sandbox::Database;
 use crate::verify::evidence::{
-    BoundBy, BoundRows, NotCompared, RolloutWrite, Row, RowRead, StatementReader,
+    BoundBy, BoundRows, NotCompared, RolloutWrite, Row, RowRead, StatementReader, Visible, Writer,
 };
-use crate::verify::{replay, Run, VerifyError};
+use crate::verify::{replay, step, Run, VerifyError};
 
 /// How many bindings a reader is run with: enough groups to catch rows
 /// that went missing, few enough for a million seeded rows.
 pub(super) const SAMPLE_BINDINGS: i64 = 20;
+
+/// How many of the rows one rollout write touched are read back: an
+/// UPDATE by key touches one; one that touches more is judged on a few.
+const ROLLOUT_ROWS: i64 = 5;
 
 /// A read statement of an app and what its syntax says.
 struct Reader<'a> {
@@ -67,6 +84,34 @@ impl Reader<'_> {
         }
     }
 
+    /// The columns its parameters are compared to, in parameter order
+    /// (not every parameter need have one).
+    fn keyed_columns(&self) -> Vec<String> {
+        self.shape
+            .as_ref()
+            .map(|s| s.key_columns())
+            .unwrap_or_default()
+    }
+
+    /// A binding of column values (one per key, in parameter order) as
+    /// parameter values: an `= ANY($N)` parameter takes its value as a
+    /// one-element array.
+    fn params_of(&self, values: &[Option<String>]) -> Vec<Option<String>> {
+        let arrays = self.shape.as_ref().map(|s| &s.arrays);
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Some(v) if arrays.is_ok_and(|a| a.contains(&(i + 1))) => Some(one_element_array(v)),
+                v => v.clone(),
+            })
+            .collect()
+    }
+
+    fn limited(&self) -> bool {
+        self.shape.as_ref().is_ok_and(|s| s.limited)
+    }
+
     fn measured(&self, bound_by: BoundBy, rows: Result<BoundRows, NotCompared>) -> StatementReader {
         StatementReader {
             app: self.app.name.clone(),
@@ -76,6 +121,7 @@ impl Reader<'_> {
             filters: self.filters(),
             identity: Vec::new(),
             bound_by,
+            limited: self.limited(),
             reference: None,
             rows,
         }
@@ -99,14 +145,21 @@ fn readers_of(app: &AppVersion) -> Vec<Reader<'_>> {
         .collect()
 }
 
-/// The statements of `app` that write a row into a table: (statement,
-/// table).
-fn inserts_of(app: &AppVersion) -> Vec<(&Statement, String)> {
+/// The statements of `app` that write rows of a table (INSERT, upsert,
+/// UPDATE): (statement, table).
+fn writes_of(app: &AppVersion) -> Vec<(&Statement, String)> {
     app.set
         .statements()
         .iter()
-        .filter_map(|st| bindings::insert_target(&st.sql).map(|t| (st, t)))
+        .filter_map(|st| bindings::write_target(&st.sql).map(|t| (st, t)))
         .collect()
+}
+
+/// `value` as the text of a one-element array (`{"a b"}`), quoted so
+/// that commas, braces and quotes stay inside the element.
+fn one_element_array(value: &str) -> String {
+    let escaped = value.replace('\\', "\\\\").replace('"', "\\\"");
+    format!("{{\"{escaped}\"}}")
 }
 
 /// `schema.table` quoted for SQL.
@@ -304,23 +357,44 @@ fn identity_for(pk: &[String], rows: &[Vec<Row>]) -> Vec<String> {
     }
 }
 
+/// Tables with row-level security enabled (qualified names).
+fn row_security(c: &mut Client) -> Result<Vec<String>, postgres::Error> {
+    Ok(c.query(
+        "SELECT format('%I.%I', relnamespace::regnamespace, relname) FROM pg_class
+              WHERE relrowsecurity AND relkind IN ('r', 'p') ORDER BY 1",
+        &[],
+    )?
+    .iter()
+    .map(|r| r.get(0))
+    .collect())
+}
+
 impl Run<'_> {
     /// Before a migration, on the seeded database: each read statement of
-    /// each live app without a driver, with bindings sampled from its
-    /// rows.
-    pub(super) fn statement_readers_before(
+    /// each live app, with bindings sampled from its rows.
+    pub(super) fn readers_before(
         &self,
         db: &Database,
         live: &[&AppVersion],
-    ) -> Result<Vec<StatementReader>, VerifyError> {
-        let mut out = Vec::new();
+    ) -> Result<Visible, VerifyError> {
+        let clock = std::time::Instant::now();
         let mut migrator = self.connect_migrator(db)?;
-        for app in live.iter().filter(|a| a.driver.is_none()) {
+        let mut out = Visible {
+            row_security: step("reading row-level security", row_security(&mut migrator))?,
+            statements: Vec::new(),
+        };
+        for app in live {
             let mut c = self.connect_app(db, app)?;
             for reader in readers_of(app) {
-                out.push(self.before_one(&mut c, &mut migrator, &reader));
+                out.statements
+                    .push(self.before_one(&mut c, &mut migrator, &reader));
             }
         }
+        log::debug!(
+            "readers before: {} statement readers in {:?}",
+            out.statements.len(),
+            clock.elapsed()
+        );
         Ok(out)
     }
 
@@ -351,7 +425,7 @@ impl Run<'_> {
                 return reader.measured(
                     BoundBy::Nothing,
                     Err(NotCompared::CannotBind(format!(
-                        "rollsafe cannot tell which column of {} its {} {} compared to (only `column = $N` in its WHERE is read)",
+                        "rollsafe cannot tell which column of {} its {} {} compared to (it reads `column = $N`, `$N = column`, `column = ANY($N)` and `column IN ($N, …)` in its WHERE)",
                         s.table,
                         unkeyed.join(", "),
                         if unkeyed.len() == 1 { "is" } else { "are" }
@@ -371,7 +445,8 @@ impl Run<'_> {
             Ok(s) => table_facts(migrator, &s.table).unwrap_or_default(),
             Err(_) => Default::default(),
         };
-        let Ran { columns, rows } = match run_reader(c, &reader.statement.sql, &bindings) {
+        let params = as_params(reader, bound_by, &bindings);
+        let Ran { columns, rows } = match run_reader(c, &reader.statement.sql, &params) {
             Err(e) => return reader.measured(bound_by, Err(NotCompared::Failed(e))),
             Ok(ran) => ran,
         };
@@ -400,16 +475,24 @@ impl Run<'_> {
     /// apps that become deployable with it (their reader of the same
     /// name, else one of the same table keyed the same way), with the
     /// bindings sampled before.
-    pub(super) fn statement_readers_after(
+    pub(super) fn readers_after(
         &self,
         db: &Database,
         runnable: &[&AppVersion],
         before: &[StatementReader],
         newly: &[String],
-    ) -> Result<Vec<StatementReader>, VerifyError> {
-        let mut out = Vec::new();
+    ) -> Result<Visible, VerifyError> {
+        // Nothing ran before (no app was live): nothing to compare with.
+        if before.is_empty() {
+            return Ok(Visible::default());
+        }
+        let clock = std::time::Instant::now();
         let mut migrator = self.connect_migrator(db)?;
-        for app in runnable.iter().filter(|a| a.driver.is_none()) {
+        let mut out = Visible {
+            row_security: step("reading row-level security", row_security(&mut migrator))?,
+            statements: Vec::new(),
+        };
+        for app in runnable {
             let readers = readers_of(app);
             let mut c = self.connect_app(db, app)?;
             for b in before {
@@ -421,7 +504,7 @@ impl Run<'_> {
                 let Some((reader, bindings)) = counterpart(&readers, b, reference, same_app) else {
                     continue;
                 };
-                out.push(after_one(
+                out.statements.push(after_one(
                     &mut c,
                     &mut migrator,
                     reader,
@@ -431,14 +514,20 @@ impl Run<'_> {
                 ));
             }
         }
+        log::debug!(
+            "readers after: {} statement readers in {:?}",
+            out.statements.len(),
+            clock.elapsed()
+        );
         Ok(out)
     }
 
     /// While both versions run on the schema after the migration: each
-    /// INSERT of each live app without a driver (or beside a newer one
-    /// without) is run and committed as that app's role, then every
-    /// reader of its table that can be bound to the row (its key columns
-    /// are the row's) is run on it, the writer's own and the newer apps'.
+    /// write statement of each live app that has a newer app beside it is
+    /// run and committed as that app's role, and its driver's create when
+    /// it has one; then every reader of the written table that can be
+    /// bound to a written row is run on it, the writer's own and the
+    /// newer apps'.
     pub(super) fn rollout_writes(
         &self,
         db: &Database,
@@ -446,76 +535,218 @@ impl Run<'_> {
         runnable: &[&AppVersion],
     ) -> Result<Vec<RolloutWrite>, VerifyError> {
         let mut out = Vec::new();
+        if live.is_empty() {
+            return Ok(out);
+        }
+        let clock = std::time::Instant::now();
         let mut migrator = self.connect_migrator(db)?;
         for older in live {
             let newer: Vec<&AppVersion> = runnable
                 .iter()
                 .filter(|n| n.needs > older.needs)
-                .filter(|n| older.driver.is_none() || n.driver.is_none())
                 .copied()
                 .collect();
             if newer.is_empty() {
                 continue;
             }
             let mut c_old = self.connect_app(db, older)?;
-            for (st, table) in inserts_of(older) {
-                let mut w = RolloutWrite {
-                    older: older.name.clone(),
-                    statement: st.name.clone(),
-                    table: table.clone(),
-                    written: Err(String::new()),
-                    reads: Vec::new(),
-                    unbound: Vec::new(),
+            // The writer and the newer apps, each on its connection with
+            // its readers, read back every row written below.
+            let mut reading = Vec::new();
+            for app in std::iter::once(*older).chain(newer.iter().copied()) {
+                reading.push((app, self.connect_app(db, app)?, readers_of(app)));
+            }
+            // Each write is read back before the next one runs, so a later
+            // write (an UPDATE of the same table) cannot change its rows
+            // first.
+            let writes = writes_of(older);
+            let mut writers: Vec<Writer> = writes
+                .iter()
+                .map(|(st, _)| Writer::Statement(st.name.clone()))
+                .collect();
+            if older.driver.is_some() {
+                writers.push(Writer::Driver);
+            }
+            for writer in writers {
+                let (table, rows) = match &writer {
+                    Writer::Statement(name) => {
+                        let table = writes
+                            .iter()
+                            .find(|(st, _)| &st.name == name)
+                            .map(|(_, t)| t.clone())
+                            .unwrap_or_default();
+                        let rows = write_committed(&mut c_old, &mut migrator, older, name, &table);
+                        (table, rows)
+                    }
+                    Writer::Driver => driver_create(&mut c_old, &mut migrator, older),
                 };
                 let pk = table_facts(&mut migrator, &table)
                     .map(|(pk, _)| pk)
                     .unwrap_or_default();
-                w.written = write_committed(&mut c_old, &mut migrator, older, &st.name, &table)
-                    .map(|row| (identity_of(&row, &pk), row));
-                let Ok((_, row)) = &w.written else {
-                    out.push(w);
-                    continue;
-                };
-                for app in std::iter::once(*older).chain(newer.iter().copied()) {
-                    let mut c = self.connect_app(db, app)?;
-                    let of_table: Vec<Reader> = readers_of(app)
-                        .into_iter()
-                        .filter(|r| r.table() == table)
-                        .collect();
-                    let any_reader = !of_table.is_empty();
-                    let bound: Vec<Reader> = of_table
-                        .into_iter()
-                        .filter(|r| !r.keys().is_empty())
-                        .filter(|r| r.keys().iter().all(|k| row.contains_key(k)))
-                        .collect();
-                    // An app that reads nothing of the table cannot lose
-                    // the row.
-                    if bound.is_empty() && any_reader && app.name != older.name {
-                        w.unbound.push((
-                            app.name.clone(),
-                            format!("no reader of {table} compares its parameters to columns of the row (`column = $N`)"),
-                        ));
-                    }
-                    for r in bound {
-                        let binding: Vec<Option<String>> =
-                            r.keys().iter().map(|k| row[k].clone()).collect();
-                        let returned =
-                            run_reader(&mut c, &r.statement.sql, &[binding]).map(|ran| {
-                                ran.rows.iter().flatten().any(|got| same_row(got, row, &pk))
-                            });
-                        w.reads.push(RowRead {
-                            app: app.name.clone(),
-                            statement: r.statement.name.clone(),
-                            keys: r.keys(),
-                            filters: r.filters(),
-                            returned,
+                let rows = match rows {
+                    Ok(rows) => rows,
+                    Err(e) => {
+                        out.push(RolloutWrite {
+                            older: older.name.clone(),
+                            writer,
+                            table,
+                            written: Err(e),
+                            reads: Vec::new(),
+                            unbound: Vec::new(),
                         });
+                        continue;
                     }
+                };
+                for row in rows {
+                    let mut w = RolloutWrite {
+                        older: older.name.clone(),
+                        writer: writer.clone(),
+                        table: table.clone(),
+                        written: Ok((identity_of(&row, &pk), row.clone())),
+                        reads: Vec::new(),
+                        unbound: Vec::new(),
+                    };
+                    for (app, c, readers) in &mut reading {
+                        read_back(c, app, readers, older, &table, &row, &pk, &mut w);
+                    }
+                    out.push(w);
                 }
-                out.push(w);
             }
         }
+        log::debug!(
+            "rollout writes: {} rows read back in {:?}",
+            out.len(),
+            clock.elapsed()
+        );
         Ok(out)
+    }
+}
+
+/// A row created by `app`'s driver as its code creates (its table, the
+/// row read as the migrator by its primary key).
+fn driver_create(
+    c: &mut Client,
+    migrator: &mut Client,
+    app: &AppVersion,
+) -> (String, Result<Vec<Row>, String>) {
+    let Some(driver) = &app.driver else {
+        return (String::new(), Ok(Vec::new()));
+    };
+    match driver.create_complete(c, &format!("{}_during_rollout", app.name)) {
+        Ok(created) => {
+            let row = created_row(migrator, &created);
+            (created.table, row.map(|r| vec![r]))
+        }
+        Err(e) => (String::new(), Err(one_line(e.as_ref()))),
+    }
+}
+
+/// Runs each of `readers` (of `app`) over `table` that the written `row`
+/// can bind on it, into `w`; a newer app with readers of the table none
+/// of which can be bound is noted (an app that reads nothing of the table
+/// cannot lose the row).
+#[allow(clippy::too_many_arguments)]
+fn read_back(
+    c: &mut Client,
+    app: &AppVersion,
+    readers: &[Reader],
+    older: &AppVersion,
+    table: &str,
+    row: &Row,
+    pk: &[String],
+    w: &mut RolloutWrite,
+) {
+    let of_table: Vec<&Reader> = readers.iter().filter(|r| r.table() == table).collect();
+    let mut bound = 0;
+    for r in of_table.iter().copied() {
+        let Some(binding) = bind_to_row(c, r, row) else {
+            continue;
+        };
+        bound += 1;
+        let returned = run_reader(c, &r.statement.sql, &[binding])
+            .map(|ran| ran.rows.iter().flatten().any(|got| same_row(got, row, pk)));
+        w.reads.push(RowRead {
+            app: app.name.clone(),
+            statement: r.statement.name.clone(),
+            keys: r.keyed_columns(),
+            filters: r.filters(),
+            returned,
+        });
+    }
+    if bound == 0 && !of_table.is_empty() && app.name != older.name {
+        w.unbound.push((
+            app.name.clone(),
+            format!("no reader of {table} compares its parameters to columns of the row (`column = $N`, `column = ANY($N)`, `column IN ($N)`) with the rest declared by `-- param:`"),
+        ));
+    }
+}
+
+/// Parameter values that point `reader` at `row`: each keyed parameter
+/// the row's value of its column, every other one its `-- param:` value.
+/// None when a keyed column is not in the row, or a parameter is neither.
+fn bind_to_row(c: &mut Client, reader: &Reader, row: &Row) -> Option<Vec<Option<String>>> {
+    let shape = reader.shape.as_ref().ok()?;
+    if shape.keys.is_empty() || !shape.keys.values().all(|k| row.contains_key(k)) {
+        return None;
+    }
+    let mut values: Vec<Option<String>> = vec![None; shape.params];
+    if !shape.fully_keyed() {
+        let declared = replay::declared_params(reader.statement.meta_values("param"));
+        if !(1..=shape.params).all(|n| shape.keys.contains_key(&n) || declared.contains_key(&n)) {
+            return None;
+        }
+        values = read_only(c, |c| {
+            let p = replay::prepare(c, reader.app, &reader.statement.name)?;
+            replay::arguments(c, &p)
+        })
+        .ok()?;
+    }
+    for (n, column) in &shape.keys {
+        let value = row[column].clone();
+        *values.get_mut(n - 1)? = match value {
+            Some(v) if shape.arrays.contains(n) => Some(one_element_array(&v)),
+            v => v,
+        };
+    }
+    Some(values)
+}
+
+/// The row a driver created, read as the migrator by its primary key.
+fn created_row(migrator: &mut Client, created: &Created) -> Result<Row, String> {
+    let pk = table_facts(migrator, &created.table)
+        .map(|(pk, _)| pk)
+        .map_err(|e| one_line(&e))?;
+    let [column] = pk.as_slice() else {
+        return Err(format!(
+            "{} has no one-column primary key to find the created row {} by",
+            created.table, created.id
+        ));
+    };
+    table_row(
+        migrator,
+        &created.table,
+        &pk,
+        &format!("{column}={}", created.id),
+    )
+    .ok_or_else(|| {
+        format!(
+            "the row it created ({column}={}) is not in {}",
+            created.id, created.table
+        )
+    })
+}
+
+/// A reader's bindings as its parameter values: column values (bound by
+/// keys) go through [`Reader::params_of`]; a `-- sample:` line's or
+/// `-- param:` values are parameter values already.
+fn as_params(
+    reader: &Reader,
+    bound_by: BoundBy,
+    bindings: &[Vec<Option<String>>],
+) -> Vec<Vec<Option<String>>> {
+    match bound_by {
+        BoundBy::Keys => bindings.iter().map(|b| reader.params_of(b)).collect(),
+        _ => bindings.to_vec(),
     }
 }
 
@@ -574,7 +805,8 @@ fn after_one(
 ) -> StatementReader {
     let mut m = reader.measured(b.bound_by, Err(NotCompared::NoRows));
     m.reference = Some((b.app.clone(), b.statement.clone()));
-    let Ran { columns, rows } = match run_reader(c, &reader.statement.sql, &bindings) {
+    let params = as_params(reader, b.bound_by, &bindings);
+    let Ran { columns, rows } = match run_reader(c, &reader.statement.sql, &params) {
         Err(e) => {
             m.rows = Err(NotCompared::Failed(e));
             return m;
@@ -669,15 +901,15 @@ fn table_row(c: &mut Client, table: &str, identity: &[String], key: &str) -> Opt
 }
 
 /// Runs `statement` of `app` with its parameter values and commits it;
-/// then reads the row it wrote into `table` (the rows whose xmin is its
-/// transaction) as the migrator.
+/// then reads the rows it wrote into `table` (inserted or updated: the
+/// rows whose xmin is its transaction, a few at most) as the migrator.
 fn write_committed(
     c: &mut Client,
     migrator: &mut Client,
     app: &AppVersion,
     statement: &str,
     table: &str,
-) -> Result<Row, String> {
+) -> Result<Vec<Row>, String> {
     let mut run = || -> Result<i64, postgres::Error> {
         c.batch_execute("BEGIN")?;
         let xid: i64 = c.query_one("SELECT txid_current()", &[])?.get(0);
@@ -692,14 +924,19 @@ fn write_committed(
         one_line(&e)
     })?;
     let sql = format!(
-        "SELECT to_jsonb(t)::text FROM {} t WHERE t.xmin::text = ($1::bigint % 4294967296)::text LIMIT 1",
+        "SELECT to_jsonb(t)::text FROM {} t WHERE t.xmin::text = ($1::bigint % 4294967296)::text LIMIT {ROLLOUT_ROWS}",
         quoted_table(table)
     );
-    let row = migrator
-        .query_opt(&sql, &[&xid])
-        .map_err(|e| one_line(&e))?
-        .ok_or_else(|| format!("the row it wrote into {table} could not be found"))?;
-    Ok(row_of(&row.get::<_, String>(0)))
+    let rows = migrator.query(&sql, &[&xid]).map_err(|e| one_line(&e))?;
+    if rows.is_empty() {
+        return Err(format!(
+            "it wrote no row into {table} (with its `-- param:` values its WHERE matched none, or its conflict clause did nothing)"
+        ));
+    }
+    Ok(rows
+        .iter()
+        .map(|r| row_of(&r.get::<_, String>(0)))
+        .collect())
 }
 
 /// Whether a reader's result row `got` is the table row `row`: same

@@ -184,15 +184,7 @@ impl Run<'_> {
         }
         let newly = self.evidence(v).newly.clone();
         let readers_after = match applied_db {
-            Some(db) => Visible {
-                statements: self.statement_readers_after(
-                    db,
-                    runnable,
-                    &readers_before.statements,
-                    &newly,
-                )?,
-                ..self.visible(db, runnable)?
-            },
+            Some(db) => self.readers_after(db, runnable, &readers_before.statements, &newly)?,
             None => Visible::default(),
         };
         Ok(Backfill {
@@ -237,8 +229,9 @@ impl Run<'_> {
             let outcomes = step("replaying statements", replay::replay_all(&mut c, app))?;
             out.after.push((app.name.clone(), outcomes));
         }
-        // Cross-version: each app still running against each newer one
-        // that may run on this schema.
+        // Cross-version (the two-phase protocol and the rollback, through
+        // drivers): each app still running against each newer one that
+        // may run on this schema.
         for older in live {
             for newer in runnable.iter().filter(|a| a.needs > older.needs) {
                 let mut c_old = self.connect_app(db, older)?;
@@ -252,8 +245,9 @@ impl Run<'_> {
                 });
             }
         }
-        // Rows the older apps write while the newer ones run, read back
-        // by their statement readers (apps without a driver).
+        // Rows the older apps write while the newer ones run (their write
+        // statements, their drivers' creates), read back by the
+        // statement readers: one path for every app.
         out.rollout_writes = self.rollout_writes(db, live, runnable)?;
         Ok(out)
     }

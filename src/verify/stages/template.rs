@@ -134,10 +134,7 @@ impl Run<'_> {
         // seeded database is then the one the migration is measured on
         // (no copy needed: nothing else reads its state before).
         let readers_before = match &seeded {
-            Some((db, _)) => Visible {
-                statements: self.statement_readers_before(db, &live)?,
-                ..self.visible(db, &live)?
-            },
+            Some((db, _)) => self.readers_before(db, &live)?,
             None => Visible::default(),
         };
 
