@@ -205,6 +205,13 @@ fn write_with_triggers(
     let rest_ms = p3 * left + slope * ((all * all - done * done) / 2.0 - m3 * left);
     let projected = std::time::Duration::from_secs_f64(rest_ms.max(0.0) / 1000.0);
     let past = rest > 0 && projected > TRIGGER_BUDGET;
+    log::debug!(
+        "generate: {} through its triggers: {p2:.4} ms/row after {} rows, {p3:.4} after {}, {:.1} s projected for the other {rest}",
+        plan.table.name,
+        ends[0],
+        ends[1],
+        projected.as_secs_f64()
+    );
     let r = match rest {
         0 => Ok(written),
         _ if past => write(&mut tx, plan, forced, Through::PastTriggers(from, rows)),
