@@ -41,7 +41,9 @@
 //! first), `plan` (what each column gets in the INSERT), `table` (seeding one table:
 //! the plan's steps), `families` (the
 //! values of each kind of type, a table), `fit` (the values its types and
-//! CHECKs accept), `insert` (the rows), `app_writes` (the apps' own).
+//! CHECKs accept), `insert` (the rows), `app_writes` (the apps' own),
+//! `statistics` (which relations to ANALYZE afterwards: those whose
+//! statistics the seeding or the migration before it made stale).
 
 mod app_writes;
 mod catalogue;
@@ -52,6 +54,7 @@ mod order;
 mod partition;
 mod pattern;
 mod plan;
+mod statistics;
 mod table;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -174,6 +177,11 @@ fn seed_tables(
     apps: &[&AppVersion],
 ) -> anyhow::Result<Generated> {
     let mut out = Generated::default();
+    let clock = std::time::Instant::now();
+    // Every row this seeding writes is newer than this transaction.
+    let since: String = c
+        .query_one("SELECT pg_current_xact_id()::xid::text", &[])?
+        .get(0);
     let mut types = TypeCache::default();
     let tables = read_tables(c, &mut types)?;
     let edges = foreign_key_edges(&tables);
@@ -246,10 +254,18 @@ fn seed_tables(
     for app in apps {
         out.app_writes.extend(run_app_writes(c, app, &mut types)?);
     }
-    log::debug!("generate: tables written");
+    log::debug!("generate: tables written in {:?}", clock.elapsed());
     refresh_materialized_views(c, &mut out)?;
-    c.batch_execute("ANALYZE")?;
-    log::debug!("generate: analyzed");
+    let stale = statistics::stale_relations(c, &since)?;
+    if !stale.is_empty() {
+        c.batch_execute(&format!("ANALYZE {}", stale.join(", ")))?;
+    }
+    log::debug!(
+        "generate: analyzed {} relations ({}), at {:?}",
+        stale.len(),
+        stale.join(", "),
+        clock.elapsed()
+    );
     Ok(out)
 }
 
