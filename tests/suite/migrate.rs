@@ -615,13 +615,16 @@ fn sigkill_mid_apply_never_splits_a_migration_from_its_history(
 ) -> anyhow::Result<()> {
     let dir = write_dir(&[
         ("V1__fast.sql", "CREATE TABLE fast_one (id int);"),
+        // Each statement runs on its own (migrate::apply), so the marker
+        // the test waits for is in the slow statement itself: a marker
+        // only in the quick CREATE was seen too briefly to kill inside.
         (
             "V2__slow.sql",
-            "SELECT pg_sleep(0.3);\nCREATE TABLE slow_two (id int);",
+            "SELECT 'slow_two', pg_sleep(0.3);\nCREATE TABLE slow_two (id int);",
         ),
         (
             "V3__slow_again.sql",
-            "CREATE TABLE slow_three (id int);\nSELECT pg_sleep(0.3);",
+            "CREATE TABLE slow_three (id int);\nSELECT 'slow_three', pg_sleep(0.3);",
         ),
     ])?;
     let tables = [(1, "fast_one"), (2, "slow_two"), (3, "slow_three")];
