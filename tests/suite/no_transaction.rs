@@ -37,6 +37,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             readme_example_backfills_output_collection_id_then_validates,
             rehearsal_applies_a_no_transaction_file_statement_by_statement,
             partitioned_index_pattern_passes_and_migrates_to_a_valid_index,
+            seeded_rows_are_carried_past_a_no_transaction_file,
         ]
     )
 }
@@ -971,6 +972,60 @@ fn partitioned_index_pattern_passes_and_migrates_to_a_valid_index(
         history(&mut c)? == [1, 2, 3],
         "history: {:?}",
         history(&mut c)?
+    );
+    Ok(())
+}
+
+/// A project without apps carries its seeded rows from one migration to
+/// the next; a no-transaction file without batched updates is carried
+/// like any other (applied statement by statement on the copy), so the
+/// migration after it starts from the rows already there instead of
+/// seeding afresh. A file with batched updates is not carried (the plain
+/// apply would not run its batches).
+fn seeded_rows_are_carried_past_a_no_transaction_file(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = write_dir(&[
+        ("V1__items.sql", ITEMS),
+        (
+            "V2__items_a.sql",
+            "-- rollsafe:no-transaction\nCREATE INDEX CONCURRENTLY IF NOT EXISTS items_a ON items (a);\n",
+        ),
+        ("V3__items_c.sql", "ALTER TABLE items ADD COLUMN c int;"),
+        (
+            "V4__items_b.sql",
+            "-- rollsafe:no-transaction\n-- rollsafe:batched-update items SET b = a WHERE b IS NULL\n",
+        ),
+        ("V5__items_d.sql", "ALTER TABLE items ADD COLUMN d int;"),
+    ])?;
+    let out = cli()
+        .args([
+            "verify",
+            "--postgres",
+            env.sandbox.admin_url(),
+            "--rows",
+            "300",
+        ])
+        .arg("--migrations")
+        .arg(dir.path())
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let says = |v: &str| -> Option<&str> {
+        stderr.lines().find(|l| {
+            l.contains(&format!("] {v}: ")) && (l.contains("seeding") || l.contains("carried"))
+        })
+    };
+    let v3 = says("V3").with_context(|| format!("no seeding step for V3: {stderr}"))?;
+    ensure!(
+        v3.contains("seeded rows carried to V2"),
+        "V3 did not start from V2's rows: {v3}"
+    );
+    let v5 = says("V5").with_context(|| format!("no seeding step for V5: {stderr}"))?;
+    ensure!(
+        v5.contains("seeding 300 rows at V4"),
+        "V5 must be seeded afresh after a file with batched updates: {v5}"
+    );
+    ensure!(
+        out.status.code() == Some(0) || out.status.code() == Some(1),
+        "verify could not run: {stderr}"
     );
     Ok(())
 }

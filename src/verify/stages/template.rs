@@ -455,9 +455,13 @@ impl Run<'_> {
     /// A copy of the previous migration's seeded database (at its V{prev−1})
     /// with that migration applied: (database, rows it holds, names of the
     /// apps whose rows they are). None when there is none to reuse (no
-    /// live app then, or a migration that runs outside a transaction,
-    /// whose batches the plain apply would not run) or the migration fails
-    /// on it (stage 3 reports that).
+    /// live app then, or a migration with `-- rollsafe:batched-update`
+    /// directives, whose batches the plain apply would not run) or the
+    /// migration fails on it (stage 3 reports that). A migration that runs
+    /// outside a transaction without batches is carried like any other:
+    /// the plain apply runs its statements one by one, as `migrate` does
+    /// (re-seeding from scratch after it was a third of a 20-migration
+    /// run on the history fixture).
     fn reuse_seeded(
         &self,
         last: Option<&Staged>,
@@ -469,7 +473,7 @@ impl Run<'_> {
         let (Some(base), m) = (&last.applied_db, &migrations[last.index]) else {
             return Ok(None);
         };
-        if m.runs_outside_transaction() {
+        if m.batched_updates().next().is_some() {
             return Ok(None);
         }
         let db = self.clone_db(base)?;
