@@ -996,18 +996,8 @@ fn seeded_rows_are_carried_past_a_no_transaction_file(env: &TestEnv) -> anyhow::
         ),
         ("V5__items_d.sql", "ALTER TABLE items ADD COLUMN d int;"),
     ])?;
-    let out = cli()
-        .args([
-            "verify",
-            "--postgres",
-            env.sandbox.admin_url(),
-            "--rows",
-            "300",
-        ])
-        .arg("--migrations")
-        .arg(dir.path())
-        .output()?;
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let migrations = dir.path().to_string_lossy().into_owned();
+    let (code, _, stderr) = crate::verify::run_verify(env, &["--migrations", &migrations])?;
     let says = |v: &str| -> Option<&str> {
         stderr.lines().find(|l| {
             l.contains(&format!("] {v}: ")) && (l.contains("seeding") || l.contains("carried"))
@@ -1020,12 +1010,9 @@ fn seeded_rows_are_carried_past_a_no_transaction_file(env: &TestEnv) -> anyhow::
     );
     let v5 = says("V5").with_context(|| format!("no seeding step for V5: {stderr}"))?;
     ensure!(
-        v5.contains("seeding 300 rows at V4"),
+        v5.contains(&format!("seeding {} rows at V4", crate::verify::ROWS)),
         "V5 must be seeded afresh after a file with batched updates: {v5}"
     );
-    ensure!(
-        out.status.code() == Some(0) || out.status.code() == Some(1),
-        "verify could not run: {stderr}"
-    );
+    ensure!(code == 0 || code == 1, "verify could not run: {stderr}");
     Ok(())
 }

@@ -85,7 +85,7 @@ fn all_backends_trials(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
     )
 }
 
-const ROWS: u64 = 2000;
+pub(crate) const ROWS: u64 = 2000;
 const SHIPPED_V3: &str = "V3__attached_functions_is_ready.sql";
 
 /// A migrations directory: the real V1 and V2, then `v3` (None: the
@@ -561,7 +561,7 @@ fn non_transactional_statement_fails_to_apply(env: &TestEnv) -> anyhow::Result<(
 }
 
 /// Runs the real binary against the suite's server.
-fn run_verify(env: &TestEnv, extra: &[&str]) -> anyhow::Result<(i32, String, String)> {
+pub(crate) fn run_verify(env: &TestEnv, extra: &[&str]) -> anyhow::Result<(i32, String, String)> {
     run_verify_with(env, extra, &[])
 }
 
