@@ -650,7 +650,7 @@ fn hundred_thousand_rows_per_table(env: &TestEnv) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The real-shaped fixture (`tests/fixtures/real-shaped/catalogue`: 39
+/// The real-shaped fixture (`tests/fixtures/real-shaped/catalogue`: 40
 /// tables with reserved-name triggers, a counting trigger, regular
 /// expressions, bytea lengths, IN lists on key columns, a deferred
 /// foreign-key cycle, a partitioned table, …), applied by the real

@@ -51,6 +51,11 @@ pub(super) struct Join {
     /// further, so two keys into one table (an inviter and an invitee,
     /// `CHECK (a <> b)`) point at different rows.
     pub(super) shift: u64,
+    /// An earlier join to the same table that walks the same UNIQUE key
+    /// (a follower and the followed, both in the primary key): this one
+    /// takes, per row of the earlier one, each of the *other* rows in turn,
+    /// so the pairs are distinct and never a row paired with itself.
+    pub(super) apart_from: Option<usize>,
 }
 
 pub(super) struct Plan<'a> {
@@ -131,7 +136,6 @@ impl Plan<'_> {
                 .map(|c| format!("{} IS NOT NULL", quote_ident(c)))
                 .collect::<Vec<_>>()
                 .join(" AND ");
-            let n = if probe { j.n.min(16) } else { j.n };
             // A probe (run once per candidate while CHECKs are searched)
             // needs some parent rows, not all: the first 16 by the key,
             // read from the unique index every referenced key has (no
@@ -143,11 +147,7 @@ impl Plan<'_> {
             } else {
                 String::new()
             };
-            let shift = j.shift;
-            let pick = match j.divisor {
-                Some(d) => format!("((s.g - 1) / {d} + {shift}) % {n}"),
-                None => format!("(s.g - 1 + {shift}) % {n}"),
-            };
+            let pick = self.pick(f, probe);
             sql.push_str(&format!(
                 " LEFT JOIN (SELECT {keys}, row_number() OVER (ORDER BY {keys}) - 1 AS rollsafe_rn
                      FROM (SELECT {keys} FROM {} WHERE {not_null}{limit}) p) fk{f}
@@ -156,6 +156,23 @@ impl Plan<'_> {
             ));
         }
         sql
+    }
+
+    /// The number (from 0) of the referenced row join `f` takes for row
+    /// `s.g`.
+    fn pick(&self, f: usize, probe: bool) -> String {
+        let j = &self.joins[f];
+        let n = if probe { j.n.min(16) } else { j.n };
+        let shift = j.shift;
+        match (j.divisor, j.apart_from) {
+            (Some(d), Some(earlier)) if n > 1 => format!(
+                "(({}) + 1 + ((s.g - 1) / {d}) % {}) % {n}",
+                self.pick(earlier, probe),
+                n - 1
+            ),
+            (Some(d), _) => format!("((s.g - 1) / {d} + {shift}) % {n}"),
+            (None, _) => format!("(s.g - 1 + {shift}) % {n}"),
+        }
     }
 
     pub(super) fn sample(&self) -> String {

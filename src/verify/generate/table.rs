@@ -279,6 +279,7 @@ impl Draft {
             n: n as u64,
             divisor: None,
             shift,
+            apart_from: None,
         });
         Ok(true)
     }
@@ -419,9 +420,24 @@ impl Draft {
             return (requested, None);
         }
         let mut divisor: u64 = 1;
-        for &j in radix {
+        for (r, &j) in radix.iter().enumerate() {
             self.joins[j].divisor = Some(divisor);
-            divisor = divisor.saturating_mul(self.joins[j].n);
+            // A second key into a table the walk already takes (the
+            // followed beside the follower) walks the other rows of it:
+            // n - 1 choices per row of the first, never the same row.
+            let earlier = radix[..r]
+                .iter()
+                .copied()
+                .find(|&e| self.joins[e].parent == self.joins[j].parent);
+            let n = self.joins[j].n;
+            let choices = match earlier {
+                Some(e) if n > 1 => {
+                    self.joins[j].apart_from = Some(e);
+                    n - 1
+                }
+                _ => n,
+            };
+            divisor = divisor.saturating_mul(choices);
         }
         if divisor < requested {
             let note = format!(
