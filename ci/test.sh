@@ -62,6 +62,11 @@ summary() {
   done
 }
 ci_started=$SECONDS
+# A fresh clone builds from nothing: incremental compilation's bookkeeping
+# only costs there (with Cargo.toml's line tables: 208 s -> 168 s for every
+# target on 2 cores). Every cargo command below shares the setting, so
+# each reuses the others' artifacts.
+export CARGO_INCREMENTAL=0
 IMAGE="${ROLLSAFE_POSTGRES_IMAGE:-postgres:15}"
 export ROLLSAFE_POSTGRES_IMAGE="$IMAGE"
 

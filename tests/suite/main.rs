@@ -31,7 +31,15 @@ use libtest_mimic::Arguments;
 fn main() {
     // The DAO crash test re-executes this binary as its child process.
     dao::run_child_if_requested();
-    let args = Arguments::from_args();
+    let mut args = Arguments::from_args();
+    // Twice as many tests as cores (unless --test-threads says): a test
+    // spends much of its time waiting (on the server, on lock timeouts,
+    // on a migration's pg_sleep), which another test's work fills. On the
+    // 2-core CI machine: 653 s for the suite instead of 718 s.
+    if args.test_threads.is_none() {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        args.test_threads = Some(2 * cores);
+    }
     let env = Arc::new(common::TestEnv::start());
     let mut trials = Vec::new();
     trials.extend(sandbox::tests(&env));
