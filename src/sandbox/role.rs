@@ -37,6 +37,10 @@ struct RoleInner {
     /// Never printed (see the `Debug` impl).
     password: String,
     shared: Arc<Shared>,
+    /// Run before the role is dropped: the grants on server parameters,
+    /// which would otherwise keep `DROP ROLE` from succeeding. Set once
+    /// they are granted.
+    revoke: std::sync::OnceLock<String>,
 }
 
 impl fmt::Debug for Role {
@@ -59,7 +63,11 @@ impl Role {
 
 impl Drop for RoleInner {
     fn drop(&mut self) {
-        let sql = format!("DROP ROLE IF EXISTS {}", quote_ident(&self.name));
+        let sql = format!(
+            "{}DROP ROLE IF EXISTS {}",
+            self.revoke.get().map_or("", String::as_str),
+            quote_ident(&self.name)
+        );
         let result = db::connect(self.shared.backend.admin_url())
             .map_err(|e| e.to_string())
             .and_then(|mut c| c.batch_execute(&sql).map_err(|e| e.to_string()));
@@ -100,8 +108,51 @@ impl Sandbox {
                 name: name.to_string(),
                 password,
                 shared: Arc::clone(&self.shared),
+                revoke: std::sync::OnceLock::new(),
             }),
         })
+    }
+
+    /// Creates the seeder of `migrator`'s rehearsal: a login role with the
+    /// migrator's attributes, a member of the migrator (it `SET ROLE`s to
+    /// it for all it runs), that may also set `session_replication_role`
+    /// (`GRANT SET ON PARAMETER`), so the generator's rows can skip the
+    /// per-row foreign-key checks ([`crate::verify::generate`]). The
+    /// migrator itself never gets that grant: a migration that sets the
+    /// parameter fails as in production. None before PostgreSQL 15, which
+    /// has no such grant, and where the admin may not grant it.
+    pub fn create_seeder_role(&self, migrator: &Role) -> Result<Option<Role>, SandboxError> {
+        if self.server_major() < 15 {
+            return Ok(None);
+        }
+        let seeder = self.create_login_role(&self.unique_role_name("seeder"))?;
+        let name = quote_ident(seeder.name());
+        let sql = format!(
+            "GRANT {} TO {name}; GRANT SET ON PARAMETER session_replication_role TO {name}",
+            quote_ident(migrator.name())
+        );
+        match self.connect_admin()?.batch_execute(&sql) {
+            Ok(()) => {
+                let revoke =
+                    format!("REVOKE ALL ON PARAMETER session_replication_role FROM {name}; ");
+                let _ = seeder.inner.revoke.set(revoke);
+                Ok(Some(seeder))
+            }
+            // A server rollsafe does not own may not let its admin grant
+            // that (no superuser): seeding then runs as the migrator, its
+            // rows through the checks (the seeder is dropped here).
+            Err(e) if e.as_db_error().is_some() => {
+                log::info!(
+                    "the generator's rows go through the per-row foreign-key checks: {}",
+                    crate::errors::one_line(&e)
+                );
+                Ok(None)
+            }
+            Err(e) => Err(SandboxError::sql(
+                format!("granting the seeder {}", seeder.name()),
+                e,
+            )),
+        }
     }
 
     /// Creates role `name` as a stand-in for a production role the target's
@@ -137,6 +188,7 @@ impl Sandbox {
                 name: name.to_string(),
                 password: String::new(),
                 shared: Arc::clone(&self.shared),
+                revoke: std::sync::OnceLock::new(),
             }),
         }))
     }

@@ -749,6 +749,22 @@ impl Run<'_> {
         )
     }
 
+    /// The connection seeding runs on: as the migrator (the owner of the
+    /// tables, whose seeds are the project's files), through the seeder
+    /// role where there is one, so the generator's rows may skip the
+    /// per-row foreign-key checks ([`generate`]).
+    fn connect_seeding(&self, db: &Database) -> Result<postgres::Client, VerifyError> {
+        let Some((url, migrator)) = self.sessions.seeder(db.url()) else {
+            return self.connect_migrator(db);
+        };
+        let mut c = step("connecting as the seeder", crate::db::connect(&url))?;
+        step(
+            "becoming the migrator",
+            c.batch_execute(&format!("SET ROLE {}", crate::pg::quote_ident(&migrator))),
+        )?;
+        Ok(c)
+    }
+
     /// A connection to `db` as `app`'s role.
     fn connect_app(
         &self,

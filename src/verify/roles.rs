@@ -16,8 +16,16 @@
 //!   still binds). Declared roles are created before V1 with the migrator's
 //!   attributes and own nothing: the migrations' GRANTs give them what they
 //!   get.
-//! - **rollsafe itself** (introspection, copies, the generator's rows, the
-//!   target's restore) connects as the sandbox's superuser.
+//! - **Seeding** (the project's seed files, the generator's rows) runs as
+//!   the migrator, the tables' owner, through a *seeder* login role
+//!   (PostgreSQL 15+) that is a member of the migrator and `SET ROLE`s to
+//!   it at once: the seeder alone may also set `session_replication_role`,
+//!   which lets the generator's rows skip the per-row foreign-key checks
+//!   (checked set-wise instead: [`super::generate`]). The migrator never
+//!   holds that grant, so a migration that sets the mode fails as in
+//!   production.
+//! - **rollsafe itself** (introspection, copies, the target's restore)
+//!   connects as the sandbox's superuser.
 //!
 //! Every session of the migrator and of the apps runs under
 //! `statement_timeout` (set at connection start), and a watchdog
@@ -56,6 +64,12 @@ pub const UNTRUSTED_APPLICATION: &str = "rollsafe-rehearsed";
 pub struct Sessions {
     /// None: `--migrator-superuser` (the sandbox's superuser migrates).
     migrator: Option<Role>,
+    /// The role seeding connects as before it becomes the migrator (`SET
+    /// ROLE`), which may also skip the per-row foreign-key checks of the
+    /// generator's rows ([`Sandbox::create_seeder_role`]). None with a
+    /// superuser migrator (which may) and before PostgreSQL 15 (where no
+    /// other role may).
+    seeder: Option<Role>,
     /// Declared app roles, by role name.
     roles: BTreeMap<String, Role>,
     /// App name → role name, for apps that declare one (or the default).
@@ -91,6 +105,10 @@ impl Sessions {
         } else {
             Some(sandbox.create_login_role(&sandbox.unique_role_name("migrator"))?)
         };
+        let seeder = match &migrator {
+            Some(m) => sandbox.create_seeder_role(m)?,
+            None => None,
+        };
         let mut roles: BTreeMap<String, Role> = BTreeMap::new();
         let mut app_roles = BTreeMap::new();
         for app in apps {
@@ -104,12 +122,14 @@ impl Sessions {
         }
         let watched: Vec<String> = migrator
             .iter()
+            .chain(&seeder)
             .chain(roles.values())
             .map(|r| r.name().to_string())
             .collect();
         let watchdog = Watchdog::start(sandbox.admin_url(), watched, statement_timeout);
         Ok(Sessions {
             migrator,
+            seeder,
             roles,
             app_roles,
             statement_timeout,
@@ -160,6 +180,16 @@ impl Sessions {
             Some(r) => r.url(url, &settings),
             None => crate::db::with_settings(url, &settings),
         }
+    }
+
+    /// `url` connecting as the seeder, and the migrator it must become
+    /// (`SET ROLE`) before it runs anything; None: seed as the migrator
+    /// ([`Sessions::migrator`]). Contains a password.
+    pub fn seeder(&self, url: &str) -> Option<(String, String)> {
+        let (seeder, migrator) = (self.seeder.as_ref()?, self.migrator.as_ref()?);
+        let settings = self.settings();
+        let settings: Vec<(&str, String)> = settings.iter().map(|(k, v)| (*k, v.clone())).collect();
+        Some((seeder.url(url, &settings), migrator.name().to_string()))
     }
 
     /// The declared role `app` runs as, when it is not the migrator's.

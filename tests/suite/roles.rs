@@ -30,6 +30,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             force_row_level_security_binds_the_owner_role_apps_run_as_by_default,
             an_app_entry_with_two_statements_is_refused_with_its_line,
             a_sleeping_migration_is_cut_at_the_statement_timeout,
+            the_seeder_may_skip_foreign_key_checks_and_the_migrator_may_not,
         ]
     )
 }
@@ -475,5 +476,66 @@ fn a_sleeping_migration_is_cut_at_the_statement_timeout(env: &TestEnv) -> anyhow
         // of the few scenarios that run it.
         ensure!(took < Duration::from_secs(120), "{case}: took {took:?}");
     }
+    Ok(())
+}
+
+/// The generator's rows skip the per-row foreign-key checks through the
+/// seeder role (PostgreSQL 15+): it may put its session in replica mode
+/// and become the migrator; the migrator may not set that mode (a
+/// migration that does fails as in production, where the migrator is no
+/// superuser); both roles are gone once their handles are dropped (the
+/// seeder's grant on the parameter would otherwise keep it).
+fn the_seeder_may_skip_foreign_key_checks_and_the_migrator_may_not(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let sandbox = &env.sandbox;
+    let db = env.fresh_database();
+    let migrator = sandbox.create_login_role(&sandbox.unique_role_name("migrator"))?;
+    let seeder = sandbox.create_seeder_role(&migrator)?;
+    let mut names = vec![migrator.name().to_string()];
+    let mut as_migrator = rollsafe::db::connect(&migrator.url(db.url(), &[]))?;
+    let refused = as_migrator
+        .batch_execute("SET session_replication_role = replica")
+        .err()
+        .context("the migrator set replica mode")?;
+    ensure!(
+        refused.code() == Some(&postgres::error::SqlState::INSUFFICIENT_PRIVILEGE),
+        "{refused}"
+    );
+    drop(as_migrator);
+    match &seeder {
+        None => ensure!(
+            sandbox.server_major() < 15,
+            "no seeder on PostgreSQL {}",
+            sandbox.server_major()
+        ),
+        Some(seeder) => {
+            names.push(seeder.name().to_string());
+            let mut c = rollsafe::db::connect(&seeder.url(db.url(), &[]))?;
+            c.batch_execute(&format!(
+                "SET session_replication_role = replica; SET ROLE \"{}\"",
+                migrator.name()
+            ))?;
+            let row = c.query_one(
+                "SELECT current_user::text, current_setting('session_replication_role')",
+                &[],
+            )?;
+            let (role, mode): (String, String) = (row.get(0), row.get(1));
+            ensure!(
+                role == migrator.name() && mode == "replica",
+                "{role} {mode}"
+            );
+        }
+    }
+    drop(seeder);
+    drop(migrator);
+    let left: i64 = sandbox
+        .connect_admin()?
+        .query_one(
+            "SELECT count(*) FROM pg_roles WHERE rolname = ANY($1)",
+            &[&names],
+        )?
+        .get(0);
+    ensure!(left == 0, "{left} of the roles {names:?} left behind");
     Ok(())
 }

@@ -30,6 +30,9 @@ pub(super) struct Table {
     /// Its enabled user triggers that fire on INSERT, with their mode
     /// (`pg_trigger.tgenabled`: O, A or R), to disable and restore.
     pub(super) insert_triggers: Vec<(String, String)>,
+    /// It has a rule on INSERT (`CREATE RULE … ON INSERT`), which a
+    /// session in replica mode would not run.
+    pub(super) insert_rules: bool,
 }
 
 impl Table {
@@ -274,6 +277,7 @@ pub(super) fn read_tables(
             checks: Vec::new(),
             partitioning: None,
             insert_triggers: Vec::new(),
+            insert_rules: false,
             name: rel.name,
             qualified: rel.qualified,
         };
@@ -309,6 +313,13 @@ pub(super) fn read_tables(
             .iter()
             .map(|r| (r.get(0), r.get(1)))
             .collect();
+        // ev_type 3: ON INSERT.
+        t.insert_rules = c
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_rewrite WHERE ev_class = $1::oid AND ev_type = '3')",
+                &[&t.oid],
+            )?
+            .get(0);
         for k in constraints.iter().filter(|k| k.table == name) {
             add_constraint(&mut t, k);
         }

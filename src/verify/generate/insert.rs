@@ -2,11 +2,12 @@
 //! in its own transaction with the sequences moved past them, and, after
 //! every table, the foreign keys set aside to break a cycle filled in.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use postgres::GenericClient;
 
 use super::catalogue::{ForeignKey, Table, TypeInfo, TypeKind};
+use super::fk_checks::{violations, FkCheckBypass};
 use super::plan::{unseeded, Plan, TableResult};
 use super::SeededTable;
 use crate::pg::quote_ident;
@@ -44,10 +45,19 @@ pub(super) fn insert_rows(
     requested: u64,
     note: Option<String>,
     own_transaction: bool,
+    bypass: Option<(&FkCheckBypass, &HashMap<u32, &Table>)>,
 ) -> anyhow::Result<TableResult> {
     let t = plan.table;
     let started = std::time::Instant::now();
-    let outcome = if !own_transaction {
+    let past_fk_checks = match bypass {
+        Some((b, parents)) if own_transaction && FkCheckBypass::applies_to(t) => {
+            write_past_fk_checks(c, plan, forced, b, parents)?
+        }
+        _ => None,
+    };
+    let outcome = if let Some(outcome) = past_fk_checks {
+        outcome
+    } else if !own_transaction {
         write(c, plan, forced, Through::Triggers(1, plan.rows))
     } else if t.insert_triggers.is_empty() {
         let mut tx = c.transaction()?;
@@ -85,6 +95,49 @@ pub(super) fn insert_rows(
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// The rows in one transaction past the per-row foreign-key checks, every
+/// key then checked once ([`super::fk_checks`]). None: the plain path
+/// must write them (the session could not enter replica mode, or a row
+/// refused by a key was found: nothing of it is kept).
+fn write_past_fk_checks(
+    c: &mut impl GenericClient,
+    plan: &Plan,
+    forced: &BTreeSet<usize>,
+    bypass: &FkCheckBypass,
+    parents: &HashMap<u32, &Table>,
+) -> Result<Option<Result<Written, postgres::Error>>, postgres::Error> {
+    let t = plan.table;
+    let mut tx = c.transaction()?;
+    match bypass.enter(&mut tx) {
+        Ok(()) => {}
+        Err(e) if e.as_db_error().is_some() => {
+            log::debug!(
+                "generate: {}: replica mode refused ({}); rows through the foreign-key checks",
+                t.name,
+                crate::errors::one_line(&e)
+            );
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    }
+    let written = match write(&mut tx, plan, forced, Through::Triggers(1, plan.rows)) {
+        Ok(w) => w,
+        // The same INSERT through the checks fails the same way (a key,
+        // a CHECK): the table's problem, said as the plain path says it.
+        Err(e) => return Ok(Some(Err(e))),
+    };
+    let refused = violations(&mut tx, t, parents)?;
+    if refused > 0 {
+        log::debug!(
+            "generate: {}: {refused} rows written past the foreign-key checks point at no parent row; written again through them",
+            t.name
+        );
+        return Ok(None);
+    }
+    tx.commit()?;
+    Ok(Some(Ok(written)))
 }
 
 /// What one table's writing did.

@@ -10,6 +10,7 @@ use postgres::GenericClient;
 use super::catalogue::{ForeignKey, Table};
 use super::families::{at, families, Literals};
 use super::fit::{choose_values, satisfy_checks, walk_lists};
+use super::fk_checks::FkCheckBypass;
 use super::insert::{insert_rows, max_integer_key};
 use super::plan::{unseeded, Join, Plan, TableResult, Val};
 use super::{SeededTable, UnseededTable, I};
@@ -29,6 +30,7 @@ pub(super) fn seed_table(
     requested: u64,
     only_if_empty: bool,
     own_transaction: bool,
+    bypass: Option<&FkCheckBypass>,
 ) -> anyhow::Result<TableResult> {
     let nothing = || {
         let written = SeededTable {
@@ -98,7 +100,8 @@ pub(super) fn seed_table(
         return Ok(Err(u));
     }
     let note = walk_lists(&mut plan, &carriers).or(note);
-    insert_rows(c, &plan, &forced, requested, note, own_transaction)
+    let bypass = bypass.map(|b| (b, parents));
+    insert_rows(c, &plan, &forced, requested, note, own_transaction, bypass)
 }
 
 /// Whether a foreign key was set aside to break a cycle of keys.

@@ -215,7 +215,7 @@ impl Run<'_> {
         let Some(db) = applied_db.filter(|_| !runnable.is_empty()) else {
             return Ok(out);
         };
-        let mut c = self.connect_migrator(db)?;
+        let mut c = self.connect_seeding(db)?;
         let (sessions, url) = (&self.sessions, db.url());
         let seeded_now = step(
             "seeding the compat database",

@@ -246,7 +246,7 @@ impl Run<'_> {
         );
         // Seeds are the project's files: run as the migrator (the owner of
         // the tables), the rows each app writes as the app.
-        let mut c = self.connect_migrator(&seeded)?;
+        let mut c = self.connect_seeding(&seeded)?;
         let mut s = if generate_only {
             step("seeding", seed::generate_only(&mut c, rows, carried > 0))?
         } else {
