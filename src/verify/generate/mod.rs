@@ -362,16 +362,7 @@ impl Seeding<'_> {
             }
         }
         let cut = |fk: &ForeignKey| self.cut(k, fk, deferring);
-        match seed_table(
-            c,
-            t,
-            &self.parents,
-            &cut,
-            requested,
-            self.rows.only_empty,
-            own_transaction,
-            self.bypass.as_ref(),
-        ) {
+        match seed_table(c, self, t, &cut, requested, own_transaction) {
             Ok(r) => Ok(r),
             Err(e) => match e
                 .downcast_ref::<postgres::Error>()

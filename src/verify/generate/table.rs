@@ -10,7 +10,7 @@ use postgres::GenericClient;
 use super::catalogue::{ForeignKey, Table};
 use super::families::{at, families, Literals};
 use super::fit::{choose_values, satisfy_checks, walk_lists};
-use super::fk_checks::FkCheckBypass;
+use super::Seeding;
 use super::insert::{insert_rows, max_integer_key};
 use super::plan::{unseeded, Join, Plan, TableResult, Val};
 use super::{SeededTable, UnseededTable, I};
@@ -24,14 +24,13 @@ use crate::pg::quote_ident;
 /// [`choose_values`], [`satisfy_checks`], [`insert_rows`].
 pub(super) fn seed_table(
     c: &mut impl GenericClient,
+    seeding: &Seeding<'_>,
     t: &Table,
-    parents: &HashMap<u32, &Table>,
     cut: &dyn Fn(&ForeignKey) -> Cut,
     requested: u64,
-    only_if_empty: bool,
     own_transaction: bool,
-    bypass: Option<&FkCheckBypass>,
 ) -> anyhow::Result<TableResult> {
+    let (parents, only_if_empty) = (&seeding.parents, seeding.rows.only_empty);
     let nothing = || {
         let written = SeededTable {
             table: t.name.clone(),
@@ -100,7 +99,7 @@ pub(super) fn seed_table(
         return Ok(Err(u));
     }
     let note = walk_lists(&mut plan, &carriers).or(note);
-    let bypass = bypass.map(|b| (b, parents));
+    let bypass = seeding.bypass.as_ref().map(|b| (b, parents));
     insert_rows(c, &plan, &forced, requested, note, own_transaction, bypass)
 }
 
