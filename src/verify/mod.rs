@@ -814,9 +814,13 @@ impl Run<'_> {
     }
 
     /// Every table `--table-rows` names must be one the rehearsal met:
-    /// before some migration (`staged`) or at the end (`last`). A typo
+    /// before some migration (`met`) or at the end (`last`). A typo
     /// would otherwise predict nothing and say so nowhere.
-    fn tables_sized_exist(&self, staged: &[Staged], last: &Database) -> Result<(), VerifyError> {
+    fn tables_sized_exist(
+        &self,
+        met: &std::collections::BTreeSet<String>,
+        last: &Database,
+    ) -> Result<(), VerifyError> {
         if !self.options.sizes.given_by_flag() {
             return Ok(());
         }
@@ -824,11 +828,7 @@ impl Run<'_> {
             .into_iter()
             .map(|t| t.name)
             .collect();
-        known.extend(
-            staged
-                .iter()
-                .flat_map(|s| s.tables.iter().map(|t| t.name.clone())),
-        );
+        known.extend(met.iter().cloned());
         let unknown: Vec<&str> = self
             .options
             .sizes

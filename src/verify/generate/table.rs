@@ -10,9 +10,9 @@ use postgres::GenericClient;
 use super::catalogue::{ForeignKey, Table};
 use super::families::{at, families, Literals};
 use super::fit::{choose_values, satisfy_checks, walk_lists};
-use super::Seeding;
 use super::insert::{insert_rows, max_integer_key};
 use super::plan::{unseeded, Join, Plan, TableResult, Val};
+use super::Seeding;
 use super::{SeededTable, UnseededTable, I};
 use crate::pg::quote_ident;
 

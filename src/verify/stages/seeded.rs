@@ -40,20 +40,22 @@ pub(super) enum SeededEnd {
 }
 
 impl Run<'_> {
-    /// Stage 3 over every migration stage 2 left.
-    pub(super) fn seeded_stages(
+    /// Stage 3 for the next migration stage 2 handed over, `end` how it
+    /// has gone so far: once one failed on its seeded database, the later
+    /// ones are not run there (their seeded databases are dropped).
+    pub(super) fn seeded_next(
         &mut self,
-        staged: Vec<Staged>,
+        end: &mut SeededEnd,
+        st: Staged,
         migrations: &[Migration],
-    ) -> Result<SeededEnd, VerifyError> {
-        let mut last_seeded = None;
-        for st in staged {
+    ) -> Result<(), VerifyError> {
+        if let SeededEnd::Completed(last_seeded) = end {
             match self.seeded(st, migrations)? {
-                Seeded::Applied(db) => last_seeded = db,
-                Seeded::Failed => return Ok(SeededEnd::Failed),
+                Seeded::Applied(db) => *last_seeded = db,
+                Seeded::Failed => *end = SeededEnd::Failed,
             }
         }
-        Ok(SeededEnd::Completed(last_seeded))
+        Ok(())
     }
 
     /// Stage 3 for one migration.

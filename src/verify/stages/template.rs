@@ -18,7 +18,7 @@ use crate::verify::{
 };
 
 /// How stage 2 of one migration ended.
-enum Template {
+pub(super) enum Template {
     /// It applied on the empty path; stage 3 takes it from here.
     Staged(Box<Staged>),
     /// It ends the rehearsal: a live app could not write its rows before
@@ -36,49 +36,10 @@ enum Seeded {
     AppCannotWrite,
 }
 
-/// What stage 2 left for stage 3.
-pub(super) struct Templates {
-    /// The migrations that applied on the empty path, in order.
-    pub staged: Vec<Staged>,
-    /// The migration that ended the rehearsal, if one did (its evidence
-    /// says why).
-    pub stopped: Option<i32>,
-    /// The last migration reached (the final version when none stopped).
-    pub last: i32,
-}
-
 impl Run<'_> {
-    /// Stage 2 over every rehearsed migration; stops at the first that
-    /// cannot be seeded or applied.
-    pub(super) fn templates(
-        &mut self,
-        empty_prev: &Database,
-        migrations: &[Migration],
-    ) -> Result<Templates, VerifyError> {
-        let mut out = Templates {
-            staged: Vec::new(),
-            stopped: None,
-            last: 0,
-        };
-        for (index, m) in migrations.iter().enumerate() {
-            if !self.options.since.is_some_and(|s| m.version <= s) {
-                // (Up to --since: in the base already.)
-                match self.template(index, m, out.last, &out.staged, empty_prev, migrations)? {
-                    Template::Staged(staged) => out.staged.push(*staged),
-                    Template::Stopped => {
-                        out.stopped = Some(m.version);
-                        break;
-                    }
-                }
-            }
-            out.last = m.version;
-        }
-        Ok(out)
-    }
-
     /// Stage 2 for migration `m` (at `index`), the schema being at V{prev}
     /// on `empty_prev`.
-    fn template(
+    pub(super) fn template(
         &mut self,
         index: usize,
         m: &Migration,
