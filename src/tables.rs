@@ -6,7 +6,8 @@
 //! reference data): ordinary tables, partitioned tables and their
 //! partitions, and materialized views, in every schema but the system's
 //! (`pg_catalog`, `information_schema`, `pg_toast*`, `pg_temp*`). Left
-//! out: rollsafe's and refinery's bookkeeping (`refinery_schema_history`,
+//! out: rollsafe's and the migration tools' bookkeeping
+//! (`refinery_schema_history`, `_sqlx_migrations`, … of every layout,
 //! `rollsafe_*`) and tables an extension owns (they come with `CREATE
 //! EXTENSION`, not with the migrations).
 //!
@@ -44,15 +45,42 @@ pub fn list_sql() -> String {
           WHERE c.relkind IN ('r', 'p', 'm')
             AND n.nspname NOT IN ('pg_catalog', 'information_schema')
             AND n.nspname NOT LIKE 'pg\\_toast%' AND n.nspname NOT LIKE 'pg\\_temp%'
-            AND c.relname <> '{history}' AND c.relname NOT LIKE 'rollsafe\\_%'
+            AND {not_history} AND c.relname NOT LIKE 'rollsafe\\_%'
             AND NOT EXISTS (SELECT 1 FROM pg_depend d
                              WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
                                AND d.deptype = 'e')",
         parent = NAME
             .replace("n.nspname", "pn.nspname")
             .replace("c.relname", "p.relname"),
-        history = crate::migrate::HISTORY_TABLE,
+        not_history = not_a_history_table(),
     )
+}
+
+/// SQL true for a relation (`n`, `c`) that is no migration tool's history
+/// table: refinery's, and each layout's tool's (`_sqlx_migrations`,
+/// `__diesel_schema_migrations`, `atlas_schema_revisions.atlas_schema_revisions`,
+/// …), which `migrate` and a `--since` base write. Bookkeeping, never a
+/// table the app has: not measured, not seeded (10 000 generated rows went
+/// into a sqlx project's `_sqlx_migrations`).
+fn not_a_history_table() -> String {
+    let mut bare = Vec::new();
+    let mut qualified = Vec::new();
+    for layout in crate::catalog::Layout::ALL {
+        let table = crate::migrate::history::ToolHistory(layout).table();
+        match table.split_once('.') {
+            Some((schema, name)) => qualified.push(format!(
+                "NOT (n.nspname = {} AND c.relname = {})",
+                crate::pg::quote_literal(schema),
+                crate::pg::quote_literal(name)
+            )),
+            None => bare.push(crate::pg::quote_literal(table)),
+        }
+    }
+    bare.sort();
+    bare.dedup();
+    let mut all = vec![format!("c.relname NOT IN ({})", bare.join(", "))];
+    all.extend(qualified);
+    all.join(" AND ")
 }
 
 /// What kind of table it is.

@@ -31,6 +31,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             real_shaped_catalogue_is_seeded_almost_whole,
             triggers_that_refuse_or_grow_are_seeded_past_and_said,
             a_carried_seeding_leaves_statistics_as_a_whole_analyze_would,
+            migration_tools_history_tables_are_neither_listed_nor_seeded,
         ]
     );
     // A timing, not a test of behaviour: run with `--ignored`.
@@ -961,5 +962,38 @@ fn a_carried_seeding_leaves_statistics_as_a_whole_analyze_would(
         "statistics after the carried seeding differ from a whole ANALYZE:\n{seeded}\n--- whole:\n{whole}"
     );
     ensure!(whole.contains("returns|"), "{whole}");
+    Ok(())
+}
+
+/// The history tables of the migration tools (`migrate` and a `--since`
+/// base write them: `_sqlx_migrations`, Atlas's schema-qualified one, …)
+/// are bookkeeping: left out of the tables a rehearsal measures and
+/// seeds, like refinery's; a table of the app beside them is seeded.
+fn migration_tools_history_tables_are_neither_listed_nor_seeded(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let db = env.fresh_database();
+    let mut c = db.connect()?;
+    c.batch_execute(
+        "CREATE TABLE _sqlx_migrations (version bigint PRIMARY KEY, description text NOT NULL);
+         CREATE TABLE flyway_schema_history (installed_rank int PRIMARY KEY, script text NOT NULL);
+         CREATE SCHEMA atlas_schema_revisions;
+         CREATE TABLE atlas_schema_revisions.atlas_schema_revisions (version text PRIMARY KEY);
+         CREATE TABLE sessions (id bigint PRIMARY KEY, token text NOT NULL);",
+    )?;
+    let listed: Vec<String> = rollsafe::tables::list(&mut c)?
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    ensure!(listed == ["sessions"], "{listed:?}");
+    let g = generate::seed(&mut c, &RowCounts::new(100), &[])?;
+    ensure!(g.written("sessions") == Some(100), "{g:?}");
+    for table in [
+        "_sqlx_migrations",
+        "flyway_schema_history",
+        "atlas_schema_revisions.atlas_schema_revisions",
+    ] {
+        ensure!(table_rows(&mut c, table)? == 0, "{table} was seeded");
+    }
     Ok(())
 }
