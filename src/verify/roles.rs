@@ -175,7 +175,6 @@ impl Sessions {
     /// migrator. Contains a password.
     pub fn migrator(&self, url: &str) -> String {
         let settings = self.settings();
-        let settings: Vec<(&str, String)> = settings.iter().map(|(k, v)| (*k, v.clone())).collect();
         match &self.migrator {
             Some(r) => r.url(url, &settings),
             None => crate::db::with_settings(url, &settings),
@@ -188,7 +187,6 @@ impl Sessions {
     pub fn seeder(&self, url: &str) -> Option<(String, String)> {
         let (seeder, migrator) = (self.seeder.as_ref()?, self.migrator.as_ref()?);
         let settings = self.settings();
-        let settings: Vec<(&str, String)> = settings.iter().map(|(k, v)| (*k, v.clone())).collect();
         Some((seeder.url(url, &settings), migrator.name().to_string()))
     }
 
@@ -214,8 +212,6 @@ impl Sessions {
         match self.app_roles.get(app).and_then(|r| self.roles.get(r)) {
             Some(role) => {
                 let settings = self.settings();
-                let settings: Vec<(&str, String)> =
-                    settings.iter().map(|(k, v)| (*k, v.clone())).collect();
                 role.url(url, &settings)
             }
             None => self.migrator(url),
