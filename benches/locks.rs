@@ -61,7 +61,10 @@ fn database(sandbox: &Sandbox, version: i32, rows: u64) -> Database {
         let legacy: Vec<_> = apps.iter().filter(|a| a.name == "legacy").collect();
         let mut c = db.connect().expect("connect");
         let url = db.url().to_string();
-        seed::seed(&mut c, &legacy, rows, &|_| rollsafe::db::connect(&url)).expect("seed");
+        seed::seed(&mut c, None, &legacy, rows, &|_| {
+            rollsafe::db::connect(&url)
+        })
+        .expect("seed");
     }
     db
 }

@@ -130,10 +130,11 @@ fn fixture(dir: &Path, rows: u64) {
         .map(|(kind, s)| format!("{kind} {s:.1} s"))
         .collect();
     println!("  where it went: {}", went.join(", "));
-    let alone = generator_alone(&catalog, before, rows);
+    let alone = generator_alone(&catalog, before, rows, 1);
     seeded_tables(&run, newest, before, &alone.tables);
     seeding_rate(&run, newest);
     alone.print();
+    generator_alone(&catalog, before, rows, 2).print();
 }
 
 /// Tables seeded / tables at V{before}, as verify's report says it.
@@ -196,13 +197,16 @@ fn seeding_rate(run: &VerifyRun, v: i32) {
 
 /// What the generator did on its own at V{before}.
 struct Alone {
+    sessions: usize,
     /// The tables at V{before} (partitions counted in their parent).
     tables: BTreeSet<String>,
     generated: generate::Generated,
     took: Duration,
 }
 
-fn generator_alone(catalog: &Catalog, before: i32, rows: u64) -> Alone {
+/// The generator on a database at V{before}, on `sessions` sessions (1 or
+/// 2: verify's).
+fn generator_alone(catalog: &Catalog, before: i32, rows: u64, sessions: usize) -> Alone {
     let sandbox = builder(None).start().expect("sandbox");
     let db = sandbox.fresh_database().expect("database");
     let mut c = db.connect().expect("connect");
@@ -216,8 +220,11 @@ fn generator_alone(catalog: &Catalog, before: i32, rows: u64) -> Alone {
         .map(|t| t.name)
         .collect();
     let t = Instant::now();
-    let generated = generate::seed(&mut c, &RowCounts::new(rows), &[]).expect("generator");
+    let another = || Ok(db.connect()?);
+    let more: generate::MoreSessions<'_> = (sessions > 1).then_some(&another);
+    let generated = generate::seed(&mut c, more, &RowCounts::new(rows), &[]).expect("generator");
     Alone {
+        sessions,
         tables,
         generated,
         took: t.elapsed(),
@@ -230,7 +237,8 @@ impl Alone {
         let written: u64 = g.seeded.iter().map(|t| t.written).sum();
         let inserting: Duration = g.seeded.iter().map(|t| t.took).sum();
         println!(
-            "  generator alone: {written} rows into {} tables in {} ({:.0} rows/s; INSERTs {}, {:.0} rows/s), {} tables not seeded",
+            "  generator alone, {} session(s): {written} rows into {} tables in {} ({:.0} rows/s; INSERTs {}, {:.0} rows/s), {} tables not seeded",
+            self.sessions,
             g.seeded.len(),
             secs(self.took),
             written as f64 / self.took.as_secs_f64(),

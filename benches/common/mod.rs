@@ -51,7 +51,7 @@ pub fn floor_of(
         let live: Vec<_> = apps.iter().filter(|a| a.needs <= prev).collect();
         if !seeded && !live.is_empty() {
             let url = db.url().to_string();
-            seed::seed(&mut c, &live, rows, &|_| rollsafe::db::connect(&url)).expect("seed");
+            seed::seed(&mut c, None, &live, rows, &|_| rollsafe::db::connect(&url)).expect("seed");
             seeded = true;
         }
         apply(&mut c, m);

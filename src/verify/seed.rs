@@ -17,7 +17,7 @@
 
 use postgres::Client;
 
-use super::generate::{self, RowCounts};
+use super::generate::{self, MoreSessions, RowCounts};
 use crate::app::AppVersion;
 
 /// Rows each live app writes through its own statements on top of the bulk.
@@ -40,8 +40,14 @@ pub struct Seeded {
 /// A project without apps: `rows` rows per table generated from the
 /// catalogue (none when `rows` is 0); `carried`: the database holds the
 /// rows seeded for the previous migration, migrated, so only the tables
-/// still empty (new ones, emptied ones) get rows.
-pub fn generate_only(c: &mut Client, rows: u64, carried: bool) -> anyhow::Result<Seeded> {
+/// still empty (new ones, emptied ones) get rows. `more`: another session
+/// like `c` ([`generate::seed`]).
+pub fn generate_only(
+    c: &mut Client,
+    more: MoreSessions<'_>,
+    rows: u64,
+    carried: bool,
+) -> anyhow::Result<Seeded> {
     let mut out = Seeded::default();
     if rows > 0 {
         let mut counts = RowCounts::new(rows);
@@ -50,7 +56,7 @@ pub fn generate_only(c: &mut Client, rows: u64, carried: bool) -> anyhow::Result
         }
         let clock = std::time::Instant::now();
         // (It ends with ANALYZE.)
-        let mut generated = generate::seed(c, &counts, &[])?;
+        let mut generated = generate::seed(c, more, &counts, &[])?;
         log::debug!("generated rows in {:?}", clock.elapsed());
         // The tables that held rows already are the earlier seeding's.
         generated.seeded.retain(|t| t.requested > 0);
@@ -65,12 +71,16 @@ pub fn generate_only(c: &mut Client, rows: u64, carried: bool) -> anyhow::Result
 /// production, and a rewrite or a lock on it must be measured at N rows,
 /// not judged on an empty table. None when every table holds rows (or
 /// `rows` is 0); the tables that held rows are left as the apps wrote them.
-pub fn fill_empty_tables(c: &mut Client, rows: u64) -> anyhow::Result<Option<generate::Generated>> {
+pub fn fill_empty_tables(
+    c: &mut Client,
+    more: MoreSessions<'_>,
+    rows: u64,
+) -> anyhow::Result<Option<generate::Generated>> {
     if rows == 0 {
         return Ok(None);
     }
     // (It ends with ANALYZE.)
-    let mut generated = generate::seed(c, &RowCounts::new(rows).only_empty(), &[])?;
+    let mut generated = generate::seed(c, more, &RowCounts::new(rows).only_empty(), &[])?;
     // Only the tables that were empty are this seeding's.
     generated.seeded.retain(|t| t.requested > 0);
     if generated.seeded.is_empty() && generated.unseeded.is_empty() {
@@ -81,9 +91,12 @@ pub fn fill_empty_tables(c: &mut Client, rows: u64) -> anyhow::Result<Option<gen
 
 /// Seeds `rows` rows split between `live` apps: the bulk seeds on `c`, the
 /// rows each app writes through its driver on a connection of that app's
-/// own (`connect_as`: its role's GRANTs and row-level security apply).
+/// own (`connect_as`: its role's GRANTs and row-level security apply);
+/// `more`: another session like `c`, for the generated rows
+/// ([`generate::seed`]).
 pub fn seed(
     c: &mut Client,
+    more: MoreSessions<'_>,
     live: &[&AppVersion],
     rows: u64,
     connect_as: &dyn Fn(&AppVersion) -> Result<Client, crate::db::ConnectError>,
@@ -138,7 +151,7 @@ pub fn seed(
             .collect();
         let per_table = share * apps.len() as u64 + (rows - share * live.len() as u64);
         // (It ends with ANALYZE, after the bulk seeds above.)
-        out.generated = Some(generate::seed(c, &RowCounts::new(per_table), &apps)?);
+        out.generated = Some(generate::seed(c, more, &RowCounts::new(per_table), &apps)?);
     } else {
         c.batch_execute("ANALYZE")?;
     }

@@ -32,6 +32,8 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             triggers_that_refuse_or_grow_are_seeded_past_and_said,
             a_carried_seeding_leaves_statistics_as_a_whole_analyze_would,
             migration_tools_history_tables_are_neither_listed_nor_seeded,
+            two_sessions_seed_what_one_seeds,
+            a_trigger_table_is_seeded_alone_after_the_tables_before_it,
         ]
     );
     // A timing, not a test of behaviour: run with `--ignored`.
@@ -123,7 +125,7 @@ fn serial_ids_enums_jsonb_arrays_self_reference_and_checks(env: &TestEnv) -> any
     let customers = 300;
     let orders = 1_200;
     let rows = RowCounts::new(customers).with("orders", orders);
-    let g = generate::seed(&mut c, &rows, &[])?;
+    let g = generate::seed(&mut c, None, &rows, &[])?;
 
     ensure!(g.unseeded.is_empty(), "unseeded: {:?}", g.unseeded);
     ensure!(g.warnings.is_empty(), "warnings: {:?}", g.warnings);
@@ -220,7 +222,7 @@ fn serial_ids_enums_jsonb_arrays_self_reference_and_checks(env: &TestEnv) -> any
     ensure!(o as u64 > orders, "next identity id {o}");
 
     // A second seeding adds rows past the first ones.
-    let again = generate::seed(&mut c, &RowCounts::new(10), &[])?;
+    let again = generate::seed(&mut c, None, &RowCounts::new(10), &[])?;
     ensure!(again.unseeded.is_empty(), "{:?}", again.unseeded);
     ensure!(table_rows(&mut c, "customers")? == customers + 1 + 10);
     Ok(())
@@ -287,7 +289,7 @@ fn uuid_ids_composite_keys_domains_and_an_unsatisfiable_check(env: &TestEnv) -> 
     let rows = RowCounts::new(n)
         .with("tags", tags)
         .with("account_tags", links);
-    let g = generate::seed(&mut c, &rows, &[])?;
+    let g = generate::seed(&mut c, None, &rows, &[])?;
 
     let impossible = g
         .unseeded("impossible")
@@ -384,7 +386,7 @@ fn app_writes_run_with_generated_and_declared_parameters(env: &TestEnv) -> anyho
     c.batch_execute(SHOP)?;
     let app = AppVersion::parse("shop.sql", SHOP_APP)?;
     let n = 50;
-    let g = generate::seed(&mut c, &RowCounts::new(n), &[&app])?;
+    let g = generate::seed(&mut c, None, &RowCounts::new(n), &[&app])?;
     ensure!(g.unseeded.is_empty(), "{:?}", g.unseeded);
 
     let writes: Vec<&str> = g.app_writes.iter().map(|w| w.statement.as_str()).collect();
@@ -418,7 +420,7 @@ fn shipped_schema_is_seeded_with_the_apps_writes(env: &TestEnv) -> anyhow::Resul
     let apps = shipped::apps()?;
     let live: Vec<&AppVersion> = apps.iter().collect();
     let n = 500;
-    let g = generate::seed(&mut c, &RowCounts::new(n), &live)?;
+    let g = generate::seed(&mut c, None, &RowCounts::new(n), &live)?;
 
     ensure!(g.unseeded.is_empty(), "{:?}", g.unseeded);
     ensure!(g.written("attached_functions") == Some(n), "{g:?}");
@@ -490,7 +492,7 @@ fn foreign_key_cycles_break_at_nullable_keys_and_warn_otherwise(
     let mut c = db.connect()?;
     c.batch_execute(CYCLES)?;
     let n = 120;
-    let g = generate::seed(&mut c, &RowCounts::new(n), &[])?;
+    let g = generate::seed(&mut c, None, &RowCounts::new(n), &[])?;
 
     for table in ["departments", "employees", "tickets"] {
         ensure!(g.written(table) == Some(n), "{table}: {g:?}");
@@ -567,7 +569,7 @@ fn odd_schemas_are_seeded_or_reported_never_a_panic(env: &TestEnv) -> anyhow::Re
     let mut c = db.connect()?;
     c.batch_execute(ODD)?;
     let n = 60;
-    let g = generate::seed(&mut c, &RowCounts::new(n), &[])?;
+    let g = generate::seed(&mut c, None, &RowCounts::new(n), &[])?;
     // Every table is accounted for, one way or the other, with a reason
     // (by the name reports give it: quoted where SQL needs it).
     let tables: Vec<String> = rollsafe::tables::list(&mut c)?
@@ -616,7 +618,7 @@ fn hundred_thousand_rows_per_table(env: &TestEnv) -> anyhow::Result<()> {
     c.batch_execute(SHOP)?;
     let n = 100_000;
     let started = Instant::now();
-    let g = generate::seed(&mut c, &RowCounts::new(n), &[])?;
+    let g = generate::seed(&mut c, None, &RowCounts::new(n), &[])?;
     let took = started.elapsed();
     ensure!(g.unseeded.is_empty(), "{:?}", g.unseeded);
     let total: u64 = g.seeded.iter().map(|t| t.written).sum();
@@ -630,7 +632,7 @@ fn hundred_thousand_rows_per_table(env: &TestEnv) -> anyhow::Result<()> {
     let db = env.migrated_database(3);
     let mut c = db.connect()?;
     let started = Instant::now();
-    let g = generate::seed(&mut c, &RowCounts::new(n), &[])?;
+    let g = generate::seed(&mut c, None, &RowCounts::new(n), &[])?;
     let took = started.elapsed();
     ensure!(g.unseeded.is_empty(), "{:?}", g.unseeded);
     ensure!(g.written("attached_functions") == Some(n), "{g:?}");
@@ -668,7 +670,7 @@ fn real_shaped_catalogue_is_seeded_almost_whole(env: &TestEnv) -> anyhow::Result
     let mut c = db.connect()?;
     let n = 2000;
     let started = Instant::now();
-    let g = generate::seed(&mut c, &RowCounts::new(n), &[])?;
+    let g = generate::seed(&mut c, None, &RowCounts::new(n), &[])?;
     let took = started.elapsed();
     let listed: Vec<rollsafe::tables::UserTable> = rollsafe::tables::list(&mut c)?
         .into_iter()
@@ -842,7 +844,7 @@ fn triggers_that_refuse_or_grow_are_seeded_past_and_said(env: &TestEnv) -> anyho
     let mut c = db.connect()?;
     c.batch_execute(TRIGGERS)?;
     let n = 3000;
-    let g = generate::seed(&mut c, &RowCounts::new(n), &[])?;
+    let g = generate::seed(&mut c, None, &RowCounts::new(n), &[])?;
     ensure!(g.unseeded.is_empty(), "{:?}", g.unseeded);
     assert_written_rows_are_there(&mut c, &g)?;
     let past = |table: &str| {
@@ -938,7 +940,7 @@ fn a_carried_seeding_leaves_statistics_as_a_whole_analyze_would(
     let mut c = db.connect()?;
     c.batch_execute(SHOP)?;
     let n = 3000;
-    let first = generate::seed(&mut c, &RowCounts::new(n), &[])?;
+    let first = generate::seed(&mut c, None, &RowCounts::new(n), &[])?;
     ensure!(first.unseeded.is_empty(), "{:?}", first.unseeded);
     // The migration before this seeding, on a connection of its own as
     // the rehearsal applies it.
@@ -952,7 +954,7 @@ fn a_carried_seeding_leaves_statistics_as_a_whole_analyze_would(
                                reason text NOT NULL);",
     )?;
     drop(migrator);
-    let carried = generate::seed(&mut c, &RowCounts::new(n).only_empty(), &[])?;
+    let carried = generate::seed(&mut c, None, &RowCounts::new(n).only_empty(), &[])?;
     ensure!(carried.written("returns") == Some(n), "{carried:?}");
     let seeded = statistics(&mut c)?;
     c.batch_execute("ANALYZE")?;
@@ -986,7 +988,7 @@ fn migration_tools_history_tables_are_neither_listed_nor_seeded(
         .map(|t| t.name)
         .collect();
     ensure!(listed == ["sessions"], "{listed:?}");
-    let g = generate::seed(&mut c, &RowCounts::new(100), &[])?;
+    let g = generate::seed(&mut c, None, &RowCounts::new(100), &[])?;
     ensure!(g.written("sessions") == Some(100), "{g:?}");
     for table in [
         "_sqlx_migrations",
@@ -994,6 +996,123 @@ fn migration_tools_history_tables_are_neither_listed_nor_seeded(
         "atlas_schema_revisions.atlas_schema_revisions",
     ] {
         ensure!(table_rows(&mut c, table)? == 0, "{table} was seeded");
+    }
+    Ok(())
+}
+
+/// Seeding on two sessions writes what one session writes: the same
+/// tables, the same row counts, the same warnings, on the real-shaped
+/// catalogue (40 tables: triggers, cycles, partitions, shared parents),
+/// and it did use the second session.
+fn two_sessions_seed_what_one_seeds(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/real-shaped/catalogue/migrations");
+    let catalog = rollsafe::catalog::Catalog::from_dir(&dir)?;
+    let n = 500;
+    let mut runs = Vec::new();
+    for sessions in [1, 2] {
+        let db = env.fresh_database();
+        rollsafe::migrate::migrate(db.url(), &catalog, &Default::default())?;
+        let mut c = db.connect()?;
+        let another = || Ok(db.connect()?);
+        let more: generate::MoreSessions<'_> = (sessions == 2).then_some(&another);
+        let g = generate::seed(&mut c, more, &RowCounts::new(n), &[])?;
+        ensure!(
+            g.sessions == sessions,
+            "{sessions} wanted, {} used",
+            g.sessions
+        );
+        assert_at_least_written(&mut c, &g)?;
+        let seeded: Vec<(String, u64)> = g
+            .seeded
+            .iter()
+            .map(|t| (t.table.clone(), t.written))
+            .collect();
+        let unseeded: Vec<String> = g.unseeded.iter().map(|t| t.table.clone()).collect();
+        runs.push((seeded, unseeded, g.warnings.clone()));
+    }
+    ensure!(runs[0].0.len() >= 40, "{:?}", runs[0].0);
+    ensure!(
+        runs[0] == runs[1],
+        "one session: {:?}\ntwo sessions: {:?}",
+        runs[0],
+        runs[1]
+    );
+    Ok(())
+}
+
+/// Each table the generator reports seeded holds at least the rows it
+/// says (migrations and triggers write some of their own).
+fn assert_at_least_written(c: &mut Client, g: &Generated) -> anyhow::Result<()> {
+    for t in &g.seeded {
+        let there = count(
+            c,
+            &format!(
+                "SELECT count(*) FROM {}",
+                t.table
+                    .split('.')
+                    .map(|p| format!("\"{p}\""))
+                    .collect::<Vec<_>>()
+                    .join(".")
+            ),
+        )? as u64;
+        ensure!(
+            there >= t.written,
+            "{}: {there} rows, generator reports {}",
+            t.table,
+            t.written
+        );
+    }
+    Ok(())
+}
+
+/// A table whose trigger reads another table is written after it, alone,
+/// as on one session: every order sees all of `audit`'s seeded rows, and
+/// the rows its trigger writes into `audit` land after them. The tables
+/// around them (no triggers) were written two at a time.
+fn a_trigger_table_is_seeded_alone_after_the_tables_before_it(env: &TestEnv) -> anyhow::Result<()> {
+    let db = env.fresh_database();
+    let mut c = db.connect()?;
+    let mut schema = String::from(
+        r#"
+CREATE TABLE audit (id bigserial PRIMARY KEY, what text NOT NULL);
+CREATE TABLE orders (id serial PRIMARY KEY, audited_before integer, note text);
+CREATE FUNCTION audit_order() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.audited_before := (SELECT count(*) FROM audit);
+    INSERT INTO audit (what) VALUES ('order ' || NEW.id);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER orders_audit BEFORE INSERT ON orders
+    FOR EACH ROW EXECUTE FUNCTION audit_order();
+"#,
+    );
+    for k in 0..6 {
+        schema.push_str(&format!(
+            "CREATE TABLE a{k} (id integer PRIMARY KEY, name text NOT NULL UNIQUE);\n\
+             CREATE TABLE z{k} (id integer PRIMARY KEY, a_id integer NOT NULL REFERENCES a{k});\n"
+        ));
+    }
+    c.batch_execute(&schema)?;
+    let n: u64 = 3000;
+    let another = || Ok(db.connect()?);
+    let g = generate::seed(&mut c, Some(&another), &RowCounts::new(n), &[])?;
+    ensure!(g.sessions == 2, "one session used: {g:?}");
+    ensure!(g.unseeded.is_empty(), "{:?}", g.unseeded);
+    // `audit` comes before `orders` in the seeding order (no key between
+    // them: by name), so all its rows were there for every order.
+    let order: Vec<&str> = g.seeded.iter().map(|t| t.table.as_str()).collect();
+    let pos = |t: &str| order.iter().position(|x| *x == t);
+    ensure!(pos("audit") < pos("orders"), "{order:?}");
+    ensure!(g.written("orders") == Some(n), "{g:?}");
+    let first_seen = count(&mut c, "SELECT min(audited_before)::bigint FROM orders")?;
+    ensure!(
+        first_seen == n as i64,
+        "the first order saw {first_seen} audit rows, not the {n} seeded before it"
+    );
+    ensure!(table_rows(&mut c, "audit")? == 2 * n);
+    for k in 0..6 {
+        ensure!(table_rows(&mut c, &format!("z{k}"))? == n);
     }
     Ok(())
 }

@@ -1403,7 +1403,7 @@ fn the_generator_seeds_every_table_of_both_fixture_schemas(env: &TestEnv) -> any
             c.batch_execute(&m.sql)
                 .with_context(|| format!("{project} {}", m.file))?;
         }
-        let g = generate::seed(&mut c, &RowCounts::new(PROJECT_ROWS), &live)?;
+        let g = generate::seed(&mut c, None, &RowCounts::new(PROJECT_ROWS), &live)?;
         ensure!(
             g.unseeded.is_empty() && g.warnings.is_empty(),
             "{project}: unseeded {:?}, warnings {:?}",

@@ -1226,7 +1226,7 @@ fn sizes_from_a_real_database_drive_the_prediction(env: &TestEnv) -> anyhow::Res
         let apps = rollsafe::dao::shipped::apps()?;
         let legacy: Vec<_> = apps.iter().filter(|a| a.name == "legacy").collect();
         let mut c = prod.connect()?;
-        rollsafe::verify::seed::seed(&mut c, &legacy, 3000, &|_| {
+        rollsafe::verify::seed::seed(&mut c, None, &legacy, 3000, &|_| {
             rollsafe::db::connect(prod.url())
         })?;
     }

@@ -16,6 +16,9 @@ pub struct Generated {
     pub warnings: Vec<String>,
     /// The app write statements run on top of the bulk rows.
     pub app_writes: Vec<AppWrites>,
+    /// Sessions the tables were written on (2 when some could be written
+    /// at once: [`crate::verify::generate`]'s schedule).
+    pub sessions: usize,
 }
 
 impl Generated {
@@ -33,6 +36,7 @@ impl Generated {
         self.unseeded.extend(later.unseeded);
         self.warnings.extend(later.warnings);
         self.app_writes.extend(later.app_writes);
+        self.sessions = self.sessions.max(later.sessions);
     }
 
     /// Why `table` was not seeded, if it was not.

@@ -59,6 +59,7 @@ mod order;
 mod partition;
 mod pattern;
 mod plan;
+mod schedule;
 mod statistics;
 mod table;
 
@@ -155,12 +156,19 @@ impl RowCounts {
 }
 
 pub use super::evidence::seeding::{AppWrites, Generated, SeededTable, UnseededTable};
+pub use schedule::MoreSessions;
 
 /// Seeds every table ([`crate::tables`]) with generated rows (`rows`), then
 /// runs the write statements of `apps` a few times. Only a lost connection
 /// or an unreadable catalogue is an error; a table that cannot be seeded
-/// is reported in [`Generated::unseeded`].
-pub fn seed(c: &mut Client, rows: &RowCounts, apps: &[&AppVersion]) -> anyhow::Result<Generated> {
+/// is reported in [`Generated::unseeded`]. `more`: another session like
+/// `c`, for tables that may be written at the same time ([`schedule`]).
+pub fn seed(
+    c: &mut Client,
+    more: MoreSessions<'_>,
+    rows: &RowCounts,
+    apps: &[&AppVersion],
+) -> anyhow::Result<Generated> {
     // The generator's statements join generate_series to numbered parent
     // rows on an expression the planner cannot estimate (it guesses
     // millions of rows), which buys them JIT compilation with inlining
@@ -170,7 +178,7 @@ pub fn seed(c: &mut Client, rows: &RowCounts, apps: &[&AppVersion]) -> anyhow::R
     // measured with the server's setting.
     let jit: String = c.query_one("SELECT current_setting('jit')", &[])?.get(0);
     c.batch_execute("SET jit = off")?;
-    let out = seed_tables(c, rows, apps);
+    let out = seed_tables(c, more, rows, apps);
     c.execute("SELECT set_config('jit', $1, false)", &[&jit])?;
     out
 }
@@ -178,6 +186,7 @@ pub fn seed(c: &mut Client, rows: &RowCounts, apps: &[&AppVersion]) -> anyhow::R
 /// [`seed`] without its session setting.
 fn seed_tables(
     c: &mut Client,
+    more: MoreSessions<'_>,
     rows: &RowCounts,
     apps: &[&AppVersion],
 ) -> anyhow::Result<Generated> {
@@ -216,27 +225,12 @@ fn seed_tables(
     };
     // The transaction that wrote each table's rows, to find them again.
     let mut writers: HashMap<usize, String> = HashMap::new();
-    let mut pos = 0;
-    while pos < order.tables.len() {
-        // A cycle closed by a deferrable key is seeded in one
-        // transaction, from the table holding the key to its parent.
-        if let Some(end) = seeding.deferred_group_at(pos) {
-            match seeding.group(c, pos..=end)? {
-                Ok(done) => {
-                    for (k, result) in done {
-                        out.record(k, result, &mut writers);
-                    }
-                    pos = end + 1;
-                    continue;
-                }
-                Err(why) => out.warnings.push(why),
-            }
-        }
-        let k = order.tables[pos];
-        let result = seeding.one(c, k, false, true)?;
+    let written = schedule::seed_all(&seeding, c, more)?;
+    out.sessions = 1 + usize::from(written.opened.is_some());
+    for (k, result) in written.tables {
         out.record(k, result, &mut writers);
-        pos += 1;
     }
+    out.warnings.extend(written.warnings);
     // A key set aside to break a cycle now points at the rows its parent
     // got since.
     for &e in &order.broken {
@@ -263,9 +257,7 @@ fn seed_tables(
     log::debug!("generate: tables written in {:?}", clock.elapsed());
     refresh_materialized_views(c, &mut out)?;
     let stale = statistics::stale_relations(c, &since)?;
-    if !stale.is_empty() {
-        c.batch_execute(&format!("ANALYZE {}", stale.join(", ")))?;
-    }
+    analyze(c, written.opened, &stale)?;
     log::debug!(
         "generate: analyzed {} relations ({}), at {:?}",
         stale.len(),
@@ -275,16 +267,39 @@ fn seed_tables(
     Ok(out)
 }
 
+/// ANALYZE of `relations`, split over the second session where seeding
+/// opened one (each relation is sampled on its own: the halves are
+/// independent).
+fn analyze(c: &mut Client, second: Option<Client>, relations: &[String]) -> anyhow::Result<()> {
+    if relations.is_empty() {
+        return Ok(());
+    }
+    let run = |c: &mut Client, part: &[String]| -> Result<(), postgres::Error> {
+        match part {
+            [] => Ok(()),
+            _ => c.batch_execute(&format!("ANALYZE {}", part.join(", "))),
+        }
+    };
+    match second {
+        Some(mut other) if relations.len() > 1 => {
+            let (mine, theirs) = relations.split_at(relations.len() / 2);
+            std::thread::scope(|s| {
+                let t = s.spawn(|| run(&mut other, theirs));
+                let here = run(c, mine);
+                // (A thread that died: its half again, here.)
+                let there = t.join().unwrap_or_else(|_| run(c, theirs));
+                here.and(there)
+            })?;
+        }
+        _ => run(c, relations)?,
+    }
+    Ok(())
+}
+
 impl Generated {
     fn record(&mut self, k: usize, result: TableResult, writers: &mut HashMap<usize, String>) {
         match result {
             Ok((s, xid)) => {
-                log::debug!(
-                    "generate: {}: {} rows in {:.0?}",
-                    s.table,
-                    s.written,
-                    s.took
-                );
                 if let Some(xid) = xid {
                     writers.insert(k, xid);
                 }

@@ -221,7 +221,8 @@ impl Run<'_> {
         let (sessions, url) = (&self.sessions, db.url());
         let seeded_now = step(
             "seeding the compat database",
-            seed::seed(&mut c, runnable, COMPAT_ROWS, &|app| {
+            // (A few rows: one session.)
+            seed::seed(&mut c, None, runnable, COMPAT_ROWS, &|app| {
                 crate::db::connect(&sessions.app(url, &app.name))
             }),
         )?;

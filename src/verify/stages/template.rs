@@ -12,6 +12,7 @@ use crate::catalog::Migration;
 use crate::sandbox::Database;
 use crate::verify::events::MigrationStep;
 use crate::verify::evidence::{Applied, Probe, Rerun, Seeding, Visible};
+use crate::verify::generate::MoreSessions;
 use crate::verify::rehearsal::{self, End, LiveApp};
 use crate::verify::{
     apply_unchecked, live_apps, long_transaction, needs_of, seed, step, Run, Staged, VerifyError,
@@ -208,13 +209,19 @@ impl Run<'_> {
         // Seeds are the project's files: run as the migrator (the owner of
         // the tables), the rows each app writes as the app.
         let mut c = self.connect_seeding(&seeded)?;
+        // Tables that may be written at once are, on a second session.
+        let another = || Ok(self.connect_seeding(&seeded)?);
+        let more: MoreSessions<'_> = Some(&another);
         let mut s = if generate_only {
-            step("seeding", seed::generate_only(&mut c, rows, carried > 0))?
+            step(
+                "seeding",
+                seed::generate_only(&mut c, more, rows, carried > 0),
+            )?
         } else {
             let (sessions, url) = (&self.sessions, seeded.url());
             step(
                 "seeding",
-                seed::seed(&mut c, &writers, rows, &|app| {
+                seed::seed(&mut c, more, &writers, rows, &|app| {
                     crate::db::connect(&sessions.app(url, &app.name))
                 }),
             )?
@@ -229,7 +236,7 @@ impl Run<'_> {
         if !generate_only {
             let filled = step(
                 "seeding the tables no live app writes",
-                seed::fill_empty_tables(&mut c, self.options.rows),
+                seed::fill_empty_tables(&mut c, more, self.options.rows),
             )?;
             if let Some(f) = filled {
                 match &mut s.generated {
