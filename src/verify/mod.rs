@@ -594,10 +594,12 @@ struct Run<'a> {
     evidence: BTreeMap<i32, MigrationEvidence>,
 }
 
-fn step<T, E: std::fmt::Display>(what: &str, r: Result<T, E>) -> Result<T, VerifyError> {
+fn step<T, E: Into<anyhow::Error>>(what: &str, r: Result<T, E>) -> Result<T, VerifyError> {
+    // The server's message and the causes, one line (a driver error's
+    // Display alone is "db error").
     r.map_err(|e| VerifyError::Rehearsal {
         step: what.to_string(),
-        detail: format!("{e:#}"),
+        detail: crate::errors::one_line(e.into().as_ref()),
     })
 }
 

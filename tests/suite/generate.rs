@@ -34,6 +34,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             migration_tools_history_tables_are_neither_listed_nor_seeded,
             two_sessions_seed_what_one_seeds,
             a_trigger_table_is_seeded_alone_after_the_tables_before_it,
+            a_one_row_table_gets_one_row,
         ]
     );
     // A timing, not a test of behaviour: run with `--ignored`.
@@ -1114,5 +1115,39 @@ CREATE TRIGGER orders_audit BEFORE INSERT ON orders
     for k in 0..6 {
         ensure!(table_rows(&mut c, &format!("z{k}"))? == n);
     }
+    Ok(())
+}
+
+/// A table a unique index on a constant keeps to one row (a site's
+/// totals, a settings row) gets that one row, said in its note, instead of
+/// failing on the index's duplicate; one that has its row already gets
+/// none.
+fn a_one_row_table_gets_one_row(env: &TestEnv) -> anyhow::Result<()> {
+    let db = env.fresh_database();
+    let mut c = db.connect()?;
+    c.batch_execute(
+        "CREATE TABLE site_totals (users integer NOT NULL DEFAULT 0, posts integer NOT NULL DEFAULT 0);
+         CREATE UNIQUE INDEX site_totals_one_row ON site_totals ((true));
+         CREATE TABLE settings (name text NOT NULL, value text);
+         CREATE UNIQUE INDEX settings_one_row ON settings ((1));
+         INSERT INTO settings VALUES ('site', 'example');
+         CREATE TABLE posts (id integer PRIMARY KEY, title text NOT NULL);",
+    )?;
+    let n = 300;
+    let g = generate::seed(&mut c, None, &RowCounts::new(n), &[])?;
+    ensure!(g.unseeded.is_empty(), "{:?}", g.unseeded);
+    ensure!(g.written("site_totals") == Some(1), "{g:?}");
+    let t = g.seeded.iter().find(|t| t.table == "site_totals").unwrap();
+    ensure!(
+        t.note
+            .as_deref()
+            .is_some_and(|n| n.contains("site_totals_one_row") && n.contains("one row at most")),
+        "{:?}",
+        t.note
+    );
+    ensure!(table_rows(&mut c, "site_totals")? == 1);
+    ensure!(g.written("settings") == Some(0), "{g:?}");
+    ensure!(table_rows(&mut c, "settings")? == 1);
+    ensure!(table_rows(&mut c, "posts")? == n);
     Ok(())
 }

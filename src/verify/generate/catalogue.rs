@@ -33,6 +33,10 @@ pub(super) struct Table {
     /// It has a rule on INSERT (`CREATE RULE … ON INSERT`), which a
     /// session in replica mode would not run.
     pub(super) insert_rules: bool,
+    /// A unique index on constants only (`CREATE UNIQUE INDEX … ((true))`,
+    /// a one-row settings or aggregates table): the table holds at most
+    /// one row. Its name.
+    pub(super) single_row: Option<String>,
 }
 
 impl Table {
@@ -278,6 +282,7 @@ pub(super) fn read_tables(
             partitioning: None,
             insert_triggers: Vec::new(),
             insert_rules: false,
+            single_row: None,
             name: rel.name,
             qualified: rel.qualified,
         };
@@ -377,6 +382,9 @@ pub(super) fn add_unique_index(t: &mut Table, i: &catalogue::IndexInfo) {
     }
     if !cols.is_empty() {
         t.uniques.push(cols);
+    } else if !i.partial && i.expressions.is_some() {
+        // Every row has the same key: one row fits.
+        t.single_row = Some(i.name.clone());
     }
 }
 

@@ -67,7 +67,16 @@ pub(super) fn seed_table(
     // 2. UNIQUE keys: one column of each carries distinct values; a key of
     // foreign-key columns only walks the combinations of parent rows.
     let (carriers, radix) = draft.unique_carriers(t);
-    let (rows, note) = draft.walk_combinations(&radix, requested);
+    let (mut rows, mut note) = draft.walk_combinations(&radix, requested);
+    if let Some(index) = &t.single_row {
+        let room = 1u64.saturating_sub(existing.max(0) as u64);
+        if rows > room {
+            rows = room;
+            note = Some(format!(
+                "{room} of the {requested} rows asked: its unique index {index} is on constants, so it holds one row at most"
+            ));
+        }
+    }
     let offset = (existing.max(0) as u64).saturating_add(max_integer_key(
         c,
         t,
