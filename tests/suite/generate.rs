@@ -1053,14 +1053,26 @@ fn two_sessions_seed_what_one_seeds(env: &TestEnv) -> anyhow::Result<()> {
 
 /// A table whose trigger reads another table is written after it, alone,
 /// as on one session: every order sees all of `audit`'s seeded rows, and
-/// the rows its trigger writes into `audit` land after them. The tables
-/// around them (no triggers) were written two at a time.
+/// the rows its trigger writes into `audit` land after them. `audit` is
+/// slow to write (a CHECK calling a function that sleeps a millisecond a
+/// row, declared IMMUTABLE so it does not make `audit` wait itself): were
+/// `orders` not waiting for it, the second session would start it a
+/// second before `audit` commits, and its first order would see none of
+/// its rows. So for a table whose CHECK calls a function reading
+/// another (`credit_limits`, slower still: `ledger` would start once
+/// `audit` is written, two seconds before it). The tables around them (no triggers) were written two at a
+/// time.
 fn a_trigger_table_is_seeded_alone_after_the_tables_before_it(env: &TestEnv) -> anyhow::Result<()> {
     let db = env.fresh_database();
     let mut c = db.connect()?;
     let mut schema = String::from(
         r#"
-CREATE TABLE audit (id bigserial PRIMARY KEY, what text NOT NULL);
+CREATE FUNCTION slow_ok(t text) RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    PERFORM pg_sleep(0.001);
+    RETURN t IS NOT NULL;
+END $$;
+CREATE TABLE audit (id bigserial PRIMARY KEY, what text NOT NULL CHECK (slow_ok(what)));
 CREATE TABLE orders (id serial PRIMARY KEY, audited_before integer, note text);
 CREATE FUNCTION audit_order() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -1070,16 +1082,29 @@ BEGIN
 END $$;
 CREATE TRIGGER orders_audit BEFORE INSERT ON orders
     FOR EACH ROW EXECUTE FUNCTION audit_order();
+CREATE FUNCTION slower_ok(t text) RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    PERFORM pg_sleep(0.003);
+    RETURN t IS NOT NULL;
+END $$;
+CREATE TABLE credit_limits (id integer PRIMARY KEY, name text NOT NULL CHECK (slower_ok(name)));
+CREATE FUNCTION limits_ready() RETURNS boolean LANGUAGE sql STABLE
+    AS $$ SELECT EXISTS (SELECT 1 FROM credit_limits) $$;
+CREATE TABLE ledger (id integer PRIMARY KEY, amount integer NOT NULL CHECK (limits_ready()));
+CREATE FUNCTION random_token() RETURNS text LANGUAGE sql VOLATILE AS $$ SELECT md5(random()::text) $$;
+CREATE TABLE sessions (id integer PRIMARY KEY, token text NOT NULL DEFAULT random_token());
 "#,
     );
-    for k in 0..6 {
+    for k in 0..3 {
         schema.push_str(&format!(
             "CREATE TABLE a{k} (id integer PRIMARY KEY, name text NOT NULL UNIQUE);\n\
              CREATE TABLE z{k} (id integer PRIMARY KEY, a_id integer NOT NULL REFERENCES a{k});\n"
         ));
     }
     c.batch_execute(&schema)?;
-    let n: u64 = 3000;
+    // (At most the trigger path's two measured batches: every order goes
+    // through the trigger.)
+    let n: u64 = 1000;
     let another = || Ok(db.connect()?);
     let g = generate::seed(&mut c, Some(&another), &RowCounts::new(n), &[])?;
     ensure!(g.sessions == 2, "one session used: {g:?}");
@@ -1096,7 +1121,11 @@ CREATE TRIGGER orders_audit BEFORE INSERT ON orders
         "the first order saw {first_seen} audit rows, not the {n} seeded before it"
     );
     ensure!(table_rows(&mut c, "audit")? == 2 * n);
-    for k in 0..6 {
+    // `ledger`'s CHECK reads `credit_limits` (written before it, slowly):
+    // it waited, so its rows passed.
+    ensure!(g.written("ledger") == Some(n), "{g:?}");
+    ensure!(table_rows(&mut c, "sessions")? == n);
+    for k in 0..3 {
         ensure!(table_rows(&mut c, &format!("z{k}"))? == n);
     }
     Ok(())

@@ -19,8 +19,10 @@
 //!   body, so such a table is a barrier: everything before it is written
 //!   first, everything after it waits. So is a cycle seeded in one
 //!   transaction (a deferred key), and a table whose CHECKs, defaults or
-//!   domains call a function of the project's that is not IMMUTABLE (it
-//!   may read a table);
+//!   domains call a function of the project's that is not IMMUTABLE and
+//!   may read a table (its body names one, runs dynamic SQL or calls
+//!   another function of the project's: a random-token or UUIDv7 default
+//!   does not);
 //! - they draw from one sequence (a shared `nextval` default: the values
 //!   each gets would depend on who ran first);
 //! - one inherits from the other (the parent's reads include the child's
@@ -118,11 +120,28 @@ fn waits_for(
 ) -> Result<Vec<Vec<usize>>, postgres::Error> {
     let tables = seeding.tables;
     let oids: Vec<u32> = tables.iter().map(|t| t.oid).collect();
-    let barrier_oids: HashSet<u32> = c
+    let mut barrier_oids: HashSet<u32> = c
         .query(BARRIERS, &[&oids])?
         .iter()
         .map(|r| r.get(0))
         .collect();
+    // (Unqualified and lower case: how a function body names them.)
+    let table_words: HashSet<String> = tables
+        .iter()
+        .map(|t| t.name.rsplit('.').next().unwrap_or(&t.name).to_lowercase())
+        .collect();
+    let functions: HashSet<String> = c
+        .query(PROJECT_FUNCTIONS, &[])?
+        .iter()
+        .map(|r| r.get::<_, String>(0).to_lowercase())
+        .collect();
+    for r in c.query(CALLS, &[&oids])? {
+        let (rel, name, language, source): (u32, String, String, String) =
+            (r.get(0), r.get(1), r.get(2), r.get(3));
+        if may_touch_tables(&name, &language, &source, &table_words, &functions) {
+            barrier_oids.insert(rel);
+        }
+    }
     // Pairs of tables (by index) that must not be written at once.
     let index: std::collections::HashMap<u32, usize> =
         oids.iter().enumerate().map(|(k, &o)| (o, k)).collect();
@@ -149,6 +168,17 @@ fn waits_for(
                     .any(|&k| barrier_oids.contains(&tables[k].oid))
         })
         .collect();
+    log::debug!(
+        "generate: {} of {} tables written alone (triggers, rules, a function that may read tables): {}",
+        barrier_oids.len(),
+        tables.len(),
+        tables
+            .iter()
+            .filter(|t| barrier_oids.contains(&t.oid))
+            .map(|t| t.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     let mut after = Vec::with_capacity(units.len());
     for (j, uj) in units.iter().enumerate() {
         let tj = tables_of(uj);
@@ -167,12 +197,23 @@ fn waits_for(
 }
 
 /// Tables (of `$1`) that fire something on INSERT, on themselves or a
-/// partition (an enabled user trigger, a rule), or whose CHECKs, column
-/// defaults or column domains' CHECKs call a function of the project's
-/// (not an extension's) that is not IMMUTABLE.
+/// partition: an enabled user trigger, a rule.
 const BARRIERS: &str = "
 WITH rel AS (SELECT unnest($1::oid[]) AS oid),
-tree AS (SELECT r.oid AS rel, p.relid FROM rel r, pg_partition_tree(r.oid) p),
+-- (pg_partition_tree lists nothing for a table that is not partitioned.)
+tree AS (SELECT oid AS rel, oid AS relid FROM rel
+         UNION SELECT r.oid, p.relid FROM rel r, pg_partition_tree(r.oid) p)
+SELECT t.rel FROM tree t JOIN pg_trigger g ON g.tgrelid = t.relid
+ WHERE NOT g.tgisinternal AND g.tgenabled <> 'D' AND g.tgtype::int & 4 <> 0
+UNION
+SELECT t.rel FROM tree t JOIN pg_rewrite w ON w.ev_class = t.relid AND w.ev_type = '3'";
+
+/// The project's functions (not the catalog's, not an extension's) that
+/// are not IMMUTABLE and that the CHECKs, column defaults or column
+/// domains' CHECKs of the tables of `$1` call: (table, function, its
+/// language, its source).
+const CALLS: &str = "
+WITH rel AS (SELECT unnest($1::oid[]) AS oid),
 calls AS (
     SELECT r.oid AS rel, 'pg_constraint'::regclass AS classid, k.oid AS objid
       FROM rel r JOIN pg_constraint k ON k.conrelid = r.oid
@@ -184,19 +225,46 @@ calls AS (
       FROM rel r
       JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum > 0 AND NOT a.attisdropped
       JOIN pg_constraint k ON k.contypid = a.atttypid)
-SELECT t.rel FROM tree t JOIN pg_trigger g ON g.tgrelid = t.relid
- WHERE NOT g.tgisinternal AND g.tgenabled <> 'D' AND g.tgtype::int & 4 <> 0
-UNION
-SELECT t.rel FROM tree t JOIN pg_rewrite w ON w.ev_class = t.relid AND w.ev_type = '3'
-UNION
-SELECT o.rel FROM calls o
+SELECT DISTINCT o.rel, p.proname::text, l.lanname::text, coalesce(p.prosrc, '')
+  FROM calls o
   JOIN pg_depend d ON d.classid = o.classid AND d.objid = o.objid
                   AND d.refclassid = 'pg_proc'::regclass
   JOIN pg_proc p ON p.oid = d.refobjid
+  JOIN pg_language l ON l.oid = p.prolang
  WHERE p.provolatile <> 'i'
    AND p.pronamespace NOT IN ('pg_catalog'::regnamespace, 'information_schema'::regnamespace)
    AND NOT EXISTS (SELECT 1 FROM pg_depend x
                     WHERE x.classid = 'pg_proc'::regclass AND x.objid = p.oid AND x.deptype = 'e')";
+
+/// The names of the project's own functions (as [`CALLS`] picks them).
+const PROJECT_FUNCTIONS: &str = "
+SELECT DISTINCT p.proname::text FROM pg_proc p
+ WHERE p.pronamespace NOT IN ('pg_catalog'::regnamespace, 'information_schema'::regnamespace)
+   AND NOT EXISTS (SELECT 1 FROM pg_depend x
+                    WHERE x.classid = 'pg_proc'::regclass AND x.objid = p.oid AND x.deptype = 'e')";
+
+/// Whether a function (`name`, in `language`, with body `source`) may
+/// read or write a table: its body names one of `tables`, runs dynamic
+/// SQL (`EXECUTE`), or calls another of the project's `functions` (which
+/// might); a body rollsafe cannot read (C) may do anything. A UUIDv7 or
+/// random-token default in PL/pgSQL names none of them: its table need
+/// not wait.
+fn may_touch_tables(
+    name: &str,
+    language: &str,
+    source: &str,
+    tables: &HashSet<String>,
+    functions: &HashSet<String>,
+) -> bool {
+    if !matches!(language, "sql" | "plpgsql") {
+        return true;
+    }
+    let source = source.to_lowercase();
+    let name = name.to_lowercase();
+    source
+        .split(|ch: char| !(ch.is_alphanumeric() || ch == '_' || ch == '$'))
+        .any(|w| w == "execute" || tables.contains(w) || (w != name && functions.contains(w)))
+}
 
 /// Pairs of tables (of `$1`) that draw from one sequence through their
 /// column defaults, or of which one inherits from the other.
@@ -419,4 +487,45 @@ fn write_unit(seeding: &Seeding<'_>, c: &mut Client, unit: &Unit) -> anyhow::Res
         }
     }
     Ok((done, warnings))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_function_that_names_no_table_nor_other_function_touches_none() {
+        let tables: HashSet<String> = ["users", "crates"].iter().map(|s| s.to_string()).collect();
+        let functions: HashSet<String> = ["random_string", "next_id", "uuid_v7"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let touches =
+            |name, language, source| may_touch_tables(name, language, source, &tables, &functions);
+        // A random token, a UUIDv7: no table, no other function.
+        assert!(!touches(
+            "random_string",
+            "sql",
+            "SELECT array_to_string(array(SELECT substr('abc', (random()*3)::int + 1, 1) FROM generate_series(1, $1)), '')"
+        ));
+        assert!(!touches(
+            "uuid_v7",
+            "plpgsql",
+            "BEGIN RETURN encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid()) placing substring(int8send(floor(extract(epoch from clock_timestamp()) * 1000)::bigint) from 3) from 1 for 6), 52, 1), 53, 1), 'hex')::uuid; END"
+        ));
+        // A table named, dynamic SQL, another function of the project's,
+        // a body in C.
+        assert!(touches(
+            "next_id",
+            "plpgsql",
+            "BEGIN RETURN (SELECT max(id) + 1 FROM Users); END"
+        ));
+        assert!(touches(
+            "f",
+            "plpgsql",
+            "BEGIN EXECUTE format('SELECT 1 FROM %I', t); END"
+        ));
+        assert!(touches("g", "sql", "SELECT next_id()"));
+        assert!(touches("h", "c", "h_impl"));
+    }
 }
