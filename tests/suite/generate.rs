@@ -1060,19 +1060,19 @@ fn two_sessions_seed_what_one_seeds(env: &TestEnv) -> anyhow::Result<()> {
 /// second before `audit` commits, and its first order would see none of
 /// its rows. So for a table whose CHECK calls a function reading
 /// another (`credit_limits`, slower still: `ledger` would start once
-/// `audit` is written, two seconds before it). The tables around them (no triggers) were written two at a
-/// time.
+/// `audit` is written, two seconds before it). The tables around them
+/// (no triggers) were written two at a time.
 fn a_trigger_table_is_seeded_alone_after_the_tables_before_it(env: &TestEnv) -> anyhow::Result<()> {
     let db = env.fresh_database();
     let mut c = db.connect()?;
     let mut schema = String::from(
         r#"
-CREATE FUNCTION slow_ok(t text) RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS $$
+CREATE FUNCTION slow_ok(t text, seconds float8) RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
-    PERFORM pg_sleep(0.001);
+    PERFORM pg_sleep(seconds);
     RETURN t IS NOT NULL;
 END $$;
-CREATE TABLE audit (id bigserial PRIMARY KEY, what text NOT NULL CHECK (slow_ok(what)));
+CREATE TABLE audit (id bigserial PRIMARY KEY, what text NOT NULL CHECK (slow_ok(what, 0.001)));
 CREATE TABLE orders (id serial PRIMARY KEY, audited_before integer, note text);
 CREATE FUNCTION audit_order() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -1082,12 +1082,7 @@ BEGIN
 END $$;
 CREATE TRIGGER orders_audit BEFORE INSERT ON orders
     FOR EACH ROW EXECUTE FUNCTION audit_order();
-CREATE FUNCTION slower_ok(t text) RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS $$
-BEGIN
-    PERFORM pg_sleep(0.003);
-    RETURN t IS NOT NULL;
-END $$;
-CREATE TABLE credit_limits (id integer PRIMARY KEY, name text NOT NULL CHECK (slower_ok(name)));
+CREATE TABLE credit_limits (id integer PRIMARY KEY, name text NOT NULL CHECK (slow_ok(name, 0.003)));
 CREATE FUNCTION limits_ready() RETURNS boolean LANGUAGE sql STABLE
     AS $$ SELECT EXISTS (SELECT 1 FROM credit_limits) $$;
 CREATE TABLE ledger (id integer PRIMARY KEY, amount integer NOT NULL CHECK (limits_ready()));

@@ -428,7 +428,17 @@ fn spawn_session<'scope, 'env>(
     let (jobs_tx, jobs) = mpsc::channel::<usize>();
     let thread = s.spawn(move || {
         for u in jobs {
-            let r = write_unit(seeding, client.get(), &units[u]);
+            // A panic is a bug in rollsafe; reported as this unit's
+            // failure, it ends the seeding instead of leaving the
+            // scheduler waiting for a report that never comes.
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                write_unit(seeding, client.get(), &units[u])
+            }))
+            .unwrap_or_else(|_| {
+                Err(anyhow::anyhow!(
+                    "seeding a table panicked (a bug in rollsafe; please report it)"
+                ))
+            });
             if finished.send((id, u, r)).is_err() {
                 break;
             }
