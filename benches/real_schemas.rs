@@ -17,18 +17,20 @@
 //! - floor: one throwaway server, the whole history applied once, stopped
 //!   ([`common::floor_of`]; nothing seeded: the fixtures have no apps);
 //! - `rollsafe verify --migrations DIR --since V{newest-1} --format json`
-//!   (the real binary): its wall time against the floor; tables seeded /
-//!   tables at V{newest-1} (a table is seeded when no
-//!   `rewrite.table-not-seeded` finding of the newest migration names it),
-//!   the reason given for each one left out, the generator's warnings
-//!   (`rewrite.seeding-warning`); and the seeding rate: the rows verify
+//!   (the real binary): its wall time against the floor; the tables it
+//!   seeded, those the newest migration reaches (`rewrite.seeded-reach`;
+//!   all of them when it works on rows), each one left out with its
+//!   reason, the generator's warnings (`rewrite.seeding-warning`); and the
+//!   seeding rate: the rows verify
 //!   says it seeded (`applying on N seeded rows`) over the time from its
 //!   `seeding N rows` line to the next progress line (the value search,
 //!   the INSERTs, ANALYZE and the copy for the long-transaction probe);
 //! - the generator alone ([`rollsafe::verify::generate::seed`], what verify
 //!   runs) on a database at V{newest-1} of a throwaway server, connected as
-//!   the sandbox's superuser (verify seeds as its migrator): rows and INSERT
-//!   time per table, so the tables that make seeding slow are named.
+//!   the sandbox's superuser (verify seeds as its migrator), every table:
+//!   tables seeded / tables at V{newest-1} with the reason for each one
+//!   left out, rows and INSERT time per table, so the tables that make
+//!   seeding slow are named.
 //!
 //! Then, per run, the full-history cost: `rollsafe verify` (every migration
 //! rehearsed) on the history's first ROLLSAFE_BENCH_FULL_MAX migrations
@@ -130,15 +132,16 @@ fn fixture(dir: &Path, rows: u64) {
         .map(|(kind, s)| format!("{kind} {s:.1} s"))
         .collect();
     println!("  where it went: {}", went.join(", "));
-    let alone = generator_alone(&catalog, before, rows, 1);
-    seeded_tables(&run, newest, before, &alone.tables);
+    seeded_tables(&run, newest, before);
     seeding_rate(&run, newest);
-    alone.print();
+    generator_alone(&catalog, before, rows, 1).print();
     generator_alone(&catalog, before, rows, 2).print();
 }
 
-/// Tables seeded / tables at V{before}, as verify's report says it.
-fn seeded_tables(run: &VerifyRun, newest: i32, before: i32, all: &BTreeSet<String>) {
+/// What verify seeded before the newest migration: the tables it reaches
+/// (`rewrite.seeded-reach`; every table when the finding is absent), the
+/// ones among them it could not seed and the generator's warnings.
+fn seeded_tables(run: &VerifyRun, newest: i32, before: i32) {
     let Ok(report) = serde_json::from_str::<Report>(&run.stdout) else {
         println!("  no JSON report: {}", run.verdict);
         return;
@@ -149,18 +152,18 @@ fn seeded_tables(run: &VerifyRun, newest: i32, before: i32, all: &BTreeSet<Strin
             .iter()
             .filter(move |f| f.id == id && f.migration == Some(newest))
     };
-    let unseeded: Vec<_> = mine("rewrite.table-not-seeded").collect();
-    let names: BTreeSet<String> = unseeded
-        .iter()
-        .filter_map(|f| f.evidence.get("table")?.as_str().map(str::to_string))
-        .collect();
-    println!(
-        "  tables seeded at V{before}: {} / {} ({:.0}%)",
-        all.difference(&names).count(),
-        all.len(),
-        100.0 * all.difference(&names).count() as f64 / all.len().max(1) as f64
-    );
-    for f in unseeded {
+    match mine("rewrite.seeded-reach").next() {
+        Some(f) => println!(
+            "  verify seeded at V{before} the tables V{newest} reaches: {} of {} ({})",
+            f.evidence["tables"]
+                .as_str()
+                .map_or(0, |t| t.split(", ").count()),
+            f.evidence["tables_in_schema"],
+            f.evidence["tables"].as_str().unwrap_or_default()
+        ),
+        None => println!("  verify seeded at V{before} every table (V{newest} works on rows)"),
+    }
+    for f in mine("rewrite.table-not-seeded") {
         println!("    left out: {}", f.message);
     }
     for f in mine("rewrite.seeding-warning") {
@@ -198,6 +201,7 @@ fn seeding_rate(run: &VerifyRun, v: i32) {
 /// What the generator did on its own at V{before}.
 struct Alone {
     sessions: usize,
+    before: i32,
     /// The tables at V{before} (partitions counted in their parent).
     tables: BTreeSet<String>,
     generated: generate::Generated,
@@ -225,6 +229,7 @@ fn generator_alone(catalog: &Catalog, before: i32, rows: u64, sessions: usize) -
     let generated = generate::seed(&mut c, more, &RowCounts::new(rows), &[]).expect("generator");
     Alone {
         sessions,
+        before,
         tables,
         generated,
         took: t.elapsed(),
@@ -246,6 +251,20 @@ impl Alone {
             written as f64 / inserting.as_secs_f64().max(1e-3),
             g.unseeded.len()
         );
+        let seeded = self
+            .tables
+            .iter()
+            .filter(|t| g.written(t).is_some_and(|w| w > 0))
+            .count();
+        println!(
+            "  tables seeded at V{}: {seeded} / {} ({:.0}%)",
+            self.before,
+            self.tables.len(),
+            100.0 * seeded as f64 / self.tables.len().max(1) as f64
+        );
+        for u in &g.unseeded {
+            println!("    left out: {}: {}", u.table, u.reason);
+        }
         let mut slow: Vec<_> = g.seeded.iter().collect();
         slow.sort_by_key(|t| std::cmp::Reverse(t.took));
         for t in slow.iter().take(5) {

@@ -44,6 +44,7 @@ pub mod evidence;
 pub mod generate;
 pub mod planning;
 pub mod predict;
+pub mod reach;
 pub mod rehearsal;
 pub mod replay;
 pub mod roles;
@@ -851,6 +852,13 @@ impl Run<'_> {
     fn user_tables(db: &Database) -> Result<Vec<crate::tables::UserTable>, VerifyError> {
         let mut c = step("connecting", db.connect())?;
         step("listing tables", crate::tables::list(&mut c))
+    }
+
+    /// The names of the project's own functions on `db`, lower case.
+    fn project_functions(db: &Database) -> Result<std::collections::BTreeSet<String>, VerifyError> {
+        let mut c = step("connecting", db.connect())?;
+        let names = step("listing functions", generate::project_functions(&mut c))?;
+        Ok(names.into_iter().collect())
     }
 
     fn replay_apps(

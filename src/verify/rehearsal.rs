@@ -20,7 +20,7 @@
 //! Checks turn these numbers into findings; nothing here judges.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -763,6 +763,16 @@ pub const LOCK_WAIT_SLACK: Duration = Duration::from_millis(500);
 /// Runs the probe on the database at `url`. The database is left
 /// unchanged: every attempt of the migration is rolled back. Every thread
 /// and connection it starts is gone when it returns, error or not.
+///
+/// The app transaction holds for `hold`, except when no app runs beside
+/// it: then it ends as soon as the migration's second attempt begins.
+/// Only a lock timeout starts another attempt, so the first one's wait
+/// ended at the timeout the policy set, and the next attempts run the
+/// same statements with a longer one: nothing more is to be learnt by
+/// holding on (a migration that ignores its timeout never reaches a
+/// second attempt while held; the watcher cancels its first wait past
+/// the cap). With apps, the hold lets the attempts step up to the cap,
+/// where the apps queue longest behind them.
 pub fn probe_long_transaction(
     url: &str,
     sessions: &Sessions,
@@ -842,12 +852,15 @@ pub fn probe_long_transaction(
     };
     // The migration's retry loop, exactly as `rollsafe migrate` runs it,
     // with a window that outlasts the long transaction.
+    let attempts_begun = Arc::new(AtomicUsize::new(0));
     let runner = {
         let sql = sql.to_string();
         let policy = policy.retry_for(hold + policy.max_timeout * 4 + Duration::from_secs(30));
+        let begun = attempts_begun.clone();
         std::thread::spawn(move || {
             let r = policy.run(
                 |_, timeout| {
+                    begun.fetch_add(1, Ordering::Relaxed);
                     migrator.batch_execute(&format!(
                         "BEGIN; SET LOCAL lock_timeout = '{}ms'",
                         timeout.as_millis().max(1)
@@ -862,7 +875,8 @@ pub fn probe_long_transaction(
         })
     };
     let started = Instant::now();
-    while started.elapsed() < hold && !runner.is_finished() {
+    let retrying = || apps.is_empty() && attempts_begun.load(Ordering::Relaxed) > 1;
+    while started.elapsed() < hold && !runner.is_finished() && !retrying() {
         std::thread::sleep(Duration::from_millis(10));
     }
     let finished_while_held = runner.is_finished();
@@ -888,7 +902,8 @@ pub fn probe_long_transaction(
     };
     Ok(LongTransactionProbe {
         held_tables: held.iter().map(|t| t.name.clone()).collect(),
-        hold,
+        // (Shorter than asked when it ended at the second attempt.)
+        hold: release_at.saturating_duration_since(started),
         end,
         attempts,
         longest_lock_wait: longest,

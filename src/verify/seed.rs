@@ -18,6 +18,7 @@
 use postgres::Client;
 
 use super::generate::{self, MoreSessions, RowCounts};
+use super::reach::Reach;
 use crate::app::AppVersion;
 
 /// Rows each live app writes through its own statements on top of the bulk.
@@ -40,19 +41,25 @@ pub struct Seeded {
 /// A project without apps: `rows` rows per table generated from the
 /// catalogue (none when `rows` is 0); `carried`: the database holds the
 /// rows seeded for the previous migration, migrated, so only the tables
-/// still empty (new ones, emptied ones) get rows. `more`: another session
+/// still empty (new ones, emptied ones) get rows; `reach`: only the tables
+/// the migration about to be rehearsed reaches (and those they reference)
+/// do ([`super::reach`]). `more`: another session
 /// like `c` ([`generate::seed`]).
 pub fn generate_only(
     c: &mut Client,
     more: MoreSessions<'_>,
     rows: u64,
     carried: bool,
+    reach: Reach,
 ) -> anyhow::Result<Seeded> {
     let mut out = Seeded::default();
     if rows > 0 {
         let mut counts = RowCounts::new(rows);
         if carried {
             counts = counts.only_empty();
+        }
+        if let Reach::Tables(reached) = reach {
+            counts = counts.reaching(reached);
         }
         let clock = std::time::Instant::now();
         // (It ends with ANALYZE.)

@@ -447,7 +447,7 @@ pub fn evaluate_probe(
                 Severity::Info,
                 Some(v),
                 format!(
-                    "behind a {} long transaction it retried {} times (lock_timeout {} growing to {}) and completed {} after it ended; the apps waited at most {} (budget {})",
+                    "behind a {} long transaction it made {} attempts, each wait ending at its lock_timeout ({} growing to at most {}), and completed {} after the transaction ended; the apps waited at most {} (budget {})",
                     human(p.hold),
                     p.attempts,
                     human(policy.first_timeout),

@@ -103,12 +103,41 @@ pub fn tables_not_seeded(
             .advice("its rows did not all go through its INSERT triggers: a migration that enforces a trigger's rule may meet rows production could not hold; give the app a seed file (<app>.seed.sql) that writes rows the way it does"),
         )
     }));
+    if let Some(r) = &generated.reach {
+        let others = r.of.saturating_sub(r.tables.len());
+        out.push(
+            Finding::new(
+                CHECK,
+                "seeded-reach",
+                Severity::Info,
+                Some(v),
+                format!(
+                    "it changes definitions only: rows were seeded at {prev_label} in the {} of {} tables it reaches ({}: the ones it names or locked on the empty database, and the tables their keys reference); the {others} others take no part in its work and were left as they were",
+                    r.tables.len(),
+                    r.of,
+                    excerpt_list(&r.tables, 8)
+                ),
+            )
+            .evidence("tables", r.tables.join(", "))
+            .evidence("tables_in_schema", r.of)
+            .advice("nothing to do; a migration that changes rows (UPDATE, DELETE, INSERT, DO, a function call) is rehearsed on every table seeded"),
+        );
+    }
     out.extend(generated.warnings.iter().map(|w| {
         Finding::new(CHECK, "seeding-warning", Severity::Warn, Some(v), w.clone())
             .advice("give the app a seed file (<app>.seed.sql next to its statement set)")
     }));
     out
 }
+/// Up to `max` names joined, with how many more.
+fn excerpt_list(names: &[String], max: usize) -> String {
+    match names.len() {
+        0 => "none".into(),
+        n if n <= max => names.join(", "),
+        n => format!("{}, and {} more", names[..max].join(", "), n - max),
+    }
+}
+
 pub const DESCRIPTION: &str =
     "no work that grows with a table (rewrite, rows written, a full pass) under a lock that blocks the live apps, measured per statement at 0 and N rows";
 

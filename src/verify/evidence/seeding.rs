@@ -19,6 +19,19 @@ pub struct Generated {
     /// Sessions the tables were written on (2 when some could be written
     /// at once: [`crate::verify::generate`]'s schedule).
     pub sessions: usize,
+    /// Set when only the tables a migration reaches were to get rows
+    /// ([`crate::verify::reach`]); None: every table was.
+    pub reach: Option<Reached>,
+}
+
+/// The tables a seeding limited to a migration's reach was to fill.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reached {
+    /// The tables it reaches and the ones they reference, in seeding
+    /// order (tables seeded before and carried among them).
+    pub tables: Vec<String>,
+    /// Tables in the schema (partitions counted in their parent).
+    pub of: usize,
 }
 
 impl Generated {
@@ -37,6 +50,7 @@ impl Generated {
         self.warnings.extend(later.warnings);
         self.app_writes.extend(later.app_writes);
         self.sessions = self.sessions.max(later.sessions);
+        self.reach = later.reach.or(self.reach.take());
     }
 
     /// Why `table` was not seeded, if it was not.

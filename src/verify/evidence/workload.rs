@@ -72,6 +72,8 @@ pub struct LongTransactionProbe {
     /// Tables the long transaction held (ROW EXCLUSIVE, like an open write
     /// transaction).
     pub held_tables: Vec<String>,
+    /// How long it held them: as long as asked, or until the migration's
+    /// second attempt when no app ran beside it.
     pub hold: Duration,
     pub end: ProbeEnd,
     pub attempts: u32,

@@ -99,6 +99,13 @@ pub struct RowCounts {
     /// Only tables that hold no rows yet get any (rows written before, by
     /// the apps' own seeds, are left as they are).
     pub only_empty: bool,
+    /// Only these tables get rows (by [`crate::tables::UserTable::name`],
+    /// a partitioned table by its root), with the tables their foreign
+    /// keys reference, transitively: what a migration reaches
+    /// ([`crate::verify::reach`]). None: every table. When a table of the
+    /// set holds a CHECK or default that calls a project function which
+    /// may read another table, every table gets rows after all.
+    pub reach: Option<BTreeSet<String>>,
 }
 
 impl Default for RowCounts {
@@ -118,7 +125,15 @@ impl RowCounts {
             default,
             per_table: BTreeMap::new(),
             only_empty: false,
+            reach: None,
         }
+    }
+
+    /// The same counts for the tables of `reach` and the tables they
+    /// reference; the others get none.
+    pub fn reaching(mut self, reach: BTreeSet<String>) -> RowCounts {
+        self.reach = Some(reach);
+        self
     }
 
     /// The same counts for the tables that hold no rows yet; the others
@@ -155,7 +170,8 @@ impl RowCounts {
     }
 }
 
-pub use super::evidence::seeding::{AppWrites, Generated, SeededTable, UnseededTable};
+pub use super::evidence::seeding::{AppWrites, Generated, Reached, SeededTable, UnseededTable};
+pub(in crate::verify) use schedule::project_functions;
 pub use schedule::MoreSessions;
 
 /// Seeds every table ([`crate::tables`]) with generated rows (`rows`), then
@@ -202,18 +218,25 @@ fn seed_tables(
     let names: Vec<String> = tables.iter().map(|t| t.name.clone()).collect();
     let order = seeding_order(&names, &edges);
     out.warnings.extend(order.warnings.iter().cloned());
-    let mut empty_at_start = BTreeSet::new();
-    for (k, t) in tables.iter().enumerate() {
-        let any: bool = c
-            .query_one(
-                &format!("SELECT EXISTS (SELECT 1 FROM {})", t.qualified),
-                &[],
-            )?
-            .get(0);
-        if !any {
-            empty_at_start.insert(k);
-        }
+    let wanted = match &rows.reach {
+        Some(reach) => reached(c, &tables, &edges, reach)?,
+        None => None,
+    };
+    if let Some(w) = &wanted {
+        out.reach = Some(Reached {
+            tables: order
+                .tables
+                .iter()
+                .filter(|k| w.contains(k))
+                .map(|&k| tables[k].name.clone())
+                .collect(),
+            of: tables.len(),
+        });
     }
+    let candidates: Vec<usize> = (0..tables.len())
+        .filter(|k| wanted.as_ref().map_or(true, |w| w.contains(k)))
+        .collect();
+    let empty_at_start = empty_tables(c, &tables, &candidates)?;
     let seeding = Seeding {
         tables: &tables,
         parents: tables.iter().map(|t| (t.oid, t)).collect(),
@@ -221,6 +244,7 @@ fn seed_tables(
         order: &order,
         rows,
         empty_at_start,
+        wanted,
         bypass: fk_checks::FkCheckBypass::detect(c)?,
     };
     // The transaction that wrote each table's rows, to find them again.
@@ -256,7 +280,16 @@ fn seed_tables(
     }
     log::debug!("generate: tables written in {:?}", clock.elapsed());
     refresh_materialized_views(c, &mut out)?;
-    let stale = statistics::stale_relations(c, &since)?;
+    let mut stale = statistics::stale_relations(c, &since)?;
+    if let Some(w) = &seeding.wanted {
+        // Statistics of the tables a migration does not reach play no
+        // part in its rehearsal (it neither reads nor plans them).
+        let unreached: BTreeSet<&str> = (0..tables.len())
+            .filter(|k| !w.contains(k))
+            .map(|k| tables[k].qualified.as_str())
+            .collect();
+        stale.retain(|r| !unreached.contains(r.as_str()));
+    }
     analyze(c, written.opened, &stale)?;
     log::debug!(
         "generate: analyzed {} relations ({}), at {:?}",
@@ -265,6 +298,67 @@ fn seed_tables(
         clock.elapsed()
     );
     Ok(out)
+}
+
+/// The tables among `ks` (by index) that hold no row, in one round trip.
+fn empty_tables(
+    c: &mut Client,
+    tables: &[Table],
+    ks: &[usize],
+) -> Result<BTreeSet<usize>, postgres::Error> {
+    if ks.is_empty() {
+        return Ok(BTreeSet::new());
+    }
+    let sql = ks
+        .iter()
+        .map(|&k| {
+            format!(
+                "SELECT {k} WHERE NOT EXISTS (SELECT 1 FROM {})",
+                tables[k].qualified
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ");
+    Ok(c.query(&sql, &[])?
+        .iter()
+        .map(|r| r.get::<_, i32>(0) as usize)
+        .collect())
+}
+
+/// The tables (by index) of `reach` and, transitively, the tables their
+/// foreign keys reference (their rows need parent rows). None, every
+/// table, when one of them holds a CHECK, default or domain that calls a
+/// project function which may read another table: what its rows hold,
+/// or whether a change re-checking them passes, may then depend on any
+/// table's rows.
+fn reached(
+    c: &mut Client,
+    tables: &[Table],
+    edges: &[Edge],
+    reach: &BTreeSet<String>,
+) -> Result<Option<BTreeSet<usize>>, postgres::Error> {
+    let mut wanted: BTreeSet<usize> = tables
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| reach.contains(&t.name))
+        .map(|(k, _)| k)
+        .collect();
+    loop {
+        let parents: Vec<usize> = edges
+            .iter()
+            .filter(|e| wanted.contains(&e.child) && !wanted.contains(&e.parent))
+            .map(|e| e.parent)
+            .collect();
+        if parents.is_empty() {
+            break;
+        }
+        wanted.extend(parents);
+    }
+    let oids: Vec<u32> = wanted.iter().map(|&k| tables[k].oid).collect();
+    if !schedule::calling_table_readers(c, tables, &oids)?.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(wanted))
 }
 
 /// ANALYZE of `relations`, split over the second session where seeding
@@ -319,6 +413,8 @@ struct Seeding<'a> {
     rows: &'a RowCounts,
     /// Tables that held no row when this seeding began.
     empty_at_start: BTreeSet<usize>,
+    /// The only tables to get rows (a migration's reach), None: all.
+    wanted: Option<BTreeSet<usize>>,
     /// How rows may skip the per-row foreign-key checks, when the session
     /// may ([`fk_checks`]).
     bypass: Option<fk_checks::FkCheckBypass>,
@@ -351,7 +447,10 @@ impl Seeding<'_> {
         own_transaction: bool,
     ) -> anyhow::Result<TableResult> {
         let t = &self.tables[k];
-        let requested = self.rows.for_table(&t.name);
+        let requested = match &self.wanted {
+            Some(w) if !w.contains(&k) => 0,
+            _ => self.rows.for_table(&t.name),
+        };
         if requested > 0 && self.empty_at_start.contains(&k) {
             // Rows written since by the INSERT triggers of tables seeded
             // before it (a counter row per crate, a default per parent):

@@ -125,23 +125,7 @@ fn waits_for(
         .iter()
         .map(|r| r.get(0))
         .collect();
-    // (Unqualified and lower case: how a function body names them.)
-    let table_words: HashSet<String> = tables
-        .iter()
-        .map(|t| t.name.rsplit('.').next().unwrap_or(&t.name).to_lowercase())
-        .collect();
-    let functions: HashSet<String> = c
-        .query(PROJECT_FUNCTIONS, &[])?
-        .iter()
-        .map(|r| r.get::<_, String>(0).to_lowercase())
-        .collect();
-    for r in c.query(CALLS, &[&oids])? {
-        let (rel, name, language, source): (u32, String, String, String) =
-            (r.get(0), r.get(1), r.get(2), r.get(3));
-        if may_touch_tables(&name, &language, &source, &table_words, &functions) {
-            barrier_oids.insert(rel);
-        }
-    }
+    barrier_oids.extend(calling_table_readers(c, tables, &oids)?);
     // Pairs of tables (by index) that must not be written at once.
     let index: std::collections::HashMap<u32, usize> =
         oids.iter().enumerate().map(|(k, &o)| (o, k)).collect();
@@ -264,6 +248,40 @@ fn may_touch_tables(
     source
         .split(|ch: char| !(ch.is_alphanumeric() || ch == '_' || ch == '$'))
         .any(|w| w == "execute" || tables.contains(w) || (w != name && functions.contains(w)))
+}
+
+/// The tables of `oids` (among `tables`) whose CHECKs, column defaults or
+/// column domains call a function of the project's that is not IMMUTABLE
+/// and may read a table ([`may_touch_tables`]): what a row of theirs
+/// holds may depend on another table's rows.
+pub(super) fn calling_table_readers(
+    c: &mut Client,
+    tables: &[super::Table],
+    oids: &[u32],
+) -> Result<HashSet<u32>, postgres::Error> {
+    // (Unqualified and lower case: how a function body names them.)
+    let table_words: HashSet<String> = tables
+        .iter()
+        .map(|t| t.name.rsplit('.').next().unwrap_or(&t.name).to_lowercase())
+        .collect();
+    let functions: HashSet<String> = project_functions(c)?.into_iter().collect();
+    let mut out = HashSet::new();
+    for r in c.query(CALLS, &[&oids])? {
+        let (rel, name, language, source): (u32, String, String, String) =
+            (r.get(0), r.get(1), r.get(2), r.get(3));
+        if may_touch_tables(&name, &language, &source, &table_words, &functions) {
+            out.insert(rel);
+        }
+    }
+    Ok(out)
+}
+
+/// The names of the project's own functions, in lower case.
+pub(in crate::verify) fn project_functions(c: &mut Client) -> Result<Vec<String>, postgres::Error> {
+    Ok(c.query(PROJECT_FUNCTIONS, &[])?
+        .iter()
+        .map(|r| r.get::<_, String>(0).to_lowercase())
+        .collect())
 }
 
 /// Pairs of tables (of `$1`) that draw from one sequence through their

@@ -1,9 +1,12 @@
-//! Stage 2, per migration in order: the seeded database at V{k−1} (rows
-//! the live apps write), their statements replayed on it, the
-//! long-transaction probe started in the background, then the empty
-//! path: a scenario ([`Run::forced_failure`], or [`Run::kill_and_rerun`]
-//! for a file outside a transaction) and the measured apply on the empty
-//! template, which goes on as the template at V{k}.
+//! Stage 2, per migration in order: the copy of the template at V{k−1}
+//! that becomes the seeded database, then the empty path: a scenario
+//! ([`Run::forced_failure`], or [`Run::kill_and_rerun`] for a file outside
+//! a transaction) and the measured apply on the empty template, which goes
+//! on as the template at V{k}; what that apply locked is the migration's
+//! reach ([`crate::verify::reach`]). Then the seeded database gets its rows
+//! (the live apps', or the generator's in the tables the migration
+//! reaches), their statements are replayed on it and the long-transaction
+//! probe starts in the background on a copy of it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -13,6 +16,7 @@ use crate::sandbox::Database;
 use crate::verify::events::MigrationStep;
 use crate::verify::evidence::{Applied, Probe, Rerun, Seeding, Visible};
 use crate::verify::generate::MoreSessions;
+use crate::verify::reach::{self, Reach};
 use crate::verify::rehearsal::{self, End, LiveApp};
 use crate::verify::{
     apply_unchecked, live_apps, long_transaction, needs_of, seed, step, Run, Staged, VerifyError,
@@ -27,12 +31,21 @@ pub(super) enum Template {
     Stopped,
 }
 
+/// The seeded path's database before its rows: a copy of the template at
+/// V{prev}, or of the previous migration's seeded database with that
+/// migration applied.
+struct SeedBase<'l> {
+    db: Database,
+    /// Rows it holds already.
+    carried: i64,
+    /// The live apps that write their rows now.
+    writers: Vec<&'l AppVersion>,
+}
+
 /// The seeded database at V{prev}, when there is one.
 enum Seeded {
     /// The database and the rows it holds.
     Rows(Database, i64),
-    /// No app is live: the empty path stands for the seeded one.
-    Unseeded,
     /// A live app could not write its rows (the rehearsal stops).
     AppCannotWrite,
 }
@@ -68,12 +81,48 @@ impl Run<'_> {
         e.live = live.iter().map(|a| a.name.clone()).collect();
         e.newly = newly;
         let clock = std::time::Instant::now();
-        let seeded =
-            match self.seed_before(v, prev, &live, staged.last(), empty_prev, migrations)? {
-                Seeded::Rows(db, rows) => Some((db, rows)),
-                Seeded::Unseeded => None,
-                Seeded::AppCannotWrite => return Ok(Template::Stopped),
-            };
+        // The seeded path's database before its rows (its copy is taken
+        // while the template is still at V{prev}).
+        let base = self.seed_base(prev, &live, staged.last(), empty_prev, migrations)?;
+        let tables = Self::user_tables(empty_prev)?;
+        let probed = prev > 0 && !m.runs_outside_transaction();
+        if prev > 0 && m.runs_outside_transaction() {
+            self.evidence(v).probe = Some(Probe::NotApplicable);
+        } else if probed && base.is_none() {
+            // No seeded path: the probe's copy is of the template, taken
+            // before the empty path applies the migration there.
+            self.start_probe(v, m, empty_prev, &tables, &[])?;
+        }
+        let functions = match &base {
+            Some(_) => Self::project_functions(empty_prev)?,
+            None => BTreeSet::new(),
+        };
+
+        // Empty path first: the empty template itself (it goes on as the
+        // template at V{v}); what it locked is what the seeding must fill.
+        self.options.say(v, MigrationStep::ApplyingOnEmpty);
+        let (mut at_zero, trace, rerun) = if m.runs_outside_transaction() {
+            let (at_zero, rerun) = self.kill_and_rerun(m, empty_prev)?;
+            (at_zero, Vec::new(), rerun)
+        } else {
+            let (at_zero, trace) = self.forced_failure(m, empty_prev)?;
+            (at_zero, trace, None)
+        };
+        at_zero.file = self.options.catalog.path_of(m);
+
+        let seeded = match base {
+            Some(base) => {
+                let mut functions = functions;
+                functions.extend(Self::project_functions(empty_prev)?);
+                let reach = reach::of(&m.sql, &at_zero, &tables, &functions);
+                log::debug!("V{v}: reach {reach:?}");
+                match self.seed_on(v, prev, &live, base, reach)? {
+                    Seeded::Rows(db, rows) => Some((db, rows)),
+                    Seeded::AppCannotWrite => return Ok(Template::Stopped),
+                }
+            }
+            None => None,
+        };
         let seeded_rows = seeded.as_ref().map_or(0, |(_, n)| *n);
         // What the live apps' statements do on V{prev}: their kinds and
         // locks decide what blocks them; compat reports failures.
@@ -82,13 +131,9 @@ impl Run<'_> {
             None => BTreeMap::new(),
         };
         self.evidence(v).needs = needs_of(&live, &live_outcomes);
-        let tables = Self::user_tables(empty_prev)?;
-        if prev > 0 && m.runs_outside_transaction() {
-            self.evidence(v).probe = Some(Probe::NotApplicable);
-        } else if prev > 0 {
-            let on = seeded.as_ref().map_or(empty_prev, |(db, _)| db);
+        if let (true, Some((db, _))) = (probed, &seeded) {
             log::debug!("V{v}: seeded and replayed in {:?}", clock.elapsed());
-            self.start_probe(v, m, on, &tables, &live_apps(&live, &live_outcomes))?;
+            self.start_probe(v, m, db, &tables, &live_apps(&live, &live_outcomes))?;
             log::debug!("V{v}: probe started at {:?}", clock.elapsed());
         }
 
@@ -100,18 +145,6 @@ impl Run<'_> {
             None => Visible::default(),
         };
 
-        // Empty path: the empty template itself (its state at V{prev} was
-        // needed only for the seeded clone above, and it goes on as the
-        // template at V{v}).
-        self.options.say(v, MigrationStep::ApplyingOnEmpty);
-        let (mut at_zero, trace, rerun) = if m.runs_outside_transaction() {
-            let (at_zero, rerun) = self.kill_and_rerun(m, empty_prev)?;
-            (at_zero, Vec::new(), rerun)
-        } else {
-            let (at_zero, trace) = self.forced_failure(m, empty_prev)?;
-            (at_zero, trace, None)
-        };
-        at_zero.file = self.options.catalog.path_of(m);
         let failed = !at_zero.ok();
         let e = self.evidence(v);
         (e.at_zero, e.failure_trace, e.rerun) = (Some(at_zero), trace, rerun);
@@ -148,48 +181,74 @@ impl Run<'_> {
         })))
     }
 
-    /// The seeded path: a database at V{prev} holding the rows the live
-    /// apps write, and how many. Unseeded when no app is live at V{prev}:
-    /// nothing writes rows, and the seeded database would be a copy of the
-    /// empty one, so the empty path's apply stands for both (two copies
-    /// fewer). What the seeding did is migration `v`'s evidence.
+    /// The seeded path's database at V{prev} before this migration's rows,
+    /// the rows it already holds and the live apps that are to write
+    /// theirs. None when no app is live at V{prev}: nothing writes rows,
+    /// and the seeded database would be a copy of the empty one, so the
+    /// empty path's apply stands for both (two copies fewer).
     ///
     /// The previous migration's seeded database (still at its V{prev-1})
     /// is the starting point: a copy of it with that migration applied
     /// holds the rows written before, migrated as production's are; only
     /// apps that start running now add rows. A project with no apps at all
     /// (migrations alone) is seeded by the catalogue generator, so rewrites
-    /// and locks have rows; afresh each time, so tables the previous
-    /// migration created get rows too.
-    fn seed_before(
+    /// and locks have rows: only its new or still-empty tables then get
+    /// rows.
+    fn seed_base<'l>(
         &mut self,
-        v: i32,
         prev: i32,
-        live: &[&AppVersion],
+        live: &[&'l AppVersion],
         previous: Option<&Staged>,
         empty_prev: &Database,
         migrations: &[Migration],
-    ) -> Result<Seeded, VerifyError> {
+    ) -> Result<Option<SeedBase<'l>>, VerifyError> {
         let generate_only = self.options.apps.is_empty() && prev > 0;
         if live.is_empty() && !generate_only {
-            return Ok(Seeded::Unseeded);
+            return Ok(None);
         }
         // Rows written before are carried: the previous migration's
         // seeded copy with that migration applied, as production's rows
-        // are migrated (a project without apps too: only its new or
-        // still-empty tables are then seeded).
+        // are migrated.
         let reused = self.reuse_seeded(previous, migrations)?;
-        let (seeded, carried, writers): (Database, i64, Vec<&AppVersion>) = match reused {
+        Ok(Some(match reused {
             Some((db, carried, before)) => {
-                let newly: Vec<&AppVersion> = live
+                let writers: Vec<&AppVersion> = live
                     .iter()
                     .filter(|a| !before.contains(&a.name))
                     .copied()
                     .collect();
-                (db, carried, newly)
+                SeedBase {
+                    db,
+                    carried,
+                    writers,
+                }
             }
-            None => (self.clone_db(empty_prev)?, 0, live.to_vec()),
-        };
+            None => SeedBase {
+                db: self.clone_db(empty_prev)?,
+                carried: 0,
+                writers: live.to_vec(),
+            },
+        }))
+    }
+
+    /// The seeded path: `base` with the rows the live apps write (a
+    /// project without apps: the generator's, in the tables the
+    /// migration reaches), and how many rows it holds. What the seeding
+    /// did is migration `v`'s evidence.
+    fn seed_on(
+        &mut self,
+        v: i32,
+        prev: i32,
+        live: &[&AppVersion],
+        base: SeedBase<'_>,
+        reach: Reach,
+    ) -> Result<Seeded, VerifyError> {
+        let generate_only = self.options.apps.is_empty() && prev > 0;
+        let SeedBase {
+            db: seeded,
+            carried,
+            writers,
+        } = base;
         let rows = if carried > 0 && !generate_only {
             // Only apps that start running now add rows.
             (self.options.rows * writers.len() as u64)
@@ -215,7 +274,7 @@ impl Run<'_> {
         let mut s = if generate_only {
             step(
                 "seeding",
-                seed::generate_only(&mut c, more, rows, carried > 0),
+                seed::generate_only(&mut c, more, rows, carried > 0, reach),
             )?
         } else {
             let (sessions, url) = (&self.sessions, seeded.url());

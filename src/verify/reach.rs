@@ -1,0 +1,312 @@
+//! What a migration reaches: the tables whose rows its seeded rehearsal
+//! needs.
+//!
+//! A project without apps is seeded by the catalogue generator, and
+//! seeding every table of a real schema costs seconds (the catalogue
+//! fixture's 40 tables of 10 000 rows: about 2.5 s on two sessions) while
+//! a migration usually changes one or two. The empty path's apply runs
+//! first and says which tables the migration locked, rewrote or built an
+//! index on; with the tables its text names, those are the tables whose
+//! rows its work depends on — as long as it only changes definitions.
+//! The generator adds the tables their foreign keys reference.
+//!
+//! Some work only rows set off, and an empty database cannot show it:
+//! triggers, cascades and row-level checks fired by a statement that
+//! changes or reads rows (`UPDATE`, `DELETE`, `INSERT`, `DO`, a
+//! `SELECT` of a function…), and a project function a definition calls
+//! on every row (a CHECK, a default, an index expression) that may read
+//! other tables. A migration with any of these reaches every table: all
+//! of them are seeded, as they were before reach was measured. So is one
+//! that failed on the empty database or whose statements could not be
+//! told apart.
+
+use std::collections::BTreeSet;
+
+use crate::tables::UserTable;
+use crate::verify::evidence::Applied;
+
+/// The tables a migration's seeded rehearsal needs rows in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reach {
+    /// Every table, and why (one line).
+    Everything(String),
+    /// Only these (by [`UserTable::name`]; a partition by its root), and
+    /// the tables they reference.
+    Tables(BTreeSet<String>),
+}
+
+/// Statements that change definitions only: what they do to rows depends
+/// on the rows of the tables they lock, which the empty path measures.
+const DEFINITIONS: &[&str] = &[
+    "CREATE",
+    "ALTER",
+    "DROP",
+    "COMMENT",
+    "GRANT",
+    "REVOKE",
+    "SET",
+    "RESET",
+    "BEGIN",
+    "START",
+    "COMMIT",
+    "END",
+    "SAVEPOINT",
+    "RELEASE",
+    "SECURITY",
+    "REINDEX",
+    "CLUSTER",
+    "VACUUM",
+    "ANALYZE",
+    "REFRESH",
+    "LOCK",
+    "DISCARD",
+    "NOTIFY",
+    "LISTEN",
+    "UNLISTEN",
+];
+
+/// Definitions that name a function without calling it: creating,
+/// changing or dropping it, a trigger or a view that will call it later.
+const NAMES_WITHOUT_CALLING: &[&str] = &[
+    "FUNCTION",
+    "PROCEDURE",
+    "ROUTINE",
+    "TRIGGER",
+    "VIEW",
+    "RULE",
+    "POLICY",
+    "AGGREGATE",
+    "OPERATOR",
+    "CAST",
+];
+
+/// The reach of a migration (`sql`) from its apply on the empty database
+/// at V{prev} (`at_zero`), the tables at V{prev} and the names of the
+/// project's functions (lower case: those at V{prev} and after it).
+pub fn of(
+    sql: &str,
+    at_zero: &Applied,
+    tables: &[UserTable],
+    functions: &BTreeSet<String>,
+) -> Reach {
+    if !at_zero.ok() {
+        return Reach::Everything("it failed on the empty database".into());
+    }
+    let split = crate::sql::split(sql);
+    if !split.exact {
+        return Reach::Everything("its statements could not be told apart".into());
+    }
+    for st in &split.statements {
+        let words = leading_words(&st.text, 4);
+        let first = words.first().map(String::as_str).unwrap_or_default();
+        if !DEFINITIONS.contains(&first) {
+            return Reach::Everything(format!(
+                "its {first} statement (line {}) works on rows: what it sets off (triggers, cascades, functions) depends on every table's rows",
+                st.line
+            ));
+        }
+        if words
+            .iter()
+            .any(|w| NAMES_WITHOUT_CALLING.contains(&w.as_str()))
+        {
+            continue;
+        }
+        if let Some(f) = identifiers(&st.text).find(|w| functions.contains(w)) {
+            return Reach::Everything(format!(
+                "its statement at line {} calls {f}, a function of the project's, which may read any table on every row",
+                st.line
+            ));
+        }
+    }
+    let words: BTreeSet<String> = identifiers(sql).collect();
+    let root = |name: &str| -> String {
+        let mut name = name.to_string();
+        // (A partition's parent is listed too; a cycle cannot happen, the
+        // bound guards against a catalogue that says otherwise.)
+        for _ in 0..tables.len() {
+            match tables
+                .iter()
+                .find(|t| t.name == name)
+                .and_then(|t| t.partition_of.clone())
+            {
+                Some(parent) => name = parent,
+                None => break,
+            }
+        }
+        name
+    };
+    let mut reached = BTreeSet::new();
+    for t in tables {
+        let relname = t.name.rsplit('.').next().unwrap_or(&t.name).to_lowercase();
+        if words.contains(&relname) {
+            reached.insert(root(&t.name));
+        }
+    }
+    for (name, work) in &at_zero.tables {
+        let touched = !work.locks.is_empty()
+            || work.rewritten
+            || work.dropped
+            || !work.new_indexes.is_empty()
+            || work.work != Default::default();
+        if touched {
+            reached.insert(root(name));
+        }
+    }
+    for st in &at_zero.statements {
+        let named = st
+            .locks_after
+            .keys()
+            .chain(&st.rewrote)
+            .chain(st.work.keys())
+            .chain(st.built_indexes.iter().map(|(t, _)| t));
+        reached.extend(named.map(|t| root(t)));
+    }
+    Reach::Tables(reached)
+}
+
+/// The first `n` words of a statement, upper case (`CREATE OR REPLACE
+/// FUNCTION …` → CREATE, OR, REPLACE, FUNCTION).
+fn leading_words(text: &str, n: usize) -> Vec<String> {
+    text.trim_start_matches(|c: char| c == '(' || c.is_whitespace())
+        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+        .take(n)
+        .map(str::to_uppercase)
+        .collect()
+}
+
+/// The words of SQL text that could name a table or a function, lower
+/// case (a superset: words in strings and comments count too).
+fn identifiers(sql: &str) -> impl Iterator<Item = String> + '_ {
+    sql.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$'))
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verify::evidence::TableWork;
+
+    fn table(name: &str, partition_of: Option<&str>) -> UserTable {
+        UserTable {
+            oid: 0,
+            name: name.into(),
+            qualified: format!("public.{name}"),
+            kind: crate::tables::Kind::Table,
+            partition_of: partition_of.map(str::to_string),
+            populated: true,
+        }
+    }
+
+    fn applied(locked: &[&str]) -> Applied {
+        let mut a = Applied::default();
+        for t in locked {
+            a.tables.insert(
+                t.to_string(),
+                TableWork {
+                    table: t.to_string(),
+                    locks: vec!["AccessExclusiveLock".into()],
+                    ..Default::default()
+                },
+            );
+        }
+        a.tables.insert("untouched".into(), TableWork::default());
+        a
+    }
+
+    fn tables() -> Vec<UserTable> {
+        vec![
+            table("crates", None),
+            table("users", None),
+            table("downloads", None),
+            table("downloads_2026", Some("downloads")),
+            table("untouched", None),
+        ]
+    }
+
+    fn reach(sql: &str, locked: &[&str], functions: &[&str]) -> Reach {
+        let functions = functions.iter().map(|f| f.to_string()).collect();
+        of(sql, &applied(locked), &tables(), &functions)
+    }
+
+    fn only(names: &[&str]) -> Reach {
+        Reach::Tables(names.iter().map(|n| n.to_string()).collect())
+    }
+
+    #[test]
+    fn a_definition_reaches_the_tables_it_locks_or_names() {
+        assert_eq!(
+            reach("ALTER TABLE crates ADD COLUMN note text;", &["crates"], &[]),
+            only(&["crates"])
+        );
+        // Named but not locked (an index built outside a transaction that
+        // no lock sample saw): still reached.
+        assert_eq!(
+            reach(
+                "CREATE INDEX CONCURRENTLY u_name ON users (name);",
+                &[],
+                &[]
+            ),
+            only(&["users"])
+        );
+        // A partition stands for its partitioned table.
+        assert_eq!(
+            reach(
+                "ALTER TABLE downloads_2026 ADD CHECK (n >= 0);",
+                &["downloads_2026"],
+                &[]
+            ),
+            only(&["downloads"])
+        );
+        // A new table that references nothing reaches nothing.
+        assert_eq!(reach("CREATE TABLE jobs (id int);", &[], &[]), only(&[]));
+    }
+
+    #[test]
+    fn a_statement_on_rows_reaches_every_table() {
+        for sql in [
+            "UPDATE crates SET name = lower(name);",
+            "DELETE FROM users WHERE id < 0;",
+            "INSERT INTO crates SELECT 1;",
+            "WITH x AS (SELECT 1) UPDATE crates SET id = id;",
+            "DO $$ BEGIN PERFORM 1; END $$;",
+            "SELECT backfill();",
+            "ALTER TABLE crates ADD COLUMN n int; UPDATE crates SET n = 0;",
+        ] {
+            assert!(
+                matches!(reach(sql, &["crates"], &[]), Reach::Everything(_)),
+                "{sql}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_definition_calling_a_project_function_reaches_every_table() {
+        let sql = "ALTER TABLE crates ADD CONSTRAINT known CHECK (owner_exists(owner_id));";
+        assert!(matches!(
+            reach(sql, &["crates"], &["owner_exists"]),
+            Reach::Everything(why) if why.contains("owner_exists")
+        ));
+        // Creating the function, or a trigger that calls it later, calls
+        // nothing now.
+        let sql = "CREATE OR REPLACE FUNCTION touch() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;\n\
+                   CREATE TRIGGER crates_touch BEFORE UPDATE ON crates FOR EACH ROW EXECUTE FUNCTION touch();";
+        assert_eq!(reach(sql, &["crates"], &["touch"]), only(&["crates"]));
+    }
+
+    #[test]
+    fn a_failed_or_unsplittable_migration_reaches_every_table() {
+        let mut failed = applied(&["crates"]);
+        failed.error = Some("boom".into());
+        assert!(matches!(
+            of(
+                "ALTER TABLE crates ADD COLUMN n int;",
+                &failed,
+                &tables(),
+                &BTreeSet::new()
+            ),
+            Reach::Everything(_)
+        ));
+    }
+}
