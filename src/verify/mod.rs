@@ -854,11 +854,16 @@ impl Run<'_> {
         step("listing tables", crate::tables::list(&mut c))
     }
 
-    /// The names of the project's own functions on `db`, lower case.
-    fn project_functions(db: &Database) -> Result<std::collections::BTreeSet<String>, VerifyError> {
+    /// The names (lower case) of the project's own functions on `db` that
+    /// may read or write a table.
+    fn table_reading_functions(
+        db: &Database,
+    ) -> Result<std::collections::BTreeSet<String>, VerifyError> {
         let mut c = step("connecting", db.connect())?;
-        let names = step("listing functions", generate::project_functions(&mut c))?;
-        Ok(names.into_iter().collect())
+        step(
+            "listing functions",
+            generate::table_reading_functions(&mut c),
+        )
     }
 
     fn replay_apps(

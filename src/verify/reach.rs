@@ -14,8 +14,9 @@
 //! triggers, cascades and row-level checks fired by a statement that
 //! changes or reads rows (`UPDATE`, `DELETE`, `INSERT`, `DO`, a
 //! `SELECT` of a function…), and a project function a definition calls
-//! on every row (a CHECK, a default, an index expression) that may read
-//! other tables. A migration with any of these reaches every table: all
+//! on every row (a CHECK, a default, an index expression) whose body may
+//! read other tables (it names one, runs dynamic SQL, calls another of
+//! the project's functions, or is not SQL or PL/pgSQL). A migration with any of these reaches every table: all
 //! of them are seeded, as they were before reach was measured. So is one
 //! that failed on the empty database or whose statements could not be
 //! told apart.
@@ -81,8 +82,9 @@ const NAMES_WITHOUT_CALLING: &[&str] = &[
 ];
 
 /// The reach of a migration (`sql`) from its apply on the empty database
-/// at V{prev} (`at_zero`), the tables at V{prev} and the names of the
-/// project's functions (lower case: those at V{prev} and after it).
+/// at V{prev} (`at_zero`), the tables at V{prev} and the names (lower
+/// case) of the project's functions that may read a table (those at
+/// V{prev} and after it).
 pub fn of(
     sql: &str,
     at_zero: &Applied,
@@ -113,7 +115,7 @@ pub fn of(
         }
         if let Some(f) = identifiers(&st.text).find(|w| functions.contains(w)) {
             return Reach::Everything(format!(
-                "its statement at line {} calls {f}, a function of the project's, which may read any table on every row",
+                "its statement at line {} calls {f}, a function of the project's that may read other tables, on every row",
                 st.line
             ));
         }

@@ -1226,7 +1226,9 @@ fn a_reach_seeds_its_tables_and_the_ones_they_reference(env: &TestEnv) -> anyhow
 /// definitions is rehearsed on rows in the tables it reaches (said in an
 /// info finding), and the long-transaction probe, with no app beside it,
 /// lets go once the migration retried; the data fix after it reaches
-/// every table, and the tables left empty before get their rows then.
+/// every table, and the tables left empty before get their rows then; an
+/// index on a function that reads no table reaches its table, a CHECK
+/// calling one that reads a table reaches every table.
 fn a_rehearsal_seeds_what_each_migration_reaches(env: &TestEnv) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     // (The shop without the bookkeeping tables it lists: refinery's own
@@ -1244,6 +1246,19 @@ fn a_rehearsal_seeds_what_each_migration_reaches(env: &TestEnv) -> anyhow::Resul
     std::fs::write(
         dir.path().join("V4__fill_notes.sql"),
         "UPDATE orders SET gift_note = 'none' WHERE gift_note IS NULL;\n",
+    )?;
+    // An index on a function of the project's that reads no table, then
+    // a CHECK calling one that does.
+    std::fs::write(
+        dir.path().join("V5__code_index.sql"),
+        "CREATE FUNCTION shop_code(c text) RETURNS text LANGUAGE sql IMMUTABLE AS $$ SELECT upper(c) $$;\n\
+         CREATE INDEX orders_shop_code ON orders (shop_code(code));\n",
+    )?;
+    std::fs::write(
+        dir.path().join("V6__known_orders.sql"),
+        "CREATE FUNCTION order_known(id bigint) RETURNS boolean LANGUAGE sql STABLE\n\
+         AS $$ SELECT EXISTS (SELECT 1 FROM orders o WHERE o.id = order_known.id) $$;\n\
+         ALTER TABLE reviews ADD CONSTRAINT reviews_known CHECK (order_known(order_id));\n",
     )?;
     let rows = 500;
     let r = rollsafe::verify::Verify::new(rollsafe::catalog::Catalog::from_dir(dir.path())?)?
@@ -1301,6 +1316,20 @@ fn a_rehearsal_seeds_what_each_migration_reaches(env: &TestEnv) -> anyhow::Resul
         in_tables >= 5 * rows as i64 - rows as i64,
         "{:?}",
         measured.evidence
+    );
+    // Its body names no table: the index reaches orders and its parents.
+    let code = find("rewrite.seeded-reach", 5)?;
+    ensure!(
+        code.evidence["tables"]
+            .as_str()
+            .is_some_and(|t| t.contains("orders") && !t.contains("reviews")),
+        "{:?}",
+        code.evidence
+    );
+    // order_known reads orders on every row of reviews: every table.
+    ensure!(
+        find("rewrite.seeded-reach", 6).is_err(),
+        "a CHECK calling a function that reads a table was seeded by reach"
     );
     Ok(())
 }

@@ -171,7 +171,7 @@ impl RowCounts {
 }
 
 pub use super::evidence::seeding::{AppWrites, Generated, Reached, SeededTable, UnseededTable};
-pub(in crate::verify) use schedule::project_functions;
+pub(in crate::verify) use schedule::table_reading_functions;
 pub use schedule::MoreSessions;
 
 /// Seeds every table ([`crate::tables`]) with generated rows (`rows`), then

@@ -277,12 +277,41 @@ pub(super) fn calling_table_readers(
 }
 
 /// The names of the project's own functions, in lower case.
-pub(in crate::verify) fn project_functions(c: &mut Client) -> Result<Vec<String>, postgres::Error> {
+fn project_functions(c: &mut Client) -> Result<Vec<String>, postgres::Error> {
     Ok(c.query(PROJECT_FUNCTIONS, &[])?
         .iter()
         .map(|r| r.get::<_, String>(0).to_lowercase())
         .collect())
 }
+
+/// The names (lower case) of the project's own functions that may read
+/// or write a table ([`may_touch_tables`], whatever their volatility: an
+/// index expression's function is IMMUTABLE by declaration only).
+pub(in crate::verify) fn table_reading_functions(
+    c: &mut Client,
+) -> Result<BTreeSet<String>, postgres::Error> {
+    let table_words: HashSet<String> = crate::tables::list(c)?
+        .iter()
+        .map(|t| t.name.rsplit('.').next().unwrap_or(&t.name).to_lowercase())
+        .collect();
+    let functions: HashSet<String> = project_functions(c)?.into_iter().collect();
+    let mut out = BTreeSet::new();
+    for r in c.query(PROJECT_FUNCTION_BODIES, &[])? {
+        let (name, language, source): (String, String, String) = (r.get(0), r.get(1), r.get(2));
+        if may_touch_tables(&name, &language, &source, &table_words, &functions) {
+            out.insert(name.to_lowercase());
+        }
+    }
+    Ok(out)
+}
+
+/// The project's own functions with their language and body.
+const PROJECT_FUNCTION_BODIES: &str = "
+SELECT p.proname::text, l.lanname::text, coalesce(p.prosrc, '') FROM pg_proc p
+  JOIN pg_language l ON l.oid = p.prolang
+ WHERE p.pronamespace NOT IN ('pg_catalog'::regnamespace, 'information_schema'::regnamespace)
+   AND NOT EXISTS (SELECT 1 FROM pg_depend x
+                    WHERE x.classid = 'pg_proc'::regclass AND x.objid = p.oid AND x.deptype = 'e')";
 
 /// Pairs of tables (of `$1`) that draw from one sequence through their
 /// column defaults, or of which one inherits from the other.

@@ -94,7 +94,7 @@ impl Run<'_> {
             self.start_probe(v, m, empty_prev, &tables, &[])?;
         }
         let functions = match &base {
-            Some(_) => Self::project_functions(empty_prev)?,
+            Some(_) => Self::table_reading_functions(empty_prev)?,
             None => BTreeSet::new(),
         };
 
@@ -113,7 +113,7 @@ impl Run<'_> {
         let seeded = match base {
             Some(base) => {
                 let mut functions = functions;
-                functions.extend(Self::project_functions(empty_prev)?);
+                functions.extend(Self::table_reading_functions(empty_prev)?);
                 let reach = reach::of(&m.sql, &at_zero, &tables, &functions);
                 log::debug!("V{v}: reach {reach:?}");
                 match self.seed_on(v, prev, &live, base, reach)? {
