@@ -40,7 +40,8 @@
 //! was not measured.
 //!
 //! `cargo bench --bench real_schemas` (ROLLSAFE_BENCH_ROWS: rows per table,
-//! default verify's; ROLLSAFE_BENCH_FIXTURES: `catalogue,history`).
+//! default verify's; ROLLSAFE_BENCH_FIXTURES: `catalogue,history`;
+//! ROLLSAFE_BENCH_KEEP_HISTORY=DIR: a copy of the generated history there).
 //! Prints figures; asserts nothing.
 
 mod common;
@@ -78,6 +79,17 @@ fn main() {
     let length: i32 = env_or("ROLLSAFE_BENCH_HISTORY_LEN", 300);
     let wanted = std::env::var("ROLLSAFE_BENCH_FIXTURES").unwrap_or("catalogue,history".into());
     let history_dir = history(&catalogue_dir(), length);
+    // A copy of the generated history, to rehearse it outside the bench.
+    if let Ok(keep) = std::env::var("ROLLSAFE_BENCH_KEEP_HISTORY") {
+        std::fs::create_dir_all(&keep).expect("ROLLSAFE_BENCH_KEEP_HISTORY");
+        for f in std::fs::read_dir(history_dir.path())
+            .expect("history")
+            .flatten()
+        {
+            std::fs::copy(f.path(), Path::new(&keep).join(f.file_name())).expect("copy");
+        }
+        println!("history kept in {keep}");
+    }
     let mut fixtures: Vec<(&str, PathBuf)> = Vec::new();
     if wanted.contains("catalogue") {
         fixtures.push(("catalogue", catalogue_dir()));
