@@ -1,12 +1,13 @@
 //! Stage 2, per migration in order: the copy of the template at V{k−1}
-//! that becomes the seeded database, then the empty path: a scenario
-//! ([`Run::forced_failure`], or [`Run::kill_and_rerun`] for a file outside
-//! a transaction) and the measured apply on the empty template, which goes
-//! on as the template at V{k}; what that apply locked is the migration's
-//! reach ([`crate::verify::reach`]). Then the seeded database gets its rows
-//! (the live apps', or the generator's in the tables the migration
-//! reaches), their statements are replayed on it and the long-transaction
-//! probe starts in the background on a copy of it.
+//! that becomes the seeded database; the seeded database's rows (the live
+//! apps', or the generator's), the apps' statements replayed on it and
+//! the long-transaction probe started in the background on a copy of it;
+//! and the empty path: a scenario ([`Run::forced_failure`], or
+//! [`Run::kill_and_rerun`] for a file outside a transaction) and the
+//! measured apply on the empty template, which goes on as the template at
+//! V{k}. For a project without apps the empty path comes before the rows:
+//! what its apply locked is the migration's reach
+//! ([`crate::verify::reach`]), the tables the generator fills.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -93,29 +94,28 @@ impl Run<'_> {
             // before the empty path applies the migration there.
             self.start_probe(v, m, empty_prev, &tables, &[])?;
         }
-        let functions = match &base {
-            Some(_) => Self::table_reading_functions(empty_prev)?,
-            None => BTreeSet::new(),
-        };
-
-        // Empty path first: the empty template itself (it goes on as the
-        // template at V{v}); what it locked is what the seeding must fill.
-        self.options.say(v, MigrationStep::ApplyingOnEmpty);
-        let (mut at_zero, trace, rerun) = if m.runs_outside_transaction() {
-            let (at_zero, rerun) = self.kill_and_rerun(m, empty_prev)?;
-            (at_zero, Vec::new(), rerun)
-        } else {
-            let (at_zero, trace) = self.forced_failure(m, empty_prev)?;
-            (at_zero, trace, None)
-        };
-        at_zero.file = self.options.catalog.path_of(m);
-
+        // The generator (a project without apps) seeds only the tables the
+        // migration reaches, which the empty path's apply tells: it runs
+        // first then. With apps, every table they may read gets rows, and
+        // the seeding goes first so that the long-transaction probe, the
+        // longest scenario, starts as early as it can.
+        let generated = base.is_some() && self.options.apps.is_empty();
+        let mut empty_path = None;
+        if generated {
+            let before = Self::table_reading_functions(empty_prev)?;
+            let (at_zero, trace, rerun) = self.empty_path(m, empty_prev)?;
+            let mut functions = before;
+            functions.extend(Self::table_reading_functions(empty_prev)?);
+            let reach = reach::of(&m.sql, &at_zero, &tables, &functions);
+            log::debug!("V{v}: reach {reach:?}");
+            empty_path = Some((reach, (at_zero, trace, rerun)));
+        }
         let seeded = match base {
             Some(base) => {
-                let mut functions = functions;
-                functions.extend(Self::table_reading_functions(empty_prev)?);
-                let reach = reach::of(&m.sql, &at_zero, &tables, &functions);
-                log::debug!("V{v}: reach {reach:?}");
+                let reach = match &empty_path {
+                    Some((reach, _)) => reach.clone(),
+                    None => Reach::Everything("the live apps may read any table".into()),
+                };
                 match self.seed_on(v, prev, &live, base, reach)? {
                     Seeded::Rows(db, rows) => Some((db, rows)),
                     Seeded::AppCannotWrite => return Ok(Template::Stopped),
@@ -145,6 +145,10 @@ impl Run<'_> {
             None => Visible::default(),
         };
 
+        let (at_zero, trace, rerun) = match empty_path {
+            Some((_, done)) => done,
+            None => self.empty_path(m, empty_prev)?,
+        };
         let failed = !at_zero.ok();
         let e = self.evidence(v);
         (e.at_zero, e.failure_trace, e.rerun) = (Some(at_zero), trace, rerun);
@@ -179,6 +183,27 @@ impl Run<'_> {
             live_outcomes,
             tables,
         })))
+    }
+
+    /// The empty path: a scenario ([`Run::forced_failure`], or
+    /// [`Run::kill_and_rerun`] for a file outside a transaction), then the
+    /// measured apply on the empty template (which goes on as the template
+    /// at V{v}): what it measured, the failure's trace, the rerun.
+    fn empty_path(
+        &mut self,
+        m: &Migration,
+        empty_prev: &Database,
+    ) -> Result<(Applied, Vec<String>, Option<Rerun>), VerifyError> {
+        self.options.say(m.version, MigrationStep::ApplyingOnEmpty);
+        let (mut at_zero, trace, rerun) = if m.runs_outside_transaction() {
+            let (at_zero, rerun) = self.kill_and_rerun(m, empty_prev)?;
+            (at_zero, Vec::new(), rerun)
+        } else {
+            let (at_zero, trace) = self.forced_failure(m, empty_prev)?;
+            (at_zero, trace, None)
+        };
+        at_zero.file = self.options.catalog.path_of(m);
+        Ok((at_zero, trace, rerun))
     }
 
     /// The seeded path's database at V{prev} before this migration's rows,
