@@ -4,10 +4,12 @@
 //! A project without apps is seeded by the catalogue generator, and
 //! seeding every table of a real schema costs seconds (the catalogue
 //! fixture's 40 tables of 10 000 rows: about 2.5 s on two sessions) while
-//! a migration usually changes one or two. The empty path's apply runs
-//! first and says which tables the migration locked, rewrote or built an
-//! index on; with the tables its text names, those are the tables whose
-//! rows its work depends on — as long as it only changes definitions.
+//! a migration usually changes one or two. The empty path runs first and
+//! says which tables the migration locked (its forced failure's
+//! transaction, read before the failure is raised; outside a transaction
+//! the measured apply's samples); with the tables its text names, those
+//! are the tables whose rows its work depends on — as long as it only
+//! changes definitions.
 //! The generator adds the tables their foreign keys reference.
 //!
 //! Some work only rows set off, and an empty database cannot show it:
@@ -81,19 +83,49 @@ const NAMES_WITHOUT_CALLING: &[&str] = &[
     "CAST",
 ];
 
-/// The reach of a migration (`sql`) from its apply on the empty database
-/// at V{prev} (`at_zero`), the tables at V{prev} and the names (lower
-/// case) of the project's functions that may read a table (those at
-/// V{prev} and after it).
+/// The tables a migration's apply on the empty database touched: locked,
+/// rewrote, built an index on, read or wrote (None when it failed there).
+pub fn touched_by(at_zero: &Applied) -> Option<BTreeSet<String>> {
+    if !at_zero.ok() {
+        return None;
+    }
+    let mut out = BTreeSet::new();
+    for (name, work) in &at_zero.tables {
+        let touched = !work.locks.is_empty()
+            || work.rewritten
+            || work.dropped
+            || !work.new_indexes.is_empty()
+            || work.work != Default::default();
+        if touched {
+            out.insert(name.clone());
+        }
+    }
+    for st in &at_zero.statements {
+        let named = st
+            .locks_after
+            .keys()
+            .chain(&st.rewrote)
+            .chain(st.work.keys())
+            .chain(st.built_indexes.iter().map(|(t, _)| t));
+        out.extend(named.cloned());
+    }
+    Some(out)
+}
+
+/// The reach of a migration (`sql`) from the tables its apply on the empty
+/// database at V{prev} touched (`touched`, by [`UserTable::name`]; None
+/// when it failed there), the tables at V{prev} and the names (lower case)
+/// of the project's functions that may read a table (those at V{prev} and
+/// after it).
 pub fn of(
     sql: &str,
-    at_zero: &Applied,
+    touched: Option<&BTreeSet<String>>,
     tables: &[UserTable],
     functions: &BTreeSet<String>,
 ) -> Reach {
-    if !at_zero.ok() {
+    let Some(touched) = touched else {
         return Reach::Everything("it failed on the empty database".into());
-    }
+    };
     let split = crate::sql::split(sql);
     if !split.exact {
         return Reach::Everything("its statements could not be told apart".into());
@@ -137,31 +169,12 @@ pub fn of(
         }
         name
     };
-    let mut reached = BTreeSet::new();
+    let mut reached: BTreeSet<String> = touched.iter().map(|t| root(t)).collect();
     for t in tables {
         let relname = t.name.rsplit('.').next().unwrap_or(&t.name).to_lowercase();
         if words.contains(&relname) {
             reached.insert(root(&t.name));
         }
-    }
-    for (name, work) in &at_zero.tables {
-        let touched = !work.locks.is_empty()
-            || work.rewritten
-            || work.dropped
-            || !work.new_indexes.is_empty()
-            || work.work != Default::default();
-        if touched {
-            reached.insert(root(name));
-        }
-    }
-    for st in &at_zero.statements {
-        let named = st
-            .locks_after
-            .keys()
-            .chain(&st.rewrote)
-            .chain(st.work.keys())
-            .chain(st.built_indexes.iter().map(|(t, _)| t));
-        reached.extend(named.map(|t| root(t)));
     }
     Reach::Tables(reached)
 }
@@ -229,7 +242,12 @@ mod tests {
 
     fn reach(sql: &str, locked: &[&str], functions: &[&str]) -> Reach {
         let functions = functions.iter().map(|f| f.to_string()).collect();
-        of(sql, &applied(locked), &tables(), &functions)
+        of(
+            sql,
+            touched_by(&applied(locked)).as_ref(),
+            &tables(),
+            &functions,
+        )
     }
 
     fn only(names: &[&str]) -> Reach {
@@ -304,7 +322,18 @@ mod tests {
         assert!(matches!(
             of(
                 "ALTER TABLE crates ADD COLUMN n int;",
-                &failed,
+                touched_by(&failed).as_ref(),
+                &tables(),
+                &BTreeSet::new()
+            ),
+            Reach::Everything(_)
+        ));
+        // A file the grammar cannot split is one unit: every table.
+        let touched = BTreeSet::from(["crates".to_string()]);
+        assert!(matches!(
+            of(
+                "ALTER TABLE crates ADD COLUMN n int; $$ unterminated",
+                Some(&touched),
                 &tables(),
                 &BTreeSet::new()
             ),

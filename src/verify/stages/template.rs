@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::app::AppVersion;
 use crate::catalog::Migration;
 use crate::sandbox::Database;
+use crate::schema::Snapshot;
 use crate::verify::events::MigrationStep;
 use crate::verify::evidence::{Applied, Probe, Rerun, Seeding, Visible};
 use crate::verify::generate::MoreSessions;
@@ -22,6 +23,34 @@ use crate::verify::rehearsal::{self, End, LiveApp};
 use crate::verify::{
     apply_unchecked, live_apps, long_transaction, needs_of, seed, step, Run, Staged, VerifyError,
 };
+
+/// What a transaction of the forced failure held at its end, read inside
+/// it before the failure is raised: the relations it locked (by oid) and
+/// the project's functions that may read a table (those it created
+/// included).
+#[derive(Default)]
+struct AtEnd {
+    reached: bool,
+    locked: BTreeSet<u32>,
+    functions: BTreeSet<String>,
+}
+
+impl crate::migrate::apply::StepObserver for AtEnd {
+    fn finishing(&mut self, c: &mut postgres::Client) -> Result<(), postgres::Error> {
+        self.locked = c
+            .query(
+                "SELECT DISTINCT relation::oid FROM pg_locks
+                  WHERE pid = pg_backend_pid() AND locktype = 'relation' AND relation IS NOT NULL",
+                &[],
+            )?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        self.functions = crate::verify::generate::table_reading_functions(c)?;
+        self.reached = true;
+        Ok(())
+    }
+}
 
 /// How stage 2 of one migration ended.
 pub(super) enum Template {
@@ -101,21 +130,62 @@ impl Run<'_> {
         // longest scenario, starts as early as it can.
         let generated = base.is_some() && self.options.apps.is_empty();
         let mut empty_path = None;
-        if generated {
-            let before = Self::table_reading_functions(empty_prev)?;
-            let (at_zero, trace, rerun) = self.empty_path(m, empty_prev)?;
-            let mut functions = before;
-            functions.extend(Self::table_reading_functions(empty_prev)?);
-            let reach = reach::of(&m.sql, &at_zero, &tables, &functions);
-            log::debug!("V{v}: reach {reach:?}");
-            empty_path = Some((reach, (at_zero, trace, rerun)));
-        }
         let seeded = match base {
+            Some(base) if generated && !m.runs_outside_transaction() => {
+                // The forced failure's transaction tells what it reaches;
+                // the rest of the empty path runs beside the seeding.
+                let functions = Self::table_reading_functions(empty_prev)?;
+                self.options.say(v, MigrationStep::ApplyingOnEmpty);
+                let (before, at_end) = self.fail_before_commit(m, empty_prev)?;
+                let touched = at_end.as_ref().map(|e| {
+                    tables
+                        .iter()
+                        .filter(|t| e.locked.contains(&t.oid))
+                        .map(|t| t.name.clone())
+                        .collect::<BTreeSet<String>>()
+                });
+                let mut functions = functions;
+                functions.extend(at_end.into_iter().flat_map(|e| e.functions));
+                let reach = reach::of(&m.sql, touched.as_ref(), &tables, &functions);
+                log::debug!("V{v}: reach {reach:?}");
+                let migrator = self.sessions.migrator(empty_prev.url());
+                let (seeded, rest) = std::thread::scope(|s| {
+                    let rest =
+                        s.spawn(|| Self::trace_and_measure(empty_prev, &migrator, &m.sql, before));
+                    let seeded = self.seed_on(v, prev, &live, base, reach);
+                    (seeded, rest.join())
+                });
+                let (mut at_zero, trace) = rest.unwrap_or_else(|_| {
+                    Err(VerifyError::Rehearsal {
+                        step: "applying on an empty database".into(),
+                        detail: "its thread panicked".into(),
+                    })
+                })?;
+                at_zero.file = self.options.catalog.path_of(m);
+                empty_path = Some((at_zero, trace, None));
+                match seeded? {
+                    Seeded::Rows(db, rows) => Some((db, rows)),
+                    Seeded::AppCannotWrite => return Ok(Template::Stopped),
+                }
+            }
+            Some(base) if generated => {
+                // Outside a transaction: the kill-and-rerun scenario and
+                // the measured apply first, their locks the reach.
+                let mut functions = Self::table_reading_functions(empty_prev)?;
+                let done = self.empty_path(m, empty_prev)?;
+                functions.extend(Self::table_reading_functions(empty_prev)?);
+                let touched = reach::touched_by(&done.0);
+                let reach = reach::of(&m.sql, touched.as_ref(), &tables, &functions);
+                log::debug!("V{v}: reach {reach:?}");
+                empty_path = Some(done);
+                match self.seed_on(v, prev, &live, base, reach)? {
+                    Seeded::Rows(db, rows) => Some((db, rows)),
+                    Seeded::AppCannotWrite => return Ok(Template::Stopped),
+                }
+            }
             Some(base) => {
-                let reach = match &empty_path {
-                    Some((reach, _)) => reach.clone(),
-                    None => Reach::Everything("the live apps may read any table".into()),
-                };
+                // With apps, every table they may read gets rows.
+                let reach = Reach::Everything("the live apps may read any table".into());
                 match self.seed_on(v, prev, &live, base, reach)? {
                     Seeded::Rows(db, rows) => Some((db, rows)),
                     Seeded::AppCannotWrite => return Ok(Template::Stopped),
@@ -146,7 +216,7 @@ impl Run<'_> {
         };
 
         let (at_zero, trace, rerun) = match empty_path {
-            Some((_, done)) => done,
+            Some(done) => done,
             None => self.empty_path(m, empty_prev)?,
         };
         let failed = !at_zero.ok();
@@ -195,6 +265,7 @@ impl Run<'_> {
         empty_prev: &Database,
     ) -> Result<(Applied, Vec<String>, Option<Rerun>), VerifyError> {
         self.options.say(m.version, MigrationStep::ApplyingOnEmpty);
+        let clock = std::time::Instant::now();
         let (mut at_zero, trace, rerun) = if m.runs_outside_transaction() {
             let (at_zero, rerun) = self.kill_and_rerun(m, empty_prev)?;
             (at_zero, Vec::new(), rerun)
@@ -203,6 +274,7 @@ impl Run<'_> {
             (at_zero, trace, None)
         };
         at_zero.file = self.options.catalog.path_of(m);
+        log::debug!("V{}: empty path in {:?}", m.version, clock.elapsed());
         Ok((at_zero, trace, rerun))
     }
 
@@ -392,29 +464,50 @@ impl Run<'_> {
         m: &Migration,
         empty: &Database,
     ) -> Result<(Applied, Vec<String>), VerifyError> {
+        let (before, _) = self.fail_before_commit(m, empty)?;
+        Self::trace_and_measure(empty, &self.sessions.migrator(empty.url()), &m.sql, before)
+    }
+
+    /// The forced failure's first half on `empty`: the schema before, then
+    /// the migration's statements and a failure raised before the commit
+    /// (what a crash there leaves: it must be nothing). Also what its
+    /// transaction held at its end, None when a statement failed first.
+    fn fail_before_commit(
+        &mut self,
+        m: &Migration,
+        empty: &Database,
+    ) -> Result<(Snapshot, Option<AtEnd>), VerifyError> {
         use crate::migrate::apply;
         let before = Self::snapshot(empty)?;
-        // Its statements, then a failure raised before the commit: what
-        // a crash there leaves (it must be nothing).
         let mut c = self.connect_migrator(empty)?;
-        let _ = apply::in_transaction(
+        let mut at_end = AtEnd::default();
+        let ran = apply::in_transaction(
             &mut c,
             &apply::transaction_steps(&m.sql),
             None,
             apply::Ending::Fail,
-            &mut apply::Unobserved,
+            &mut at_end,
         );
-        drop(c);
+        // (The failure raised at the end is an error too: what matters is
+        // whether the end was reached.)
+        let _ = ran;
+        Ok((before, at_end.reached.then_some(at_end)))
+    }
+
+    /// The forced failure's second half: what it left (the trace: what
+    /// differs from `before`), then the real apply on the same database,
+    /// measured, as `migrator_url`. Needs nothing of the run but these, so
+    /// it may run beside the seeding.
+    fn trace_and_measure(
+        empty: &Database,
+        migrator_url: &str,
+        sql: &str,
+        before: Snapshot,
+    ) -> Result<(Applied, Vec<String>), VerifyError> {
         let trace = Self::snapshot(empty)?.diff(&before);
         let at_zero = step(
             "applying on an empty database",
-            rehearsal::apply_measured(
-                empty.url(),
-                &self.sessions.migrator(empty.url()),
-                &m.sql,
-                None,
-                End::Commit,
-            ),
+            rehearsal::apply_measured(empty.url(), migrator_url, sql, None, End::Commit),
         )?;
         Ok((at_zero, trace))
     }
