@@ -787,8 +787,14 @@ pub fn probe_long_transaction(
     holder.batch_execute("BEGIN")?;
     // A materialized view cannot be locked (nor written by an app).
     let held: Vec<&UserTable> = tables.iter().filter(|t| t.lockable()).collect();
-    for t in &held {
-        holder.batch_execute(&format!("LOCK TABLE {} IN ROW EXCLUSIVE MODE", t.qualified))?;
+    if !held.is_empty() {
+        // One statement for all of them (a round trip per table adds up on
+        // a real schema).
+        let names: Vec<&str> = held.iter().map(|t| t.qualified.as_str()).collect();
+        holder.batch_execute(&format!(
+            "LOCK TABLE {} IN ROW EXCLUSIVE MODE",
+            names.join(", ")
+        ))?;
     }
     let workload = Workload::start(url, sessions, apps)?;
     let mut migrator = db::connect(&sessions.migrator(url))?;

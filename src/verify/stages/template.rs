@@ -132,9 +132,10 @@ impl Run<'_> {
         let mut empty_path = None;
         let seeded = match base {
             Some(base) if generated && !m.runs_outside_transaction() => {
-                // The forced failure's transaction tells what it reaches;
-                // the rest of the empty path runs beside the seeding.
-                let functions = Self::table_reading_functions(empty_prev)?;
+                // The forced failure's transaction tells what it reaches
+                // (the functions it sees there are those before it and
+                // those it creates); the rest of the empty path runs
+                // beside the seeding.
                 self.options.say(v, MigrationStep::ApplyingOnEmpty);
                 let (before, at_end) = self.fail_before_commit(m, empty_prev)?;
                 let touched = at_end.as_ref().map(|e| {
@@ -144,8 +145,8 @@ impl Run<'_> {
                         .map(|t| t.name.clone())
                         .collect::<BTreeSet<String>>()
                 });
-                let mut functions = functions;
-                functions.extend(at_end.into_iter().flat_map(|e| e.functions));
+                let functions: BTreeSet<String> =
+                    at_end.into_iter().flat_map(|e| e.functions).collect();
                 let reach = reach::of(&m.sql, touched.as_ref(), &tables, &functions);
                 log::debug!("V{v}: reach {reach:?}");
                 let migrator = self.sessions.migrator(empty_prev.url());
