@@ -110,6 +110,19 @@ pub struct UserTable {
 }
 
 impl UserTable {
+    /// A table of `public` (a partition of `parent`), for unit tests.
+    #[cfg(test)]
+    pub(crate) fn for_tests(name: &str, parent: Option<&str>) -> UserTable {
+        UserTable {
+            oid: 0,
+            name: name.into(),
+            qualified: format!("public.{name}"),
+            kind: Kind::Table,
+            partition_of: parent.map(str::to_string),
+            populated: true,
+        }
+    }
+
     /// Whether a plain `SELECT` from it works.
     pub fn readable(&self) -> bool {
         self.populated
@@ -184,14 +197,7 @@ mod tests {
     use super::*;
 
     fn t(name: &str, parent: Option<&str>) -> UserTable {
-        UserTable {
-            oid: 0,
-            name: name.into(),
-            qualified: format!("public.{name}"),
-            kind: Kind::Table,
-            partition_of: parent.map(str::to_string),
-            populated: true,
-        }
+        UserTable::for_tests(name, parent)
     }
 
     #[test]

@@ -192,7 +192,7 @@ fn leading_words(text: &str, n: usize) -> Vec<String> {
 
 /// The words of SQL text that could name a table or a function, lower
 /// case (a superset: words in strings and comments count too).
-fn identifiers(sql: &str) -> impl Iterator<Item = String> + '_ {
+pub(crate) fn identifiers(sql: &str) -> impl Iterator<Item = String> + '_ {
     sql.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$'))
         .filter(|w| !w.is_empty())
         .map(str::to_lowercase)
@@ -204,14 +204,7 @@ mod tests {
     use crate::verify::evidence::TableWork;
 
     fn table(name: &str, partition_of: Option<&str>) -> UserTable {
-        UserTable {
-            oid: 0,
-            name: name.into(),
-            qualified: format!("public.{name}"),
-            kind: crate::tables::Kind::Table,
-            partition_of: partition_of.map(str::to_string),
-            populated: true,
-        }
+        UserTable::for_tests(name, partition_of)
     }
 
     fn applied(locked: &[&str]) -> Applied {

@@ -379,13 +379,23 @@ impl Applied {
         waits.sort_by_key(|w| w.began);
         waits
             .into_iter()
-            .map(|w| crate::report::AppWaitRow {
-                statement: w.statement.clone(),
-                table: w.table.clone(),
-                mode: lock_modes::sql_name(&w.mode),
-                start_ms: report_ms(w.began.saturating_duration_since(t0)),
-                ms: report_ms(w.waited),
-                behind_line: self.blocker_of(w).map(|i| self.statements[i].line),
+            .map(|w| {
+                let blocker = self.blocker_of(w).map(|i| &self.statements[i]);
+                // A wait behind a statement began once that statement did:
+                // a sample is placed at the time it was sent, early by its
+                // trip to the server (milliseconds on a loaded machine).
+                let began = blocker
+                    .and_then(|s| s.started)
+                    .map_or(w.began, |s| w.began.max(s));
+                crate::report::AppWaitRow {
+                    statement: w.statement.clone(),
+                    table: w.table.clone(),
+                    mode: lock_modes::sql_name(&w.mode),
+                    start_ms: report_ms(began.saturating_duration_since(t0)),
+                    // (Its end stays where it was seen.)
+                    ms: report_ms((w.began + w.waited).saturating_duration_since(began)),
+                    behind_line: blocker.map(|s| s.line),
+                }
             })
             .collect()
     }
@@ -452,4 +462,45 @@ impl Applied {
 /// A duration in ms to 0.1 ms, as the report writes them.
 fn report_ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 10_000.0).round() / 10.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verify::evidence::workload::AppWait;
+
+    /// A wait sampled before the statement it waits behind began (the
+    /// sample was sent, then the server ran it late on a loaded machine)
+    /// starts with that statement; its end stays where it was seen.
+    #[test]
+    fn an_app_wait_does_not_begin_before_the_statement_it_waits_behind() {
+        let t0 = Instant::now();
+        let build = StatementRun {
+            line: 2,
+            started: Some(t0 + Duration::from_millis(10)),
+            locks_after: BTreeMap::from([("orders".to_string(), vec!["ShareLock".to_string()])]),
+            ..Default::default()
+        };
+        let applied = Applied {
+            started: Some(t0),
+            held: Duration::from_millis(80),
+            statements: vec![build],
+            ..Default::default()
+        };
+        let workload = WorkloadStats {
+            waits: vec![AppWait {
+                statement: "shop.add_order (write)".into(),
+                table: "orders".into(),
+                mode: "RowExclusiveLock".into(),
+                began: t0 + Duration::from_millis(2),
+                waited: Duration::from_millis(60),
+            }],
+            ..Default::default()
+        };
+        let rows = applied.app_wait_rows(&workload);
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].behind_line, Some(2));
+        assert!((rows[0].start_ms - 10.0).abs() < 0.01, "{:?}", rows[0]);
+        assert!((rows[0].ms - 52.0).abs() < 0.01, "{:?}", rows[0]);
+    }
 }

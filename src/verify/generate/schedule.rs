@@ -243,11 +243,9 @@ fn may_touch_tables(
     if !matches!(language, "sql" | "plpgsql") {
         return true;
     }
-    let source = source.to_lowercase();
     let name = name.to_lowercase();
-    source
-        .split(|ch: char| !(ch.is_alphanumeric() || ch == '_' || ch == '$'))
-        .any(|w| w == "execute" || tables.contains(w) || (w != name && functions.contains(w)))
+    crate::verify::reach::identifiers(source)
+        .any(|w| w == "execute" || tables.contains(&w) || (w != name && functions.contains(&w)))
 }
 
 /// The tables of `oids` (among `tables`) whose CHECKs, column defaults or

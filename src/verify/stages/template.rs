@@ -164,10 +164,7 @@ impl Run<'_> {
                 })?;
                 at_zero.file = self.options.catalog.path_of(m);
                 empty_path = Some((at_zero, trace, None));
-                match seeded? {
-                    Seeded::Rows(db, rows) => Some((db, rows)),
-                    Seeded::AppCannotWrite => return Ok(Template::Stopped),
-                }
+                Some(seeded?)
             }
             Some(base) if generated => {
                 // Outside a transaction: the kill-and-rerun scenario and
@@ -179,19 +176,18 @@ impl Run<'_> {
                 let reach = reach::of(&m.sql, touched.as_ref(), &tables, &functions);
                 log::debug!("V{v}: reach {reach:?}");
                 empty_path = Some(done);
-                match self.seed_on(v, prev, &live, base, reach)? {
-                    Seeded::Rows(db, rows) => Some((db, rows)),
-                    Seeded::AppCannotWrite => return Ok(Template::Stopped),
-                }
+                Some(self.seed_on(v, prev, &live, base, reach)?)
             }
             Some(base) => {
                 // With apps, every table they may read gets rows.
                 let reach = Reach::Everything("the live apps may read any table".into());
-                match self.seed_on(v, prev, &live, base, reach)? {
-                    Seeded::Rows(db, rows) => Some((db, rows)),
-                    Seeded::AppCannotWrite => return Ok(Template::Stopped),
-                }
+                Some(self.seed_on(v, prev, &live, base, reach)?)
             }
+            None => None,
+        };
+        let seeded = match seeded {
+            Some(Seeded::Rows(db, rows)) => Some((db, rows)),
+            Some(Seeded::AppCannotWrite) => return Ok(Template::Stopped),
             None => None,
         };
         let seeded_rows = seeded.as_ref().map_or(0, |(_, n)| *n);
