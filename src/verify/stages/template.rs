@@ -37,6 +37,11 @@ struct AtEnd {
 
 impl crate::migrate::apply::StepObserver for AtEnd {
     fn finishing(&mut self, c: &mut postgres::Client) -> Result<(), postgres::Error> {
+        // The catalogs themselves, whatever the migration did to the
+        // search path (a table of its own named pg_locks must not hide
+        // its locks, nor a temporary one); the transaction is rolled back
+        // right after.
+        c.batch_execute("SET LOCAL search_path TO pg_catalog, pg_temp")?;
         self.locked = c
             .query(
                 "SELECT DISTINCT relation::oid FROM pg_locks
