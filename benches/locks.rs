@@ -6,7 +6,9 @@
 //!    lock-retry loop while the live app's statements and a plain reader
 //!    run: the worst wait any app statement saw, with the old fixed policy
 //!    (5 s lock_timeout) and with the default stepped policy (100 ms
-//!    growing to 500 ms), same run, same database state.
+//!    growing to 500 ms; with apps beside it the probe's first attempt
+//!    waits the 500 ms cap, the longest any attempt waits), same run, same
+//!    database state.
 //! 2. `rollsafe migrate` applying V3 behind a 20 s read transaction (a
 //!    session that ran a SELECT on attached_functions and stays in its
 //!    transaction, ACCESS SHARE granted), 10k legacy rows: the worst wait
@@ -94,7 +96,7 @@ fn stall_behind_long_transaction(sandbox: &Sandbox) {
                 .max_timeout(Duration::from_secs(5))
                 .first_timeout(Duration::from_secs(5)),
         ),
-        ("stepped: 100 ms growing to 500 ms", LockPolicy::stepped()),
+        ("stepped: at most the 500 ms cap", LockPolicy::stepped()),
     ] {
         let db = sandbox.clone_database(&template).expect("clone");
         // As today's superuser migrator: the bench measures lock waits.

@@ -51,21 +51,14 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{
-    apply, builder, floor_of, progress_marks, run_verify, run_verify_within, secs, stage_times,
-    VerifyRun,
+    apply, builder, env_or, floor_of, progress_marks, run_verify, run_verify_within, secs,
+    stage_times, VerifyRun,
 };
 use rollsafe::catalog::Catalog;
 use rollsafe::report::Report;
 use rollsafe::tables::{self, Kind};
 use rollsafe::verify::generate::{self, RowCounts};
 use rollsafe::verify::DEFAULT_ROWS;
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().replace('_', "").parse().ok())
-        .unwrap_or(default)
-}
 
 fn catalogue_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/real-shaped/catalogue/migrations")

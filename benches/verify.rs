@@ -1,7 +1,8 @@
 //! What a rehearsal costs compared with the least any rehearsal must do.
 //!
 //! First, for each backend present on the machine (docker when an engine
-//! answers, local when PostgreSQL binaries are installed), three runs each,
+//! answers, local when PostgreSQL binaries are installed), three runs each
+//! (ROLLSAFE_BENCH_RUNS),
 //! interleaved so that both see the same machine:
 //! - verify: wall time of the real binary, `rollsafe verify --rows N` (its
 //!   own throwaway server, the embedded migrations, every check);
@@ -32,7 +33,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{builder, floor_of, run_verify, secs, stage_times, VerifyRun};
+use common::{builder, env_or, floor_of, run_verify, secs, stage_times, VerifyRun};
 use rollsafe::catalog::Catalog;
 use rollsafe::dao::shipped;
 use rollsafe::sandbox::{binaries, docker};
@@ -84,7 +85,7 @@ fn backends_present() -> Vec<String> {
 }
 
 fn main() {
-    let runs = 3;
+    let runs: usize = env_or("ROLLSAFE_BENCH_RUNS", 3);
     println!(
         "verify vs floor per backend, rows {DEFAULT_ROWS}: median of {runs} runs each, interleaved"
     );

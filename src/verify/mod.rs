@@ -89,10 +89,10 @@ const COMPAT_ROWS: u64 = 50;
 /// statements take a millisecond or two: dozens run in this time).
 const WORKLOAD_MARGIN: Duration = Duration::from_millis(50);
 
-/// How long the long-transaction probe keeps its transaction open: long
-/// enough for the lock policy to step up to its cap a few times, and for a
-/// migration that overrides its lock timeout to be seen waiting past the
-/// cap (plus slack) before the transaction ends.
+/// The longest the long-transaction probe keeps its transaction open (it
+/// ends it once an attempt timed out): long enough for a migration that
+/// overrides its lock timeout to be seen waiting past the cap (plus
+/// slack) before the transaction ends.
 fn long_transaction(policy: &LockPolicy) -> Duration {
     (policy.max_timeout * 3)
         .max(policy.max_timeout + rehearsal::LOCK_WAIT_SLACK + Duration::from_millis(500))

@@ -80,26 +80,23 @@ impl super::Run<'_> {
     }
 
     /// Stage `plan`, after migration `m` was applied on `db`: the statements
-    /// of every app that may run on it planned again, into `m`'s evidence
-    /// beside `before` ([`Run::plans_before`]).
+    /// of every app that may run on it planned again, for `m`'s evidence
+    /// beside `before` ([`Run::plans_before`]); None without both.
     pub(super) fn plans_after(
-        &mut self,
+        &self,
         m: &Migration,
         before: Option<Side>,
         db: Option<&Database>,
         runnable: &[&AppVersion],
-    ) {
+    ) -> Option<Result<Side, String>> {
         let (Some(before), Some(db)) = (before, db) else {
-            return;
+            return None;
         };
-        let v = m.version;
-        self.options.say(v, MigrationStep::PlanningAfter);
-        let after = self
-            .measure_plans(db, runnable, When::After(&before))
-            .map_err(|e| format!("{e:#}"));
-        if let Some(plans) = &mut self.evidence(v).plans {
-            plans.after = Some(after);
-        }
+        self.options.say(m.version, MigrationStep::PlanningAfter);
+        Some(
+            self.measure_plans(db, runnable, When::After(&before))
+                .map_err(|e| format!("{e:#}")),
+        )
     }
 
     fn measure_plans(

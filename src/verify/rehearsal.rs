@@ -764,15 +764,16 @@ pub const LOCK_WAIT_SLACK: Duration = Duration::from_millis(500);
 /// unchanged: every attempt of the migration is rolled back. Every thread
 /// and connection it starts is gone when it returns, error or not.
 ///
-/// The app transaction holds for `hold`, except when no app runs beside
-/// it: then it ends as soon as the migration's second attempt begins.
-/// Only a lock timeout starts another attempt, so the first one's wait
-/// ended at the timeout the policy set, and the next attempts run the
-/// same statements with a longer one: nothing more is to be learnt by
-/// holding on (a migration that ignores its timeout never reaches a
-/// second attempt while held; the watcher cancels its first wait past
-/// the cap). With apps, the hold lets the attempts step up to the cap,
-/// where the apps queue longest behind them.
+/// The migration runs `rollsafe migrate`'s stepped retry loop behind the
+/// transaction, which ends as soon as one attempt's wait has ended at its
+/// lock timeout (at `hold` at the latest): only a lock timeout starts
+/// another attempt, and the next ones run the same statements, so nothing
+/// more is learnt by holding on; a migration that ignores its timeout
+/// never times out while held, and the watcher cancels its wait past the
+/// cap. With apps, that first attempt waits the policy's cap, the longest
+/// any attempt waits and so where the apps queue longest (the loop's
+/// earlier, shorter steps queue them for less); without apps, the
+/// policy's first timeout.
 pub fn probe_long_transaction(
     url: &str,
     sessions: &Sessions,
@@ -858,21 +859,30 @@ pub fn probe_long_transaction(
     };
     // The migration's retry loop, exactly as `rollsafe migrate` runs it,
     // with a window that outlasts the long transaction.
-    let attempts_begun = Arc::new(AtomicUsize::new(0));
+    let first_timeout = if apps.is_empty() {
+        policy.first_timeout
+    } else {
+        policy.max_timeout
+    };
+    let timed_out = Arc::new(AtomicUsize::new(0));
     let runner = {
         let sql = sql.to_string();
-        let policy = policy.retry_for(hold + policy.max_timeout * 4 + Duration::from_secs(30));
-        let begun = attempts_begun.clone();
+        let policy = policy
+            .first_timeout(first_timeout)
+            .retry_for(hold + policy.max_timeout * 4 + Duration::from_secs(30));
+        let timed_out = timed_out.clone();
         std::thread::spawn(move || {
             let r = policy.run(
                 |_, timeout| {
-                    begun.fetch_add(1, Ordering::Relaxed);
                     migrator.batch_execute(&format!(
                         "BEGIN; SET LOCAL lock_timeout = '{}ms'",
                         timeout.as_millis().max(1)
                     ))?;
                     let r = migrator.batch_execute(&sql);
                     let _ = migrator.batch_execute("ROLLBACK");
+                    if r.as_ref().is_err_and(is_lock_timeout) {
+                        timed_out.fetch_add(1, Ordering::Relaxed);
+                    }
                     r
                 },
                 is_lock_timeout,
@@ -881,8 +891,8 @@ pub fn probe_long_transaction(
         })
     };
     let started = Instant::now();
-    let retrying = || apps.is_empty() && attempts_begun.load(Ordering::Relaxed) > 1;
-    while started.elapsed() < hold && !runner.is_finished() && !retrying() {
+    let waited_out = || timed_out.load(Ordering::Relaxed) > 0;
+    while started.elapsed() < hold && !runner.is_finished() && !waited_out() {
         std::thread::sleep(Duration::from_millis(10));
     }
     let finished_while_held = runner.is_finished();
@@ -908,8 +918,9 @@ pub fn probe_long_transaction(
     };
     Ok(LongTransactionProbe {
         held_tables: held.iter().map(|t| t.name.clone()).collect(),
-        // (Shorter than asked when it ended at the second attempt.)
+        // (Shorter than asked when an attempt timed out first.)
         hold: release_at.saturating_duration_since(started),
+        first_timeout,
         end,
         attempts,
         longest_lock_wait: longest,

@@ -34,7 +34,7 @@
 //! sleeps still ends, so the pipeline never hangs.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -221,22 +221,24 @@ impl Sessions {
 
 /// Cancels, then terminates, the statements of the rehearsal's untrusted
 /// sessions that run past the statement timeout, from a superuser
-/// connection of its own. Stops when dropped.
+/// connection of its own. Stops when dropped, at once: it sleeps on a
+/// channel the drop closes (a plain sleep between sweeps held every
+/// rehearsal's end for up to 250 ms, 125 on average).
 pub struct Watchdog {
-    stop: Arc<AtomicBool>,
+    stop: Option<mpsc::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Watchdog {
     fn start(admin_url: &str, roles: Vec<String>, timeout: Duration) -> Watchdog {
-        let stop = Arc::new(AtomicBool::new(false));
+        let (stop, stopped) = mpsc::channel::<()>();
         let thread = {
-            let (stop, url) = (stop.clone(), admin_url.to_string());
+            let url = admin_url.to_string();
             let cancel_after = (timeout + WATCHDOG_GRACE).as_millis() as f64 / 1000.0;
             let terminate_after = cancel_after + WATCHDOG_GRACE.as_secs_f64() * 2.0;
             std::thread::spawn(move || {
                 let mut admin = None;
-                while !stop.load(Ordering::Relaxed) {
+                loop {
                     if admin.is_none() {
                         admin = crate::db::connect(&url).ok();
                     }
@@ -260,12 +262,16 @@ impl Watchdog {
                             admin = None;
                         }
                     }
-                    std::thread::sleep(Duration::from_millis(250));
+                    match stopped.recv_timeout(Duration::from_millis(250)) {
+                        Err(mpsc::RecvTimeoutError::Timeout) => {}
+                        // Dropped (or told to stop).
+                        _ => break,
+                    }
                 }
             })
         };
         Watchdog {
-            stop,
+            stop: Some(stop),
             thread: Some(thread),
         }
     }
@@ -273,7 +279,8 @@ impl Watchdog {
 
 impl Drop for Watchdog {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        // Closing the channel wakes the thread.
+        drop(self.stop.take());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

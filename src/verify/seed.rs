@@ -113,6 +113,7 @@ pub fn seed(
         return Ok(out);
     }
     let share = rows / live.len() as u64;
+    let since = generate::seeding_starts(c)?;
     for (i, app) in live.iter().enumerate() {
         let Some(sql) = app.seed_sql.as_deref() else {
             out.unseeded.push(app.name.clone());
@@ -160,7 +161,10 @@ pub fn seed(
         // (It ends with ANALYZE, after the bulk seeds above.)
         out.generated = Some(generate::seed(c, more, &RowCounts::new(per_table), &apps)?);
     } else {
-        c.batch_execute("ANALYZE")?;
+        // The tables the apps wrote (and any whose statistics are stale),
+        // not the whole database.
+        let analyzed = generate::analyze_stale(c, &since)?;
+        log::debug!("seed: analyzed {}", analyzed.join(", "));
     }
     Ok(out)
 }

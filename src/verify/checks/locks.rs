@@ -359,7 +359,7 @@ pub fn evaluate_probe(
     let mut out = Vec::new();
     let ev = |f: Finding| {
         f.evidence("attempts", p.attempts)
-            .evidence("first_lock_timeout_ms", ms(policy.first_timeout))
+            .evidence("first_lock_timeout_ms", ms(p.first_timeout))
             .evidence("max_lock_timeout_ms", ms(policy.max_timeout))
             .evidence("long_transaction_ms", ms(p.hold))
             .evidence("longest_lock_wait_ms", ms(p.longest_lock_wait))
@@ -447,11 +447,15 @@ pub fn evaluate_probe(
                 Severity::Info,
                 Some(v),
                 format!(
-                    "behind a {} long transaction it made {} attempts, each wait ending at its lock_timeout ({} growing to at most {}), and completed {} after the transaction ended; the apps waited at most {} (budget {})",
+                    "behind a {} long transaction it made {} attempts, the first waiting until its lock_timeout ({}{}) ended it, and completed {} after the transaction ended; the apps waited at most {} (budget {})",
                     human(p.hold),
                     p.attempts,
-                    human(policy.first_timeout),
-                    human(policy.max_timeout),
+                    human(p.first_timeout),
+                    if p.first_timeout >= policy.max_timeout {
+                        ", the policy's cap, where the apps queue longest"
+                    } else {
+                        ", the policy's first"
+                    },
                     human(*after),
                     human(p.app.max_stall),
                     human(stall_budget)
@@ -533,9 +537,10 @@ mod tests {
     fn probe(end: ProbeEnd, worst: Duration) -> LongTransactionProbe {
         LongTransactionProbe {
             held_tables: vec!["jobs".into()],
-            hold: Duration::from_millis(1500),
+            hold: Duration::from_millis(520),
+            first_timeout: Duration::from_millis(500),
             end,
-            attempts: 6,
+            attempts: 2,
             longest_lock_wait: Duration::from_millis(500),
             app: WorkloadStats {
                 max_stall: worst,

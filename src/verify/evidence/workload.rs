@@ -66,15 +66,18 @@ pub enum ProbeEnd {
 
 /// The long-transaction probe: an app transaction holds the tables; the
 /// migration runs the real retry loop ([`crate::lock_policy::LockPolicy::run`]) while the live
-/// apps' workload runs; the transaction ends after `hold`.
+/// apps' workload runs; the transaction ends once an attempt timed out.
 #[derive(Debug, Clone)]
 pub struct LongTransactionProbe {
     /// Tables the long transaction held (ROW EXCLUSIVE, like an open write
     /// transaction).
     pub held_tables: Vec<String>,
-    /// How long it held them: as long as asked, or until the migration's
-    /// second attempt when no app ran beside it.
+    /// How long it held them: until the migration's first attempt timed
+    /// out, or as long as asked.
     pub hold: Duration,
+    /// The first attempt's `lock_timeout`: the policy's cap with apps
+    /// beside it (where they queue longest), its first timeout without.
+    pub first_timeout: Duration,
     pub end: ProbeEnd,
     pub attempts: u32,
     /// The longest the migration's backend waited on one lock in one go.

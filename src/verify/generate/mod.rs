@@ -208,10 +208,7 @@ fn seed_tables(
 ) -> anyhow::Result<Generated> {
     let mut out = Generated::default();
     let clock = std::time::Instant::now();
-    // Every row this seeding writes is newer than this transaction.
-    let since: String = c
-        .query_one("SELECT pg_current_xact_id()::xid::text", &[])?
-        .get(0);
+    let since = seeding_starts(c)?;
     let mut types = TypeCache::default();
     let tables = read_tables(c, &mut types)?;
     let edges = foreign_key_edges(&tables);
@@ -298,6 +295,24 @@ fn seed_tables(
         clock.elapsed()
     );
     Ok(out)
+}
+
+/// Marks where a seeding begins: every row it writes is newer than the
+/// transaction this returns ([`analyze_stale`] finds them by it).
+pub fn seeding_starts(c: &mut Client) -> Result<String, postgres::Error> {
+    Ok(c.query_one("SELECT pg_current_xact_id()::xid::text", &[])?
+        .get(0))
+}
+
+/// ANALYZE of the relations whose statistics a seeding that began at
+/// `since` ([`seeding_starts`]) left stale ([`statistics`]), instead of
+/// the whole database: on the shipped set a whole-database ANALYZE (the
+/// system catalogs included) took 145 ms after 10 000 rows and 84 to
+/// 222 ms after the compat replays' 50. The relations analysed.
+pub fn analyze_stale(c: &mut Client, since: &str) -> anyhow::Result<Vec<String>> {
+    let stale = statistics::stale_relations(c, since)?;
+    analyze(c, None, &stale)?;
+    Ok(stale)
 }
 
 /// The tables among `ks` (by index) that hold no row, in one round trip.

@@ -13,8 +13,9 @@
 //! 3. [`seeded`], per migration that applied on the empty path: the
 //!    measured apply on the seeded database under the live apps'
 //!    workload (and batched updates), the plans before and after, the
-//!    backfill's counts and readers, and the compat replays and
-//!    cross-version scenarios on the schema after.
+//!    backfill's counts and readers, and beside them, on a copy of its
+//!    own (they write rows), the compat replays and cross-version
+//!    scenarios on the schema after.
 //!
 //! Stages 2 and 3 overlap: stage 3 of a migration runs once stage 2 of
 //! the next one has cloned its seeded database, so at most two seeded

@@ -2,7 +2,8 @@
 //! apply on the seeded database with the live apps' workload running
 //! (and the file's batched updates, as migrate runs them), then apply,
 //! rewrite and locks judged on both applies, the backfill checked on the
-//! rows that existed before, and the compat replays and cross-version
+//! rows that existed before, and beside it, on a copy of the database
+//! right after the migration, the compat replays and cross-version
 //! scenarios on the schema after.
 
 use std::sync::Arc;
@@ -101,14 +102,40 @@ impl Run<'_> {
         if !ok {
             return Ok(Seeded::Failed);
         }
-        // plan (2/2): planned again at V{v}.
-        self.plans_after(m, plans_before, applied_db.as_ref(), &runnable);
-        let backfill = self.backfill(m, applied_db.as_ref(), &runnable, readers_before)?;
-        self.evidence(v).backfill = Some(backfill);
-        let compat = self.compat(v, applied_db.as_ref(), &live, &runnable, live_outcomes)?;
-        self.evidence(v).compat = Some(compat);
+        // Compat writes rows (its apps' seeds, the cross-version
+        // scenarios): on a copy of its own, taken right after the
+        // migration, it runs beside the plans and the backfill, which read
+        // the rows as the migration left them (one after the other they
+        // were a third of the shipped set's rehearsal).
+        let compat_db = match &applied_db {
+            Some(db) if !runnable.is_empty() => Some(self.clone_db(db)?),
+            _ => None,
+        };
+        let newly = self.evidence(v).newly.clone();
+        let this = &*self;
+        let (plans_after, backfill, compat) = std::thread::scope(|s| {
+            let compat =
+                s.spawn(|| this.compat(v, compat_db.as_ref(), &live, &runnable, live_outcomes));
+            // plan (2/2): planned again at V{v}.
+            let plans_after = this.plans_after(m, plans_before, applied_db.as_ref(), &runnable);
+            let backfill = this.backfill(m, applied_db.as_ref(), &runnable, readers_before, &newly);
+            let compat = compat.join().unwrap_or_else(|_| {
+                Err(VerifyError::Rehearsal {
+                    step: "replaying the apps' statements".into(),
+                    detail: "its thread panicked (a bug in rollsafe)".into(),
+                })
+            });
+            (plans_after, backfill, compat)
+        });
+        let e = self.evidence(v);
+        if let (Some(after), Some(plans)) = (plans_after, &mut e.plans) {
+            plans.after = Some(after);
+        }
+        e.backfill = Some(backfill?);
+        e.compat = Some(compat?);
         // Post compares the final schema built over rows with the empty
-        // path's; without seeded rows the two are one.
+        // path's (compat's copy changed rows only); without seeded rows
+        // the two are one.
         Ok(Seeded::Applied(applied_db))
     }
 
@@ -162,11 +189,12 @@ impl Run<'_> {
     /// file's `-- rollsafe:backfill` directives counted on them, and what
     /// the apps' readers see (the live ones saw `readers_before`).
     fn backfill(
-        &mut self,
+        &self,
         m: &Migration,
         applied_db: Option<&Database>,
         runnable: &[&AppVersion],
         readers_before: Visible,
+        newly: &[String],
     ) -> Result<Backfill, VerifyError> {
         let v = m.version;
         self.options.say(v, MigrationStep::Backfill);
@@ -184,9 +212,8 @@ impl Run<'_> {
                 .collect();
             directives = Some(counted);
         }
-        let newly = self.evidence(v).newly.clone();
         let readers_after = match applied_db {
-            Some(db) => self.readers_after(db, runnable, &readers_before.statements, &newly)?,
+            Some(db) => self.readers_after(db, runnable, &readers_before.statements, newly)?,
             None => Visible::default(),
         };
         Ok(Backfill {
@@ -197,14 +224,14 @@ impl Run<'_> {
     }
 
     /// Compat: the running apps on the schema before (replayed in stage
-    /// 1), every app that may run on the schema after, the types the
-    /// running apps read and bind, then cross-version behaviour (which
-    /// writes; the applied database is not needed unchanged any more:
-    /// only its schema is, for post).
+    /// 2), every app that may run on the schema after, the types the
+    /// running apps read and bind, then cross-version behaviour, on `db`:
+    /// a copy of the applied database of its own, since it writes rows
+    /// while the plans and the backfill read the applied one.
     fn compat(
-        &mut self,
+        &self,
         v: i32,
-        applied_db: Option<&Database>,
+        db: Option<&Database>,
         live: &[&AppVersion],
         runnable: &[&AppVersion],
         live_outcomes: std::collections::BTreeMap<String, Vec<replay::Outcome>>,
@@ -214,7 +241,7 @@ impl Run<'_> {
             before: live_outcomes,
             ..Compat::default()
         };
-        let Some(db) = applied_db.filter(|_| !runnable.is_empty()) else {
+        let Some(db) = db.filter(|_| !runnable.is_empty()) else {
             return Ok(out);
         };
         let mut c = self.connect_seeding(db)?;
