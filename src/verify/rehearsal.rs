@@ -760,6 +760,10 @@ impl Drop for Workload {
 /// into one (each attempt is a transaction of its own).
 pub const LOCK_WAIT_SLACK: Duration = Duration::from_millis(500);
 
+/// The longest a sample of the probe's watcher may miss a lock wait
+/// without the wait being taken to have ended (see the watcher).
+const WAIT_GAP: Duration = Duration::from_millis(100);
+
 /// Runs the probe on the database at `url`. The database is left
 /// unchanged: every attempt of the migration is rolled back. Every thread
 /// and connection it starts is gone when it returns, error or not.
@@ -820,6 +824,8 @@ pub fn probe_long_transaction(
             // transaction, so two samples in different ones are two waits
             // (on a loaded machine a sample can miss the pause between).
             let mut waiting_in: Option<String> = None;
+            // When a sample last saw the wait.
+            let mut seen_at = Instant::now();
             while !done.load(Ordering::Relaxed) {
                 let waiting: Option<String> = admin
                     .query_opt(
@@ -829,17 +835,29 @@ pub fn probe_long_transaction(
                     .ok()
                     .flatten()
                     .map(|r| r.get::<_, Option<String>>(0).unwrap_or_default());
-                match (&waiting, since) {
-                    (Some(x), Some(_)) if waiting_in.as_ref() != Some(x) => {
-                        since = Some(Instant::now())
+                match waiting {
+                    Some(x) => {
+                        // The same wait goes on across a short gap: at
+                        // deadlock_timeout (1 s, the cap plus the slack)
+                        // the backend wakes to look for a deadlock and is
+                        // not waiting while it looks; a sample that
+                        // caught it there restarted the wait, and a
+                        // migration that ignored its timeout went
+                        // unnoticed on a loaded machine.
+                        let same = since.is_some()
+                            && waiting_in.as_ref() == Some(&x)
+                            && seen_at.elapsed() < WAIT_GAP;
+                        if !same {
+                            since = Some(Instant::now());
+                        }
+                        waiting_in = Some(x);
+                        seen_at = Instant::now();
+                        if let Some(s) = since {
+                            longest = longest.max(s.elapsed());
+                        }
                     }
-                    (Some(_), None) => since = Some(Instant::now()),
-                    (None, Some(_)) => since = None,
-                    _ => {}
-                }
-                waiting_in = waiting;
-                if let Some(s) = since {
-                    longest = longest.max(s.elapsed());
+                    None if seen_at.elapsed() >= WAIT_GAP => since = None,
+                    None => {}
                 }
                 let verdict = if longest > lock_limit {
                     Some(ProbeEnd::IgnoredLockTimeout)
