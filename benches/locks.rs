@@ -37,6 +37,7 @@ use rollsafe::lock_policy::LockPolicy;
 use rollsafe::migrate::{self, Options};
 use rollsafe::pg::lock_modes::Needs;
 use rollsafe::sandbox::{Database, Sandbox, SandboxBuilder};
+use rollsafe::verify::generate::Statistics;
 use rollsafe::verify::predict::{self, Sizes};
 use rollsafe::verify::rehearsal::{self, End};
 use rollsafe::verify::roles::{Sessions, DEFAULT_STATEMENT_TIMEOUT};
@@ -63,7 +64,7 @@ fn database(sandbox: &Sandbox, version: i32, rows: u64) -> Database {
         let legacy: Vec<_> = apps.iter().filter(|a| a.name == "legacy").collect();
         let mut c = db.connect().expect("connect");
         let url = db.url().to_string();
-        seed::seed(&mut c, None, &legacy, rows, &|_| {
+        seed::seed(&mut c, None, &legacy, rows, Statistics::Refreshed, &|_| {
             rollsafe::db::connect(&url)
         })
         .expect("seed");

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use rollsafe::app::AppVersion;
 use rollsafe::catalog::Catalog;
 use rollsafe::sandbox::{BackendChoice, SandboxBuilder};
+use rollsafe::verify::generate::Statistics;
 use rollsafe::verify::seed;
 
 pub fn secs(d: Duration) -> String {
@@ -51,7 +52,10 @@ pub fn floor_of(
         let live: Vec<_> = apps.iter().filter(|a| a.needs <= prev).collect();
         if !seeded && !live.is_empty() {
             let url = db.url().to_string();
-            seed::seed(&mut c, None, &live, rows, &|_| rollsafe::db::connect(&url)).expect("seed");
+            seed::seed(&mut c, None, &live, rows, Statistics::Refreshed, &|_| {
+                rollsafe::db::connect(&url)
+            })
+            .expect("seed");
             seeded = true;
         }
         apply(&mut c, m);

@@ -85,8 +85,9 @@ pub const DEFAULT_ROWS: u64 = 10_000;
 /// Rows written on the compat scenario's database, so statements that
 /// need existing data find some.
 const COMPAT_ROWS: u64 = 50;
-/// How long the live workload runs before and after the migration (its
-/// statements take a millisecond or two: dozens run in this time).
+/// The longest the live workload runs before and after the migration,
+/// waiting for each app thread to run a whole round of its statements
+/// ([`rehearsal::Workload::settle`]; they take a millisecond or two each).
 const WORKLOAD_MARGIN: Duration = Duration::from_millis(50);
 
 /// The longest the long-transaction probe keeps its transaction open (it
@@ -567,6 +568,8 @@ struct Staged {
     seeded_rows: i64,
     /// What the live apps' readers saw on the seeded database at V{prev}.
     readers_before: Visible,
+    /// Their statements planned there (stage 3 plans them again after).
+    plans_before: Option<evidence::plan::Side>,
     /// The seeded database, at V{prev} until stage 3 applies the migration
     /// on it; without seeded rows, a copy of the template at V{v} when an
     /// app may run on it.

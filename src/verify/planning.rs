@@ -1,6 +1,6 @@
-//! Planning, the measuring half of `plan` (part of stage 3): every
-//! statement of every app live during a migration, planned on the seeded
-//! database before and after it, with the indexes and foreign keys around
+//! Planning, the measuring half of `plan` (before the migration in stage
+//! 2, after it in stage 3): every statement of every app live during a
+//! migration, planned on the seeded database before and after it, with the indexes and foreign keys around
 //! the plans, into the migration's evidence ([`super::evidence::plan`]).
 //! It measures; [`checks::plan`] judges.
 //!
@@ -39,7 +39,6 @@ use super::events::MigrationStep;
 use super::evidence::plan::{
     parse, Access, ForeignKey, Mode, Path, Side, StatementPlan, TableStats,
 };
-use super::evidence::Plans;
 use super::replay;
 use crate::app::AppVersion;
 use crate::catalog::Migration;
@@ -58,25 +57,22 @@ enum When<'a> {
 impl super::Run<'_> {
     /// Stage `plan`, before migration `v`: the live apps' statements
     /// planned on the seeded database still at the previous version (`db`),
-    /// into `v`'s evidence. None when no app is live (nothing to compare)
-    /// or it could not be measured (the evidence says why).
+    /// for `v`'s evidence. None when no app is live (nothing to compare);
+    /// the error says why it could not be measured.
     pub(super) fn plans_before(
-        &mut self,
+        &self,
         v: i32,
-        db: Option<&Database>,
+        db: &Database,
         live: &[&AppVersion],
-    ) -> Option<Side> {
-        let db = db.filter(|_| !live.is_empty())?;
+    ) -> Option<Result<Side, String>> {
+        if live.is_empty() {
+            return None;
+        }
         self.options.say(v, MigrationStep::PlanningBefore);
-        let before = self
-            .measure_plans(db, live, When::Before)
-            .map_err(|e| format!("{e:#}"));
-        let side = before.as_ref().ok().cloned();
-        self.evidence(v).plans = Some(Plans {
-            before,
-            after: None,
-        });
-        side
+        Some(
+            self.measure_plans(db, live, When::Before)
+                .map_err(|e| format!("{e:#}")),
+        )
     }
 
     /// Stage `plan`, after migration `m` was applied on `db`: the statements

@@ -1234,9 +1234,14 @@ fn sizes_from_a_real_database_drive_the_prediction(env: &TestEnv) -> anyhow::Res
         let apps = rollsafe::dao::shipped::apps()?;
         let legacy: Vec<_> = apps.iter().filter(|a| a.name == "legacy").collect();
         let mut c = prod.connect()?;
-        rollsafe::verify::seed::seed(&mut c, None, &legacy, 3000, &|_| {
-            rollsafe::db::connect(prod.url())
-        })?;
+        rollsafe::verify::seed::seed(
+            &mut c,
+            None,
+            &legacy,
+            3000,
+            rollsafe::verify::generate::Statistics::Refreshed,
+            &|_| rollsafe::db::connect(prod.url()),
+        )?;
     }
     let reltuples: f64 = prod
         .connect()?

@@ -5,17 +5,18 @@
 //!    target's, or the files up to `--since`), and the migrator that
 //!    applies every migration twice, in the background.
 //! 2. [`template`], per migration in order: the seeded database at
-//!    V{k−1}, the live apps' statements replayed on it, the
-//!    long-transaction probe started in the background, then the empty
-//!    path: its scenario (a forced failure, or kill-and-rerun outside a
-//!    transaction) and its measured apply. The empty template goes on as
-//!    the template at V{k}.
+//!    V{k−1} (beside it, on the template, the empty path: its scenario, a
+//!    forced failure or kill-and-rerun outside a transaction, and its
+//!    measured apply), the live apps' statements replayed on it, the
+//!    long-transaction probe started in the background, then what the
+//!    live apps' readers see there and, beside them, their statements'
+//!    plans. The empty template goes on as the template at V{k}.
 //! 3. [`seeded`], per migration that applied on the empty path: the
 //!    measured apply on the seeded database under the live apps'
-//!    workload (and batched updates), the plans before and after, the
-//!    backfill's counts and readers, and beside them, on a copy of its
-//!    own (they write rows), the compat replays and cross-version
-//!    scenarios on the schema after.
+//!    workload (and batched updates), the plans after, the backfill's
+//!    counts and readers, and beside them, on a copy of its own (they
+//!    write rows), the compat replays and cross-version scenarios on the
+//!    schema after.
 //!
 //! Stages 2 and 3 overlap: stage 3 of a migration runs once stage 2 of
 //! the next one has cloned its seeded database, so at most two seeded

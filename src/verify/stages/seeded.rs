@@ -17,6 +17,7 @@ use crate::verify::events::MigrationStep;
 use crate::verify::evidence::{
     Backfill, BatchedRun, Compat, DirectiveCount, SeededApply, SideBySide, Visible, WorkloadStats,
 };
+use crate::verify::generate::Statistics;
 use crate::verify::rehearsal::{self, End};
 use crate::verify::{
     live_apps, replay, seed, step, Run, Staged, VerifyError, COMPAT_ROWS, WORKLOAD_MARGIN,
@@ -79,12 +80,11 @@ impl Run<'_> {
             seeded,
             seeded_rows,
             readers_before,
+            plans_before,
             applied_db,
             live_outcomes,
             ..
         } = st;
-        // plan (1/2): the live apps' statements planned at V{prev}.
-        let plans_before = self.plans_before(v, applied_db.as_ref().filter(|_| seeded), &live);
         let applied = match (seeded, &applied_db) {
             (true, Some(db)) => {
                 self.apply_under_workload(m, db, seeded_rows, &live, &live_outcomes)?
@@ -159,14 +159,10 @@ impl Run<'_> {
             "starting the workload",
             rehearsal::Workload::start(db.url(), &self.sessions, &live_apps(live, live_outcomes)),
         )?;
-        // Without a live app there is no workload to let run around the
-        // migration (a project without apps: 0.1 s a migration).
-        let margin = if live.is_empty() {
-            Duration::ZERO
-        } else {
-            WORKLOAD_MARGIN
-        };
-        std::thread::sleep(margin);
+        // The apps running before the migration starts, and each of their
+        // statements run again on the schema it left (a project without
+        // apps has no thread to wait for).
+        workload.settle(WORKLOAD_MARGIN);
         let migrator_url = self.sessions.migrator(db.url());
         let at_n = if m.runs_outside_transaction() {
             rehearsal::apply_measured_no_transaction(db.url(), &migrator_url, &m.sql, None)
@@ -177,7 +173,7 @@ impl Run<'_> {
             Ok(a) if a.ok() => self.run_batched_updates(db, m)?,
             _ => Vec::new(),
         };
-        std::thread::sleep(margin);
+        workload.settle(WORKLOAD_MARGIN);
         let workload: WorkloadStats = workload.stop();
         let mut at_n = step("applying on a seeded database", at_n)?;
         at_n.file = self.options.catalog.path_of(m);
@@ -255,10 +251,15 @@ impl Run<'_> {
         let (sessions, url) = (&self.sessions, db.url());
         let seeded_now = step(
             "seeding the compat database",
-            // (A few rows: one session.)
-            seed::seed(&mut c, None, runnable, COMPAT_ROWS, &|app| {
-                crate::db::connect(&sessions.app(url, &app.name))
-            }),
+            // (A few rows: one session. Nothing reads this copy's plans.)
+            seed::seed(
+                &mut c,
+                None,
+                runnable,
+                COMPAT_ROWS,
+                Statistics::Unread,
+                &|app| crate::db::connect(&sessions.app(url, &app.name)),
+            ),
         )?;
         out.rows_not_written = seeded_now.failed;
         for app in runnable {

@@ -1,12 +1,15 @@
 //! Stage 2, per migration in order: the copy of the template at V{k−1}
 //! that becomes the seeded database; the seeded database's rows (the live
-//! apps', or the generator's), the apps' statements replayed on it and
-//! the long-transaction probe started in the background on a copy of it;
-//! and the empty path: a scenario ([`Run::forced_failure`], or
-//! [`Run::kill_and_rerun`] for a file outside a transaction) and the
-//! measured apply on the empty template, which goes on as the template at
-//! V{k}. For a project without apps the empty path comes before the rows:
-//! what its apply locked is the migration's reach
+//! apps', or the generator's), the apps' statements replayed on it, the
+//! long-transaction probe started in the background on a copy of it, and
+//! what the live apps' readers see there beside their statements' plans
+//! (before the migration); and the empty path: a scenario
+//! ([`Run::forced_failure`], or [`Run::kill_and_rerun`] for a file outside
+//! a transaction) and the measured apply on the empty template, which goes
+//! on as the template at V{k}. The empty path of a migration in a
+//! transaction runs beside the seeding (they share no database). For a
+//! project without apps its forced failure comes before the rows: what its
+//! transaction locked is the migration's reach
 //! ([`crate::verify::reach`]), the tables the generator fills.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -16,10 +19,12 @@ use crate::catalog::Migration;
 use crate::sandbox::Database;
 use crate::schema::Snapshot;
 use crate::verify::events::MigrationStep;
-use crate::verify::evidence::{Applied, Probe, Rerun, Seeding, Visible};
-use crate::verify::generate::MoreSessions;
+use crate::verify::evidence::plan::Side;
+use crate::verify::evidence::{Applied, Plans, Probe, Rerun, Seeding, Visible};
+use crate::verify::generate::{MoreSessions, Statistics};
 use crate::verify::reach::{self, Reach};
 use crate::verify::rehearsal::{self, End, LiveApp};
+use crate::verify::roles::Sessions;
 use crate::verify::{
     apply_unchecked, live_apps, long_transaction, needs_of, seed, step, Run, Staged, VerifyError,
 };
@@ -142,7 +147,7 @@ impl Run<'_> {
                 // those it creates); the rest of the empty path runs
                 // beside the seeding.
                 self.options.say(v, MigrationStep::ApplyingOnEmpty);
-                let (before, at_end) = self.fail_before_commit(m, empty_prev)?;
+                let (before, at_end) = Self::fail_before_commit(&self.sessions, m, empty_prev)?;
                 let touched = at_end.as_ref().map(|e| {
                     tables
                         .iter()
@@ -183,8 +188,32 @@ impl Run<'_> {
                 empty_path = Some(done);
                 Some(self.seed_on(v, prev, &live, base, reach)?)
             }
+            Some(base) if !m.runs_outside_transaction() => {
+                // With apps, every table they may read gets rows; the empty
+                // path (the template, another database) runs beside the
+                // seeding, one INSERT … SELECT on one core (the shipped
+                // set's V3: 75 ms of its rehearsal).
+                let reach = Reach::Everything("the live apps may read any table".into());
+                self.options.say(v, MigrationStep::ApplyingOnEmpty);
+                let sessions = self.sessions.clone();
+                let (seeded, rest) = std::thread::scope(|s| {
+                    let rest = s.spawn(|| Self::forced_failure(&sessions, m, empty_prev));
+                    let seeded = self.seed_on(v, prev, &live, base, reach);
+                    (seeded, rest.join())
+                });
+                let (mut at_zero, trace) = rest.unwrap_or_else(|_| {
+                    Err(VerifyError::Rehearsal {
+                        step: "applying on an empty database".into(),
+                        detail: "its thread panicked (a bug in rollsafe)".into(),
+                    })
+                })?;
+                at_zero.file = self.options.catalog.path_of(m);
+                empty_path = Some((at_zero, trace, None));
+                Some(seeded?)
+            }
             Some(base) => {
-                // With apps, every table they may read gets rows.
+                // Outside a transaction, the kill-and-rerun scenario clones
+                // the template: after the seeding, as before.
                 let reach = Reach::Everything("the live apps may read any table".into());
                 Some(self.seed_on(v, prev, &live, base, reach)?)
             }
@@ -209,13 +238,33 @@ impl Run<'_> {
             log::debug!("V{v}: probe started at {:?}", clock.elapsed());
         }
 
-        // What the live apps' readers see before the migration; the
-        // seeded database is then the one the migration is measured on
-        // (no copy needed: nothing else reads its state before).
-        let readers_before = match &seeded {
-            Some((db, _)) => self.readers_before(db, &live)?,
-            None => Visible::default(),
+        // What the live apps' readers see before the migration, and beside
+        // them (both only read; the probe's copy is taken) their statements
+        // planned; the seeded database is then the one the migration is
+        // measured on (no copy needed: nothing else reads its state before).
+        let (readers_before, plans_before) = match &seeded {
+            Some((db, _)) => {
+                let this = &*self;
+                let (readers, plans) = std::thread::scope(|s| {
+                    let plans = s.spawn(|| this.plans_before(v, db, &live));
+                    let readers = this.readers_before(db, &live);
+                    let plans = plans.join().unwrap_or_else(|_| {
+                        Some(Err("its thread panicked (a bug in rollsafe)".into()))
+                    });
+                    (readers, plans)
+                });
+                (readers?, plans)
+            }
+            None => (Visible::default(), None),
         };
+        let plans_before: Option<Side> = plans_before.and_then(|before| {
+            let side = before.as_ref().ok().cloned();
+            self.evidence(v).plans = Some(Plans {
+                before,
+                after: None,
+            });
+            side
+        });
 
         let (at_zero, trace, rerun) = match empty_path {
             Some(done) => done,
@@ -251,6 +300,7 @@ impl Run<'_> {
             seeded,
             seeded_rows,
             readers_before,
+            plans_before,
             applied_db,
             live_outcomes,
             tables,
@@ -272,7 +322,7 @@ impl Run<'_> {
             let (at_zero, rerun) = self.kill_and_rerun(m, empty_prev)?;
             (at_zero, Vec::new(), rerun)
         } else {
-            let (at_zero, trace) = self.forced_failure(m, empty_prev)?;
+            let (at_zero, trace) = Self::forced_failure(&self.sessions, m, empty_prev)?;
             (at_zero, trace, None)
         };
         at_zero.file = self.options.catalog.path_of(m);
@@ -379,9 +429,14 @@ impl Run<'_> {
             let (sessions, url) = (&self.sessions, seeded.url());
             step(
                 "seeding",
-                seed::seed(&mut c, more, &writers, rows, &|app| {
-                    crate::db::connect(&sessions.app(url, &app.name))
-                }),
+                seed::seed(
+                    &mut c,
+                    more,
+                    &writers,
+                    rows,
+                    Statistics::Refreshed,
+                    &|app| crate::db::connect(&sessions.app(url, &app.name)),
+                ),
             )?
         };
         if let Some((app, e)) = s.failed.first() {
@@ -462,12 +517,12 @@ impl Run<'_> {
     /// (the trace: what differs); then the real apply on the same
     /// database. Only the failure's trace matters, not its measurements.
     fn forced_failure(
-        &mut self,
+        sessions: &Sessions,
         m: &Migration,
         empty: &Database,
     ) -> Result<(Applied, Vec<String>), VerifyError> {
-        let (before, _) = self.fail_before_commit(m, empty)?;
-        Self::trace_and_measure(empty, &self.sessions.migrator(empty.url()), &m.sql, before)
+        let (before, _) = Self::fail_before_commit(sessions, m, empty)?;
+        Self::trace_and_measure(empty, &sessions.migrator(empty.url()), &m.sql, before)
     }
 
     /// The forced failure's first half on `empty`: the schema before, then
@@ -475,13 +530,16 @@ impl Run<'_> {
     /// (what a crash there leaves: it must be nothing). Also what its
     /// transaction held at its end, None when a statement failed first.
     fn fail_before_commit(
-        &mut self,
+        sessions: &Sessions,
         m: &Migration,
         empty: &Database,
     ) -> Result<(Snapshot, Option<AtEnd>), VerifyError> {
         use crate::migrate::apply;
         let before = Self::snapshot(empty)?;
-        let mut c = self.connect_migrator(empty)?;
+        let mut c = step(
+            "connecting as the migrator",
+            crate::db::connect(&sessions.migrator(empty.url())),
+        )?;
         let mut at_end = AtEnd::default();
         let ran = apply::in_transaction(
             &mut c,
