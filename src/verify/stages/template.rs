@@ -62,6 +62,10 @@ impl crate::migrate::apply::StepObserver for AtEnd {
     }
 }
 
+/// What the empty path measured: its apply, the forced failure's trace,
+/// the kill-and-rerun scenario (a file outside a transaction).
+type EmptyPath = (Applied, Vec<String>, Option<Rerun>);
+
 /// How stage 2 of one migration ended.
 pub(super) enum Template {
     /// It applied on the empty path; stage 3 takes it from here.
@@ -134,10 +138,11 @@ impl Run<'_> {
             self.start_probe(v, m, empty_prev, &tables, &[])?;
         }
         // The generator (a project without apps) seeds only the tables the
-        // migration reaches, which the empty path's apply tells: it runs
-        // first then. With apps, every table they may read gets rows, and
-        // the seeding goes first so that the long-transaction probe, the
-        // longest scenario, starts as early as it can.
+        // migration reaches, which the empty path's forced failure tells:
+        // it runs first then. With apps, every table they may read gets
+        // rows, and the seeding goes first (the empty path beside it) so
+        // that the long-transaction probe, the longest scenario, starts as
+        // early as it can.
         let generated = base.is_some() && self.options.apps.is_empty();
         let mut empty_path = None;
         let seeded = match base {
@@ -160,20 +165,11 @@ impl Run<'_> {
                 let reach = reach::of(&m.sql, touched.as_ref(), &tables, &functions);
                 log::debug!("V{v}: reach {reach:?}");
                 let migrator = self.sessions.migrator(empty_prev.url());
-                let (seeded, rest) = std::thread::scope(|s| {
-                    let rest =
-                        s.spawn(|| Self::trace_and_measure(empty_prev, &migrator, &m.sql, before));
-                    let seeded = self.seed_on(v, prev, &live, base, reach);
-                    (seeded, rest.join())
-                });
-                let (mut at_zero, trace) = rest.unwrap_or_else(|_| {
-                    Err(VerifyError::Rehearsal {
-                        step: "applying on an empty database".into(),
-                        detail: "its thread panicked".into(),
-                    })
+                let seeding = |run: &mut Self| run.seed_on(v, prev, &live, base, reach);
+                let (seeded, done) = self.seed_beside(m, seeding, || {
+                    Self::trace_and_measure(empty_prev, &migrator, &m.sql, before)
                 })?;
-                at_zero.file = self.options.catalog.path_of(m);
-                empty_path = Some((at_zero, trace, None));
+                empty_path = Some(done);
                 Some(seeded?)
             }
             Some(base) if generated => {
@@ -196,19 +192,11 @@ impl Run<'_> {
                 let reach = Reach::Everything("the live apps may read any table".into());
                 self.options.say(v, MigrationStep::ApplyingOnEmpty);
                 let sessions = self.sessions.clone();
-                let (seeded, rest) = std::thread::scope(|s| {
-                    let rest = s.spawn(|| Self::forced_failure(&sessions, m, empty_prev));
-                    let seeded = self.seed_on(v, prev, &live, base, reach);
-                    (seeded, rest.join())
-                });
-                let (mut at_zero, trace) = rest.unwrap_or_else(|_| {
-                    Err(VerifyError::Rehearsal {
-                        step: "applying on an empty database".into(),
-                        detail: "its thread panicked (a bug in rollsafe)".into(),
-                    })
+                let seeding = |run: &mut Self| run.seed_on(v, prev, &live, base, reach);
+                let (seeded, done) = self.seed_beside(m, seeding, || {
+                    Self::forced_failure(&sessions, m, empty_prev)
                 })?;
-                at_zero.file = self.options.catalog.path_of(m);
-                empty_path = Some((at_zero, trace, None));
+                empty_path = Some(done);
                 Some(seeded?)
             }
             Some(base) => {
@@ -307,6 +295,31 @@ impl Run<'_> {
         })))
     }
 
+    /// `seeding`, and beside it `empty_side`: the rest of `m`'s empty path
+    /// on the template (another database), its trace and measured apply,
+    /// returned as [`Run::empty_path`] returns them. Its error, or a panic
+    /// of its thread, comes first; then what the seeding returned.
+    fn seed_beside<T>(
+        &mut self,
+        m: &Migration,
+        seeding: impl FnOnce(&mut Self) -> T,
+        empty_side: impl FnOnce() -> Result<(Applied, Vec<String>), VerifyError> + Send,
+    ) -> Result<(T, EmptyPath), VerifyError> {
+        let (seeded, rest) = std::thread::scope(|s| {
+            let rest = s.spawn(empty_side);
+            let seeded = seeding(self);
+            (seeded, rest.join())
+        });
+        let (mut at_zero, trace) = rest.unwrap_or_else(|_| {
+            Err(VerifyError::Rehearsal {
+                step: "applying on an empty database".into(),
+                detail: "its thread panicked (a bug in rollsafe)".into(),
+            })
+        })?;
+        at_zero.file = self.options.catalog.path_of(m);
+        Ok((seeded, (at_zero, trace, None)))
+    }
+
     /// The empty path: a scenario ([`Run::forced_failure`], or
     /// [`Run::kill_and_rerun`] for a file outside a transaction), then the
     /// measured apply on the empty template (which goes on as the template
@@ -315,7 +328,7 @@ impl Run<'_> {
         &mut self,
         m: &Migration,
         empty_prev: &Database,
-    ) -> Result<(Applied, Vec<String>, Option<Rerun>), VerifyError> {
+    ) -> Result<EmptyPath, VerifyError> {
         self.options.say(m.version, MigrationStep::ApplyingOnEmpty);
         let clock = std::time::Instant::now();
         let (mut at_zero, trace, rerun) = if m.runs_outside_transaction() {
