@@ -568,8 +568,10 @@ struct Staged {
     seeded_rows: i64,
     /// What the live apps' readers saw on the seeded database at V{prev}.
     readers_before: Visible,
-    /// Their statements planned there (stage 3 plans them again after).
-    plans_before: Option<evidence::plan::Side>,
+    /// Their statements planned there (None without a live app; the error
+    /// says why they could not be): stage 3 makes them evidence, once it
+    /// runs, and plans them again after.
+    plans_before: Option<Result<evidence::plan::Side, String>>,
     /// The seeded database, at V{prev} until stage 3 applies the migration
     /// on it; without seeded rows, a copy of the template at V{v} when an
     /// app may run on it.

@@ -1,7 +1,8 @@
 //! Planning, the measuring half of `plan` (before the migration in stage
 //! 2, after it in stage 3): every statement of every app live during a
-//! migration, planned on the seeded database before and after it, with the indexes and foreign keys around
-//! the plans, into the migration's evidence ([`super::evidence::plan`]).
+//! migration, planned on the seeded database before and after it, with
+//! the indexes and foreign keys around the plans, into the migration's
+//! evidence ([`super::evidence::plan`]).
 //! It measures; [`checks::plan`] judges.
 //!
 //! Each side starts with `ANALYZE` (the seeded rows are the statistics the

@@ -113,9 +113,9 @@ pub struct RowCounts {
 /// What a seeding leaves of the planner statistics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Statistics {
-    /// As a whole-database `ANALYZE` would leave them (the `statistics` module):
-    /// the plans, the scans judged against `relpages` and the size
-    /// predictions read later rest on them.
+    /// As a whole-database `ANALYZE` would leave them (see the `statistics`
+    /// module): the plans, the scans judged against `relpages` and the
+    /// size predictions read later rest on them.
     Refreshed,
     /// As they were: nothing reads this database's plans or sizes (compat's
     /// copy, which replays statements and reads rows back). Its `ANALYZE`
@@ -157,13 +157,6 @@ impl RowCounts {
     /// get none.
     pub fn only_empty(mut self) -> RowCounts {
         self.only_empty = true;
-        self
-    }
-
-    /// The same counts, the planner statistics left as they are
-    /// ([`Statistics::Unread`]).
-    pub fn statistics_unread(mut self) -> RowCounts {
-        self.statistics = Statistics::Unread;
         self
     }
 

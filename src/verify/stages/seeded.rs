@@ -15,7 +15,8 @@ use crate::sandbox::Database;
 use crate::verify::cross_version;
 use crate::verify::events::MigrationStep;
 use crate::verify::evidence::{
-    Backfill, BatchedRun, Compat, DirectiveCount, SeededApply, SideBySide, Visible, WorkloadStats,
+    Backfill, BatchedRun, Compat, DirectiveCount, Plans, SeededApply, SideBySide, Visible,
+    WorkloadStats,
 };
 use crate::verify::generate::Statistics;
 use crate::verify::rehearsal::{self, End};
@@ -85,6 +86,16 @@ impl Run<'_> {
             live_outcomes,
             ..
         } = st;
+        // plan (1/2): the live apps' statements planned at V{prev}, in
+        // stage 2.
+        let plans_before = plans_before.and_then(|before| {
+            let side = before.as_ref().ok().cloned();
+            self.evidence(v).plans = Some(Plans {
+                before,
+                after: None,
+            });
+            side
+        });
         let applied = match (seeded, &applied_db) {
             (true, Some(db)) => {
                 self.apply_under_workload(m, db, seeded_rows, &live, &live_outcomes)?

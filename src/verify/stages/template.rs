@@ -19,8 +19,7 @@ use crate::catalog::Migration;
 use crate::sandbox::Database;
 use crate::schema::Snapshot;
 use crate::verify::events::MigrationStep;
-use crate::verify::evidence::plan::Side;
-use crate::verify::evidence::{Applied, Plans, Probe, Rerun, Seeding, Visible};
+use crate::verify::evidence::{Applied, Probe, Rerun, Seeding, Visible};
 use crate::verify::generate::{MoreSessions, Statistics};
 use crate::verify::reach::{self, Reach};
 use crate::verify::rehearsal::{self, End, LiveApp};
@@ -245,14 +244,6 @@ impl Run<'_> {
             }
             None => (Visible::default(), None),
         };
-        let plans_before: Option<Side> = plans_before.and_then(|before| {
-            let side = before.as_ref().ok().cloned();
-            self.evidence(v).plans = Some(Plans {
-                before,
-                after: None,
-            });
-            side
-        });
 
         let (at_zero, trace, rerun) = match empty_path {
             Some(done) => done,
