@@ -220,13 +220,17 @@ fn signal_trials() -> Vec<Trial> {
         .collect()
 }
 
-/// SIGKILLs a verify in progress (no cleanup can run), checks that it left
-/// its resources, then starts a sandbox on `backend` and checks they are
-/// gone.
-fn killed_run_is_reaped(backend: &str, builder: SandboxBuilder) -> anyhow::Result<()> {
-    let (mut child, _stderr) = verify_in_progress(backend)?;
+/// SIGKILLs a verify in progress (no cleanup can run) and waits until
+/// its local server followed it; returns what it held, checked to be still
+/// there (only a later start may remove it).
+fn kill_verify_in_progress(
+    backend: &str,
+    env: &[(&str, &std::path::Path)],
+    parents: Vec<PathBuf>,
+) -> anyhow::Result<(u32, Resources)> {
+    let (mut child, _stderr) = verify_in_progress_with(backend, env)?;
     let pid = child.id();
-    let held = resources_of(pid, backend)?;
+    let held = resources_in(pid, backend, parents)?;
     child.kill()?;
     child.wait()?;
     // The local server follows its parent (parent-death signal); its
@@ -238,27 +242,57 @@ fn killed_run_is_reaped(backend: &str, builder: SandboxBuilder) -> anyhow::Resul
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    // `held` was read while the run was alive, so the sandbox existed when
-    // it was killed. In the parallel suite another test's sandbox start may
-    // already have removed it (reaping is what is tested): then the start
-    // below must still leave nothing.
-    if left(&held, pid)?.is_empty() {
-        eprintln!(
-            "    {backend}: the killed run's sandbox was already removed by a concurrent start"
-        );
-    }
-    let next = builder.start()?;
-    let left = left(&held, pid)?;
-    ensure!(left.is_empty(), "the next start left {left:?}");
-    drop(next);
+    Ok((pid, held))
+}
+
+/// A killed local run's directory is removed by the next local start.
+/// Both runs put their server in a directory of this test's own
+/// (`ROLLSAFE_LOCAL_DIR`), where no other test's start looks: so the
+/// directory is still there after the kill, and only the next run of this
+/// test can have removed it.
+fn a_killed_runs_local_directory_is_removed_by_the_next_run(_env: &TestEnv) -> anyhow::Result<()> {
+    let own = tempfile::tempdir()?;
+    // The postgres OS user (as root) must be able to enter it.
+    std::fs::set_permissions(
+        own.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+    )?;
+    let env = [("ROLLSAFE_LOCAL_DIR", own.path())];
+    let (pid, held) = kill_verify_in_progress("local", &env, vec![own.path().to_path_buf()])?;
+    let before = left(&held, pid)?;
+    ensure!(
+        before.iter().any(|l| l.starts_with("data directory")),
+        "a killed run leaves its data directory until the next start: {before:?}"
+    );
+    // The next run: once it rehearses, its start has reaped.
+    let (mut next, _stderr) = verify_in_progress_with("local", &env)?;
+    let after = left(&held, pid);
+    kill(Pid::from_raw(next.id() as i32), Signal::SIGTERM)?;
+    next.wait()?;
+    let after = after?;
+    ensure!(after.is_empty(), "the next start left {after:?}");
     Ok(())
 }
 
-fn a_killed_runs_local_directory_is_removed_by_the_next_run(_env: &TestEnv) -> anyhow::Result<()> {
-    killed_run_is_reaped(
-        "local",
-        SandboxBuilder::from_env()?.backend(rollsafe::sandbox::BackendChoice::Local),
-    )
+/// A killed run's container is removed by the next docker start.
+/// Containers are the engine's, seen by every test's start: when another
+/// test's start removed it first, the kill is tried again (three times at
+/// most), so that the start measured here is the one that removes it.
+fn a_killed_runs_container_is_removed_by_the_next_run(_env: &TestEnv) -> anyhow::Result<()> {
+    let builder = SandboxBuilder::from_env()?.backend(rollsafe::sandbox::BackendChoice::Docker);
+    for attempt in 1..=3 {
+        let (pid, held) = kill_verify_in_progress("docker", &[], Vec::new())?;
+        if left(&held, pid)?.is_empty() {
+            eprintln!("    docker: attempt {attempt}: a concurrent start removed the killed run's container first; again");
+            continue;
+        }
+        let next = builder.start()?;
+        let left = left(&held, pid)?;
+        drop(next);
+        ensure!(left.is_empty(), "the next start left {left:?}");
+        return Ok(());
+    }
+    bail!("three killed runs' containers were each removed by another test's start before this test's own start: the claim was not observed")
 }
 
 /// The local backend's directory goes where `ROLLSAFE_LOCAL_DIR` says
@@ -299,11 +333,4 @@ fn the_local_server_lives_where_rollsafe_local_dir_says(_env: &TestEnv) -> anyho
     let left = left(&held, pid)?;
     ensure!(left.is_empty(), "left after SIGTERM: {left:?}");
     Ok(())
-}
-
-fn a_killed_runs_container_is_removed_by_the_next_run(_env: &TestEnv) -> anyhow::Result<()> {
-    killed_run_is_reaped(
-        "docker",
-        SandboxBuilder::from_env()?.backend(rollsafe::sandbox::BackendChoice::Docker),
-    )
 }

@@ -102,6 +102,26 @@ pub fn trial(name: String, body: impl FnOnce() -> anyhow::Result<()> + Send + 's
     })
 }
 
+/// The trials that need a server of their own (they turn ssl on, rewrite
+/// pg_hba.conf: not ours to do on someone else's server) shown as ignored
+/// on the server backend, never run and counted as passed there.
+pub fn own_server_only(env: &TestEnv, trials: Vec<Trial>, names: &[&str]) -> Vec<Trial> {
+    let shared = env.sandbox.kind() == rollsafe::sandbox::BackendKind::Server;
+    trials
+        .into_iter()
+        .map(|t| {
+            let needs_own = names.iter().any(|n| t.name().ends_with(&format!("::{n}")));
+            if needs_own && shared {
+                eprintln!(
+                    "{}: ignored: it needs a server of its own, and the backend is a given server",
+                    t.name()
+                );
+            }
+            t.with_ignored_flag(needs_own && shared)
+        })
+        .collect()
+}
+
 /// `trials!(module, env, [fn_a, fn_b])` names each trial after its fn.
 #[macro_export]
 macro_rules! trials {

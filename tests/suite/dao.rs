@@ -501,6 +501,12 @@ fn race<T: Send + 'static>(
     f: impl Fn(usize, &mut Client) -> T + Send + Sync + 'static,
 ) -> anyhow::Result<Vec<T>> {
     let clients = connect_many(db, n)?;
+    // Every caller's result is asserted on: n callers, n results.
+    ensure!(
+        clients.len() == n,
+        "{} connections for {n} callers",
+        clients.len()
+    );
     let barrier = Arc::new(Barrier::new(n));
     let f = Arc::new(f);
     let handles: Vec<_> = clients
@@ -918,6 +924,11 @@ fn statement_sets_execute_on_every_schema_version_in_their_window(
             CurrentDao::new(&mut c).attach(&seed.request("ready_row"))?;
             CurrentDao::new(&mut c).insert_not_ready(&seed.request("pending_row"))?;
         }
+        ensure!(
+            !set.statements().is_empty(),
+            "{} holds no statement to replay",
+            set.source
+        );
         for s in set.statements() {
             replay(&mut c, s)
                 .with_context(|| format!("{} `{}` on V{schema}", set.source, s.name))?;

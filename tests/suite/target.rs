@@ -19,7 +19,7 @@ use crate::common::{cli, fingerprint, ReadOnlyRole, TestEnv};
 use crate::verify::with_later;
 
 pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
-    crate::trials!(
+    let trials = crate::trials!(
         "target",
         env,
         [
@@ -30,6 +30,11 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             from_target_dumps_over_tls_verified_against_the_ca,
             from_target_copies_rows_only_from_tables_the_migrations_fill,
         ]
+    );
+    crate::common::own_server_only(
+        env,
+        trials,
+        &["from_target_dumps_over_tls_verified_against_the_ca"],
     )
 }
 
@@ -284,10 +289,12 @@ fn tls_only_sandbox(
 }
 
 fn from_target_dumps_over_tls_verified_against_the_ca(env: &TestEnv) -> anyhow::Result<()> {
-    if env.sandbox.kind() == rollsafe::sandbox::BackendKind::Server {
-        // ALTER SYSTEM and pg_hba.conf on someone else's server are not ours.
-        return Ok(());
-    }
+    // ALTER SYSTEM and pg_hba.conf on someone else's server are not ours: the
+    // trial is shown as ignored there (common::own_server_only).
+    anyhow::ensure!(
+        env.sandbox.kind() != rollsafe::sandbox::BackendKind::Server,
+        "needs a server of its own"
+    );
     let (tls_server, pki) = tls_only_sandbox(env)?;
     let prod = tls_server.fresh_database()?;
     let certs = tempfile::tempdir()?;
