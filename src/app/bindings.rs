@@ -43,18 +43,74 @@ pub struct ReadShape {
     pub params: usize,
     /// Its `WHERE`'s top-level conjuncts, in order.
     pub filters: Vec<Filter>,
+    /// `$N` → the value the app binds it to in every call (`-- bound:`
+    /// lines, [`bound_values`]): compared with that value, never keyed
+    /// to a column (`is_ready = $2`, always bound `true`, is not run
+    /// with every value `is_ready` holds).
+    pub bound: BTreeMap<usize, String>,
 }
 
 impl ReadShape {
-    /// Whether every parameter is bound to a column.
+    /// Whether every parameter is bound to a column or to the app's one
+    /// value.
     pub fn fully_keyed(&self) -> bool {
-        (1..=self.params).all(|n| self.keys.contains_key(&n))
+        (1..=self.params).all(|n| self.keys.contains_key(&n) || self.bound.contains_key(&n))
     }
 
     /// The key columns, in parameter order.
     pub fn key_columns(&self) -> Vec<String> {
         self.keys.values().cloned().collect()
     }
+
+    /// The shape with `bound` (from the statement's `-- bound:` lines)
+    /// taking those parameters out of the keys.
+    pub fn with_bound(mut self, bound: BTreeMap<usize, String>) -> ReadShape {
+        for n in bound.keys() {
+            self.keys.remove(n);
+            self.arrays.remove(n);
+        }
+        self.bound = bound;
+        self
+    }
+
+    /// Parameter values from one value per key column (in parameter
+    /// order) and the bound values: an `= ANY($N)` parameter takes its
+    /// column's value as a one-element array.
+    pub fn params_of(&self, keyed: &[Option<String>]) -> Vec<Option<String>> {
+        let mut keyed = keyed.iter();
+        (1..=self.params.max(keyed.len()))
+            .map(|n| match self.bound.get(&n) {
+                Some(v) => Some(v.clone()),
+                None => match keyed.next().cloned().flatten() {
+                    Some(v) if self.arrays.contains(&n) => Some(one_element_array(&v)),
+                    v => v,
+                },
+            })
+            .collect()
+    }
+}
+
+/// `value` as the text of a one-element array (`{"a b"}`), quoted so
+/// that commas, braces and quotes stay inside the element.
+pub fn one_element_array(value: &str) -> String {
+    let escaped = value.replace('\\', "\\\\").replace('"', "\\\"");
+    format!("{{\"{escaped}\"}}")
+}
+
+/// The values a statement's `-- bound: $N = 'value'` lines give (what
+/// the app binds `$N` to in every call, as `rollsafe capture` writes
+/// them from the server's log); lines it cannot read are ignored (the
+/// parameter is then keyed or sampled as without them).
+pub fn bound_values<'a>(lines: impl Iterator<Item = &'a str>) -> BTreeMap<usize, String> {
+    lines
+        .filter_map(|line| {
+            let (param, value) = line.split_once('=')?;
+            let n: usize = param.trim().strip_prefix('$')?.parse().ok()?;
+            let value = value.trim();
+            let inner = value.strip_prefix('\'')?.strip_suffix('\'')?;
+            (n > 0).then(|| (n, inner.replace("''", "'")))
+        })
+        .collect()
 }
 
 /// One conjunct of a `WHERE`: its text and the column names in it.

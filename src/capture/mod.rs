@@ -1,8 +1,12 @@
-//! Statement sets from a running app: `rollsafe capture` reads the
-//! normalised statements `pg_stat_statements` collected in a database (the
-//! app's real queries, constants already replaced by `$n` parameters) and
-//! writes them as a statement set (the format of `src/dao/*.sql`, read by
-//! [`crate::app`]), so a team does not hand-write what its app runs.
+//! Statement sets from a running app, so a team does not hand-write what
+//! its app runs. Two sources, one writer ([`write_set`], the format of
+//! `src/dao/*.sql`, read by [`crate::app`]):
+//! - a test run ([`run`]): the project's own test command runs against a
+//!   throwaway database at a migration version, and the server's
+//!   statement log says what it ran and with which values ([`log`]);
+//! - a live database's `pg_stat_statements` ([`capture`]): the normalised
+//!   statements production ran (constants already `$n`), never the
+//!   values, and only of the version already deployed.
 //!
 //! Each statement is classified by parsing it (squawk's grammar through
 //! [`crate::sql`]), never by its first keyword: a `SELECT` without a
@@ -16,14 +20,21 @@
 //! written without a kind and with a `-- review:` line, for a person to
 //! keep, declare or delete.
 //!
-//! What it is not: a recorder. It reads the view once, in a read-only
+//! From a test run, DDL and maintenance the tests ran (fixtures creating
+//! and truncating tables) and statements on tables the migrations do not
+//! create (the tests' scratch tables) are left out and counted too; each
+//! statement carries the values its calls bound (`-- bound:` for a
+//! parameter every call bound to one boolean, compared with it by the
+//! readers comparison; `-- example:` rows).
+//!
+//! What `capture --database-url` is not: a recorder. It reads the view once, in a read-only
 //! transaction, and changes nothing; the statistics are whatever the server
 //! kept since its last reset. It needs the extension loaded at server start
 //! (`shared_preload_libraries`), which only the server's administrator can
 //! do; without it the error says how. The URL's password never appears in
 //! output or errors.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use squawk_syntax::ast::{AstNode, Stmt};
@@ -31,6 +42,9 @@ use squawk_syntax::{SyntaxKind, SyntaxNode};
 use thiserror::Error;
 
 use crate::db;
+
+pub mod log;
+pub mod run;
 
 /// One row of `pg_stat_statements`: a normalised statement and how often
 /// it ran.
@@ -40,6 +54,51 @@ pub struct Captured {
     pub calls: i64,
 }
 
+/// A distinct statement as a source saw it: its text, how often it ran,
+/// and the values it was bound to (none from `pg_stat_statements`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Observed {
+    pub query: String,
+    pub calls: i64,
+    /// `$N` → the boolean every call bound it to (`t` or `f`).
+    pub bound: BTreeMap<usize, String>,
+    /// A few distinct rows of bound values, in order.
+    pub examples: Vec<Vec<Option<String>>>,
+}
+
+/// How many distinct rows of bound values a statement shows.
+const EXAMPLES: usize = 3;
+
+impl Observed {
+    /// A statement of a test run, from its calls' bound rows.
+    pub fn from_group(g: &log::Group) -> Observed {
+        let width = g.rows.iter().map(Vec::len).max().unwrap_or(0);
+        let bound = (0..width)
+            .filter_map(|i| {
+                let mut values = g.rows.iter().map(|r| r.get(i).cloned().flatten());
+                let first = values.next()??;
+                let boolean = first == "t" || first == "f";
+                (boolean && values.all(|v| v.as_ref() == Some(&first))).then_some((i + 1, first))
+            })
+            .collect();
+        Observed {
+            query: g.text.clone(),
+            calls: g.calls,
+            bound,
+            examples: g.rows.iter().take(EXAMPLES).cloned().collect(),
+        }
+    }
+}
+
+/// Where a set's statements came from: what is left out differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// `pg_stat_statements`: DDL is kept for a person to review.
+    Statistics,
+    /// A test run's log: DDL and maintenance were the tests' fixtures.
+    TestRun,
+}
+
 /// What the parse says a statement does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Class {
@@ -47,6 +106,10 @@ pub enum Class {
     Write,
     /// Transaction or session control: left out of the set.
     Session,
+    /// DDL, maintenance, `COPY`, `SELECT INTO`: a test fixture's from a
+    /// test run, for review from `pg_stat_statements` (why, in the
+    /// string).
+    Definition(&'static str),
     /// Kept with a `-- review:` line (why, in the string).
     Review(&'static str),
 }
@@ -99,6 +162,16 @@ impl Header {
     }
 }
 
+impl Header {
+    /// A test run's header: the app name checked, `needs` the label of
+    /// the migration the tests ran at, as its layout writes it.
+    pub fn at_label(app: &str, label: &str, origin: String) -> Result<Header, CaptureError> {
+        let mut header = Header::new(app, "1", origin)?;
+        header.needs = label.to_string();
+        Ok(header)
+    }
+}
+
 /// A written set and what went into it.
 #[derive(Debug, Clone)]
 pub struct CapturedSet {
@@ -109,6 +182,11 @@ pub struct CapturedSet {
     pub to_review: usize,
     /// Transaction/session control and rollsafe's own queries, left out.
     pub skipped: usize,
+    /// DDL and maintenance a test run ran (its fixtures), left out.
+    pub definitions: usize,
+    /// Statements of a test run on tables the migrations do not create
+    /// (the tests' scratch tables), left out.
+    pub scratch: usize,
 }
 
 /// Reads `pg_stat_statements` of the database `url` names (read-only) and
@@ -209,11 +287,11 @@ pub fn classify(query: &str) -> Class {
                     Class::Read
                 }
             }
-            Stmt::SelectInto(_) => Class::Review("SELECT INTO creates a table"),
+            Stmt::SelectInto(_) => Class::Definition("SELECT INTO creates a table"),
             Stmt::Call(_) | Stmt::Do(_) | Stmt::Execute(_) => Class::Review(
                 "a procedure or prepared statement: whether it writes is not visible here",
             ),
-            _ => Class::Review(
+            _ => Class::Definition(
                 "not a query an app runs against its tables (DDL, COPY, maintenance, …)",
             ),
         }
@@ -357,15 +435,36 @@ fn unique_name(raw: &str, taken: &mut BTreeSet<String>) -> String {
     name
 }
 
-/// Writes the statement set for `rows` (in the order given; the query
-/// orders them by calls).
+/// Writes the statement set for `rows` of `pg_stat_statements` (in the
+/// order given; the query orders them by calls).
 pub fn write_set(header: &Header, rows: &[Captured]) -> CapturedSet {
+    let observed: Vec<Observed> = rows
+        .iter()
+        .map(|r| Observed {
+            query: r.query.clone(),
+            calls: r.calls,
+            ..Observed::default()
+        })
+        .collect();
+    write_observed(header, &observed, Source::Statistics, 0)
+}
+
+/// Writes the statement set for `rows` from `source`; `scratch` counts
+/// the statements already left out for touching scratch tables.
+pub fn write_observed(
+    header: &Header,
+    rows: &[Observed],
+    source: Source,
+    scratch: usize,
+) -> CapturedSet {
     let mut out = CapturedSet {
         text: String::new(),
         reads: 0,
         writes: 0,
         to_review: 0,
         skipped: 0,
+        definitions: 0,
+        scratch,
     };
     let mut body = String::new();
     let mut taken = BTreeSet::new();
@@ -376,21 +475,24 @@ pub fn write_set(header: &Header, rows: &[Captured]) -> CapturedSet {
             out.skipped += 1;
             continue;
         }
-        let class = classify(&row.query);
-        let (kind, review) = match class {
-            Class::Session => {
+        let (kind, review) = match (classify(&row.query), source) {
+            (Class::Session, _) => {
                 out.skipped += 1;
                 continue;
             }
-            Class::Read => {
+            (Class::Definition(_), Source::TestRun) => {
+                out.definitions += 1;
+                continue;
+            }
+            (Class::Read, _) => {
                 out.reads += 1;
                 (Some("read"), None)
             }
-            Class::Write => {
+            (Class::Write, _) => {
                 out.writes += 1;
                 (Some("write"), None)
             }
-            Class::Review(why) => {
+            (Class::Review(why) | Class::Definition(why), _) => {
                 out.to_review += 1;
                 (None, Some(why))
             }
@@ -408,21 +510,63 @@ pub fn write_set(header: &Header, rows: &[Captured]) -> CapturedSet {
             );
         }
         let _ = writeln!(body, "-- calls: {}", row.calls);
+        for (n, value) in &row.bound {
+            let _ = writeln!(body, "-- bound: ${n} = {}", quoted_value(&Some(value.clone())));
+        }
+        for example in &row.examples {
+            if example.is_empty() {
+                continue;
+            }
+            let values: Vec<String> = example
+                .iter()
+                .enumerate()
+                .map(|(i, v)| format!("${} = {}", i + 1, quoted_value(v)))
+                .collect();
+            let _ = writeln!(body, "-- example: {}", values.join(", "));
+        }
         let _ = writeln!(body, "{text};");
     }
     let _ = writeln!(out.text, "-- app: {}", header.app);
     let _ = writeln!(out.text, "-- needs: {}", header.needs);
-    let _ = writeln!(
-        out.text,
-        "--\n-- Captured by `rollsafe capture` from {}: {} reads, {} writes, {} to review, {} left out (transaction/session control, rollsafe's own queries).",
-        header.origin, out.reads, out.writes, out.to_review, out.skipped
-    );
-    out.text.push_str(
-        "-- Constants were replaced by $n parameters; rollsafe verify generates values per type,\n\
-         -- or declare one under a statement's name: -- param: $1 = (SQL).\n",
-    );
+    match source {
+        Source::Statistics => {
+            let _ = writeln!(
+                out.text,
+                "--\n-- Captured by `rollsafe capture` from {}: {} reads, {} writes, {} to review, {} left out (transaction/session control, rollsafe's own queries).",
+                header.origin, out.reads, out.writes, out.to_review, out.skipped
+            );
+            out.text.push_str(
+                "-- Constants were replaced by $n parameters; rollsafe verify generates values per type,\n\
+                 -- or declare one under a statement's name: -- param: $1 = (SQL).\n",
+            );
+        }
+        Source::TestRun => {
+            let _ = writeln!(
+                out.text,
+                "--\n-- Captured by `rollsafe capture` from {}: {} reads, {} writes, {} to review; left out: {} transaction/session control, {} DDL and maintenance (test fixtures), {} on tables the migrations do not create (scratch tables).",
+                header.origin, out.reads, out.writes, out.to_review, out.skipped, out.definitions, out.scratch
+            );
+            out.text.push_str(
+                "-- `-- bound: $N = v`: every call bound $N to v (the readers comparison binds it so);\n\
+                 -- `-- example:` rows are values the tests bound. Capture again when the app changes.\n",
+            );
+        }
+    }
     out.text.push_str(&body);
     out
+}
+
+/// A bound value as the server's log writes it: `'text'` with quotes
+/// doubled, or `NULL`.
+fn quoted_value(v: &Option<String>) -> String {
+    match v {
+        None => "NULL".to_string(),
+        // A value on one line: the set's metadata is line-based.
+        Some(v) => format!(
+            "'{}'",
+            v.replace('\'', "''").replace('\n', "\\n").replace('\r', "\\r")
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -459,13 +603,15 @@ mod tests {
         ] {
             assert_eq!(classify(sql), class, "{sql}");
         }
+        for sql in ["CALL restock($1)", "SELEKT 1"] {
+            assert!(matches!(classify(sql), Class::Review(_)), "{sql}");
+        }
         for sql in [
-            "CALL restock($1)",
             "CREATE INDEX ON books (title)",
             "SELECT * INTO copy FROM books",
-            "SELEKT 1",
+            "TRUNCATE books",
         ] {
-            assert!(matches!(classify(sql), Class::Review(_)), "{sql}");
+            assert!(matches!(classify(sql), Class::Definition(_)), "{sql}");
         }
     }
 
