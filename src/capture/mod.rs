@@ -413,6 +413,20 @@ fn text_and_name(query: &str) -> (String, String) {
     }
 }
 
+/// `_by_owner_id_published`: the columns a reader's parameters are
+/// compared to, so that the same read in two versions of an app has a
+/// name of its own (`select_notes_by_owner_id` is not `select_notes_by_id`,
+/// whatever else either version runs); empty when it compares none.
+fn keyed_by(sql: &str) -> String {
+    match crate::app::bindings::infer_read(sql) {
+        Ok(shape) if !shape.keys.is_empty() => {
+            let columns: BTreeSet<String> = shape.keys.values().cloned().collect();
+            format!("_by_{}", columns.into_iter().collect::<Vec<_>>().join("_"))
+        }
+        _ => String::new(),
+    }
+}
+
 /// `-- name:` values are identifiers of the set: lower-case letters,
 /// digits and `_`, unique (a repeat gets `_2`, `_3`, …).
 fn unique_name(raw: &str, taken: &mut BTreeSet<String>) -> String {
@@ -497,7 +511,10 @@ pub fn write_observed(
                 (None, Some(why))
             }
         };
-        let (text, raw_name) = text_and_name(&row.query);
+        let (text, mut raw_name) = text_and_name(&row.query);
+        if source == Source::TestRun && kind == Some("read") {
+            raw_name.push_str(&keyed_by(&text));
+        }
         let name = unique_name(&raw_name, &mut taken);
         let _ = writeln!(body, "\n-- name: {name}");
         if let Some(kind) = kind {
