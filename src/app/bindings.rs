@@ -468,6 +468,96 @@ pub fn write_target(sql: &str) -> Option<String> {
     .ok()
 }
 
+/// What a write statement puts where: its table, the column each
+/// parameter is written to (`INSERT … (col) VALUES ($N)`, `UPDATE … SET
+/// col = $N`), and the column each parameter of an `UPDATE`'s `WHERE`
+/// is compared to (the row it must find).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WriteShape {
+    pub table: String,
+    pub written: BTreeMap<usize, String>,
+    pub keys: BTreeMap<usize, String>,
+}
+
+/// The write shape of an `INSERT … VALUES` with a column list, or an
+/// `UPDATE`; None for any other statement.
+pub fn infer_write(sql: &str) -> Option<WriteShape> {
+    let table = write_target(sql)?;
+    with_statement(sql, |stmt| {
+        let node = stmt.syntax();
+        let mut shape = WriteShape {
+            table: table.clone(),
+            ..WriteShape::default()
+        };
+        let target_name = |n: &SyntaxNode| {
+            n.descendants()
+                .find(|c| c.kind() == SyntaxKind::COLUMN_NAME_REF)
+                .map(|c| folded(&c.text().to_string()))
+        };
+        match stmt {
+            Stmt::Insert(_) => {
+                let columns: Vec<Option<String>> = node
+                    .children()
+                    .find(|c| c.kind() == SyntaxKind::COLUMN_TARGET_LIST)
+                    .ok_or_else(String::new)?
+                    .children()
+                    .filter(|c| c.kind() == SyntaxKind::COLUMN_TARGET)
+                    .map(|c| target_name(&c))
+                    .collect();
+                let rows = node
+                    .children()
+                    .find(|c| c.kind() == SyntaxKind::VALUES)
+                    .into_iter()
+                    .flat_map(|v| v.descendants().filter(|c| c.kind() == SyntaxKind::ROW));
+                for row in rows {
+                    for (item, column) in row.children().zip(&columns) {
+                        if let (Some(n), Some(column)) = (as_param(&item), column) {
+                            shape.written.entry(n).or_insert_with(|| column.clone());
+                        }
+                    }
+                }
+            }
+            Stmt::Update(_) => {
+                for set in node
+                    .descendants()
+                    .filter(|c| c.kind() == SyntaxKind::SET_SINGLE_COLUMN)
+                {
+                    let column = set
+                        .children()
+                        .find(|c| c.kind() == SyntaxKind::COLUMN_TARGET)
+                        .and_then(|c| target_name(&c));
+                    let param = set
+                        .children()
+                        .find(|c| c.kind() == SyntaxKind::SET_EXPR)
+                        .and_then(|e| e.children().next())
+                        .and_then(|e| as_param(&e));
+                    if let (Some(n), Some(column)) = (param, column) {
+                        shape.written.insert(n, column);
+                    }
+                }
+                if let Some(expr) = node
+                    .children()
+                    .find(|c| c.kind() == SyntaxKind::WHERE_CLAUSE)
+                    .and_then(|w| w.children().next())
+                {
+                    let mut parts = Vec::new();
+                    conjuncts(&expr, &mut parts);
+                    for part in &parts {
+                        if let Some(k) = keyed_comparison(part).filter(|k| !k.array) {
+                            for n in k.params {
+                                shape.keys.entry(n).or_insert_with(|| k.column.1.clone());
+                            }
+                        }
+                    }
+                }
+            }
+            _ => return Err(String::new()),
+        }
+        Ok(shape)
+    })
+    .ok()
+}
+
 /// A `-- sample:` query must be one statement that only reads.
 pub fn check_sample(sql: &str) -> Result<(), String> {
     match crate::capture::classify(sql) {
@@ -482,6 +572,25 @@ mod tests {
 
     fn keys(shape: &ReadShape) -> Vec<(usize, &str)> {
         shape.keys.iter().map(|(n, c)| (*n, c.as_str())).collect()
+    }
+
+    #[test]
+    fn a_write_says_which_column_each_parameter_goes_to() {
+        let w =
+            infer_write("INSERT INTO cooks (email, name) VALUES ($1, $2) RETURNING id").unwrap();
+        assert_eq!(w.table, "cooks");
+        assert_eq!(
+            w.written,
+            BTreeMap::from([(1, "email".to_string()), (2, "name".to_string())])
+        );
+        let w = infer_write("UPDATE recipes SET published = $1, title = $3 WHERE id = $2").unwrap();
+        assert_eq!(
+            w.written,
+            BTreeMap::from([(1, "published".to_string()), (3, "title".to_string())])
+        );
+        assert_eq!(w.keys, BTreeMap::from([(2, "id".to_string())]));
+        assert!(infer_write("SELECT 1").is_none());
+        assert!(infer_write("INSERT INTO t SELECT * FROM u").is_none());
     }
 
     #[test]

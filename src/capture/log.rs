@@ -128,8 +128,28 @@ fn parameters(detail: &str) -> Vec<Option<String>> {
 /// (`interval '1 day'`, `date '2024-01-01'`), where no parameter may
 /// stand, and stays.
 const VALUE_AFTER: &[&str] = &[
-    "select", "then", "else", "and", "or", "like", "ilike", "when", "not", "is", "from", "between",
-    "in", "values", "set", "returning", "limit", "offset", "any", "all", "similar", "to",
+    "select",
+    "then",
+    "else",
+    "and",
+    "or",
+    "like",
+    "ilike",
+    "when",
+    "not",
+    "is",
+    "from",
+    "between",
+    "in",
+    "values",
+    "set",
+    "returning",
+    "limit",
+    "offset",
+    "any",
+    "all",
+    "similar",
+    "to",
 ];
 
 /// A simple-query statement with its string and number literals as
@@ -325,8 +345,7 @@ mod tests {
             "a quote inside a value is doubled, a comma is text"
         );
         assert_eq!(
-            got[1].text,
-            "UPDATE books SET seen = $1 WHERE id = $2",
+            got[1].text, "UPDATE books SET seen = $1 WHERE id = $2",
             "a named statement's name is not part of it"
         );
         assert_eq!(got[1].params, [Some("t".into()), Some("7".into())]);

@@ -44,6 +44,7 @@ use thiserror::Error;
 use crate::db;
 
 pub mod log;
+pub mod params;
 pub mod run;
 
 /// One row of `pg_stat_statements`: a normalised statement and how often
@@ -64,6 +65,9 @@ pub struct Observed {
     pub bound: BTreeMap<usize, String>,
     /// A few distinct rows of bound values, in order.
     pub examples: Vec<Vec<Option<String>>>,
+    /// `$N` → a SQL expression for a value that holds in a rehearsal's
+    /// database (`-- param:`, [`params`]).
+    pub params: BTreeMap<usize, String>,
 }
 
 /// How many distinct rows of bound values a statement shows.
@@ -86,6 +90,7 @@ impl Observed {
             calls: g.calls,
             bound,
             examples: g.rows.iter().take(EXAMPLES).cloned().collect(),
+            params: BTreeMap::new(),
         }
     }
 }
@@ -527,8 +532,15 @@ pub fn write_observed(
             );
         }
         let _ = writeln!(body, "-- calls: {}", row.calls);
+        for (n, expr) in &row.params {
+            let _ = writeln!(body, "-- param: ${n} = {expr}");
+        }
         for (n, value) in &row.bound {
-            let _ = writeln!(body, "-- bound: ${n} = {}", quoted_value(&Some(value.clone())));
+            let _ = writeln!(
+                body,
+                "-- bound: ${n} = {}",
+                quoted_value(&Some(value.clone()))
+            );
         }
         for example in &row.examples {
             if example.is_empty() {
@@ -565,7 +577,9 @@ pub fn write_observed(
             );
             out.text.push_str(
                 "-- `-- bound: $N = v`: every call bound $N to v (the readers comparison binds it so);\n\
-                 -- `-- example:` rows are values the tests bound. Capture again when the app changes.\n",
+                 -- `-- example:` rows are values the tests bound; `-- param:` values of writes hold in any\n\
+                 -- database at this schema (an existing row for a foreign key, else the tests' value).\n\
+                 -- Capture again when the app changes.\n",
             );
         }
     }
@@ -581,7 +595,9 @@ fn quoted_value(v: &Option<String>) -> String {
         // A value on one line: the set's metadata is line-based.
         Some(v) => format!(
             "'{}'",
-            v.replace('\'', "''").replace('\n', "\\n").replace('\r', "\\r")
+            v.replace('\'', "''")
+                .replace('\n', "\\n")
+                .replace('\r', "\\r")
         ),
     }
 }

@@ -99,10 +99,7 @@ pub enum RunError {
 /// The server settings a capture's own server starts with: the JSON
 /// log, in one file for the whole run.
 pub fn log_settings(builder: SandboxBuilder) -> SandboxBuilder {
-    if matches!(
-        builder.choice(),
-        crate::sandbox::BackendChoice::Server(_)
-    ) {
+    if matches!(builder.choice(), crate::sandbox::BackendChoice::Server(_)) {
         return builder;
     }
     builder
@@ -183,14 +180,21 @@ pub fn capture_tests(
 
     let executed = read_log(sandbox, &app_url, db.name())?;
     let groups = log::group(&executed);
-    let mut pristine_client = pristine.connect().map_err(|e| RunError::Log(e.to_string()))?;
+    let mut pristine_client = pristine
+        .connect()
+        .map_err(|e| RunError::Log(e.to_string()))?;
     let mut scratch = 0;
     let mut observed = Vec::new();
     for g in &groups {
         if names_a_scratch_table(&mut pristine_client, &g.text) {
             scratch += 1;
         } else {
-            observed.push(Observed::from_group(g));
+            let mut o = Observed::from_group(g);
+            if super::classify(&o.query) == super::Class::Write {
+                o.params =
+                    super::params::write_params(&mut pristine_client, &o.query, o.examples.first());
+            }
+            observed.push(o);
         }
     }
     let set = write_observed(&header, &observed, Source::TestRun, scratch);
@@ -338,9 +342,6 @@ fn read_log(
 fn names_a_scratch_table(c: &mut postgres::Client, sql: &str) -> bool {
     match c.prepare(sql) {
         Ok(_) => false,
-        Err(e) => matches!(
-            e.code().map(|c| c.code()),
-            Some("42P01") | Some("3F000")
-        ),
+        Err(e) => matches!(e.code().map(|c| c.code()), Some("42P01") | Some("3F000")),
     }
 }
