@@ -187,7 +187,7 @@ pub fn normalise(sql: &str) -> Executed {
                 kind: LiteralKind::Str { terminated: true },
             } if word_before
                 .as_deref()
-                .is_none_or(|w| VALUE_AFTER.contains(&w)) =>
+                .map_or(true, |w| VALUE_AFTER.contains(&w)) =>
             {
                 Some(token[1..token.len() - 1].replace("''", "'"))
             }
