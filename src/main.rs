@@ -274,9 +274,93 @@ struct VerifyArgs {
     /// The longest one rehearsed statement (a migration's or an app's) may run before it is cancelled and reported, 1s to 24h (e.g. 5m, 30s).
     #[arg(long, default_value = "5m", value_parser = duration_in(bounds::VERIFY_STATEMENT_TIMEOUT))]
     statement_timeout: Duration,
+    #[command(flatten)]
+    base: BaseArgs,
     /// Only the static precheck: squawk's lint rules on the migration files, with lines. Starts no Postgres (no Docker, no binaries needed) and measures nothing: its findings are warnings.
     #[arg(long)]
     static_only: bool,
+}
+
+/// `verify --base REF [--capture CMD]`: a pull request's change, read
+/// from git.
+#[derive(Args)]
+struct BaseArgs {
+    /// Rehearse only the migrations the working tree adds to git REF's (e.g. origin/main); REF's are applied unchecked. A migration REF has that the tree changed or removed is refused (applied history edited).
+    #[arg(long, value_name = "REF", requires = "migrations", conflicts_with_all = ["since", "from_target"])]
+    base: Option<String>,
+    /// With --base: the app's test command (run with `sh -c` in a checkout of REF at REF's newest migration, and here at the tree's newest); what the server saw each run becomes the old (`base`) and the new (`head`) app.
+    #[arg(long, value_name = "CMD", requires = "base", conflicts_with = "apps")]
+    capture: Option<String>,
+}
+
+/// What `--base` prepared: REF's checkout and the captured apps, kept
+/// until the run ends.
+struct BaseRun {
+    _base: rollsafe::capture::base::Base,
+    _apps: Option<tempfile::TempDir>,
+}
+
+/// `--base REF`: REF's newest migration becomes `--since`; with
+/// `--capture`, the app captured at REF and here becomes `--apps`.
+fn prepare_base(args: &mut VerifyArgs, catalog: &Catalog) -> anyhow::Result<Option<BaseRun>> {
+    use rollsafe::capture::{base, run};
+    let (Some(reference), Some(dir)) = (args.base.base.clone(), args.migrations.clone()) else {
+        return Ok(None);
+    };
+    let options = ReadOptions {
+        layout: args.layout,
+        placeholders: args.placeholders.iter().cloned().collect(),
+    };
+    let checkout = base::checkout(&dir, &reference)?;
+    let base_catalog = checkout.catalog(&options)?;
+    let newest = checkout.check_history(&base_catalog, catalog)?;
+    eprintln!(
+        "rollsafe verify: --base {reference}: {} migration(s) there, {} added here",
+        base_catalog.migrations().len(),
+        catalog.migrations().len() - base_catalog.migrations().len()
+    );
+    args.since = newest.clone();
+    let Some(command) = args.base.capture.clone() else {
+        return Ok(Some(BaseRun {
+            _base: checkout,
+            _apps: None,
+        }));
+    };
+    let apps = tempfile::Builder::new()
+        .prefix("rollsafe-apps-")
+        .tempdir()?;
+    let sandbox = run::log_settings(args.sandbox.builder()?).start()?;
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let app_role = args.app_role.clone();
+    for (app, at_catalog, dir) in [
+        ("base", &base_catalog, checkout.same_place(&cwd)),
+        ("head", catalog, cwd.clone()),
+    ] {
+        let test_run = run::TestRun {
+            app: app.to_string(),
+            at: None,
+            app_role: app_role.clone(),
+            command: vec!["sh".into(), "-c".into(), command.clone()],
+            dir: Some(dir),
+        };
+        eprintln!("rollsafe verify: capturing the {app} app (`{command}`)");
+        let captured = run::capture_tests(&sandbox, at_catalog, &test_run)?;
+        let set = &captured.set;
+        eprintln!(
+            "rollsafe verify: the {app} app at {}: {} statements ({} reads, {} writes, {} to review)",
+            captured.label,
+            set.reads + set.writes + set.to_review,
+            set.reads,
+            set.writes,
+            set.to_review
+        );
+        std::fs::write(apps.path().join(format!("{app}.sql")), &set.text)?;
+    }
+    args.apps = Some(apps.path().to_path_buf());
+    Ok(Some(BaseRun {
+        _base: checkout,
+        _apps: Some(apps),
+    }))
 }
 
 /// How migrations wait for table locks (`migrate` applies with it; `verify`
@@ -401,6 +485,7 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             placeholders: args.placeholders.iter().cloned().collect(),
         },
     )?;
+    let _base = prepare_base(&mut args, &catalog)?;
     let since = match &args.since {
         Some(text) => Some(since_version(&catalog, text)?),
         None => None,

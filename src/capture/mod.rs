@@ -43,6 +43,7 @@ use thiserror::Error;
 
 use crate::db;
 
+pub mod base;
 pub mod log;
 pub mod params;
 pub mod run;
