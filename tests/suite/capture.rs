@@ -27,6 +27,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             java_app_versions_captured_from_their_tests_catch_the_hidden_default,
             a_failing_test_command_is_exit_2_and_nothing_is_written,
             the_tests_connect_as_the_app_role_with_libpq_variables,
+            base_rehearses_what_the_tree_adds_and_refuses_edited_history,
         ]
     )
     .into_iter()
@@ -390,5 +391,111 @@ print("memo tests passed")
         "{text}"
     );
     ensure!(text.contains("-- needs: V1"), "{text}");
+    Ok(())
+}
+
+fn git(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args([
+            "-c",
+            "user.email=tests@example.org",
+            "-c",
+            "user.name=tests",
+        ])
+        .args(args)
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+/// A repository the test makes: V1 and the first app version committed
+/// on `main`, the working tree adding V2 (the hidden default) and the
+/// second version. `--base main --capture` captures both versions and
+/// rehearses V2 only; an edited V1 is refused, and no worktree is left.
+fn base_rehearses_what_the_tree_adds_and_refuses_edited_history(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let repo = tempfile::tempdir()?;
+    let root = repo.path();
+    let src = recipe_box();
+    std::fs::create_dir_all(root.join("db/migrations"))?;
+    std::fs::create_dir_all(root.join("app"))?;
+    let v1_file = root.join("db/migrations/V1__cooks_and_recipes.sql");
+    std::fs::copy(src.join("migrations/V1__cooks_and_recipes.sql"), &v1_file)?;
+    std::fs::copy(
+        src.join("python/v1/test_recipes.py"),
+        root.join("app/test.py"),
+    )?;
+    git(root, &["init", "-q", "-b", "main"])?;
+    git(root, &["add", "-A"])?;
+    git(root, &["commit", "-q", "-m", "v1"])?;
+    std::fs::copy(
+        src.join("variants/V2__published_hidden.sql"),
+        root.join("db/migrations/V2__published.sql"),
+    )?;
+    std::fs::copy(
+        src.join("python/v2/test_recipes.py"),
+        root.join("app/test.py"),
+    )?;
+
+    let verify = |extra: &[&str]| {
+        let mut cmd = cli();
+        cmd.current_dir(root).args([
+            "verify",
+            "--postgres",
+            backend(env),
+            "--migrations",
+            "db/migrations",
+            "--base",
+            "main",
+            "--rows",
+            "500",
+        ]);
+        cmd.args(extra);
+        output(&mut cmd)
+    };
+    let (code, stdout, stderr) = verify(&["--capture", "python3 app/test.py"])?;
+    ensure!(code == 1, "exit {code}: {stdout}{stderr}");
+    for expected in [
+        "--base main: 1 migration(s) there, 1 added here",
+        "the base app at V1: 5 statements",
+        "the head app at V2: 6 statements",
+        "applying V1..V1 once (up to --since, not rehearsed)",
+    ] {
+        ensure!(stderr.contains(expected), "{expected}: {stderr}");
+    }
+    ensure!(
+        stdout.contains("ERROR backfill.new-readers-miss-rows")
+            && stdout
+                .contains("the head app's `select_recipes_by_cook_id_published` no longer returns"),
+        "{stdout}"
+    );
+
+    // Applied history edited: refused before anything starts.
+    let mut v1 = std::fs::read_to_string(&v1_file)?;
+    v1.push_str("\nCREATE INDEX recipes_title ON recipes (title);\n");
+    std::fs::write(&v1_file, v1)?;
+    let (code, _, stderr) = verify(&[])?;
+    ensure!(
+        code == 2
+            && stderr.contains("applied history edited: db/migrations/V1__cooks_and_recipes.sql differs from main's (its SQL changed)")
+            && stderr.contains("git checkout main -- db/migrations/V1__cooks_and_recipes.sql"),
+        "exit {code}: {stderr}"
+    );
+    let worktrees = std::process::Command::new("git")
+        .arg("-C")
+        .arg(root)
+        .args(["worktree", "list"])
+        .output()?;
+    ensure!(
+        String::from_utf8_lossy(&worktrees.stdout).lines().count() == 1,
+        "REF's worktree is removed after the run"
+    );
     Ok(())
 }
