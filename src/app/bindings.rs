@@ -575,6 +575,25 @@ mod tests {
     }
 
     #[test]
+    fn a_bound_parameter_is_compared_with_its_value_not_keyed() {
+        let bound =
+            bound_values(["$2 = 't'", "$3 = 'it''s'", "$x = 'no'", "$4 = NULL"].into_iter());
+        assert_eq!(
+            bound,
+            BTreeMap::from([(2, "t".to_string()), (3, "it's".to_string())])
+        );
+        let s = infer_read("SELECT id FROM recipes WHERE cook_id = $1 AND published = $2")
+            .unwrap()
+            .with_bound(BTreeMap::from([(2, "t".to_string())]));
+        assert!(s.fully_keyed());
+        assert_eq!(s.key_columns(), ["cook_id"]);
+        assert_eq!(
+            s.params_of(&[Some("7".into())]),
+            [Some("7".to_string()), Some("t".to_string())]
+        );
+    }
+
+    #[test]
     fn a_write_says_which_column_each_parameter_goes_to() {
         let w =
             infer_write("INSERT INTO cooks (email, name) VALUES ($1, $2) RETURNING id").unwrap();

@@ -333,6 +333,36 @@ fn a_failing_test_command_is_exit_2_and_nothing_is_written(env: &TestEnv) -> any
             && !out.exists(),
         "exit {code}: {stderr}"
     );
+    // A server URL whose log capture cannot read (the suite's server
+    // runs no logging collector): exit 2 saying what it needs.
+    if env.sandbox.kind() != BackendKind::Server {
+        let (code, _, stderr) = output(cli().args([
+            "capture",
+            "--postgres",
+            env.sandbox.admin_url(),
+            "--migrations",
+            &migrations.path().display().to_string(),
+            "--app",
+            "recipes_v1",
+            "--out",
+            &out.display().to_string(),
+            "--",
+            "true",
+        ]))?;
+        ensure!(
+            code == 2
+                && stderr.contains("the server does not write a JSON log capture can read (logging_collector is off)")
+                && stderr.contains("or use --postgres local or docker")
+                && !out.exists(),
+            "exit {code}: {stderr}"
+        );
+        if let Some(password) = url::Url::parse(env.sandbox.admin_url())?.password() {
+            ensure!(
+                !stderr.contains(password),
+                "the password was printed: {stderr}"
+            );
+        }
+    }
     let (code, _, stderr) = output(cli().args(["capture", "--app", "x"]))?;
     ensure!(
         code == 2 && stderr.contains("capture needs a test command after `--`"),
