@@ -193,6 +193,16 @@ pub struct CapturedSet {
     /// Statements of a test run on tables the migrations do not create
     /// (the tests' scratch tables), left out.
     pub scratch: usize,
+    /// Statements of a test run on the migration tool's history table (an
+    /// app that checks or runs its migrations at start), left out.
+    pub bookkeeping: usize,
+}
+
+/// What a test run left out before the set is written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Excluded {
+    pub scratch: usize,
+    pub bookkeeping: usize,
 }
 
 /// Reads `pg_stat_statements` of the database `url` names (read-only) and
@@ -466,16 +476,16 @@ pub fn write_set(header: &Header, rows: &[Captured]) -> CapturedSet {
             ..Observed::default()
         })
         .collect();
-    write_observed(header, &observed, Source::Statistics, 0)
+    write_observed(header, &observed, Source::Statistics, Excluded::default())
 }
 
-/// Writes the statement set for `rows` from `source`; `scratch` counts
-/// the statements already left out for touching scratch tables.
+/// Writes the statement set for `rows` from `source`; `excluded` counts
+/// the statements a test run already left out.
 pub fn write_observed(
     header: &Header,
     rows: &[Observed],
     source: Source,
-    scratch: usize,
+    excluded: Excluded,
 ) -> CapturedSet {
     let mut out = CapturedSet {
         text: String::new(),
@@ -484,7 +494,8 @@ pub fn write_observed(
         to_review: 0,
         skipped: 0,
         definitions: 0,
-        scratch,
+        scratch: excluded.scratch,
+        bookkeeping: excluded.bookkeeping,
     };
     let mut body = String::new();
     let mut taken = BTreeSet::new();
@@ -573,8 +584,8 @@ pub fn write_observed(
         Source::TestRun => {
             let _ = writeln!(
                 out.text,
-                "--\n-- Captured by `rollsafe capture` from {}: {} reads, {} writes, {} to review; left out: {} transaction/session control, {} DDL and maintenance (test fixtures), {} on tables the migrations do not create (scratch tables).",
-                header.origin, out.reads, out.writes, out.to_review, out.skipped, out.definitions, out.scratch
+                "--\n-- Captured by `rollsafe capture` from {}: {} reads, {} writes, {} to review; left out: {} transaction/session control, {} DDL and maintenance (test fixtures), {} on tables the migrations do not create (scratch tables), {} on the migration tool's history table.",
+                header.origin, out.reads, out.writes, out.to_review, out.skipped, out.definitions, out.scratch, out.bookkeeping
             );
             out.text.push_str(
                 "-- `-- bound: $N = v`: every call bound $N to v (the readers comparison binds it so);\n\
@@ -588,11 +599,22 @@ pub fn write_observed(
     out
 }
 
+/// How much of a long bound value an `-- example:` shows.
+const EXAMPLE_CHARS: usize = 200;
+
 /// A bound value as the server's log writes it: `'text'` with quotes
-/// doubled, or `NULL`.
+/// doubled, or `NULL`; a long one cut, with its length after it.
 fn quoted_value(v: &Option<String>) -> String {
     match v {
         None => "NULL".to_string(),
+        Some(v) if v.chars().count() > EXAMPLE_CHARS => {
+            let cut: String = v.chars().take(EXAMPLE_CHARS).collect();
+            format!(
+                "{}… ({} chars)",
+                quoted_value(&Some(cut)),
+                v.chars().count()
+            )
+        }
         // A value on one line: the set's metadata is line-based.
         Some(v) => format!(
             "'{}'",
@@ -707,6 +729,64 @@ mod tests {
             "SELECT title FROM books WHERE shelf = $1",
             "comments are dropped"
         );
+    }
+
+    #[test]
+    fn a_test_run_s_set_shows_bound_values_and_leaves_fixtures_out() {
+        let header = Header::at_label("shop", "V2", "the test command `t`".into()).unwrap();
+        let group = |text: &str, rows: &[&[Option<&str>]]| log::Group {
+            text: text.into(),
+            calls: rows.len() as i64,
+            rows: rows
+                .iter()
+                .map(|r| r.iter().map(|v| v.map(String::from)).collect())
+                .collect(),
+        };
+        let long = "x".repeat(300);
+        let rows: Vec<Observed> = [
+            group(
+                "SELECT id FROM books WHERE shelf = $1 AND listed = $2",
+                &[&[Some("3"), Some("t")], &[Some("4"), Some("t")]],
+            ),
+            group(
+                "INSERT INTO notes (body) VALUES ($1)",
+                &[&[Some(long.as_str())], &[None]],
+            ),
+            group("CREATE TEMP TABLE scratch (a int)", &[&[]]),
+            group("BEGIN", &[&[], &[]]),
+        ]
+        .iter()
+        .map(Observed::from_group)
+        .collect();
+        let set = write_observed(
+            &header,
+            &rows,
+            Source::TestRun,
+            Excluded {
+                scratch: 1,
+                bookkeeping: 0,
+            },
+        );
+        assert_eq!(
+            (
+                set.reads,
+                set.writes,
+                set.skipped,
+                set.definitions,
+                set.scratch
+            ),
+            (1, 1, 1, 1, 1)
+        );
+        assert!(set.text.contains("-- name: select_books_by_listed_shelf\n-- kind: read\n-- calls: 2\n-- bound: $2 = 't'\n-- example: $1 = '3', $2 = 't'\n-- example: $1 = '4', $2 = 't'\n"), "{}", set.text);
+        assert!(set.text.contains("-- example: $1 = NULL\n"), "{}", set.text);
+        assert!(
+            set.text
+                .contains(&format!("'{}'… (300 chars)", "x".repeat(EXAMPLE_CHARS))),
+            "{}",
+            set.text
+        );
+        let app = AppVersion::parse("captured.sql", &set.text).unwrap();
+        assert_eq!(app.set.statements().len(), 2);
     }
 
     #[test]

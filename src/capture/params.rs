@@ -18,7 +18,8 @@
 //!   what such CHECKs usually test, the shape of the end of the value);
 //!   a unique column without a CHECK is left to the generator's random
 //!   value;
-//! - NULL examples, and values on more than one line, are left out.
+//! - NULL examples, values on more than one line and values over 1000
+//!   bytes are left out (the generator's value stands).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -125,7 +126,9 @@ pub fn write_params(
         let Some(Some(value)) = example.and_then(|e| e.get(n - 1)) else {
             continue;
         };
-        if value.contains(['\n', '\r']) {
+        // A value on more than one line cannot be a `-- param:` line; a
+        // long one (a document, a blob) is left to the generator.
+        if value.contains(['\n', '\r']) || value.len() > 1000 {
             continue;
         }
         let literal = format!("'{}'", value.replace('\'', "''"));

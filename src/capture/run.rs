@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 use super::log;
-use super::{write_observed, CapturedSet, Header, Observed, Source};
+use super::{write_observed, CapturedSet, Excluded, Header, Observed, Source};
 use crate::catalog::Catalog;
 use crate::pg::quote_ident;
 use crate::sandbox::{Sandbox, SandboxBuilder, SandboxError};
@@ -183,11 +183,14 @@ pub fn capture_tests(
     let mut pristine_client = pristine
         .connect()
         .map_err(|e| RunError::Log(e.to_string()))?;
-    let mut scratch = 0;
+    let mut excluded = Excluded::default();
     let mut observed = Vec::new();
+    let history = history_table(catalog);
     for g in &groups {
-        if names_a_scratch_table(&mut pristine_client, &g.text) {
-            scratch += 1;
+        if g.text.to_lowercase().contains(&history) {
+            excluded.bookkeeping += 1;
+        } else if names_a_scratch_table(&mut pristine_client, &g.text) {
+            excluded.scratch += 1;
         } else {
             let mut o = Observed::from_group(g);
             if super::classify(&o.query) == super::Class::Write {
@@ -197,7 +200,7 @@ pub fn capture_tests(
             observed.push(o);
         }
     }
-    let set = write_observed(&header, &observed, Source::TestRun, scratch);
+    let set = write_observed(&header, &observed, Source::TestRun, excluded);
     Ok(TestCapture {
         set,
         label,
@@ -335,6 +338,14 @@ fn read_log(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The migration tool's history table (its last name part, lower case):
+/// an app that checks or runs its migrations at start reads and writes
+/// it, which is the tool's bookkeeping, not the app's.
+fn history_table(catalog: &Catalog) -> String {
+    let table = crate::migrate::history::ToolHistory(catalog.layout).table();
+    table.rsplit('.').next().unwrap_or(table).to_lowercase()
 }
 
 /// Whether `sql` names a relation the migrated database (before the
