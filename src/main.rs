@@ -175,7 +175,7 @@ fn capture_tests(args: &CaptureArgs) -> anyhow::Result<ExitCode> {
     }
     let set = &captured.set;
     eprintln!(
-        "rollsafe capture: {} at {}: {} reads, {} writes, {} to review (-- review:); left out: {} transaction/session control, {} DDL and maintenance, {} on scratch tables, {} on the migration tool's history table; the test command took {:.1}s, capture {:.1}s in all{}",
+        "rollsafe capture: {} at {}: {} reads, {} writes, {} to review (-- review:); left out: {} transaction/session control, {} DDL and maintenance, {} on scratch tables, {} on the migration tool's history table, {} that failed in every call; the test command took {:.1}s, capture {:.1}s in all{}",
         args.app,
         captured.label,
         set.reads,
@@ -185,6 +185,7 @@ fn capture_tests(args: &CaptureArgs) -> anyhow::Result<ExitCode> {
         set.definitions,
         set.scratch,
         set.bookkeeping,
+        set.failed,
         captured.command_time.as_secs_f64(),
         captured.total_time.as_secs_f64(),
         args.out

@@ -32,6 +32,10 @@ pub struct Executed {
     /// For a simple query: each parameter's literal as written, to be
     /// put back when every call wrote the same one.
     pub literals: Option<Vec<String>>,
+    /// Whether the server answered it with an error (a test checking
+    /// that bad input is refused, or a statement in a transaction an
+    /// earlier error aborted).
+    pub failed: bool,
 }
 
 /// The executions logged for database `dbname` in a jsonlog file's text,
@@ -39,19 +43,37 @@ pub struct Executed {
 /// statement are skipped; so are fetches from an open portal (the
 /// statement was logged when it started).
 pub fn read_jsonlog(text: &str, dbname: &str) -> Vec<Executed> {
-    let mut out = Vec::new();
+    let mut out: Vec<Executed> = Vec::new();
+    // Each session's last execution: an error the session logs next is
+    // that statement's (a backend runs one statement at a time).
+    let mut last_of: BTreeMap<String, usize> = BTreeMap::new();
     for line in text.lines() {
         let Ok(serde_json::Value::Object(entry)) = serde_json::from_str(line) else {
             continue;
         };
         let field = |k: &str| entry.get(k).and_then(|v| v.as_str()).unwrap_or("");
-        if field("dbname") != dbname || field("error_severity") != "LOG" {
+        if field("dbname") != dbname {
+            continue;
+        }
+        let session = entry
+            .get("session_id")
+            .or_else(|| entry.get("pid"))
+            .map(|v| v.to_string())
+            .unwrap_or_default();
+        if field("error_severity") == "ERROR" {
+            if let Some(e) = last_of.remove(&session).and_then(|i| out.get_mut(i)) {
+                e.failed = true;
+            }
+            continue;
+        }
+        if field("error_severity") != "LOG" {
             continue;
         }
         let message = field("message");
         if let Some(string) = message.strip_prefix("statement: ") {
             for statement in crate::sql::split(string).statements {
                 out.push(normalise(&statement.text));
+                last_of.insert(session.clone(), out.len() - 1);
             }
         } else if let Some(rest) = message.strip_prefix("execute ") {
             if rest.starts_with("fetch from ") {
@@ -68,7 +90,9 @@ pub fn read_jsonlog(text: &str, dbname: &str) -> Vec<Executed> {
                 text: statement.trim().to_string(),
                 params,
                 literals: None,
+                failed: false,
             });
+            last_of.insert(session, out.len() - 1);
         }
     }
     out
@@ -222,6 +246,7 @@ pub fn normalise(sql: &str) -> Executed {
         text: text.trim().to_string(),
         params: all,
         literals: (next > first).then_some(lits),
+        failed: false,
     }
 }
 
@@ -234,12 +259,29 @@ pub struct Group {
     pub rows: BTreeSet<Vec<Option<String>>>,
 }
 
-/// The executions grouped by statement, ordered by text; a literal every
-/// call of a simple-query statement wrote the same is put back in its
-/// text (and its parameter dropped, the others renumbered).
+/// How many distinct statements failed in every call: the tests'
+/// expected errors, left out of the set ([`group`] skips failed calls).
+pub fn failed_only(executed: &[Executed]) -> usize {
+    let ok: BTreeSet<&str> = executed
+        .iter()
+        .filter(|e| !e.failed)
+        .map(|e| e.text.as_str())
+        .collect();
+    executed
+        .iter()
+        .filter(|e| e.failed && !ok.contains(e.text.as_str()))
+        .map(|e| e.text.as_str())
+        .collect::<BTreeSet<_>>()
+        .len()
+}
+
+/// The executions that succeeded, grouped by statement, ordered by text;
+/// a literal every call of a simple-query statement wrote the same is
+/// put back in its text (and its parameter dropped, the others
+/// renumbered).
 pub fn group(executed: &[Executed]) -> Vec<Group> {
     let mut by_text: BTreeMap<&str, Vec<&Executed>> = BTreeMap::new();
-    for e in executed {
+    for e in executed.iter().filter(|e| !e.failed) {
         by_text.entry(&e.text).or_default().push(e);
     }
     let mut out: BTreeMap<String, Group> = BTreeMap::new();
@@ -349,6 +391,53 @@ mod tests {
             "a named statement's name is not part of it"
         );
         assert_eq!(got[1].params, [Some("t".into()), Some("7".into())]);
+    }
+
+    #[test]
+    fn a_statement_that_only_failed_is_left_out() {
+        let entry = |session: &str, severity: &str, message: &str| {
+            serde_json::json!({
+                "dbname": "shop", "session_id": session, "error_severity": severity, "message": message,
+            })
+            .to_string()
+        };
+        let log = [
+            entry(
+                "a",
+                "LOG",
+                "statement: INSERT INTO books (title) VALUES (NULL)",
+            ),
+            entry("b", "LOG", "statement: SELECT 1 FROM books"),
+            entry("a", "ERROR", "null value in column \"title\""),
+            entry(
+                "a",
+                "LOG",
+                "statement: INSERT INTO books (title) VALUES ('x')",
+            ),
+            entry(
+                "a",
+                "LOG",
+                "statement: INSERT INTO books (title) VALUES ('y')",
+            ),
+            entry("a", "ERROR", "duplicate key value"),
+        ]
+        .join("\n");
+        let executed = read_jsonlog(&log, "shop");
+        let failed: Vec<bool> = executed.iter().map(|e| e.failed).collect();
+        assert_eq!(
+            failed,
+            [true, false, false, true],
+            "an error is its session's"
+        );
+        assert_eq!(failed_only(&executed), 1, "the NULL insert only failed");
+        let texts: Vec<String> = group(&executed).into_iter().map(|g| g.text).collect();
+        assert_eq!(
+            texts,
+            [
+                "INSERT INTO books (title) VALUES ('x')",
+                "SELECT 1 FROM books"
+            ]
+        );
     }
 
     #[test]

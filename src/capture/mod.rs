@@ -196,6 +196,9 @@ pub struct CapturedSet {
     /// Statements of a test run on the migration tool's history table (an
     /// app that checks or runs its migrations at start), left out.
     pub bookkeeping: usize,
+    /// Statements of a test run that failed in every call (a test that
+    /// bad input is refused), left out.
+    pub failed: usize,
 }
 
 /// What a test run left out before the set is written.
@@ -203,6 +206,7 @@ pub struct CapturedSet {
 pub struct Excluded {
     pub scratch: usize,
     pub bookkeeping: usize,
+    pub failed: usize,
 }
 
 /// Reads `pg_stat_statements` of the database `url` names (read-only) and
@@ -496,6 +500,7 @@ pub fn write_observed(
         definitions: 0,
         scratch: excluded.scratch,
         bookkeeping: excluded.bookkeeping,
+        failed: excluded.failed,
     };
     let mut body = String::new();
     let mut taken = BTreeSet::new();
@@ -584,8 +589,8 @@ pub fn write_observed(
         Source::TestRun => {
             let _ = writeln!(
                 out.text,
-                "--\n-- Captured by `rollsafe capture` from {}: {} reads, {} writes, {} to review; left out: {} transaction/session control, {} DDL and maintenance (test fixtures), {} on tables the migrations do not create (scratch tables), {} on the migration tool's history table.",
-                header.origin, out.reads, out.writes, out.to_review, out.skipped, out.definitions, out.scratch, out.bookkeeping
+                "--\n-- Captured by `rollsafe capture` from {}: {} reads, {} writes, {} to review; left out: {} transaction/session control, {} DDL and maintenance (test fixtures), {} on tables the migrations do not create (scratch tables), {} on the migration tool's history table, {} that failed in every call (the tests' expected errors).",
+                header.origin, out.reads, out.writes, out.to_review, out.skipped, out.definitions, out.scratch, out.bookkeeping, out.failed
             );
             out.text.push_str(
                 "-- `-- bound: $N = v`: every call bound $N to v (the readers comparison binds it so);\n\
@@ -764,7 +769,7 @@ mod tests {
             Source::TestRun,
             Excluded {
                 scratch: 1,
-                bookkeeping: 0,
+                ..Excluded::default()
             },
         );
         assert_eq!(

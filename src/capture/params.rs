@@ -16,8 +16,9 @@
 //!   index and a CHECK, a text value gets a random hex prefix so that
 //!   two replays do not collide (`3fa2c1ada@example.org`: a prefix keeps
 //!   what such CHECKs usually test, the shape of the end of the value);
-//!   a unique column without a CHECK is left to the generator's random
-//!   value;
+//!   a unique integer column (a key the app chooses) gets one no row
+//!   has (`max + N`, distinct per parameter); any other unique column
+//!   without a CHECK is left to the generator's random value;
 //! - NULL examples, values on more than one line and values over 1000
 //!   bytes are left out (the generator's value stands).
 
@@ -121,6 +122,21 @@ pub fn write_params(
     for (n, column) in &shape.written {
         if let Some((to_table, to_column)) = columns.references.get(column) {
             out.insert(*n, existing(to_table, to_column));
+            continue;
+        }
+        let type_name = columns.types.get(column).map_or("", String::as_str);
+        let integer = matches!(type_name, "smallint" | "integer" | "bigint")
+            || type_name.starts_with("numeric");
+        if columns.unique.contains(column) && integer {
+            // A key the statement writes itself: one no row has yet, and
+            // another for each parameter (a multi-row insert's keys).
+            out.insert(
+                *n,
+                format!(
+                    "(SELECT coalesce(max({c}), 0) + {n} FROM {table})",
+                    c = quote_ident(column)
+                ),
+            );
             continue;
         }
         let Some(Some(value)) = example.and_then(|e| e.get(n - 1)) else {

@@ -180,10 +180,13 @@ pub fn capture_tests(
 
     let executed = read_log(sandbox, &app_url, db.name())?;
     let groups = log::group(&executed);
+    let mut excluded = Excluded {
+        failed: log::failed_only(&executed),
+        ..Excluded::default()
+    };
     let mut pristine_client = pristine
         .connect()
         .map_err(|e| RunError::Log(e.to_string()))?;
-    let mut excluded = Excluded::default();
     let mut observed = Vec::new();
     let history = history_table(catalog);
     for g in &groups {
