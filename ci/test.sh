@@ -88,6 +88,15 @@ fi
 if ! pkg-config --exists openssl 2>/dev/null; then
   apt_install libssl-dev pkg-config
 fi
+# The apps `rollsafe capture` runs in the suite (examples/recipe-box): Java
+# with Debian's JDBC driver, Python with psycopg 3 from PyPI.
+if ! command -v javac >/dev/null 2>&1 || [ ! -e /usr/share/java/postgresql.jar ]; then
+  apt_install default-jdk-headless libpostgresql-jdbc-java
+fi
+if ! python3 -c 'import psycopg' >/dev/null 2>&1; then
+  say "installing psycopg[binary] (pip)"
+  python3 -m pip install -q 'psycopg[binary]' || { say "pip install 'psycopg[binary]' failed; install it and run again"; exit 2; }
+fi
 
 # What exists of rollsafe's throwaway resources right now, one per line:
 # sandbox containers (by label), local data directories, local servers.

@@ -55,33 +55,61 @@ enum Command {
 
 #[derive(Args)]
 struct CaptureArgs {
-    /// postgres://USER:PASSWORD@HOST:PORT/DB of the database the app runs against (read-only; needs pg_stat_statements).
+    /// postgres://USER:PASSWORD@HOST:PORT/DB of a database the app runs against, to read its pg_stat_statements (read-only; no values, only the deployed version). Ignored when a test command is given.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
-    database_url: String,
+    database_url: Option<String>,
     /// The app version's name, written as `-- app:` (e.g. shop_v7).
     #[arg(long, value_name = "NAME")]
     app: String,
-    /// The first migration version this app version needs, written as `-- needs:` (e.g. 3, V3, 20240101120000).
+    /// With --database-url: the first migration version this app version needs, written as `-- needs:` (e.g. 3, V3, 20240101120000).
     #[arg(long, value_name = "V")]
-    needs: String,
+    needs: Option<String>,
     /// Write the statement set to FILE (e.g. apps/shop_v7.sql) instead of stdout.
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
+    #[command(flatten)]
+    test_run: CaptureRunArgs,
+}
+
+/// `rollsafe capture … -- CMD`: the app's tests run against a throwaway
+/// database.
+#[derive(Args)]
+struct CaptureRunArgs {
+    #[command(flatten)]
+    sandbox: SandboxArgs,
+    /// The project's migrations: the test command runs on a database they built.
+    #[arg(long, value_name = "DIR")]
+    migrations: Option<PathBuf>,
+    /// The tool whose folder --migrations is [default: detected].
+    #[arg(long, value_name = "LAYOUT")]
+    layout: Option<Layout>,
+    /// Apply the migrations up to this one (its label, e.g. 3, V3, 20240101120000) [default: the newest]; written as `-- needs:`.
+    #[arg(long, value_name = "LABEL")]
+    at: Option<String>,
+    /// The database role the app connects as, created before the first migration so that the migrations' GRANTs give it what it gets [default: the role that owns the database and applied the migrations, not a superuser].
+    #[arg(long, value_name = "NAME")]
+    app_role: Option<String>,
+    /// The test command, after `--`: it runs with DATABASE_URL, PGHOST, PGPORT, PGUSER, PGPASSWORD and PGDATABASE set; what the server saw it run becomes the statement set.
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<String>,
 }
 
 fn capture(args: CaptureArgs) -> ExitCode {
-    let url = &args.database_url;
-    let set = match rollsafe::capture::capture(url, &args.app, &args.needs) {
+    if !args.test_run.command.is_empty() {
+        return match capture_tests(&args) {
+            Ok(code) => code,
+            Err(e) => could_not_run(e),
+        };
+    }
+    let (Some(url), Some(needs)) = (&args.database_url, &args.needs) else {
+        return fail(2, &"capture needs a test command after `--` (rollsafe capture --migrations DIR --app NAME --out FILE -- CMD …), or --database-url URL and --needs V to read a live database's pg_stat_statements");
+    };
+    let set = match rollsafe::capture::capture(url, &args.app, needs) {
         Ok(set) => set,
         Err(e) => return fail(2, &db::scrub(&e.to_string(), url)),
     };
-    match &args.out {
-        Some(path) => {
-            if let Err(e) = std::fs::write(path, &set.text) {
-                return fail(2, &format!("cannot write {}: {e}", path.display()));
-            }
-        }
-        None => print!("{}", set.text),
+    if let Err(code) = write_captured(&args.out, &set.text) {
+        return code;
     }
     eprintln!(
         "rollsafe capture: {} reads, {} writes, {} to review (-- review:), {} left out (transaction/session control, rollsafe's own queries){}",
@@ -94,6 +122,77 @@ fn capture(args: CaptureArgs) -> ExitCode {
             .map_or(String::new(), |p| format!("; written to {}", p.display()))
     );
     ExitCode::SUCCESS
+}
+
+/// The set to `out`, else to stdout.
+fn write_captured(out: &Option<PathBuf>, text: &str) -> Result<(), ExitCode> {
+    match out {
+        Some(path) => std::fs::write(path, text)
+            .map_err(|e| fail(2, &format!("cannot write {}: {e}", path.display()))),
+        None => {
+            print!("{text}");
+            Ok(())
+        }
+    }
+}
+
+/// `rollsafe capture … -- CMD`.
+fn capture_tests(args: &CaptureArgs) -> anyhow::Result<ExitCode> {
+    let run_args = &args.test_run;
+    let catalog = Catalog::load_in(
+        run_args.migrations.as_deref(),
+        &ReadOptions {
+            layout: run_args.layout,
+            placeholders: Default::default(),
+        },
+    )?;
+    let at = match &run_args.at {
+        Some(text) => Some(
+            catalog
+                .resolve_label(text)
+                .map_err(|why| anyhow::anyhow!("--at {text}: {why}"))?,
+        ),
+        None => None,
+    };
+    let app_role = match &run_args.app_role {
+        Some(text) => Some(rollsafe::app::role_name(text).ok_or_else(|| {
+            anyhow::anyhow!("--app-role {text} is not a role name rollsafe can create; use a plain identifier (letters, digits, _) that does not start with pg_")
+        })?),
+        None => None,
+    };
+    let run = rollsafe::capture::run::TestRun {
+        app: args.app.clone(),
+        at,
+        app_role,
+        command: run_args.command.clone(),
+        dir: None,
+    };
+    let builder = rollsafe::capture::run::log_settings(run_args.sandbox.builder()?);
+    let sandbox = builder.start()?;
+    let captured = rollsafe::capture::run::capture_tests(&sandbox, &catalog, &run)?;
+    if let Err(code) = write_captured(&args.out, &captured.set.text) {
+        return Ok(code);
+    }
+    let set = &captured.set;
+    eprintln!(
+        "rollsafe capture: {} at {}: {} reads, {} writes, {} to review (-- review:); left out: {} transaction/session control, {} DDL and maintenance, {} on scratch tables, {} on the migration tool's history table, {} that failed in every call; the test command took {:.1}s, capture {:.1}s in all{}",
+        args.app,
+        captured.label,
+        set.reads,
+        set.writes,
+        set.to_review,
+        set.skipped,
+        set.definitions,
+        set.scratch,
+        set.bookkeeping,
+        set.failed,
+        captured.command_time.as_secs_f64(),
+        captured.total_time.as_secs_f64(),
+        args.out
+            .as_ref()
+            .map_or(String::new(), |p| format!("; written to {}", p.display()))
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Where throwaway Postgres comes from.
@@ -177,9 +276,93 @@ struct VerifyArgs {
     /// The longest one rehearsed statement (a migration's or an app's) may run before it is cancelled and reported, 1s to 24h (e.g. 5m, 30s).
     #[arg(long, default_value = "5m", value_parser = duration_in(bounds::VERIFY_STATEMENT_TIMEOUT))]
     statement_timeout: Duration,
+    #[command(flatten)]
+    base: BaseArgs,
     /// Only the static precheck: squawk's lint rules on the migration files, with lines. Starts no Postgres (no Docker, no binaries needed) and measures nothing: its findings are warnings.
     #[arg(long)]
     static_only: bool,
+}
+
+/// `verify --base REF [--capture CMD]`: a pull request's change, read
+/// from git.
+#[derive(Args)]
+struct BaseArgs {
+    /// Rehearse only the migrations the working tree adds to git REF's (e.g. origin/main); REF's are applied unchecked. A migration REF has that the tree changed or removed is refused (applied history edited).
+    #[arg(long, value_name = "REF", requires = "migrations", conflicts_with_all = ["since", "from_target"])]
+    base: Option<String>,
+    /// With --base: the app's test command (run with `sh -c` in a checkout of REF at REF's newest migration, and here at the tree's newest); what the server saw each run becomes the old (`base`) and the new (`head`) app.
+    #[arg(long, value_name = "CMD", requires = "base", conflicts_with = "apps")]
+    capture: Option<String>,
+}
+
+/// What `--base` prepared: REF's checkout and the captured apps, kept
+/// until the run ends.
+struct BaseRun {
+    _base: rollsafe::capture::base::Base,
+    _apps: Option<tempfile::TempDir>,
+}
+
+/// `--base REF`: REF's newest migration becomes `--since`; with
+/// `--capture`, the app captured at REF and here becomes `--apps`.
+fn prepare_base(args: &mut VerifyArgs, catalog: &Catalog) -> anyhow::Result<Option<BaseRun>> {
+    use rollsafe::capture::{base, run};
+    let (Some(reference), Some(dir)) = (args.base.base.clone(), args.migrations.clone()) else {
+        return Ok(None);
+    };
+    let options = ReadOptions {
+        layout: args.layout,
+        placeholders: args.placeholders.iter().cloned().collect(),
+    };
+    let checkout = base::checkout(&dir, &reference)?;
+    let base_catalog = checkout.catalog(&options)?;
+    let newest = checkout.check_history(&base_catalog, catalog)?;
+    eprintln!(
+        "rollsafe verify: --base {reference}: {} migration(s) there, {} added here",
+        base_catalog.migrations().len(),
+        catalog.migrations().len() - base_catalog.migrations().len()
+    );
+    args.since = newest.clone();
+    let Some(command) = args.base.capture.clone() else {
+        return Ok(Some(BaseRun {
+            _base: checkout,
+            _apps: None,
+        }));
+    };
+    let apps = tempfile::Builder::new()
+        .prefix("rollsafe-apps-")
+        .tempdir()?;
+    let sandbox = run::log_settings(args.sandbox.builder()?).start()?;
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let app_role = args.app_role.clone();
+    for (app, at_catalog, dir) in [
+        ("base", &base_catalog, checkout.same_place(&cwd)),
+        ("head", catalog, cwd.clone()),
+    ] {
+        let test_run = run::TestRun {
+            app: app.to_string(),
+            at: None,
+            app_role: app_role.clone(),
+            command: vec!["sh".into(), "-c".into(), command.clone()],
+            dir: Some(dir),
+        };
+        eprintln!("rollsafe verify: capturing the {app} app (`{command}`)");
+        let captured = run::capture_tests(&sandbox, at_catalog, &test_run)?;
+        let set = &captured.set;
+        eprintln!(
+            "rollsafe verify: the {app} app at {}: {} statements ({} reads, {} writes, {} to review)",
+            captured.label,
+            set.reads + set.writes + set.to_review,
+            set.reads,
+            set.writes,
+            set.to_review
+        );
+        std::fs::write(apps.path().join(format!("{app}.sql")), &set.text)?;
+    }
+    args.apps = Some(apps.path().to_path_buf());
+    Ok(Some(BaseRun {
+        _base: checkout,
+        _apps: Some(apps),
+    }))
 }
 
 /// How migrations wait for table locks (`migrate` applies with it; `verify`
@@ -304,6 +487,7 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             placeholders: args.placeholders.iter().cloned().collect(),
         },
     )?;
+    let _base = prepare_base(&mut args, &catalog)?;
     let since = match &args.since {
         Some(text) => Some(since_version(&catalog, text)?),
         None => None,

@@ -43,18 +43,74 @@ pub struct ReadShape {
     pub params: usize,
     /// Its `WHERE`'s top-level conjuncts, in order.
     pub filters: Vec<Filter>,
+    /// `$N` → the value the app binds it to in every call (`-- bound:`
+    /// lines, [`bound_values`]): compared with that value, never keyed
+    /// to a column (`is_ready = $2`, always bound `true`, is not run
+    /// with every value `is_ready` holds).
+    pub bound: BTreeMap<usize, String>,
 }
 
 impl ReadShape {
-    /// Whether every parameter is bound to a column.
+    /// Whether every parameter is bound to a column or to the app's one
+    /// value.
     pub fn fully_keyed(&self) -> bool {
-        (1..=self.params).all(|n| self.keys.contains_key(&n))
+        (1..=self.params).all(|n| self.keys.contains_key(&n) || self.bound.contains_key(&n))
     }
 
     /// The key columns, in parameter order.
     pub fn key_columns(&self) -> Vec<String> {
         self.keys.values().cloned().collect()
     }
+
+    /// The shape with `bound` (from the statement's `-- bound:` lines)
+    /// taking those parameters out of the keys.
+    pub fn with_bound(mut self, bound: BTreeMap<usize, String>) -> ReadShape {
+        for n in bound.keys() {
+            self.keys.remove(n);
+            self.arrays.remove(n);
+        }
+        self.bound = bound;
+        self
+    }
+
+    /// Parameter values from one value per key column (in parameter
+    /// order) and the bound values: an `= ANY($N)` parameter takes its
+    /// column's value as a one-element array.
+    pub fn params_of(&self, keyed: &[Option<String>]) -> Vec<Option<String>> {
+        let mut keyed = keyed.iter();
+        (1..=self.params.max(keyed.len()))
+            .map(|n| match self.bound.get(&n) {
+                Some(v) => Some(v.clone()),
+                None => match keyed.next().cloned().flatten() {
+                    Some(v) if self.arrays.contains(&n) => Some(one_element_array(&v)),
+                    v => v,
+                },
+            })
+            .collect()
+    }
+}
+
+/// `value` as the text of a one-element array (`{"a b"}`), quoted so
+/// that commas, braces and quotes stay inside the element.
+pub fn one_element_array(value: &str) -> String {
+    let escaped = value.replace('\\', "\\\\").replace('"', "\\\"");
+    format!("{{\"{escaped}\"}}")
+}
+
+/// The values a statement's `-- bound: $N = 'value'` lines give (what
+/// the app binds `$N` to in every call, as `rollsafe capture` writes
+/// them from the server's log); lines it cannot read are ignored (the
+/// parameter is then keyed or sampled as without them).
+pub fn bound_values<'a>(lines: impl Iterator<Item = &'a str>) -> BTreeMap<usize, String> {
+    lines
+        .filter_map(|line| {
+            let (param, value) = line.split_once('=')?;
+            let n: usize = param.trim().strip_prefix('$')?.parse().ok()?;
+            let value = value.trim();
+            let inner = value.strip_prefix('\'')?.strip_suffix('\'')?;
+            (n > 0).then(|| (n, inner.replace("''", "'")))
+        })
+        .collect()
 }
 
 /// One conjunct of a `WHERE`: its text and the column names in it.
@@ -412,6 +468,96 @@ pub fn write_target(sql: &str) -> Option<String> {
     .ok()
 }
 
+/// What a write statement puts where: its table, the column each
+/// parameter is written to (`INSERT … (col) VALUES ($N)`, `UPDATE … SET
+/// col = $N`), and the column each parameter of an `UPDATE`'s `WHERE`
+/// is compared to (the row it must find).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WriteShape {
+    pub table: String,
+    pub written: BTreeMap<usize, String>,
+    pub keys: BTreeMap<usize, String>,
+}
+
+/// The write shape of an `INSERT … VALUES` with a column list, or an
+/// `UPDATE`; None for any other statement.
+pub fn infer_write(sql: &str) -> Option<WriteShape> {
+    let table = write_target(sql)?;
+    with_statement(sql, |stmt| {
+        let node = stmt.syntax();
+        let mut shape = WriteShape {
+            table: table.clone(),
+            ..WriteShape::default()
+        };
+        let target_name = |n: &SyntaxNode| {
+            n.descendants()
+                .find(|c| c.kind() == SyntaxKind::COLUMN_NAME_REF)
+                .map(|c| folded(&c.text().to_string()))
+        };
+        match stmt {
+            Stmt::Insert(_) => {
+                let columns: Vec<Option<String>> = node
+                    .children()
+                    .find(|c| c.kind() == SyntaxKind::COLUMN_TARGET_LIST)
+                    .ok_or_else(String::new)?
+                    .children()
+                    .filter(|c| c.kind() == SyntaxKind::COLUMN_TARGET)
+                    .map(|c| target_name(&c))
+                    .collect();
+                let rows = node
+                    .children()
+                    .find(|c| c.kind() == SyntaxKind::VALUES)
+                    .into_iter()
+                    .flat_map(|v| v.descendants().filter(|c| c.kind() == SyntaxKind::ROW));
+                for row in rows {
+                    for (item, column) in row.children().zip(&columns) {
+                        if let (Some(n), Some(column)) = (as_param(&item), column) {
+                            shape.written.entry(n).or_insert_with(|| column.clone());
+                        }
+                    }
+                }
+            }
+            Stmt::Update(_) => {
+                for set in node
+                    .descendants()
+                    .filter(|c| c.kind() == SyntaxKind::SET_SINGLE_COLUMN)
+                {
+                    let column = set
+                        .children()
+                        .find(|c| c.kind() == SyntaxKind::COLUMN_TARGET)
+                        .and_then(|c| target_name(&c));
+                    let param = set
+                        .children()
+                        .find(|c| c.kind() == SyntaxKind::SET_EXPR)
+                        .and_then(|e| e.children().next())
+                        .and_then(|e| as_param(&e));
+                    if let (Some(n), Some(column)) = (param, column) {
+                        shape.written.insert(n, column);
+                    }
+                }
+                if let Some(expr) = node
+                    .children()
+                    .find(|c| c.kind() == SyntaxKind::WHERE_CLAUSE)
+                    .and_then(|w| w.children().next())
+                {
+                    let mut parts = Vec::new();
+                    conjuncts(&expr, &mut parts);
+                    for part in &parts {
+                        if let Some(k) = keyed_comparison(part).filter(|k| !k.array) {
+                            for n in k.params {
+                                shape.keys.entry(n).or_insert_with(|| k.column.1.clone());
+                            }
+                        }
+                    }
+                }
+            }
+            _ => return Err(String::new()),
+        }
+        Ok(shape)
+    })
+    .ok()
+}
+
 /// A `-- sample:` query must be one statement that only reads.
 pub fn check_sample(sql: &str) -> Result<(), String> {
     match crate::capture::classify(sql) {
@@ -426,6 +572,44 @@ mod tests {
 
     fn keys(shape: &ReadShape) -> Vec<(usize, &str)> {
         shape.keys.iter().map(|(n, c)| (*n, c.as_str())).collect()
+    }
+
+    #[test]
+    fn a_bound_parameter_is_compared_with_its_value_not_keyed() {
+        let bound =
+            bound_values(["$2 = 't'", "$3 = 'it''s'", "$x = 'no'", "$4 = NULL"].into_iter());
+        assert_eq!(
+            bound,
+            BTreeMap::from([(2, "t".to_string()), (3, "it's".to_string())])
+        );
+        let s = infer_read("SELECT id FROM recipes WHERE cook_id = $1 AND published = $2")
+            .unwrap()
+            .with_bound(BTreeMap::from([(2, "t".to_string())]));
+        assert!(s.fully_keyed());
+        assert_eq!(s.key_columns(), ["cook_id"]);
+        assert_eq!(
+            s.params_of(&[Some("7".into())]),
+            [Some("7".to_string()), Some("t".to_string())]
+        );
+    }
+
+    #[test]
+    fn a_write_says_which_column_each_parameter_goes_to() {
+        let w =
+            infer_write("INSERT INTO cooks (email, name) VALUES ($1, $2) RETURNING id").unwrap();
+        assert_eq!(w.table, "cooks");
+        assert_eq!(
+            w.written,
+            BTreeMap::from([(1, "email".to_string()), (2, "name".to_string())])
+        );
+        let w = infer_write("UPDATE recipes SET published = $1, title = $3 WHERE id = $2").unwrap();
+        assert_eq!(
+            w.written,
+            BTreeMap::from([(1, "published".to_string()), (3, "title".to_string())])
+        );
+        assert_eq!(w.keys, BTreeMap::from([(2, "id".to_string())]));
+        assert!(infer_write("SELECT 1").is_none());
+        assert!(infer_write("INSERT INTO t SELECT * FROM u").is_none());
     }
 
     #[test]

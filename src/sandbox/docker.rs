@@ -15,7 +15,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use testcontainers::core::Mount;
+use testcontainers::core::{Mount, WaitFor};
 use testcontainers::runners::SyncRunner;
 use testcontainers::{Container, ImageExt};
 use testcontainers_modules::postgres::Postgres;
@@ -137,6 +137,21 @@ impl DockerBackend {
             .with_label(LABEL, std::process::id().to_string())
             .with_label(cleanup::HOST_LABEL, cleanup::host_name())
             .with_startup_timeout(Duration::from_secs(120));
+        // With the logging collector on (capture's statement log), the
+        // server's messages after its start go to the collector's files,
+        // not to stderr where testcontainers waits for "ready": wait for
+        // the collector taking over instead, then for the port to answer
+        // (the init-time server listens on no TCP port).
+        let collector = settings
+            .iter()
+            .any(|(k, v)| k == "logging_collector" && v == "on");
+        let request = if collector {
+            request.with_ready_conditions(vec![WaitFor::message_on_stderr(
+                "redirecting log output to logging collector process",
+            )])
+        } else {
+            request
+        };
         cleanup::docker_starting();
         let container = request.start().map_err(|e| {
             let detail = e.to_string();
@@ -162,6 +177,18 @@ impl DockerBackend {
         let registration = cleanup::register(Held::Container {
             id: container.id().to_string(),
         });
+        if collector {
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while let Err(e) = crate::db::connect(&admin_url) {
+                if std::time::Instant::now() >= deadline {
+                    return Err(SandboxError::DockerStart {
+                        image: image.to_string(),
+                        detail: e.to_string(),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
         Ok(DockerBackend {
             _registration: registration,
             image: image.to_string(),

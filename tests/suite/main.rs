@@ -4,6 +4,7 @@
 //! a fresh database per test, tests in parallel. Each area registers its
 //! tests in its own module.
 
+mod capture;
 mod check;
 mod cleanup;
 mod common;
@@ -60,6 +61,7 @@ fn main() {
     trials.extend(layouts::tests(&env));
     trials.extend(report::tests(&env));
     trials.extend(readers::tests(&env));
+    trials.extend(capture::tests(&env));
     trials.retain(|t| common::in_scope(t.name()));
     let conclusion = libtest_mimic::run(&args, trials);
     common::print_slowest(10);

@@ -94,18 +94,13 @@ impl Reader<'_> {
     }
 
     /// A binding of column values (one per key, in parameter order) as
-    /// parameter values: an `= ANY($N)` parameter takes its value as a
-    /// one-element array.
+    /// parameter values, with the values the app always binds
+    /// ([`ReadShape::params_of`]).
     fn params_of(&self, values: &[Option<String>]) -> Vec<Option<String>> {
-        let arrays = self.shape.as_ref().map(|s| &s.arrays);
-        values
-            .iter()
-            .enumerate()
-            .map(|(i, v)| match v {
-                Some(v) if arrays.is_ok_and(|a| a.contains(&(i + 1))) => Some(one_element_array(v)),
-                v => v.clone(),
-            })
-            .collect()
+        match &self.shape {
+            Ok(s) => s.params_of(values),
+            Err(_) => values.to_vec(),
+        }
     }
 
     fn limited(&self) -> bool {
@@ -140,7 +135,10 @@ fn readers_of(app: &AppVersion) -> Vec<Reader<'_>> {
         .map(|st| Reader {
             app,
             statement: st,
-            shape: bindings::infer_read(&st.sql),
+            // A parameter the app binds to one value (`-- bound:`, from
+            // `rollsafe capture`) is compared with it, not keyed.
+            shape: bindings::infer_read(&st.sql)
+                .map(|s| s.with_bound(bindings::bound_values(st.meta_values("bound")))),
         })
         .collect()
 }
@@ -153,13 +151,6 @@ fn writes_of(app: &AppVersion) -> Vec<(&Statement, String)> {
         .iter()
         .filter_map(|st| bindings::write_target(&st.sql).map(|t| (st, t)))
         .collect()
-}
-
-/// `value` as the text of a one-element array (`{"a b"}`), quoted so
-/// that commas, braces and quotes stay inside the element.
-fn one_element_array(value: &str) -> String {
-    let escaped = value.replace('\\', "\\\\").replace('"', "\\\"");
-    format!("{{\"{escaped}\"}}")
 }
 
 /// `schema.table` quoted for SQL.
@@ -413,6 +404,10 @@ impl Run<'_> {
         let (bound_by, bindings) = match (sample, &reader.shape) {
             (Some(sql), _) => (BoundBy::Sample, sampled(c, sql)),
             (None, Ok(s)) if s.params == 0 => (BoundBy::Nothing, Ok(vec![Vec::new()])),
+            // Every parameter bound to the app's one value: one binding.
+            (None, Ok(s)) if s.fully_keyed() && s.keys.is_empty() => {
+                (BoundBy::Keys, Ok(vec![Vec::new()]))
+            }
             (None, Ok(s)) if s.fully_keyed() => {
                 (BoundBy::Keys, keyed(c, &s.table, &s.key_columns()))
             }
@@ -704,9 +699,12 @@ fn bind_to_row(c: &mut Client, reader: &Reader, row: &Row) -> Option<Vec<Option<
     for (n, column) in &shape.keys {
         let value = row[column].clone();
         *values.get_mut(n - 1)? = match value {
-            Some(v) if shape.arrays.contains(n) => Some(one_element_array(&v)),
+            Some(v) if shape.arrays.contains(n) => Some(bindings::one_element_array(&v)),
             v => v,
         };
+    }
+    for (n, v) in &shape.bound {
+        *values.get_mut(n - 1)? = Some(v.clone());
     }
     Some(values)
 }

@@ -1,8 +1,12 @@
-//! Statement sets from a running app: `rollsafe capture` reads the
-//! normalised statements `pg_stat_statements` collected in a database (the
-//! app's real queries, constants already replaced by `$n` parameters) and
-//! writes them as a statement set (the format of `src/dao/*.sql`, read by
-//! [`crate::app`]), so a team does not hand-write what its app runs.
+//! Statement sets from a running app, so a team does not hand-write what
+//! its app runs. Two sources, one writer ([`write_set`], the format of
+//! `src/dao/*.sql`, read by [`crate::app`]):
+//! - a test run ([`run`]): the project's own test command runs against a
+//!   throwaway database at a migration version, and the server's
+//!   statement log says what it ran and with which values ([`log`]);
+//! - a live database's `pg_stat_statements` ([`capture`]): the normalised
+//!   statements production ran (constants already `$n`), never the
+//!   values, and only of the version already deployed.
 //!
 //! Each statement is classified by parsing it (squawk's grammar through
 //! [`crate::sql`]), never by its first keyword: a `SELECT` without a
@@ -16,14 +20,21 @@
 //! written without a kind and with a `-- review:` line, for a person to
 //! keep, declare or delete.
 //!
-//! What it is not: a recorder. It reads the view once, in a read-only
+//! From a test run, DDL and maintenance the tests ran (fixtures creating
+//! and truncating tables) and statements on tables the migrations do not
+//! create (the tests' scratch tables) are left out and counted too; each
+//! statement carries the values its calls bound (`-- bound:` for a
+//! parameter every call bound to one boolean, compared with it by the
+//! readers comparison; `-- example:` rows).
+//!
+//! What `capture --database-url` is not: a recorder. It reads the view once, in a read-only
 //! transaction, and changes nothing; the statistics are whatever the server
 //! kept since its last reset. It needs the extension loaded at server start
 //! (`shared_preload_libraries`), which only the server's administrator can
 //! do; without it the error says how. The URL's password never appears in
 //! output or errors.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use squawk_syntax::ast::{AstNode, Stmt};
@@ -31,6 +42,11 @@ use squawk_syntax::{SyntaxKind, SyntaxNode};
 use thiserror::Error;
 
 use crate::db;
+
+pub mod base;
+pub mod log;
+pub mod params;
+pub mod run;
 
 /// One row of `pg_stat_statements`: a normalised statement and how often
 /// it ran.
@@ -40,6 +56,55 @@ pub struct Captured {
     pub calls: i64,
 }
 
+/// A distinct statement as a source saw it: its text, how often it ran,
+/// and the values it was bound to (none from `pg_stat_statements`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Observed {
+    pub query: String,
+    pub calls: i64,
+    /// `$N` → the boolean every call bound it to (`t` or `f`).
+    pub bound: BTreeMap<usize, String>,
+    /// A few distinct rows of bound values, in order.
+    pub examples: Vec<Vec<Option<String>>>,
+    /// `$N` → a SQL expression for a value that holds in a rehearsal's
+    /// database (`-- param:`, [`params`]).
+    pub params: BTreeMap<usize, String>,
+}
+
+/// How many distinct rows of bound values a statement shows.
+const EXAMPLES: usize = 3;
+
+impl Observed {
+    /// A statement of a test run, from its calls' bound rows.
+    pub fn from_group(g: &log::Group) -> Observed {
+        let width = g.rows.iter().map(Vec::len).max().unwrap_or(0);
+        let bound = (0..width)
+            .filter_map(|i| {
+                let mut values = g.rows.iter().map(|r| r.get(i).cloned().flatten());
+                let first = values.next()??;
+                let boolean = first == "t" || first == "f";
+                (boolean && values.all(|v| v.as_ref() == Some(&first))).then_some((i + 1, first))
+            })
+            .collect();
+        Observed {
+            query: g.text.clone(),
+            calls: g.calls,
+            bound,
+            examples: g.rows.iter().take(EXAMPLES).cloned().collect(),
+            params: BTreeMap::new(),
+        }
+    }
+}
+
+/// Where a set's statements came from: what is left out differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// `pg_stat_statements`: DDL is kept for a person to review.
+    Statistics,
+    /// A test run's log: DDL and maintenance were the tests' fixtures.
+    TestRun,
+}
+
 /// What the parse says a statement does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Class {
@@ -47,6 +112,10 @@ pub enum Class {
     Write,
     /// Transaction or session control: left out of the set.
     Session,
+    /// DDL, maintenance, `COPY`, `SELECT INTO`: a test fixture's from a
+    /// test run, for review from `pg_stat_statements` (why, in the
+    /// string).
+    Definition(&'static str),
     /// Kept with a `-- review:` line (why, in the string).
     Review(&'static str),
 }
@@ -99,6 +168,16 @@ impl Header {
     }
 }
 
+impl Header {
+    /// A test run's header: the app name checked, `needs` the label of
+    /// the migration the tests ran at, as its layout writes it.
+    pub fn at_label(app: &str, label: &str, origin: String) -> Result<Header, CaptureError> {
+        let mut header = Header::new(app, "1", origin)?;
+        header.needs = label.to_string();
+        Ok(header)
+    }
+}
+
 /// A written set and what went into it.
 #[derive(Debug, Clone)]
 pub struct CapturedSet {
@@ -109,6 +188,25 @@ pub struct CapturedSet {
     pub to_review: usize,
     /// Transaction/session control and rollsafe's own queries, left out.
     pub skipped: usize,
+    /// DDL and maintenance a test run ran (its fixtures), left out.
+    pub definitions: usize,
+    /// Statements of a test run on tables the migrations do not create
+    /// (the tests' scratch tables), left out.
+    pub scratch: usize,
+    /// Statements of a test run on the migration tool's history table (an
+    /// app that checks or runs its migrations at start), left out.
+    pub bookkeeping: usize,
+    /// Statements of a test run that failed in every call (a test that
+    /// bad input is refused), left out.
+    pub failed: usize,
+}
+
+/// What a test run left out before the set is written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Excluded {
+    pub scratch: usize,
+    pub bookkeeping: usize,
+    pub failed: usize,
 }
 
 /// Reads `pg_stat_statements` of the database `url` names (read-only) and
@@ -209,11 +307,11 @@ pub fn classify(query: &str) -> Class {
                     Class::Read
                 }
             }
-            Stmt::SelectInto(_) => Class::Review("SELECT INTO creates a table"),
+            Stmt::SelectInto(_) => Class::Definition("SELECT INTO creates a table"),
             Stmt::Call(_) | Stmt::Do(_) | Stmt::Execute(_) => Class::Review(
                 "a procedure or prepared statement: whether it writes is not visible here",
             ),
-            _ => Class::Review(
+            _ => Class::Definition(
                 "not a query an app runs against its tables (DDL, COPY, maintenance, …)",
             ),
         }
@@ -335,6 +433,20 @@ fn text_and_name(query: &str) -> (String, String) {
     }
 }
 
+/// `_by_owner_id_published`: the columns a reader's parameters are
+/// compared to, so that the same read in two versions of an app has a
+/// name of its own (`select_notes_by_owner_id` is not `select_notes_by_id`,
+/// whatever else either version runs); empty when it compares none.
+fn keyed_by(sql: &str) -> String {
+    match crate::app::bindings::infer_read(sql) {
+        Ok(shape) if !shape.keys.is_empty() => {
+            let columns: BTreeSet<String> = shape.keys.values().cloned().collect();
+            format!("_by_{}", columns.into_iter().collect::<Vec<_>>().join("_"))
+        }
+        _ => String::new(),
+    }
+}
+
 /// `-- name:` values are identifiers of the set: lower-case letters,
 /// digits and `_`, unique (a repeat gets `_2`, `_3`, …).
 fn unique_name(raw: &str, taken: &mut BTreeSet<String>) -> String {
@@ -357,15 +469,38 @@ fn unique_name(raw: &str, taken: &mut BTreeSet<String>) -> String {
     name
 }
 
-/// Writes the statement set for `rows` (in the order given; the query
-/// orders them by calls).
+/// Writes the statement set for `rows` of `pg_stat_statements` (in the
+/// order given; the query orders them by calls).
 pub fn write_set(header: &Header, rows: &[Captured]) -> CapturedSet {
+    let observed: Vec<Observed> = rows
+        .iter()
+        .map(|r| Observed {
+            query: r.query.clone(),
+            calls: r.calls,
+            ..Observed::default()
+        })
+        .collect();
+    write_observed(header, &observed, Source::Statistics, Excluded::default())
+}
+
+/// Writes the statement set for `rows` from `source`; `excluded` counts
+/// the statements a test run already left out.
+pub fn write_observed(
+    header: &Header,
+    rows: &[Observed],
+    source: Source,
+    excluded: Excluded,
+) -> CapturedSet {
     let mut out = CapturedSet {
         text: String::new(),
         reads: 0,
         writes: 0,
         to_review: 0,
         skipped: 0,
+        definitions: 0,
+        scratch: excluded.scratch,
+        bookkeeping: excluded.bookkeeping,
+        failed: excluded.failed,
     };
     let mut body = String::new();
     let mut taken = BTreeSet::new();
@@ -376,26 +511,32 @@ pub fn write_set(header: &Header, rows: &[Captured]) -> CapturedSet {
             out.skipped += 1;
             continue;
         }
-        let class = classify(&row.query);
-        let (kind, review) = match class {
-            Class::Session => {
+        let (kind, review) = match (classify(&row.query), source) {
+            (Class::Session, _) => {
                 out.skipped += 1;
                 continue;
             }
-            Class::Read => {
+            (Class::Definition(_), Source::TestRun) => {
+                out.definitions += 1;
+                continue;
+            }
+            (Class::Read, _) => {
                 out.reads += 1;
                 (Some("read"), None)
             }
-            Class::Write => {
+            (Class::Write, _) => {
                 out.writes += 1;
                 (Some("write"), None)
             }
-            Class::Review(why) => {
+            (Class::Review(why) | Class::Definition(why), _) => {
                 out.to_review += 1;
                 (None, Some(why))
             }
         };
-        let (text, raw_name) = text_and_name(&row.query);
+        let (text, mut raw_name) = text_and_name(&row.query);
+        if source == Source::TestRun && kind == Some("read") {
+            raw_name.push_str(&keyed_by(&text));
+        }
         let name = unique_name(&raw_name, &mut taken);
         let _ = writeln!(body, "\n-- name: {name}");
         if let Some(kind) = kind {
@@ -408,21 +549,85 @@ pub fn write_set(header: &Header, rows: &[Captured]) -> CapturedSet {
             );
         }
         let _ = writeln!(body, "-- calls: {}", row.calls);
+        for (n, expr) in &row.params {
+            let _ = writeln!(body, "-- param: ${n} = {expr}");
+        }
+        for (n, value) in &row.bound {
+            let _ = writeln!(
+                body,
+                "-- bound: ${n} = {}",
+                quoted_value(&Some(value.clone()))
+            );
+        }
+        for example in &row.examples {
+            if example.is_empty() {
+                continue;
+            }
+            let values: Vec<String> = example
+                .iter()
+                .enumerate()
+                .map(|(i, v)| format!("${} = {}", i + 1, quoted_value(v)))
+                .collect();
+            let _ = writeln!(body, "-- example: {}", values.join(", "));
+        }
         let _ = writeln!(body, "{text};");
     }
     let _ = writeln!(out.text, "-- app: {}", header.app);
     let _ = writeln!(out.text, "-- needs: {}", header.needs);
-    let _ = writeln!(
-        out.text,
-        "--\n-- Captured by `rollsafe capture` from {}: {} reads, {} writes, {} to review, {} left out (transaction/session control, rollsafe's own queries).",
-        header.origin, out.reads, out.writes, out.to_review, out.skipped
-    );
-    out.text.push_str(
-        "-- Constants were replaced by $n parameters; rollsafe verify generates values per type,\n\
-         -- or declare one under a statement's name: -- param: $1 = (SQL).\n",
-    );
+    match source {
+        Source::Statistics => {
+            let _ = writeln!(
+                out.text,
+                "--\n-- Captured by `rollsafe capture` from {}: {} reads, {} writes, {} to review, {} left out (transaction/session control, rollsafe's own queries).",
+                header.origin, out.reads, out.writes, out.to_review, out.skipped
+            );
+            out.text.push_str(
+                "-- Constants were replaced by $n parameters; rollsafe verify generates values per type,\n\
+                 -- or declare one under a statement's name: -- param: $1 = (SQL).\n",
+            );
+        }
+        Source::TestRun => {
+            let _ = writeln!(
+                out.text,
+                "--\n-- Captured by `rollsafe capture` from {}: {} reads, {} writes, {} to review; left out: {} transaction/session control, {} DDL and maintenance (test fixtures), {} on tables the migrations do not create (scratch tables), {} on the migration tool's history table, {} that failed in every call (the tests' expected errors).",
+                header.origin, out.reads, out.writes, out.to_review, out.skipped, out.definitions, out.scratch, out.bookkeeping, out.failed
+            );
+            out.text.push_str(
+                "-- `-- bound: $N = v`: every call bound $N to v (the readers comparison binds it so);\n\
+                 -- `-- example:` rows are values the tests bound; `-- param:` values of writes hold in any\n\
+                 -- database at this schema (an existing row for a foreign key, else the tests' value).\n\
+                 -- Capture again when the app changes.\n",
+            );
+        }
+    }
     out.text.push_str(&body);
     out
+}
+
+/// How much of a long bound value an `-- example:` shows.
+const EXAMPLE_CHARS: usize = 200;
+
+/// A bound value as the server's log writes it: `'text'` with quotes
+/// doubled, or `NULL`; a long one cut, with its length after it.
+fn quoted_value(v: &Option<String>) -> String {
+    match v {
+        None => "NULL".to_string(),
+        Some(v) if v.chars().count() > EXAMPLE_CHARS => {
+            let cut: String = v.chars().take(EXAMPLE_CHARS).collect();
+            format!(
+                "{}… ({} chars)",
+                quoted_value(&Some(cut)),
+                v.chars().count()
+            )
+        }
+        // A value on one line: the set's metadata is line-based.
+        Some(v) => format!(
+            "'{}'",
+            v.replace('\'', "''")
+                .replace('\n', "\\n")
+                .replace('\r', "\\r")
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -459,13 +664,15 @@ mod tests {
         ] {
             assert_eq!(classify(sql), class, "{sql}");
         }
+        for sql in ["CALL restock($1)", "SELEKT 1"] {
+            assert!(matches!(classify(sql), Class::Review(_)), "{sql}");
+        }
         for sql in [
-            "CALL restock($1)",
             "CREATE INDEX ON books (title)",
             "SELECT * INTO copy FROM books",
-            "SELEKT 1",
+            "TRUNCATE books",
         ] {
-            assert!(matches!(classify(sql), Class::Review(_)), "{sql}");
+            assert!(matches!(classify(sql), Class::Definition(_)), "{sql}");
         }
     }
 
@@ -527,6 +734,64 @@ mod tests {
             "SELECT title FROM books WHERE shelf = $1",
             "comments are dropped"
         );
+    }
+
+    #[test]
+    fn a_test_run_s_set_shows_bound_values_and_leaves_fixtures_out() {
+        let header = Header::at_label("shop", "V2", "the test command `t`".into()).unwrap();
+        let group = |text: &str, rows: &[&[Option<&str>]]| log::Group {
+            text: text.into(),
+            calls: rows.len() as i64,
+            rows: rows
+                .iter()
+                .map(|r| r.iter().map(|v| v.map(String::from)).collect())
+                .collect(),
+        };
+        let long = "x".repeat(300);
+        let rows: Vec<Observed> = [
+            group(
+                "SELECT id FROM books WHERE shelf = $1 AND listed = $2",
+                &[&[Some("3"), Some("t")], &[Some("4"), Some("t")]],
+            ),
+            group(
+                "INSERT INTO notes (body) VALUES ($1)",
+                &[&[Some(long.as_str())], &[None]],
+            ),
+            group("CREATE TEMP TABLE scratch (a int)", &[&[]]),
+            group("BEGIN", &[&[], &[]]),
+        ]
+        .iter()
+        .map(Observed::from_group)
+        .collect();
+        let set = write_observed(
+            &header,
+            &rows,
+            Source::TestRun,
+            Excluded {
+                scratch: 1,
+                ..Excluded::default()
+            },
+        );
+        assert_eq!(
+            (
+                set.reads,
+                set.writes,
+                set.skipped,
+                set.definitions,
+                set.scratch
+            ),
+            (1, 1, 1, 1, 1)
+        );
+        assert!(set.text.contains("-- name: select_books_by_listed_shelf\n-- kind: read\n-- calls: 2\n-- bound: $2 = 't'\n-- example: $1 = '3', $2 = 't'\n-- example: $1 = '4', $2 = 't'\n"), "{}", set.text);
+        assert!(set.text.contains("-- example: $1 = NULL\n"), "{}", set.text);
+        assert!(
+            set.text
+                .contains(&format!("'{}'… (300 chars)", "x".repeat(EXAMPLE_CHARS))),
+            "{}",
+            set.text
+        );
+        let app = AppVersion::parse("captured.sql", &set.text).unwrap();
+        assert_eq!(app.set.statements().len(), 2);
     }
 
     #[test]

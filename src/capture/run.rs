@@ -1,0 +1,361 @@
+//! `rollsafe capture -- CMD`: the project's own test command run against
+//! a throwaway database at a migration version, and what the server saw
+//! it run written as a statement set.
+//!
+//! The database is built as production's is: the migrations applied up
+//! to the version by a login role that owns the database and is not a
+//! superuser, each with its tool's history row ([`crate::migrate`]), so
+//! an app that checks or runs its migrations at start finds them
+//! applied. The command connects as the app's role (`--app-role`,
+//! created before the first migration so the migrations' GRANTs give it
+//! what it gets), else as that owner; `DATABASE_URL` and libpq's `PG*`
+//! variables say where. It is the project's own code, run with the
+//! project's permissions, against the sandbox only.
+//!
+//! What it ran comes from the server's statement log, read back through
+//! SQL as the sandbox's superuser (`pg_ls_logdir`, `pg_read_file`), so
+//! every backend works the same: the server logs as JSON lines
+//! (`log_destination = 'jsonlog'`, PostgreSQL 15+, with the logging
+//! collector), and `log_statement = 'all'` is set on the capture's
+//! database only (`ALTER DATABASE`), after the migrations, so neither
+//! they nor other databases of the server are in it. Docker and local
+//! servers are started that way; an existing server (`--postgres URL`)
+//! must already run the collector with `jsonlog` and be reached as a
+//! superuser, else capture stops and says so. The collector writes
+//! asynchronously: a marker statement run after the command, found in
+//! the log, says the log is complete.
+//!
+//! A statement that names a table the migrations do not create (a
+//! scratch table of the tests) is found by preparing it on a copy of the
+//! database taken before the command ran: PostgreSQL's own name
+//! resolution says `undefined_table`, so no table list is guessed.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+
+use super::log;
+use super::{write_observed, CapturedSet, Excluded, Header, Observed, Source};
+use crate::catalog::Catalog;
+use crate::pg::quote_ident;
+use crate::sandbox::{Sandbox, SandboxBuilder, SandboxError};
+
+/// What to capture: the command, the database it runs against, the
+/// app it is.
+#[derive(Debug, Clone)]
+pub struct TestRun {
+    /// The app version's name (`-- app:`).
+    pub app: String,
+    /// Apply the migrations up to this version (rollsafe's version); None:
+    /// all of them.
+    pub at: Option<i32>,
+    /// The role the app connects as, created before the first migration;
+    /// None: the database's owner.
+    pub app_role: Option<String>,
+    /// The command and its arguments.
+    pub command: Vec<String>,
+    /// Where it runs; None: the current directory.
+    pub dir: Option<PathBuf>,
+}
+
+/// A finished capture.
+#[derive(Debug, Clone)]
+pub struct TestCapture {
+    pub set: CapturedSet,
+    /// The schema version the command ran at (its label).
+    pub label: String,
+    /// How long the command itself ran.
+    pub command_time: Duration,
+    /// How long the whole capture took (server, migrations, command, log).
+    pub total_time: Duration,
+}
+
+#[derive(Debug, Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Header(#[from] super::CaptureError),
+    #[error("{0}")]
+    Sandbox(#[from] SandboxError),
+    #[error("no command to capture: put the test command after `--` (e.g. rollsafe capture … -- pytest -q)")]
+    NoCommand,
+    #[error("{catalog} holds no migration to capture at; point --migrations at the project's migrations")]
+    NoMigrations { catalog: String },
+    #[error("capture reads the server's JSON log, which PostgreSQL {major} does not write (jsonlog is 15+); use a PostgreSQL 15 or later server (--image postgres:15, or local binaries of 15+)")]
+    OldServer { major: u32 },
+    #[error("the server does not write a JSON log capture can read ({why}); on a server of your own set logging_collector = on and log_destination to include 'jsonlog' in postgresql.conf, restart it, and pass a superuser URL, or use --postgres local or docker, which rollsafe starts that way")]
+    NoLog { why: String },
+    #[error("applying the migrations up to {label} failed: {detail}; fix the migration, or capture at an earlier version with --at")]
+    Migrate { label: String, detail: String },
+    #[error("could not start the test command `{command}`: {detail}; check that it is installed and on PATH")]
+    Spawn { command: String, detail: String },
+    #[error("the test command `{command}` failed ({status}); nothing was written: fix the tests (their output is above), then capture again")]
+    CommandFailed { command: String, status: String },
+    #[error("reading the server's log failed: {0}")]
+    Log(String),
+}
+
+/// The server settings a capture's own server starts with: the JSON
+/// log, in one file for the whole run.
+pub fn log_settings(builder: SandboxBuilder) -> SandboxBuilder {
+    if matches!(builder.choice(), crate::sandbox::BackendChoice::Server(_)) {
+        return builder;
+    }
+    builder
+        .server_setting("logging_collector", "on")
+        .server_setting("log_destination", "jsonlog")
+        .server_setting("log_rotation_size", "0")
+        .server_setting("log_rotation_age", "0")
+}
+
+/// Runs `run.command` against a database of `sandbox` at the wanted
+/// version of `catalog`, and writes what it ran.
+pub fn capture_tests(
+    sandbox: &Sandbox,
+    catalog: &Catalog,
+    run: &TestRun,
+) -> Result<TestCapture, RunError> {
+    let started = Instant::now();
+    let program = run.command.first().ok_or(RunError::NoCommand)?;
+    let at = match run.at {
+        Some(v) => v,
+        None => {
+            catalog
+                .migrations()
+                .last()
+                .ok_or_else(|| RunError::NoMigrations {
+                    catalog: catalog.source.to_string(),
+                })?
+                .version
+        }
+    };
+    let label = catalog
+        .get(at)
+        .map_or_else(|| at.to_string(), |m| m.label.clone());
+    let shown = shell_words(&run.command);
+    let header = Header::at_label(
+        &run.app,
+        &label,
+        format!("the test command `{shown}` at {label}"),
+    )?;
+    check_log(sandbox)?;
+
+    // The app's role first: the migrations' GRANTs give it what it gets.
+    let app_role = match &run.app_role {
+        Some(name) => Some(sandbox.create_login_role(name)?),
+        None => None,
+    };
+    let owner = sandbox.create_login_role(&sandbox.unique_role_name("migrator"))?;
+    let db = sandbox.fresh_database_owned_by(Some(&owner))?;
+    let options = crate::migrate::Options {
+        target: Some(at),
+        ..Default::default()
+    };
+    crate::migrate::migrate(&owner.url(db.url(), &[]), catalog, &options).map_err(|e| {
+        RunError::Migrate {
+            label: label.clone(),
+            detail: crate::db::scrub(&crate::errors::one_line(&e), db.url()),
+        }
+    })?;
+    let pristine = sandbox.clone_database_owned_by(&db, Some(&owner))?;
+    let mut admin = sandbox.connect_admin()?;
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {0} SET log_statement = 'all'; ALTER DATABASE {0} SET log_parameter_max_length = -1",
+            quote_ident(db.name())
+        ))
+        .map_err(|e| SandboxError::Sql {
+            context: "turning on the statement log".into(),
+            detail: crate::errors::one_line(&e),
+        })?;
+
+    let app_url = match &app_role {
+        Some(role) => role.url(db.url(), &[]),
+        None => owner.url(db.url(), &[]),
+    };
+    let clock = Instant::now();
+    run_command(run, program, &shown, &app_url)?;
+    let command_time = clock.elapsed();
+
+    let executed = read_log(sandbox, &app_url, db.name())?;
+    let groups = log::group(&executed);
+    let mut excluded = Excluded {
+        failed: log::failed_only(&executed),
+        ..Excluded::default()
+    };
+    let mut pristine_client = pristine
+        .connect()
+        .map_err(|e| RunError::Log(e.to_string()))?;
+    let mut observed = Vec::new();
+    let history = history_table(catalog);
+    for g in &groups {
+        if g.text.to_lowercase().contains(&history) {
+            excluded.bookkeeping += 1;
+        } else if names_a_scratch_table(&mut pristine_client, &g.text) {
+            excluded.scratch += 1;
+        } else {
+            let mut o = Observed::from_group(g);
+            if super::classify(&o.query) == super::Class::Write {
+                o.params =
+                    super::params::write_params(&mut pristine_client, &o.query, o.examples.first());
+            }
+            observed.push(o);
+        }
+    }
+    let set = write_observed(&header, &observed, Source::TestRun, excluded);
+    Ok(TestCapture {
+        set,
+        label,
+        command_time,
+        total_time: started.elapsed(),
+    })
+}
+
+/// The command line as a person would type it (for messages and the
+/// set's header).
+fn shell_words(command: &[String]) -> String {
+    command
+        .iter()
+        .map(|w| {
+            if !w.is_empty()
+                && w.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@+%".contains(c))
+            {
+                w.clone()
+            } else {
+                format!("'{}'", w.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Whether the server writes a JSON log capture can read.
+fn check_log(sandbox: &Sandbox) -> Result<(), RunError> {
+    let major = sandbox.server_major();
+    if major < 15 {
+        return Err(RunError::OldServer { major });
+    }
+    let mut admin = sandbox.connect_admin()?;
+    let row = admin
+        .query_one(
+            "SELECT current_setting('logging_collector'), current_setting('log_destination'),
+                    (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)",
+            &[],
+        )
+        .map_err(|e| RunError::NoLog {
+            why: crate::errors::one_line(&e),
+        })?;
+    let (collector, destination, superuser): (String, String, bool) =
+        (row.get(0), row.get(1), row.get(2));
+    let why = if collector != "on" {
+        format!("logging_collector is {collector}")
+    } else if !destination.split(',').any(|d| d.trim() == "jsonlog") {
+        format!("log_destination is {destination}")
+    } else if !superuser {
+        "the URL's role is not a superuser, which reading the log needs".to_string()
+    } else {
+        return Ok(());
+    };
+    Err(RunError::NoLog { why })
+}
+
+/// Runs the command with the database's connection in its environment;
+/// its output goes where rollsafe's goes.
+fn run_command(run: &TestRun, program: &str, shown: &str, url: &str) -> Result<(), RunError> {
+    let mut cmd = Command::new(program);
+    cmd.args(&run.command[1..]);
+    if let Some(dir) = &run.dir {
+        cmd.current_dir(dir);
+    }
+    if let Ok(u) = url::Url::parse(url) {
+        let decode = |s: &str| {
+            url::form_urlencoded::parse(format!("x={s}").as_bytes())
+                .next()
+                .map_or(s.to_string(), |(_, v)| v.into_owned())
+        };
+        cmd.env("PGHOST", u.host_str().unwrap_or("localhost"))
+            .env("PGPORT", u.port().unwrap_or(5432).to_string())
+            .env("PGUSER", decode(u.username()))
+            .env("PGPASSWORD", decode(u.password().unwrap_or("")))
+            .env("PGDATABASE", u.path().trim_start_matches('/'));
+        let mut plain = u.clone();
+        plain.set_query(None);
+        cmd.env("DATABASE_URL", plain.as_str());
+    }
+    let status = cmd.status().map_err(|e| RunError::Spawn {
+        command: shown.to_string(),
+        detail: e.to_string(),
+    })?;
+    if status.success() {
+        return Ok(());
+    }
+    Err(RunError::CommandFailed {
+        command: shown.to_string(),
+        status: status.to_string(),
+    })
+}
+
+/// How long the log may take to show the marker: the collector writes
+/// what it is sent at once, so this is only a bound for a stuck server.
+const LOG_WAIT: Duration = Duration::from_secs(20);
+
+/// What the log says ran on database `dbname`, once a marker statement
+/// run after the command shows up in it (the marker left out).
+fn read_log(
+    sandbox: &Sandbox,
+    app_url: &str,
+    dbname: &str,
+) -> Result<Vec<log::Executed>, RunError> {
+    // An alias, not a literal: literals become parameters in the log's
+    // reading, an identifier stays in the text.
+    let marker = format!("rollsafe_capture_ends_{}", uuid::Uuid::new_v4().simple());
+    let mut app = crate::db::connect(app_url).map_err(|e| RunError::Log(e.to_string()))?;
+    app.batch_execute(&format!("SELECT 1 AS {marker}"))
+        .map_err(|e| RunError::Log(crate::errors::one_line(&e)))?;
+    drop(app);
+    let mut admin = sandbox.connect_admin()?;
+    let deadline = Instant::now() + LOG_WAIT;
+    loop {
+        // Every JSON log file, oldest first: an existing server may
+        // rotate its log during the run.
+        let text: String = admin
+            .query_one(
+                "SELECT coalesce(string_agg(pg_read_file(current_setting('log_directory') || '/' || name), '' ORDER BY modification, name), '')
+                   FROM pg_ls_logdir() WHERE name LIKE '%.json'",
+                &[],
+            )
+            .map_err(|e| RunError::Log(crate::errors::one_line(&e)))?
+            .get(0);
+        if text.contains(&marker) {
+            let mut executed = log::read_jsonlog(&text, dbname);
+            executed.retain(|e| !e.text.contains(&marker));
+            return Ok(executed);
+        }
+        if Instant::now() >= deadline {
+            return Err(RunError::Log(format!(
+                "the server's log did not show the end of the run within {}s",
+                LOG_WAIT.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The migration tool's history table (its last name part, lower case):
+/// an app that checks or runs its migrations at start reads and writes
+/// it, which is the tool's bookkeeping, not the app's.
+fn history_table(catalog: &Catalog) -> String {
+    let table = crate::migrate::history::ToolHistory(catalog.layout).table();
+    table.rsplit('.').next().unwrap_or(table).to_lowercase()
+}
+
+/// Whether `sql` names a relation the migrated database (before the
+/// tests ran) does not have: PostgreSQL's parse analysis says so.
+fn names_a_scratch_table(c: &mut postgres::Client, sql: &str) -> bool {
+    match c.prepare(sql) {
+        Ok(_) => false,
+        Err(e) => matches!(e.code().map(|c| c.code()), Some("42P01") | Some("3F000")),
+    }
+}
