@@ -106,8 +106,12 @@ pub(super) fn satisfy_checks(
         let mut failing = failing_checks(c, plan)?;
         let mut locked: BTreeSet<usize> = BTreeSet::new();
         for ck in 0..t.checks.len() {
+            // A CHECK that holds keeps holding (a combination that breaks
+            // it is refused below), but its columns stay free: another
+            // CHECK may need them (`retired_on IS NULL OR …` holds for
+            // any date, `(state = 'retired') = (retired_on IS NOT NULL)`
+            // only for NULL).
             if !failing[ck] {
-                locked.extend(t.checks[ck].cols.iter().filter_map(|&n| t.column(n)));
                 continue;
             }
             let vars: Vec<usize> = t.checks[ck]
@@ -158,9 +162,12 @@ pub(super) fn fits_column(
     f: &Family,
 ) -> Result<Result<(), (Option<String>, String)>, postgres::Error> {
     let col = &plan.table.columns[k];
-    let value = format!("({})::{}", at(&f.sql, &plan.index()), col.sql_type);
+    let raw = at(&f.sql, &plan.index());
+    let value = format!("({raw})::{}", col.sql_type);
+    // Measured before the cast: a cast to `varchar(n)` cuts a longer
+    // value silently (and two values cut alike break a UNIQUE key).
     let too_long = max_text_len(&col.ty, col.typmod)
-        .map_or("false".to_string(), |n| format!("length(v::text) > {n}"));
+        .map_or("false".to_string(), |n| format!("length(({raw})::text) > {n}"));
     let null = if col.not_null() && f.sql != "NULL" {
         "v IS NULL"
     } else {
@@ -169,7 +176,7 @@ pub(super) fn fits_column(
     // `count(v)` makes the server compute v: an output nothing reads is
     // never evaluated, and its cast would never be tried.
     let sql = format!(
-        "SELECT count(*) FILTER (WHERE {too_long} OR {null}), count(v) FROM (SELECT {value} AS v FROM {}) x",
+        "SELECT count(*) FILTER (WHERE too_long OR {null}), count(v) FROM (SELECT {value} AS v, {too_long} AS too_long FROM {}) x",
         plan.sample()
     );
     match probe(c, &sql)? {
@@ -269,6 +276,7 @@ pub(super) fn walk_lists(plan: &mut Plan, carriers: &BTreeSet<usize>) -> Option<
             })
             .collect();
         let mut combinations = cycle;
+        let walked = !joins.is_empty();
         for j in joins {
             if plan.joins[j].divisor.is_none() {
                 plan.joins[j].divisor = Some(combinations);
@@ -276,11 +284,19 @@ pub(super) fn walk_lists(plan: &mut Plan, carriers: &BTreeSet<usize>) -> Option<
             }
         }
         if combinations < plan.rows {
+            let col = &t.columns[k];
+            note = Some(if walked {
+                format!(
+                    "{combinations} of the {} rows asked: every combination of the {cycle} values column {} holds and the rows its UNIQUE key references",
+                    plan.rows, col.name
+                )
+            } else {
+                format!(
+                    "{combinations} of the {} rows asked: column {} ({}) holds {cycle} distinct values and carries a UNIQUE key",
+                    plan.rows, col.name, col.sql_type
+                )
+            });
             plan.rows = combinations;
-            note = Some(format!(
-                "{combinations} rows: every combination of the values column {} may take and the rows its UNIQUE key references",
-                t.columns[k].name
-            ));
         }
     }
     note
