@@ -757,13 +757,20 @@ fn telemetry_fixture_is_seeded_whole(env: &TestEnv) -> anyhow::Result<()> {
     let codes = count(&mut c, "SELECT count(DISTINCT code) FROM stations")?;
     ensure!(codes == n as i64, "{codes} distinct station codes");
     // A two-character key holds fewer values than asked: all it holds.
-    let regions = g.seeded.iter().find(|t| t.table == "regions").context("regions")?;
+    let regions = g
+        .seeded
+        .iter()
+        .find(|t| t.table == "regions")
+        .context("regions")?;
     ensure!(
         regions.written < n && regions.note.as_deref().is_some_and(|s| s.contains("holds")),
         "{regions:?}"
     );
     let distinct = count(&mut c, "SELECT count(DISTINCT code) FROM regions")?;
-    ensure!(distinct == regions.written as i64, "{distinct} distinct of {regions:?}");
+    ensure!(
+        distinct == regions.written as i64,
+        "{distinct} distinct of {regions:?}"
+    );
     // What the JSON's readers read is there, of the type they read.
     let readings = table_rows(&mut c, "readings")?;
     ensure!(readings > 0, "no readings");
@@ -775,11 +782,11 @@ fn telemetry_fixture_is_seeded_whole(env: &TestEnv) -> anyhow::Result<()> {
             AND (doc #>> '{origin,gateway}') IS NOT NULL
             AND (doc #>> '{quality,grade}') IS NOT NULL",
     )?;
-    ensure!(shaped as u64 == readings, "{shaped} of {readings} readings shaped");
-    let partitions = count(
-        &mut c,
-        "SELECT count(DISTINCT tableoid) FROM readings",
-    )?;
+    ensure!(
+        shaped as u64 == readings,
+        "{shaped} of {readings} readings shaped"
+    );
+    let partitions = count(&mut c, "SELECT count(DISTINCT tableoid) FROM readings")?;
     ensure!(partitions == 6, "readings in {partitions} partitions");
     let documents = count(
         &mut c,
@@ -798,7 +805,10 @@ fn telemetry_fixture_is_seeded_whole(env: &TestEnv) -> anyhow::Result<()> {
         "SELECT count(*) FROM alert_rules
           WHERE num_nonnulls(station_id, region, sensor_id) = 1 AND (below IS NULL) <> (above IS NULL)",
     )?;
-    ensure!(alerts > 0 && one_scope as u64 == alerts, "{one_scope} of {alerts}");
+    ensure!(
+        alerts > 0 && one_scope as u64 == alerts,
+        "{one_scope} of {alerts}"
+    );
     // Each of the three scopes is used: the rows are not all alike.
     let scopes = count(
         &mut c,
@@ -834,8 +844,14 @@ fn specimens_fixture_is_seeded_whole(env: &TestEnv) -> anyhow::Result<()> {
     let mut c = db.connect()?;
     assert_fixture_seeded_whole(&mut c, "specimens", &g)?;
     for (table, column) in [("specimens", "code"), ("labs", "code")] {
-        let distinct = count(&mut c, &format!("SELECT count(DISTINCT {column}) FROM {table}"))?;
-        ensure!(distinct == n as i64, "{table}.{column}: {distinct} distinct");
+        let distinct = count(
+            &mut c,
+            &format!("SELECT count(DISTINCT {column}) FROM {table}"),
+        )?;
+        ensure!(
+            distinct == n as i64,
+            "{table}.{column}: {distinct} distinct"
+        );
     }
     let dangling = count(
         &mut c,
@@ -849,7 +865,10 @@ fn specimens_fixture_is_seeded_whole(env: &TestEnv) -> anyhow::Result<()> {
     ensure!(measures == 2, "specimens measured {measures} ways");
     let results = table_rows(&mut c, "results")?;
     let partitions = count(&mut c, "SELECT count(DISTINCT tableoid) FROM results")?;
-    ensure!(results > 0 && partitions >= 2, "{results} results in {partitions} partitions");
+    ensure!(
+        results > 0 && partitions >= 2,
+        "{results} results in {partitions} partitions"
+    );
     for table in ["specimens", "aliquots"] {
         let t = g.seeded.iter().find(|t| t.table == table).context(table)?;
         ensure!(t.past_triggers.is_some(), "{t:?}");

@@ -38,6 +38,11 @@ pub(super) fn choose_values(
         }
         let col = &t.columns[k];
         let mut fams = families(&col.ty, col.typmod, &col.name, &lits[k], width);
+        if let Some(documents) = super::json::shaped_documents(t, k) {
+            // What the table's generated columns, CHECKs and indexes read
+            // of the documents is in them: nothing else satisfies those.
+            fams.insert(0, documents);
+        }
         if let Some((_, routed)) = routed.as_ref().filter(|(n, _)| *n == col.num) {
             // Only values some partition takes can be inserted at all.
             fams = vec![routed.clone()];
@@ -166,8 +171,9 @@ pub(super) fn fits_column(
     let value = format!("({raw})::{}", col.sql_type);
     // Measured before the cast: a cast to `varchar(n)` cuts a longer
     // value silently (and two values cut alike break a UNIQUE key).
-    let too_long = max_text_len(&col.ty, col.typmod)
-        .map_or("false".to_string(), |n| format!("length(({raw})::text) > {n}"));
+    let too_long = max_text_len(&col.ty, col.typmod).map_or("false".to_string(), |n| {
+        format!("length(({raw})::text) > {n}")
+    });
     let null = if col.not_null() && f.sql != "NULL" {
         "v IS NULL"
     } else {

@@ -60,7 +60,10 @@ pub(super) fn matching(pattern: &str, width: u64, max_len: Option<usize>) -> Opt
     let anchored_end = suffix.contains_anchor_haystack() || suffix.contains_anchor_line();
     if !anchored_end {
         // Anything may follow a match: the shortest match, then the index.
-        let text: String = positions(&items, &[]).iter().map(|p| p[0].clone()).collect();
+        let text: String = positions(&items, &[])
+            .iter()
+            .map(|p| p[0].clone())
+            .collect();
         let sql = format!("{} || ({I})::text", quote_literal(&text));
         return Some(Family {
             sql,
@@ -101,7 +104,10 @@ fn spread(positions: &[Vec<String>], width: u64) -> String {
             (true, Some(d)) => {
                 let digit = format!("(({I}) / {d}) % {radix}");
                 if p.iter().all(|s| s.chars().count() == 1) {
-                    format!("substr({}, 1 + ({digit})::int, 1)", quote_literal(&p.concat()))
+                    format!(
+                        "substr({}, 1 + ({digit})::int, 1)",
+                        quote_literal(&p.concat())
+                    )
                 } else {
                     let list: Vec<String> = p.iter().map(|s| quote_literal(s)).collect();
                     format!("(ARRAY[{}])[1 + {digit}]", list.join(", "))

@@ -93,12 +93,14 @@ pub(super) fn seed_table(
         joins,
         ..
     } = draft;
+    let turns = take_turns(t, &vals, &decided);
     let mut plan = Plan {
         table: t,
         vals,
         joins,
         offset,
         rows,
+        turns,
     };
     let fitting = match choose_values(c, &mut plan, &decided, &carriers, width)? {
         Ok(f) => f,
@@ -458,4 +460,25 @@ impl Draft {
         }
         (requested, None)
     }
+}
+
+/// Each column's turn in a group of which exactly one is set
+/// ([`super::rules`]): the group's columns that will hold a value take
+/// turns (one left to its default, or NULL for want of rows to point at,
+/// sits out).
+fn take_turns(t: &Table, vals: &[Val], decided: &[bool]) -> Vec<Option<(usize, usize)>> {
+    let mut turns = vec![None; t.columns.len()];
+    for group in super::rules::exactly_one_groups(t) {
+        let players: Vec<usize> = group
+            .into_iter()
+            .filter(|&k| !decided[k] || matches!(vals[k], Val::Fk { .. } | Val::SelfFk { .. }))
+            .collect();
+        if players.len() < 2 || players.iter().any(|&k| turns[k].is_some()) {
+            continue;
+        }
+        for (place, &k) in players.iter().enumerate() {
+            turns[k] = Some((place, players.len()));
+        }
+    }
+    turns
 }
