@@ -278,9 +278,12 @@ fn integers(bytes: u8, lits: &Literals) -> Vec<Family> {
     v
 }
 
-/// Every whole number from the smallest a CHECK mentions to the largest
-/// (`screening_no BETWEEN 1 AND 9999`), in turn: a key held to a small
-/// range holds that many values, walked with its foreign keys.
+/// Every whole number strictly between the smallest a CHECK mentions and
+/// the largest (`screening_no BETWEEN 1 AND 9999`, `age >= 18 AND age <
+/// 130`: whether a bound is itself allowed is not read), in turn: a key
+/// held to a small range holds that many values, walked with its foreign
+/// keys. (The probe samples the first indexes, not the whole cycle: the
+/// bounds are left out rather than tested.)
 fn small_range(lits: &Literals) -> Option<Family> {
     let whole: Vec<i64> = lits
         .numbers
@@ -288,9 +291,9 @@ fn small_range(lits: &Literals) -> Option<Family> {
         .filter_map(|n| n.parse::<i64>().ok())
         .collect();
     let (lo, hi) = (*whole.iter().min()?, *whole.iter().max()?);
-    let span = hi.checked_sub(lo)?.checked_add(1)?;
+    let span = hi.checked_sub(lo)?.checked_sub(1)?;
     (2..=100_000_000).contains(&span).then(|| Family {
-        sql: format!("{lo} + {I} % {span}"),
+        sql: format!("{} + {I} % {span}", lo + 1),
         injective: false,
         cycle: Some(span as u64),
     })
