@@ -256,8 +256,8 @@ pub(super) fn combinations(sizes: &[usize]) -> impl Iterator<Item = Vec<usize>> 
 }
 
 /// Step 5 of [`seed_table`]: a UNIQUE key whose carrier ended up with a
-/// list taken in turn (`badge_type IN ('ci', 'docs', …)` on the key
-/// `(crate_id, badge_type)`) walks the combinations of the list and the
+/// list taken in turn (`unit IN ('lux', 'percent', …)` on the key
+/// `(station_id, unit)`) walks the combinations of the list and the
 /// key's referenced rows: row g takes value `g % k` and parent row
 /// `(g - 1) / k`. The table then gets at most as many rows as there are
 /// combinations; the note says so.

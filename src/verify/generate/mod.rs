@@ -207,7 +207,7 @@ pub fn seed(
     // The generator's statements join generate_series to numbered parent
     // rows on an expression the planner cannot estimate (it guesses
     // millions of rows), which buys them JIT compilation with inlining
-    // and optimisation: measured on the catalogue fixture, ~0.9 s of a
+    // and optimisation: measured on a 39-table fixture, ~0.9 s of a
     // 1.1 s INSERT of 10 000 rows was compiling it. Off for this session
     // while it seeds, as it was after; a migration's own statements are
     // measured with the server's setting.
@@ -490,7 +490,7 @@ impl Seeding<'_> {
         };
         if requested > 0 && self.empty_at_start.contains(&k) {
             // Rows written since by the INSERT triggers of tables seeded
-            // before it (a counter row per crate, a default per parent):
+            // before it (a counter row per parent, a default per parent):
             // they are the rows production has, and generated ones would
             // collide with them on its keys.
             let by_triggers: i64 = c

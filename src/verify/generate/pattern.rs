@@ -242,10 +242,9 @@ fn grow(items: &mut [Item], need: u64, max_len: Option<usize>) -> Vec<u32> {
                 let room = max.unwrap_or(min.saturating_add(MAX_GROWTH));
                 let step = unit.iter().map(|u| u.chars().count()).min().unwrap_or(1);
                 let fits = max_len.map_or(true, |m| len + step <= m);
-                if lengths[r] < room.min(MAX_REPEAT) && unit.len() > 1 && fits {
-                    if best.map_or(true, |(_, size)| unit.len() >= size) {
-                        best = Some((r, unit.len()));
-                    }
+                let widest = best.map_or(true, |(_, size)| unit.len() >= size);
+                if lengths[r] < room.min(MAX_REPEAT) && unit.len() > 1 && fits && widest {
+                    best = Some((r, unit.len()));
                 }
                 r += 1;
             }

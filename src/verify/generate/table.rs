@@ -375,8 +375,8 @@ impl Draft {
                     }
                 }
             }
-            // A key of one foreign key's columns (a one-to-one: a default
-            // version per crate) takes each parent row once: the plain
+            // A key of one foreign key's columns (a one-to-one: one
+            // contact per station) takes each parent row once: the plain
             // walk does, up to its rows. Several foreign keys walk their
             // combinations.
             if joins.len() == 1 {
