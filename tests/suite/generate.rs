@@ -311,8 +311,10 @@ fn uuid_ids_composite_keys_domains_and_an_unsatisfiable_check(env: &TestEnv) -> 
         impossible.constraint.as_deref() == Some("impossible_a_range"),
         "{impossible:?}"
     );
+    // It names the constraint and a value that breaks it.
     ensure!(
-        impossible.reason.contains("impossible_a_range"),
+        impossible.reason.contains("impossible_a_range")
+            && impossible.reason.contains("e.g. a = '"),
         "{}",
         impossible.reason
     );

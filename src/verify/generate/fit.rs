@@ -38,7 +38,7 @@ pub(super) fn choose_values(
         }
         let col = &t.columns[k];
         let mut fams = families(&col.ty, col.typmod, &col.name, &lits[k], width);
-        if let Some(documents) = super::json::shaped_documents(t, k) {
+        if let Some(documents) = super::json::shaped_documents(c, t, k)? {
             // What the table's generated columns, CHECKs and indexes read
             // of the documents is in them: nothing else satisfies those.
             fams.insert(0, documents);
@@ -142,11 +142,21 @@ pub(super) fn satisfy_checks(
             }
             if failing[ck] {
                 let check = &t.checks[ck];
+                // The first values tried, on a row they break.
+                for &k in &vars {
+                    plan.vals[k] = Val::Gen {
+                        fams: fitting[&k].clone(),
+                        chosen: 0,
+                    };
+                }
+                let example = breaking_row(c, plan, ck)?
+                    .map(|row| format!("; e.g. {row}"))
+                    .unwrap_or_default();
                 return Ok(unseeded(
                     t,
                     Some(&check.name),
                     format!(
-                        "CHECK {} ({}): no combination of generated values satisfies it",
+                        "CHECK {} ({}): no combination of generated values satisfies it{example}",
                         check.name, check.expr
                     ),
                 ));
@@ -198,6 +208,43 @@ pub(super) fn fits_column(
     }
 }
 
+/// The values of CHECK `ck`'s columns on a sampled row that breaks it
+/// (`age = 7, status = NULL`), for the message that says why a table is
+/// left empty; None when the probe cannot tell.
+fn breaking_row(
+    c: &mut impl GenericClient,
+    plan: &Plan,
+    ck: usize,
+) -> Result<Option<String>, postgres::Error> {
+    let t = plan.table;
+    let check = &t.checks[ck];
+    let shown: Vec<String> = check
+        .cols
+        .iter()
+        .filter_map(|&n| t.column(n))
+        .map(|k| {
+            let name = crate::pg::quote_ident(&t.columns[k].name);
+            format!(
+                "{} || ' = ' || coalesce(quote_literal({name}), 'NULL')",
+                crate::pg::quote_literal(&t.columns[k].name)
+            )
+        })
+        .collect();
+    if shown.is_empty() {
+        return Ok(None);
+    }
+    let sql = format!(
+        "SELECT concat_ws(', ', {}) FROM ({}) t WHERE ({}) IS FALSE LIMIT 1",
+        shown.join(", "),
+        plan.select(&plan.sample(), true),
+        check.expr
+    );
+    Ok(match probe_opt(c, &sql)? {
+        Ok(row) => row.map(|r| r.get(0)),
+        Err(_) => None,
+    })
+}
+
 /// Which of the table's CHECKs some sampled row violates (all of them,
 /// when the probe itself fails: a value the expression cannot take).
 pub(super) fn failing_checks(
@@ -233,6 +280,20 @@ fn probe(
     let r = sp.query_one(sql, &[]);
     drop(sp);
     Ok(r)
+}
+
+/// [`probe`] of a query that may return no row.
+pub(super) fn probe_opt(
+    c: &mut impl GenericClient,
+    sql: &str,
+) -> Result<Result<Option<postgres::Row>, postgres::Error>, postgres::Error> {
+    let mut sp = c.transaction()?;
+    let r = sp.query_opt(sql, &[]);
+    drop(sp);
+    match r {
+        Err(e) if e.as_db_error().is_none() => Err(e),
+        r => Ok(r),
+    }
 }
 
 /// Every combination of choices (`sizes[v]` options for variable v),

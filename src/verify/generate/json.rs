@@ -5,13 +5,19 @@
 //! generated documents, each with a value of the type its reader casts it
 //! to (`(doc ->> 'taken_at')::timestamptz` a timestamp, `::boolean` a
 //! boolean, `::numeric` a number), or one of the texts a CHECK on the
-//! generated column reading it lists. A NOT NULL generated column then
-//! finds its key; a table whose rows are documents gets rows at all.
+//! generated column reading it lists. A text read handed to a function
+//! (`parse_time(doc ->> 'at')`) or cast to a type of the project's (an
+//! enum) gets the first kind of value the server accepts there: an enum's
+//! label, a timestamp, a date, a number, a boolean, an ISO 8601 duration,
+//! a word. A NOT NULL generated column then finds its key; a table whose
+//! rows are documents gets rows at all.
 //!
 //! What it is not: a reading of the apps' statements (their JSON reads
 //! are not looked at yet), nor of expressions beyond these operators.
 
 use std::collections::BTreeMap;
+
+use postgres::GenericClient;
 
 use super::catalogue::{Table, TypeKind};
 use super::families::{each_of, Family, Literals};
@@ -31,6 +37,8 @@ enum Leaf {
     Date,
     Timestamp,
     Uuid,
+    /// An ISO 8601 duration (`PT5M`).
+    Duration,
 }
 
 /// The keys read from a document, as a tree.
@@ -44,35 +52,109 @@ enum Node {
 }
 
 /// A family of documents carrying every key the table's readers read from
-/// column `k`, when they read any and `k` holds JSON.
-pub(super) fn shaped_documents(t: &Table, k: usize) -> Option<Family> {
+/// column `k`, when they read any and `k` holds JSON. The outer error is a
+/// lost connection.
+pub(super) fn shaped_documents(
+    c: &mut impl GenericClient,
+    t: &Table,
+    k: usize,
+) -> Result<Option<Family>, postgres::Error> {
     let col = &t.columns[k];
     if !is_json(&col.ty.kind) {
-        return None;
+        return Ok(None);
     }
     let mut shape = Shape::default();
     for (expr, generated) in readers(t) {
         let reads = reads_of(expr, &col.name);
         // A generated column that is one read: its CHECKs say more.
         let listed = match (&reads[..], generated) {
-            ([(_, Leaf::Text)], Some(g)) => listed_texts(t, g),
+            ([read], Some(g)) if read.leaf == Leaf::Text && read.taker.is_none() => {
+                listed_texts(t, g)
+            }
             _ => None,
         };
-        for (path, leaf) in reads {
-            let leaf = match (&leaf, &listed) {
-                (Leaf::Text, Some(texts)) => Leaf::OneOf(texts.clone()),
-                _ => leaf,
+        for read in reads {
+            let leaf = match (&read.leaf, &listed, &read.taker) {
+                (Leaf::Text, Some(texts), _) => Leaf::OneOf(texts.clone()),
+                (Leaf::Text, None, Some(taker)) => accepted(c, taker)?,
+                _ => read.leaf,
             };
-            shape.add(&path, leaf);
+            shape.add(&read.path, leaf);
         }
     }
     if shape.0.is_empty() {
-        return None;
+        return Ok(None);
     }
-    Some(Family {
+    Ok(Some(Family {
         sql: shape.sql(),
         injective: true,
         cycle: None,
+    }))
+}
+
+/// What a text read is handed to: a function of the project's, or a
+/// cast to a type [`cast_leaf`] does not know (an enum).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Taker {
+    Function(String),
+    Cast(String),
+}
+
+/// The first kind of value `taker` accepts as text, tried on the server
+/// (each in a savepoint): an enum's labels, a timestamp, a date, a
+/// number, a boolean, a duration; a word when none is.
+fn accepted(c: &mut impl GenericClient, taker: &Taker) -> Result<Leaf, postgres::Error> {
+    let apply = |v: &str| match taker {
+        Taker::Function(f) => format!("SELECT ({f}({}))::text", quote_literal(v)),
+        Taker::Cast(ty) => format!("SELECT ({}::{ty})::text", quote_literal(v)),
+    };
+    if let Taker::Cast(ty) = taker {
+        let labels = format!("SELECT enum_range(NULL::{ty})::text[]");
+        if let Ok(Some(row)) = super::fit::probe_opt(c, &labels)? {
+            let labels: Vec<String> = row.get(0);
+            if !labels.is_empty() {
+                return Ok(Leaf::OneOf(labels));
+            }
+        }
+    }
+    let tries = [
+        ("2020-01-01 00:00:00+00", Leaf::Timestamp),
+        ("2020-01-01", Leaf::Date),
+        ("1", Leaf::Number),
+        ("true", Leaf::Bool),
+        ("PT1M", Leaf::Duration),
+    ];
+    for (value, leaf) in tries {
+        if let Ok(Some(_)) = super::fit::probe_opt(c, &apply(value))? {
+            return Ok(leaf);
+        }
+    }
+    // A function of an enum's text: the labels of the type it returns.
+    if let Taker::Function(f) = taker {
+        if let Some(ty) = returned_enum(c, f)? {
+            let labels = format!("SELECT enum_range(NULL::{ty})::text[]");
+            if let Ok(Some(row)) = super::fit::probe_opt(c, &labels)? {
+                let labels: Vec<String> = row.get(0);
+                if !labels.is_empty() {
+                    return Ok(Leaf::OneOf(labels));
+                }
+            }
+        }
+    }
+    Ok(Leaf::Text)
+}
+
+/// The enum type function `f` (of one argument) returns, if it does.
+fn returned_enum(c: &mut impl GenericClient, f: &str) -> Result<Option<String>, postgres::Error> {
+    let name = f.rsplit('.').next().unwrap_or(f);
+    let sql = format!(
+        "SELECT format_type(p.prorettype, NULL) FROM pg_proc p JOIN pg_type t ON t.oid = p.prorettype
+          WHERE p.proname = {} AND p.pronargs = 1 AND t.typtype = 'e' LIMIT 1",
+        quote_literal(name)
+    );
+    Ok(match super::fit::probe_opt(c, &sql)? {
+        Ok(Some(row)) => Some(row.get(0)),
+        _ => None,
     })
 }
 
@@ -108,9 +190,17 @@ fn listed_texts(t: &Table, g: usize) -> Option<Vec<String>> {
     (!lits.strings.is_empty()).then_some(lits.strings)
 }
 
-/// Every read of column `column` in `expr` (as `pg_get_expr` spells it):
-/// its path of keys and what is read at its end.
-fn reads_of(expr: &str, column: &str) -> Vec<(Vec<String>, Leaf)> {
+/// One read of a JSON column: its path of keys, what is read at its
+/// end, and what a text read is handed to, if [`accepted`] must find out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Read {
+    path: Vec<String>,
+    leaf: Leaf,
+    taker: Option<Taker>,
+}
+
+/// Every read of column `column` in `expr` (as `pg_get_expr` spells it).
+fn reads_of(expr: &str, column: &str) -> Vec<Read> {
     let mut out = Vec::new();
     let quoted = format!("\"{}\"", column.replace('"', "\"\""));
     let ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'$';
@@ -118,11 +208,37 @@ fn reads_of(expr: &str, column: &str) -> Vec<(Vec<String>, Leaf)> {
     while let Some(found) = find_column(expr, column, &quoted, from, ident) {
         let (start, len) = found;
         from = start + len;
-        if let Some(read) = chain(&expr[from..]) {
-            out.push(read);
+        if let Some((path, leaf, cast)) = chain(&expr[from..]) {
+            let taker = match (&leaf, cast) {
+                (Leaf::Text, Some(ty)) => Some(Taker::Cast(ty)),
+                (Leaf::Text, None) => calling(&expr[..start]).map(Taker::Function),
+                _ => None,
+            };
+            out.push(Read { path, leaf, taker });
         }
     }
     out
+}
+
+/// The function whose call's first argument starts where `before` ends
+/// (`parse_time((`), if any: a plain or schema-qualified name, not a
+/// keyword.
+fn calling(before: &str) -> Option<String> {
+    let t = before.trim_end_matches(|c: char| c == '(' || c.is_whitespace());
+    if t.len() == before.len() || !before.trim_end().ends_with('(') {
+        return None;
+    }
+    let name: String = t
+        .chars()
+        .rev()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '.')
+        .collect::<Vec<char>>()
+        .into_iter()
+        .rev()
+        .collect();
+    const NOT_FUNCTIONS: [&str; 5] = ["and", "or", "not", "in", "coalesce"];
+    let known = NOT_FUNCTIONS.contains(&name.to_ascii_lowercase().as_str());
+    (!name.is_empty() && !known && !name.starts_with(|c: char| c.is_ascii_digit())).then_some(name)
 }
 
 /// The next occurrence of the column's name as a whole identifier (or
@@ -162,8 +278,9 @@ fn find_column(
 
 /// The chain of JSON operators after a column's name: `->`, `->>`, `#>`,
 /// `#>>` with a literal key or path, or `?` with a key; then a cast, if
-/// one follows the closing parentheses.
-fn chain(rest: &str) -> Option<(Vec<String>, Leaf)> {
+/// one follows the closing parentheses: its leaf, and the type's name when
+/// [`cast_leaf`] does not know it.
+fn chain(rest: &str) -> Option<(Vec<String>, Leaf, Option<String>)> {
     let mut s = rest;
     let mut path: Vec<String> = Vec::new();
     let mut leaf = None;
@@ -206,13 +323,21 @@ fn chain(rest: &str) -> Option<(Vec<String>, Leaf)> {
         return None;
     }
     let mut leaf = leaf.unwrap_or(Leaf::Text);
+    let mut unknown = None;
     if leaf == Leaf::Text {
         let after = s.trim_start_matches(|c: char| c == ')' || c.is_whitespace());
         if let Some(ty) = after.strip_prefix("::") {
             leaf = cast_leaf(ty);
+            if leaf == Leaf::Text && !ty.starts_with("text") && !ty.starts_with("character") {
+                let name: String = ty
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '"'))
+                    .collect();
+                unknown = (!name.is_empty()).then_some(name);
+            }
         }
     }
-    Some((path, leaf))
+    Some((path, leaf, unknown))
 }
 
 /// A string literal at the start of `s` and what follows it.
@@ -325,6 +450,7 @@ fn leaf_sql(key: &str, leaf: &Leaf) -> String {
             format!("timestamptz '2020-01-01 00:00:00+00' + ({I}) * interval '1 minute'")
         }
         Leaf::Uuid => format!("md5({} || {I})::uuid", quote_literal(key)),
+        Leaf::Duration => format!("'PT' || ({I}) % 1000 || 'S'"),
     }
 }
 
@@ -332,28 +458,30 @@ fn leaf_sql(key: &str, leaf: &Leaf) -> String {
 mod tests {
     use super::*;
 
+    fn read(path: &[&str], leaf: Leaf, taker: Option<Taker>) -> Read {
+        Read {
+            path: path.iter().map(|s| s.to_string()).collect(),
+            leaf,
+            taker,
+        }
+    }
+
     #[test]
     fn reads_are_found_with_their_paths_and_casts() {
         assert_eq!(
             reads_of("(body ->> 'kind'::text)", "body"),
-            [(vec!["kind".to_string()], Leaf::Text)]
+            [read(&["kind"], Leaf::Text, None)]
         );
         assert_eq!(
             reads_of(
                 "(((body -> 'meta'::text) ->> 'revision'::text))::integer",
                 "body"
             ),
-            [(
-                vec!["meta".to_string(), "revision".to_string()],
-                Leaf::Number
-            )]
+            [read(&["meta", "revision"], Leaf::Number, None)]
         );
         assert_eq!(
             reads_of("(doc #>> '{origin,gateway}'::text[])", "doc"),
-            [(
-                vec!["origin".to_string(), "gateway".to_string()],
-                Leaf::Text
-            )]
+            [read(&["origin", "gateway"], Leaf::Text, None)]
         );
         assert_eq!(
             reads_of(
@@ -361,12 +489,36 @@ mod tests {
                 "doc"
             ),
             [
-                (vec!["taken_at".to_string()], Leaf::Present),
-                (vec!["taken_at".to_string()], Leaf::Timestamp)
+                read(&["taken_at"], Leaf::Present, None),
+                read(&["taken_at"], Leaf::Timestamp, None)
             ]
         );
         // Another column, or the name inside a literal: no read.
         assert!(reads_of("(docs ->> 'a'::text) = 'doc'", "doc").is_empty());
+    }
+
+    #[test]
+    fn a_text_handed_to_a_function_or_an_unknown_type_says_to_which() {
+        assert_eq!(
+            reads_of("parse_time((doc ->> 'at'::text))", "doc"),
+            [read(
+                &["at"],
+                Leaf::Text,
+                Some(Taker::Function("parse_time".into()))
+            )]
+        );
+        assert_eq!(
+            reads_of("((doc #>> '{state,now}'::text[]))::run_state", "doc"),
+            [read(
+                &["state", "now"],
+                Leaf::Text,
+                Some(Taker::Cast("run_state".into()))
+            )]
+        );
+        assert_eq!(
+            reads_of("COALESCE((doc ->> 'a'::text), ''::text)", "doc"),
+            [read(&["a"], Leaf::Text, None)]
+        );
     }
 
     #[test]
