@@ -794,7 +794,9 @@ fn telemetry_fixture_is_seeded_whole(env: &TestEnv) -> anyhow::Result<()> {
         &mut c,
         "SELECT count(*) FROM station_documents
           WHERE kind IN ('calibration', 'maintenance', 'siting') AND revision > 0
-            AND (body ->> 'signed_at')::date IS NOT NULL",
+            AND (body ->> 'signed_at')::date IS NOT NULL AND (body ->> 'author') IS NOT NULL
+            AND (body ->> 'station_state')::station_state IS NOT NULL
+            AND (body #>> '{validity,from}')::date IS NOT NULL",
     )?;
     ensure!(
         documents as u64 == table_rows(&mut c, "station_documents")? && documents > 0,
