@@ -39,15 +39,23 @@
 //! faithful data distribution. Values are plausible and valid, not
 //! production-like.
 //!
+//! A UNIQUE key holds as many rows as its values allow: a regular
+//! expression's capacity is the product of its parts (`pattern`), a short
+//! `varchar`'s, an enum's, a small integer range's likewise; a table asked
+//! for more gets what its key holds, said in its note, not a failure.
+//!
 //! The parts, in the order a seeding runs them: `catalogue` (what each
 //! table holds, through the one catalogue reader), `order` (parents
-//! first), `plan` (what each column gets in the INSERT), `table` (seeding one table:
-//! the plan's steps), `families` (the
-//! values of each kind of type, a table), `fit` (the values its types and
-//! CHECKs accept), `insert` (the rows), `fk_checks` (past the per-row
-//! foreign-key checks, then checked set-wise), `app_writes` (the apps' own),
-//! `statistics` (which relations to ANALYZE afterwards: those whose
-//! statistics the seeding or the migration before it made stale).
+//! first), `plan` (what each column gets in the INSERT), `table` (seeding
+//! one table: the plan's steps), `rules` (columns of which exactly one is
+//! set take turns), `families` (the values of each kind of type, a
+//! table), `pattern` (values of a regular expression), `json` (documents
+//! carrying what their readers read), `partition` (values some partition
+//! takes), `fit` (the values its types and CHECKs accept), `insert` (the
+//! rows), `fk_checks` (past the per-row foreign-key checks, then checked
+//! set-wise), `app_writes` (the apps' own), `statistics` (which relations
+//! to ANALYZE afterwards: those whose statistics the seeding or the
+//! migration before it made stale).
 
 mod app_writes;
 mod catalogue;
