@@ -29,6 +29,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             foreign_key_cycles_break_at_nullable_keys_and_warn_otherwise,
             odd_schemas_are_seeded_or_reported_never_a_panic,
             telemetry_fixture_is_seeded_whole,
+            json_read_only_by_an_app_is_written_into_the_documents,
             specimens_fixture_is_seeded_whole,
             triggers_that_refuse_or_grow_are_seeded_past_and_said,
             a_carried_seeding_leaves_statistics_as_a_whole_analyze_would,
@@ -832,6 +833,38 @@ fn telemetry_fixture_is_seeded_whole(env: &TestEnv) -> anyhow::Result<()> {
     for table in ["stations", "sensors"] {
         let t = g.seeded.iter().find(|t| t.table == table).context(table)?;
         ensure!(t.past_triggers.is_some(), "{t:?}");
+    }
+    Ok(())
+}
+
+/// A JSON column nothing in the schema reads, read by an app's statement
+/// (`payload->>'placed_at'` cast to a timestamp, a nested channel):
+/// the generated documents carry those keys with values of those types,
+/// checked in the database; without the app they are not there.
+fn json_read_only_by_an_app_is_written_into_the_documents(env: &TestEnv) -> anyhow::Result<()> {
+    const SCHEMA: &str =
+        "CREATE TABLE deliveries (id bigserial PRIMARY KEY, payload jsonb NOT NULL);";
+    const APP: &str = "-- app: dispatch\n-- needs: 1\n\n\
+        -- name: late_by_channel\n\
+        SELECT id FROM deliveries d\n\
+         WHERE (d.payload->>'placed_at')::timestamptz < $1 AND d.payload #>> '{route,channel}' = $2;\n";
+    let app = AppVersion::parse("dispatch.sql", APP)?;
+    let shaped = "SELECT count(*) FROM deliveries
+        WHERE jsonb_typeof(payload -> 'placed_at') = 'string'
+          AND (payload ->> 'placed_at')::timestamptz IS NOT NULL
+          AND (payload #>> '{route,channel}') IS NOT NULL";
+    for with_app in [false, true] {
+        let db = env.fresh_database();
+        let mut c = db.connect()?;
+        c.batch_execute(SCHEMA)?;
+        let apps: Vec<&AppVersion> = if with_app { vec![&app] } else { vec![] };
+        let g = generate::seed(&mut c, None, &RowCounts::new(200), &apps)?;
+        ensure!(g.written("deliveries") == Some(200), "{g:?}");
+        let n = count(&mut c, shaped)?;
+        ensure!(
+            n == if with_app { 200 } else { 0 },
+            "with the app {with_app}: {n} of 200 documents shaped"
+        );
     }
     Ok(())
 }

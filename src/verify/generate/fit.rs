@@ -12,13 +12,15 @@ use super::{UnseededTable, MAX_COMBINATIONS};
 
 /// Step 3 of [`seed_table`]: for each column still to fill, the families of its type that
 /// fit it (tried on the sample), the first one chosen; injective ones
-/// only for a column that carries a UNIQUE key.
+/// only for a column that carries a UNIQUE key. A JSON column's first
+/// family carries what the table and `app_statements` read of it.
 pub(super) fn choose_values(
     c: &mut impl GenericClient,
     plan: &mut Plan,
     decided: &[bool],
     carriers: &BTreeSet<usize>,
     width: u64,
+    app_statements: &[String],
 ) -> Result<Result<BTreeMap<usize, Vec<Family>>, UnseededTable>, postgres::Error> {
     let t = plan.table;
     // What the CHECKs on a column mention are candidates for it.
@@ -38,7 +40,7 @@ pub(super) fn choose_values(
         }
         let col = &t.columns[k];
         let mut fams = families(&col.ty, col.typmod, &col.name, &lits[k], width);
-        if let Some(documents) = super::json::shaped_documents(c, t, k)? {
+        if let Some(documents) = super::json::shaped_documents(c, t, k, app_statements)? {
             // What the table's generated columns, CHECKs and indexes read
             // of the documents is in them: nothing else satisfies those.
             fams.insert(0, documents);

@@ -12,8 +12,11 @@
 //! a word. A NOT NULL generated column then finds its key; a table whose
 //! rows are documents gets rows at all.
 //!
-//! What it is not: a reading of the apps' statements (their JSON reads
-//! are not looked at yet), nor of expressions beyond these operators.
+//! The apps' statements are read the same way (`doc->>'kind' = $1`), by
+//! the column's name: a statement reading a like-named column of another
+//! table adds a key no reader needs, which does no harm. What it is not:
+//! a reading of expressions beyond these operators (`jsonb_path_query`,
+//! `@>` containment, keys given as parameters).
 
 use std::collections::BTreeMap;
 
@@ -52,19 +55,22 @@ enum Node {
 }
 
 /// A family of documents carrying every key the table's readers read from
-/// column `k`, when they read any and `k` holds JSON. The outer error is a
-/// lost connection.
+/// column `k` (and what `app_statements` read of a column of its name),
+/// when they read any and `k` holds JSON. The outer error is a lost
+/// connection.
 pub(super) fn shaped_documents(
     c: &mut impl GenericClient,
     t: &Table,
     k: usize,
+    app_statements: &[String],
 ) -> Result<Option<Family>, postgres::Error> {
     let col = &t.columns[k];
     if !is_json(&col.ty.kind) {
         return Ok(None);
     }
     let mut shape = Shape::default();
-    for (expr, generated) in readers(t) {
+    let apps = app_statements.iter().map(|s| (s.as_str(), None));
+    for (expr, generated) in readers(t).into_iter().chain(apps) {
         let reads = reads_of(expr, &col.name);
         // A generated column that is one read: its CHECKs say more.
         let listed = match (&reads[..], generated) {

@@ -270,6 +270,10 @@ fn seed_tables(
         empty_at_start,
         wanted,
         bypass: fk_checks::FkCheckBypass::detect(c)?,
+        app_statements: apps
+            .iter()
+            .flat_map(|a| a.set.statements().iter().map(|s| s.sql.clone()))
+            .collect(),
     };
     // The transaction that wrote each table's rows, to find them again.
     let mut writers: HashMap<usize, String> = HashMap::new();
@@ -463,6 +467,9 @@ struct Seeding<'a> {
     /// How rows may skip the per-row foreign-key checks, when the session
     /// may ([`fk_checks`]).
     bypass: Option<fk_checks::FkCheckBypass>,
+    /// The SQL of every app statement: what they read of a JSON column
+    /// shapes its documents too ([`json`]).
+    app_statements: Vec<String>,
 }
 
 impl Seeding<'_> {

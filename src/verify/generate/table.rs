@@ -102,7 +102,8 @@ pub(super) fn seed_table(
         rows,
         turns,
     };
-    let fitting = match choose_values(c, &mut plan, &decided, &carriers, width)? {
+    let readers = &seeding.app_statements;
+    let fitting = match choose_values(c, &mut plan, &decided, &carriers, width, readers)? {
         Ok(f) => f,
         Err(u) => return Ok(Err(u)),
     };
