@@ -265,12 +265,14 @@ fn find_column(
             i += 1;
             continue;
         }
+        // Bytes, not `&str` slices: `i` may sit inside a multi-byte
+        // character of an identifier or literal.
         if !in_literal {
-            if expr[i..].starts_with(quoted) {
+            if b[i..].starts_with(quoted.as_bytes()) {
                 return Some((i, quoted.len()));
             }
             let before_ok = i == 0 || !ident(b[i - 1]);
-            if before_ok && expr[i..].starts_with(column) {
+            if before_ok && b[i..].starts_with(column.as_bytes()) {
                 let end = i + column.len();
                 if end >= b.len() || !ident(b[end]) {
                     return Some((i, column.len()));
@@ -501,6 +503,11 @@ mod tests {
         );
         // Another column, or the name inside a literal: no read.
         assert!(reads_of("(docs ->> 'a'::text) = 'doc'", "doc").is_empty());
+        // Characters of several bytes around it are walked over.
+        assert_eq!(
+            reads_of("(\"größe\" > 0) AND (doc ->> 'é'::text) = 'ü'", "doc"),
+            [read(&["é"], Leaf::Text, None)]
+        );
     }
 
     #[test]
