@@ -1158,7 +1158,7 @@ fn migration_tools_history_tables_are_neither_listed_nor_seeded(
 }
 
 /// Seeding on two sessions writes what one session writes: the same
-/// tables, the same row counts, the same warnings, on the real-shaped
+/// tables, the same row counts, the same warnings, on our own
 /// specimens fixture (11 tables: triggers, a deferred cycle, partitions
 /// split again, shared parents),
 /// and it did use the second session.
