@@ -1,16 +1,23 @@
-//! Real-shaped schemas: how much of them a rehearsal fills, how fast, and
-//! what a long history costs (issue 30's measuring stick).
+//! Schemas of our own, shaped like real ones: how much of them a
+//! rehearsal fills, how fast, and what a long history costs (issue 30's
+//! measuring stick, issue 43's fixtures).
 //!
 //! Fixtures (refinery layout, migrations only, no apps: the generator seeds
-//! every table):
-//! - `catalogue`: `tests/fixtures/real-shaped/catalogue/migrations`, a
-//!   package registry of 39 tables over 21 migrations with what real
-//!   schemas have (its README lists each feature and where it is);
-//! - `history`: the catalogue followed by generated migrations up to V300
-//!   (ROLLSAFE_BENCH_HISTORY_LEN), built into a temp dir: tables added,
-//!   columns added and dropped, indexes (every tenth built CONCURRENTLY in
-//!   a no-transaction file), triggers and their functions, SQL functions,
-//!   data fixes.
+//! every table; each folder's README lists what a generator meets there):
+//! - `telemetry`: `tests/fixtures/schemas/telemetry/migrations`, weather
+//!   stations whose readings and documents are JSON with NOT NULL
+//!   generated columns, monthly partitions, regular-expression domains on
+//!   UNIQUE keys, a two-character key, rules between columns, triggers
+//!   that count and that refuse;
+//! - `specimens`: `tests/fixtures/schemas/specimens/migrations`, a
+//!   laboratory registry of coded keys (`^[A-Z]{3}-[0-9]{4,8}$`,
+//!   `^[A-Z]{3}[0-9]$`), a deferred cycle of NOT NULL keys, unique keys
+//!   over foreign keys, partitions open to MINVALUE and split again;
+//! - `history`: the specimens fixture followed by generated migrations up
+//!   to V300 (ROLLSAFE_BENCH_HISTORY_LEN), built into a temp dir: tables
+//!   added, columns added and dropped, indexes (every tenth built
+//!   CONCURRENTLY in a no-transaction file), triggers and their functions,
+//!   SQL functions, data fixes.
 //!
 //! For each fixture, ROLLSAFE_BENCH_RUNS times (default 2), on the default
 //! backend (`ROLLSAFE_POSTGRES`):
@@ -40,7 +47,7 @@
 //! was not measured.
 //!
 //! `cargo bench --bench real_schemas` (ROLLSAFE_BENCH_ROWS: rows per table,
-//! default verify's; ROLLSAFE_BENCH_FIXTURES: `catalogue,history`;
+//! default verify's; ROLLSAFE_BENCH_FIXTURES: `telemetry,specimens,history`;
 //! ROLLSAFE_BENCH_KEEP_HISTORY=DIR: a copy of the generated history there).
 //! Prints figures; asserts nothing.
 
@@ -60,9 +67,17 @@ use rollsafe::tables::{self, Kind};
 use rollsafe::verify::generate::{self, RowCounts};
 use rollsafe::verify::DEFAULT_ROWS;
 
-fn catalogue_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/real-shaped/catalogue/migrations")
+/// The migrations of fixture `domain` (`tests/fixtures/schemas/<domain>`).
+fn fixture_dir(domain: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/schemas")
+        .join(domain)
+        .join("migrations")
 }
+
+/// The fixtures measured one by one, and the one the history grows on.
+const FIXTURES: [&str; 2] = ["telemetry", "specimens"];
+const HISTORY_BASE: &str = "specimens";
 
 fn main() {
     let rows: u64 = env_or("ROLLSAFE_BENCH_ROWS", DEFAULT_ROWS);
@@ -70,8 +85,9 @@ fn main() {
     let full_max: usize = env_or("ROLLSAFE_BENCH_FULL_MAX", 10);
     let full_limit = Duration::from_secs(env_or("ROLLSAFE_BENCH_FULL_LIMIT", 600));
     let length: i32 = env_or("ROLLSAFE_BENCH_HISTORY_LEN", 300);
-    let wanted = std::env::var("ROLLSAFE_BENCH_FIXTURES").unwrap_or("catalogue,history".into());
-    let history_dir = history(&catalogue_dir(), length);
+    let wanted = std::env::var("ROLLSAFE_BENCH_FIXTURES")
+        .unwrap_or_else(|_| format!("{},history", FIXTURES.join(",")));
+    let history_dir = history(&fixture_dir(HISTORY_BASE), length);
     // A copy of the generated history, to rehearse it outside the bench.
     if let Ok(keep) = std::env::var("ROLLSAFE_BENCH_KEEP_HISTORY") {
         std::fs::create_dir_all(&keep).expect("ROLLSAFE_BENCH_KEEP_HISTORY");
@@ -83,15 +99,16 @@ fn main() {
         }
         println!("history kept in {keep}");
     }
-    let mut fixtures: Vec<(&str, PathBuf)> = Vec::new();
-    if wanted.contains("catalogue") {
-        fixtures.push(("catalogue", catalogue_dir()));
-    }
+    let mut fixtures: Vec<(&str, PathBuf)> = FIXTURES
+        .iter()
+        .filter(|f| wanted.contains(*f))
+        .map(|f| (*f, fixture_dir(f)))
+        .collect();
     if wanted.contains("history") {
         fixtures.push(("history", history_dir.path().to_path_buf()));
     }
     let backend = std::env::var("ROLLSAFE_POSTGRES").unwrap_or_else(|_| "auto".into());
-    println!("real-shaped schemas, backend {backend}, {rows} rows per table, {runs} runs");
+    println!("schemas of our own, backend {backend}, {rows} rows per table, {runs} runs");
     for run in 1..=runs {
         for (name, dir) in &fixtures {
             println!("== run {run}, fixture {name} ({})", dir.display());
@@ -366,10 +383,10 @@ fn full_history(dir: &Path, n: usize, limit: Duration, rows: u64) {
     println!("  seeding per migration: {}", steps.join(", "));
 }
 
-/// The catalogue's migrations, then generated ones up to `length`.
-fn history(catalogue: &Path, length: i32) -> tempfile::TempDir {
+/// The base fixture's migrations, then generated ones up to `length`.
+fn history(base: &Path, length: i32) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temp dir");
-    let base = Catalog::from_dir(catalogue).expect("catalogue");
+    let base = Catalog::from_dir(base).expect("base fixture");
     for m in base.migrations() {
         std::fs::write(dir.path().join(&m.file), &m.sql).expect("write");
     }
@@ -390,28 +407,28 @@ struct Grown {
     columns: std::collections::VecDeque<(String, String)>,
 }
 
-/// Catalogue tables the generated history also changes.
-const CATALOGUE_TABLES: [&str; 6] = [
-    "crates",
-    "versions",
-    "users",
-    "dependencies",
-    "api_tokens",
-    "version_downloads",
+/// Base fixture tables the generated history also changes.
+const BASE_TABLES: [&str; 6] = [
+    "studies",
+    "specimens",
+    "labs",
+    "subjects",
+    "aliquots",
+    "results",
 ];
 
 impl Grown {
-    /// The newest table added, else a catalogue one.
+    /// The newest table added, else a base one.
     fn latest(&self) -> String {
         self.tables
             .last()
             .cloned()
-            .unwrap_or_else(|| "crates".into())
+            .unwrap_or_else(|| "studies".into())
     }
 
-    /// A table to change at `v`: the added ones and the catalogue's in turn.
+    /// A table to change at `v`: the added ones and the base's in turn.
     fn some_table(&self, v: i32) -> String {
-        let pool: Vec<String> = CATALOGUE_TABLES
+        let pool: Vec<String> = BASE_TABLES
             .iter()
             .map(|s| s.to_string())
             .chain(self.tables.iter().cloned())
@@ -449,7 +466,7 @@ impl Grown {
                 (
                     format!("function_{t}_count"),
                     format!(
-                        "CREATE OR REPLACE FUNCTION {t}_per_crate_{v}(c integer) RETURNS bigint\nLANGUAGE sql STABLE AS $$ SELECT count(*) FROM {t} WHERE crate_id = c $$;\n"
+                        "CREATE OR REPLACE FUNCTION {t}_per_lab_{v}(l integer) RETURNS bigint\nLANGUAGE sql STABLE AS $$ SELECT count(*) FROM {t} WHERE lab_id = l $$;\n"
                     ),
                 )
             }
@@ -465,26 +482,26 @@ impl Grown {
         }
     }
 
-    /// A feature table: an identity key, a key to crates or users, a
+    /// A feature table: an identity key, a key to labs or studies, a
     /// label, a score with a CHECK; every third with a composite UNIQUE.
     fn new_table(&mut self, v: i32) -> (String, String) {
         let t = format!("feature_{v}");
         let (owner, owner_type) = if v % 20 == 0 {
             (
-                "crate_id",
-                "integer NOT NULL REFERENCES crates (id) ON DELETE CASCADE",
+                "lab_id",
+                "integer NOT NULL REFERENCES labs (id) ON DELETE CASCADE",
             )
         } else {
             (
-                "user_id",
-                "bigint NOT NULL REFERENCES users (id) ON DELETE CASCADE",
+                "study_id",
+                "bigint NOT NULL REFERENCES studies (id) ON DELETE CASCADE",
             )
         };
-        // Every table gets crate_id: the generated functions count by it.
-        let crate_col = if owner == "crate_id" {
+        // Every table gets lab_id: the generated functions count by it.
+        let lab_col = if owner == "lab_id" {
             String::new()
         } else {
-            "    crate_id integer REFERENCES crates (id),\n".to_string()
+            "    lab_id integer REFERENCES labs (id),\n".to_string()
         };
         let unique = if v % 30 == 0 {
             format!(",\n    UNIQUE ({owner}, label)")
@@ -492,7 +509,7 @@ impl Grown {
             String::new()
         };
         let sql = format!(
-            "CREATE TABLE {t} (\n    id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,\n    {owner} {owner_type},\n{crate_col}    label text NOT NULL,\n    score integer NOT NULL DEFAULT 0,\n    created_at timestamptz NOT NULL DEFAULT now(),\n    CONSTRAINT {t}_score CHECK (score >= 0){unique}\n);\n"
+            "CREATE TABLE {t} (\n    id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,\n    {owner} {owner_type},\n{lab_col}    label text NOT NULL,\n    score integer NOT NULL DEFAULT 0,\n    created_at timestamptz NOT NULL DEFAULT now(),\n    CONSTRAINT {t}_score CHECK (score >= 0){unique}\n);\n"
         );
         self.tables.push(t.clone());
         (format!("create_{t}"), sql)
@@ -538,8 +555,7 @@ impl Grown {
     /// code wrote.
     fn data_fix(&mut self, v: i32) -> (String, String) {
         let sql = if v % 20 == 4 {
-            "UPDATE crates SET description = btrim(description) WHERE description <> btrim(description);\n"
-                .to_string()
+            "UPDATE studies SET title = btrim(title) WHERE title <> btrim(title);\n".to_string()
         } else {
             let t = self.latest();
             format!("UPDATE {t} SET label = lower(label) WHERE label <> lower(label);\n")

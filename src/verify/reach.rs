@@ -225,7 +225,7 @@ mod tests {
 
     fn tables() -> Vec<UserTable> {
         vec![
-            table("crates", None),
+            table("parcels", None),
             table("users", None),
             table("downloads", None),
             table("downloads_2026", Some("downloads")),
@@ -250,8 +250,12 @@ mod tests {
     #[test]
     fn a_definition_reaches_the_tables_it_locks_or_names() {
         assert_eq!(
-            reach("ALTER TABLE crates ADD COLUMN note text;", &["crates"], &[]),
-            only(&["crates"])
+            reach(
+                "ALTER TABLE parcels ADD COLUMN note text;",
+                &["parcels"],
+                &[]
+            ),
+            only(&["parcels"])
         );
         // Named but not locked (an index built outside a transaction that
         // no lock sample saw): still reached.
@@ -279,16 +283,16 @@ mod tests {
     #[test]
     fn a_statement_on_rows_reaches_every_table() {
         for sql in [
-            "UPDATE crates SET name = lower(name);",
+            "UPDATE parcels SET name = lower(name);",
             "DELETE FROM users WHERE id < 0;",
-            "INSERT INTO crates SELECT 1;",
-            "WITH x AS (SELECT 1) UPDATE crates SET id = id;",
+            "INSERT INTO parcels SELECT 1;",
+            "WITH x AS (SELECT 1) UPDATE parcels SET id = id;",
             "DO $$ BEGIN PERFORM 1; END $$;",
             "SELECT backfill();",
-            "ALTER TABLE crates ADD COLUMN n int; UPDATE crates SET n = 0;",
+            "ALTER TABLE parcels ADD COLUMN n int; UPDATE parcels SET n = 0;",
         ] {
             assert!(
-                matches!(reach(sql, &["crates"], &[]), Reach::Everything(_)),
+                matches!(reach(sql, &["parcels"], &[]), Reach::Everything(_)),
                 "{sql}"
             );
         }
@@ -296,25 +300,25 @@ mod tests {
 
     #[test]
     fn a_definition_calling_a_project_function_reaches_every_table() {
-        let sql = "ALTER TABLE crates ADD CONSTRAINT known CHECK (owner_exists(owner_id));";
+        let sql = "ALTER TABLE parcels ADD CONSTRAINT known CHECK (owner_exists(owner_id));";
         assert!(matches!(
-            reach(sql, &["crates"], &["owner_exists"]),
+            reach(sql, &["parcels"], &["owner_exists"]),
             Reach::Everything(why) if why.contains("owner_exists")
         ));
         // Creating the function, or a trigger that calls it later, calls
         // nothing now.
         let sql = "CREATE OR REPLACE FUNCTION touch() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;\n\
-                   CREATE TRIGGER crates_touch BEFORE UPDATE ON crates FOR EACH ROW EXECUTE FUNCTION touch();";
-        assert_eq!(reach(sql, &["crates"], &["touch"]), only(&["crates"]));
+                   CREATE TRIGGER parcels_touch BEFORE UPDATE ON parcels FOR EACH ROW EXECUTE FUNCTION touch();";
+        assert_eq!(reach(sql, &["parcels"], &["touch"]), only(&["parcels"]));
     }
 
     #[test]
     fn a_failed_or_unsplittable_migration_reaches_every_table() {
-        let mut failed = applied(&["crates"]);
+        let mut failed = applied(&["parcels"]);
         failed.error = Some("boom".into());
         assert!(matches!(
             of(
-                "ALTER TABLE crates ADD COLUMN n int;",
+                "ALTER TABLE parcels ADD COLUMN n int;",
                 touched_by(&failed).as_ref(),
                 &tables(),
                 &BTreeSet::new()
@@ -322,10 +326,10 @@ mod tests {
             Reach::Everything(_)
         ));
         // A file the grammar cannot split is one unit: every table.
-        let touched = BTreeSet::from(["crates".to_string()]);
+        let touched = BTreeSet::from(["parcels".to_string()]);
         assert!(matches!(
             of(
-                "ALTER TABLE crates ADD COLUMN n int; $$ unterminated",
+                "ALTER TABLE parcels ADD COLUMN n int; $$ unterminated",
                 Some(&touched),
                 &tables(),
                 &BTreeSet::new()

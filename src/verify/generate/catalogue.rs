@@ -33,6 +33,9 @@ pub(super) struct Table {
     /// It has a rule on INSERT (`CREATE RULE … ON INSERT`), which a
     /// session in replica mode would not run.
     pub(super) insert_rules: bool,
+    /// The expressions of its indexes (`pg_get_expr(indexprs)`): what
+    /// they read of a JSON column shapes its documents ([`super::json`]).
+    pub(super) index_expressions: Vec<String>,
     /// A unique index on constants only (`CREATE UNIQUE INDEX … ((true))`,
     /// a one-row settings or aggregates table): the table holds at most
     /// one row. Its name.
@@ -321,6 +324,7 @@ pub(super) fn read_tables(
             insert_triggers: Vec::new(),
             insert_rules: false,
             single_row: None,
+            index_expressions: Vec::new(),
             name: rel.name,
             qualified: rel.qualified,
         };
@@ -346,6 +350,7 @@ pub(super) fn read_tables(
             add_constraint(&mut t, k);
         }
         for i in indexes.iter().filter(|i| i.table == name) {
+            t.index_expressions.extend(i.expressions.iter().cloned());
             if i.unique && !owned.contains(i.regclass.as_str()) {
                 add_unique_index(&mut t, i);
             }

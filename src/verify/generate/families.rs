@@ -273,8 +273,30 @@ fn integers(bytes: u8, lits: &Literals) -> Vec<Family> {
     }
     v.extend([fam("0"), fam("1"), inj(format!("-{i}"))]);
     v.extend(number_list(lits));
+    v.extend(small_range(lits));
     v.extend(around_literals(lits));
     v
+}
+
+/// Every whole number strictly between the smallest a CHECK mentions and
+/// the largest (`screening_no BETWEEN 1 AND 9999`, `age >= 18 AND age <
+/// 130`: whether a bound is itself allowed is not read), in turn: a key
+/// held to a small range holds that many values, walked with its foreign
+/// keys. (The probe samples the first indexes, not the whole cycle: the
+/// bounds are left out rather than tested.)
+fn small_range(lits: &Literals) -> Option<Family> {
+    let whole: Vec<i64> = lits
+        .numbers
+        .iter()
+        .filter_map(|n| n.parse::<i64>().ok())
+        .collect();
+    let (lo, hi) = (*whole.iter().min()?, *whole.iter().max()?);
+    let span = hi.checked_sub(lo)?.checked_sub(1)?;
+    (2..=100_000_000).contains(&span).then(|| Family {
+        sql: format!("{} + {I} % {span}", lo + 1),
+        injective: false,
+        cycle: Some(span as u64),
+    })
 }
 
 /// The whole numbers a CHECK mentions in turn (`action IN (0, 1, 2, 3)`).
@@ -351,8 +373,7 @@ fn texts(typmod: i32, name: &str, lits: &Literals, width: u64) -> Vec<Family> {
     let mut v: Vec<Family> = lits
         .patterns
         .iter()
-        .filter_map(|p| super::pattern::matching(p, digits))
-        .map(|(sql, injective)| if injective { inj(sql) } else { fam(sql) })
+        .filter_map(|p| super::pattern::matching(p, width, max_len))
         .collect();
     if room >= 2 {
         v.push(inj(format!(
@@ -361,6 +382,15 @@ fn texts(typmod: i32, name: &str, lits: &Literals, width: u64) -> Vec<Family> {
         )));
     }
     v.push(inj(format!("{i}::text")));
+    if let Some(n) = max_len.filter(|&n| n < digits) {
+        // Too short for the index's digits (`varchar(2)`): letters and
+        // digits in every place, as many values as the length holds.
+        v.extend(super::pattern::matching(
+            &format!("^[0-9A-Za-z]{{1,{n}}}$"),
+            width,
+            Some(n),
+        ));
+    }
     if !lits.strings.is_empty() {
         let all: Vec<String> = lits.strings.iter().map(|s| quote_literal(s)).collect();
         v.push(each_of(&all));

@@ -12,13 +12,15 @@ use super::{UnseededTable, MAX_COMBINATIONS};
 
 /// Step 3 of [`seed_table`]: for each column still to fill, the families of its type that
 /// fit it (tried on the sample), the first one chosen; injective ones
-/// only for a column that carries a UNIQUE key.
+/// only for a column that carries a UNIQUE key. A JSON column's first
+/// family carries what the table and `app_statements` read of it.
 pub(super) fn choose_values(
     c: &mut impl GenericClient,
     plan: &mut Plan,
     decided: &[bool],
     carriers: &BTreeSet<usize>,
     width: u64,
+    app_statements: &[String],
 ) -> Result<Result<BTreeMap<usize, Vec<Family>>, UnseededTable>, postgres::Error> {
     let t = plan.table;
     // What the CHECKs on a column mention are candidates for it.
@@ -38,6 +40,11 @@ pub(super) fn choose_values(
         }
         let col = &t.columns[k];
         let mut fams = families(&col.ty, col.typmod, &col.name, &lits[k], width);
+        if let Some(documents) = super::json::shaped_documents(c, t, k, app_statements)? {
+            // What the table's generated columns, CHECKs and indexes read
+            // of the documents is in them: nothing else satisfies those.
+            fams.insert(0, documents);
+        }
         if let Some((_, routed)) = routed.as_ref().filter(|(n, _)| *n == col.num) {
             // Only values some partition takes can be inserted at all.
             fams = vec![routed.clone()];
@@ -106,8 +113,12 @@ pub(super) fn satisfy_checks(
         let mut failing = failing_checks(c, plan)?;
         let mut locked: BTreeSet<usize> = BTreeSet::new();
         for ck in 0..t.checks.len() {
+            // A CHECK that holds keeps holding (a combination that breaks
+            // it is refused below), but its columns stay free: another
+            // CHECK may need them (`retired_on IS NULL OR …` holds for
+            // any date, `(state = 'retired') = (retired_on IS NOT NULL)`
+            // only for NULL).
             if !failing[ck] {
-                locked.extend(t.checks[ck].cols.iter().filter_map(|&n| t.column(n)));
                 continue;
             }
             let vars: Vec<usize> = t.checks[ck]
@@ -133,11 +144,21 @@ pub(super) fn satisfy_checks(
             }
             if failing[ck] {
                 let check = &t.checks[ck];
+                // The first values tried, on a row they break.
+                for &k in &vars {
+                    plan.vals[k] = Val::Gen {
+                        fams: fitting[&k].clone(),
+                        chosen: 0,
+                    };
+                }
+                let example = breaking_row(c, plan, ck)?
+                    .map(|row| format!("; e.g. {row}"))
+                    .unwrap_or_default();
                 return Ok(unseeded(
                     t,
                     Some(&check.name),
                     format!(
-                        "CHECK {} ({}): no combination of generated values satisfies it",
+                        "CHECK {} ({}): no combination of generated values satisfies it{example}",
                         check.name, check.expr
                     ),
                 ));
@@ -158,9 +179,13 @@ pub(super) fn fits_column(
     f: &Family,
 ) -> Result<Result<(), (Option<String>, String)>, postgres::Error> {
     let col = &plan.table.columns[k];
-    let value = format!("({})::{}", at(&f.sql, &plan.index()), col.sql_type);
-    let too_long = max_text_len(&col.ty, col.typmod)
-        .map_or("false".to_string(), |n| format!("length(v::text) > {n}"));
+    let raw = at(&f.sql, &plan.index());
+    let value = format!("({raw})::{}", col.sql_type);
+    // Measured before the cast: a cast to `varchar(n)` cuts a longer
+    // value silently (and two values cut alike break a UNIQUE key).
+    let too_long = max_text_len(&col.ty, col.typmod).map_or("false".to_string(), |n| {
+        format!("length(({raw})::text) > {n}")
+    });
     let null = if col.not_null() && f.sql != "NULL" {
         "v IS NULL"
     } else {
@@ -169,7 +194,7 @@ pub(super) fn fits_column(
     // `count(v)` makes the server compute v: an output nothing reads is
     // never evaluated, and its cast would never be tried.
     let sql = format!(
-        "SELECT count(*) FILTER (WHERE {too_long} OR {null}), count(v) FROM (SELECT {value} AS v FROM {}) x",
+        "SELECT count(*) FILTER (WHERE too_long OR {null}), count(v) FROM (SELECT {value} AS v, {too_long} AS too_long FROM {}) x",
         plan.sample()
     );
     match probe(c, &sql)? {
@@ -183,6 +208,43 @@ pub(super) fn fits_column(
         ))),
         Err(e) => Err(e),
     }
+}
+
+/// The values of CHECK `ck`'s columns on a sampled row that breaks it
+/// (`age = 7, status = NULL`), for the message that says why a table is
+/// left empty; None when the probe cannot tell.
+fn breaking_row(
+    c: &mut impl GenericClient,
+    plan: &Plan,
+    ck: usize,
+) -> Result<Option<String>, postgres::Error> {
+    let t = plan.table;
+    let check = &t.checks[ck];
+    let shown: Vec<String> = check
+        .cols
+        .iter()
+        .filter_map(|&n| t.column(n))
+        .map(|k| {
+            let name = crate::pg::quote_ident(&t.columns[k].name);
+            format!(
+                "{} || ' = ' || coalesce(quote_literal({name}), 'NULL')",
+                crate::pg::quote_literal(&t.columns[k].name)
+            )
+        })
+        .collect();
+    if shown.is_empty() {
+        return Ok(None);
+    }
+    let sql = format!(
+        "SELECT concat_ws(', ', {}) FROM ({}) t WHERE ({}) IS FALSE LIMIT 1",
+        shown.join(", "),
+        plan.select(&plan.sample(), true),
+        check.expr
+    );
+    Ok(match probe_opt(c, &sql)? {
+        Ok(row) => row.map(|r| r.get(0)),
+        Err(_) => None,
+    })
 }
 
 /// Which of the table's CHECKs some sampled row violates (all of them,
@@ -222,6 +284,20 @@ fn probe(
     Ok(r)
 }
 
+/// [`probe`] of a query that may return no row.
+pub(super) fn probe_opt(
+    c: &mut impl GenericClient,
+    sql: &str,
+) -> Result<Result<Option<postgres::Row>, postgres::Error>, postgres::Error> {
+    let mut sp = c.transaction()?;
+    let r = sp.query_opt(sql, &[]);
+    drop(sp);
+    match r {
+        Err(e) if e.as_db_error().is_none() => Err(e),
+        r => Ok(r),
+    }
+}
+
 /// Every combination of choices (`sizes[v]` options for variable v),
 /// the first choices first.
 pub(super) fn combinations(sizes: &[usize]) -> impl Iterator<Item = Vec<usize>> + '_ {
@@ -243,8 +319,8 @@ pub(super) fn combinations(sizes: &[usize]) -> impl Iterator<Item = Vec<usize>> 
 }
 
 /// Step 5 of [`seed_table`]: a UNIQUE key whose carrier ended up with a
-/// list taken in turn (`badge_type IN ('ci', 'docs', …)` on the key
-/// `(crate_id, badge_type)`) walks the combinations of the list and the
+/// list taken in turn (`unit IN ('lux', 'percent', …)` on the key
+/// `(station_id, unit)`) walks the combinations of the list and the
 /// key's referenced rows: row g takes value `g % k` and parent row
 /// `(g - 1) / k`. The table then gets at most as many rows as there are
 /// combinations; the note says so.
@@ -269,6 +345,7 @@ pub(super) fn walk_lists(plan: &mut Plan, carriers: &BTreeSet<usize>) -> Option<
             })
             .collect();
         let mut combinations = cycle;
+        let walked = !joins.is_empty();
         for j in joins {
             if plan.joins[j].divisor.is_none() {
                 plan.joins[j].divisor = Some(combinations);
@@ -276,11 +353,19 @@ pub(super) fn walk_lists(plan: &mut Plan, carriers: &BTreeSet<usize>) -> Option<
             }
         }
         if combinations < plan.rows {
+            let col = &t.columns[k];
+            note = Some(if walked {
+                format!(
+                    "{combinations} of the {} rows asked: every combination of the {cycle} values column {} holds and the rows its UNIQUE key references",
+                    plan.rows, col.name
+                )
+            } else {
+                format!(
+                    "{combinations} of the {} rows asked: column {} ({}) holds {cycle} distinct values and carries a UNIQUE key",
+                    plan.rows, col.name, col.sql_type
+                )
+            });
             plan.rows = combinations;
-            note = Some(format!(
-                "{combinations} rows: every combination of the values column {} may take and the rows its UNIQUE key references",
-                t.columns[k].name
-            ));
         }
     }
     note

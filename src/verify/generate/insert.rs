@@ -21,9 +21,9 @@ const TRIGGER_PROBE_ROWS: u64 = 1000;
 /// A seeding is meant to write ~85 000 rows a second (issue 30: 170 000
 /// rows in 2 s): one table's triggers may take about half of that. With
 /// JIT off (see [`super::seed`]) the projection is what the rows then
-/// take: 2.1-2.3 s measured for the rest of the catalogue fixture's
-/// `crates_keywords`, whose trigger updates one keyword's counter row per
-/// row (its versions pile up in the transaction: the cost per row grows).
+/// take: 2.1-2.3 s measured for the rest of a former fixture's table
+/// whose trigger updates one counter row of another table per row (its
+/// versions pile up in the transaction: the cost per row grows).
 const TRIGGER_BUDGET: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Step 6 of [`seed_table`]: the rows, in one transaction with the
@@ -210,8 +210,8 @@ fn write_with_triggers(
                 written.get_or_insert(w);
                 // At the second batch's cost, even without growth, the
                 // rest would take longer than the budget: the third
-                // batch could only make it worse (crates.io's
-                // crates_keywords, ~1 ms a row: 1.1 s more through them).
+                // batch could only make it worse (a counter row updated
+                // per row, ~1 ms a row: 1.1 s more through them).
                 if let [_, second] = spent[..] {
                     let left = rows.saturating_sub(to) as f64;
                     if per_row(second) * left > TRIGGER_BUDGET.as_secs_f64() * 1000.0 {

@@ -45,8 +45,12 @@ pub(super) fn seeding_order(tables: &[String], edges: &[Edge]) -> Order {
             out.tables.push(t);
             continue;
         }
+        // Only a key on a cycle is set aside: one from a table outside
+        // it (an alert pointing at either side) would be left NULL for
+        // nothing.
         let pending: Vec<usize> = (0..edges.len())
             .filter(|&e| !removed[e] && !done[edges[e].child] && !done[edges[e].parent])
+            .filter(|&e| on_a_cycle(e, edges, &removed, &done))
             .collect();
         let Some(&pick) = pending
             .iter()
@@ -67,6 +71,30 @@ pub(super) fn seeding_order(tables: &[String], edges: &[Edge]) -> Order {
         out.broken.push(pick);
     }
     out
+}
+
+/// Whether edge `e` closes a cycle of the edges still in place: its child
+/// is reached from its parent by following keys to their parents.
+fn on_a_cycle(e: usize, edges: &[Edge], removed: &[bool], done: &[bool]) -> bool {
+    let target = edges[e].child;
+    let mut seen = vec![false; done.len()];
+    let mut stack = vec![edges[e].parent];
+    while let Some(t) = stack.pop() {
+        if t == target {
+            return true;
+        }
+        if std::mem::replace(&mut seen[t], true) {
+            continue;
+        }
+        stack.extend(
+            edges
+                .iter()
+                .enumerate()
+                .filter(|&(k, edge)| !removed[k] && edge.child == t && !done[edge.parent])
+                .map(|(_, edge)| edge.parent),
+        );
+    }
+    false
 }
 
 #[cfg(test)]
@@ -108,6 +136,18 @@ mod tests {
         assert!(o.warnings.is_empty());
         let pos = |t| o.tables.iter().position(|&x| x == t).unwrap();
         assert!(pos(1) < pos(0) && pos(0) < pos(2), "{:?}", o.tables);
+
+        // A table pointing at both sides of a cycle (nullable keys, the
+        // first edges listed) is no part of it: its keys stay in place.
+        let edges = [
+            edge(2, 0, "c_a", true),
+            edge(2, 1, "c_b", true),
+            edge(0, 1, "a_b", false),
+            edge(1, 0, "b_a", true),
+        ];
+        let o = seeding_order(&names, &edges);
+        assert_eq!(o.broken, [3]);
+        assert_eq!(o.tables.last(), Some(&2));
 
         let o = seeding_order(
             &names[..2],

@@ -4,9 +4,9 @@
 //! (with no DEFAULT partition) takes values from its partitions' bounds.
 //!
 //! RANGE over one column of a date, timestamp or number type: the span
-//! from the lowest lower bound to the highest upper bound, walked in turn
+//! from the lowest finite bound to the highest, walked in turn
 //! (partitions are assumed to cover it without gaps, as yearly or monthly
-//! ones do). LIST: every listed value in turn. HASH routes any value.
+//! ones do; one open to MINVALUE or MAXVALUE takes the rest). LIST: every listed value in turn. HASH routes any value.
 
 use postgres::GenericClient;
 
@@ -70,13 +70,24 @@ fn key_column(key: &str) -> Option<(String, String)> {
 }
 
 /// The text between `FROM (` and `)`, and between `TO (` and `)`, of one
-/// range bound; None for MINVALUE / MAXVALUE or several columns.
+/// range bound: a side that is MINVALUE or MAXVALUE (an archive of
+/// everything before, a partition of everything after) stands for the
+/// other side, so the span runs between finite bounds; None for several
+/// columns or two open sides.
 fn from_to(bound: &str) -> Option<(String, String)> {
     let after_from = bound.split_once("FROM (")?.1;
     let (from, rest) = after_from.split_once(") TO (")?;
     let to = rest.strip_suffix(')')?;
-    let finite = |v: &str| !v.contains("MINVALUE") && !v.contains("MAXVALUE") && !v.contains(',');
-    (finite(from) && finite(to)).then(|| (from.to_string(), to.to_string()))
+    if from.contains(',') || to.contains(',') {
+        return None;
+    }
+    let finite = |v: &str| !v.contains("MINVALUE") && !v.contains("MAXVALUE");
+    match (finite(from), finite(to)) {
+        (true, true) => Some((from.to_string(), to.to_string())),
+        (false, true) => Some((to.to_string(), to.to_string())),
+        (true, false) => Some((from.to_string(), from.to_string())),
+        (false, false) => None,
+    }
 }
 
 /// The SQL of a value from the lowest bound (a literal), the key's type
@@ -171,6 +182,11 @@ mod tests {
             from_to("FOR VALUES FROM ('2024-01-01') TO ('2025-01-01')"),
             Some(("'2024-01-01'".into(), "'2025-01-01'".into()))
         );
-        assert_eq!(from_to("FOR VALUES FROM (MINVALUE) TO (10)"), None);
+        assert_eq!(
+            from_to("FOR VALUES FROM (MINVALUE) TO (10)"),
+            Some(("10".into(), "10".into()))
+        );
+        assert_eq!(from_to("FOR VALUES FROM (MINVALUE) TO (MAXVALUE)"), None);
+        assert_eq!(from_to("FOR VALUES FROM (1, 2) TO (3, 4)"), None);
     }
 }

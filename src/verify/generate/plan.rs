@@ -64,6 +64,9 @@ pub(super) struct Plan<'a> {
     pub(super) joins: Vec<Join>,
     pub(super) offset: u64,
     pub(super) rows: u64,
+    /// Per column, its turn in a group of which exactly one is set
+    /// ([`super::rules`]): (its place, the group's size). NULL off turn.
+    pub(super) turns: Vec<Option<(usize, usize)>>,
 }
 
 impl Plan<'_> {
@@ -74,6 +77,15 @@ impl Plan<'_> {
     /// The SQL of column `k`, for the INSERT (`probe` false: None for an
     /// omitted column) or for a CHECK probe.
     pub(super) fn expr(&self, k: usize, probe: bool) -> Option<String> {
+        let value = self.value(k, probe)?;
+        Some(match self.turns.get(k).copied().flatten() {
+            Some((place, size)) => format!("CASE WHEN s.g % {size} = {place} THEN {value} END"),
+            None => value,
+        })
+    }
+
+    /// [`Plan::expr`] on every row (its turn aside).
+    fn value(&self, k: usize, probe: bool) -> Option<String> {
         let col = &self.table.columns[k];
         let cast = |v: String| format!("({v})::{}", col.sql_type);
         Some(match &self.vals[k] {

@@ -2,7 +2,7 @@
 //! more than one session.
 //!
 //! Seeding is the server's work (one `INSERT … SELECT` per table): on
-//! the catalogue fixture, 40 tables of 10 000 rows took 3.4 s on one
+//! a 40-table fixture, 40 tables of 10 000 rows took 3.4 s on one
 //! session while the second core of the machine idled. Tables that do not
 //! touch each other are written in parallel, on a second session opened
 //! only when two tables are ready at once (a carried seeding that fills
@@ -40,7 +40,7 @@ use super::plan::TableResult;
 use super::Seeding;
 
 /// Sessions one seeding writes on at most: the server's work splits well
-/// in two on a 2-core machine (the catalogue fixture's tables: 3.4 s on
+/// in two on a 2-core machine (a 40-table fixture: 3.4 s on
 /// one session, 1.7 s on two); more would contend for the same cores and
 /// the WAL, and a rehearsal already runs its other work beside seeding.
 const MAX_SESSIONS: usize = 2;
@@ -550,7 +550,7 @@ mod tests {
 
     #[test]
     fn a_function_that_names_no_table_nor_other_function_touches_none() {
-        let tables: HashSet<String> = ["users", "crates"].iter().map(|s| s.to_string()).collect();
+        let tables: HashSet<String> = ["users", "parcels"].iter().map(|s| s.to_string()).collect();
         let functions: HashSet<String> = ["random_string", "next_id", "uuid_v7"]
             .iter()
             .map(|s| s.to_string())

@@ -4,7 +4,7 @@
 //! A seeding carried from the previous migration writes a few new tables
 //! into a database of dozens that were analysed when they were seeded:
 //! analysing all of them again cost more than the seeding itself (1.4 s
-//! for the 39 tables of the catalogue fixture, at every migration of a
+//! for the 39 tables of a former fixture, at every migration of a
 //! full rehearsal). What the rehearsal reads from statistics must stay as
 //! a whole-database `ANALYZE` would leave it: `relpages` (a scan reading
 //! every page of a table is judged against it, so a data fix that grew a

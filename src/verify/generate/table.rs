@@ -93,14 +93,17 @@ pub(super) fn seed_table(
         joins,
         ..
     } = draft;
+    let turns = take_turns(t, &vals, &decided);
     let mut plan = Plan {
         table: t,
         vals,
         joins,
         offset,
         rows,
+        turns,
     };
-    let fitting = match choose_values(c, &mut plan, &decided, &carriers, width)? {
+    let readers = &seeding.app_statements;
+    let fitting = match choose_values(c, &mut plan, &decided, &carriers, width, readers)? {
         Ok(f) => f,
         Err(u) => return Ok(Err(u)),
     };
@@ -373,8 +376,8 @@ impl Draft {
                     }
                 }
             }
-            // A key of one foreign key's columns (a one-to-one: a default
-            // version per crate) takes each parent row once: the plain
+            // A key of one foreign key's columns (a one-to-one: one
+            // contact per station) takes each parent row once: the plain
             // walk does, up to its rows. Several foreign keys walk their
             // combinations.
             if joins.len() == 1 {
@@ -458,4 +461,25 @@ impl Draft {
         }
         (requested, None)
     }
+}
+
+/// Each column's turn in a group of which exactly one is set
+/// ([`super::rules`]): the group's columns that will hold a value take
+/// turns (one left to its default, or NULL for want of rows to point at,
+/// sits out).
+fn take_turns(t: &Table, vals: &[Val], decided: &[bool]) -> Vec<Option<(usize, usize)>> {
+    let mut turns = vec![None; t.columns.len()];
+    for group in super::rules::exactly_one_groups(t) {
+        let players: Vec<usize> = group
+            .into_iter()
+            .filter(|&k| !decided[k] || matches!(vals[k], Val::Fk { .. } | Val::SelfFk { .. }))
+            .collect();
+        if players.len() < 2 || players.iter().any(|&k| turns[k].is_some()) {
+            continue;
+        }
+        for (place, &k) in players.iter().enumerate() {
+            turns[k] = Some((place, players.len()));
+        }
+    }
+    turns
 }
