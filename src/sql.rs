@@ -106,6 +106,40 @@ pub fn is_blank(sql: &str) -> bool {
     split(sql).statements.is_empty()
 }
 
+/// A statement that opens or ends a transaction block, written in a file
+/// that manages its own transactions (sent as a simple-query string or
+/// statement by statement, where PostgreSQL obeys it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransactionControl {
+    /// `BEGIN`, `START TRANSACTION`.
+    Begin,
+    /// `COMMIT`, `END`, `ROLLBACK`, `ABORT`, `PREPARE TRANSACTION`: the
+    /// block is over (a savepoint's `ROLLBACK TO` and the `… PREPARED`
+    /// commands are not).
+    End,
+}
+
+/// Whether `statement` opens or ends a transaction block (its leading
+/// keywords: the splitter starts a statement at its first keyword).
+pub fn transaction_control(statement: &Statement) -> Option<TransactionControl> {
+    let words: Vec<String> = statement
+        .text
+        .split_whitespace()
+        .take(2)
+        .map(str::to_ascii_uppercase)
+        .collect();
+    let first = words.first()?.as_str();
+    let second = words.get(1).map(String::as_str);
+    match (first, second) {
+        ("BEGIN", _) | ("START", Some("TRANSACTION")) => Some(TransactionControl::Begin),
+        ("COMMIT" | "ROLLBACK", Some("PREPARED")) | ("ROLLBACK", Some("TO")) => None,
+        ("COMMIT" | "END" | "ROLLBACK" | "ABORT", _) | ("PREPARE", Some("TRANSACTION")) => {
+            Some(TransactionControl::End)
+        }
+        _ => None,
+    }
+}
+
 /// Runs `f` on squawk's parse of `sql` (syntax errors included: the tree is
 /// lossless) with the same guards as [`split`]: the pre-scan first, then
 /// the parse, `f` and the tree's drop on a thread with
@@ -522,6 +556,34 @@ impl LineIndex {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn transaction_control_is_read_from_the_leading_keywords() {
+        use TransactionControl::{Begin, End};
+        let sql = "BEGIN;\nSTART TRANSACTION ISOLATION LEVEL SERIALIZABLE;\nSAVEPOINT a;\nROLLBACK TO SAVEPOINT a;\ncommit;\nEND;\nABORT;\nCOMMIT PREPARED 'x';\nPREPARE TRANSACTION 'x';\nSET TRANSACTION ISOLATION LEVEL REPEATABLE READ;\nDO $$ BEGIN COMMIT; END $$;";
+        let found: Vec<Option<TransactionControl>> = split(sql)
+            .statements
+            .iter()
+            .map(transaction_control)
+            .collect();
+        assert_eq!(
+            found,
+            [
+                Some(Begin),
+                Some(Begin),
+                None,
+                None,
+                Some(End),
+                Some(End),
+                Some(End),
+                None,
+                Some(End),
+                None,
+                None
+            ]
+        );
+    }
+
     use super::*;
     use proptest::prelude::*;
 

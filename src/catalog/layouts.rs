@@ -19,7 +19,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{CatalogError, Layout};
+use super::{CatalogError, Execution, Layout};
 
 mod atlas;
 pub(crate) mod dbmate;
@@ -118,8 +118,8 @@ pub struct Step {
     pub file: String,
     /// The SQL the tool runs, with the file's line numbers.
     pub sql: String,
-    /// The tool runs this migration outside a transaction.
-    pub no_transaction: bool,
+    /// How the tool sends this file to the server.
+    pub execution: Execution,
     /// The checksum the tool keeps for this file in its history table, as
     /// [`crate::migrate::history`] reads it back: sqlx's SHA-384 and
     /// Prisma's SHA-256 (lower-case hex), Flyway's CRC32 (a signed decimal),

@@ -422,10 +422,14 @@ impl Verify {
             .iter()
             .filter(|m| !self.since.is_some_and(|s| m.version <= s))
             .map(|m| {
-                let warnings = r#static::lint(&self.catalog.path_of(m), &m.sql)
-                    .into_iter()
-                    .filter(|w| !m.nolint.silences(w.statement, &w.rule))
-                    .collect();
+                let warnings = r#static::lint(
+                    &self.catalog.path_of(m),
+                    &m.sql,
+                    !m.runs_outside_transaction(),
+                )
+                .into_iter()
+                .filter(|w| !m.nolint.silences(w.statement, &w.rule))
+                .collect();
                 (m.version, warnings)
             })
             .collect()

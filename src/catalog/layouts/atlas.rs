@@ -13,6 +13,7 @@ use base64::Engine;
 use sha2::{Digest, Sha256};
 
 use super::{comment_body, unreadable, Folder, LayoutReader, Nolint, ReadOptions, Step};
+use crate::catalog::Execution;
 use crate::catalog::{CatalogError, Layout};
 
 pub struct Atlas;
@@ -72,7 +73,13 @@ impl LayoutReader for Atlas {
                 label: version.to_string(),
                 name: name.to_string(),
                 file: file.to_string(),
-                no_transaction: header_directives(&sql).iter().any(|d| d == "txmode none"),
+                // Atlas's `txmode none`: its executor runs the statements one by
+                // one without a transaction.
+                execution: if header_directives(&sql).iter().any(|d| d == "txmode none") {
+                    Execution::Autocommit
+                } else {
+                    Execution::Transaction
+                },
                 nolint: nolint(&sql),
                 sql,
                 ..Step::default()

@@ -17,6 +17,7 @@
 use super::{
     comment_body, digits_and_name, keep_lines, unreadable, Folder, LayoutReader, ReadOptions, Step,
 };
+use crate::catalog::Execution;
 use crate::catalog::{CatalogError, Layout};
 
 pub struct Dbmate;
@@ -71,7 +72,12 @@ impl LayoutReader for Dbmate {
                     name: name.to_string(),
                     file: file.to_string(),
                     sql,
-                    no_transaction,
+                    // dbmate `transaction:false`: the section as one string.
+                    execution: if no_transaction {
+                        Execution::SimpleQuery
+                    } else {
+                        Execution::Transaction
+                    },
                     ..Step::default()
                 });
             }

@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 
 use super::{Folder, LayoutReader, ReadOptions, Step};
 use crate::catalog::CatalogError;
+use crate::catalog::Execution;
 
 pub struct Flyway;
 
@@ -120,8 +121,14 @@ impl LayoutReader for Flyway {
             }
             let text = super::utf8(file, bytes.to_vec())?;
             let sql = replace_placeholders(file, &text, &options.placeholders)?;
-            let no_transaction =
-                execute_outside_transaction(folder, file)? || cannot_run_in_transaction(&sql);
+            // Outside a transaction Flyway still executes the statements
+            // its parser splits one by one, each committing on its own.
+            let execution =
+                if execute_outside_transaction(folder, file)? || cannot_run_in_transaction(&sql) {
+                    Execution::Autocommit
+                } else {
+                    Execution::Transaction
+                };
             match kind {
                 Kind::Undo => unreachable!("skipped above"),
                 Kind::Baseline => return Err(refused("is a Flyway baseline migration, which replaces the versions before it on an empty database only; rehearse the versioned files (move the baseline out) or the baseline alone")),
@@ -133,7 +140,7 @@ impl LayoutReader for Flyway {
                         name: description.to_string(),
                         file: file.to_string(),
                         sql,
-                        no_transaction,
+                        execution,
                         checksum: Some(checksum(&text).to_string()),
                         ..Step::default()
                     },
@@ -144,7 +151,7 @@ impl LayoutReader for Flyway {
                     name: description.to_string(),
                     file: file.to_string(),
                     sql,
-                    no_transaction,
+                    execution,
                     checksum: Some(checksum(&text).to_string()),
                     repeatable: true,
                     ..Step::default()

@@ -16,6 +16,7 @@ use super::{
     comment_body, digits_and_name, keep_lines, sort_numeric, unreadable, Folder, LayoutReader,
     ReadOptions, Step,
 };
+use crate::catalog::Execution;
 use crate::catalog::{CatalogError, Layout};
 
 pub struct Goose;
@@ -69,7 +70,11 @@ impl LayoutReader for Goose {
                 name: name.to_string(),
                 file: file.to_string(),
                 sql,
-                no_transaction,
+                execution: if no_transaction {
+                    Execution::Autocommit
+                } else {
+                    Execution::Transaction
+                },
                 ..Step::default()
             });
         }
