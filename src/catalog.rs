@@ -388,21 +388,23 @@ impl Migration {
 }
 
 /// Whether `sql`, sent the way `execution` says, runs outside one
-/// transaction: statement by statement, or as a simple-query string that
-/// holds one statement (PostgreSQL runs it outside any transaction block)
-/// or its own `BEGIN`/`COMMIT` (obeyed, so rollsafe's transaction around
-/// it would change what it does). Several statements of a simple-query
-/// string share one implicit transaction: the same as rollsafe's.
+/// transaction: statement by statement; or as a simple-query string that
+/// holds its own `BEGIN`/`COMMIT` (obeyed, so rollsafe's transaction around
+/// it would change what it does), or one statement PostgreSQL refuses in a
+/// transaction block (a lone one runs outside any). Any other lone
+/// statement is atomic either way, and several statements of one string
+/// share an implicit transaction: rollsafe's, with `migrate`'s history row
+/// in it and the forced failure before its commit, changes nothing there.
 fn runs_outside_transaction(execution: Execution, sql: &str) -> bool {
     match execution {
         Execution::Transaction => false,
         Execution::Autocommit => true,
         Execution::SimpleQuery => {
             let split = crate::sql::split(sql);
+            let statements = &split.statements;
             split.exact
-                && (split.statements.len() <= 1
-                    || split
-                        .statements
+                && (matches!(statements.as_slice(), [lone] if crate::sql::refuses_transaction_block(lone))
+                    || statements
                         .iter()
                         .any(|s| crate::sql::transaction_control(s).is_some()))
         }

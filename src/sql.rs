@@ -140,6 +140,41 @@ pub fn transaction_control(statement: &Statement) -> Option<TransactionControl> 
     }
 }
 
+/// Whether PostgreSQL refuses `statement` inside a transaction block
+/// (`PreventInTransactionBlock` in its source): a concurrent index build,
+/// drop or reindex, `DETACH PARTITION … CONCURRENTLY`, `VACUUM`, a
+/// database-wide `REINDEX`, databases, tablespaces, subscriptions,
+/// `ALTER SYSTEM`.
+pub fn refuses_transaction_block(statement: &Statement) -> bool {
+    const HEADS: &[&[&str]] = &[
+        &["VACUUM"],
+        &["CREATE", "DATABASE"],
+        &["DROP", "DATABASE"],
+        &["CREATE", "TABLESPACE"],
+        &["DROP", "TABLESPACE"],
+        &["CREATE", "SUBSCRIPTION"],
+        &["DROP", "SUBSCRIPTION"],
+        &["ALTER", "SYSTEM"],
+        &["REINDEX", "SCHEMA"],
+        &["REINDEX", "DATABASE"],
+        &["REINDEX", "SYSTEM"],
+    ];
+    let words: Vec<String> = statement
+        .text
+        .split_whitespace()
+        .map(str::to_ascii_uppercase)
+        .collect();
+    let starts =
+        |head: &[&str]| words.len() >= head.len() && words.iter().zip(head).all(|(w, h)| w == h);
+    let concurrently = matches!(
+        words.first().map(String::as_str),
+        Some("CREATE" | "DROP" | "REINDEX" | "ALTER")
+    ) && words
+        .iter()
+        .any(|w| w == "CONCURRENTLY" || w.starts_with("CONCURRENTLY"));
+    concurrently || HEADS.iter().any(|h| starts(h))
+}
+
 /// Runs `f` on squawk's parse of `sql` (syntax errors included: the tree is
 /// lossless) with the same guards as [`split`]: the pre-scan first, then
 /// the parse, `f` and the tree's drop on a thread with
@@ -556,6 +591,17 @@ impl LineIndex {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn statements_postgres_runs_only_outside_a_transaction_are_known() {
+        let sql = "CREATE INDEX CONCURRENTLY i ON t (a);\nCREATE UNIQUE INDEX i ON t (a);\nALTER TABLE p DETACH PARTITION c CONCURRENTLY;\nvacuum analyze t;\nREINDEX DATABASE d;\nREINDEX TABLE t;\nCREATE TABLE t2 (a int);";
+        let found: Vec<bool> = split(sql)
+            .statements
+            .iter()
+            .map(refuses_transaction_block)
+            .collect();
+        assert_eq!(found, [true, false, true, true, true, false, false]);
+    }
 
     #[test]
     fn transaction_control_is_read_from_the_leading_keywords() {

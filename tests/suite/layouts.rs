@@ -47,6 +47,8 @@ pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
             a_failing_sqitch_verify_script_is_an_error_finding,
             since_auto_from_target_rehearses_what_the_tools_table_lacks,
             atlas_nolint_silences_the_static_precheck,
+            a_lone_concurrent_build_runs_as_golang_migrate_sends_it,
+            prisma_files_run_their_own_transactions_as_written,
         ]
     )
 }
@@ -62,7 +64,13 @@ fn read(catalog: &Catalog) -> Vec<(String, String, bool)> {
     catalog
         .migrations()
         .iter()
-        .map(|m| (m.label.clone(), m.file.clone(), m.no_transaction()))
+        .map(|m| {
+            (
+                m.label.clone(),
+                m.file.clone(),
+                m.runs_outside_transaction(),
+            )
+        })
         .collect()
 }
 
@@ -193,6 +201,13 @@ fn goose_up_sections_only(env: &TestEnv) -> anyhow::Result<()> {
         !sql.contains("DROP TABLE") && sql.contains("RETURN cents >= 0;"),
         "{sql}"
     );
+    // `NO TRANSACTION`: goose runs the concurrent build on its own, and
+    // the static precheck lints it so.
+    let banned = findings_with(
+        &Verify::new(Catalog::from_dir(&fixture("goose"))?)?.static_only(),
+        &["static.ban-concurrent-index-creation-in-transaction"],
+    );
+    ensure!(banned.is_empty(), "{banned:#?}");
     rehearse_clean(env, catalog)
 }
 
@@ -1313,4 +1328,100 @@ fn atlas_nolint_silences_the_static_precheck(_env: &TestEnv) -> anyhow::Result<(
         "{out}"
     );
     Ok(())
+}
+
+/// The findings of `report` whose id is one of `ids`, as
+/// `migration id: message` lines.
+fn findings_with(report: &rollsafe::report::Report, ids: &[&str]) -> Vec<String> {
+    report
+        .findings
+        .iter()
+        .filter(|f| ids.contains(&f.id.as_str()))
+        .map(|f| format!("{:?} {}: {}", f.migration, f.id, f.message))
+        .collect()
+}
+
+/// No error finding in `report`.
+fn no_errors(report: &rollsafe::report::Report) -> anyhow::Result<()> {
+    let errors: Vec<String> = report
+        .errors()
+        .map(|f| format!("{:?} {}: {}", f.migration, f.id, f.message))
+        .collect();
+    ensure!(report.passed && errors.is_empty(), "errors: {errors:#?}");
+    Ok(())
+}
+
+/// golang-migrate sends a file as one string: a lone `CREATE INDEX
+/// CONCURRENTLY` runs outside any transaction, in the `--since` base as in
+/// the rehearsal, and the static precheck agrees.
+fn a_lone_concurrent_build_runs_as_golang_migrate_sends_it(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = fixture("golang-migrate-lone-concurrent");
+    let catalog = Catalog::from_dir(&dir)?;
+    expect_read(
+        &catalog,
+        Layout::GolangMigrate,
+        &[
+            ("1", "1_create_sensor_readings.up.sql", false),
+            ("2", "2_readings_taken_at_index.up.sql", true),
+            ("3", "3_readings_humidity.up.sql", false),
+        ],
+    )?;
+    // The concurrent build in the base the rehearsal starts from.
+    let report = Verify::new(Catalog::from_dir(&dir)?)?
+        .rows(ROWS)
+        .since(2)?
+        .run(&env.sandbox)?;
+    no_errors(&report)?;
+    // Rehearsed, and not flagged as a build inside a transaction.
+    let report = Verify::new(catalog)?.rows(ROWS).run(&env.sandbox)?;
+    let banned = findings_with(
+        &report,
+        &[
+            "static.ban-concurrent-index-creation-in-transaction",
+            "apply.fails-on-empty",
+        ],
+    );
+    ensure!(banned.is_empty(), "{banned:#?}");
+    no_errors(&report)
+}
+
+/// Prisma sends migration.sql as one simple query: a lone concurrent build
+/// runs outside a transaction, and a file's own `BEGIN` … `COMMIT` (with
+/// `SET TRANSACTION` first, or `SET LOCAL` and a new type) runs as written:
+/// no false `apply.fails-on-empty`, no `transaction-nesting`.
+fn prisma_files_run_their_own_transactions_as_written(env: &TestEnv) -> anyhow::Result<()> {
+    let catalog = Catalog::from_dir(&fixture("prisma-own-transactions"))?;
+    expect_read(
+        &catalog,
+        Layout::Prisma,
+        &[
+            ("01_init", "01_init/migration.sql", false),
+            (
+                "02_reading_taken_at_index",
+                "02_reading_taken_at_index/migration.sql",
+                true,
+            ),
+            (
+                "03_snapshot_isolation",
+                "03_snapshot_isolation/migration.sql",
+                true,
+            ),
+            ("04_climate_type", "04_climate_type/migration.sql", true),
+        ],
+    )?;
+    let report = Verify::new(catalog)?.rows(ROWS).run(&env.sandbox)?;
+    let wrong = findings_with(
+        &report,
+        &[
+            "static.transaction-nesting",
+            "static.ban-concurrent-index-creation-in-transaction",
+            "apply.fails-on-empty",
+        ],
+    );
+    ensure!(wrong.is_empty(), "{wrong:#?}");
+    // A kill inside a file's own block rolls it back, and the rerun
+    // converges.
+    let reruns = findings_with(&report, &["apply.rerun-converges"]);
+    ensure!(reruns.len() == 2, "{reruns:#?}");
+    no_errors(&report)
 }
