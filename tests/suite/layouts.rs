@@ -49,6 +49,7 @@ pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
             atlas_nolint_silences_the_static_precheck,
             a_lone_concurrent_build_runs_as_golang_migrate_sends_it,
             prisma_files_run_their_own_transactions_as_written,
+            an_indented_dbmate_marker_is_sql_as_dbmate_reads_it,
         ]
     )
 }
@@ -1424,4 +1425,27 @@ fn prisma_files_run_their_own_transactions_as_written(env: &TestEnv) -> anyhow::
     let reruns = findings_with(&report, &["apply.rerun-converges"]);
     ensure!(reruns.len() == 2, "{reruns:#?}");
     no_errors(&report)
+}
+
+/// dbmate's `-- migrate:down` marks a section only at the start of a line:
+/// an indented one is SQL, so the DROP TABLE after it runs with the up
+/// section, and the next migration fails as it fails under dbmate.
+fn an_indented_dbmate_marker_is_sql_as_dbmate_reads_it(env: &TestEnv) -> anyhow::Result<()> {
+    let catalog = Catalog::from_dir(&fixture("dbmate-indented-marker"))?;
+    ensure!(
+        catalog.migrations()[0]
+            .sql
+            .contains("DROP TABLE seed_packets;"),
+        "{}",
+        catalog.migrations()[0].sql
+    );
+    let report = Verify::new(catalog)?.rows(ROWS).run(&env.sandbox)?;
+    let failed = findings_with(&report, &["apply.fails-on-empty"]);
+    ensure!(
+        failed.len() == 1
+            && failed[0].starts_with("Some(2) ")
+            && failed[0].contains("\"seed_packets\" does not exist"),
+        "{failed:#?}"
+    );
+    Ok(())
 }
