@@ -14,9 +14,7 @@
 //! and the last section replaces those rows with the version; a recorded
 //! version stands for all its sections.
 
-use super::{
-    comment_body, digits_and_name, keep_lines, unreadable, Folder, LayoutReader, ReadOptions, Step,
-};
+use super::{digits_and_name, keep_lines, unreadable, Folder, LayoutReader, ReadOptions, Step};
 use crate::catalog::Execution;
 use crate::catalog::{CatalogError, Layout};
 
