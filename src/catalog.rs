@@ -703,7 +703,7 @@ impl Catalog {
                 }
             },
         };
-        let steps = layouts::reader(layout).read(&folder, options)?;
+        let steps = layouts::read(layout, &folder, options)?;
         refuse_duplicate_keys(&steps)?;
         let mut migrations: Vec<Migration> = Vec::new();
         for (ordinal, step) in steps.into_iter().enumerate() {

@@ -50,6 +50,7 @@ pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
             a_lone_concurrent_build_runs_as_golang_migrate_sends_it,
             prisma_files_run_their_own_transactions_as_written,
             an_indented_dbmate_marker_is_sql_as_dbmate_reads_it,
+            an_atlas_folder_in_golang_migrate_format_is_golang_migrates,
         ]
     )
 }
@@ -1448,4 +1449,44 @@ fn an_indented_dbmate_marker_is_sql_as_dbmate_reads_it(env: &TestEnv) -> anyhow:
         "{failed:#?}"
     );
     Ok(())
+}
+
+/// Atlas's `--dir-format golang-migrate`: up and down files beside
+/// `atlas.sum` are golang-migrate's folder (not a mix of layouts), its sum
+/// checked over the files Atlas hashed.
+fn an_atlas_folder_in_golang_migrate_format_is_golang_migrates(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let catalog = Catalog::from_dir(&fixture("atlas-golang-migrate"))?;
+    expect_read(
+        &catalog,
+        Layout::GolangMigrate,
+        &[
+            (
+                "20250301090000",
+                "20250301090000_create_beehives.up.sql",
+                false,
+            ),
+            (
+                "20250308090000",
+                "20250308090000_beehive_queen_marked.up.sql",
+                false,
+            ),
+        ],
+    )?;
+    let dir = copy_fixture("atlas-golang-migrate")?;
+    let edited = dir
+        .path()
+        .join("20250308090000_beehive_queen_marked.up.sql");
+    std::fs::write(
+        &edited,
+        std::fs::read_to_string(&edited)? + "CREATE INDEX ON beehives (apiary);\n",
+    )?;
+    let err = Catalog::from_dir(dir.path()).unwrap_err().to_string();
+    ensure!(
+        err.starts_with("20250308090000_beehive_queen_marked.up.sql: ")
+            && err.contains("disagrees with its hash in atlas.sum"),
+        "{err}"
+    );
+    rehearse_clean(env, catalog)
 }
