@@ -51,6 +51,7 @@ pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
             prisma_files_run_their_own_transactions_as_written,
             an_indented_dbmate_marker_is_sql_as_dbmate_reads_it,
             an_atlas_folder_in_golang_migrate_format_is_golang_migrates,
+            a_flyway_folder_starting_at_a_baseline_runs_it_first,
         ]
     )
 }
@@ -1488,5 +1489,21 @@ fn an_atlas_folder_in_golang_migrate_format_is_golang_migrates(
             && err.contains("disagrees with its hash in atlas.sum"),
         "{err}"
     );
+    rehearse_clean(env, catalog)
+}
+
+/// A Flyway folder from a baseline: on an empty database Flyway runs the
+/// newest baseline first and skips the versioned files at or below it.
+fn a_flyway_folder_starting_at_a_baseline_runs_it_first(env: &TestEnv) -> anyhow::Result<()> {
+    let catalog = Catalog::from_dir(&fixture("flyway-baseline"))?;
+    expect_read(
+        &catalog,
+        Layout::Flyway,
+        &[
+            ("B1_20_0", "B1_20_0__orchard_baseline.sql", false),
+            ("V1_20_1", "V1_20_1__tree_height.sql", false),
+            ("V1_21", "V1_21__harvests.sql", false),
+        ],
+    )?;
     rehearse_clean(env, catalog)
 }
