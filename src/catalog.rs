@@ -256,6 +256,10 @@ pub struct Migration {
     /// warnings they silence ([`Nolint::silences`]).
     pub nolint: Nolint,
     pub directives: Vec<Directive>,
+    /// Why rollsafe cannot run this migration (a goose Go migration):
+    /// listed in its place, never dropped; what depends on it is
+    /// `skipped` naming it. None for SQL.
+    pub not_runnable: Option<String>,
     /// How its tool sends the file ([`Execution`]); `-- rollsafe:no-transaction`
     /// makes it [`Execution::Autocommit`].
     pub execution: Execution,
@@ -300,6 +304,7 @@ impl Migration {
             directives,
             execution,
             outside_transaction,
+            not_runnable: step.not_runnable,
         })
     }
 
@@ -581,6 +586,7 @@ const EXPECTED_NAMES: &str = "V<version>__<name>.sql (refinery, Flyway), <versio
 /// skipped, only the kinds of files layouts name.
 fn read_folder(dir: &Path) -> Result<Folder, CatalogError> {
     const DEPTH: usize = 3;
+    // And `.go` beside them: goose's Go migrations, listed, never run.
     const KINDS: [&str; 5] = ["sql", "toml", "conf", "sum", "plan"];
     let io = |path: &Path, e: std::io::Error| CatalogError::Io {
         path: path.to_path_buf(),
@@ -600,7 +606,7 @@ fn read_folder(dir: &Path) -> Result<Folder, CatalogError> {
                 }
             } else if child
                 .extension()
-                .is_some_and(|x| KINDS.iter().any(|k| x == *k))
+                .is_some_and(|x| KINDS.iter().any(|k| x == *k) || (depth == 0 && x == "go"))
             {
                 let bytes = std::fs::read(&child).map_err(|e| io(&child, e))?;
                 folder.files.insert(relative, bytes);

@@ -314,6 +314,8 @@ pub enum MigrateError {
         statement: String,
         why: String,
     },
+    #[error("{file} {why}, so rollsafe migrate cannot apply it; nothing was applied: apply the history with your tool up to and including it, then run `rollsafe migrate` for the rest (or `--target` a version before it)")]
+    NotRunnable { file: String, why: String },
     #[error("{migration} stopped at line {line} (`{statement}`): {detail}; the statements before it stay applied and the migration is not recorded as applied; fix the cause and run `rollsafe migrate` again (it resumes: every statement is re-runnable)")]
     StatementFailed {
         migration: String,
@@ -352,6 +354,7 @@ impl MigrateError {
             | MigrateError::UnknownTarget { .. }
             | MigrateError::NeedsNoTransaction { .. }
             | MigrateError::NotRerunnable { .. }
+            | MigrateError::NotRunnable { .. }
             | MigrateError::BackfillRefused { .. }
             | MigrateError::Sql { .. } => 2,
         }
@@ -696,6 +699,12 @@ fn plan_from(status: &Status, catalog: &Catalog, target: i32) -> Result<Plan, Mi
 /// `CONCURRENTLY` in a transactional file, a statement of a no-transaction
 /// file that is not re-runnable.
 fn refuse_unrunnable(catalog: &Catalog, m: &Migration) -> Result<(), MigrateError> {
+    if let Some(why) = &m.not_runnable {
+        return Err(MigrateError::NotRunnable {
+            file: catalog.path_of(m),
+            why: why.clone(),
+        });
+    }
     if let Some((line, statement)) = no_transaction::concurrently_in_transaction(m) {
         return Err(MigrateError::NeedsNoTransaction {
             file: catalog.path_of(m),

@@ -120,6 +120,8 @@ pub struct Step {
     pub sql: String,
     /// How the tool sends this file to the server.
     pub execution: Execution,
+    /// Why rollsafe cannot run it (a goose Go migration); None for SQL.
+    pub not_runnable: Option<String>,
     /// The checksum the tool keeps for this file in its history table, as
     /// [`crate::migrate::history`] reads it back: sqlx's SHA-384 and
     /// Prisma's SHA-256 (lower-case hex), Flyway's CRC32 (a signed decimal),

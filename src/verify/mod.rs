@@ -618,6 +618,9 @@ fn step<T, E: Into<anyhow::Error>>(what: &str, r: Result<T, E>) -> Result<T, Ver
 /// updates have no rows to settle in a base without data).
 fn apply_unchecked(c: &mut postgres::Client, m: &crate::catalog::Migration) -> Result<(), String> {
     use crate::migrate::{apply, no_transaction as nt};
+    if let Some(why) = &m.not_runnable {
+        return Err(format!("it {why}"));
+    }
     if m.runs_outside_transaction() {
         let steps = nt::steps(&m.sql);
         return apply::outside_transaction(c, &steps, None, &mut apply::Unobserved)

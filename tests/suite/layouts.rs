@@ -52,6 +52,7 @@ pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
             an_indented_dbmate_marker_is_sql_as_dbmate_reads_it,
             an_atlas_folder_in_golang_migrate_format_is_golang_migrates,
             a_flyway_folder_starting_at_a_baseline_runs_it_first,
+            a_goose_go_migration_is_listed_and_what_builds_on_it_skipped,
         ]
     )
 }
@@ -1506,4 +1507,53 @@ fn a_flyway_folder_starting_at_a_baseline_runs_it_first(env: &TestEnv) -> anyhow
         ],
     )?;
     rehearse_clean(env, catalog)
+}
+
+/// A goose Go migration between SQL files: listed in its place (never
+/// dropped), the rehearsal stops there with a skipped finding that names
+/// it and the way forward; in a `--since` base it is left out, said so.
+fn a_goose_go_migration_is_listed_and_what_builds_on_it_skipped(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = fixture("goose-go-migration");
+    let catalog = Catalog::from_dir(&dir)?;
+    let listed: Vec<(&str, bool)> = catalog
+        .migrations()
+        .iter()
+        .map(|m| (m.file.as_str(), m.not_runnable.is_some()))
+        .collect();
+    ensure!(
+        listed
+            == [
+                ("00001_create_weather_stations.sql", false),
+                ("00002_station_calibrations.go", true),
+                ("00003_calibration_taken_on.sql", false),
+            ],
+        "{listed:?}"
+    );
+    let report = Verify::new(catalog)?.rows(ROWS).run(&env.sandbox)?;
+    no_errors(&report)?;
+    let skipped = findings_with(&report, &["apply.not-runnable"]);
+    ensure!(
+        skipped.len() == 1
+            && skipped[0].starts_with("Some(2) ")
+            && skipped[0].contains("00002_station_calibrations.go")
+            && skipped[0].contains("1 migration(s) after it"),
+        "{skipped:#?}"
+    );
+    ensure!(
+        report
+            .findings
+            .iter()
+            .any(|f| f.id == "apply.not-runnable" && f.advice.contains("--from-target")),
+        "no way forward said"
+    );
+    // Past it with --since: the base lacks it, and says so.
+    let report = Verify::new(Catalog::from_dir(&dir)?)?
+        .rows(ROWS)
+        .since(2)?
+        .run(&env.sandbox)?;
+    let noted = findings_with(&report, &["apply.not-runnable-in-base"]);
+    ensure!(noted.len() == 1, "{noted:#?}");
+    Ok(())
 }

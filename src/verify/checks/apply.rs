@@ -115,6 +115,40 @@ pub fn evaluate_verify_script(v: i32, s: &crate::verify::evidence::VerifyScript)
     }
 }
 
+/// A migration rollsafe cannot run (`why`: a goose Go migration) at
+/// `label` (`file`): it and the `later` migrations after it, whose schema
+/// depends on it, are not rehearsed.
+pub fn not_runnable(v: i32, label: &str, file: &str, why: &str, later: usize) -> Finding {
+    Finding::new(
+        CHECK,
+        "not-runnable",
+        Severity::Skipped,
+        Some(v),
+        format!(
+            "{label} ({file}) {why}: it and the {later} migration(s) after it were not rehearsed (their schema builds on it)"
+        ),
+    )
+    .evidence("file", file.to_string())
+    .evidence("later_migrations", later)
+    .advice(format!(
+        "rehearse from a database that already holds {label}: --from-target <url of a database migrated by your tool>, or --since {label} (or later) when nothing after it needs what it creates"
+    ))
+}
+
+/// A migration rollsafe cannot run inside the `--since` base: left out of
+/// it, so what the rehearsed migrations find is the base without it.
+pub fn not_in_base(v: i32, label: &str, file: &str, why: &str) -> Finding {
+    Finding::new(
+        CHECK,
+        "not-runnable-in-base",
+        Severity::Warn,
+        Some(v),
+        format!("{label} ({file}) {why}: the base the rehearsal starts from (--since) does not hold what it does; a later failure on an object it creates comes from its absence"),
+    )
+    .evidence("file", file.to_string())
+    .advice("rehearse from a database that already holds it: --from-target <url of a database migrated by your tool>")
+}
+
 /// `--since` left nothing to rehearse.
 pub fn nothing_rehearsed(since: i32, labels: &Labels) -> Finding {
     let since_label = labels.of(since);

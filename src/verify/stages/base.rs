@@ -43,6 +43,15 @@ impl Run<'_> {
             }));
             let mut c = self.connect_migrator(empty_prev)?;
             for m in migrations.iter().filter(|m| m.version <= s) {
+                if let Some(why) = &m.not_runnable {
+                    let file = self.options.catalog.path_of(m);
+                    self.report
+                        .findings
+                        .push(crate::verify::checks::apply::not_in_base(
+                            m.version, &m.label, &file, why,
+                        ));
+                    continue;
+                }
                 if let Err(e) = apply_unchecked(&mut c, m) {
                     return Err(VerifyError::PrefixFails {
                         label: m.label.clone(),
