@@ -140,11 +140,29 @@ pub fn transaction_control(statement: &Statement) -> Option<TransactionControl> 
     }
 }
 
+/// A `DO` block or a procedure `CALL` that ends transactions of its own
+/// (`COMMIT`/`ROLLBACK` in a `DO` body; a `CALL`, whose body is not in the
+/// file, may): PostgreSQL allows that only outside a transaction block
+/// ("invalid transaction termination" inside one).
+pub fn commits_itself(statement: &Statement) -> bool {
+    let words: Vec<String> = statement
+        .text
+        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+        .map(str::to_ascii_uppercase)
+        .collect();
+    match words.first().map(String::as_str) {
+        Some("CALL") => true,
+        Some("DO") => words.iter().any(|w| w == "COMMIT" || w == "ROLLBACK"),
+        _ => false,
+    }
+}
+
 /// Whether PostgreSQL refuses `statement` inside a transaction block
 /// (`PreventInTransactionBlock` in its source): a concurrent index build,
 /// drop or reindex, `DETACH PARTITION … CONCURRENTLY`, `VACUUM`, a
 /// database-wide `REINDEX`, databases, tablespaces, subscriptions,
-/// `ALTER SYSTEM`.
+/// `ALTER SYSTEM`; and a block that commits itself ([`commits_itself`]).
 pub fn refuses_transaction_block(statement: &Statement) -> bool {
     const HEADS: &[&[&str]] = &[
         &["VACUUM"],
@@ -172,7 +190,7 @@ pub fn refuses_transaction_block(statement: &Statement) -> bool {
     ) && words
         .iter()
         .any(|w| w == "CONCURRENTLY" || w.starts_with("CONCURRENTLY"));
-    concurrently || HEADS.iter().any(|h| starts(h))
+    concurrently || HEADS.iter().any(|h| starts(h)) || commits_itself(statement)
 }
 
 /// Runs `f` on squawk's parse of `sql` (syntax errors included: the tree is
@@ -594,13 +612,16 @@ mod tests {
 
     #[test]
     fn statements_postgres_runs_only_outside_a_transaction_are_known() {
-        let sql = "CREATE INDEX CONCURRENTLY i ON t (a);\nCREATE UNIQUE INDEX i ON t (a);\nALTER TABLE p DETACH PARTITION c CONCURRENTLY;\nvacuum analyze t;\nREINDEX DATABASE d;\nREINDEX TABLE t;\nCREATE TABLE t2 (a int);";
+        let sql = "CREATE INDEX CONCURRENTLY i ON t (a);\nCREATE UNIQUE INDEX i ON t (a);\nALTER TABLE p DETACH PARTITION c CONCURRENTLY;\nvacuum analyze t;\nREINDEX DATABASE d;\nREINDEX TABLE t;\nCREATE TABLE t2 (a int);\nDO $$ BEGIN UPDATE t SET a = 1; COMMIT; END $$;\nDO $$ BEGIN PERFORM 1; END $$;\nCALL archive_batches();";
         let found: Vec<bool> = split(sql)
             .statements
             .iter()
             .map(refuses_transaction_block)
             .collect();
-        assert_eq!(found, [true, false, true, true, true, false, false]);
+        assert_eq!(
+            found,
+            [true, false, true, true, true, false, false, true, false, true]
+        );
     }
 
     #[test]

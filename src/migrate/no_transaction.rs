@@ -125,7 +125,8 @@ pub fn steps(sql: &str) -> Vec<Step> {
 /// stopped (golang-migrate's dirty flag, Prisma's failed row) instead of
 /// rerunning a finished file, and a kill inside the file's own
 /// `BEGIN` … `COMMIT` rolls that block back; a file of one statement has
-/// nothing partial to leave.
+/// nothing partial to leave, unless it commits batches itself (a `DO`
+/// block with `COMMIT`): it is run again after it completed.
 pub fn kill_points(m: &Migration, steps: &[Step]) -> Option<std::ops::RangeInclusive<usize>> {
     let n = steps.len();
     let by_directive = m.directives.iter().any(|d| {
@@ -134,9 +135,13 @@ pub fn kill_points(m: &Migration, steps: &[Step]) -> Option<std::ops::RangeInclu
             crate::catalog::Directive::NoTransaction | crate::catalog::Directive::BatchedUpdate(_)
         )
     });
-    match (by_directive, n) {
+    match (by_directive, steps) {
         (true, _) => Some(1..=n.max(1)),
-        (false, 0 | 1) => None,
+        // A lone block that commits its batches: run again after it
+        // completed, it must converge (what a rerun after a kill between
+        // two of its batches meets, the rest of them done).
+        (false, [lone]) if sql::commits_itself(&lone.statement) => Some(1..=1),
+        (false, [] | [_]) => None,
         (false, _) => Some(1..=n - 1),
     }
 }
