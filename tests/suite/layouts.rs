@@ -53,6 +53,7 @@ pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
             an_atlas_folder_in_golang_migrate_format_is_golang_migrates,
             a_flyway_folder_starting_at_a_baseline_runs_it_first,
             a_goose_go_migration_is_listed_and_what_builds_on_it_skipped,
+            a_guard_on_the_tools_history_table_does_not_stop_the_rehearsal,
         ]
     )
 }
@@ -1555,5 +1556,33 @@ fn a_goose_go_migration_is_listed_and_what_builds_on_it_skipped(
         .run(&env.sandbox)?;
     let noted = findings_with(&report, &["apply.not-runnable-in-base"]);
     ensure!(noted.len() == 1, "{noted:#?}");
+    Ok(())
+}
+
+/// A project whose own trigger on its tool's history table refuses other
+/// writers: the rehearsal goes on (the history is bookkeeping), and what
+/// needed those rows says it was skipped and why.
+fn a_guard_on_the_tools_history_table_does_not_stop_the_rehearsal(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = fixture("diesel-guarded-history");
+    // The guard in the --since base: its rows are not written.
+    let report = Verify::new(Catalog::from_dir(&dir)?)?
+        .rows(ROWS)
+        .since(2)?
+        .run(&env.sandbox)?;
+    no_errors(&report)?;
+    let refused = findings_with(&report, &["apply.base-history-refused"]);
+    ensure!(
+        refused.len() == 1 && refused[0].contains("recorded by loomctl only"),
+        "{refused:#?}"
+    );
+    // The guard rehearsed: the migrator's runs stop there, skipped.
+    let report = Verify::new(Catalog::from_dir(&dir)?)?
+        .rows(ROWS)
+        .run(&env.sandbox)?;
+    no_errors(&report)?;
+    let skipped = findings_with(&report, &["apply.second-run-skipped"]);
+    ensure!(skipped.len() == 1, "{skipped:#?}");
     Ok(())
 }

@@ -149,6 +149,24 @@ pub fn not_in_base(v: i32, label: &str, file: &str, why: &str) -> Finding {
     .advice("rehearse from a database that already holds it: --from-target <url of a database migrated by your tool>")
 }
 
+/// The tool's history table refused the rows that say what the `--since`
+/// base holds (`why`: a guard of the project's own, such as a trigger
+/// that lets only its runner write): the base is not recorded there, and
+/// the migrator's second run, which reads those rows, is not rehearsed.
+pub fn base_history_refused(table: &str, why: &str) -> Finding {
+    Finding::new(
+        CHECK,
+        "base-history-refused",
+        Severity::Skipped,
+        None,
+        format!(
+            "{table} refused the rows of the migrations in the base ({why}): they were not written, so `rollsafe migrate`'s second run, which reads them, was not rehearsed; every other check ran on the base as its migrations leave it"
+        ),
+    )
+    .evidence("history_table", table.to_string())
+    .advice("nothing to fix for the rehearsal: the history table is bookkeeping; a guard that lets only your runner write it also keeps `rollsafe migrate` out, so apply with your runner")
+}
+
 /// `--since` left nothing to rehearse.
 pub fn nothing_rehearsed(since: i32, labels: &Labels) -> Finding {
     let since_label = labels.of(since);
@@ -414,6 +432,16 @@ pub fn evaluate_second_run(v: Option<i32>, result: &Result<SecondRun, String>) -
         ),
     };
     let v = v.unwrap_or_default();
+    if let Some(why) = &r.history_refused {
+        return Finding::new(
+            CHECK,
+            "second-run-skipped",
+            Severity::Skipped,
+            Some(v),
+            format!("the migrator's two runs could not be rehearsed: {why}"),
+        )
+        .advice("nothing to fix for the rehearsal: the history table is bookkeeping, and every other check ran");
+    }
     if r.second_applied == 0 && r.changes.is_empty() {
         return Finding::new(
             CHECK,
@@ -602,6 +630,7 @@ mod tests {
             first_applied: 1,
             second_applied: 1,
             changes: vec!["t: column x is not expected".into()],
+            history_refused: None,
         };
         let f = evaluate_second_run(Some(3), &Ok(again));
         assert_eq!(
