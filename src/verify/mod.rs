@@ -550,6 +550,7 @@ impl Verify {
         result?;
         run.collect_lint(lint);
         run.judge();
+        apply::without_what_the_base_left_out(&mut run.report.findings);
         let mut report = run.report;
         report.duration_ms = started.elapsed().as_millis() as u64;
         report.finish();

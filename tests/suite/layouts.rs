@@ -1556,6 +1556,28 @@ fn a_goose_go_migration_is_listed_and_what_builds_on_it_skipped(
         .run(&env.sandbox)?;
     let noted = findings_with(&report, &["apply.not-runnable-in-base"]);
     ensure!(noted.len() == 1, "{noted:#?}");
+    // What fails on what the base lacks is not an error of its own.
+    no_errors(&report)?;
+    ensure!(
+        report
+            .findings
+            .iter()
+            .any(|f| f.id == "apply.fails-on-empty"
+                && f.severity == rollsafe::report::Severity::Skipped
+                && f.message.contains("00002_station_calibrations.go")),
+        "the failure on what the base lacks is not skipped naming it"
+    );
+    // A base that fails after it: skipped naming it, not a refusal.
+    let report = Verify::new(Catalog::from_dir(&dir)?)?
+        .rows(ROWS)
+        .since(3)?
+        .run(&env.sandbox)?;
+    no_errors(&report)?;
+    let skipped = findings_with(&report, &["apply.not-runnable"]);
+    ensure!(
+        skipped.len() == 1 && skipped[0].contains("fails without it"),
+        "{skipped:#?}"
+    );
     Ok(())
 }
 

@@ -167,6 +167,32 @@ pub fn base_history_refused(table: &str, why: &str) -> Finding {
     .advice("nothing to fix for the rehearsal: the history table is bookkeeping; a guard that lets only your runner write it also keeps `rollsafe migrate` out, so apply with your runner")
 }
 
+/// With a migration rollsafe cannot run left out of the `--since` base
+/// (`not-runnable-in-base`), a later migration failing on the empty
+/// database may fail on what that one creates: the failure is `skipped`,
+/// naming it, not an error it cannot be told apart from.
+pub fn without_what_the_base_left_out(findings: &mut [Finding]) {
+    let Some(left_out) = findings
+        .iter()
+        .find(|f| f.id == "apply.not-runnable-in-base")
+        .and_then(|f| f.evidence.get("file"))
+        .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+    else {
+        return;
+    };
+    for f in findings
+        .iter_mut()
+        .filter(|f| FAILS_ON_EMPTY.contains(&f.id.as_str()) && f.severity == Severity::Error)
+    {
+        f.severity = Severity::Skipped;
+        f.message = format!(
+            "not judged: {} (the base the rehearsal starts from lacks {left_out}, which rollsafe cannot run, and this may fail on what it creates)",
+            f.message
+        );
+        f.advice = format!("rehearse from a database that already holds {left_out}: --from-target <url of a database migrated by your tool>");
+    }
+}
+
 /// `--since` left nothing to rehearse.
 pub fn nothing_rehearsed(since: i32, labels: &Labels) -> Finding {
     let since_label = labels.of(since);

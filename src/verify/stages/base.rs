@@ -11,11 +11,14 @@ impl Run<'_> {
     /// The base the rehearsed migrations start from, on `empty_prev`: the
     /// target's schema (`--from-target`), or the files up to `--since`
     /// applied once, unchecked. Nothing without either.
+    /// The base the rehearsal starts from; false when it could not be
+    /// built past a migration rollsafe cannot run (said as a finding): the
+    /// rehearsal stops there.
     pub(super) fn apply_base(
         &mut self,
         empty_prev: &Database,
         migrations: &[Migration],
-    ) -> Result<(), VerifyError> {
+    ) -> Result<bool, VerifyError> {
         if self.options.target.is_none() {
             // A target's schema has its own; files alone start with the tool's.
             let url = self.sessions.migrator(empty_prev.url());
@@ -42,6 +45,7 @@ impl Run<'_> {
                 since: self.options.catalog.label_of(s),
             }));
             let mut c = self.connect_migrator(empty_prev)?;
+            let mut left_out: Option<&Migration> = None;
             for m in migrations.iter().filter(|m| m.version <= s) {
                 if let Some(why) = &m.not_runnable {
                     let file = self.options.catalog.path_of(m);
@@ -50,9 +54,16 @@ impl Run<'_> {
                         .push(crate::verify::checks::apply::not_in_base(
                             m.version, &m.label, &file, why,
                         ));
+                    left_out = Some(m);
                     continue;
                 }
                 if let Err(e) = apply_unchecked(&mut c, m) {
+                    if let Some(go) = left_out {
+                        // What builds on a migration rollsafe cannot run
+                        // is skipped naming it, not a refusal.
+                        self.not_runnable_under(go, m, &e, migrations);
+                        return Ok(false);
+                    }
                     return Err(VerifyError::PrefixFails {
                         label: m.label.clone(),
                         file: m.file.clone(),
@@ -61,7 +72,32 @@ impl Run<'_> {
                 }
             }
         }
-        Ok(())
+        Ok(true)
+    }
+
+    /// `go`, a migration rollsafe cannot run, left out of the base, and
+    /// `failed`, after it, failing there (`error`): what builds on it is
+    /// skipped, naming it.
+    fn not_runnable_under(
+        &mut self,
+        go: &Migration,
+        failed: &Migration,
+        error: &str,
+        migrations: &[Migration],
+    ) {
+        let later = migrations.iter().filter(|l| l.version > go.version).count();
+        let why = format!(
+            "{}; {} ({}), after it in the base, fails without it ({error})",
+            go.not_runnable.as_deref().unwrap_or_default(),
+            failed.label,
+            failed.file
+        );
+        let file = self.options.catalog.path_of(go);
+        self.report
+            .findings
+            .push(crate::verify::checks::apply::not_runnable(
+                go.version, &go.label, &file, &why, later,
+            ));
     }
 
     /// Starts the migrator: it applies the rehearsed migrations step by

@@ -62,7 +62,10 @@ impl Run<'_> {
             .sandbox
             .fresh_database_owned_by(self.sessions.owner())?;
         self.options.emit(Event::StageStarted(Stage::Base));
-        self.apply_base(&empty_prev, &migrations)?;
+        if !self.apply_base(&empty_prev, &migrations)? {
+            self.options.emit(Event::StageFinished(Stage::Base));
+            return Ok(());
+        }
         self.start_migrator(&empty_prev, &migrations)?;
         self.options.emit(Event::StageFinished(Stage::Base));
 
