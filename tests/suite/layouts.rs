@@ -206,10 +206,10 @@ fn goose_up_sections_only(env: &TestEnv) -> anyhow::Result<()> {
         !sql.contains("DROP TABLE") && sql.contains("RETURN cents >= 0;"),
         "{sql}"
     );
-    // `NO TRANSACTION`: goose runs the concurrent build on its own, and
-    // the static precheck lints it so.
+    // `NO TRANSACTION`: goose runs each concurrent build on its own, and
+    // the static precheck lints them so.
     let banned = findings_with(
-        &Verify::new(Catalog::from_dir(&fixture("goose"))?)?.static_only(),
+        &Verify::new(Catalog::from_dir(&fixture("goose-no-transaction"))?)?.static_only(),
         &["static.ban-concurrent-index-creation-in-transaction"],
     );
     ensure!(banned.is_empty(), "{banned:#?}");
