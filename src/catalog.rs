@@ -12,8 +12,12 @@
 //! `V{n}__{name}.sql` (the embedded set), sqlx, golang-migrate, diesel,
 //! goose, dbmate, Atlas, Flyway, Prisma and Sqitch. The layout reads what
 //! its tool runs (up SQL only: down, undo and revert parts never), in the
-//! tool's order, with the tool's transaction mode (which becomes the
-//! `no-transaction` directive). It is detected from the folder or given
+//! tool's order, with how the tool sends each file to the server
+//! ([`Execution`]: one transaction, statement by statement, or one
+//! simple-query string), the one answer the static precheck, the
+//! rehearsal and `migrate` follow ([`Migration::runs_outside_transaction`]).
+//! What a layout lists but rollsafe cannot run (a goose Go migration) is
+//! kept in its place, marked [`Migration::not_runnable`]. It is detected from the folder or given
 //! (`--layout`, `rollsafe.toml`); a folder mixing layouts is refused, since
 //! its order would be a guess.
 //!
