@@ -12,8 +12,12 @@
 //! `V{n}__{name}.sql` (the embedded set), sqlx, golang-migrate, diesel,
 //! goose, dbmate, Atlas, Flyway, Prisma and Sqitch. The layout reads what
 //! its tool runs (up SQL only: down, undo and revert parts never), in the
-//! tool's order, with the tool's transaction mode (which becomes the
-//! `no-transaction` directive). It is detected from the folder or given
+//! tool's order, with how the tool sends each file to the server
+//! ([`Execution`]: one transaction, statement by statement, or one
+//! simple-query string), the one answer the static precheck, the
+//! rehearsal and `migrate` follow ([`Migration::runs_outside_transaction`]).
+//! What a layout lists but rollsafe cannot run (a goose Go migration) is
+//! kept in its place, marked [`Migration::not_runnable`]. It is detected from the folder or given
 //! (`--layout`, `rollsafe.toml`); a folder mixing layouts is refused, since
 //! its order would be a guess.
 //!
@@ -87,6 +91,53 @@ pub struct BatchedUpdate {
 /// The directive keys rollsafe knows; any other `-- rollsafe:` key is
 /// refused with its file and line (a typo must never be silently ignored).
 pub const DIRECTIVES: &[&str] = &["backfill", "no-transaction", "batched-update"];
+
+/// How a migration's tool sends its file to the server: what the
+/// rehearsal and `migrate` reproduce, and what the static precheck assumes.
+/// Each layout states it for each file ([`layouts::Step::execution`]); each
+/// rule below was read in the tool's own source.
+///
+/// PostgreSQL's part (the protocol's "multiple statements in a simple
+/// query"): a simple-query string of one statement runs outside any
+/// transaction block, so a lone `CREATE INDEX CONCURRENTLY` works there;
+/// several statements share an implicit transaction (CONCURRENTLY fails);
+/// a `BEGIN`/`COMMIT` inside the string is obeyed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Execution {
+    /// One explicit transaction around the file's statements: refinery,
+    /// sqlx, diesel, dbmate, Atlas, Flyway; goose (`db.BeginTx`, then each
+    /// statement `tx.ExecContext`, in goose's `runSQLMigration`); a Sqitch
+    /// script that carries its own `BEGIN`/`COMMIT` (rollsafe's
+    /// transaction stands for the script's).
+    #[default]
+    Transaction,
+    /// Statement by statement, each committing on its own: goose's
+    /// `NO TRANSACTION` (each statement `db.ExecContext`), Atlas's
+    /// `txmode none`, a Flyway file run outside a transaction, a Sqitch
+    /// script without `BEGIN` (psql's autocommit), and rollsafe's own
+    /// `-- rollsafe:no-transaction`.
+    Autocommit,
+    /// The whole file as one simple-query string: golang-migrate (its
+    /// postgres driver's `Run` reads the file and `runStatement` sends it
+    /// with one `ExecContext`), Prisma (the schema engine's
+    /// `apply_migration_script` is one `client.simple_query(script)`),
+    /// sqlx `-- no-transaction`, diesel `run_in_transaction = false`
+    /// (`batch_execute`), dbmate `transaction:false`. One statement runs
+    /// outside a transaction, several share an implicit one, and the
+    /// file's own `BEGIN`/`COMMIT`/`SET TRANSACTION` are obeyed.
+    SimpleQuery,
+}
+
+impl Execution {
+    /// For messages: how the tool runs the file.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Execution::Transaction => "in one transaction",
+            Execution::Autocommit => "statement by statement, each committing on its own",
+            Execution::SimpleQuery => "as one simple-query string",
+        }
+    }
+}
 
 /// How a project lays out its migration folder: the tool that writes it.
 /// Each is read by its own [`layouts::LayoutReader`].
@@ -209,16 +260,32 @@ pub struct Migration {
     /// warnings they silence ([`Nolint::silences`]).
     pub nolint: Nolint,
     pub directives: Vec<Directive>,
+    /// Why rollsafe cannot run this migration (a goose Go migration):
+    /// listed in its place, never dropped; what depends on it is
+    /// `skipped` naming it. None for SQL.
+    pub not_runnable: Option<String>,
+    /// How its tool sends the file ([`Execution`]); `-- rollsafe:no-transaction`
+    /// makes it [`Execution::Autocommit`].
+    pub execution: Execution,
+    /// Whether the file, sent as its tool sends it, runs outside one
+    /// transaction of rollsafe's (decided once: [`Migration::runs_outside_transaction`]).
+    outside_transaction: bool,
 }
 
 impl Migration {
     /// The migration a layout read, numbered `version`: its directives
     /// parsed, the layout's transaction mode one of them, its checksum.
     fn from_step(version: i32, step: Step) -> Result<Migration, CatalogError> {
-        let mut directives = parse_directives(&step.file, &step.sql)?;
-        if step.no_transaction && !directives.contains(&Directive::NoTransaction) {
-            directives.push(Directive::NoTransaction);
-        }
+        let directives = parse_directives(&step.file, &step.sql)?;
+        let execution = if directives.contains(&Directive::NoTransaction) {
+            Execution::Autocommit
+        } else {
+            step.execution
+        };
+        let outside_transaction = directives
+            .iter()
+            .any(|d| matches!(d, Directive::BatchedUpdate(_)))
+            || runs_outside_transaction(execution, &step.sql);
         let checksum =
             refinery::Migration::unapplied(&refinery_name(version, &step.name), &step.sql)
                 .map_err(|e| CatalogError::Unreadable {
@@ -239,6 +306,9 @@ impl Migration {
             verify: step.verify,
             nolint: step.nolint,
             directives,
+            execution,
+            outside_transaction,
+            not_runnable: step.not_runnable,
         })
     }
 
@@ -290,9 +360,10 @@ impl Migration {
         tables
     }
 
-    /// The file says `-- rollsafe:no-transaction`.
+    /// Its tool does not wrap the file in a transaction of its own (or the
+    /// file says `-- rollsafe:no-transaction`).
     pub fn no_transaction(&self) -> bool {
-        self.directives.contains(&Directive::NoTransaction)
+        self.execution != Execution::Transaction
     }
 
     /// The file's `-- rollsafe:batched-update` directives, in file order.
@@ -303,12 +374,49 @@ impl Migration {
         })
     }
 
-    /// Whether `migrate` applies this file statement by statement rather
-    /// than in one transaction with its history row: `no-transaction`, and
-    /// any file with a batched update (its batches commit one by one, so
-    /// the file as a whole cannot be one transaction).
+    /// Whether the file runs statement by statement rather than in one
+    /// transaction of rollsafe's (with `migrate`'s history row): sent as
+    /// its tool sends it ([`Execution`]), and any file with a batched
+    /// update (its batches commit one by one, so the file as a whole
+    /// cannot be one transaction). `migrate`, the rehearsal and the static
+    /// precheck all follow this one answer.
     pub fn runs_outside_transaction(&self) -> bool {
-        self.no_transaction() || self.batched_updates().next().is_some()
+        self.outside_transaction
+    }
+
+    /// The file opens and ends transactions of its own (`BEGIN` …
+    /// `COMMIT`) and runs outside one of rollsafe's: it cannot be forced to
+    /// fail before a commit that is its own.
+    pub fn manages_own_transaction(&self) -> bool {
+        self.outside_transaction
+            && crate::sql::split(&self.sql)
+                .statements
+                .iter()
+                .any(|s| crate::sql::transaction_control(s).is_some())
+    }
+}
+
+/// Whether `sql`, sent the way `execution` says, runs outside one
+/// transaction: statement by statement; or as a simple-query string that
+/// holds its own `BEGIN`/`COMMIT` (obeyed, so rollsafe's transaction around
+/// it would change what it does), or one statement PostgreSQL refuses in a
+/// transaction block (a lone one runs outside any). Any other lone
+/// statement is atomic either way, and several statements of one string
+/// share an implicit transaction: rollsafe's, with `migrate`'s history row
+/// in it and the forced failure before its commit, changes nothing there.
+fn runs_outside_transaction(execution: Execution, sql: &str) -> bool {
+    match execution {
+        Execution::Transaction => false,
+        Execution::Autocommit => true,
+        Execution::SimpleQuery => {
+            let split = crate::sql::split(sql);
+            let statements = &split.statements;
+            split.exact
+                && (matches!(statements.as_slice(), [lone] if crate::sql::refuses_transaction_block(lone))
+                    || statements
+                        .iter()
+                        .any(|s| crate::sql::transaction_control(s).is_some()))
+        }
     }
 }
 
@@ -482,6 +590,7 @@ const EXPECTED_NAMES: &str = "V<version>__<name>.sql (refinery, Flyway), <versio
 /// skipped, only the kinds of files layouts name.
 fn read_folder(dir: &Path) -> Result<Folder, CatalogError> {
     const DEPTH: usize = 3;
+    // And `.go` beside them: goose's Go migrations, listed, never run.
     const KINDS: [&str; 5] = ["sql", "toml", "conf", "sum", "plan"];
     let io = |path: &Path, e: std::io::Error| CatalogError::Io {
         path: path.to_path_buf(),
@@ -501,7 +610,7 @@ fn read_folder(dir: &Path) -> Result<Folder, CatalogError> {
                 }
             } else if child
                 .extension()
-                .is_some_and(|x| KINDS.iter().any(|k| x == *k))
+                .is_some_and(|x| KINDS.iter().any(|k| x == *k) || (depth == 0 && x == "go"))
             {
                 let bytes = std::fs::read(&child).map_err(|e| io(&child, e))?;
                 folder.files.insert(relative, bytes);
@@ -604,7 +713,7 @@ impl Catalog {
                 }
             },
         };
-        let steps = layouts::reader(layout).read(&folder, options)?;
+        let steps = layouts::read(layout, &folder, options)?;
         refuse_duplicate_keys(&steps)?;
         let mut migrations: Vec<Migration> = Vec::new();
         for (ordinal, step) in steps.into_iter().enumerate() {

@@ -464,12 +464,32 @@ fn history_findings(status: &migrate::Status) -> Vec<Finding> {
                     Severity::Warn,
                     Some(v.version),
                     format!(
-                        "V{} ({}) is not applied yet",
-                        v.version,
+                        "{} ({}) is not applied yet",
+                        v.label,
                         v.file.as_deref().unwrap_or("?")
                     ),
                 )
                 .advice("apply it with `rollsafe migrate` (after `rollsafe verify`) before rolling out an app that needs it"),
+            ),
+            // Not drift: Flyway runs a changed repeatable again, as
+            // `migrate` does.
+            State::PendingRerun => out.push(
+                Finding::new(
+                    "history",
+                    "pending-rerun",
+                    Severity::Warn,
+                    Some(v.version),
+                    format!(
+                        "{} ({}) changed since it last ran (checksum {} applied, {} in the file): the next migrate runs it again",
+                        v.label,
+                        v.file.as_deref().unwrap_or("?"),
+                        v.checksum_applied.as_deref().unwrap_or("?"),
+                        v.checksum_file.as_deref().unwrap_or("?"),
+                    ),
+                )
+                .evidence("checksum_file", v.checksum_file.clone())
+                .evidence("checksum_applied", v.checksum_applied.clone())
+                .advice("run it again with `rollsafe migrate` (after `rollsafe verify`), before an app that needs its new definition rolls out"),
             ),
             _ => {
                 let message = v.drift_message().unwrap_or_default();

@@ -818,7 +818,11 @@ impl ReportArgs {
 }
 
 fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
-    let catalog = Catalog::load(args.db.migrations.as_deref())?;
+    // Read as status reads it: --layout and --placeholder count here too.
+    let catalog = match args.db.catalog() {
+        Ok(catalog) => catalog,
+        Err(code) => return Ok(code),
+    };
     let url = &args.db.database_url;
     let targets = args.report.targets()?;
     let mut builder = args.sandbox.builder()?;

@@ -314,6 +314,8 @@ pub enum MigrateError {
         statement: String,
         why: String,
     },
+    #[error("{file} {why}, so rollsafe migrate cannot apply it; nothing was applied: apply the history with your tool up to and including it, then run `rollsafe migrate` for the rest (or `--target` a version before it)")]
+    NotRunnable { file: String, why: String },
     #[error("{migration} stopped at line {line} (`{statement}`): {detail}; the statements before it stay applied and the migration is not recorded as applied; fix the cause and run `rollsafe migrate` again (it resumes: every statement is re-runnable)")]
     StatementFailed {
         migration: String,
@@ -336,6 +338,14 @@ pub enum MigrateError {
     },
     #[error("{context}: {detail}")]
     Sql { context: String, detail: String },
+    /// The tool's history table refused the row (a guard of the project's
+    /// own: a trigger raising, or a privilege only its runner has).
+    #[error("recording {migration} in {table}: {detail}; the table refuses writers other than the project's own runner, so apply with that runner")]
+    HistoryRefused {
+        migration: String,
+        table: String,
+        detail: String,
+    },
 }
 
 impl MigrateError {
@@ -352,7 +362,9 @@ impl MigrateError {
             | MigrateError::UnknownTarget { .. }
             | MigrateError::NeedsNoTransaction { .. }
             | MigrateError::NotRerunnable { .. }
+            | MigrateError::NotRunnable { .. }
             | MigrateError::BackfillRefused { .. }
+            | MigrateError::HistoryRefused { .. }
             | MigrateError::Sql { .. } => 2,
         }
     }
@@ -380,6 +392,20 @@ impl MigrateError {
                 .or_else(|| watcher.blocker())
                 .unwrap_or_else(|| "a backend that could not be identified".into()),
         }
+    }
+
+    /// Writing `m`'s row in `table` failed: refused by a guard (an
+    /// exception raised, a privilege missing) or any other error.
+    fn recording(m: &Migration, table: &str, e: &postgres::Error) -> MigrateError {
+        let code = e.code().map(|c| c.code());
+        if matches!(code, Some("P0001" | "42501")) {
+            return MigrateError::HistoryRefused {
+                migration: m.to_string(),
+                table: table.to_string(),
+                detail: crate::errors::one_line(e),
+            };
+        }
+        MigrateError::sql(format!("recording {m} in {table}"), e)
     }
 
     fn sql(context: impl Into<String>, e: &postgres::Error) -> MigrateError {
@@ -696,6 +722,12 @@ fn plan_from(status: &Status, catalog: &Catalog, target: i32) -> Result<Plan, Mi
 /// `CONCURRENTLY` in a transactional file, a statement of a no-transaction
 /// file that is not re-runnable.
 fn refuse_unrunnable(catalog: &Catalog, m: &Migration) -> Result<(), MigrateError> {
+    if let Some(why) = &m.not_runnable {
+        return Err(MigrateError::NotRunnable {
+            file: catalog.path_of(m),
+            why: why.clone(),
+        });
+    }
     if let Some((line, statement)) = no_transaction::concurrently_in_transaction(m) {
         return Err(MigrateError::NeedsNoTransaction {
             file: catalog.path_of(m),
@@ -954,9 +986,9 @@ fn apply_in_transaction(
         Err(apply::StepError::GaveUp { gave_up, .. }) => {
             Err(MigrateError::gave_up(m.to_string(), gave_up, watcher))
         }
-        Err(apply::StepError::Failed { index, error }) if index == steps.len() => Err(
-            MigrateError::sql(format!("recording {m} in {}", tool.table()), &error),
-        ),
+        Err(apply::StepError::Failed { index, error }) if index == steps.len() => {
+            Err(MigrateError::recording(m, tool.table(), &error))
+        }
         Err(apply::StepError::Failed { error, .. }) => Err(MigrateError::Failed {
             migration: m.to_string(),
             detail: crate::errors::detailed(&error),
@@ -1151,7 +1183,7 @@ fn apply_outside_transaction(
     } else {
         record_tool_history(client, tool, m, started.elapsed(), has_backfills)
     };
-    recorded.map_err(|e| MigrateError::sql(format!("recording {m} in {}", tool.table()), &e))?;
+    recorded.map_err(|e| MigrateError::recording(m, tool.table(), &e))?;
     Ok(Applied {
         version: m.version,
         file: m.file.clone(),

@@ -106,6 +106,93 @@ pub fn is_blank(sql: &str) -> bool {
     split(sql).statements.is_empty()
 }
 
+/// A statement that opens or ends a transaction block, written in a file
+/// that manages its own transactions (sent as a simple-query string or
+/// statement by statement, where PostgreSQL obeys it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransactionControl {
+    /// `BEGIN`, `START TRANSACTION`.
+    Begin,
+    /// `COMMIT`, `END`, `ROLLBACK`, `ABORT`, `PREPARE TRANSACTION`: the
+    /// block is over (a savepoint's `ROLLBACK TO` and the `… PREPARED`
+    /// commands are not).
+    End,
+}
+
+/// Whether `statement` opens or ends a transaction block (its leading
+/// keywords: the splitter starts a statement at its first keyword).
+pub fn transaction_control(statement: &Statement) -> Option<TransactionControl> {
+    let words: Vec<String> = statement
+        .text
+        .split_whitespace()
+        .take(2)
+        .map(str::to_ascii_uppercase)
+        .collect();
+    let first = words.first()?.as_str();
+    let second = words.get(1).map(String::as_str);
+    match (first, second) {
+        ("BEGIN", _) | ("START", Some("TRANSACTION")) => Some(TransactionControl::Begin),
+        ("COMMIT" | "ROLLBACK", Some("PREPARED")) | ("ROLLBACK", Some("TO")) => None,
+        ("COMMIT" | "END" | "ROLLBACK" | "ABORT", _) | ("PREPARE", Some("TRANSACTION")) => {
+            Some(TransactionControl::End)
+        }
+        _ => None,
+    }
+}
+
+/// A `DO` block or a procedure `CALL` that ends transactions of its own
+/// (`COMMIT`/`ROLLBACK` in a `DO` body; a `CALL`, whose body is not in the
+/// file, may): PostgreSQL allows that only outside a transaction block
+/// ("invalid transaction termination" inside one).
+pub fn commits_itself(statement: &Statement) -> bool {
+    let words: Vec<String> = statement
+        .text
+        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+        .map(str::to_ascii_uppercase)
+        .collect();
+    match words.first().map(String::as_str) {
+        Some("CALL") => true,
+        Some("DO") => words.iter().any(|w| w == "COMMIT" || w == "ROLLBACK"),
+        _ => false,
+    }
+}
+
+/// Whether PostgreSQL refuses `statement` inside a transaction block
+/// (`PreventInTransactionBlock` in its source): a concurrent index build,
+/// drop or reindex, `DETACH PARTITION … CONCURRENTLY`, `VACUUM`, a
+/// database-wide `REINDEX`, databases, tablespaces, subscriptions,
+/// `ALTER SYSTEM`; and a block that commits itself ([`commits_itself`]).
+pub fn refuses_transaction_block(statement: &Statement) -> bool {
+    const HEADS: &[&[&str]] = &[
+        &["VACUUM"],
+        &["CREATE", "DATABASE"],
+        &["DROP", "DATABASE"],
+        &["CREATE", "TABLESPACE"],
+        &["DROP", "TABLESPACE"],
+        &["CREATE", "SUBSCRIPTION"],
+        &["DROP", "SUBSCRIPTION"],
+        &["ALTER", "SYSTEM"],
+        &["REINDEX", "SCHEMA"],
+        &["REINDEX", "DATABASE"],
+        &["REINDEX", "SYSTEM"],
+    ];
+    let words: Vec<String> = statement
+        .text
+        .split_whitespace()
+        .map(str::to_ascii_uppercase)
+        .collect();
+    let starts =
+        |head: &[&str]| words.len() >= head.len() && words.iter().zip(head).all(|(w, h)| w == h);
+    let concurrently = matches!(
+        words.first().map(String::as_str),
+        Some("CREATE" | "DROP" | "REINDEX" | "ALTER")
+    ) && words
+        .iter()
+        .any(|w| w == "CONCURRENTLY" || w.starts_with("CONCURRENTLY"));
+    concurrently || HEADS.iter().any(|h| starts(h)) || commits_itself(statement)
+}
+
 /// Runs `f` on squawk's parse of `sql` (syntax errors included: the tree is
 /// lossless) with the same guards as [`split`]: the pre-scan first, then
 /// the parse, `f` and the tree's drop on a thread with
@@ -522,6 +609,48 @@ impl LineIndex {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn statements_postgres_runs_only_outside_a_transaction_are_known() {
+        let sql = "CREATE INDEX CONCURRENTLY i ON t (a);\nCREATE UNIQUE INDEX i ON t (a);\nALTER TABLE p DETACH PARTITION c CONCURRENTLY;\nvacuum analyze t;\nREINDEX DATABASE d;\nREINDEX TABLE t;\nCREATE TABLE t2 (a int);\nDO $$ BEGIN UPDATE t SET a = 1; COMMIT; END $$;\nDO $$ BEGIN PERFORM 1; END $$;\nCALL archive_batches();";
+        let found: Vec<bool> = split(sql)
+            .statements
+            .iter()
+            .map(refuses_transaction_block)
+            .collect();
+        assert_eq!(
+            found,
+            [true, false, true, true, true, false, false, true, false, true]
+        );
+    }
+
+    #[test]
+    fn transaction_control_is_read_from_the_leading_keywords() {
+        use TransactionControl::{Begin, End};
+        let sql = "BEGIN;\nSTART TRANSACTION ISOLATION LEVEL SERIALIZABLE;\nSAVEPOINT a;\nROLLBACK TO SAVEPOINT a;\ncommit;\nEND;\nABORT;\nCOMMIT PREPARED 'x';\nPREPARE TRANSACTION 'x';\nSET TRANSACTION ISOLATION LEVEL REPEATABLE READ;\nDO $$ BEGIN COMMIT; END $$;";
+        let found: Vec<Option<TransactionControl>> = split(sql)
+            .statements
+            .iter()
+            .map(transaction_control)
+            .collect();
+        assert_eq!(
+            found,
+            [
+                Some(Begin),
+                Some(Begin),
+                None,
+                None,
+                Some(End),
+                Some(End),
+                Some(End),
+                None,
+                Some(End),
+                None,
+                None
+            ]
+        );
+    }
+
     use super::*;
     use proptest::prelude::*;
 

@@ -19,9 +19,9 @@
 
 use std::collections::BTreeMap;
 
-use super::{CatalogError, Layout};
+use super::{CatalogError, Execution, Layout};
 
-mod atlas;
+pub(crate) mod atlas;
 pub(crate) mod dbmate;
 mod diesel;
 pub(crate) mod flyway;
@@ -118,8 +118,10 @@ pub struct Step {
     pub file: String,
     /// The SQL the tool runs, with the file's line numbers.
     pub sql: String,
-    /// The tool runs this migration outside a transaction.
-    pub no_transaction: bool,
+    /// How the tool sends this file to the server.
+    pub execution: Execution,
+    /// Why rollsafe cannot run it (a goose Go migration); None for SQL.
+    pub not_runnable: Option<String>,
     /// The checksum the tool keeps for this file in its history table, as
     /// [`crate::migrate::history`] reads it back: sqlx's SHA-384 and
     /// Prisma's SHA-256 (lower-case hex), Flyway's CRC32 (a signed decimal),
@@ -187,7 +189,10 @@ pub fn reader(layout: Layout) -> &'static dyn LayoutReader {
 }
 
 /// The layout of `folder`: the one every migration file belongs to.
-/// Files two layouts claim are refused, since the order would be a guess.
+/// Files two layouts claim are refused, since the order would be a guess,
+/// except `atlas.sum` beside another tool's files: Atlas's `--dir-format`
+/// (golang-migrate, goose, Flyway, dbmate) writes that tool's files and
+/// hashes them, and that tool runs them ([`atlas::check_format_sum`]).
 pub fn detect(source: &str, folder: &Folder) -> Result<Option<Layout>, CatalogError> {
     let found: Vec<(Layout, String)> = Layout::ALL
         .into_iter()
@@ -200,6 +205,11 @@ pub fn detect(source: &str, folder: &Folder) -> Result<Option<Layout>, CatalogEr
     match found.as_slice() {
         [] => Ok(None),
         [(layout, _)] => Ok(Some(*layout)),
+        [(Layout::Atlas, sum), (layout, _)] | [(layout, _), (Layout::Atlas, sum)]
+            if sum == atlas::SUM_FILE && atlas::FORMATS.contains(layout) =>
+        {
+            Ok(Some(*layout))
+        }
         _ => Err(CatalogError::MixedLayouts {
             dir: source.to_string(),
             found: found
@@ -209,6 +219,21 @@ pub fn detect(source: &str, folder: &Folder) -> Result<Option<Layout>, CatalogEr
                 .join(", "),
         }),
     }
+}
+
+/// The migrations of `folder` read in `layout`, and, for another tool's
+/// files beside `atlas.sum` (Atlas's `--dir-format`), the sum checked as
+/// Atlas checks it.
+pub fn read(
+    layout: Layout,
+    folder: &Folder,
+    options: &ReadOptions,
+) -> Result<Vec<Step>, CatalogError> {
+    let steps = reader(layout).read(folder, options)?;
+    if layout != Layout::Atlas && folder.has(atlas::SUM_FILE) {
+        atlas::check_format_sum(folder, &steps)?;
+    }
+    Ok(steps)
 }
 
 /// `{digits}_{name}`: the version (digits, as written) and the name.

@@ -11,11 +11,14 @@
 //!   [`LockPolicy`] each attempt is a whole transaction with its own
 //!   `lock_timeout`; a lock timeout rolls it back and the next attempt
 //!   starts over;
-//! - [`outside_transaction`]: a `-- rollsafe:no-transaction` file, each
-//!   statement committing on its own (re-runnable, see
-//!   [`super::no_transaction`]), the invalid leftover of a concurrent index
-//!   build dropped before each attempt; under a policy, each statement's
-//!   attempts are stepped on their own.
+//! - [`outside_transaction`]: a file its tool does not wrap in a
+//!   transaction ([`crate::catalog::Execution`]), each statement committing
+//!   on its own (re-runnable, see [`super::no_transaction`]), the invalid
+//!   leftover of a concurrent index build dropped before each attempt;
+//!   under a policy, each statement's attempts are stepped on their own.
+//!   The file's own `BEGIN` … `COMMIT` are run as written ([`Block`]): the
+//!   statements between them commit together, and a failure there rolls
+//!   the file's transaction back, as the session of its tool would.
 //!
 //! A [`StepObserver`] sees each statement start and end on the same
 //! connection, and, inside the transaction, its start and its end before
@@ -42,6 +45,46 @@ pub struct Step {
     /// For `CREATE INDEX CONCURRENTLY IF NOT EXISTS <name>`: the index name
     /// as written, whose INVALID leftover is dropped before each attempt.
     pub concurrent_index: Option<String>,
+    /// Where it stands towards the file's own transaction blocks.
+    pub block: Block,
+}
+
+/// Where a statement of a file run outside rollsafe's transaction stands
+/// towards the file's own `BEGIN` … `COMMIT`: an observer must not query
+/// the migration's connection inside such a block (a query takes the
+/// snapshot a `SET TRANSACTION` must come before, and fails once the block
+/// is aborted), and a lock timeout there cannot be retried alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Block {
+    /// Runs on its own (autocommit).
+    #[default]
+    Outside,
+    /// The file's `BEGIN`.
+    Opens,
+    /// Between the file's `BEGIN` and the statement that ends it.
+    Inside,
+    /// The file's `COMMIT` (or `ROLLBACK`) that ends its block.
+    Closes,
+}
+
+/// Marks each step's place in the file's own transaction blocks.
+pub fn mark_blocks(steps: &mut [Step]) {
+    use crate::sql::{transaction_control, TransactionControl};
+    let mut open = false;
+    for step in steps {
+        step.block = match (transaction_control(&step.statement), open) {
+            (Some(TransactionControl::Begin), false) => {
+                open = true;
+                Block::Opens
+            }
+            (Some(TransactionControl::End), true) => {
+                open = false;
+                Block::Closes
+            }
+            (_, true) => Block::Inside,
+            (_, false) => Block::Outside,
+        };
+    }
 }
 
 /// The statements of a transactional file's `sql`, in order (the whole
@@ -54,6 +97,7 @@ pub fn transaction_steps(sql: &str) -> Vec<Step> {
         .map(|statement| Step {
             statement,
             concurrent_index: None,
+            block: Block::Outside,
         })
         .collect()
 }
@@ -309,6 +353,9 @@ pub fn outside_transaction(
             took = started.elapsed();
             r
         };
+        // Inside the file's own transaction a retried statement would run
+        // in an aborted block: it runs once, under the session's settings.
+        let lock = lock.filter(|_| step.block == Block::Outside);
         let result: Result<u32, StepError> = match lock {
             None => run_once(client)
                 .map(|_| 1)
@@ -341,6 +388,11 @@ pub fn outside_transaction(
             }
         };
         observer.after(client, index, step, result.is_ok(), took);
+        if result.is_err() && step.block != Block::Outside {
+            // The file's own transaction is aborted: its tool's session
+            // would end there, rolling it back.
+            let _ = client.batch_execute("ROLLBACK");
+        }
         attempts_total += result?;
     }
     Ok(Applied {

@@ -1,5 +1,6 @@
-//! Applying a `-- rollsafe:no-transaction` file: statement by statement,
-//! outside a transaction, converging when it is run again after a failure
+//! Applying a file that runs outside a transaction (`-- rollsafe:no-transaction`,
+//! or a file its tool does not wrap: [`crate::catalog::Execution`]):
+//! statement by statement, converging when it is run again after a failure
 //! or a kill.
 //!
 //! Such a file cannot be rolled back as a whole: a run that stops half-way
@@ -27,7 +28,14 @@
 //!   `CLUSTER`, `REFRESH MATERIALIZED VIEW`, `SET`, `RESET`;
 //! - a plain `SELECT` (it reads only: no `INTO`, no `FOR UPDATE`/`SHARE`,
 //!   no data-modifying `WITH`; a function it calls is taken to read only);
-//! - everything else (`ADD CONSTRAINT`, `RENAME`, `INSERT`, `UPDATE`, `DO`,
+//! - a file of one `CREATE INDEX CONCURRENTLY name …` without IF NOT
+//!   EXISTS: a failed build leaves at most an INVALID index, dropped
+//!   before the next attempt (below);
+//! - a `DO` block: what a kill and a rerun leave of it is measured by
+//!   verify's kill-and-rerun rehearsal, not read from its text;
+//! - the statements inside the file's own `BEGIN` … `COMMIT` (they commit
+//!   together or not at all);
+//! - everything else (`ADD CONSTRAINT`, `RENAME`, `INSERT`, `UPDATE`,
 //!   a statement squawk cannot parse, …) is refused: put it in a
 //!   transactional file, or in a `-- rollsafe:batched-update` directive.
 //!
@@ -44,6 +52,7 @@
 //! updates (`migrate::backfill`).
 
 pub use super::apply::Step;
+use super::apply::{mark_blocks, Block};
 use crate::catalog::Migration;
 use crate::sql::{self, Statement};
 
@@ -69,35 +78,72 @@ pub fn plan_steps(m: &Migration) -> Result<Vec<Step>, NotRerunnable> {
             why: "its statement boundaries cannot be read safely (an unterminated quote or comment, psql commands, or COPY data), so it cannot run one statement at a time".into(),
         });
     }
-    split
-        .statements
-        .into_iter()
-        .map(|statement| match judge(&statement) {
-            Ok(concurrent_index) => Ok(Step {
-                statement,
-                concurrent_index,
-            }),
-            Err(why) => Err(NotRerunnable {
-                line: statement.line,
-                statement: statement.excerpt(80),
-                why,
-            }),
-        })
-        .collect()
+    let mut steps = steps(&m.sql);
+    let alone = steps.len() == 1;
+    // The statements inside the file's own BEGIN … COMMIT commit together
+    // or not at all: a failure there leaves nothing of them to rerun.
+    for step in steps.iter_mut().filter(|s| s.block == Block::Outside) {
+        step.concurrent_index = judge(&step.statement, alone).map_err(|why| NotRerunnable {
+            line: step.statement.line,
+            statement: step.statement.excerpt(80),
+            why,
+        })?;
+    }
+    Ok(steps)
 }
 
 /// Every statement of a no-transaction file's `sql`, unjudged (verify
 /// runs what the file says, re-runnable or not; `migrate` refuses the
 /// file first with [`plan_steps`]).
 pub fn steps(sql: &str) -> Vec<Step> {
-    sql::split(sql)
+    let mut steps = sql::split(sql)
         .statements
         .into_iter()
         .map(|statement| Step {
-            concurrent_index: judge(&statement).ok().flatten(),
+            concurrent_index: None,
             statement,
+            block: Block::Outside,
         })
-        .collect()
+        .collect::<Vec<_>>();
+    let alone = steps.len() == 1;
+    for step in &mut steps {
+        step.concurrent_index = judge(&step.statement, alone).ok().flatten();
+    }
+    mark_blocks(&mut steps);
+    steps
+}
+
+/// After how many of `steps` (the statements of `m`, outside a
+/// transaction) a rehearsal may kill a run to prove that the rerun
+/// converges; None when no kill leaves anything partial.
+///
+/// A file rollsafe's `migrate` applies by its own directive
+/// (`-- rollsafe:no-transaction`, batched updates) is rerun from the top
+/// after any stop, even one after its last statement and before its
+/// history row: 1..=n. A file its own tool sends without a transaction is
+/// killed between its statements only (1..n): a tool marks a run that
+/// stopped (golang-migrate's dirty flag, Prisma's failed row) instead of
+/// rerunning a finished file, and a kill inside the file's own
+/// `BEGIN` … `COMMIT` rolls that block back; a file of one statement has
+/// nothing partial to leave, unless it commits batches itself (a `DO`
+/// block with `COMMIT`): it is run again after it completed.
+pub fn kill_points(m: &Migration, steps: &[Step]) -> Option<std::ops::RangeInclusive<usize>> {
+    let n = steps.len();
+    let by_directive = m.directives.iter().any(|d| {
+        matches!(
+            d,
+            crate::catalog::Directive::NoTransaction | crate::catalog::Directive::BatchedUpdate(_)
+        )
+    });
+    match (by_directive, steps) {
+        (true, _) => Some(1..=n.max(1)),
+        // A lone block that commits its batches: run again after it
+        // completed, it must converge (what a rerun after a kill between
+        // two of its batches meets, the rest of them done).
+        (false, [lone]) if sql::commits_itself(&lone.statement) => Some(1..=1),
+        (false, [] | [_]) => None,
+        (false, _) => Some(1..=n - 1),
+    }
 }
 
 /// The first statement of a transactional file that PostgreSQL refuses
@@ -133,8 +179,9 @@ fn starts_with(words: &[String], prefix: &[&str]) -> bool {
 const REWRITE_HINT: &str = "a no-transaction file runs again from its first statement after a failure, so each statement must succeed and change nothing when it already took effect: use IF NOT EXISTS / IF EXISTS / OR REPLACE, or move the statement to a transactional migration (a data change: a `-- rollsafe:batched-update` directive)";
 
 /// Ok(Some(index)) for a re-runnable CREATE INDEX CONCURRENTLY, Ok(None)
-/// for any other re-runnable statement, Err(why) otherwise.
-fn judge(s: &Statement) -> Result<Option<String>, String> {
+/// for any other re-runnable statement, Err(why) otherwise. `alone`: the
+/// statement is its file's only one.
+fn judge(s: &Statement, alone: bool) -> Result<Option<String>, String> {
     use squawk_syntax::ast::{self, AstNode};
     use squawk_syntax::SyntaxKind;
     if !s.parsed {
@@ -171,23 +218,35 @@ fn judge(s: &Statement) -> Result<Option<String>, String> {
                 }
             }
             ast::Stmt::CreateIndex(ci) => {
-                if ci.if_not_exists().is_none() {
+                let concurrent = ci.concurrently_token().is_some();
+                // A file of this one statement, built concurrently, fails
+                // leaving at most an INVALID index, which the next run
+                // drops before it builds again: it converges without IF
+                // NOT EXISTS.
+                if ci.if_not_exists().is_none() && !(alone && concurrent) {
                     return Err(format!("CREATE INDEX without IF NOT EXISTS fails when the index exists; {REWRITE_HINT}"));
                 }
-                if ci.concurrently_token().is_none() {
+                if !concurrent {
                     return Ok(None);
                 }
-                // The index name: the first element after IF NOT EXISTS.
+                // The index name: the first element after INDEX,
+                // CONCURRENTLY and IF NOT EXISTS.
                 let name = node
                     .children_with_tokens()
-                    .skip_while(|e| e.kind() != SyntaxKind::IF_NOT_EXISTS)
+                    .skip_while(|e| e.kind() != SyntaxKind::INDEX_KW)
                     .skip(1)
-                    .find(|e| !e.kind().is_trivia())
+                    .find(|e| {
+                        !e.kind().is_trivia()
+                            && !matches!(
+                                e.kind(),
+                                SyntaxKind::CONCURRENTLY_KW | SyntaxKind::IF_NOT_EXISTS
+                            )
+                    })
                     .filter(|e| e.kind() != SyntaxKind::ON_KW)
                     .map(|e| e.to_string().trim().to_string());
                 match name {
                     Some(n) if !n.is_empty() => Ok(Some(n)),
-                    _ => Err("CREATE INDEX CONCURRENTLY IF NOT EXISTS needs an index name (a rerun must find the index it built)".into()),
+                    _ => Err("CREATE INDEX CONCURRENTLY needs an index name here (a rerun must find the index it built)".into()),
                 }
             }
             ast::Stmt::AlterTable(at) => {
@@ -212,6 +271,10 @@ fn judge(s: &Statement) -> Result<Option<String>, String> {
                 }
                 Ok(None)
             }
+            // A DO block's effect is its body's: what a kill and a rerun
+            // leave is measured by verify's kill-and-rerun rehearsal
+            // (`apply.rerun-fails`, `apply.rerun-diverges`), not read here.
+            _ if starts_with(&w, &["DO"]) => Ok(None),
             _ if starts_with(&w, &["CREATE"]) => {
                 if has_child(SyntaxKind::IF_NOT_EXISTS)
                     || has_child(SyntaxKind::OR_REPLACE)
@@ -347,7 +410,11 @@ mod tests {
     #[test]
     fn non_rerunnable_statements_are_refused_with_their_line() {
         for (sql, line, needle) in [
-            ("CREATE INDEX CONCURRENTLY i ON t (a);", 2, "IF NOT EXISTS"),
+            (
+                "COMMENT ON TABLE t IS 'x';\nCREATE INDEX CONCURRENTLY i ON t (a);",
+                3,
+                "IF NOT EXISTS",
+            ),
             ("COMMENT ON TABLE t IS 'x';\nALTER TABLE t ADD CONSTRAINT c CHECK (a > 0) NOT VALID;", 3, "ADD CONSTRAINT"),
             ("UPDATE t SET a = 1;", 2, "batched-update"),
             ("DROP TABLE t;", 2, "IF EXISTS"),
@@ -370,6 +437,42 @@ mod tests {
             assert_eq!(err.line, line, "{sql}: {err:?}");
             assert!(err.why.contains(needle), "{sql}: {err:?}");
         }
+    }
+
+    #[test]
+    fn what_converges_without_its_text_saying_so_is_accepted() {
+        // A lone concurrent build: a failure leaves an INVALID index,
+        // dropped before the next attempt.
+        let m = migration(
+            "-- rollsafe:no-transaction\nCREATE INDEX CONCURRENTLY \"Orders_Day\" ON orders (day);",
+        );
+        let steps = plan_steps(&m).unwrap();
+        assert_eq!(steps[0].concurrent_index.as_deref(), Some("\"Orders_Day\""));
+        // A DO block is measured by the kill-and-rerun rehearsal; the
+        // statements inside the file's own BEGIN … COMMIT commit together.
+        let m = migration(
+            "-- rollsafe:no-transaction\n\
+             DO $$ BEGIN PERFORM 1; COMMIT; END $$;\n\
+             BEGIN;\n\
+             SET LOCAL lock_timeout = '1s';\n\
+             CREATE TYPE tier AS ENUM ('a');\n\
+             COMMIT;\n",
+        );
+        let steps = plan_steps(&m).unwrap();
+        let blocks: Vec<Block> = steps.iter().map(|s| s.block).collect();
+        assert_eq!(
+            blocks,
+            [
+                Block::Outside,
+                Block::Opens,
+                Block::Inside,
+                Block::Inside,
+                Block::Closes
+            ]
+        );
+        // rollsafe's own directive is rerun after a complete run; a lone
+        // statement its tool sends has nothing partial to leave.
+        assert_eq!(kill_points(&m, &steps), Some(1..=5));
     }
 
     #[test]

@@ -422,10 +422,14 @@ impl Verify {
             .iter()
             .filter(|m| !self.since.is_some_and(|s| m.version <= s))
             .map(|m| {
-                let warnings = r#static::lint(&self.catalog.path_of(m), &m.sql)
-                    .into_iter()
-                    .filter(|w| !m.nolint.silences(w.statement, &w.rule))
-                    .collect();
+                let warnings = r#static::lint(
+                    &self.catalog.path_of(m),
+                    &m.sql,
+                    !m.runs_outside_transaction(),
+                )
+                .into_iter()
+                .filter(|w| !m.nolint.silences(w.statement, &w.rule))
+                .collect();
                 (m.version, warnings)
             })
             .collect()
@@ -546,6 +550,7 @@ impl Verify {
         result?;
         run.collect_lint(lint);
         run.judge();
+        apply::without_what_the_base_left_out(&mut run.report.findings);
         let mut report = run.report;
         report.duration_ms = started.elapsed().as_millis() as u64;
         report.finish();
@@ -614,6 +619,9 @@ fn step<T, E: Into<anyhow::Error>>(what: &str, r: Result<T, E>) -> Result<T, Ver
 /// updates have no rows to settle in a base without data).
 fn apply_unchecked(c: &mut postgres::Client, m: &crate::catalog::Migration) -> Result<(), String> {
     use crate::migrate::{apply, no_transaction as nt};
+    if let Some(why) = &m.not_runnable {
+        return Err(format!("it {why}"));
+    }
     if m.runs_outside_transaction() {
         let steps = nt::steps(&m.sql);
         return apply::outside_transaction(c, &steps, None, &mut apply::Unobserved)

@@ -30,6 +30,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             pending_migration_is_a_warning_and_older_schema_is_derived,
             junit_report_carries_the_failures,
             unreachable_or_wrong_password_is_a_clear_error,
+            a_changed_flyway_repeatable_is_a_pending_rerun_with_its_message,
         ]
     )
 }
@@ -359,5 +360,56 @@ fn unreachable_or_wrong_password_is_a_clear_error(env: &TestEnv) -> anyhow::Resu
         ensure!(stderr.trim().lines().count() == 1, "not one line: {stderr}");
         ensure!(!stderr.contains("NotThePw9"), "password leaked: {stderr}");
     }
+    Ok(())
+}
+
+/// A Flyway history whose repeatable changed since it ran: `check` says
+/// so in words (Flyway runs it again), a warning like any pending work.
+fn a_changed_flyway_repeatable_is_a_pending_rerun_with_its_message(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    use rollsafe::catalog::{Catalog, ReadOptions};
+    let dir = crate::common::repo_root().join("tests/fixtures/layouts/flyway");
+    let options = ReadOptions {
+        placeholders: [("team".to_string(), "payments".to_string())].into(),
+        ..Default::default()
+    };
+    let flyway = Catalog::from_dir_in(&dir, &options)?;
+    let db = env.fresh_database();
+    let mut c = db.connect()?;
+    // The history as Flyway writes it, the repeatable's checksum from an
+    // earlier text of the file.
+    c.batch_execute(
+        "CREATE TABLE flyway_schema_history (installed_rank int PRIMARY KEY, version varchar(50),
+            description varchar(200) NOT NULL, type varchar(20) NOT NULL, script varchar(1000) NOT NULL,
+            checksum int, installed_by varchar(100) NOT NULL, installed_on timestamp NOT NULL DEFAULT now(),
+            execution_time int NOT NULL, success boolean NOT NULL)",
+    )?;
+    for (rank, m) in flyway.migrations().iter().enumerate() {
+        c.batch_execute(&m.sql)?;
+        let recorded: i32 = m.tool_checksum.as_deref().context("a checksum")?.parse()?;
+        let version = (!m.repeatable).then(|| m.key.clone());
+        c.execute(
+            "INSERT INTO flyway_schema_history VALUES ($1, $2, $3, 'SQL', $4, $5, 'flyway', now(), 1, true)",
+            &[&(rank as i32 + 1), &version, &m.name, &m.file, &(recorded ^ i32::from(m.repeatable))],
+        )?;
+    }
+    let migrations = dir.to_str().context("path")?;
+    let (code, report, stderr) = run_check(
+        env,
+        db.url(),
+        &["--migrations", migrations, "--placeholder", "team=payments"],
+    )?;
+    let f = the_finding(&report, "history.pending-rerun")
+        .with_context(|| format!("exit {code}: {stderr}"))?;
+    let message = f["message"].as_str().unwrap_or_default();
+    ensure!(
+        f["severity"] == "warn"
+            && message.starts_with(
+                "R__order_totals_view (R__order_totals_view.sql) changed since it last ran"
+            )
+            && message.contains("runs it again"),
+        "{f:#}"
+    );
     Ok(())
 }

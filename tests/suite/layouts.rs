@@ -47,6 +47,13 @@ pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
             a_failing_sqitch_verify_script_is_an_error_finding,
             since_auto_from_target_rehearses_what_the_tools_table_lacks,
             atlas_nolint_silences_the_static_precheck,
+            a_lone_concurrent_build_runs_as_golang_migrate_sends_it,
+            prisma_files_run_their_own_transactions_as_written,
+            an_indented_dbmate_marker_is_sql_as_dbmate_reads_it,
+            an_atlas_folder_in_golang_migrate_format_is_golang_migrates,
+            a_flyway_folder_starting_at_a_baseline_runs_it_first,
+            a_goose_go_migration_is_listed_and_what_builds_on_it_skipped,
+            a_guard_on_the_tools_history_table_does_not_stop_the_rehearsal,
         ]
     )
 }
@@ -62,7 +69,13 @@ fn read(catalog: &Catalog) -> Vec<(String, String, bool)> {
     catalog
         .migrations()
         .iter()
-        .map(|m| (m.label.clone(), m.file.clone(), m.no_transaction()))
+        .map(|m| {
+            (
+                m.label.clone(),
+                m.file.clone(),
+                m.runs_outside_transaction(),
+            )
+        })
         .collect()
 }
 
@@ -193,6 +206,13 @@ fn goose_up_sections_only(env: &TestEnv) -> anyhow::Result<()> {
         !sql.contains("DROP TABLE") && sql.contains("RETURN cents >= 0;"),
         "{sql}"
     );
+    // `NO TRANSACTION`: goose runs each concurrent build on its own, and
+    // the static precheck lints them so.
+    let banned = findings_with(
+        &Verify::new(Catalog::from_dir(&fixture("goose-no-transaction"))?)?.static_only(),
+        &["static.ban-concurrent-index-creation-in-transaction"],
+    );
+    ensure!(banned.is_empty(), "{banned:#?}");
     rehearse_clean(env, catalog)
 }
 
@@ -1312,5 +1332,279 @@ fn atlas_nolint_silences_the_static_precheck(_env: &TestEnv) -> anyhow::Result<(
         !out.contains("ban-drop-column") && out.contains("ban-drop-table"),
         "{out}"
     );
+    Ok(())
+}
+
+/// The findings of `report` whose id is one of `ids`, as
+/// `migration id: message` lines.
+fn findings_with(report: &rollsafe::report::Report, ids: &[&str]) -> Vec<String> {
+    report
+        .findings
+        .iter()
+        .filter(|f| ids.contains(&f.id.as_str()))
+        .map(|f| format!("{:?} {}: {}", f.migration, f.id, f.message))
+        .collect()
+}
+
+/// No error finding in `report`.
+fn no_errors(report: &rollsafe::report::Report) -> anyhow::Result<()> {
+    let errors: Vec<String> = report
+        .errors()
+        .map(|f| format!("{:?} {}: {}", f.migration, f.id, f.message))
+        .collect();
+    ensure!(report.passed && errors.is_empty(), "errors: {errors:#?}");
+    Ok(())
+}
+
+/// golang-migrate sends a file as one string: a lone `CREATE INDEX
+/// CONCURRENTLY` runs outside any transaction, in the `--since` base as in
+/// the rehearsal, and the static precheck agrees.
+fn a_lone_concurrent_build_runs_as_golang_migrate_sends_it(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = fixture("golang-migrate-lone-concurrent");
+    let catalog = Catalog::from_dir(&dir)?;
+    expect_read(
+        &catalog,
+        Layout::GolangMigrate,
+        &[
+            ("1", "1_create_sensor_readings.up.sql", false),
+            ("2", "2_readings_taken_at_index.up.sql", true),
+            ("3", "3_readings_humidity.up.sql", false),
+        ],
+    )?;
+    // The concurrent build in the base the rehearsal starts from.
+    let report = Verify::new(Catalog::from_dir(&dir)?)?
+        .rows(ROWS)
+        .since(2)?
+        .run(&env.sandbox)?;
+    no_errors(&report)?;
+    // Rehearsed, and not flagged as a build inside a transaction.
+    let report = Verify::new(catalog)?.rows(ROWS).run(&env.sandbox)?;
+    let banned = findings_with(
+        &report,
+        &[
+            "static.ban-concurrent-index-creation-in-transaction",
+            "apply.fails-on-empty",
+        ],
+    );
+    ensure!(banned.is_empty(), "{banned:#?}");
+    no_errors(&report)
+}
+
+/// Prisma sends migration.sql as one simple query: a lone concurrent build
+/// runs outside a transaction, and a file's own `BEGIN` … `COMMIT` (with
+/// `SET TRANSACTION` first, or `SET LOCAL` and a new type) runs as written:
+/// no false `apply.fails-on-empty`, no `transaction-nesting`.
+fn prisma_files_run_their_own_transactions_as_written(env: &TestEnv) -> anyhow::Result<()> {
+    let catalog = Catalog::from_dir(&fixture("prisma-own-transactions"))?;
+    expect_read(
+        &catalog,
+        Layout::Prisma,
+        &[
+            ("01_init", "01_init/migration.sql", false),
+            (
+                "02_reading_taken_at_index",
+                "02_reading_taken_at_index/migration.sql",
+                true,
+            ),
+            (
+                "03_snapshot_isolation",
+                "03_snapshot_isolation/migration.sql",
+                true,
+            ),
+            ("04_climate_type", "04_climate_type/migration.sql", true),
+        ],
+    )?;
+    let report = Verify::new(catalog)?.rows(ROWS).run(&env.sandbox)?;
+    let wrong = findings_with(
+        &report,
+        &[
+            "static.transaction-nesting",
+            "static.ban-concurrent-index-creation-in-transaction",
+            "apply.fails-on-empty",
+        ],
+    );
+    ensure!(wrong.is_empty(), "{wrong:#?}");
+    // A kill inside a file's own block rolls it back, and the rerun
+    // converges.
+    let reruns = findings_with(&report, &["apply.rerun-converges"]);
+    ensure!(reruns.len() == 2, "{reruns:#?}");
+    no_errors(&report)
+}
+
+/// dbmate's `-- migrate:down` marks a section only at the start of a line:
+/// an indented one is SQL, so the DROP TABLE after it runs with the up
+/// section, and the next migration fails as it fails under dbmate.
+fn an_indented_dbmate_marker_is_sql_as_dbmate_reads_it(env: &TestEnv) -> anyhow::Result<()> {
+    let catalog = Catalog::from_dir(&fixture("dbmate-indented-marker"))?;
+    ensure!(
+        catalog.migrations()[0]
+            .sql
+            .contains("DROP TABLE seed_packets;"),
+        "{}",
+        catalog.migrations()[0].sql
+    );
+    let report = Verify::new(catalog)?.rows(ROWS).run(&env.sandbox)?;
+    let failed = findings_with(&report, &["apply.fails-on-empty"]);
+    ensure!(
+        failed.len() == 1
+            && failed[0].starts_with("Some(2) ")
+            && failed[0].contains("\"seed_packets\" does not exist"),
+        "{failed:#?}"
+    );
+    Ok(())
+}
+
+/// Atlas's `--dir-format golang-migrate`: up and down files beside
+/// `atlas.sum` are golang-migrate's folder (not a mix of layouts), its sum
+/// checked over the files Atlas hashed.
+fn an_atlas_folder_in_golang_migrate_format_is_golang_migrates(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let catalog = Catalog::from_dir(&fixture("atlas-golang-migrate"))?;
+    expect_read(
+        &catalog,
+        Layout::GolangMigrate,
+        &[
+            (
+                "20250301090000",
+                "20250301090000_create_beehives.up.sql",
+                false,
+            ),
+            (
+                "20250308090000",
+                "20250308090000_beehive_queen_marked.up.sql",
+                false,
+            ),
+        ],
+    )?;
+    let dir = copy_fixture("atlas-golang-migrate")?;
+    let edited = dir
+        .path()
+        .join("20250308090000_beehive_queen_marked.up.sql");
+    std::fs::write(
+        &edited,
+        std::fs::read_to_string(&edited)? + "CREATE INDEX ON beehives (apiary);\n",
+    )?;
+    let err = Catalog::from_dir(dir.path()).unwrap_err().to_string();
+    ensure!(
+        err.starts_with("20250308090000_beehive_queen_marked.up.sql: ")
+            && err.contains("disagrees with its hash in atlas.sum"),
+        "{err}"
+    );
+    rehearse_clean(env, catalog)
+}
+
+/// A Flyway folder from a baseline: on an empty database Flyway runs the
+/// newest baseline first and skips the versioned files at or below it.
+fn a_flyway_folder_starting_at_a_baseline_runs_it_first(env: &TestEnv) -> anyhow::Result<()> {
+    let catalog = Catalog::from_dir(&fixture("flyway-baseline"))?;
+    expect_read(
+        &catalog,
+        Layout::Flyway,
+        &[
+            ("B1_20_0", "B1_20_0__orchard_baseline.sql", false),
+            ("V1_20_1", "V1_20_1__tree_height.sql", false),
+            ("V1_21", "V1_21__harvests.sql", false),
+        ],
+    )?;
+    rehearse_clean(env, catalog)
+}
+
+/// A goose Go migration between SQL files: listed in its place (never
+/// dropped), the rehearsal stops there with a skipped finding that names
+/// it and the way forward; in a `--since` base it is left out, said so.
+fn a_goose_go_migration_is_listed_and_what_builds_on_it_skipped(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = fixture("goose-go-migration");
+    let catalog = Catalog::from_dir(&dir)?;
+    let listed: Vec<(&str, bool)> = catalog
+        .migrations()
+        .iter()
+        .map(|m| (m.file.as_str(), m.not_runnable.is_some()))
+        .collect();
+    ensure!(
+        listed
+            == [
+                ("00001_create_weather_stations.sql", false),
+                ("00002_station_calibrations.go", true),
+                ("00003_calibration_taken_on.sql", false),
+            ],
+        "{listed:?}"
+    );
+    let report = Verify::new(catalog)?.rows(ROWS).run(&env.sandbox)?;
+    no_errors(&report)?;
+    let skipped = findings_with(&report, &["apply.not-runnable"]);
+    ensure!(
+        skipped.len() == 1
+            && skipped[0].starts_with("Some(2) ")
+            && skipped[0].contains("00002_station_calibrations.go")
+            && skipped[0].contains("1 migration(s) after it"),
+        "{skipped:#?}"
+    );
+    ensure!(
+        report
+            .findings
+            .iter()
+            .any(|f| f.id == "apply.not-runnable" && f.advice.contains("--from-target")),
+        "no way forward said"
+    );
+    // Past it with --since: the base lacks it, and says so.
+    let report = Verify::new(Catalog::from_dir(&dir)?)?
+        .rows(ROWS)
+        .since(2)?
+        .run(&env.sandbox)?;
+    let noted = findings_with(&report, &["apply.not-runnable-in-base"]);
+    ensure!(noted.len() == 1, "{noted:#?}");
+    // What fails on what the base lacks is not an error of its own.
+    no_errors(&report)?;
+    ensure!(
+        report
+            .findings
+            .iter()
+            .any(|f| f.id == "apply.fails-on-empty"
+                && f.severity == rollsafe::report::Severity::Skipped
+                && f.message.contains("00002_station_calibrations.go")),
+        "the failure on what the base lacks is not skipped naming it"
+    );
+    // A base that fails after it: skipped naming it, not a refusal.
+    let report = Verify::new(Catalog::from_dir(&dir)?)?
+        .rows(ROWS)
+        .since(3)?
+        .run(&env.sandbox)?;
+    no_errors(&report)?;
+    let skipped = findings_with(&report, &["apply.not-runnable"]);
+    ensure!(
+        skipped.len() == 1 && skipped[0].contains("fails without it"),
+        "{skipped:#?}"
+    );
+    Ok(())
+}
+
+/// A project whose own trigger on its tool's history table refuses other
+/// writers: the rehearsal goes on (the history is bookkeeping), and what
+/// needed those rows says it was skipped and why.
+fn a_guard_on_the_tools_history_table_does_not_stop_the_rehearsal(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = fixture("diesel-guarded-history");
+    // The guard in the --since base: its rows are not written.
+    let report = Verify::new(Catalog::from_dir(&dir)?)?
+        .rows(ROWS)
+        .since(2)?
+        .run(&env.sandbox)?;
+    no_errors(&report)?;
+    let refused = findings_with(&report, &["apply.base-history-refused"]);
+    ensure!(
+        refused.len() == 1 && refused[0].contains("recorded by loomctl only"),
+        "{refused:#?}"
+    );
+    // The guard rehearsed: the migrator's runs stop there, skipped.
+    let report = Verify::new(Catalog::from_dir(&dir)?)?
+        .rows(ROWS)
+        .run(&env.sandbox)?;
+    no_errors(&report)?;
+    let skipped = findings_with(&report, &["apply.second-run-skipped"]);
+    ensure!(skipped.len() == 1, "{skipped:#?}");
     Ok(())
 }

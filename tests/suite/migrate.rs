@@ -37,6 +37,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             bad_inputs_give_one_line_errors_and_change_nothing,
             library_refuses_drift_before_running_anything,
             tls_sslmodes_are_honoured,
+            a_diesel_history_with_a_lone_concurrent_build_migrates_from_empty,
         ]
     );
     crate::common::own_server_only(env, trials, &["tls_sslmodes_are_honoured"])
@@ -1713,4 +1714,55 @@ impl ReaderRun {
             .max()
             .unwrap_or_default()
     }
+}
+
+/// A diesel history whose no-transaction files are a lone `CREATE INDEX
+/// CONCURRENTLY` without IF NOT EXISTS and a `DO` block committing its
+/// batches: `migrate` applies it onto an empty database as diesel does
+/// (was refused up front as not re-runnable), `status` shows every
+/// version applied, and verify's kill-and-rerun judges the batches.
+fn a_diesel_history_with_a_lone_concurrent_build_migrates_from_empty(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = crate::common::repo_root().join("tests/fixtures/layouts/diesel-lone-concurrent");
+    let db = env.fresh_database();
+    let o = rollsafe(&[
+        "migrate",
+        "--database-url",
+        db.url(),
+        "--migrations",
+        path_str(&dir),
+    ])?;
+    expect_code(&o, 0, "migrate")?;
+    let (code, v) = status_json(db.url(), Some(&dir))?;
+    ensure!(code == 0, "status exit {code}: {v}");
+    let states = states(&v);
+    ensure!(
+        states.len() == 4 && states.iter().all(|(_, s)| s == "applied"),
+        "{states:?}"
+    );
+    let mut c = db.connect()?;
+    let valid: bool = c
+        .query_one(
+            "SELECT indisvalid FROM pg_index WHERE indexrelid = 'kilns_fired_at_idx'::regclass",
+            &[],
+        )?
+        .get(0);
+    ensure!(valid, "kilns_fired_at_idx is not valid");
+    let report = rollsafe::verify::Verify::new(rollsafe::catalog::Catalog::from_dir(&dir)?)?
+        .rows(2_000)
+        .run(&env.sandbox)?;
+    let errors: Vec<String> = report
+        .errors()
+        .map(|f| format!("{:?} {}: {}", f.migration, f.id, f.message))
+        .collect();
+    ensure!(errors.is_empty(), "{errors:#?}");
+    ensure!(
+        report
+            .findings
+            .iter()
+            .any(|f| f.id == "apply.rerun-converges" && f.migration == Some(4)),
+        "the batches were not rerun"
+    );
+    Ok(())
 }

@@ -38,6 +38,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             rehearsal_applies_a_no_transaction_file_statement_by_statement,
             partitioned_index_pattern_passes_and_migrates_to_a_valid_index,
             seeded_rows_are_carried_past_a_no_transaction_file,
+            a_files_own_transaction_runs_as_written_and_its_failure_is_named,
         ]
     )
 }
@@ -1014,5 +1015,66 @@ fn seeded_rows_are_carried_past_a_no_transaction_file(env: &TestEnv) -> anyhow::
         "V5 must be seeded afresh after a file with batched updates: {v5}"
     );
     ensure!(code == 0 || code == 1, "verify could not run: {stderr}");
+    Ok(())
+}
+
+/// A file run outside rollsafe's transaction that opens and commits its
+/// own: measured as it runs (its rewrite read once its COMMIT made it
+/// visible), and a statement failing inside it is the one named, never
+/// the "current transaction is aborted" of a measurement after it.
+fn a_files_own_transaction_runs_as_written_and_its_failure_is_named(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    use rollsafe::verify::rehearsal;
+    let db = env.fresh_database();
+    let dir = write_dir(&[("V1__items.sql", ITEMS)])?;
+    migrate::migrate(db.url(), &catalog(dir.path())?, &Options::default())?;
+    seed_items(&mut db.connect()?, 1_000, 100)?;
+    let block = "-- rollsafe:no-transaction\n\
+                 BEGIN;\n\
+                 SET TRANSACTION ISOLATION LEVEL REPEATABLE READ;\n\
+                 ALTER TABLE items ALTER COLUMN b TYPE bigint;\n\
+                 COMMIT;\n";
+    let applied = rehearsal::apply_measured_no_transaction(db.url(), db.url(), block, None)?;
+    ensure!(applied.ok(), "{:?}", applied.error);
+    let rewrote: Vec<(usize, &Vec<String>)> = applied
+        .statements
+        .iter()
+        .map(|s| (s.line, &s.rewrote))
+        .filter(|(_, r)| !r.is_empty())
+        .collect();
+    ensure!(
+        rewrote == [(5, &vec!["items".to_string()])],
+        "the block's rewrite, on its COMMIT: {:?}",
+        applied.statements
+    );
+
+    let failing = "-- rollsafe:no-transaction\n\
+                   BEGIN;\n\
+                   SET LOCAL lock_timeout = '1s';\n\
+                   CREATE TYPE shelf_zone AS ENUM ('cold', 'dry');\n\
+                   ALTER TABLE shelves ADD COLUMN zone shelf_zone;\n\
+                   COMMIT;\n";
+    let dir = write_dir(&[("V1__items.sql", ITEMS), ("V2__zones.sql", failing)])?;
+    let report = rollsafe::verify::Verify::new(catalog(dir.path())?)?
+        .rows(100)
+        .run(&env.sandbox)?;
+    let failed: Vec<String> = report
+        .errors()
+        .map(|f| {
+            format!(
+                "{} line {}: {}",
+                f.id,
+                f.location.as_ref().map_or(0, |l| l.line),
+                f.message
+            )
+        })
+        .collect();
+    ensure!(
+        failed.len() == 1
+            && failed[0].starts_with("apply.fails-on-empty line 5:")
+            && failed[0].contains("\"shelves\" does not exist"),
+        "{failed:#?}"
+    );
     Ok(())
 }

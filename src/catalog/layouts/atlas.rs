@@ -13,11 +13,21 @@ use base64::Engine;
 use sha2::{Digest, Sha256};
 
 use super::{comment_body, unreadable, Folder, LayoutReader, Nolint, ReadOptions, Step};
+use crate::catalog::Execution;
 use crate::catalog::{CatalogError, Layout};
 
 pub struct Atlas;
 
 pub const SUM_FILE: &str = "atlas.sum";
+
+/// The other tools' layouts Atlas writes (`--dir-format`): their files
+/// beside `atlas.sum` are that tool's folder.
+pub const FORMATS: [Layout; 4] = [
+    Layout::GolangMigrate,
+    Layout::Goose,
+    Layout::Flyway,
+    Layout::Dbmate,
+];
 
 /// `{version}[_{name}]` of an Atlas file name: the version is everything
 /// before the first `_`.
@@ -72,7 +82,13 @@ impl LayoutReader for Atlas {
                 label: version.to_string(),
                 name: name.to_string(),
                 file: file.to_string(),
-                no_transaction: header_directives(&sql).iter().any(|d| d == "txmode none"),
+                // Atlas's `txmode none`: its executor runs the statements one by
+                // one without a transaction.
+                execution: if header_directives(&sql).iter().any(|d| d == "txmode none") {
+                    Execution::Autocommit
+                } else {
+                    Execution::Transaction
+                },
                 nolint: nolint(&sql),
                 sql,
                 ..Step::default()
@@ -140,15 +156,7 @@ fn check_sum(folder: &Folder, steps: &mut [Step]) -> Result<(), CatalogError> {
             "is missing, and Atlas refuses a migration folder without it; run `atlas migrate hash` and commit the file".into(),
         ));
     };
-    let mut lines = sum.lines();
-    let header = lines.next().unwrap_or("").trim().to_string();
-    let recorded: Vec<(String, String)> = lines
-        .filter(|l| !l.trim().is_empty())
-        .filter_map(|l| {
-            let (name, hash) = l.split_once("h1:")?;
-            Some((name.trim().to_string(), hash.trim().to_string()))
-        })
-        .collect();
+    let (header, recorded) = parse_sum(&sum);
     let mut running = Sha256::new();
     let mut computed = Vec::new();
     for step in steps.iter_mut() {
@@ -176,14 +184,74 @@ fn check_sum(folder: &Folder, steps: &mut [Step]) -> Result<(), CatalogError> {
     {
         return Err(refused(SUM_FILE, format!("lists {gone}, which is not in the folder, so Atlas refuses it; restore the file or run `atlas migrate hash`")));
     }
+    check_total(&header, &recorded)
+}
+
+/// `atlas.sum` beside another tool's files (Atlas's `--dir-format`): the
+/// files it lists, in its order, are the ones the format's directory
+/// hashed (Atlas's `NewHashFile` over the format's `Files()`: for
+/// golang-migrate its `*.up.sql` in file-name order, with or without the
+/// down files depending on Atlas's version), so each must be there and
+/// hash as recorded, and every migration the tool runs must be listed.
+/// A folder that fails this is one `atlas migrate validate` refuses.
+pub fn check_format_sum(folder: &Folder, steps: &[Step]) -> Result<(), CatalogError> {
+    let refused = |file: &str, why: String| CatalogError::Unreadable {
+        file: file.to_string(),
+        why,
+    };
+    let sum = folder.text(SUM_FILE)?.unwrap_or_default();
+    let (header, recorded) = parse_sum(&sum);
+    check_total(&header, &recorded)?;
+    let mut running = Sha256::new();
+    for (file, hash) in &recorded {
+        let Some(text) = folder.text(file)? else {
+            return Err(refused(SUM_FILE, format!("lists {file}, which is not in the folder, so Atlas refuses it; restore the file or run `atlas migrate hash`")));
+        };
+        running.update(file.as_bytes());
+        if !header_directives(&text).iter().any(|d| d == "sum ignore") {
+            running.update(text.as_bytes());
+        }
+        let computed = base64::engine::general_purpose::STANDARD.encode(running.clone().finalize());
+        if &computed != hash {
+            return Err(refused(file, "disagrees with its hash in atlas.sum (the file, or one before it, was edited after `atlas migrate hash`), so Atlas refuses this folder; restore the file, or run `atlas migrate hash` if the edit is meant".into()));
+        }
+    }
+    if let Some(step) = steps
+        .iter()
+        .find(|s| !recorded.iter().any(|(f, _)| f == &s.file))
+    {
+        return Err(refused(&step.file, "is not in atlas.sum, so `atlas migrate validate` refuses the folder; run `atlas migrate hash` after reviewing it".into()));
+    }
+    Ok(())
+}
+
+/// `atlas.sum`'s first line and its (file, hash) lines.
+fn parse_sum(sum: &str) -> (String, Vec<(String, String)>) {
+    let mut lines = sum.lines();
+    let header = lines.next().unwrap_or("").trim().to_string();
+    let recorded = lines
+        .filter(|l| !l.trim().is_empty())
+        .filter_map(|l| {
+            let (name, hash) = l.split_once("h1:")?;
+            Some((name.trim().to_string(), hash.trim().to_string()))
+        })
+        .collect();
+    (header, recorded)
+}
+
+/// The first line sums the others, as Atlas checks it.
+fn check_total(header: &str, recorded: &[(String, String)]) -> Result<(), CatalogError> {
     let mut total = Sha256::new();
-    for (n, h) in &recorded {
+    for (n, h) in recorded {
         total.update(n.as_bytes());
         total.update(h.as_bytes());
     }
     let total = base64::engine::general_purpose::STANDARD.encode(total.finalize());
     if header.strip_prefix("h1:") != Some(total.as_str()) {
-        return Err(refused(SUM_FILE, "has a first line that does not sum its other lines (edited by hand?), so Atlas refuses it; run `atlas migrate hash`".into()));
+        return Err(CatalogError::Unreadable {
+            file: SUM_FILE.to_string(),
+            why: "has a first line that does not sum its other lines (edited by hand?), so Atlas refuses it; run `atlas migrate hash`".into(),
+        });
     }
     Ok(())
 }

@@ -14,20 +14,30 @@
 //! and the last section replaces those rows with the version; a recorded
 //! version stands for all its sections.
 
-use super::{
-    comment_body, digits_and_name, keep_lines, unreadable, Folder, LayoutReader, ReadOptions, Step,
-};
+use super::{digits_and_name, keep_lines, unreadable, Folder, LayoutReader, ReadOptions, Step};
+use crate::catalog::Execution;
 use crate::catalog::{CatalogError, Layout};
 
 pub struct Dbmate;
 
-/// `-- migrate:up …` / `-- migrate:down …`: (true for up, its options).
+/// `-- migrate:up …` / `-- migrate:down …`: (true for up, its options),
+/// matched as dbmate's own patterns match a line
+/// (`(?m)^--\s*migrate:up(\s*$|\s+\S+)`, the same for `down`, in its
+/// `pkg/dbmate/migration.go`): `--` at the very start of the line
+/// (an indented marker is SQL text to dbmate, run with its section),
+/// case-sensitive, and the word ends there (`migrate:upgrade` is none).
 fn section(line: &str) -> Option<(bool, &str)> {
-    let rest = comment_body(line)?.strip_prefix("migrate:")?;
-    if let Some(options) = rest.strip_prefix("up") {
-        return Some((true, options));
-    }
-    rest.strip_prefix("down").map(|o| (false, o))
+    let rest = line
+        .strip_prefix("--")?
+        .trim_start_matches(|c: char| c.is_ascii_whitespace())
+        .strip_prefix("migrate:")?;
+    let (up, options) = match (rest.strip_prefix("up"), rest.strip_prefix("down")) {
+        (Some(options), _) => (true, options),
+        (None, Some(options)) => (false, options),
+        (None, None) => return None,
+    };
+    let ends = options.trim().is_empty() || options.starts_with(|c: char| c.is_ascii_whitespace());
+    ends.then_some((up, options))
 }
 
 pub fn is_dbmate(bytes: &[u8]) -> bool {
@@ -71,7 +81,12 @@ impl LayoutReader for Dbmate {
                     name: name.to_string(),
                     file: file.to_string(),
                     sql,
-                    no_transaction,
+                    // dbmate `transaction:false`: the section as one string.
+                    execution: if no_transaction {
+                        Execution::SimpleQuery
+                    } else {
+                        Execution::Transaction
+                    },
                     ..Step::default()
                 });
             }
@@ -128,6 +143,31 @@ fn up_sections(file: &str, text: &str) -> Result<Vec<(String, bool)>, CatalogErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn markers_are_matched_as_dbmate_matches_them() {
+        assert_eq!(section("-- migrate:up\n"), Some((true, "\n")));
+        assert_eq!(section("--migrate:down"), Some((false, "")));
+        assert_eq!(
+            section("-- migrate:up transaction:false"),
+            Some((true, " transaction:false"))
+        );
+        for not_a_marker in [
+            "  -- migrate:down",
+            "\t-- migrate:down\n",
+            "-- Migrate:down",
+            "-- migrate:downgrade",
+            "SELECT 1; -- migrate:down",
+        ] {
+            assert_eq!(section(not_a_marker), None, "{not_a_marker:?}");
+        }
+        // An indented down marker: dbmate runs what follows it with the up
+        // section.
+        let text = "-- migrate:up\nCREATE TABLE t (a int);\n  -- migrate:down\nDROP TABLE t;\n";
+        let sections = up_sections("1_t.sql", text).unwrap();
+        assert_eq!(sections.len(), 1);
+        assert!(sections[0].0.contains("DROP TABLE t;"));
+    }
 
     #[test]
     fn each_up_section_keeps_its_own_transaction_mode() {

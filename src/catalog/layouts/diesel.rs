@@ -14,6 +14,7 @@ use serde::Deserialize;
 
 use super::{Folder, LayoutReader, ReadOptions, Step};
 use crate::catalog::CatalogError;
+use crate::catalog::Execution;
 
 pub struct Diesel;
 
@@ -76,7 +77,13 @@ impl LayoutReader for Diesel {
                 name: dir.split_once('_').map_or("", |(_, n)| n).to_string(),
                 file,
                 sql,
-                no_transaction: !run_in_transaction,
+                // Without a transaction diesel sends the file with
+                // `batch_execute`: one simple-query string.
+                execution: if run_in_transaction {
+                    Execution::Transaction
+                } else {
+                    Execution::SimpleQuery
+                },
                 ..Step::default()
             });
         }

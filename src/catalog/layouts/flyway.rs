@@ -3,8 +3,10 @@
 //! `1.1` < `2`; `1.0` = `1`); `R__{description}.sql` repeatables run after
 //! every versioned one, by description (a rehearsal from empty runs each
 //! once); `U{version}__` undo files are never read (rollsafe never goes
-//! down); a baseline `B{version}__` is refused (it replaces earlier
-//! versions only on an empty database, a choice rollsafe does not guess).
+//! down); a baseline `B{version}__` is what Flyway runs on an empty
+//! database: the newest baseline first (at or below the target, which
+//! for a rehearsal is the newest version), in place of every versioned
+//! file at or below its version, then the versioned files after it.
 //! `{file}.conf` with `executeInTransaction=false` runs the file outside a
 //! transaction, and so does, without any setting, a file with a statement
 //! PostgreSQL refuses in one: Flyway's PostgreSQL parser
@@ -18,6 +20,7 @@ use std::collections::BTreeMap;
 
 use super::{Folder, LayoutReader, ReadOptions, Step};
 use crate::catalog::CatalogError;
+use crate::catalog::Execution;
 
 pub struct Flyway;
 
@@ -33,7 +36,11 @@ enum Kind<'a> {
         description: &'a str,
     },
     Undo,
-    Baseline,
+    Baseline {
+        parts: Vec<u64>,
+        written: &'a str,
+        description: &'a str,
+    },
 }
 
 fn kind(file: &str) -> Option<Kind<'_>> {
@@ -57,7 +64,11 @@ fn kind(file: &str) -> Option<Kind<'_>> {
             description,
         }),
         'U' => Some(Kind::Undo),
-        'B' => Some(Kind::Baseline),
+        'B' => Some(Kind::Baseline {
+            parts,
+            written,
+            description,
+        }),
         _ => None,
     }
 }
@@ -107,12 +118,9 @@ impl LayoutReader for Flyway {
 
     fn read(&self, folder: &Folder, options: &ReadOptions) -> Result<Vec<Step>, CatalogError> {
         let mut versioned = Vec::new();
+        let mut baselines = Vec::new();
         let mut repeatable = Vec::new();
         for (file, bytes) in folder.top_level_sql() {
-            let refused = |why: &str| CatalogError::Unreadable {
-                file: file.to_string(),
-                why: why.to_string(),
-            };
             let kind = kind(file)
                 .ok_or_else(|| super::unreadable(file, crate::catalog::Layout::Flyway, options))?;
             if kind == Kind::Undo {
@@ -120,12 +128,38 @@ impl LayoutReader for Flyway {
             }
             let text = super::utf8(file, bytes.to_vec())?;
             let sql = replace_placeholders(file, &text, &options.placeholders)?;
-            let no_transaction =
-                execute_outside_transaction(folder, file)? || cannot_run_in_transaction(&sql);
+            // Outside a transaction Flyway still executes the statements
+            // its parser splits one by one, each committing on its own.
+            let execution =
+                if execute_outside_transaction(folder, file)? || cannot_run_in_transaction(&sql) {
+                    Execution::Autocommit
+                } else {
+                    Execution::Transaction
+                };
             match kind {
                 Kind::Undo => unreachable!("skipped above"),
-                Kind::Baseline => return Err(refused("is a Flyway baseline migration, which replaces the versions before it on an empty database only; rehearse the versioned files (move the baseline out) or the baseline alone")),
-                Kind::Versioned { parts, written, description } => versioned.push((
+                Kind::Baseline {
+                    parts,
+                    written,
+                    description,
+                } => baselines.push((
+                    normalized(&parts),
+                    Step {
+                        key: version_key(&parts),
+                        label: format!("B{written}"),
+                        name: description.to_string(),
+                        file: file.to_string(),
+                        sql,
+                        execution,
+                        checksum: Some(checksum(&text).to_string()),
+                        ..Step::default()
+                    },
+                )),
+                Kind::Versioned {
+                    parts,
+                    written,
+                    description,
+                } => versioned.push((
                     normalized(&parts),
                     Step {
                         key: version_key(&parts),
@@ -133,7 +167,7 @@ impl LayoutReader for Flyway {
                         name: description.to_string(),
                         file: file.to_string(),
                         sql,
-                        no_transaction,
+                        execution,
                         checksum: Some(checksum(&text).to_string()),
                         ..Step::default()
                     },
@@ -144,7 +178,7 @@ impl LayoutReader for Flyway {
                     name: description.to_string(),
                     file: file.to_string(),
                     sql,
-                    no_transaction,
+                    execution,
                     checksum: Some(checksum(&text).to_string()),
                     repeatable: true,
                     ..Step::default()
@@ -153,8 +187,16 @@ impl LayoutReader for Flyway {
         }
         versioned.sort_by(|a, b| a.0.cmp(&b.0));
         repeatable.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(versioned
+        // On an empty database Flyway runs the newest baseline in place of
+        // the versioned files at or below it.
+        baselines.sort_by(|a, b| a.0.cmp(&b.0));
+        let baseline = baselines.pop();
+        if let Some((at, _)) = &baseline {
+            versioned.retain(|(v, _)| v > at);
+        }
+        Ok(baseline
             .into_iter()
+            .chain(versioned)
             .map(|(_, s)| s)
             .chain(repeatable)
             .collect())

@@ -5,6 +5,7 @@
 //! refinery-layout files, unless it says `-- rollsafe:no-transaction`.
 
 use super::{digits_and_name, sort_numeric, unreadable, Folder, LayoutReader, ReadOptions, Step};
+use crate::catalog::Execution;
 use crate::catalog::{CatalogError, Layout};
 
 pub struct GolangMigrate;
@@ -51,7 +52,7 @@ impl LayoutReader for GolangMigrate {
                 name: name.to_string(),
                 file: file.to_string(),
                 sql: super::utf8(file, bytes.to_vec())?,
-                no_transaction: false,
+                execution: Execution::SimpleQuery,
                 ..Step::default()
             });
         }

@@ -16,6 +16,7 @@ use super::{
     comment_body, digits_and_name, keep_lines, sort_numeric, unreadable, Folder, LayoutReader,
     ReadOptions, Step,
 };
+use crate::catalog::Execution;
 use crate::catalog::{CatalogError, Layout};
 
 pub struct Goose;
@@ -69,13 +70,43 @@ impl LayoutReader for Goose {
                 name: name.to_string(),
                 file: file.to_string(),
                 sql,
-                no_transaction,
+                execution: if no_transaction {
+                    Execution::Autocommit
+                } else {
+                    Execution::Transaction
+                },
                 ..Step::default()
             });
         }
+        steps.extend(go_migrations(folder));
         sort_numeric(&mut steps);
         Ok(steps)
     }
+}
+
+/// goose's Go migrations (`<version>_<name>.go`, registered with
+/// `goose.AddMigration…`): listed in their place, with why rollsafe cannot
+/// run them.
+fn go_migrations(folder: &Folder) -> Vec<Step> {
+    folder
+        .files
+        .keys()
+        .filter(|p| !p.contains('/') && !p.ends_with("_test.go"))
+        .filter_map(|file| {
+            let (version, name) = file.strip_suffix(".go").and_then(digits_and_name)?;
+            let version: i64 = version.parse().ok()?;
+            Some(Step {
+                key: version.to_string(),
+                label: version.to_string(),
+                name: name.to_string(),
+                file: file.clone(),
+                not_runnable: Some(
+                    "is a goose Go migration: its code runs inside the project's own goose binary, and rollsafe runs SQL only".into(),
+                ),
+                ..Step::default()
+            })
+        })
+        .collect()
 }
 
 /// A goose file's Up section as rollsafe runs it.

@@ -9,6 +9,7 @@ use sha2::{Digest, Sha256};
 
 use super::{Folder, LayoutReader, ReadOptions, Step};
 use crate::catalog::CatalogError;
+use crate::catalog::Execution;
 
 pub struct Prisma;
 
@@ -90,7 +91,7 @@ impl LayoutReader for Prisma {
                 checksum: Some(checksum(&sql)),
                 sql,
                 file,
-                no_transaction: false,
+                execution: Execution::SimpleQuery,
                 ..Step::default()
             });
         }

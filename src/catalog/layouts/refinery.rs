@@ -5,6 +5,7 @@
 //! as Flyway's.
 
 use super::{sort_numeric, unreadable, Folder, LayoutReader, ReadOptions, Step};
+use crate::catalog::Execution;
 use crate::catalog::{CatalogError, Layout};
 
 pub struct Refinery;
@@ -52,7 +53,7 @@ impl LayoutReader for Refinery {
                 name: name.to_string(),
                 file: file.to_string(),
                 sql: super::utf8(file, bytes.to_vec())?,
-                no_transaction: false,
+                execution: Execution::Transaction,
                 ..Step::default()
             });
         }

@@ -17,6 +17,7 @@
 
 use super::{Folder, LayoutReader, ReadOptions, Step};
 use crate::catalog::CatalogError;
+use crate::catalog::Execution;
 
 pub struct Sqitch;
 
@@ -256,7 +257,14 @@ impl LayoutReader for Sqitch {
                 name,
                 file,
                 sql,
-                no_transaction: !own_transaction,
+                // psql runs a script without BEGIN in autocommit, one
+                // statement at a time; with its own BEGIN/COMMIT (blanked),
+                // rollsafe's transaction stands for the script's.
+                execution: if own_transaction {
+                    Execution::Transaction
+                } else {
+                    Execution::Autocommit
+                },
                 verify,
                 ..Step::default()
             });

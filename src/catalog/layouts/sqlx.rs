@@ -6,6 +6,7 @@
 use sha2::Digest;
 
 use super::{digits_and_name, sort_numeric, unreadable, Folder, LayoutReader, ReadOptions, Step};
+use crate::catalog::Execution;
 use crate::catalog::{CatalogError, Layout};
 
 pub struct Sqlx;
@@ -64,7 +65,13 @@ impl LayoutReader for Sqlx {
                 label: version.to_string(),
                 name: name.to_string(),
                 file: file.to_string(),
-                no_transaction: sql.starts_with("-- no-transaction"),
+                // sqlx's `-- no-transaction`: the file sent as one
+                // simple-query string.
+                execution: if sql.starts_with("-- no-transaction") {
+                    Execution::SimpleQuery
+                } else {
+                    Execution::Transaction
+                },
                 checksum: Some(checksum(&sql)),
                 sql,
                 ..Step::default()

@@ -115,6 +115,84 @@ pub fn evaluate_verify_script(v: i32, s: &crate::verify::evidence::VerifyScript)
     }
 }
 
+/// A migration rollsafe cannot run (`why`: a goose Go migration) at
+/// `label` (`file`): it and the `later` migrations after it, whose schema
+/// depends on it, are not rehearsed.
+pub fn not_runnable(v: i32, label: &str, file: &str, why: &str, later: usize) -> Finding {
+    Finding::new(
+        CHECK,
+        "not-runnable",
+        Severity::Skipped,
+        Some(v),
+        format!(
+            "{label} ({file}) {why}: it and the {later} migration(s) after it were not rehearsed (their schema builds on it)"
+        ),
+    )
+    .evidence("file", file.to_string())
+    .evidence("later_migrations", later)
+    .advice(format!(
+        "rehearse from a database that already holds {label}: --from-target <url of a database migrated by your tool>, or --since {label} (or later) when nothing after it needs what it creates"
+    ))
+}
+
+/// A migration rollsafe cannot run inside the `--since` base: left out of
+/// it, so what the rehearsed migrations find is the base without it.
+pub fn not_in_base(v: i32, label: &str, file: &str, why: &str) -> Finding {
+    Finding::new(
+        CHECK,
+        "not-runnable-in-base",
+        Severity::Warn,
+        Some(v),
+        format!("{label} ({file}) {why}: the base the rehearsal starts from (--since) does not hold what it does; a later failure on an object it creates comes from its absence"),
+    )
+    .evidence("file", file.to_string())
+    .advice("rehearse from a database that already holds it: --from-target <url of a database migrated by your tool>")
+}
+
+/// The tool's history table refused the rows that say what the `--since`
+/// base holds (`why`: a guard of the project's own, such as a trigger
+/// that lets only its runner write): the base is not recorded there, and
+/// the migrator's second run, which reads those rows, is not rehearsed.
+pub fn base_history_refused(table: &str, why: &str) -> Finding {
+    Finding::new(
+        CHECK,
+        "base-history-refused",
+        Severity::Skipped,
+        None,
+        format!(
+            "{table} refused the rows of the migrations in the base ({why}): they were not written, so `rollsafe migrate`'s second run, which reads them, was not rehearsed; every other check ran on the base as its migrations leave it"
+        ),
+    )
+    .evidence("history_table", table.to_string())
+    .advice("nothing to fix for the rehearsal: the history table is bookkeeping; a guard that lets only your runner write it also keeps `rollsafe migrate` out, so apply with your runner")
+}
+
+/// With a migration rollsafe cannot run left out of the `--since` base
+/// (`not-runnable-in-base`), a later migration failing on the empty
+/// database may fail on what that one creates: the failure is `skipped`,
+/// naming it, not an error it cannot be told apart from.
+pub fn without_what_the_base_left_out(findings: &mut [Finding]) {
+    let Some(left_out) = findings
+        .iter()
+        .find(|f| f.id == "apply.not-runnable-in-base")
+        .and_then(|f| f.evidence.get("file"))
+        .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+    else {
+        return;
+    };
+    for f in findings
+        .iter_mut()
+        .filter(|f| FAILS_ON_EMPTY.contains(&f.id.as_str()) && f.severity == Severity::Error)
+    {
+        f.severity = Severity::Skipped;
+        f.message = format!(
+            "not judged: {} (the base the rehearsal starts from lacks {left_out}, which rollsafe cannot run, and this may fail on what it creates)",
+            f.message
+        );
+        f.advice = format!("rehearse from a database that already holds {left_out}: --from-target <url of a database migrated by your tool>");
+    }
+}
+
 /// `--since` left nothing to rehearse.
 pub fn nothing_rehearsed(since: i32, labels: &Labels) -> Finding {
     let since_label = labels.of(since);
@@ -380,6 +458,16 @@ pub fn evaluate_second_run(v: Option<i32>, result: &Result<SecondRun, String>) -
         ),
     };
     let v = v.unwrap_or_default();
+    if let Some(why) = &r.history_refused {
+        return Finding::new(
+            CHECK,
+            "second-run-skipped",
+            Severity::Skipped,
+            Some(v),
+            format!("the migrator's two runs could not be rehearsed: {why}"),
+        )
+        .advice("nothing to fix for the rehearsal: the history table is bookkeeping, and every other check ran");
+    }
     if r.second_applied == 0 && r.changes.is_empty() {
         return Finding::new(
             CHECK,
@@ -568,6 +656,7 @@ mod tests {
             first_applied: 1,
             second_applied: 1,
             changes: vec!["t: column x is not expected".into()],
+            history_refused: None,
         };
         let f = evaluate_second_run(Some(3), &Ok(again));
         assert_eq!(

@@ -5,10 +5,15 @@
 //! `lint` runs squawk 2.68's default rules (`squawk-linter`) on the file
 //! through [`crate::sql::with_parse`] (the splitter's guards: nothing nests
 //! deep enough to overflow the parser's stack, a panic is caught). squawk is
-//! told what rollsafe does: each migration runs in one transaction
-//! (`assume_in_transaction`), so a table created earlier in the file is not
-//! "existing", and `CREATE INDEX CONCURRENTLY` is reported as the failure it
-//! is. A violation becomes a `Warning` at its own line and column, tied to
+//! told how the file runs, the one answer the rehearsal and `migrate` follow
+//! ([`crate::catalog::Migration::runs_outside_transaction`], from how its
+//! tool sends it): a file run in one transaction (`assume_in_transaction`)
+//! has no "existing" table it created itself, and its `CREATE INDEX
+//! CONCURRENTLY` is the failure it is; a file run outside one (goose's `NO
+//! TRANSACTION`, a lone statement sent by golang-migrate or Prisma, a file
+//! with its own `BEGIN` … `COMMIT`) is linted as it runs, so neither
+//! `transaction-nesting` nor the concurrent-index ban fires for a
+//! transaction that is not there. A violation becomes a `Warning` at its own line and column, tied to
 //! its statement of [`crate::sql::split`] (the statements the rehearsal
 //! measures one by one) and to the table that statement alters or indexes.
 //! `-- squawk-ignore rule` comments work as in squawk. A file squawk's
@@ -169,10 +174,10 @@ pub fn not_run() -> Finding {
     .advice("report it with the migration files")
 }
 
-pub fn lint(file: &str, sql: &str) -> Vec<Warning> {
+pub fn lint(file: &str, sql: &str, in_transaction: bool) -> Vec<Warning> {
     let split = crate::sql::split(sql);
     let lines = LineIndex::new(sql);
-    let raw = match crate::sql::with_parse(sql, |parse| violations(parse, sql)) {
+    let raw = match crate::sql::with_parse(sql, |parse| violations(parse, sql, in_transaction)) {
         Ok(raw) => raw,
         Err(why) => {
             let at = split.statements.first().map_or(0, |s| s.start);
@@ -229,18 +234,18 @@ pub fn lint(file: &str, sql: &str) -> Vec<Warning> {
 }
 
 /// Runs on the parser's thread: nothing of the tree leaves it.
-fn violations(parse: &Parse<SourceFile>, sql: &str) -> Vec<Raw> {
+fn violations(parse: &Parse<SourceFile>, sql: &str, in_transaction: bool) -> Vec<Raw> {
     // `rollsafe migrate` sets lock_timeout itself on every attempt and
     // retries (`LockPolicy`), and the rehearsal measures how long each
     // statement runs under its locks: squawk's require-lock-timeout and
     // require-statement-timeout would flag every migration for what the
     // runner and the measurement already do.
     let mut linter = Linter::with_rules(&[], &[Rule::RequireTimeoutSettings]);
-    // rollsafe runs every migration in one transaction (with its history
+    // A transactional migration runs in one transaction (with its history
     // row). squawk's default (15) stands for the server version: every
     // version-dependent rule changes at 11 or 12, below every supported
     // major.
-    linter.settings.assume_in_transaction = true;
+    linter.settings.assume_in_transaction = in_transaction;
     let stmts: Vec<ast::Stmt> = parse.tree().stmts().collect();
     let table_at = |offset: usize| {
         stmts
@@ -583,7 +588,7 @@ ALTER TABLE customer_addresses
     ALTER COLUMN name SET NOT NULL;
 ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
 ";
-        let ws = lint(FILE, sql);
+        let ws = lint(FILE, sql, true);
         assert_eq!(
             rules(&ws),
             [
@@ -638,11 +643,13 @@ ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
         let ws = lint(
             FILE,
             "CREATE TABLE t (id bigint PRIMARY KEY, x bigint);\nCREATE INDEX t_x ON t (x);",
+            true,
         );
         assert_eq!(rules(&ws), Vec::<&str>::new(), "{ws:#?}");
         let ws = lint(
             FILE,
             "SELECT 1;\nCREATE INDEX CONCURRENTLY IF NOT EXISTS i ON t (x);",
+            true,
         );
         assert_eq!(rules(&ws), ["ban-concurrent-index-creation-in-transaction"]);
         assert_eq!((ws[0].location.line, ws[0].statement), (2, Some(1)));
@@ -650,26 +657,31 @@ ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
         // flagged at all (no rewrite since PostgreSQL 11).
         let ready =
             "ALTER TABLE customer_addresses ADD COLUMN is_ready boolean NOT NULL DEFAULT true;";
-        assert_eq!(rules(&lint(FILE, ready)), Vec::<&str>::new());
+        assert_eq!(rules(&lint(FILE, ready, true)), Vec::<&str>::new());
         // Ignore comments work as in squawk.
         let ws = lint(
             FILE,
             "-- squawk-ignore require-concurrent-index-creation\nCREATE INDEX i ON t (x);",
+            true,
         );
         assert!(ws.is_empty(), "{ws:#?}");
     }
 
     #[test]
     fn a_file_squawk_cannot_parse_is_a_warning_never_a_panic() {
-        let ws = lint(FILE, "SELECT 1;\nCREATE TABLE t (a text,);\nSELECT 2;");
+        let ws = lint(
+            FILE,
+            "SELECT 1;\nCREATE TABLE t (a text,);\nSELECT 2;",
+            true,
+        );
         assert_eq!(rules(&ws), [SYNTAX_ERROR]);
         assert_eq!((ws[0].location.line, ws[0].statement), (2, Some(1)));
-        let ws = lint(FILE, "SELECT 1;\nSELECT 'never closed;");
+        let ws = lint(FILE, "SELECT 1;\nSELECT 'never closed;", true);
         assert_eq!(rules(&ws), [NOT_LINTED]);
         assert!(ws[0].message.contains("never closes"), "{}", ws[0].message);
         assert_eq!(ws[0].statement, None);
         let deep = format!("SELECT {}1{};", "(".repeat(20_000), ")".repeat(20_000));
-        assert_eq!(rules(&lint(FILE, &deep)), [NOT_LINTED]);
+        assert_eq!(rules(&lint(FILE, &deep, true)), [NOT_LINTED]);
         for sql in [
             "",
             ";",
@@ -680,7 +692,7 @@ ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
             "BEGIN ATOMIC",
             "\\x",
         ] {
-            let f = unjudged(1, &lint(FILE, sql), None);
+            let f = unjudged(1, &lint(FILE, sql, true), None);
             assert!(f.iter().all(|f| f.severity <= Severity::Warn), "{sql:?}");
         }
     }
@@ -743,6 +755,7 @@ ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
             "CREATE INDEX customer_addresses_name ON customer_addresses (name);\n\
              ALTER TABLE customer_addresses ALTER COLUMN name SET NOT NULL;\n\
              ALTER TABLE collections ADD CONSTRAINT c CHECK (name <> '');",
+            true,
         )
     }
 
@@ -842,7 +855,11 @@ ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
             .contains("untested: not reached: the migration failed before it, at line 2"));
 
         // Rules the rehearsal does not measure stay plain warnings.
-        let ws = lint(FILE, "ALTER TABLE customer_addresses DROP COLUMN name;");
+        let ws = lint(
+            FILE,
+            "ALTER TABLE customer_addresses DROP COLUMN name;",
+            true,
+        );
         assert_eq!(rules(&ws), ["ban-drop-column"]);
         let f = judge(4, &ws, &applied(), &Needs::unknown());
         assert_eq!(
@@ -857,6 +874,7 @@ ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
         let ws = lint(
             FILE,
             "SELECT 1;\nCREATE INDEX CONCURRENTLY i ON customer_addresses (name);",
+            true,
         );
         // In file order: the statement, then its CONCURRENTLY.
         assert_eq!(
@@ -887,6 +905,7 @@ ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
         let ws = lint(
             FILE,
             "ALTER TABLE customer_addresses ADD COLUMN n bigint NOT NULL;",
+            true,
         );
         assert_eq!(rules(&ws), ["adding-required-field"]);
         let f = judge(4, &ws, &applied(), &Needs::unknown());

@@ -35,6 +35,9 @@ pub struct SecondRun {
     pub second_applied: usize,
     /// Schema differences the second run made.
     pub changes: Vec<String>,
+    /// The tool's history table refused the migrator's row (a guard of
+    /// the project's own): the runs could not be made; why.
+    pub history_refused: Option<String>,
 }
 
 /// A file outside a transaction killed after one of its statements, then

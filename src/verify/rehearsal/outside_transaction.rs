@@ -17,6 +17,15 @@
 //!   live apps' sessions do not count there (`track_counts` off), so the
 //!   difference is the statement's.
 //!
+//! A file that writes its own `BEGIN` … `COMMIT` runs as written
+//! ([`apply::Block`]): inside its block nothing is asked on the
+//! migration's connection (a query there would take the snapshot its
+//! `SET TRANSACTION` must precede, and fails once the block is aborted, so
+//! the statement that failed first is the one named). Each statement's
+//! locks are still sampled while it runs (a block keeps them to its end);
+//! the block's work, new files and index builds are read once its end made
+//! them visible, on the statement that ends it.
+//!
 //! The live apps' waits on it are the workload's ([`super::Workload`]).
 
 use std::collections::BTreeMap;
@@ -29,7 +38,7 @@ use super::{
     Existing,
 };
 use crate::db;
-use crate::migrate::apply::{self, Step, StepObserver};
+use crate::migrate::apply::{self, Block, Step, StepObserver};
 use crate::migrate::no_transaction;
 use crate::pg::lock_modes;
 use crate::verify::evidence::{Applied, Observed, StatementRun, Work};
@@ -161,6 +170,12 @@ impl Watch<'_> {
         let (mut files, indexes) = self.files(c)?;
         files.extend(indexes.iter().map(|(_, i, _, f)| (*i, *f)));
         self.before = Before { files, work };
+        self.start_sampling()
+    }
+
+    /// Starts sampling the migration backend's locks, from the other
+    /// connection (nothing is asked on the migration's own).
+    fn start_sampling(&mut self) -> anyhow::Result<()> {
         let admin = self
             .admin
             .take()
@@ -176,6 +191,31 @@ impl Watch<'_> {
         step: &Step,
         took: Duration,
     ) -> anyhow::Result<StatementRun> {
+        let (mut run, observed) = self.finish_sampling(step, took)?;
+        self.read_effects(c, &mut run)?;
+        Ok(Self::documented_locks(
+            run,
+            observed,
+            &step.statement.text,
+            took,
+        ))
+    }
+
+    /// The statement's run as the lock samples saw it, nothing asked on
+    /// the migration's connection: a statement inside the file's own
+    /// transaction block.
+    fn finish_sampled(&mut self, step: &Step, took: Duration) -> anyhow::Result<StatementRun> {
+        let (mut run, observed) = self.finish_sampling(step, took)?;
+        run.observed = Some(observed);
+        Ok(run)
+    }
+
+    /// Stops the sampler: the run with the locks it saw.
+    fn finish_sampling(
+        &mut self,
+        step: &Step,
+        took: Duration,
+    ) -> anyhow::Result<(StatementRun, Observed)> {
         let sampler = self
             .sampler
             .take()
@@ -205,6 +245,13 @@ impl Watch<'_> {
                 *span = (*span).max(l.span);
             }
         }
+        Ok((run, observed))
+    }
+
+    /// What the statement (or the file's block it ends) did since
+    /// [`Watch::start`]: its work, the tables it rewrote, the indexes it
+    /// built.
+    fn read_effects(&mut self, c: &mut Client, run: &mut StatementRun) -> anyhow::Result<()> {
         if let (Some(before), Some(after)) = (self.before.work.take(), self.counters(c)?) {
             for t in self.existing {
                 if let (Some(a), Some(b)) = (after.get(&t.oid), before.get(&t.oid)) {
@@ -248,10 +295,19 @@ impl Watch<'_> {
                 run.built_indexes.push((table.to_string(), name));
             }
         }
-        // Too brief for any sample, yet its rewrite or index build is
-        // measured: the manual says which lock that took, on which table.
+        Ok(())
+    }
+
+    /// Too brief for any sample, yet its rewrite or index build is
+    /// measured: the manual says which lock that took, on which table.
+    fn documented_locks(
+        mut run: StatementRun,
+        mut observed: Observed,
+        text: &str,
+        took: Duration,
+    ) -> StatementRun {
         if run.locks_after.is_empty() {
-            if let Some((mode, kind)) = lock_modes::documented(&st.text) {
+            if let Some((mode, kind)) = lock_modes::documented(text) {
                 let tables: Vec<String> = run
                     .rewrote
                     .iter()
@@ -266,31 +322,35 @@ impl Watch<'_> {
             }
         }
         run.observed = Some(observed);
-        Ok(run)
+        run
     }
 }
 
 impl StepObserver for Watch<'_> {
-    fn before(&mut self, client: &mut Client, _index: usize, _step: &Step) {
+    fn before(&mut self, client: &mut Client, _index: usize, step: &Step) {
         if self.error.is_none() {
-            if let Err(e) = self.start(client) {
+            // A block's state before it is read before its BEGIN.
+            let started = match step.block {
+                Block::Outside | Block::Opens => self.start(client),
+                Block::Inside | Block::Closes => self.start_sampling(),
+            };
+            if let Err(e) = started {
                 self.error = Some(e.context("preparing to measure a statement"));
             }
         }
     }
 
-    fn after(
-        &mut self,
-        client: &mut Client,
-        _index: usize,
-        step: &Step,
-        _ok: bool,
-        took: Duration,
-    ) {
+    fn after(&mut self, client: &mut Client, _index: usize, step: &Step, ok: bool, took: Duration) {
         if self.error.is_some() {
             return;
         }
-        match self.finish(client, step, took) {
+        // The block's effects are visible once its end committed them.
+        let measured = match step.block {
+            Block::Outside => self.finish(client, step, took),
+            Block::Closes if ok => self.finish(client, step, took),
+            Block::Opens | Block::Inside | Block::Closes => self.finish_sampled(step, took),
+        };
+        match measured {
             Ok(run) => self.runs.push(run),
             Err(e) => self.error = Some(e.context("measuring a statement")),
         }

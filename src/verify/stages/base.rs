@@ -11,11 +11,14 @@ impl Run<'_> {
     /// The base the rehearsed migrations start from, on `empty_prev`: the
     /// target's schema (`--from-target`), or the files up to `--since`
     /// applied once, unchecked. Nothing without either.
+    /// The base the rehearsal starts from; false when it could not be
+    /// built past a migration rollsafe cannot run (said as a finding): the
+    /// rehearsal stops there.
     pub(super) fn apply_base(
         &mut self,
         empty_prev: &Database,
         migrations: &[Migration],
-    ) -> Result<(), VerifyError> {
+    ) -> Result<bool, VerifyError> {
         if self.options.target.is_none() {
             // A target's schema has its own; files alone start with the tool's.
             let url = self.sessions.migrator(empty_prev.url());
@@ -42,8 +45,25 @@ impl Run<'_> {
                 since: self.options.catalog.label_of(s),
             }));
             let mut c = self.connect_migrator(empty_prev)?;
+            let mut left_out: Option<&Migration> = None;
             for m in migrations.iter().filter(|m| m.version <= s) {
+                if let Some(why) = &m.not_runnable {
+                    let file = self.options.catalog.path_of(m);
+                    self.report
+                        .findings
+                        .push(crate::verify::checks::apply::not_in_base(
+                            m.version, &m.label, &file, why,
+                        ));
+                    left_out = Some(m);
+                    continue;
+                }
                 if let Err(e) = apply_unchecked(&mut c, m) {
+                    if let Some(go) = left_out {
+                        // What builds on a migration rollsafe cannot run
+                        // is skipped naming it, not a refusal.
+                        self.not_runnable_under(go, m, &e, migrations);
+                        return Ok(false);
+                    }
                     return Err(VerifyError::PrefixFails {
                         label: m.label.clone(),
                         file: m.file.clone(),
@@ -52,7 +72,32 @@ impl Run<'_> {
                 }
             }
         }
-        Ok(())
+        Ok(true)
+    }
+
+    /// `go`, a migration rollsafe cannot run, left out of the base, and
+    /// `failed`, after it, failing there (`error`): what builds on it is
+    /// skipped, naming it.
+    fn not_runnable_under(
+        &mut self,
+        go: &Migration,
+        failed: &Migration,
+        error: &str,
+        migrations: &[Migration],
+    ) {
+        let later = migrations.iter().filter(|l| l.version > go.version).count();
+        let why = format!(
+            "{}; {} ({}), after it in the base, fails without it ({error})",
+            go.not_runnable.as_deref().unwrap_or_default(),
+            failed.label,
+            failed.file
+        );
+        let file = self.options.catalog.path_of(go);
+        self.report
+            .findings
+            .push(crate::verify::checks::apply::not_runnable(
+                go.version, &go.label, &file, &why, later,
+            ));
     }
 
     /// Starts the migrator: it applies the rehearsed migrations step by
@@ -83,7 +128,23 @@ impl Run<'_> {
                         migrations.iter().filter(|m| m.version <= s),
                     ),
                 };
-                step("writing the base's history", recorded)?;
+                if let Err(e) = recorded {
+                    // The history is bookkeeping: a project's own guard on
+                    // its tool's table (a trigger refusing other writers)
+                    // must not stop the rehearsal, only the run that needs
+                    // those rows.
+                    let why = crate::errors::one_line(&e);
+                    self.report
+                        .findings
+                        .push(crate::verify::checks::apply::base_history_refused(
+                            crate::migrate::history::ToolHistory::written_by_migrate(
+                                self.options.catalog.layout,
+                            )
+                            .table(),
+                            &why,
+                        ));
+                    return Ok(());
+                }
                 Some(db)
             }
             (Some(_), None) => {
@@ -129,7 +190,8 @@ impl Run<'_> {
                     m.version,
                     policy,
                 );
-                let failed = r.is_err();
+                // A refused history row stops the later runs as a failure does.
+                let failed = r.as_ref().map_or(true, |s| s.history_refused.is_some());
                 out.push((m.version, r));
                 if failed {
                     break;
@@ -226,9 +288,17 @@ fn migrator_twice(
         lock,
         ..crate::migrate::Options::default()
     };
-    let first = crate::migrate::migrate(url, catalog, &options)?
-        .applied
-        .len();
+    let first = match crate::migrate::migrate(url, catalog, &options) {
+        Ok(run) => run.applied.len(),
+        // The history is bookkeeping: a guard on it is the project's own.
+        Err(e @ crate::migrate::MigrateError::HistoryRefused { .. }) => {
+            return Ok(SecondRun {
+                history_refused: Some(e.to_string()),
+                ..SecondRun::default()
+            })
+        }
+        Err(e) => return Err(e.into()),
+    };
     let before = {
         let mut c = crate::db::connect(url)?;
         crate::schema::Snapshot::read(&mut c)?
@@ -244,5 +314,6 @@ fn migrator_twice(
         first_applied: first,
         second_applied: second,
         changes: after.diff(&before),
+        history_refused: None,
     })
 }

@@ -62,7 +62,10 @@ impl Run<'_> {
             .sandbox
             .fresh_database_owned_by(self.sessions.owner())?;
         self.options.emit(Event::StageStarted(Stage::Base));
-        self.apply_base(&empty_prev, &migrations)?;
+        if !self.apply_base(&empty_prev, &migrations)? {
+            self.options.emit(Event::StageFinished(Stage::Base));
+            return Ok(());
+        }
         self.start_migrator(&empty_prev, &migrations)?;
         self.options.emit(Event::StageFinished(Stage::Base));
 
@@ -81,6 +84,15 @@ impl Run<'_> {
         for (index, m) in migrations.iter().enumerate() {
             if !self.options.since.is_some_and(|s| m.version <= s) {
                 // (Up to --since: in the base already.)
+                if let Some(why) = &m.not_runnable {
+                    let later = migrations.len() - index - 1;
+                    let file = self.options.catalog.path_of(m);
+                    self.report
+                        .findings
+                        .push(apply::not_runnable(m.version, &m.label, &file, why, later));
+                    stopped = Some(m.version);
+                    break;
+                }
                 match self.template(index, m, last, &staged, &empty_prev, &migrations)? {
                     Template::Staged(st) => {
                         rehearsed += 1;

@@ -630,9 +630,12 @@ impl Run<'_> {
         }
         let clean = Self::snapshot(empty)?;
         let steps = nt::steps(&m.sql);
-        // 1..=n: n is a rerun after a complete run. The killed run stops
-        // where a failure would have stopped it.
-        let k = rand::random_range(1..=steps.len().max(1));
+        // n is a rerun after a complete run. The killed run stops where a
+        // failure would have stopped it.
+        let Some(points) = nt::kill_points(m, &steps) else {
+            return Ok((at_zero, None));
+        };
+        let k = rand::random_range(points);
         let mut c = self.connect_migrator(&killed)?;
         let _ = apply::outside_transaction(
             &mut c,
