@@ -55,6 +55,7 @@ fn all_backends_trials(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             validating_foreign_key_is_an_error,
             set_not_null_on_a_populated_column_is_an_error,
             inline_unique_is_a_blocking_index_build,
+            binary_coercible_type_changes_build_nothing_beside_a_real_rewrite,
             type_change_is_a_rewrite_and_a_broken_read_not_a_panic,
             partial_update_under_access_exclusive_is_an_error,
             additive_migration_passes_with_zero_errors,
@@ -979,6 +980,76 @@ fn inline_unique_is_a_blocking_index_build(env: &TestEnv) -> anyhow::Result<()> 
         "{:?}",
         f.evidence
     );
+    Ok(())
+}
+
+/// varchar(255) → text and varchar(40) → varchar(40) are binary-coercible:
+/// PostgreSQL remakes each index on the column under a new oid that keeps
+/// its file, and builds nothing; char(36) → varchar(40) in the same file
+/// rewrites the table and rebuilds its index.
+fn binary_coercible_type_changes_build_nothing_beside_a_real_rewrite(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = with_later(&[
+        "ALTER TABLE attached_functions ADD COLUMN label varchar(255);
+ALTER TABLE attached_functions ADD COLUMN batch_code varchar(40);
+ALTER TABLE attached_functions ADD COLUMN trace_ref char(36);
+CREATE INDEX attached_functions_label ON attached_functions (label);
+CREATE INDEX attached_functions_batch_code ON attached_functions (batch_code);
+CREATE INDEX attached_functions_trace_ref ON attached_functions (trace_ref);",
+        "ALTER TABLE attached_functions ALTER COLUMN label TYPE text;
+ALTER TABLE attached_functions ALTER COLUMN batch_code TYPE varchar(40);
+ALTER TABLE attached_functions ALTER COLUMN trace_ref TYPE varchar(40);",
+    ]);
+    let r = rehearse(env, dir.path())?;
+    let line_of = |f: &rollsafe::report::Finding| {
+        f.location
+            .as_ref()
+            .map(|l| l.line)
+            .or_else(|| f.evidence["statement_line"].as_u64().map(|l| l as usize))
+    };
+    let builds: Vec<_> = r
+        .errors()
+        .filter(|f| f.migration == Some(5) && f.id == "locks.blocking-index-build")
+        .map(|f| f.evidence["index"].as_str().unwrap_or_default().to_string())
+        .collect();
+    ensure!(builds == ["attached_functions_trace_ref"], "{builds:?}");
+    let rewrite = expect_error(&r, 5, "rewrite.table-rewritten")?;
+    ensure!(line_of(rewrite) == Some(3), "{:?}", rewrite.location);
+    let mut type_changes: Vec<_> = r
+        .findings
+        .iter()
+        .filter(|f| f.migration == Some(5) && f.id == "static.changing-column-type")
+        .map(|f| {
+            (
+                line_of(f),
+                f.evidence["verdict"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    type_changes.sort();
+    ensure!(
+        type_changes
+            == [
+                (Some(1), "refuted"),
+                (Some(2), "refuted"),
+                (Some(3), "confirmed")
+            ],
+        "{type_changes:?}"
+    );
+    for f in r
+        .findings
+        .iter()
+        .filter(|f| f.id == "static.changing-column-type" && f.evidence["verdict"] == "refuted")
+    {
+        ensure!(
+            f.evidence["relfilenode_changed"] == false
+                && f.evidence["tuples_read"] == 0
+                && f.evidence["indexes_built"] == "",
+            "{:?}",
+            f.evidence
+        );
+    }
     Ok(())
 }
 
