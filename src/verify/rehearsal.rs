@@ -613,6 +613,17 @@ impl Drop for StopOnDrop {
     }
 }
 
+/// Runs `p` once with its parameters in a transaction that is rolled
+/// back: the server's message, on one line, when it fails.
+fn run_rolled_back(c: &mut Client, p: &replay::Prepared) -> Result<(), String> {
+    let result = c
+        .batch_execute("BEGIN")
+        .map_err(|e| (replay::Step::Execute, e))
+        .and_then(|_| replay::execute(c, p).map(|_| ()));
+    let _ = c.batch_execute("ROLLBACK");
+    result.map_err(|(_, e)| crate::errors::one_line(&e))
+}
+
 /// Reader and writer threads running the live apps' statements in a loop
 /// until stopped, and a sampler of their lock waits on the migration;
 /// every execution is rolled back, so nothing the workload does ever
@@ -634,8 +645,10 @@ pub type LiveApp<'a> = (&'a AppVersion, BTreeSet<String>);
 
 impl Workload {
     /// Starts one reader and one writer thread per live app, each
-    /// connected as the app's own role. Statements that do not even
-    /// prepare on the current schema are left out (compat reports them).
+    /// connected as the app's own role. Statements that do not prepare,
+    /// or do not execute, on the current schema (the one before the
+    /// migration) are left out: their failures while it applies would not
+    /// be its doing (compat judges them on both schemas).
     /// All connections are opened before any thread starts, so a failure
     /// leaves nothing running.
     pub fn start(url: &str, sessions: &Sessions, apps: &[LiveApp]) -> anyhow::Result<Workload> {
@@ -643,6 +656,7 @@ impl Workload {
         let mut jobs: Vec<Job> = Vec::new();
         let mut labels = BTreeMap::new();
         let mut counted = false;
+        let mut left_out = Vec::new();
         // Apps under a role of their own leave the cumulative table
         // statistics to the migration: a superuser-only setting, so set for
         // that role in this throwaway database only (gone with it; the role
@@ -685,15 +699,18 @@ impl Workload {
                     if writes.contains(&st.name) == reads {
                         continue;
                     }
-                    if let Ok(p) = replay::prepare(&mut c, app, &st.name) {
-                        // The sampler sees the statement's text (extended
-                        // protocol): name it by that.
-                        labels.insert(
-                            (session.clone(), st.sql.trim().to_string()),
-                            format!("{}.{} ({kind})", app.name, st.name),
-                        );
-                        prepared.push(p);
+                    let label = format!("{}.{} ({kind})", app.name, st.name);
+                    let Ok(p) = replay::prepare(&mut c, app, &st.name) else {
+                        continue;
+                    };
+                    if let Err(e) = run_rolled_back(&mut c, &p) {
+                        left_out.push((label, e));
+                        continue;
                     }
+                    // The sampler sees the statement's text (extended
+                    // protocol): name it by that.
+                    labels.insert((session.clone(), st.sql.trim().to_string()), label);
+                    prepared.push(p);
                 }
                 jobs.push((c, prepared, app.name.clone(), kind));
             }
@@ -702,6 +719,7 @@ impl Workload {
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Mutex::new(WorkloadStats {
             counted_in_table_stats: counted,
+            left_out,
             ..WorkloadStats::default()
         }));
         let (mut threads, mut rounds) = (Vec::new(), Vec::new());
@@ -718,20 +736,14 @@ impl Workload {
                         continue;
                     }
                     for p in &prepared {
-                        let result = c
-                            .batch_execute("BEGIN")
-                            .map_err(|e| (replay::Step::Execute, e))
-                            .and_then(|_| replay::execute(&mut c, p).map(|_| ()));
-                        let _ = c.batch_execute("ROLLBACK");
+                        let result = run_rolled_back(&mut c, p);
                         let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
                         s.statements += 1;
-                        if let Err((_, e)) = result {
+                        if let Err(e) = result {
                             s.error_count += 1;
                             if s.errors.len() < 5 {
-                                s.errors.push((
-                                    format!("{app_name}.{} ({kind})", p.statement),
-                                    crate::errors::one_line(&e),
-                                ));
+                                s.errors
+                                    .push((format!("{app_name}.{} ({kind})", p.statement), e));
                             }
                         }
                     }

@@ -274,8 +274,21 @@ pub fn measured(
     if let Some(h) = holds.iter().max_by_key(|h| h.predicted) {
         measured = measured.evidence("predicted_hold_ms", ms(h.predicted));
     }
+    if let Some(w) = workload.filter(|w| !w.left_out.is_empty()) {
+        measured = measured.evidence("workload_left_out", left_out(w));
+    }
     out.push(measured);
     out
+}
+
+/// The statements the workload left out, as evidence: they failed on the
+/// schema before the migration, so their failures are not its doing.
+fn left_out(w: &WorkloadStats) -> String {
+    w.left_out
+        .iter()
+        .map(|(statement, error)| format!("{statement}: fails before it ({error})"))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// `locks.measured` of a file that ran outside a transaction: each
@@ -331,6 +344,9 @@ fn outside_transaction(
         );
         if let Some(w) = workload {
             measured = measured.evidence("app_lock_waits", w.lock_waits);
+            if !w.left_out.is_empty() {
+                measured = measured.evidence("workload_left_out", left_out(w));
+            }
         }
         out.push(measured);
     }
