@@ -292,6 +292,44 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         args.since = None;
     }
     let targets = args.report.targets()?;
+    rehearse(&args, &targets).inspect_err(|e| write_stopped_reports(&args, &targets, e))
+}
+
+/// Exit 2 still leaves CI something to read: each report `--output` sends
+/// to a file says that the run stopped, and why (the same line as on
+/// standard error), as one error finding. Standard output stays the
+/// error line's alone. A report that cannot be written is left out: the
+/// run's own error is what the user needs.
+fn write_stopped_reports(args: &VerifyArgs, targets: &[Target], e: &anyhow::Error) {
+    let mut report = rollsafe::report::Report::new("rollsafe verify");
+    report.source = args
+        .migrations
+        .as_ref()
+        .map_or_else(|| "embedded".to_string(), |p| p.display().to_string());
+    report.findings.push(
+        rollsafe::report::Finding::new(
+            "verify",
+            "could-not-run",
+            rollsafe::report::Severity::Error,
+            None,
+            format!(
+                "the rehearsal stopped before it could judge the migrations: {}",
+                rollsafe::errors::one_line(e.as_ref())
+            ),
+        )
+        .advice("the message says what to do; fix that and run again (exit 2: no verdict on any migration)"),
+    );
+    report.finish();
+    report.safe_order.clear();
+    for t in targets {
+        if let Destination::File(path) = &t.destination {
+            let _ = std::fs::write(path, render(&report, t.format));
+        }
+    }
+}
+
+/// The rehearsal `args` ask for, its reports written to `targets`.
+fn rehearse(args: &VerifyArgs, targets: &[Target]) -> anyhow::Result<ExitCode> {
     if let (None, Some(layout)) = (&args.migrations, args.layout) {
         if layout != Layout::Refinery {
             anyhow::bail!("--layout {layout} names the layout of --migrations DIR, and none was given (the embedded migrations are refinery's); pass --migrations, or drop --layout");
@@ -317,7 +355,7 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             Some(v) => shipped::verify(catalog)?.since(v)?,
             None => shipped::verify(catalog)?,
         };
-        return args.report.emit(&targets, &verify.static_only());
+        return args.report.emit(targets, &verify.static_only());
     }
     let target = match &args.from_target {
         Some(url) => Some(
@@ -385,7 +423,7 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     };
     progress.finish();
     let report = result?;
-    args.report.emit(&targets, &report)
+    args.report.emit(targets, &report)
 }
 
 /// Says on stderr which step a rehearsal is at (stdout is the report's):

@@ -51,6 +51,8 @@ fn all_backends_trials(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             exclusive_lock_held_for_seconds_is_caught,
             migration_ignoring_its_lock_timeout_is_caught,
             non_transactional_statement_fails_to_apply,
+            a_migration_failing_on_the_empty_database_stops_the_rehearsal_there,
+            a_run_that_cannot_run_still_writes_its_output_reports,
             validating_check_is_an_error_with_a_prediction,
             validating_foreign_key_is_an_error,
             set_not_null_on_a_populated_column_is_an_error,
@@ -587,6 +589,94 @@ fn non_transactional_statement_fails_to_apply(env: &TestEnv) -> anyhow::Result<(
 }
 
 /// Runs the real binary against the suite's server.
+/// A migration that fails on the empty database is neither seeded for
+/// nor measured further; the later ones are counted as skipped, naming
+/// it; the statement that failed is the one named.
+fn a_migration_failing_on_the_empty_database_stops_the_rehearsal_there(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = with_later(&[
+        "ALTER TABLE attached_functions ADD COLUMN note text;\nALTER TABLE attached_functions_archive ADD COLUMN note text;",
+        "ALTER TABLE attached_functions ADD COLUMN remark text;",
+    ]);
+    let events = Arc::new(Mutex::new(Vec::<VerifyEvent>::new()));
+    let seen = Arc::clone(&events);
+    let r = shipped::verify(Catalog::from_dir(dir.path())?)?
+        .rows(ROWS)
+        .since(3)?
+        .progress(move |e| seen.lock().unwrap().push(e.clone()))
+        .run(&env.sandbox)?;
+    let failed = expect_error(&r, 4, "apply.fails-on-empty")?;
+    ensure!(
+        failed.message.contains("line 2") && failed.message.contains("attached_functions_archive"),
+        "{}",
+        failed.message
+    );
+    let events = events.lock().unwrap().clone();
+    let seeding: Vec<&VerifyEvent> = events
+        .iter()
+        .filter(|e| {
+            matches!(
+                &e.what,
+                Event::Migration {
+                    step: MigrationStep::Seeding { .. },
+                    ..
+                }
+            )
+        })
+        .collect();
+    ensure!(seeding.is_empty(), "seeded after the failure: {seeding:?}");
+    let skipped: Vec<_> = r
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Skipped && f.id == "apply.not-rehearsed")
+        .map(|f| (f.migration, f.evidence["stopped_at"].as_i64()))
+        .collect();
+    ensure!(skipped == [(Some(5), Some(4))], "{skipped:?}");
+    ensure!(
+        rollsafe::report::render_text(&r).contains("1 skipped"),
+        "{}",
+        rollsafe::report::render_text(&r)
+    );
+    Ok(())
+}
+
+/// A run that exits 2 still writes the reports `--output` sends to files,
+/// saying why it stopped.
+fn a_run_that_cannot_run_still_writes_its_output_reports(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = with_later(&["ALTER TABLE attached_functions_archive ADD COLUMN note text;"]);
+    let out = tempfile::tempdir()?;
+    let (json, junit) = (out.path().join("r.json"), out.path().join("r.xml"));
+    let (code, stdout, stderr) = run_verify(
+        env,
+        &[
+            "--migrations",
+            dir.path().to_str().unwrap(),
+            "--since",
+            "4",
+            "--output",
+            &format!("json={}", json.display()),
+            "--output",
+            &format!("junit={}", junit.display()),
+        ],
+    )?;
+    ensure!(code == 2, "exit {code}: {stdout}{stderr}");
+    let r: Report = serde_json::from_str(&std::fs::read_to_string(&json)?)?;
+    let f = r
+        .errors()
+        .find(|f| f.id == "verify.could-not-run")
+        .with_context(|| format!("{:?}", r.findings))?;
+    ensure!(
+        !r.passed
+            && f.message.contains("attached_functions_archive")
+            && stderr.contains("attached_functions_archive"),
+        "{f:?} / {stderr}"
+    );
+    let xml = std::fs::read_to_string(&junit)?;
+    ensure!(xml.contains("verify.could-not-run"), "{xml}");
+    Ok(())
+}
+
 pub(crate) fn run_verify(env: &TestEnv, extra: &[&str]) -> anyhow::Result<(i32, String, String)> {
     run_verify_with(env, extra, &[])
 }

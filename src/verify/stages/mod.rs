@@ -112,6 +112,17 @@ impl Run<'_> {
         for st in staged {
             self.seeded_next(&mut seeded, st, &migrations)?;
         }
+        if let Some(failed) = stopped {
+            let labels = self.options.context().labels;
+            for m in migrations.iter().filter(|m| m.version > failed) {
+                self.report.findings.push(apply::not_rehearsed(
+                    m.version,
+                    failed,
+                    apply::Unreached::Everything,
+                    &labels,
+                ));
+            }
+        }
         self.options.emit(Event::StageFinished(Stage::Seeded));
         if stopped.is_some() {
             return Ok(());
