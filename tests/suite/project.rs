@@ -59,6 +59,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             a_seed_that_cannot_run_twice_is_a_warning_that_says_why,
             an_app_statement_failing_before_and_after_is_not_the_migrations_doing,
             migrations_alone_are_seeded_by_the_generator_and_judged,
+            a_migration_reaching_no_table_is_not_said_to_lack_rows,
             a_table_the_apps_only_read_gets_generated_rows_and_its_rewrite_is_caught,
         ]
     );
@@ -870,6 +871,44 @@ fn migrations_with(project: &str, last: Option<&str>) -> anyhow::Result<tempfile
 /// shipped apps is replayed on them, the generator seeds their tables, so
 /// a blocking index build is measured and caught, and the correct
 /// migrations before it pass.
+/// A migration that touches no table that existed before it (the
+/// generator, filling only what a migration reaches, seeds nothing for
+/// it) has nothing that could grow with a table: that is said, not a
+/// skip blaming the apps, and the seeded apply does not claim a workload.
+fn a_migration_reaching_no_table_is_not_said_to_lack_rows(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    write(
+        dir.path(),
+        &[
+            (
+                "V1__parcels.sql",
+                "CREATE TABLE parcels (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, weight_g int NOT NULL);",
+            ),
+            (
+                "V2__depots.sql",
+                "CREATE TABLE depots (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, city text NOT NULL);",
+            ),
+        ],
+    )?;
+    let r = shipped::verify(Catalog::from_dir(dir.path())?)?
+        .rows(PROJECT_ROWS)
+        .run(&env.sandbox)?;
+    let v2: Vec<String> = r
+        .findings
+        .iter()
+        .filter(|f| f.migration == Some(2) && f.check == "rewrite")
+        .map(|f| format!("{} {:?}: {}", f.id, f.severity, f.message))
+        .collect();
+    ensure!(
+        !v2.iter()
+            .any(|f| f.starts_with("rewrite.no-rows-to-measure"))
+            && v2.iter().any(|f| f.starts_with("rewrite.measured")
+                && f.contains("no lock on and does no work in any table")),
+        "{v2:#?}"
+    );
+    Ok(())
+}
+
 fn migrations_alone_are_seeded_by_the_generator_and_judged(env: &TestEnv) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     write(

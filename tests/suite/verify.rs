@@ -1271,7 +1271,7 @@ fn progress_events_cover_every_stage_and_migration(env: &TestEnv) -> anyhow::Res
     for v in 3..=4 {
         ensure!(
             events.iter().any(|e| matches!(&e.what,
-                Event::Migration { version, step: MigrationStep::ApplyingOnSeeded { rows }, .. }
+                Event::Migration { version, step: MigrationStep::ApplyingOnSeeded { rows, .. }, .. }
                     if *version == v && *rows > 0)),
             "no seeded apply of V{v}: {events:?}"
         );

@@ -174,8 +174,13 @@ impl Run<'_> {
         live_outcomes: &std::collections::BTreeMap<String, Vec<replay::Outcome>>,
     ) -> Result<SeededApply, VerifyError> {
         let v = m.version;
-        self.options
-            .say(v, MigrationStep::ApplyingOnSeeded { rows: seeded_rows });
+        self.options.say(
+            v,
+            MigrationStep::ApplyingOnSeeded {
+                rows: seeded_rows,
+                workload: !live.is_empty(),
+            },
+        );
         let workload = step(
             "starting the workload",
             rehearsal::Workload::start(db.url(), &self.sessions, &live_apps(live, live_outcomes)),
