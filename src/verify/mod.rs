@@ -705,6 +705,7 @@ impl Run<'_> {
         let cx = verify.context();
         let (mut ran, mut findings) = (Vec::new(), Vec::new());
         for e in self.evidence.values() {
+            let mut judged = Vec::new();
             for check in checks::ALL {
                 let recorded = ran
                     .iter()
@@ -716,8 +717,10 @@ impl Run<'_> {
                         description: check.description.to_string(),
                     });
                 }
-                findings.extend((check.evaluate)(e, &cx));
+                judged.extend((check.evaluate)(e, &cx));
             }
+            checks::one_hazard_one_error(&mut judged, &e.sql);
+            findings.extend(judged);
             if let (Some(at_zero), Some(seeded)) = (&e.at_zero, &e.seeded) {
                 if let Some(r) = self
                     .report

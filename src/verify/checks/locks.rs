@@ -22,7 +22,8 @@
 //!   what production would see.
 //!
 //! Errors: an index built without CONCURRENTLY on a table with rows under
-//! a blocking lock; a blocking lock held (predicted at production size)
+//! a blocking lock (not by a statement that rewrote the table: that is
+//! `rewrite.table-rewritten`, indexes included); a blocking lock held (predicted at production size)
 //! longer than the stall budget; any app statement waiting longer than the
 //! stall budget behind the long transaction; a single lock wait far beyond
 //! the policy's cap (the migration overrides `lock_timeout`); a migration
@@ -118,6 +119,11 @@ pub fn measured(
             let Some(t) = at_n.tables.get(table).filter(|t| t.rows_before > 0) else {
                 continue;
             };
+            // A statement that rewrote the table rebuilt its indexes with
+            // it: one hazard, rewrite.table-rewritten's.
+            if st.rewrote.contains(table) {
+                continue;
+            }
             // An index on a partitioned table is built on each partition
             // under the parent's lock: one finding, on the parent, naming
             // them.
