@@ -171,6 +171,9 @@ struct VerifyArgs {
     /// The database role apps connect as when their statement file declares none (`-- role: NAME`); created before V1, not a superuser, owning nothing: the migrations' GRANTs decide what it may do [default: rollsafe.toml's `app_role`, else the migrator's role].
     #[arg(long, value_name = "NAME")]
     app_role: Option<String>,
+    /// SQL that creates what the history assumes from outside itself (roles its GRANTs name, extensions, schemas: a project's init script), run once as a superuser on the rehearsal's database before the first migration [default: rollsafe.toml's `setup`].
+    #[arg(long, value_name = "FILE")]
+    setup: Option<std::path::PathBuf>,
     /// Run migrations as a superuser, as a production whose migrator is one does. By default they run as a role that owns the databases and is not a superuser (no COPY … PROGRAM, no server files, no ALTER SYSTEM, no untrusted languages).
     #[arg(long)]
     migrator_superuser: bool,
@@ -266,6 +269,7 @@ fn merge_project_config(mut args: VerifyArgs) -> anyhow::Result<VerifyArgs> {
     args.since = args.since.or(config.since.map(|v| v.to_string()));
     args.app_role = args.app_role.or(config.app_role);
     args.migrator_superuser = args.migrator_superuser || config.migrator_superuser == Some(true);
+    args.setup = args.setup.or(config.setup);
     args.sandbox.postgres = args.sandbox.postgres.or(config.postgres);
     if args.copy_rows.is_empty() {
         args.copy_rows = config
@@ -385,7 +389,17 @@ fn rehearse(args: &VerifyArgs, targets: &[Target]) -> anyhow::Result<ExitCode> {
     };
     // The shipped project's apps go with its migrations (`--apps` replaces
     // them); another project's directory gets none of them.
+    let setup = match &args.setup {
+        Some(path) => Some(std::fs::read_to_string(path).with_context(|| {
+            format!(
+                "cannot read the setup file {}; pass --setup with a SQL file (or fix `setup` in rollsafe.toml)",
+                path.display()
+            )
+        })?),
+        None => None,
+    };
     let verify = shipped::verify(catalog)?
+        .setup(setup)
         .app_role(app_role)
         .superuser_migrator(args.migrator_superuser)
         .statement_timeout(args.statement_timeout)

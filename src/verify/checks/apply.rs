@@ -197,6 +197,8 @@ fn what_it_needed(message: &str) -> &'static str {
         "superuser (ALTER SYSTEM changes the server's configuration)"
     } else if m.contains("language") {
         "superuser (functions in an untrusted language run code in the server's process)"
+    } else if m.contains("create role") {
+        "CREATEROLE (a role is the server's, not the database's)"
     } else if m.contains("extension") {
         "superuser (an untrusted extension)"
     } else {

@@ -62,6 +62,11 @@ impl Run<'_> {
             .sandbox
             .fresh_database_owned_by(self.sessions.owner())?;
         self.options.emit(Event::StageStarted(Stage::Base));
+        if let Some(sql) = &self.options.setup {
+            // As the superuser, before anything of the history's own.
+            let mut c = super::step("connecting to run --setup", empty_prev.connect())?;
+            super::step("running the --setup file", c.batch_execute(sql))?;
+        }
         self.apply_base(&empty_prev, &migrations)?;
         self.start_migrator(&empty_prev, &migrations)?;
         self.options.emit(Event::StageFinished(Stage::Base));
