@@ -197,14 +197,21 @@ pub fn measured(
                     || !st.built_indexes.iter().any(|(x, _)| *x == t.table)
             })
             .collect();
-        // The table the statement rewrote, wrote or scanned comes first: a
-        // table read one lookup at a time (a foreign key's check of each
-        // row of the scanned one) is named beside it.
-        let scanned = |t: &&&TableWork| {
+        // The table the statement rewrote, wrote or scanned comes first
+        // (a foreign key's check after a type change scans the tables that
+        // reference it, and reads the referenced one one lookup at a
+        // time): the others are named beside it.
+        // A rewrite comes before rows written, rows written before a scan.
+        let rank = |t: &&&TableWork| {
             let w = st.work.get(&t.table).copied().unwrap_or_default();
-            st.rewrote.contains(&t.table) || w.rows_written() > 0 || w.tuples_read > 0
+            (
+                st.rewrote.contains(&t.table),
+                w.rows_written() > 0,
+                w.tuples_read > 0,
+                t.rows_before,
+            )
         };
-        if let Some(t) = grown.iter().max_by_key(|t| (scanned(t), t.rows_before)) {
+        if let Some(t) = grown.iter().max_by_key(rank) {
             let others: Vec<String> = grown
                 .iter()
                 .filter(|o| o.table != t.table)
