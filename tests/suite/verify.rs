@@ -386,12 +386,16 @@ fn not_null_without_default_fails_on_seeded_database(env: &TestEnv) -> anyhow::R
     let f = expect_error(&r, 3, "apply.fails-on-seeded")?;
     ensure!(f.message.contains("contains null values"), "{}", f.message);
     ensure!(f.evidence["rows"].as_i64().unwrap() >= ROWS as i64);
-    // squawk said so before any database: the failure confirms it.
+    // squawk said so before any database: the failure confirms it, as
+    // the failure's confirmation (one hazard, one error).
     let f = static_finding(&r, 3, "adding-required-field")?;
     ensure!(
-        f.severity == Severity::Error
-            && f.message.starts_with("confirmed: PostgreSQL rejected it: ")
-            && f.message.contains("contains null values"),
+        f.severity == Severity::Info
+            && f.message.starts_with(
+                "confirmed by apply.fails-on-seeded (one hazard, one error): PostgreSQL rejected it: "
+            )
+            && f.message.contains("contains null values")
+            && f.evidence["verdict"] == "confirmed",
         "{f:?}"
     );
     Ok(())
@@ -2160,9 +2164,18 @@ fn plain_index_build_outside_a_transaction_is_an_error(env: &TestEnv) -> anyhow:
         "{}",
         f.message
     );
-    // squawk's warning is confirmed by the sampled lock, not refuted.
-    let s = finding(&r, 4, "static.require-concurrent-index-creation")?;
-    ensure!(s.severity == Severity::Error, "{}", s.message);
+    // squawk's warning is confirmed by the sampled lock, not refuted: as
+    // the measured error's confirmation (one hazard, one error).
+    let s = r
+        .findings
+        .iter()
+        .find(|f| f.migration == Some(4) && f.id == "static.require-concurrent-index-creation")
+        .context("no static.require-concurrent-index-creation")?;
+    ensure!(
+        s.severity == Severity::Info && s.evidence["confirmed_by"] == "locks.blocking-index-build",
+        "{}",
+        s.message
+    );
     eprintln!("plain CREATE INDEX: {}", f.message);
     Ok(())
 }
