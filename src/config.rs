@@ -24,6 +24,7 @@
 //! copy_rows = ["countries"]      # --from-target: also copy these tables' rows
 //! app_role = "app_rw"            # the role apps connect as unless their file says `-- role:`
 //! migrator_superuser = false     # true: migrations run as a superuser (production's migrator is one)
+//! setup = "db/init.sql"          # what the history assumes from outside itself (roles, extensions), run once as a superuser
 //! ```
 //!
 //! Values have the flags' ranges (`rows` is `--rows`'s, see
@@ -66,6 +67,8 @@ pub struct ProjectConfig {
     pub app_role: Option<String>,
     /// Migrations run as a superuser (`--migrator-superuser`).
     pub migrator_superuser: Option<bool>,
+    /// SQL run once as a superuser before the first migration (`--setup`).
+    pub setup: Option<PathBuf>,
 }
 
 /// `rows` within [`bounds::ROWS`]: the error carries the value's span, so
@@ -101,7 +104,7 @@ pub enum ConfigError {
     Missing(PathBuf),
     #[error("cannot read {path}: {detail}")]
     Io { path: PathBuf, detail: String },
-    #[error("{path}:{line}: {message}; fix it (the keys are migrations, apps, layout, rows, postgres, image, since, copy_rows, app_role and migrator_superuser; see the README's rollsafe.toml section)")]
+    #[error("{path}:{line}: {message}; fix it (the keys are migrations, apps, layout, rows, postgres, image, since, copy_rows, app_role, migrator_superuser and setup; see the README's rollsafe.toml section)")]
     Invalid {
         path: PathBuf,
         line: usize,
@@ -163,7 +166,10 @@ impl ProjectConfig {
     }
 
     fn relative_to(mut self, base: &Path) -> ProjectConfig {
-        for p in [&mut self.migrations, &mut self.apps].into_iter().flatten() {
+        for p in [&mut self.migrations, &mut self.apps, &mut self.setup]
+            .into_iter()
+            .flatten()
+        {
             if p.is_relative() {
                 *p = base.join(&*p);
             }
@@ -182,7 +188,7 @@ mod tests {
         let path = dir.path().join(FILE_NAME);
         std::fs::write(
             &path,
-            "migrations = \"db/migrations\"\napps = \"/abs/apps\"\nlayout = \"golang-migrate\"\nrows = 500\npostgres = \"local\"\nimage = \"postgres:17\"\nsince = \"20240101120000\"\napp_role = \"shop_rw\"\nmigrator_superuser = true\n",
+            "migrations = \"db/migrations\"\napps = \"/abs/apps\"\nlayout = \"golang-migrate\"\nrows = 500\npostgres = \"local\"\nimage = \"postgres:17\"\nsince = \"20240101120000\"\napp_role = \"shop_rw\"\nmigrator_superuser = true\nsetup = \"db/init.sql\"\n",
         )
         .unwrap();
         let (found, c) = ProjectConfig::discover(None, dir.path()).unwrap().unwrap();
@@ -200,6 +206,7 @@ mod tests {
                 copy_rows: Vec::new(),
                 app_role: Some("shop_rw".into()),
                 migrator_superuser: Some(true),
+                setup: Some(dir.path().join("db/init.sql")),
             }
         );
         let c = ProjectConfig::parse(&path, "since = 2").unwrap();

@@ -270,6 +270,9 @@ struct VerifyArgs {
     /// The database role apps connect as when their statement file declares none (`-- role: NAME`); created before V1, not a superuser, owning nothing: the migrations' GRANTs decide what it may do [default: rollsafe.toml's `app_role`, else the migrator's role].
     #[arg(long, value_name = "NAME")]
     app_role: Option<String>,
+    /// SQL that creates what the history assumes from outside itself (roles its GRANTs name, extensions, schemas: a project's init script), run once as a superuser on the rehearsal's database before the first migration [default: rollsafe.toml's `setup`].
+    #[arg(long, value_name = "FILE")]
+    setup: Option<std::path::PathBuf>,
     /// Run migrations as a superuser, as a production whose migrator is one does. By default they run as a role that owns the databases and is not a superuser (no COPY … PROGRAM, no server files, no ALTER SYSTEM, no untrusted languages).
     #[arg(long)]
     migrator_superuser: bool,
@@ -449,6 +452,7 @@ fn merge_project_config(mut args: VerifyArgs) -> anyhow::Result<VerifyArgs> {
     args.since = args.since.or(config.since.map(|v| v.to_string()));
     args.app_role = args.app_role.or(config.app_role);
     args.migrator_superuser = args.migrator_superuser || config.migrator_superuser == Some(true);
+    args.setup = args.setup.or(config.setup);
     args.sandbox.postgres = args.sandbox.postgres.or(config.postgres);
     if args.copy_rows.is_empty() {
         args.copy_rows = config
@@ -475,6 +479,44 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         args.since = None;
     }
     let targets = args.report.targets()?;
+    rehearse(&args, &targets).inspect_err(|e| write_stopped_reports(&args, &targets, e))
+}
+
+/// Exit 2 still leaves CI something to read: each report `--output` sends
+/// to a file says that the run stopped, and why (the same line as on
+/// standard error), as one error finding. Standard output stays the
+/// error line's alone. A report that cannot be written is left out: the
+/// run's own error is what the user needs.
+fn write_stopped_reports(args: &VerifyArgs, targets: &[Target], e: &anyhow::Error) {
+    let mut report = rollsafe::report::Report::new("rollsafe verify");
+    report.source = args
+        .migrations
+        .as_ref()
+        .map_or_else(|| "embedded".to_string(), |p| p.display().to_string());
+    report.findings.push(
+        rollsafe::report::Finding::new(
+            "verify",
+            "could-not-run",
+            rollsafe::report::Severity::Error,
+            None,
+            format!(
+                "the rehearsal stopped before it could judge the migrations: {}",
+                rollsafe::errors::one_line(e.as_ref())
+            ),
+        )
+        .advice("the message says what to do; fix that and run again (exit 2: no verdict on any migration)"),
+    );
+    report.finish();
+    report.safe_order.clear();
+    for t in targets {
+        if let Destination::File(path) = &t.destination {
+            let _ = std::fs::write(path, render(&report, t.format));
+        }
+    }
+}
+
+/// The rehearsal `args` ask for, its reports written to `targets`.
+fn rehearse(args: &VerifyArgs, targets: &[Target]) -> anyhow::Result<ExitCode> {
     if let (None, Some(layout)) = (&args.migrations, args.layout) {
         if layout != Layout::Refinery {
             anyhow::bail!("--layout {layout} names the layout of --migrations DIR, and none was given (the embedded migrations are refinery's); pass --migrations, or drop --layout");
@@ -501,7 +543,7 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             Some(v) => shipped::verify(catalog)?.since(v)?,
             None => shipped::verify(catalog)?,
         };
-        return args.report.emit(&targets, &verify.static_only());
+        return args.report.emit(targets, &verify.static_only());
     }
     let target = match &args.from_target {
         Some(url) => Some(
@@ -531,7 +573,17 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     };
     // The shipped project's apps go with its migrations (`--apps` replaces
     // them); another project's directory gets none of them.
+    let setup = match &args.setup {
+        Some(path) => Some(std::fs::read_to_string(path).with_context(|| {
+            format!(
+                "cannot read the setup file {}; pass --setup with a SQL file (or fix `setup` in rollsafe.toml)",
+                path.display()
+            )
+        })?),
+        None => None,
+    };
     let verify = shipped::verify(catalog)?
+        .setup(setup)
         .app_role(app_role)
         .superuser_migrator(args.migrator_superuser)
         .statement_timeout(args.statement_timeout)
@@ -569,7 +621,7 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     };
     progress.finish();
     let report = result?;
-    args.report.emit(&targets, &report)
+    args.report.emit(targets, &report)
 }
 
 /// Says on stderr which step a rehearsal is at (stdout is the report's):

@@ -15,6 +15,10 @@ pub fn advice(sqlstate: Option<&str>, message: &str, statement: Option<&str>) ->
         "42501" if needs_superuser(message) => Some(
             "this needs a superuser (rollsafe's migrator is not one by default); if production's migrator is a superuser, pass --migrator-superuser (or `migrator_superuser = true` in rollsafe.toml)".into(),
         ),
+        // undefined_object: a role the history assumes from outside itself
+        "42704" if message.contains("role \"") && message.ends_with("does not exist") => Some(
+            "the history names a role it never creates (a project's init SQL usually makes it): put what it assumes from outside itself (CREATE ROLE …, extensions, schemas) in a SQL file and pass --setup FILE (or `setup` in rollsafe.toml): it runs once as a superuser before the first migration".into(),
+        ),
         // syntax_error
         "42601" if message.contains("subquery in FROM must have an alias") => Some(
             "this parses on PostgreSQL 16 and later (a subquery in FROM without an alias); if production runs 16 or later, rehearse on it: --postgres-version 16".into(),
@@ -42,6 +46,7 @@ fn needs_superuser(message: &str) -> bool {
         "is a system trigger",
         "must be superuser",
         "permission denied to create extension",
+        "permission denied to create role",
         "permission denied for language",
         "only superuser",
         "must have the SUPERUSER attribute",
@@ -88,5 +93,14 @@ mod tests {
             advice(Some("42P01"), "relation \"t\" does not exist", None),
             None
         );
+        let a = advice(Some("42501"), "permission denied to create role", None).unwrap();
+        assert!(a.contains("--migrator-superuser"), "{a}");
+        let a = advice(
+            Some("42704"),
+            "line 3: role \"reporting\" does not exist",
+            None,
+        )
+        .unwrap();
+        assert!(a.contains("--setup FILE"), "{a}");
     }
 }

@@ -87,6 +87,11 @@ pub struct Finding {
     pub majors: Vec<u32>,
 }
 
+/// `apply.not-rehearsed`'s `unreached` evidence for a migration an
+/// earlier failure left unrehearsed altogether (the text report's header
+/// lists it apart from the rehearsed ones).
+pub const UNREACHED: &str = "everything";
+
 /// Where in a migration file a finding points: what a reviewer needs to
 /// find the statement (annotations on a diff use file and line).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

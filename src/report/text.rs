@@ -145,19 +145,40 @@ pub fn render_text(report: &Report) -> String {
     }
     let _ = writeln!(out, "  migrations: {}", report.source);
     if let (Some(first), Some(last)) = (report.applied_only.first(), report.applied_only.last()) {
+        // Not reached: an earlier migration stopped the rehearsal.
+        let unreached: Vec<i32> = report
+            .findings
+            .iter()
+            .filter(|f| {
+                f.id == "apply.not-rehearsed"
+                    && f.evidence.get("unreached").and_then(|u| u.as_str())
+                        == Some(super::UNREACHED)
+            })
+            .filter_map(|f| f.migration)
+            .collect();
         let rehearsed: Vec<String> = report
             .migrations
             .iter()
             .filter(|m| !report.applied_only.contains(&m.version))
+            .filter(|m| !unreached.contains(&m.version))
             .map(|m| report.label(m.version))
             .collect();
         let how = match &report.base {
             Some(_) => "already applied on the target",
             None => "applied only, unchecked: --since",
         };
+        let not_reached = match unreached.as_slice() {
+            [] => String::new(),
+            [one] => format!("{} not reached; ", report.label(*one)),
+            [first, .., last] => format!(
+                "{}..{} not reached; ",
+                report.label(*first),
+                report.label(*last)
+            ),
+        };
         let _ = writeln!(
             out,
-            "  rehearsed:  {} ({}..{} {how})",
+            "  rehearsed:  {} ({not_reached}{}..{} {how})",
             if rehearsed.is_empty() {
                 "nothing".to_string()
             } else {

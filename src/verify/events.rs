@@ -75,6 +75,8 @@ pub enum MigrationStep {
     PlanningBefore,
     ApplyingOnSeeded {
         rows: i64,
+        /// Whether a live app's workload runs meanwhile.
+        workload: bool,
     },
     BatchedUpdate {
         table: String,
@@ -134,18 +136,30 @@ impl fmt::Display for MigrationStep {
             MigrationStep::Seeding { carried, rows, at } if *carried > 0 => {
                 write!(
                     f,
-                    "{carried} seeded rows carried to {at}, {rows} more written"
+                    "{carried} seeded rows carried to {at}, up to {rows} more per table written"
                 )
             }
-            MigrationStep::Seeding { rows, at, .. } => write!(f, "seeding {rows} rows at {at}"),
+            // What it sets out to write, per table: the rows written are
+            // said when the migration applies on them.
+            MigrationStep::Seeding { rows, at, .. } => {
+                write!(f, "seeding up to {rows} rows per table at {at}")
+            }
             MigrationStep::ApplyingOnEmpty => f.write_str("applying on an empty database"),
             MigrationStep::PlanningBefore => {
                 f.write_str("planning the live apps' statements before it")
             }
-            MigrationStep::ApplyingOnSeeded { rows } => write!(
-                f,
-                "applying on {rows} seeded rows under the live apps' workload"
-            ),
+            MigrationStep::ApplyingOnSeeded { rows, workload } => {
+                match rows {
+                    0 => f.write_str(
+                        "applying on the seeded database, where the seeding wrote no rows (its findings say why)",
+                    )?,
+                    n => write!(f, "applying on {n} seeded rows")?,
+                }
+                if *workload {
+                    f.write_str(" under the live apps' workload")?;
+                }
+                Ok(())
+            }
             MigrationStep::BatchedUpdate { table } => write!(f, "batched update of {table}"),
             MigrationStep::PlanningAfter => f.write_str("planning the apps' statements after it"),
             MigrationStep::Backfill => f.write_str("backfill and readers"),
@@ -174,7 +188,7 @@ mod tests {
         };
         assert_eq!(
             e.to_string(),
-            "PG16: 20240201120000: seeding 500 rows at 20240101120000"
+            "PG16: 20240201120000: seeding up to 500 rows per table at 20240101120000"
         );
         assert!(e.shown());
         let stage = VerifyEvent {

@@ -157,6 +157,8 @@ pub struct Verify {
     app_role: Option<String>,
     /// `--migrator-superuser`: migrations run as the sandbox's superuser.
     superuser_migrator: bool,
+    /// `--setup`: SQL run once as a superuser before the first migration.
+    setup: Option<String>,
     /// The longest one rehearsed statement (a migration's, an app's) may
     /// run before it is cancelled.
     statement_timeout: Duration,
@@ -211,6 +213,7 @@ impl Verify {
             major: None,
             app_role: None,
             superuser_migrator: false,
+            setup: None,
             statement_timeout: roles::DEFAULT_STATEMENT_TIMEOUT,
             plan_budget: checks::plan::PLAN_BUDGET,
         })
@@ -229,6 +232,16 @@ impl Verify {
     /// superuser ([`roles`]).
     pub fn superuser_migrator(mut self, yes: bool) -> Self {
         self.superuser_migrator = yes;
+        self
+    }
+
+    /// SQL that creates what the history assumes from outside itself
+    /// (roles its GRANTs name, extensions, schemas: the project's init
+    /// script), run once as a superuser on the rehearsal's first database
+    /// before the first migration (`--setup`): every database the
+    /// rehearsal copies from it has them, and roles are the server's.
+    pub fn setup(mut self, sql: Option<String>) -> Self {
+        self.setup = sql;
         self
     }
 
@@ -713,6 +726,7 @@ impl Run<'_> {
         let cx = verify.context();
         let (mut ran, mut findings) = (Vec::new(), Vec::new());
         for e in self.evidence.values() {
+            let mut judged = Vec::new();
             for check in checks::ALL {
                 let recorded = ran
                     .iter()
@@ -724,8 +738,10 @@ impl Run<'_> {
                         description: check.description.to_string(),
                     });
                 }
-                findings.extend((check.evaluate)(e, &cx));
+                judged.extend((check.evaluate)(e, &cx));
             }
+            checks::one_hazard_one_error(&mut judged, &e.sql);
+            findings.extend(judged);
             if let (Some(at_zero), Some(seeded)) = (&e.at_zero, &e.seeded) {
                 if let Some(r) = self
                     .report

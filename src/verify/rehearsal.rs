@@ -210,6 +210,43 @@ fn held_locks(
 /// (table oid, index name, index oid, index file).
 type IndexRow = (u32, String, u32, u32);
 
+/// The indexes that existed before a statement: their oids and the files
+/// (relfilenodes) that hold them.
+#[derive(Debug, Clone, Default)]
+struct IndexesBefore {
+    oids: Vec<u32>,
+    files: BTreeSet<u32>,
+}
+
+impl IndexesBefore {
+    /// The oids of the indexes among `indexes` that were built (see
+    /// [`crate::migrate::partitioned_index::indexes_built`]), judged by
+    /// storage, not by oid: a binary-coercible `ALTER COLUMN … TYPE`
+    /// (varchar(n) → text, the same type again) remakes each index on the
+    /// column under a new oid that keeps the old index's file, and builds
+    /// nothing.
+    fn built(&self, indexes: &[IndexRow]) -> Vec<u32> {
+        let new_storage: Vec<IndexRow> = indexes
+            .iter()
+            .filter(|i| !self.files.contains(&i.3))
+            .cloned()
+            .collect();
+        crate::migrate::partitioned_index::indexes_built(&new_storage, &self.oids)
+    }
+
+    /// Every index in `indexes` now counts as existing.
+    fn extend(&mut self, indexes: &[IndexRow]) {
+        for (_, _, oid, file) in indexes {
+            if !self.oids.contains(oid) {
+                self.oids.push(*oid);
+            }
+            if *file != 0 {
+                self.files.insert(*file);
+            }
+        }
+    }
+}
+
 /// Current file of each existing table, and the indexes on them, on the
 /// migration's own connection (its uncommitted catalog).
 fn files_and_indexes(
@@ -273,16 +310,23 @@ pub fn apply_measured_no_transaction(
 /// rows would pollute the migration connection's statistics, and it does
 /// not count in the cumulative ones (switched off, or flushed before it
 /// closes) so that they hold the migration's work alone.
-fn existing_tables(url: &str) -> anyhow::Result<(Vec<Existing>, Vec<u32>)> {
+fn existing_tables(url: &str) -> anyhow::Result<(Vec<Existing>, IndexesBefore)> {
     let mut existing: Vec<Existing> = Vec::new();
     let mut c = db::connect(url)?;
     sampler::name_session(&mut c, sampler::PROBE)?;
     let _ = c.batch_execute("SET track_counts = off");
-    let indexes_before = c
-        .query("SELECT indexrelid FROM pg_index", &[])?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let mut indexes_before = IndexesBefore::default();
+    for r in c.query(
+        "SELECT x.indexrelid, i.relfilenode
+           FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid",
+        &[],
+    )? {
+        indexes_before.oids.push(r.get(0));
+        let file: u32 = r.get(1);
+        if file != 0 {
+            indexes_before.files.insert(file);
+        }
+    }
     let tables = c.query(
         &format!(
             "SELECT t.name, t.oid, c.relfilenode, greatest(c.relpages, 0)::int8,
@@ -341,7 +385,7 @@ fn apply_measured_in(
     }
     let mut measure = Measure {
         existing: &existing,
-        indexes_before: &indexes_before,
+        indexes_before: indexes_before.clone(),
         lock_timeout,
         out: Applied {
             split_exact: crate::sql::split(sql).exact,
@@ -382,7 +426,8 @@ fn apply_measured_in(
 /// after it ran, and the whole before the commit (see the module doc).
 struct Measure<'a> {
     existing: &'a [Existing],
-    indexes_before: &'a [u32],
+    /// The indexes before the next statement.
+    indexes_before: IndexesBefore,
     lock_timeout: Option<Duration>,
     out: Applied,
     /// The migration backend's counters when its transaction began (its
@@ -545,22 +590,15 @@ impl Measure<'_> {
                 }
             }
         }
-        let builds =
-            crate::migrate::partitioned_index::indexes_built(&indexes, self.indexes_before);
-        for (table_oid, index, index_oid, _) in indexes {
-            let seen = !builds.contains(&index_oid)
-                || self.indexes_before.contains(&index_oid)
-                || self
-                    .out
-                    .statements
-                    .iter()
-                    .any(|s| s.built_indexes.iter().any(|(_, i)| *i == index));
-            if !seen {
-                if let Some(t) = self.existing.iter().find(|t| t.oid == table_oid) {
-                    run.built_indexes.push((t.name.clone(), index));
+        let builds = self.indexes_before.built(&indexes);
+        for (table_oid, index, index_oid, _) in &indexes {
+            if builds.contains(index_oid) {
+                if let Some(t) = self.existing.iter().find(|t| t.oid == *table_oid) {
+                    run.built_indexes.push((t.name.clone(), index.clone()));
                 }
             }
         }
+        self.indexes_before.extend(&indexes);
         Ok(())
     }
 }
@@ -573,6 +611,17 @@ impl Drop for StopOnDrop {
     fn drop(&mut self) {
         self.0.store(true, Ordering::Relaxed);
     }
+}
+
+/// Runs `p` once with its parameters in a transaction that is rolled
+/// back: the server's message, on one line, when it fails.
+fn run_rolled_back(c: &mut Client, p: &replay::Prepared) -> Result<(), String> {
+    let result = c
+        .batch_execute("BEGIN")
+        .map_err(|e| (replay::Step::Execute, e))
+        .and_then(|_| replay::execute(c, p).map(|_| ()));
+    let _ = c.batch_execute("ROLLBACK");
+    result.map_err(|(_, e)| crate::errors::one_line(&e))
 }
 
 /// Reader and writer threads running the live apps' statements in a loop
@@ -596,8 +645,10 @@ pub type LiveApp<'a> = (&'a AppVersion, BTreeSet<String>);
 
 impl Workload {
     /// Starts one reader and one writer thread per live app, each
-    /// connected as the app's own role. Statements that do not even
-    /// prepare on the current schema are left out (compat reports them).
+    /// connected as the app's own role. Statements that do not prepare,
+    /// or do not execute, on the current schema (the one before the
+    /// migration) are left out: their failures while it applies would not
+    /// be its doing (compat judges them on both schemas).
     /// All connections are opened before any thread starts, so a failure
     /// leaves nothing running.
     pub fn start(url: &str, sessions: &Sessions, apps: &[LiveApp]) -> anyhow::Result<Workload> {
@@ -605,6 +656,7 @@ impl Workload {
         let mut jobs: Vec<Job> = Vec::new();
         let mut labels = BTreeMap::new();
         let mut counted = false;
+        let mut left_out = Vec::new();
         // Apps under a role of their own leave the cumulative table
         // statistics to the migration: a superuser-only setting, so set for
         // that role in this throwaway database only (gone with it; the role
@@ -647,15 +699,18 @@ impl Workload {
                     if writes.contains(&st.name) == reads {
                         continue;
                     }
-                    if let Ok(p) = replay::prepare(&mut c, app, &st.name) {
-                        // The sampler sees the statement's text (extended
-                        // protocol): name it by that.
-                        labels.insert(
-                            (session.clone(), st.sql.trim().to_string()),
-                            format!("{}.{} ({kind})", app.name, st.name),
-                        );
-                        prepared.push(p);
+                    let label = format!("{}.{} ({kind})", app.name, st.name);
+                    let Ok(p) = replay::prepare(&mut c, app, &st.name) else {
+                        continue;
+                    };
+                    if let Err(e) = run_rolled_back(&mut c, &p) {
+                        left_out.push((label, e));
+                        continue;
                     }
+                    // The sampler sees the statement's text (extended
+                    // protocol): name it by that.
+                    labels.insert((session.clone(), st.sql.trim().to_string()), label);
+                    prepared.push(p);
                 }
                 jobs.push((c, prepared, app.name.clone(), kind));
             }
@@ -664,6 +719,7 @@ impl Workload {
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Mutex::new(WorkloadStats {
             counted_in_table_stats: counted,
+            left_out,
             ..WorkloadStats::default()
         }));
         let (mut threads, mut rounds) = (Vec::new(), Vec::new());
@@ -680,20 +736,14 @@ impl Workload {
                         continue;
                     }
                     for p in &prepared {
-                        let result = c
-                            .batch_execute("BEGIN")
-                            .map_err(|e| (replay::Step::Execute, e))
-                            .and_then(|_| replay::execute(&mut c, p).map(|_| ()));
-                        let _ = c.batch_execute("ROLLBACK");
+                        let result = run_rolled_back(&mut c, p);
                         let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
                         s.statements += 1;
-                        if let Err((_, e)) = result {
+                        if let Err(e) = result {
                             s.error_count += 1;
                             if s.errors.len() < 5 {
-                                s.errors.push((
-                                    format!("{app_name}.{} ({kind})", p.statement),
-                                    crate::errors::one_line(&e),
-                                ));
+                                s.errors
+                                    .push((format!("{app_name}.{} ({kind})", p.statement), e));
                             }
                         }
                     }

@@ -372,6 +372,8 @@ pub fn replay_all(c: &mut Client, app: &AppVersion) -> Result<Vec<Outcome>, post
                 match arguments(c, &p) {
                     Err(e) => fail(&mut o, Step::Params, &e),
                     Ok(args) => {
+                        o.null_params =
+                            (1..=args.len()).filter(|n| args[n - 1].is_none()).collect();
                         c.batch_execute("ROLLBACK TO SAVEPOINT rollsafe_params")?;
                         match execute_with(c, &p, &args) {
                             Err(e) => fail(&mut o, Step::Execute, &e),

@@ -31,6 +31,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             an_app_entry_with_two_statements_is_refused_with_its_line,
             a_sleeping_migration_is_cut_at_the_statement_timeout,
             the_seeder_may_skip_foreign_key_checks_and_the_migrator_may_not,
+            a_role_the_history_assumes_comes_from_the_setup_file,
         ]
     )
 }
@@ -537,5 +538,48 @@ fn the_seeder_may_skip_foreign_key_checks_and_the_migrator_may_not(
         )?
         .get(0);
     ensure!(left == 0, "{left} of the roles {names:?} left behind");
+    Ok(())
+}
+
+/// A history whose GRANTs name a role its project's init SQL creates:
+/// without it, the refusal says where that role comes from (`--setup`);
+/// with a setup file that creates it, the history rehearses.
+fn a_role_the_history_assumes_comes_from_the_setup_file(env: &TestEnv) -> anyhow::Result<()> {
+    let role = unique_role("reporting");
+    let dir = tempfile::tempdir()?;
+    write(
+        dir.path(),
+        &[
+            (
+                "V1__invoices.sql",
+                "CREATE TABLE invoices (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, total_cents bigint NOT NULL);",
+            ),
+            (
+                "V2__reporting_grant.sql",
+                &format!("GRANT SELECT ON invoices TO {role};"),
+            ),
+        ],
+    )?;
+    let run = |setup: Option<String>| -> anyhow::Result<Report> {
+        Ok(shipped::verify(Catalog::from_dir(dir.path())?)?
+            .rows(ROWS)
+            .setup(setup)
+            .run(&env.sandbox)?)
+    };
+    let without = run(None)?;
+    let refused = without
+        .errors()
+        .find(|f| f.id == "apply.fails-on-empty" && f.migration == Some(2))
+        .with_context(|| format!("{:?}", without.errors().map(|f| &f.id).collect::<Vec<_>>()))?;
+    ensure!(
+        refused.message.contains("does not exist") && refused.advice.contains("--setup FILE"),
+        "{refused:?}"
+    );
+    let with = run(Some(format!("CREATE ROLE {role} NOLOGIN;")));
+    let mut admin = env.sandbox.connect_admin()?;
+    let _ = admin.batch_execute(&format!("DROP ROLE IF EXISTS {role}"));
+    let with = with?;
+    let errors: Vec<&str> = with.errors().map(|f| f.id.as_str()).collect();
+    ensure!(errors.is_empty(), "{errors:?}");
     Ok(())
 }

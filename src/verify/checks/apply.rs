@@ -206,6 +206,40 @@ pub fn nothing_rehearsed(since: i32, labels: &Labels) -> Finding {
     .advice("pass the version before the first migration you want judged")
 }
 
+/// What of a migration an earlier failure left unrehearsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unreached {
+    /// All of it: the rehearsal stopped before it.
+    Everything,
+    /// Its seeded path: an earlier migration failed on its seeded
+    /// database (its empty path ran).
+    OnSeededRows,
+}
+
+/// Migration `v` was not rehearsed (or not on rows, `unreached`) because
+/// migration `failed` before it stopped the rehearsal: skipped, saying so.
+pub fn not_rehearsed(v: i32, failed: i32, unreached: Unreached, labels: &Labels) -> Finding {
+    let failed_label = labels.of(failed);
+    let message = match unreached {
+        Unreached::Everything => format!(
+            "not rehearsed: the rehearsal stopped at {failed_label}, before it (see {failed_label}'s errors)"
+        ),
+        Unreached::OnSeededRows => format!(
+            "not rehearsed on seeded rows: {failed_label} failed on its seeded database before it (see {failed_label}'s errors); only its empty path ran"
+        ),
+    };
+    let what = match unreached {
+        Unreached::Everything => crate::report::UNREACHED,
+        Unreached::OnSeededRows => "seeded path",
+    };
+    Finding::new(CHECK, "not-rehearsed", Severity::Skipped, Some(v), message)
+        .evidence("stopped_at", failed)
+        .evidence("unreached", what)
+        .advice(format!(
+            "fix {failed_label} and run again: a migration after a failing one cannot be reached as production would reach it"
+        ))
+}
+
 /// The findings that say a migration did not apply on an empty database
 /// (its later measurements are then moot).
 pub const FAILS_ON_EMPTY: [&str; 3] = [
@@ -241,6 +275,8 @@ fn what_it_needed(message: &str) -> &'static str {
         "superuser (ALTER SYSTEM changes the server's configuration)"
     } else if m.contains("language") {
         "superuser (functions in an untrusted language run code in the server's process)"
+    } else if m.contains("create role") {
+        "CREATEROLE (a role is the server's, not the database's)"
     } else if m.contains("extension") {
         "superuser (an untrusted extension)"
     } else {

@@ -22,7 +22,7 @@ use crate::app::AppVersion;
 use crate::report::{Finding, Severity};
 use crate::verify::cross_version::CrossVersion;
 use crate::verify::evidence::{Context, Labels, MigrationEvidence, RolloutWrite, RowRead, Writer};
-use crate::verify::replay::Outcome;
+use crate::verify::replay::{Outcome, Step};
 
 use super::Check;
 
@@ -51,9 +51,21 @@ pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
     let Some(c) = &e.compat else {
         return out;
     };
+    let mut failed_before: Vec<(&str, &str)> = Vec::new();
     for app in e.live.iter().filter_map(|a| cx.app(a)) {
         if let Some(outcomes) = c.before.get(&app.name) {
-            out.extend(replay_findings(v, app, prev, outcomes, &cx.labels));
+            let after = c
+                .after
+                .iter()
+                .find(|(a, _)| *a == app.name)
+                .map(|(_, o)| o.as_slice());
+            out.extend(before_findings(v, app, prev, outcomes, after, &cx.labels));
+            failed_before.extend(
+                outcomes
+                    .iter()
+                    .filter(|o| o.failure.is_some())
+                    .map(|o| (app.name.as_str(), o.statement.as_str())),
+            );
         }
     }
     for (app, err) in &c.rows_not_written {
@@ -61,7 +73,32 @@ pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
     }
     for (app, outcomes) in &c.after {
         let Some(app) = cx.app(app) else { continue };
-        out.extend(replay_findings(v, app, v, outcomes, &cx.labels));
+        // What failed before as well is judged once, above: its outcome
+        // does not change across the migration.
+        let changed: Vec<Outcome> = outcomes
+            .iter()
+            .filter(|o| {
+                o.failure.is_none()
+                    || !failed_before.contains(&(app.name.as_str(), o.statement.as_str()))
+            })
+            .cloned()
+            .collect();
+        let mut found = replay_findings(v, app, v, &changed, &cx.labels);
+        let apart: Vec<String> = outcomes
+            .iter()
+            .filter(|o| !changed.iter().any(|c| c.statement == o.statement))
+            .map(|o| format!("`{}`", o.statement))
+            .collect();
+        for f in found.iter_mut().filter(|f| f.id == "compat.statements-run") {
+            if !apart.is_empty() {
+                f.message = format!(
+                    "{}, apart from {}, which fail(s) before it as well (skipped)",
+                    f.message,
+                    apart.join(", ")
+                );
+            }
+        }
+        out.extend(found);
         if let Some(before) = c.before.get(&app.name) {
             out.extend(type_changes(v, app, prev, before, outcomes, &cx.labels));
         }
@@ -299,6 +336,139 @@ pub fn rollout_write(v: i32, w: &RolloutWrite, known: &[String], labels: &Labels
     out
 }
 
+/// Findings for a live app's replay on `prev`, the schema before `v`. A
+/// statement that fails there is not `v`'s doing (an app statement is a
+/// migration's problem only when its outcome changes across it): it is
+/// skipped when it fails after `v` too, or is not replayed after it, and
+/// a statement `v` mends is said as such.
+pub fn before_findings(
+    v: i32,
+    app: &AppVersion,
+    prev: i32,
+    before: &[Outcome],
+    after: Option<&[Outcome]>,
+    labels: &Labels,
+) -> Vec<Finding> {
+    let failing: Vec<&Outcome> = before.iter().filter(|o| o.failure.is_some()).collect();
+    if failing.is_empty() {
+        return replay_findings(v, app, prev, before, labels);
+    }
+    failing
+        .into_iter()
+        .map(|o| {
+            let later = after.and_then(|a| a.iter().find(|x| x.statement == o.statement));
+            failed_before(v, app, prev, o, later, labels)
+        })
+        .collect()
+}
+
+/// A live app's statement `o` that failed on `prev`, the schema before
+/// `v`, and its outcome on `v` (None: not replayed there).
+fn failed_before(
+    v: i32,
+    app: &AppVersion,
+    prev: i32,
+    o: &Outcome,
+    after: Option<&Outcome>,
+    labels: &Labels,
+) -> Finding {
+    let (prev_label, v_label) = (labels.of(prev), labels.of(v));
+    let (step, msg) = o.failure.clone().unwrap_or((Step::Execute, String::new()));
+    let name = &app.name;
+    let statement = &o.statement;
+    let finding = |id: &str, severity: Severity, message: String| {
+        Finding::new(CHECK, id, severity, Some(v), message)
+            .evidence("app", name.clone())
+            .evidence("statement", statement.clone())
+            .evidence("schema_version", prev)
+            .evidence("step", step.to_string())
+            .evidence("error", msg.clone())
+    };
+    if after.is_some_and(|a| a.failure.is_none()) {
+        return finding(
+            "statement-mended",
+            Severity::Info,
+            format!("the {name} app's `{statement}` fails on {prev_label} at {step} ({msg}) and runs on {v_label}"),
+        );
+    }
+    if unbound_phrase(o).is_some() {
+        return not_bound(v, app, prev, o, labels);
+    }
+    let message = match after {
+        Some(_) => format!(
+            "the {name} app's `{statement}` fails on {prev_label} as it does on {v_label} (at {step}: {msg}): its outcome does not change across {v_label}, so it says nothing about it"
+        ),
+        None => format!(
+            "the {name} app's `{statement}` fails on {prev_label} (at {step}: {msg}), and the app does not run after {v_label}: nothing to compare"
+        ),
+    };
+    finding("statement-already-fails", Severity::Skipped, message).advice(
+        "it fails before this migration: the migration that changed its outcome has the finding; while it fails, no later migration's effect on it can be measured",
+    )
+}
+
+/// `o`, which failed on `schema` because its parameters could not be
+/// bound: it did not run as the app runs it, so it is skipped, saying why.
+fn not_bound(v: i32, app: &AppVersion, schema: i32, o: &Outcome, labels: &Labels) -> Finding {
+    let (step, msg) = o.failure.clone().unwrap_or((Step::Execute, String::new()));
+    let why = unbound_phrase(o).unwrap_or_default();
+    Finding::new(
+        CHECK,
+        "statement-not-bound",
+        Severity::Skipped,
+        Some(v),
+        format!(
+            "the {} app's `{}` could not be run as the app runs it on {}: {why} (at {step}: {msg})",
+            app.name,
+            o.statement,
+            labels.of(schema)
+        ),
+    )
+    .evidence("app", app.name.clone())
+    .evidence("statement", o.statement.clone())
+    .evidence("schema_version", schema)
+    .evidence("step", step.to_string())
+    .evidence("error", msg)
+    .evidence(
+        "null_params",
+        o.null_params
+            .iter()
+            .map(|n| format!("${n}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    )
+    .advice(format!(
+        "declare `-- param: $N = <SQL expression>` values for the {} app's `{}` that find a value on the seeded database (an expression naming a row that exists), so it runs as the app runs it",
+        app.name, o.statement
+    ))
+}
+
+/// SQLSTATE 23502 not_null_violation.
+const NOT_NULL_VIOLATION: &str = "23502";
+
+/// Why `o` could not run as the app runs it, when its parameters are to
+/// blame: their `-- param:` expressions failed, or some were bound NULL
+/// and it failed on a NOT NULL column.
+fn unbound_phrase(o: &Outcome) -> Option<String> {
+    if matches!(o.failure, Some((Step::Params, _))) {
+        return Some("its parameters could not be bound".to_string());
+    }
+    // A NULL is a value the app may bind (a nullable column); it is to
+    // blame only when the statement failed on a NOT NULL column.
+    if o.null_params.is_empty() || o.sqlstate.as_deref() != Some(NOT_NULL_VIOLATION) {
+        return None;
+    }
+    let list = o
+        .null_params
+        .iter()
+        .map(|n| format!("${n}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Some(format!(
+        "its parameter(s) {list} were bound NULL (a `-- param:` expression that found no value, or a type rollsafe has no value for)"
+    ))
+}
+
 /// Findings for one replay of `app` on schema version `schema` during the
 /// rollout of migration `v`.
 pub fn replay_findings(
@@ -321,6 +491,10 @@ pub fn replay_findings(
                 msg,
                 labels,
             ));
+            continue;
+        }
+        if o.failure.is_some() && unbound_phrase(o).is_some() {
+            out.push(not_bound(v, app, schema, o, labels));
             continue;
         }
         if let Some((step, msg)) = &o.failure {

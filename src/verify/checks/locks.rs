@@ -22,7 +22,8 @@
 //!   what production would see.
 //!
 //! Errors: an index built without CONCURRENTLY on a table with rows under
-//! a blocking lock; a blocking lock held (predicted at production size)
+//! a blocking lock (not by a statement that rewrote the table: that is
+//! `rewrite.table-rewritten`, indexes included); a blocking lock held (predicted at production size)
 //! longer than the stall budget; any app statement waiting longer than the
 //! stall budget behind the long transaction; a single lock wait far beyond
 //! the policy's cap (the migration overrides `lock_timeout`); a migration
@@ -118,6 +119,11 @@ pub fn measured(
             let Some(t) = at_n.tables.get(table).filter(|t| t.rows_before > 0) else {
                 continue;
             };
+            // A statement that rewrote the table rebuilt its indexes with
+            // it: one hazard, rewrite.table-rewritten's.
+            if st.rewrote.contains(table) {
+                continue;
+            }
             // An index on a partitioned table is built on each partition
             // under the parent's lock: one finding, on the parent, naming
             // them.
@@ -274,8 +280,21 @@ pub fn measured(
     if let Some(h) = holds.iter().max_by_key(|h| h.predicted) {
         measured = measured.evidence("predicted_hold_ms", ms(h.predicted));
     }
+    if let Some(w) = workload.filter(|w| !w.left_out.is_empty()) {
+        measured = measured.evidence("workload_left_out", left_out(w));
+    }
     out.push(measured);
     out
+}
+
+/// The statements the workload left out, as evidence: they failed on the
+/// schema before the migration, so their failures are not its doing.
+fn left_out(w: &WorkloadStats) -> String {
+    w.left_out
+        .iter()
+        .map(|(statement, error)| format!("{statement}: fails before it ({error})"))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// `locks.measured` of a file that ran outside a transaction: each
@@ -331,6 +350,9 @@ fn outside_transaction(
         );
         if let Some(w) = workload {
             measured = measured.evidence("app_lock_waits", w.lock_waits);
+            if !w.left_out.is_empty() {
+                measured = measured.evidence("workload_left_out", left_out(w));
+            }
         }
         out.push(measured);
     }

@@ -24,7 +24,7 @@ pub mod rewrite;
 /// `static` is a keyword: the module is `r#static`, its file `static.rs`.
 pub mod r#static;
 
-use crate::report::Finding;
+use crate::report::{Finding, Severity};
 use crate::verify::evidence::{Context, MigrationEvidence};
 
 /// One check of the registry.
@@ -50,6 +50,65 @@ pub const ALL: &[Check] = &[
     post::ENTRY,
     post::unlogged_table::ENTRY,
 ];
+
+/// One hazard, one error. A squawk rule the rehearsal confirmed (an
+/// error of `static`) on a statement where a measured check found the
+/// hazard itself (an error of its own on the same statement of the same
+/// migration) is that finding's confirmation, not a second error: the
+/// static row becomes info, `confirmed by <id>`, and the measured finding
+/// names the rule (`squawk_rules`). Every report and count then sees one
+/// error for the hazard. `sql` is the migration's file, which places a
+/// static row (the line of the construct squawk flagged) in its statement
+/// (measured findings are at the statement's first line).
+pub fn one_hazard_one_error(findings: &mut [Finding], sql: &str) {
+    let spans: Vec<(usize, usize)> = crate::sql::split(sql)
+        .statements
+        .iter()
+        .map(|st| (st.line, st.line + st.text.lines().count().saturating_sub(1)))
+        .collect();
+    let statement_of = |f: &Finding| {
+        let line = f.location.as_ref()?.line;
+        spans.iter().position(|(a, b)| (*a..=*b).contains(&line))
+    };
+    let measured: Vec<(usize, usize)> = findings
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.severity == Severity::Error && f.check != r#static::CHECK)
+        .filter_map(|(j, f)| Some((j, statement_of(f)?)))
+        .collect();
+    for i in 0..findings.len() {
+        let f = &findings[i];
+        let confirmed = f.check == r#static::CHECK
+            && f.severity == Severity::Error
+            && f.evidence.get("verdict").and_then(|v| v.as_str()) == Some("confirmed");
+        let Some(statement) = confirmed.then(|| statement_of(f)).flatten() else {
+            continue;
+        };
+        let Some(&(j, _)) = measured
+            .iter()
+            .find(|(j, k)| *k == statement && findings[*j].migration == findings[i].migration)
+        else {
+            continue;
+        };
+        let (by, rule) = (findings[j].id.clone(), findings[i].id.clone());
+        let f = &mut findings[i];
+        f.severity = Severity::Info;
+        let what = f
+            .message
+            .strip_prefix("confirmed: ")
+            .unwrap_or(&f.message)
+            .to_string();
+        f.message = format!("confirmed by {by} (one hazard, one error): {what}");
+        f.evidence.insert("confirmed_by".into(), by.into());
+        let m = &mut findings[j];
+        let rules = match m.evidence.get("squawk_rules").and_then(|r| r.as_str()) {
+            Some(r) if !r.is_empty() && !r.split(", ").any(|x| x == rule) => format!("{r}, {rule}"),
+            Some(r) if !r.is_empty() => r.to_string(),
+            _ => rule,
+        };
+        m.evidence.insert("squawk_rules".into(), rules.into());
+    }
+}
 
 /// The description of the registered check named `name`.
 pub fn description(name: &str) -> &'static str {
@@ -97,4 +156,66 @@ pub(crate) fn while_running(
     Some(format!(
         "measured while it ran: at {rows}: {n}; at 0 rows: {zero}"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Location;
+
+    fn at(f: Finding, line: usize) -> Finding {
+        f.at(Some(Location {
+            file: "V4__x.sql".into(),
+            line,
+            column: 1,
+            excerpt: String::new(),
+        }))
+    }
+
+    #[test]
+    fn a_confirmed_rule_on_a_measured_hazard_is_its_confirmation() {
+        let sql = "ALTER TABLE a ADD COLUMN n text;\nCREATE INDEX a_n\n  ON a (n);\n";
+        let squawk = |line| {
+            at(
+                Finding::new(
+                    "static",
+                    "require-concurrent-index-creation",
+                    Severity::Error,
+                    Some(4),
+                    "confirmed: index a_n built",
+                )
+                .evidence("verdict", "confirmed"),
+                line,
+            )
+        };
+        let build = at(
+            Finding::new(
+                "locks",
+                "blocking-index-build",
+                Severity::Error,
+                Some(4),
+                "builds a_n",
+            ),
+            2,
+        );
+        // squawk flags line 3, inside the statement that starts on line 2.
+        let mut f = vec![squawk(3), build.clone()];
+        one_hazard_one_error(&mut f, sql);
+        assert_eq!(f[0].severity, Severity::Info);
+        assert!(
+            f[0].message
+                .starts_with("confirmed by locks.blocking-index-build"),
+            "{}",
+            f[0].message
+        );
+        assert_eq!(
+            f[1].evidence["squawk_rules"],
+            "static.require-concurrent-index-creation"
+        );
+        // On another statement, it stays an error of its own.
+        let mut f = vec![squawk(1), build];
+        one_hazard_one_error(&mut f, sql);
+        assert_eq!(f[0].severity, Severity::Error);
+        assert!(!f[1].evidence.contains_key("squawk_rules"));
+    }
 }

@@ -197,7 +197,21 @@ pub fn measured(
                     || !st.built_indexes.iter().any(|(x, _)| *x == t.table)
             })
             .collect();
-        if let Some(t) = grown.iter().max_by_key(|t| t.rows_before) {
+        // The table the statement rewrote, wrote or scanned comes first
+        // (a foreign key's check after a type change scans the tables that
+        // reference it, and reads the referenced one one lookup at a
+        // time): the others are named beside it.
+        // A rewrite comes before rows written, rows written before a scan.
+        let rank = |t: &&&TableWork| {
+            let w = st.work.get(&t.table).copied().unwrap_or_default();
+            (
+                st.rewrote.contains(&t.table),
+                w.rows_written() > 0,
+                w.tuples_read > 0,
+                t.rows_before,
+            )
+        };
+        if let Some(t) = grown.iter().max_by_key(rank) {
             let others: Vec<String> = grown
                 .iter()
                 .filter(|o| o.table != t.table)
@@ -251,15 +265,23 @@ pub fn measured(
             .advice("rehearse on PostgreSQL 15 or later (--postgres-major) to measure the rows each statement reads and writes"),
         );
     }
+    // Whether it locked or worked on any existing table at all: one that
+    // reaches none has nothing that could grow with a table, rows or not.
+    let reached = at_n.tables.values().any(|t| {
+        !t.locks.is_empty()
+            || t.rewritten
+            || !t.new_indexes.is_empty()
+            || t.work != Default::default()
+    });
     if out.iter().all(|f| f.severity != Severity::Error) {
-        if rows_total == 0 && !at_n.tables.is_empty() {
+        if rows_total == 0 && reached {
             out.push(
                 Finding::new(
                     CHECK,
                     "no-rows-to-measure",
                     Severity::Skipped,
                     Some(v),
-                    "the existing tables hold no rows here (no live app seeds them), so work that grows with a table could not show",
+                    "the existing tables it locks or works on hold no rows here (no app wrote any, and rollsafe's generator filled none: see rewrite.table-not-seeded where it could not), so work that grows with a table could not show",
                 )
                 .advice("declare the apps that write these tables (with seeds) so the rehearsal has rows, or raise --rows"),
             );
@@ -274,6 +296,8 @@ pub fn measured(
                     Some(v),
                     if at_n.tables.is_empty() {
                         "no table existed before it: nothing to rewrite".to_string()
+                    } else if !reached {
+                        "it takes no lock on and does no work in any table that existed before it: nothing grows with a table".to_string()
                     } else if at_n.outside_transaction {
                         "each statement measured while it ran (outside a transaction): no rewrite, no row-by-row work or full pass on existing rows under a lock seen blocking the apps".to_string()
                     } else {
@@ -421,12 +445,41 @@ fn judge(
             "full-scan-under-lock",
             Severity::Error,
             format!(
-                "{at}: reads {} tuples of {} by sequential scan ({} rows, {} of its {} heap pages requested) while holding {under}: a scan under that lock stalls the app for as long as it takes, which grows with the table{prediction}",
-                w.tuples_read, t.table, t.rows_before, w.heap_blocks, t.pages_before
+                "{at}: {} while holding {under}: a scan under that lock stalls the app for as long as it takes, which grows with the table{prediction}",
+                read_phrase(&w, t)
             ),
         )
         .advice("add the constraint NOT VALID (no scan), then VALIDATE CONSTRAINT in a later migration: its scan takes only SHARE UPDATE EXCLUSIVE, which blocks neither reads nor writes; for NOT NULL, validate a CHECK (col IS NOT NULL) first (PostgreSQL 12+ then skips the SET NOT NULL scan); rebuild indexes with REINDEX … CONCURRENTLY in a `-- rollsafe:no-transaction` migration")
     })
+}
+
+/// What statement work `w` read of table `t`, as measured: a sequential
+/// pass over its tuples, or its heap pages requested one lookup at a time
+/// (through an index: a foreign key's check of each row of another
+/// table). Requests count every visit, so they may exceed its pages.
+fn read_phrase(w: &crate::verify::evidence::Work, t: &TableWork) -> String {
+    let pages = if w.heap_blocks <= t.pages_before {
+        format!(
+            "{} of its {} heap pages requested",
+            w.heap_blocks, t.pages_before
+        )
+    } else {
+        format!(
+            "{} requests of its {} heap pages, some pages more than once",
+            w.heap_blocks, t.pages_before
+        )
+    };
+    if w.tuples_read > 0 {
+        format!(
+            "reads {} tuples of {} by sequential scan ({} rows, {pages})",
+            w.tuples_read, t.table, t.rows_before
+        )
+    } else {
+        format!(
+            "reads {} ({} rows) one lookup at a time, {} tuples fetched through its indexes ({pages})",
+            t.table, t.rows_before, w.tuples_fetched
+        )
+    }
 }
 
 /// "95 s", "1.2 s", "340 ms".
@@ -502,6 +555,52 @@ mod tests {
         let a = applied("RowExclusiveLock", w, false);
         let f = measured(4, &Applied::default(), &a, &reader_writer(), &[]);
         assert_eq!(first(&f), ("rewrite.rows-updated", Severity::Warn));
+    }
+
+    #[test]
+    fn the_scanned_table_is_named_and_page_requests_add_up() {
+        // A foreign key's validation: a pass over `jobs`, and the referenced
+        // table `owners` read one lookup per row (more requests than it
+        // has pages).
+        let mut a = applied(
+            "ShareRowExclusiveLock",
+            Work {
+                tuples_read: 2000,
+                heap_blocks: 40,
+                ..Work::default()
+            },
+            false,
+        );
+        let owners = TableWork {
+            table: "owners".into(),
+            rows_before: 2000,
+            pages_before: 40,
+            locks: vec!["ShareRowExclusiveLock".into()],
+            ..TableWork::default()
+        };
+        a.tables.insert("owners".into(), owners.clone());
+        let lookups = Work {
+            tuples_fetched: 2000,
+            heap_blocks: 2010,
+            ..Work::default()
+        };
+        a.statements[0].work.insert("owners".into(), lookups);
+        a.statements[0]
+            .locks_after
+            .insert("owners".into(), vec!["ShareRowExclusiveLock".into()]);
+        let f = measured(4, &Applied::default(), &a, &reader_writer(), &[]);
+        assert_eq!(f[0].evidence["table"], "jobs", "{}", f[0].message);
+        assert!(
+            f[0].message
+                .contains("reads 2000 tuples of jobs by sequential scan (2000 rows, 40 of its 40 heap pages requested)"),
+            "{}",
+            f[0].message
+        );
+        let phrase = read_phrase(&lookups, &owners);
+        assert_eq!(
+            phrase,
+            "reads owners (2000 rows) one lookup at a time, 2000 tuples fetched through its indexes (2010 requests of its 40 heap pages, some pages more than once)"
+        );
     }
 
     #[test]

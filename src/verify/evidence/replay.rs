@@ -39,6 +39,10 @@ pub struct Outcome {
     pub denied: Option<Denied>,
     /// Rows it returned or changed when it executed.
     pub rows: Option<u64>,
+    /// The parameters (1-based `$N`) bound NULL: their `-- param:`
+    /// expression found no value (a lookup in a table without rows), or
+    /// rollsafe has no value for their type.
+    pub null_params: Vec<usize>,
 }
 
 impl Outcome {

@@ -21,6 +21,11 @@ pub struct WorkloadStats {
     /// (app.statement, message) of failed executions, first few.
     pub errors: Vec<(String, String)>,
     pub error_count: u64,
+    /// (app.statement (read|write), message) of the statements left out
+    /// because they already fail on the schema before the migration: their
+    /// failures while it applies would not be its doing (compat judges
+    /// them).
+    pub left_out: Vec<(String, String)>,
     /// Whether the apps' sessions count in the cumulative table statistics
     /// (they are switched off so that a statement outside a transaction is
     /// measured alone there; this says the switch failed).

@@ -35,7 +35,7 @@ use postgres::Client;
 
 use super::{
     cumulative_work, existing_tables, failed, files_and_indexes, post_apply, wal_lsn, wal_since,
-    Existing,
+    Existing, IndexesBefore,
 };
 use crate::db;
 use crate::migrate::apply::{self, Block, Step, StepObserver};
@@ -77,7 +77,7 @@ pub fn apply(
     let t0 = Instant::now();
     let mut watch = Watch {
         existing: &existing,
-        indexes_before: &indexes_before,
+        indexes_before,
         pid,
         flushable,
         admin: Some(admin),
@@ -121,7 +121,8 @@ struct Before {
 /// The observer that measures each statement while it runs.
 struct Watch<'a> {
     existing: &'a [Existing],
-    indexes_before: &'a [u32],
+    /// The indexes before the next statement.
+    indexes_before: IndexesBefore,
     pid: i32,
     flushable: bool,
     /// The sampler's connection while no statement runs.
@@ -270,16 +271,12 @@ impl Watch<'_> {
                 }
             }
         }
-        let earlier: Vec<&String> = self
-            .runs
-            .iter()
-            .flat_map(|r| r.built_indexes.iter().map(|(_, i)| i))
-            .collect();
-        let new: Vec<_> = indexes
+        let rows: Vec<_> = indexes
             .iter()
             .map(|(t, i, n, f)| (*t, n.clone(), *i, *f))
             .collect();
-        let builds = crate::migrate::partitioned_index::indexes_built(&new, self.indexes_before);
+        let builds = self.indexes_before.built(&rows);
+        self.indexes_before.extend(&rows);
         for (table, index, name, file) in indexes {
             let Some(table) = self.name_of(table) else {
                 continue;
@@ -288,7 +285,7 @@ impl Watch<'_> {
             // CONCURRENTLY's replacement), or rebuilt in place (REINDEX,
             // VACUUM FULL, CLUSTER: a new file under the same oid).
             let built = match self.before.files.get(&index) {
-                None => builds.contains(&index) && !earlier.contains(&&name),
+                None => builds.contains(&index),
                 Some(was) => *was != file && !run.rewrote.iter().any(|t| t == table),
             };
             if built {

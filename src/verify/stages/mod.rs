@@ -62,6 +62,11 @@ impl Run<'_> {
             .sandbox
             .fresh_database_owned_by(self.sessions.owner())?;
         self.options.emit(Event::StageStarted(Stage::Base));
+        if let Some(sql) = &self.options.setup {
+            // As the superuser, before anything of the history's own.
+            let mut c = super::step("connecting to run --setup", empty_prev.connect())?;
+            super::step("running the --setup file", c.batch_execute(sql))?;
+        }
         if !self.apply_base(&empty_prev, &migrations)? {
             self.options.emit(Event::StageFinished(Stage::Base));
             return Ok(());
@@ -123,6 +128,17 @@ impl Run<'_> {
         }
         for st in staged {
             self.seeded_next(&mut seeded, st, &migrations)?;
+        }
+        if let Some(failed) = stopped {
+            let labels = self.options.context().labels;
+            for m in migrations.iter().filter(|m| m.version > failed) {
+                self.report.findings.push(apply::not_rehearsed(
+                    m.version,
+                    failed,
+                    apply::Unreached::Everything,
+                    &labels,
+                ));
+            }
         }
         self.options.emit(Event::StageFinished(Stage::Seeded));
         if stopped.is_some() {

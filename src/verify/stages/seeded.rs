@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use crate::app::AppVersion;
 use crate::catalog::Migration;
 use crate::sandbox::Database;
+use crate::verify::checks::apply::{self, Unreached};
 use crate::verify::cross_version;
 use crate::verify::events::MigrationStep;
 use crate::verify::evidence::{
@@ -38,8 +39,8 @@ pub(super) enum SeededEnd {
     /// Every migration applied on its seeded database; the last seeded
     /// database (post compares its schema), if there was one.
     Completed(Option<Database>),
-    /// One failed on its seeded database (its findings say why).
-    Failed,
+    /// This one failed on its seeded database (its findings say why).
+    Failed(i32),
 }
 
 impl Run<'_> {
@@ -52,11 +53,20 @@ impl Run<'_> {
         st: Staged,
         migrations: &[Migration],
     ) -> Result<(), VerifyError> {
+        let v = migrations[st.index].version;
         if let SeededEnd::Completed(last_seeded) = end {
             match self.seeded(st, migrations)? {
                 Seeded::Applied(db) => *last_seeded = db,
-                Seeded::Failed => *end = SeededEnd::Failed,
+                Seeded::Failed => *end = SeededEnd::Failed(v),
             }
+        } else if let SeededEnd::Failed(first) = end {
+            // Its empty path ran; its seeded path follows one that failed.
+            self.report.findings.push(apply::not_rehearsed(
+                v,
+                *first,
+                Unreached::OnSeededRows,
+                &self.options.context().labels,
+            ));
         }
         Ok(())
     }
@@ -164,8 +174,13 @@ impl Run<'_> {
         live_outcomes: &std::collections::BTreeMap<String, Vec<replay::Outcome>>,
     ) -> Result<SeededApply, VerifyError> {
         let v = m.version;
-        self.options
-            .say(v, MigrationStep::ApplyingOnSeeded { rows: seeded_rows });
+        self.options.say(
+            v,
+            MigrationStep::ApplyingOnSeeded {
+                rows: seeded_rows,
+                workload: !live.is_empty(),
+            },
+        );
         let workload = step(
             "starting the workload",
             rehearsal::Workload::start(db.url(), &self.sessions, &live_apps(live, live_outcomes)),

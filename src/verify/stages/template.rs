@@ -145,63 +145,75 @@ impl Run<'_> {
         let generated = base.is_some() && self.options.apps.is_empty();
         let mut empty_path = None;
         let seeded = match base {
-            Some(base) if generated && !m.runs_outside_transaction() => {
-                // The forced failure's transaction tells what it reaches
-                // (the functions it sees there are those before it and
-                // those it creates); the rest of the empty path runs
-                // beside the seeding.
+            Some(base) if !m.runs_outside_transaction() => {
+                // The forced failure's transaction tells whether the
+                // migration reaches its end on the empty database (one that
+                // does not is not seeded for: the rehearsal stops there)
+                // and, for the generator, what it reaches (the functions it
+                // sees there are those before it and those it creates); the
+                // rest of the empty path runs beside the seeding.
                 self.options.say(v, MigrationStep::ApplyingOnEmpty);
                 let (before, at_end) = Self::fail_before_commit(&self.sessions, m, empty_prev)?;
-                let touched = at_end.as_ref().map(|e| {
-                    tables
-                        .iter()
-                        .filter(|t| e.locked.contains(&t.oid))
-                        .map(|t| t.name.clone())
-                        .collect::<BTreeSet<String>>()
-                });
-                let functions: BTreeSet<String> =
-                    at_end.into_iter().flat_map(|e| e.functions).collect();
-                let reach = reach::of(&m.sql, touched.as_ref(), &tables, &functions);
+                let reach = if generated {
+                    let touched = at_end.as_ref().map(|e| {
+                        tables
+                            .iter()
+                            .filter(|t| e.locked.contains(&t.oid))
+                            .map(|t| t.name.clone())
+                            .collect::<BTreeSet<String>>()
+                    });
+                    let functions: BTreeSet<String> =
+                        at_end.iter().flat_map(|e| e.functions.clone()).collect();
+                    reach::of(&m.sql, touched.as_ref(), &tables, &functions)
+                } else {
+                    // With apps, every table they may read gets rows.
+                    Reach::Everything("the live apps may read any table".into())
+                };
                 log::debug!("V{v}: reach {reach:?}");
                 let migrator = self.sessions.migrator(empty_prev.url());
-                let seeding = |run: &mut Self| run.seed_on(v, prev, &live, base, reach);
-                let (seeded, done) = self.seed_beside(m, seeding, || {
-                    Self::trace_and_measure(empty_prev, &migrator, &m.sql, before)
-                })?;
-                empty_path = Some(done);
-                Some(seeded?)
-            }
-            Some(base) if generated => {
-                // Outside a transaction: the kill-and-rerun scenario and
-                // the measured apply first, their locks the reach.
-                let mut functions = Self::table_reading_functions(empty_prev)?;
-                let done = self.empty_path(m, empty_prev)?;
-                functions.extend(Self::table_reading_functions(empty_prev)?);
-                let touched = reach::touched_by(&done.0);
-                let reach = reach::of(&m.sql, touched.as_ref(), &tables, &functions);
-                log::debug!("V{v}: reach {reach:?}");
-                empty_path = Some(done);
-                Some(self.seed_on(v, prev, &live, base, reach)?)
-            }
-            Some(base) if !m.runs_outside_transaction() => {
-                // With apps, every table they may read gets rows; the empty
-                // path (the template, another database) runs beside the
-                // seeding, one INSERT … SELECT on one core (the shipped
-                // set's V3: 75 ms of its rehearsal).
-                let reach = Reach::Everything("the live apps may read any table".into());
-                self.options.say(v, MigrationStep::ApplyingOnEmpty);
-                let sessions = self.sessions.clone();
-                let seeding = |run: &mut Self| run.seed_on(v, prev, &live, base, reach);
-                let (seeded, done) = self.seed_beside(m, seeding, || {
-                    Self::forced_failure(&sessions, m, empty_prev)
-                })?;
-                empty_path = Some(done);
-                Some(seeded?)
+                if at_end.is_none() {
+                    let (mut at_zero, trace) =
+                        Self::trace_and_measure(empty_prev, &migrator, &m.sql, before)?;
+                    at_zero.file = self.options.catalog.path_of(m);
+                    if !at_zero.ok() {
+                        return Ok(self.stopped_on_empty(v, (at_zero, trace, None)));
+                    }
+                    empty_path = Some((at_zero, trace, None));
+                    Some(self.seed_on(v, prev, &live, base, reach)?)
+                } else {
+                    // The seeding, one INSERT … SELECT on one core, beside
+                    // the empty path on the template (another database).
+                    let seeding = |run: &mut Self| run.seed_on(v, prev, &live, base, reach);
+                    let (seeded, done) = self.seed_beside(m, seeding, || {
+                        Self::trace_and_measure(empty_prev, &migrator, &m.sql, before)
+                    })?;
+                    empty_path = Some(done);
+                    Some(seeded?)
+                }
             }
             Some(base) => {
-                // Outside a transaction, the kill-and-rerun scenario clones
-                // the template: after the seeding, as before.
-                let reach = Reach::Everything("the live apps may read any table".into());
+                // Outside a transaction: the kill-and-rerun scenario and
+                // the measured apply first (a failure there stops the
+                // rehearsal before any seeding), their locks the
+                // generator's reach.
+                let mut functions = if generated {
+                    Self::table_reading_functions(empty_prev)?
+                } else {
+                    BTreeSet::new()
+                };
+                let done = self.empty_path(m, empty_prev)?;
+                if !done.0.ok() {
+                    return Ok(self.stopped_on_empty(v, done));
+                }
+                let reach = if generated {
+                    functions.extend(Self::table_reading_functions(empty_prev)?);
+                    let touched = reach::touched_by(&done.0);
+                    reach::of(&m.sql, touched.as_ref(), &tables, &functions)
+                } else {
+                    Reach::Everything("the live apps may read any table".into())
+                };
+                log::debug!("V{v}: reach {reach:?}");
+                empty_path = Some(done);
                 Some(self.seed_on(v, prev, &live, base, reach)?)
             }
             None => None,
@@ -245,16 +257,16 @@ impl Run<'_> {
             None => (Visible::default(), None),
         };
 
-        let (at_zero, trace, rerun) = match empty_path {
+        let done = match empty_path {
             Some(done) => done,
             None => self.empty_path(m, empty_prev)?,
         };
-        let failed = !at_zero.ok();
+        if !done.0.ok() {
+            return Ok(self.stopped_on_empty(v, done));
+        }
+        let (at_zero, trace, rerun) = done;
         let e = self.evidence(v);
         (e.at_zero, e.failure_trace, e.rerun) = (Some(at_zero), trace, rerun);
-        if failed {
-            return Ok(Template::Stopped);
-        }
         // The project's own verify script (Sqitch), on the empty path's
         // database right after the change.
         if let Some(script) = &m.verify {
@@ -284,6 +296,16 @@ impl Run<'_> {
             live_outcomes,
             tables,
         })))
+    }
+
+    /// Migration `v` failed on the empty database: what its empty path
+    /// measured is its evidence, and the rehearsal stops there (nothing
+    /// is seeded or measured after it; later migrations cannot be
+    /// reached).
+    fn stopped_on_empty(&mut self, v: i32, (at_zero, trace, rerun): EmptyPath) -> Template {
+        let e = self.evidence(v);
+        (e.at_zero, e.failure_trace, e.rerun) = (Some(at_zero), trace, rerun);
+        Template::Stopped
     }
 
     /// `seeding`, and beside it `empty_side`: the rest of `m`'s empty path
