@@ -479,7 +479,8 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         args.since = None;
     }
     let targets = args.report.targets()?;
-    rehearse(&args, &targets).inspect_err(|e| write_stopped_reports(&args, &targets, e))
+    let outcome = rehearse(&mut args, &targets);
+    outcome.inspect_err(|e| write_stopped_reports(&args, &targets, e))
 }
 
 /// Exit 2 still leaves CI something to read: each report `--output` sends
@@ -516,7 +517,7 @@ fn write_stopped_reports(args: &VerifyArgs, targets: &[Target], e: &anyhow::Erro
 }
 
 /// The rehearsal `args` ask for, its reports written to `targets`.
-fn rehearse(args: &VerifyArgs, targets: &[Target]) -> anyhow::Result<ExitCode> {
+fn rehearse(args: &mut VerifyArgs, targets: &[Target]) -> anyhow::Result<ExitCode> {
     if let (None, Some(layout)) = (&args.migrations, args.layout) {
         if layout != Layout::Refinery {
             anyhow::bail!("--layout {layout} names the layout of --migrations DIR, and none was given (the embedded migrations are refinery's); pass --migrations, or drop --layout");
@@ -529,7 +530,8 @@ fn rehearse(args: &VerifyArgs, targets: &[Target]) -> anyhow::Result<ExitCode> {
             placeholders: args.placeholders.iter().cloned().collect(),
         },
     )?;
-    let _base = prepare_base(&mut args, &catalog)?;
+    // `--base` sets `since` to the base's newest migration.
+    let _base = prepare_base(args, &catalog)?;
     let since = match &args.since {
         Some(text) => Some(since_version(&catalog, text)?),
         None => None,
