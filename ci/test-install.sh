@@ -19,6 +19,12 @@
 #   5. action.yml's script, run as the runner would (inputs as its env,
 #      GITHUB_* files), on the bookshop on PostgreSQL 18: annotations,
 #      summary, JUnit output; PostgreSQL 13 as an unknown uid (nss_wrapper);
+#      with `capture`, on a pull request cloned as actions/checkout does
+#      (only its commit): the target branch fetched, rollsafe copied out of
+#      the image and run on this machine (the "runner", python3 with
+#      psycopg), both app versions captured, the hidden rows an annotation
+#      and the apps and readers in the summary; without a pull request's
+#      target, capture asks for `base`;
 #   6. the GitLab component's script and the pre-commit hook from the image
 #      (static precheck: no database), on the harmful variant.
 #
@@ -237,6 +243,60 @@ action_on_bookshop_pg18() {
     || fail "no ::warning annotation at the checkout's V4 line 5"
 }
 
+# A pull request as the runner checks it out: origin's main holds V1 and
+# the recipe box's first app version, the pull request adds V2 (a default
+# that hides the old rows) and the second; the clone holds only the pull
+# request's commit. With `capture` the step fetches main, copies rollsafe
+# out of the image and runs it here, on the runner's toolchain.
+action_captures_a_pull_request() {
+  local origin="$WORK/origin.git" src="$WORK/pr-src" dir="$WORK/pr" runner="$WORK/runner-capture"
+  if ! python3 -c 'import psycopg' 2>/dev/null; then
+    say "python3 has no psycopg (pip install 'psycopg[binary]'): the recipe box's tests cannot run, capture in the action is not tested (skipped)"
+    return 0
+  fi
+  rm -rf "$origin" "$src" "$dir" "$runner"
+  mkdir -p "$src/db/migrations" "$src/app" "$runner/temp"
+  cp examples/recipe-box/migrations/V1__cooks_and_recipes.sql "$src/db/migrations/"
+  cp examples/recipe-box/python/v1/test_recipes.py "$src/app/test.py"
+  g() { git -C "$src" -c user.email=ci@example.org -c user.name=ci "$@"; }
+  g init -q -b main && g add -A && g commit -qm "V1 and the first app version"
+  g checkout -qb pr
+  cp examples/recipe-box/variants/V2__published_hidden.sql "$src/db/migrations/V2__published.sql"
+  cp examples/recipe-box/python/v2/test_recipes.py "$src/app/test.py"
+  g add -A && g commit -qm "V2 and the second app version"
+  git clone -q --bare "$src" "$origin"
+  git clone -q --depth 1 --branch pr "file://$origin" "$dir"
+  ! git -C "$dir" rev-parse --verify --quiet origin/main >/dev/null || fail "the clone has origin/main: the fetch would not be tested"
+  : >"$runner/summary.md"
+  : >"$runner/output"
+  printf '{"image": "%s:latest", "migrations": "db/migrations", "capture": "python3 app/test.py", "args": "--rows 500"}' \
+    "$TEST_IMAGE" >"$WORK/inputs.json"
+  action_script
+  # Not a pull request and no base: said before anything runs.
+  CODE=0
+  (cd "$dir" && GITHUB_WORKSPACE="$dir" RUNNER_TEMP="$runner/temp" \
+    bash --noprofile --norc -eo pipefail "$WORK/action-step.sh" >"$WORK/out.txt" 2>"$WORK/err.txt") || CODE=$?
+  [ "$CODE" = 2 ] && grep -q '^::error title=rollsafe::capture .*give the base input' "$WORK/out.txt" \
+    || { cat "$WORK/out.txt" "$WORK/err.txt"; fail "expected exit 2 asking for base outside a pull request"; }
+  CODE=0
+  (cd "$dir" && GITHUB_WORKSPACE="$dir" GITHUB_BASE_REF=main RUNNER_TEMP="$runner/temp" \
+    GITHUB_STEP_SUMMARY="$runner/summary.md" GITHUB_OUTPUT="$runner/output" \
+    bash --noprofile --norc -eo pipefail "$WORK/action-step.sh" >"$WORK/out.txt" 2>"$WORK/err.txt") || CODE=$?
+  say "action.yml's step with capture on a pull request adding a hidden default: exit $CODE; $(grep -E '^(PASSED|FAILED)' "$WORK/out.txt" || true)"
+  grep -E '^rollsafe verify: ' "$WORK/err.txt" || true
+  [ "$CODE" = 1 ] || { tail -n 40 "$WORK/out.txt" "$WORK/err.txt"; fail "expected exit 1 (the old rows hidden)"; }
+  grep -q -- '--base origin/main: 1 migration(s) there, 1 added here' "$WORK/err.txt" \
+    || fail "origin/main was not fetched and used as the base"
+  grep -qE "^::error file=$dir/db/migrations/V2__published\.sql,.*title=backfill\.new-readers-miss-rows::" "$WORK/out.txt" \
+    || fail "no ::error annotation at V2 (backfill.new-readers-miss-rows)"
+  grep -qF '| `base` | V1 |' "$runner/summary.md" && grep -qF '| `head` | V2 |' "$runner/summary.md" \
+    || { cat "$runner/summary.md"; fail "the summary does not list the captured apps"; }
+  grep -qF -- "- V2: **rows lost**: head's" "$runner/summary.md" \
+    || { cat "$runner/summary.md"; fail "the summary does not list the readers compared"; }
+  [ -z "$(git -C "$dir" status --porcelain --untracked-files=all -- . ':!rollsafe-verify.xml')" ] \
+    || { git -C "$dir" status --porcelain; fail "the step left files in the checkout"; }
+}
+
 image_pg13_as_unknown_uid() {
   local dir
   dir="$(bookshop_copy pg13)"
@@ -310,6 +370,7 @@ if $docker_answers; then
   stage "image: verify examples/bookshop" image_verifies_bookshop
   stage "image: verify the bookshop + a blocking index build (--format github)" image_refuses_blocking_index
   stage "action.yml on the bookshop, PostgreSQL 18" action_on_bookshop_pg18
+  stage "action.yml with capture on a pull request (on the runner)" action_captures_a_pull_request
   stage "image: PostgreSQL 13 as an unknown uid" image_pg13_as_unknown_uid
   stage "GitLab component (static) on the harmful bookshop" component_static
   stage "pre-commit hook from the image" precommit_hook_from_image
