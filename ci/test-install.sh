@@ -283,11 +283,12 @@ action_captures_a_pull_request() {
     GITHUB_STEP_SUMMARY="$runner/summary.md" GITHUB_OUTPUT="$runner/output" \
     bash --noprofile --norc -eo pipefail "$WORK/action-step.sh" >"$WORK/out.txt" 2>"$WORK/err.txt") || CODE=$?
   say "action.yml's step with capture on a pull request adding a hidden default: exit $CODE; $(grep -E '^(PASSED|FAILED)' "$WORK/out.txt" || true)"
-  grep -E '^rollsafe verify: ' "$WORK/err.txt" || true
+  grep -E '^rollsafe verify: |^  sandbox: ' "$WORK/err.txt" "$WORK/out.txt" || true
   [ "$CODE" = 1 ] || { tail -n 40 "$WORK/out.txt" "$WORK/err.txt"; fail "expected exit 1 (the old rows hidden)"; }
   grep -q -- '--base origin/main: 1 migration(s) there, 1 added here' "$WORK/err.txt" \
     || fail "origin/main was not fetched and used as the base"
-  grep -qE "^::error file=$dir/db/migrations/V2__published\.sql,.*title=backfill\.new-readers-miss-rows::" "$WORK/out.txt" \
+  # At the file as the repository has it (the runner maps it to the diff).
+  grep -qE '^::error file=db/migrations/V2__published\.sql,line=1,title=backfill\.new-readers-miss-rows::' "$WORK/out.txt" \
     || fail "no ::error annotation at V2 (backfill.new-readers-miss-rows)"
   grep -qF '| `base` | V1 |' "$runner/summary.md" && grep -qF '| `head` | V2 |' "$runner/summary.md" \
     || { cat "$runner/summary.md"; fail "the summary does not list the captured apps"; }
