@@ -243,19 +243,17 @@ action_on_bookshop_pg18() {
     || fail "no ::warning annotation at the checkout's V4 line 5"
 }
 
-# A pull request as the runner checks it out: origin's main holds V1 and
-# the recipe box's first app version, the pull request adds V2 (a default
-# that hides the old rows) and the second; the clone holds only the pull
-# request's commit. With `capture` the step fetches main, copies rollsafe
-# out of the image and runs it here, on the runner's toolchain.
-action_captures_a_pull_request() {
-  local origin="$WORK/origin.git" src="$WORK/pr-src" dir="$WORK/pr" runner="$WORK/runner-capture"
-  if ! python3 -c 'import psycopg' 2>/dev/null; then
-    say "python3 has no psycopg (pip install 'psycopg[binary]'): the recipe box's tests cannot run, capture in the action is not tested (skipped)"
-    return 0
-  fi
-  rm -rf "$origin" "$src" "$dir" "$runner"
-  mkdir -p "$src/db/migrations" "$src/app" "$runner/temp"
+# A pull request as CI checks it out: origin's main holds V1 and the
+# recipe box's first app version, the pull request adds V2 (a default that
+# hides the old rows) and the second; the clone in $1 holds only the pull
+# request's commit (so the base must be fetched). Fails when python3 has
+# no psycopg (the recipe box's tests need it).
+pull_request_clone() {
+  local dir="$1" origin="$WORK/origin.git" src="$WORK/pr-src"
+  python3 -c 'import psycopg' 2>/dev/null \
+    || fail "python3 has no psycopg: the recipe box's tests cannot run (pip install 'psycopg[binary]')"
+  rm -rf "$origin" "$src" "$dir"
+  mkdir -p "$src/db/migrations" "$src/app"
   cp examples/recipe-box/migrations/V1__cooks_and_recipes.sql "$src/db/migrations/"
   cp examples/recipe-box/python/v1/test_recipes.py "$src/app/test.py"
   g() { git -C "$src" -c user.email=ci@example.org -c user.name=ci "$@"; }
@@ -267,6 +265,15 @@ action_captures_a_pull_request() {
   git clone -q --bare "$src" "$origin"
   git clone -q --depth 1 --branch pr "file://$origin" "$dir"
   ! git -C "$dir" rev-parse --verify --quiet origin/main >/dev/null || fail "the clone has origin/main: the fetch would not be tested"
+}
+
+# With `capture` the step fetches main, copies rollsafe out of the image
+# and runs it here, on the runner's toolchain.
+action_captures_a_pull_request() {
+  local dir="$WORK/pr" runner="$WORK/runner-capture"
+  pull_request_clone "$dir"
+  rm -rf "$runner"
+  mkdir -p "$runner/temp"
   : >"$runner/summary.md"
   : >"$runner/output"
   printf '{"image": "%s:latest", "migrations": "db/migrations", "capture": "python3 app/test.py", "args": "--rows 500"}' \
@@ -309,21 +316,31 @@ image_pg13_as_unknown_uid() {
 
 # --- 6. the GitLab component and the pre-commit hook --------------------------
 
-component_static() {
-  local dir
-  dir="$(bookshop_copy gitlab harmful)"
-  python3 - >"$WORK/component.sh" <<'EOF'
-import re, shlex, yaml
+# Writes the component's rollsafe-verify job as a script: its variables
+# (inputs substituted from $WORK/inputs.json over the spec's defaults) and
+# its script, as the runner runs them.
+component_script() {
+  python3 - "$WORK/inputs.json" >"$WORK/component.sh" <<'EOF'
+import json, re, shlex, sys, yaml
 head, body = open("templates/rollsafe.yml").read().split("\n---\n")
 spec = yaml.safe_load(head)["spec"]["inputs"]
+given = json.load(open(sys.argv[1]))
+assert not set(given) - set(spec), f"inputs not declared in the component: {set(given) - set(spec)}"
 inputs = {k: str(v.get("default", "")) for k, v in spec.items()}
-inputs.update({"args": "--static-only", "fail-on": "warning"})
+inputs.update(given)
 job = yaml.safe_load(re.sub(r"\$\[\[\s*inputs\.([A-Za-z0-9_-]+)\s*\]\]", lambda m: inputs[m.group(1)], body))["rollsafe-verify"]
 assert job["image"]["entrypoint"] == [""]
 for k, v in job["variables"].items():
     print(f"export {k}={shlex.quote(str(v))}")
 print("\n".join(job["script"]))
 EOF
+}
+
+component_static() {
+  local dir
+  dir="$(bookshop_copy gitlab harmful)"
+  printf '{"args": "--static-only", "fail-on": "warning"}' >"$WORK/inputs.json"
+  component_script
   CODE=0
   docker run --rm -i -v "$dir:/builds/shop" -w /builds/shop -e CI_PROJECT_DIR=/builds/shop \
     --entrypoint sh "$TEST_IMAGE:latest" -e /dev/stdin <"$WORK/component.sh" >"$WORK/out.txt" 2>&1 || CODE=$?
@@ -333,6 +350,29 @@ EOF
     || { cat "$dir/gl-code-quality-report.json"; fail "Code Quality paths are not relative to the project root"; }
   grep -q '<testsuites' "$dir/rollsafe-verify.xml" || fail "no JUnit artifact"
   [ -s "$dir/rollsafe-verify.md" ] || fail "no Markdown artifact"
+}
+
+# The component with `capture` runs in the project's own image: here this
+# machine stands in for it (git, python3 with psycopg, PostgreSQL, the
+# debug binary on PATH), on a merge request whose target the clone lacks.
+component_captures_a_merge_request() {
+  local dir="$WORK/mr" binary="${ROLLSAFE_TEST_BINARY:-${CARGO_TARGET_DIR:-target}/debug/rollsafe}" bindir
+  [ -x "$binary" ] || cargo build --locked --bin rollsafe
+  bindir="$(cd "$(dirname "$binary")" && pwd)"
+  pull_request_clone "$dir"
+  printf '{"migrations": "db/migrations", "capture": "python3 app/test.py", "args": "--rows 500"}' >"$WORK/inputs.json"
+  component_script
+  CODE=0
+  (cd "$dir" && PATH="$bindir:$PATH" CI_PROJECT_DIR="$dir" \
+    CI_MERGE_REQUEST_TARGET_BRANCH_NAME=main sh -e "$WORK/component.sh" >"$WORK/out.txt" 2>&1) || CODE=$?
+  say "the GitLab component's script with capture on a merge request adding a hidden default: exit $CODE"
+  [ "$CODE" = 1 ] || { tail -n 40 "$WORK/out.txt"; fail "expected exit 1 (the old rows hidden)"; }
+  grep -q -- '--base origin/main: 1 migration(s) there, 1 added here' "$WORK/out.txt" \
+    || fail "origin/main was not fetched and used as the base"
+  grep -q '"check_name": "backfill.new-readers-miss-rows"' "$dir/gl-code-quality-report.json" \
+    || { cat "$dir/gl-code-quality-report.json"; fail "no Code Quality entry for the hidden rows"; }
+  grep -qF -- "- V2: **rows lost**: head's" "$dir/rollsafe-verify.md" \
+    || { cat "$dir/rollsafe-verify.md"; fail "the Markdown artifact does not list the readers compared"; }
 }
 
 precommit_hook_from_image() {
@@ -374,6 +414,7 @@ if $docker_answers; then
   stage "action.yml with capture on a pull request (on the runner)" action_captures_a_pull_request
   stage "image: PostgreSQL 13 as an unknown uid" image_pg13_as_unknown_uid
   stage "GitLab component (static) on the harmful bookshop" component_static
+  stage "GitLab component with capture, in the project's image (this machine)" component_captures_a_merge_request
   stage "pre-commit hook from the image" precommit_hook_from_image
 else
   say "no Docker engine answers: the image, the action, the component and the hook's image are not tested on this machine (skipped)"
