@@ -384,7 +384,7 @@ fn apps_section(report: &Report, budget: &mut Budget) -> String {
     if report.apps.is_empty()
         || !budget.push(
             &mut out,
-            "\n#### Apps\n\n| app | from | statements |\n|---|---|---:|\n",
+            "\n#### Apps\n\n| app | needs | statements |\n|---|---|---:|\n",
         )
     {
         return out;
@@ -459,23 +459,23 @@ fn reader_line(report: &Report, f: &Finding) -> Option<String> {
             )
         }
         "backfill.rows-lost-for-app" => format!(
-            "**rows lost**: {} ({} of the {} rows it returned before)",
+            "**rows lost**: {} misses {} of the {} rows it returned before",
             reader(&text("app"), &text("statement")),
             text("missing"),
             text("expected_rows")
         ),
         "backfill.new-readers-miss-rows" => format!(
-            "**rows lost**: {} against {} ({} of {} rows)",
+            "**rows lost**: {} misses {} of the {} rows {} returned",
             reader(&text("app"), &text("statement")),
-            reader(&text("reference_app"), &text("reference_statement")),
             text("missing"),
-            text("expected_rows")
+            text("expected_rows"),
+            reader(&text("reference_app"), &text("reference_statement"))
         ),
         "backfill.new-readers-return-hidden-rows" => format!(
-            "more rows: {} against {} ({} rows the older reader hides)",
+            "more rows: {} returns {} rows {} hides",
             reader(&text("app"), &text("statement")),
-            reader(&text("reference_app"), &text("reference_statement")),
-            text("extra")
+            text("extra"),
+            reader(&text("reference_app"), &text("reference_statement"))
         ),
         "backfill.reader-not-compared" => format!(
             "not compared: {} (why: the findings above)",
@@ -622,12 +622,12 @@ mod tests {
         r.finish();
         let md = render_markdown(&r);
         assert!(
-            md.contains("#### Apps\n\n| app | from | statements |\n|---|---|---:|\n| `base` | V2 | 5 |\n| `head` | V3 | 6 |\n"),
+            md.contains("#### Apps\n\n| app | needs | statements |\n|---|---|---:|\n| `base` | V2 | 5 |\n| `head` | V3 | 6 |\n"),
             "{md}"
         );
         for line in [
             "- V2: same rows: base's `select_jobs_by_id` (24 rows compared)\n",
-            "- V3: **rows lost**: head's `select_jobs_by_owner_id_ready` against base's `select_jobs_by_owner_id` (10 of 10 rows)\n",
+            "- V3: **rows lost**: head's `select_jobs_by_owner_id_ready` misses 10 of the 10 rows base's `select_jobs_by_owner_id` returned\n",
             "- V3: not compared: base's `select_tags` (why: the findings above)\n",
         ] {
             assert!(md.contains(line), "expected {line:?}: {md}");

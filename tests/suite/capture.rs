@@ -518,7 +518,8 @@ fn base_rehearses_what_the_tree_adds_and_refuses_edited_history(
     let md = std::fs::read_to_string(&summary)?;
     for expected in [
         "| `base` | V1 | 5 |\n| `head` | V2 | 6 |",
-        "- V2: **rows lost**: head's `select_recipes_by_cook_id_published` against base's `select_recipes_by_cook_id`",
+        "- V2: **rows lost**: head's `select_recipes_by_cook_id_published` misses ",
+        " rows base's `select_recipes_by_cook_id` returned\n",
     ] {
         ensure!(md.contains(expected), "{expected}: {md}");
     }
