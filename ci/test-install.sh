@@ -19,6 +19,12 @@
 #   5. action.yml's script, run as the runner would (inputs as its env,
 #      GITHUB_* files), on the bookshop on PostgreSQL 18: annotations,
 #      summary, JUnit output; PostgreSQL 13 as an unknown uid (nss_wrapper);
+#      with `capture`, on a pull request cloned as actions/checkout does
+#      (only its commit): the target branch fetched, rollsafe copied out of
+#      the image and run on this machine (the "runner", python3 with
+#      psycopg), both app versions captured, the hidden rows an annotation
+#      and the apps and readers in the summary; without a pull request's
+#      target, capture asks for `base`;
 #   6. the GitLab component's script and the pre-commit hook from the image
 #      (static precheck: no database), on the harmful variant.
 #
@@ -237,6 +243,68 @@ action_on_bookshop_pg18() {
     || fail "no ::warning annotation at the checkout's V4 line 5"
 }
 
+# A pull request as CI checks it out: origin's main holds V1 and the
+# recipe box's first app version, the pull request adds V2 (a default that
+# hides the old rows) and the second; the clone in $1 holds only the pull
+# request's commit (so the base must be fetched). Fails when python3 has
+# no psycopg (the recipe box's tests need it).
+pull_request_clone() {
+  local dir="$1" origin="$WORK/origin.git" src="$WORK/pr-src"
+  python3 -c 'import psycopg' 2>/dev/null \
+    || fail "python3 has no psycopg: the recipe box's tests cannot run (pip install 'psycopg[binary]')"
+  rm -rf "$origin" "$src" "$dir"
+  mkdir -p "$src/db/migrations" "$src/app"
+  cp examples/recipe-box/migrations/V1__cooks_and_recipes.sql "$src/db/migrations/"
+  cp examples/recipe-box/python/v1/test_recipes.py "$src/app/test.py"
+  g() { git -C "$src" -c user.email=ci@example.org -c user.name=ci "$@"; }
+  g init -q -b main && g add -A && g commit -qm "V1 and the first app version"
+  g checkout -qb pr
+  cp examples/recipe-box/variants/V2__published_hidden.sql "$src/db/migrations/V2__published.sql"
+  cp examples/recipe-box/python/v2/test_recipes.py "$src/app/test.py"
+  g add -A && g commit -qm "V2 and the second app version"
+  git clone -q --bare "$src" "$origin"
+  git clone -q --depth 1 --branch pr "file://$origin" "$dir"
+  ! git -C "$dir" rev-parse --verify --quiet origin/main >/dev/null || fail "the clone has origin/main: the fetch would not be tested"
+}
+
+# With `capture` the step fetches main, copies rollsafe out of the image
+# and runs it here, on the runner's toolchain.
+action_captures_a_pull_request() {
+  local dir="$WORK/pr" runner="$WORK/runner-capture"
+  pull_request_clone "$dir"
+  rm -rf "$runner"
+  mkdir -p "$runner/temp"
+  : >"$runner/summary.md"
+  : >"$runner/output"
+  printf '{"image": "%s:latest", "migrations": "db/migrations", "capture": "python3 app/test.py", "args": "--rows 500"}' \
+    "$TEST_IMAGE" >"$WORK/inputs.json"
+  action_script
+  # Not a pull request and no base: said before anything runs.
+  CODE=0
+  (cd "$dir" && GITHUB_WORKSPACE="$dir" RUNNER_TEMP="$runner/temp" \
+    bash --noprofile --norc -eo pipefail "$WORK/action-step.sh" >"$WORK/out.txt" 2>"$WORK/err.txt") || CODE=$?
+  [ "$CODE" = 2 ] && grep -q '^::error title=rollsafe::capture .*give the base input' "$WORK/out.txt" \
+    || { cat "$WORK/out.txt" "$WORK/err.txt"; fail "expected exit 2 asking for base outside a pull request"; }
+  CODE=0
+  (cd "$dir" && GITHUB_WORKSPACE="$dir" GITHUB_BASE_REF=main RUNNER_TEMP="$runner/temp" \
+    GITHUB_STEP_SUMMARY="$runner/summary.md" GITHUB_OUTPUT="$runner/output" \
+    bash --noprofile --norc -eo pipefail "$WORK/action-step.sh" >"$WORK/out.txt" 2>"$WORK/err.txt") || CODE=$?
+  say "action.yml's step with capture on a pull request adding a hidden default: exit $CODE; $(grep -E '^(PASSED|FAILED)' "$WORK/out.txt" || true)"
+  grep -E '^rollsafe verify: |^  sandbox: ' "$WORK/err.txt" "$WORK/out.txt" || true
+  [ "$CODE" = 1 ] || { tail -n 40 "$WORK/out.txt" "$WORK/err.txt"; fail "expected exit 1 (the old rows hidden)"; }
+  grep -q -- '--base origin/main: 1 migration(s) there, 1 added here' "$WORK/err.txt" \
+    || fail "origin/main was not fetched and used as the base"
+  # At the file as the repository has it (the runner maps it to the diff).
+  grep -qE '^::error file=db/migrations/V2__published\.sql,line=1,title=backfill\.new-readers-miss-rows::' "$WORK/out.txt" \
+    || fail "no ::error annotation at V2 (backfill.new-readers-miss-rows)"
+  grep -qF '| `base` | V1 |' "$runner/summary.md" && grep -qF '| `head` | V2 |' "$runner/summary.md" \
+    || { cat "$runner/summary.md"; fail "the summary does not list the captured apps"; }
+  grep -qF -- "- V2: **rows lost**: head's" "$runner/summary.md" \
+    || { cat "$runner/summary.md"; fail "the summary does not list the readers compared"; }
+  [ -z "$(git -C "$dir" status --porcelain --untracked-files=all -- . ':!rollsafe-verify.xml')" ] \
+    || { git -C "$dir" status --porcelain; fail "the step left files in the checkout"; }
+}
+
 image_pg13_as_unknown_uid() {
   local dir
   dir="$(bookshop_copy pg13)"
@@ -248,21 +316,31 @@ image_pg13_as_unknown_uid() {
 
 # --- 6. the GitLab component and the pre-commit hook --------------------------
 
-component_static() {
-  local dir
-  dir="$(bookshop_copy gitlab harmful)"
-  python3 - >"$WORK/component.sh" <<'EOF'
-import re, shlex, yaml
+# Writes the component's rollsafe-verify job as a script: its variables
+# (inputs substituted from $WORK/inputs.json over the spec's defaults) and
+# its script, as the runner runs them.
+component_script() {
+  python3 - "$WORK/inputs.json" >"$WORK/component.sh" <<'EOF'
+import json, re, shlex, sys, yaml
 head, body = open("templates/rollsafe.yml").read().split("\n---\n")
 spec = yaml.safe_load(head)["spec"]["inputs"]
+given = json.load(open(sys.argv[1]))
+assert not set(given) - set(spec), f"inputs not declared in the component: {set(given) - set(spec)}"
 inputs = {k: str(v.get("default", "")) for k, v in spec.items()}
-inputs.update({"args": "--static-only", "fail-on": "warning"})
+inputs.update(given)
 job = yaml.safe_load(re.sub(r"\$\[\[\s*inputs\.([A-Za-z0-9_-]+)\s*\]\]", lambda m: inputs[m.group(1)], body))["rollsafe-verify"]
 assert job["image"]["entrypoint"] == [""]
 for k, v in job["variables"].items():
     print(f"export {k}={shlex.quote(str(v))}")
 print("\n".join(job["script"]))
 EOF
+}
+
+component_static() {
+  local dir
+  dir="$(bookshop_copy gitlab harmful)"
+  printf '{"args": "--static-only", "fail-on": "warning"}' >"$WORK/inputs.json"
+  component_script
   CODE=0
   docker run --rm -i -v "$dir:/builds/shop" -w /builds/shop -e CI_PROJECT_DIR=/builds/shop \
     --entrypoint sh "$TEST_IMAGE:latest" -e /dev/stdin <"$WORK/component.sh" >"$WORK/out.txt" 2>&1 || CODE=$?
@@ -272,6 +350,29 @@ EOF
     || { cat "$dir/gl-code-quality-report.json"; fail "Code Quality paths are not relative to the project root"; }
   grep -q '<testsuites' "$dir/rollsafe-verify.xml" || fail "no JUnit artifact"
   [ -s "$dir/rollsafe-verify.md" ] || fail "no Markdown artifact"
+}
+
+# The component with `capture` runs in the project's own image: here this
+# machine stands in for it (git, python3 with psycopg, PostgreSQL, the
+# debug binary on PATH), on a merge request whose target the clone lacks.
+component_captures_a_merge_request() {
+  local dir="$WORK/mr" binary="${ROLLSAFE_TEST_BINARY:-${CARGO_TARGET_DIR:-target}/debug/rollsafe}" bindir
+  [ -x "$binary" ] || cargo build --locked --bin rollsafe
+  bindir="$(cd "$(dirname "$binary")" && pwd)"
+  pull_request_clone "$dir"
+  printf '{"migrations": "db/migrations", "capture": "python3 app/test.py", "args": "--rows 500"}' >"$WORK/inputs.json"
+  component_script
+  CODE=0
+  (cd "$dir" && PATH="$bindir:$PATH" CI_PROJECT_DIR="$dir" \
+    CI_MERGE_REQUEST_TARGET_BRANCH_NAME=main sh -e "$WORK/component.sh" >"$WORK/out.txt" 2>&1) || CODE=$?
+  say "the GitLab component's script with capture on a merge request adding a hidden default: exit $CODE"
+  [ "$CODE" = 1 ] || { tail -n 40 "$WORK/out.txt"; fail "expected exit 1 (the old rows hidden)"; }
+  grep -q -- '--base origin/main: 1 migration(s) there, 1 added here' "$WORK/out.txt" \
+    || fail "origin/main was not fetched and used as the base"
+  grep -q '"check_name": "backfill.new-readers-miss-rows"' "$dir/gl-code-quality-report.json" \
+    || { cat "$dir/gl-code-quality-report.json"; fail "no Code Quality entry for the hidden rows"; }
+  grep -qF -- "- V2: **rows lost**: head's" "$dir/rollsafe-verify.md" \
+    || { cat "$dir/rollsafe-verify.md"; fail "the Markdown artifact does not list the readers compared"; }
 }
 
 precommit_hook_from_image() {
@@ -310,8 +411,10 @@ if $docker_answers; then
   stage "image: verify examples/bookshop" image_verifies_bookshop
   stage "image: verify the bookshop + a blocking index build (--format github)" image_refuses_blocking_index
   stage "action.yml on the bookshop, PostgreSQL 18" action_on_bookshop_pg18
+  stage "action.yml with capture on a pull request (on the runner)" action_captures_a_pull_request
   stage "image: PostgreSQL 13 as an unknown uid" image_pg13_as_unknown_uid
   stage "GitLab component (static) on the harmful bookshop" component_static
+  stage "GitLab component with capture, in the project's image (this machine)" component_captures_a_merge_request
   stage "pre-commit hook from the image" precommit_hook_from_image
 else
   say "no Docker engine answers: the image, the action, the component and the hook's image are not tested on this machine (skipped)"

@@ -1,7 +1,9 @@
 //! A Markdown summary for a pull / merge request comment or a GitHub step
 //! summary: the verdict, a table of the findings a reviewer must read
 //! (errors, then warnings, then skipped checks; each with its file and
-//! line), the safe deploy order, per migration its lock timeline (a
+//! line), the safe deploy order, the apps replayed (statements per
+//! version) and which of their readers were compared, per migration its
+//! lock timeline (a
 //! Mermaid gantt chart, [`super::timeline`]) and its per-statement table
 //! (locks newly taken, time at 0 and N rows, rows touched).
 //!
@@ -372,6 +374,122 @@ fn statements_section(report: &Report, budget: &mut Budget) -> String {
     out
 }
 
+/// The apps replayed and which of their readers were compared: a table of
+/// how many statements each app version contributed (a captured app's
+/// count is what its tests ran), then per rehearsed migration the readers
+/// the backfill check compared before and after it, read from its
+/// findings (`backfill.*`), so a reviewer sees what the verdict rests on.
+fn apps_section(report: &Report, budget: &mut Budget) -> String {
+    let mut out = String::new();
+    if report.apps.is_empty()
+        || !budget.push(
+            &mut out,
+            "\n#### Apps\n\n| app | needs | statements |\n|---|---|---:|\n",
+        )
+    {
+        return out;
+    }
+    for app in &report.apps {
+        let row = format!(
+            "| {} | {} | {} |\n",
+            code(&app.name),
+            report.label(app.needs),
+            app.statements
+        );
+        if !budget.push(&mut out, &row) {
+            return out;
+        }
+    }
+    let lines: Vec<String> = report
+        .findings
+        .iter()
+        .filter_map(|f| reader_line(report, f))
+        .collect();
+    if lines.is_empty() {
+        budget.push(
+            &mut out,
+            "\nNo app reader was compared before and after a migration.\n",
+        );
+        return out;
+    }
+    if !budget.push(
+        &mut out,
+        "\nReaders compared before and after each migration:\n\n",
+    ) {
+        return out;
+    }
+    let mut left_out = lines.len();
+    for line in &lines {
+        if !budget.push(&mut out, line) {
+            break;
+        }
+        left_out -= 1;
+    }
+    // From the reserve.
+    if left_out > 0 {
+        let _ = writeln!(out, "- … and {left_out} more (see the full report)");
+    }
+    out
+}
+
+/// One bullet of the readers list for a backfill finding about readers
+/// (None for any other finding).
+fn reader_line(report: &Report, f: &Finding) -> Option<String> {
+    if f.check != "backfill" {
+        return None;
+    }
+    let text = |key: &str| {
+        f.evidence
+            .get(key)
+            .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+            .unwrap_or_default()
+    };
+    let reader = |app: &str, statement: &str| format!("{}'s {}", cell(app), code(statement));
+    let what = match f.id.as_str() {
+        "backfill.readers-agree" => {
+            // The message ends with the agreeing readers ("…: a's `x`, b's `y`").
+            let readers = f
+                .message
+                .split_once("returned before: ")
+                .map_or("", |(_, list)| list);
+            format!(
+                "same rows: {} ({} rows compared)",
+                cell(readers),
+                text("rows_compared")
+            )
+        }
+        "backfill.rows-lost-for-app" => format!(
+            "**rows lost**: {} misses {} of the {} rows it returned before",
+            reader(&text("app"), &text("statement")),
+            text("missing"),
+            text("expected_rows")
+        ),
+        "backfill.new-readers-miss-rows" => format!(
+            "**rows lost**: {} misses {} of the {} rows {} returned",
+            reader(&text("app"), &text("statement")),
+            text("missing"),
+            text("expected_rows"),
+            reader(&text("reference_app"), &text("reference_statement"))
+        ),
+        "backfill.new-readers-return-hidden-rows" => format!(
+            "more rows: {} returns {} rows {} hides",
+            reader(&text("app"), &text("statement")),
+            text("extra"),
+            reader(&text("reference_app"), &text("reference_statement"))
+        ),
+        "backfill.reader-not-compared" => format!(
+            "not compared: {} (why: the findings above)",
+            reader(&text("app"), &text("statement"))
+        ),
+        "backfill.readers-not-compared" => {
+            "not compared: no live app has a read statement".to_string()
+        }
+        _ => return None,
+    };
+    let v = f.migration.map_or(String::new(), |v| report.label(v));
+    Some(format!("- {v}: {what}\n"))
+}
+
 pub fn render_markdown(report: &Report) -> String {
     let head = head(report);
     let mut budget = Budget(MARKDOWN_LIMIT.saturating_sub(head.len() + RESERVE));
@@ -379,9 +497,10 @@ pub fn render_markdown(report: &Report) -> String {
     let order = order_section(report, &mut budget);
     let findings = findings_section(report, &mut budget);
     let plans = plans_section(report, &mut budget);
+    let apps = apps_section(report, &mut budget);
     let timelines = timelines_section(report, &mut budget);
     let statements = statements_section(report, &mut budget);
-    let out = head + &findings + &plans + &order + &timelines + &statements;
+    let out = head + &findings + &plans + &order + &apps + &timelines + &statements;
     debug_assert!(out.len() <= MARKDOWN_LIMIT, "{} bytes", out.len());
     out
 }
@@ -461,6 +580,68 @@ mod tests {
         assert_eq!(cell("a|b\nc\r\nd <b>"), "a\\|b<br>c<br>d &lt;b>");
         assert_eq!(code("x || y"), "`x \\|\\| y`");
         assert_eq!(code("a`b"), "`` a`b ``");
+    }
+
+    #[test]
+    fn lists_each_apps_statements_and_the_readers_compared() {
+        use super::super::RehearsedApp;
+        let mut r = super::super::sample_report();
+        r.apps = vec![
+            RehearsedApp {
+                name: "base".into(),
+                needs: 2,
+                statements: 5,
+            },
+            RehearsedApp {
+                name: "head".into(),
+                needs: 3,
+                statements: 6,
+            },
+        ];
+        r.findings.extend([
+            Finding::new(
+                "backfill",
+                "readers-agree",
+                Severity::Info,
+                Some(2),
+                "after V2 every statement reader returns the rows it (or the older app's reader of the same rows) returned before: base's `select_jobs_by_id`",
+            )
+            .evidence("rows_compared", 24)
+            .evidence("readers", 1),
+            Finding::new("backfill", "new-readers-miss-rows", Severity::Error, Some(3), "lost")
+                .evidence("app", "head")
+                .evidence("statement", "select_jobs_by_owner_id_ready")
+                .evidence("reference_app", "base")
+                .evidence("reference_statement", "select_jobs_by_owner_id")
+                .evidence("expected_rows", 10)
+                .evidence("missing", 10),
+            Finding::new("backfill", "reader-not-compared", Severity::Skipped, Some(3), "no rows")
+                .evidence("app", "base")
+                .evidence("statement", "select_tags"),
+        ]);
+        r.finish();
+        let md = render_markdown(&r);
+        assert!(
+            md.contains("#### Apps\n\n| app | needs | statements |\n|---|---|---:|\n| `base` | V2 | 5 |\n| `head` | V3 | 6 |\n"),
+            "{md}"
+        );
+        for line in [
+            "- V2: same rows: base's `select_jobs_by_id` (24 rows compared)\n",
+            "- V3: **rows lost**: head's `select_jobs_by_owner_id_ready` misses 10 of the 10 rows base's `select_jobs_by_owner_id` returned\n",
+            "- V3: not compared: base's `select_tags` (why: the findings above)\n",
+        ] {
+            assert!(md.contains(line), "expected {line:?}: {md}");
+        }
+        // No reader finding: said, not left blank.
+        r.findings.retain(|f| f.check != "backfill");
+        let md = render_markdown(&r);
+        assert!(
+            md.contains("No app reader was compared before and after a migration."),
+            "{md}"
+        );
+        // No apps: no section.
+        r.apps.clear();
+        assert!(!render_markdown(&r).contains("#### Apps"));
     }
 
     #[test]

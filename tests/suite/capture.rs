@@ -490,7 +490,13 @@ fn base_rehearses_what_the_tree_adds_and_refuses_edited_history(
         cmd.args(extra);
         output(&mut cmd)
     };
-    let (code, stdout, stderr) = verify(&["--capture", "python3 app/test.py"])?;
+    let summary = root.join("summary.md");
+    let (code, stdout, stderr) = verify(&[
+        "--capture",
+        "python3 app/test.py",
+        "--output",
+        &format!("markdown={}", summary.display()),
+    ])?;
     ensure!(code == 1, "exit {code}: {stdout}{stderr}");
     for expected in [
         "--base main: 1 migration(s) there, 1 added here",
@@ -506,6 +512,17 @@ fn base_rehearses_what_the_tree_adds_and_refuses_edited_history(
                 .contains("the head app's `select_recipes_by_cook_id_published` no longer returns"),
         "{stdout}"
     );
+
+    // The pull request comment: what each captured version contributed
+    // and which readers were compared.
+    let md = std::fs::read_to_string(&summary)?;
+    for expected in [
+        "| `base` | V1 | 5 |\n| `head` | V2 | 6 |",
+        "- V2: **rows lost**: head's `select_recipes_by_cook_id_published` misses ",
+        " rows base's `select_recipes_by_cook_id` returned\n",
+    ] {
+        ensure!(md.contains(expected), "{expected}: {md}");
+    }
 
     // Applied history edited: refused before anything starts.
     let mut v1 = std::fs::read_to_string(&v1_file)?;
