@@ -19,6 +19,11 @@ pub fn advice(sqlstate: Option<&str>, message: &str, statement: Option<&str>) ->
         "42704" if message.contains("role \"") && message.ends_with("does not exist") => Some(
             "the history names a role it never creates (a project's init SQL usually makes it): put what it assumes from outside itself (CREATE ROLE …, extensions, schemas) in a SQL file and pass --setup FILE (or `setup` in rollsafe.toml): it runs once as a superuser before the first migration".into(),
         ),
+        // invalid_schema_name: a schema the history never creates (an
+        // init script's, or an extension's that makes it)
+        "3F000" if message.contains("schema \"") && message.ends_with("does not exist") => Some(
+            "no earlier migration creates that schema: if the project makes it outside its migrations (an init script, an extension), put that SQL in a file and pass --setup FILE (or `setup` in rollsafe.toml): it runs once as a superuser before the first migration; otherwise a migration that creates it is missing".into(),
+        ),
         // syntax_error
         "42601" if message.contains("subquery in FROM must have an alias") => Some(
             "this parses on PostgreSQL 16 and later (a subquery in FROM without an alias); if production runs 16 or later, rehearse on it: --postgres-version 16".into(),
@@ -102,5 +107,7 @@ mod tests {
         )
         .unwrap();
         assert!(a.contains("--setup FILE"), "{a}");
+        let s = advice(Some("3F000"), "schema \"auth\" does not exist", None).unwrap();
+        assert!(s.contains("--setup FILE"), "{s}");
     }
 }
