@@ -285,6 +285,19 @@ fn operands(bin: &SyntaxNode) -> Vec<SyntaxNode> {
 }
 
 /// The top-level conjuncts of `expr` (split on `AND`).
+/// The parts a statement's WHERE clause ANDs together; none without one.
+fn where_conjuncts(statement: &SyntaxNode) -> Vec<SyntaxNode> {
+    let mut parts = Vec::new();
+    if let Some(expr) = statement
+        .children()
+        .find(|c| c.kind() == SyntaxKind::WHERE_CLAUSE)
+        .and_then(|w| w.children().next())
+    {
+        conjuncts(&expr, &mut parts);
+    }
+    parts
+}
+
 fn conjuncts(expr: &SyntaxNode, out: &mut Vec<SyntaxNode>) {
     if expr.kind() == SyntaxKind::BIN_EXPR && operator(expr).as_deref() == Some("and") {
         for side in operands(expr) {
@@ -385,41 +398,33 @@ pub fn infer_read(sql: &str) -> Result<ReadShape, String> {
             None => unqualified_is_main,
             Some(q) => alias.as_deref().map_or(*q == last, |a| a == q),
         };
-        if let Some(expr) = node
-            .children()
-            .find(|c| c.kind() == SyntaxKind::WHERE_CLAUSE)
-            .and_then(|w| w.children().next())
-        {
-            let mut parts = Vec::new();
-            conjuncts(&expr, &mut parts);
-            for part in &parts {
-                shape.filters.push(Filter {
-                    text: part
-                        .text()
-                        .to_string()
-                        .split_whitespace()
-                        .collect::<Vec<_>>()
-                        .join(" "),
-                    columns: columns_in(part),
-                });
-                let Some(Keyed {
-                    params,
-                    array,
-                    column: (qualifier, column),
-                }) = keyed_comparison(part)
-                else {
-                    continue;
-                };
-                if !of_main(&qualifier) {
-                    continue;
-                }
-                for n in params {
-                    // The first comparison of a parameter binds it.
-                    if let std::collections::btree_map::Entry::Vacant(e) = shape.keys.entry(n) {
-                        e.insert(column.clone());
-                        if array {
-                            shape.arrays.insert(n);
-                        }
+        for part in &where_conjuncts(&node) {
+            shape.filters.push(Filter {
+                text: part
+                    .text()
+                    .to_string()
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                columns: columns_in(part),
+            });
+            let Some(Keyed {
+                params,
+                array,
+                column: (qualifier, column),
+            }) = keyed_comparison(part)
+            else {
+                continue;
+            };
+            if !of_main(&qualifier) {
+                continue;
+            }
+            for n in params {
+                // The first comparison of a parameter binds it.
+                if let std::collections::btree_map::Entry::Vacant(e) = shape.keys.entry(n) {
+                    e.insert(column.clone());
+                    if array {
+                        shape.arrays.insert(n);
                     }
                 }
             }
@@ -535,18 +540,10 @@ pub fn infer_write(sql: &str) -> Option<WriteShape> {
                         shape.written.insert(n, column);
                     }
                 }
-                if let Some(expr) = node
-                    .children()
-                    .find(|c| c.kind() == SyntaxKind::WHERE_CLAUSE)
-                    .and_then(|w| w.children().next())
-                {
-                    let mut parts = Vec::new();
-                    conjuncts(&expr, &mut parts);
-                    for part in &parts {
-                        if let Some(k) = keyed_comparison(part).filter(|k| !k.array) {
-                            for n in k.params {
-                                shape.keys.entry(n).or_insert_with(|| k.column.1.clone());
-                            }
+                for part in &where_conjuncts(&node) {
+                    if let Some(k) = keyed_comparison(part).filter(|k| !k.array) {
+                        for n in k.params {
+                            shape.keys.entry(n).or_insert_with(|| k.column.1.clone());
                         }
                     }
                 }

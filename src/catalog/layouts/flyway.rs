@@ -136,6 +136,15 @@ impl LayoutReader for Flyway {
                 } else {
                     Execution::Transaction
                 };
+            // What a baseline and a versioned file share: the file, how it
+            // runs, and Flyway's checksum of its text.
+            let file_step = |sql| Step {
+                file: file.to_string(),
+                sql,
+                execution,
+                checksum: Some(checksum(&text).to_string()),
+                ..Step::default()
+            };
             match kind {
                 Kind::Undo => unreachable!("skipped above"),
                 Kind::Baseline {
@@ -148,11 +157,7 @@ impl LayoutReader for Flyway {
                         key: version_key(&parts),
                         label: format!("B{written}"),
                         name: description.to_string(),
-                        file: file.to_string(),
-                        sql,
-                        execution,
-                        checksum: Some(checksum(&text).to_string()),
-                        ..Step::default()
+                        ..file_step(sql)
                     },
                 )),
                 Kind::Versioned {
@@ -165,11 +170,7 @@ impl LayoutReader for Flyway {
                         key: version_key(&parts),
                         label: format!("V{written}"),
                         name: description.to_string(),
-                        file: file.to_string(),
-                        sql,
-                        execution,
-                        checksum: Some(checksum(&text).to_string()),
-                        ..Step::default()
+                        ..file_step(sql)
                     },
                 )),
                 Kind::Repeatable { description } => repeatable.push(Step {
