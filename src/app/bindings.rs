@@ -398,7 +398,7 @@ pub fn infer_read(sql: &str) -> Result<ReadShape, String> {
             None => unqualified_is_main,
             Some(q) => alias.as_deref().map_or(*q == last, |a| a == q),
         };
-        for part in &where_conjuncts(&node) {
+        for part in &where_conjuncts(node) {
             shape.filters.push(Filter {
                 text: part
                     .text()
@@ -540,7 +540,7 @@ pub fn infer_write(sql: &str) -> Option<WriteShape> {
                         shape.written.insert(n, column);
                     }
                 }
-                for part in &where_conjuncts(&node) {
+                for part in &where_conjuncts(node) {
                     if let Some(k) = keyed_comparison(part).filter(|k| !k.array) {
                         for n in k.params {
                             shape.keys.entry(n).or_insert_with(|| k.column.1.clone());
