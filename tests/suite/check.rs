@@ -368,23 +368,11 @@ fn unreachable_or_wrong_password_is_a_clear_error(env: &TestEnv) -> anyhow::Resu
 fn a_changed_flyway_repeatable_is_a_pending_rerun_with_its_message(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
-    use rollsafe::catalog::{Catalog, ReadOptions};
     let dir = crate::common::repo_root().join("tests/fixtures/layouts/flyway");
-    let options = ReadOptions {
-        placeholders: [("team".to_string(), "payments".to_string())].into(),
-        ..Default::default()
-    };
-    let flyway = Catalog::from_dir_in(&dir, &options)?;
-    let db = env.fresh_database();
+    let (flyway, db) = crate::layouts::flyway_fixture_with_empty_history(env)?;
     let mut c = db.connect()?;
     // The history as Flyway writes it, the repeatable's checksum from an
     // earlier text of the file.
-    c.batch_execute(
-        "CREATE TABLE flyway_schema_history (installed_rank int PRIMARY KEY, version varchar(50),
-            description varchar(200) NOT NULL, type varchar(20) NOT NULL, script varchar(1000) NOT NULL,
-            checksum int, installed_by varchar(100) NOT NULL, installed_on timestamp NOT NULL DEFAULT now(),
-            execution_time int NOT NULL, success boolean NOT NULL)",
-    )?;
     for (rank, m) in flyway.migrations().iter().enumerate() {
         c.batch_execute(&m.sql)?;
         let recorded: i32 = m.tool_checksum.as_deref().context("a checksum")?.parse()?;

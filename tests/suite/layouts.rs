@@ -914,6 +914,27 @@ fn hex_sha384(text: &str) -> String {
     hex::encode(sha2::Sha384::digest(text.as_bytes()))
 }
 
+/// The Flyway fixture (its `${team}` placeholder filled) and a fresh
+/// database holding an empty `flyway_schema_history` as Flyway creates it,
+/// for a test to write a history into.
+pub(crate) fn flyway_fixture_with_empty_history(
+    env: &TestEnv,
+) -> anyhow::Result<(Catalog, rollsafe::sandbox::Database)> {
+    let options = ReadOptions {
+        placeholders: [("team".to_string(), "payments".to_string())].into(),
+        ..Default::default()
+    };
+    let flyway = Catalog::from_dir_in(&fixture("flyway"), &options)?;
+    let db = env.fresh_database();
+    db.connect()?.batch_execute(
+        "CREATE TABLE flyway_schema_history (installed_rank int PRIMARY KEY, version varchar(50),
+            description varchar(200) NOT NULL, type varchar(20) NOT NULL, script varchar(1000) NOT NULL,
+            checksum int, installed_by varchar(100) NOT NULL, installed_on timestamp NOT NULL DEFAULT now(),
+            execution_time int NOT NULL, success boolean NOT NULL)",
+    )?;
+    Ok((flyway, db))
+}
+
 /// The tools rollsafe reads but does not write keep checksums too: a
 /// history written as Flyway, Prisma and Atlas write it, with one file
 /// edited since, reads back as divergent; Flyway's changed repeatable is
@@ -931,19 +952,8 @@ fn flyway_prisma_and_atlas_checksums_are_compared_with_the_files(
             .collect())
     };
     // Flyway: V1.1 edited since it ran; the repeatable changed since its run.
-    let options = ReadOptions {
-        placeholders: [("team".to_string(), "payments".to_string())].into(),
-        ..Default::default()
-    };
-    let flyway = Catalog::from_dir_in(&fixture("flyway"), &options)?;
-    let db = env.fresh_database();
+    let (flyway, db) = flyway_fixture_with_empty_history(env)?;
     let mut c = db.connect()?;
-    c.batch_execute(
-        "CREATE TABLE flyway_schema_history (installed_rank int PRIMARY KEY, version varchar(50),
-            description varchar(200) NOT NULL, type varchar(20) NOT NULL, script varchar(1000) NOT NULL,
-            checksum int, installed_by varchar(100) NOT NULL, installed_on timestamp NOT NULL DEFAULT now(),
-            execution_time int NOT NULL, success boolean NOT NULL)",
-    )?;
     for (rank, m) in flyway.migrations().iter().enumerate() {
         let recorded: i32 = m
             .tool_checksum
