@@ -763,9 +763,12 @@ impl Run<'_> {
     }
 
     fn clone_db(&self, source: &Database) -> Result<Database, VerifyError> {
-        Ok(self
+        let copy = self
             .sandbox
-            .clone_database_owned_by(source, self.sessions.owner())?)
+            .clone_database_owned_by(source, self.sessions.owner())?;
+        // It knows the roles its source's migrations created.
+        self.sessions.copied(source.name(), copy.name());
+        Ok(copy)
     }
 
     fn snapshot(db: &Database) -> Result<Snapshot, VerifyError> {

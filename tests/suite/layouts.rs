@@ -54,6 +54,7 @@ pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
             a_flyway_folder_starting_at_a_baseline_runs_it_first,
             a_goose_go_migration_is_listed_and_what_builds_on_it_skipped,
             a_guard_on_the_tools_history_table_does_not_stop_the_rehearsal,
+            a_sqitch_change_creating_a_role_is_rehearsed_on_every_path,
         ]
     )
 }
@@ -1616,5 +1617,85 @@ fn a_guard_on_the_tools_history_table_does_not_stop_the_rehearsal(
     no_errors(&report)?;
     let skipped = findings_with(&report, &["apply.second-run-skipped"]);
     ensure!(skipped.len() == 1, "{skipped:#?}");
+    Ok(())
+}
+
+/// A Sqitch change creates a login role (cluster-wide), and the changes
+/// after it grant to it. Every path of the rehearsal (the empty and seeded
+/// paths, the probe's copy, the background migrator) runs on one server:
+/// each must meet the roles its own database's history made, as
+/// production's one database does. One test, run in sequence: the role's
+/// name is the server's, shared with any other test running beside.
+fn a_sqitch_change_creating_a_role_is_rehearsed_on_every_path(env: &TestEnv) -> anyhow::Result<()> {
+    let rehearse = |dir: &Path, superuser: bool| -> anyhow::Result<rollsafe::report::Report> {
+        Ok(Verify::new(Catalog::from_dir(dir)?)?
+            .superuser_migrator(superuser)
+            .rows(ROWS)
+            .since(1)?
+            .run(&env.sandbox)?)
+    };
+    let dir = fixture("sqitch-role");
+    // The migrator of a managed database cannot create a role: said, with
+    // the flag that rehearses a superuser migrator.
+    let report = rehearse(&dir, false)?;
+    let needs = findings_with(&report, &["apply.needs-superuser"]);
+    ensure!(
+        !report.passed && needs.len() == 1 && needs[0].contains("CREATE ROLE harvest_report"),
+        "{needs:#?}"
+    );
+    ensure!(
+        report
+            .findings
+            .iter()
+            .any(|f| f.id == "apply.needs-superuser" && f.advice.contains("--migrator-superuser")),
+        "the advice does not name --migrator-superuser"
+    );
+    // With it, every path applies the change and the ones granting to its
+    // role after it; the change's verify script sees the role.
+    let report = rehearse(&dir, true)?;
+    no_errors(&report)?;
+    let applied = findings_with(&report, &["apply.applies"]);
+    ensure!(
+        ["Some(2) ", "Some(3) ", "Some(4) "].iter().all(|c| applied
+            .iter()
+            .any(|a| a.starts_with(c) && a.contains("rows"))),
+        "not every change applied on both paths: {applied:#?}"
+    );
+    ensure!(
+        findings_with(&report, &["apply.verify-script-passes"]).len() == 1
+            && findings_with(&report, &["apply.second-run-noop"]).len() == 3,
+        "{:#?}",
+        findings_with(
+            &report,
+            &["apply.verify-script-passes", "apply.second-run-noop"]
+        )
+    );
+    // A change that creates the role again fails as it would in production:
+    // the guard hides no true error.
+    let again = copy_fixture("sqitch-role")?;
+    let harvests = again.path().join("deploy/harvests.sql");
+    let sql = std::fs::read_to_string(&harvests)?.replace(
+        "CREATE INDEX harvests_bed",
+        "CREATE ROLE harvest_report;\nCREATE INDEX harvests_bed",
+    );
+    std::fs::write(&harvests, sql)?;
+    let report = rehearse(again.path(), true)?;
+    let failed = findings_with(&report, &["apply.fails-on-empty"]);
+    ensure!(
+        failed.len() == 1
+            && failed[0].starts_with("Some(3) ")
+            && failed[0].contains("already exists"),
+        "{failed:#?}"
+    );
+    // Nothing is left on the server: the role and every copy set aside
+    // are dropped with their rehearsal.
+    let mut admin = rollsafe::db::connect(env.sandbox.admin_url())?;
+    let left: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM pg_roles WHERE rolname = 'harvest_report' OR rolname ~ '_aside_[0-9]+$'",
+            &[],
+        )?
+        .get(0);
+    ensure!(left == 0, "{left} role(s) left behind on the server");
     Ok(())
 }

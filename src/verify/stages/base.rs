@@ -57,7 +57,14 @@ impl Run<'_> {
                     left_out = Some(m);
                     continue;
                 }
-                if let Err(e) = apply_unchecked(&mut c, m) {
+                let own = step(
+                    "setting aside the roles the migration creates",
+                    self.sessions
+                        .own_roles(m.version, &m.sql, empty_prev.name()),
+                )?;
+                let applied = apply_unchecked(&mut c, m);
+                drop(own);
+                if let Err(e) = applied {
                     if let Some(go) = left_out {
                         // What builds on a migration rollsafe cannot run
                         // is skipped naming it, not a refusal.
@@ -184,12 +191,16 @@ impl Run<'_> {
                 .iter()
                 .filter(|m| !since.is_some_and(|s| m.version <= s))
             {
-                let r = migrator_twice(
-                    &sessions.migrator(migrator_db.url()),
-                    &catalog,
-                    m.version,
-                    policy,
-                );
+                let r = sessions
+                    .own_roles(m.version, &m.sql, migrator_db.name())
+                    .and_then(|_own| {
+                        migrator_twice(
+                            &sessions.migrator(migrator_db.url()),
+                            &catalog,
+                            m.version,
+                            policy,
+                        )
+                    });
                 // A refused history row stops the later runs as a failure does.
                 let failed = r.as_ref().map_or(true, |s| s.history_refused.is_some());
                 out.push((m.version, r));

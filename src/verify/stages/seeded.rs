@@ -190,11 +190,13 @@ impl Run<'_> {
         // apps has no thread to wait for).
         workload.settle(WORKLOAD_MARGIN);
         let migrator_url = self.sessions.migrator(db.url());
+        let own = self.own_roles(m, db)?;
         let at_n = if m.runs_outside_transaction() {
             rehearsal::apply_measured_no_transaction(db.url(), &migrator_url, &m.sql, None)
         } else {
             rehearsal::apply_measured(db.url(), &migrator_url, &m.sql, None, End::Commit)
         };
+        drop(own);
         let batched = match &at_n {
             Ok(a) if a.ok() => self.run_batched_updates(db, m)?,
             _ => Vec::new(),

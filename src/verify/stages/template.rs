@@ -170,10 +170,11 @@ impl Run<'_> {
                     Reach::Everything("the live apps may read any table".into())
                 };
                 log::debug!("V{v}: reach {reach:?}");
-                let migrator = self.sessions.migrator(empty_prev.url());
+                // Cheap to clone; the seeding beside borrows the run.
+                let sessions = self.sessions.clone();
                 if at_end.is_none() {
                     let (mut at_zero, trace) =
-                        Self::trace_and_measure(empty_prev, &migrator, &m.sql, before)?;
+                        Self::trace_and_measure(empty_prev, &sessions, m, before)?;
                     at_zero.file = self.options.catalog.path_of(m);
                     if !at_zero.ok() {
                         return Ok(self.stopped_on_empty(v, (at_zero, trace, None)));
@@ -185,7 +186,7 @@ impl Run<'_> {
                     // the empty path on the template (another database).
                     let seeding = |run: &mut Self| run.seed_on(v, prev, &live, base, reach);
                     let (seeded, done) = self.seed_beside(m, seeding, || {
-                        Self::trace_and_measure(empty_prev, &migrator, &m.sql, before)
+                        Self::trace_and_measure(empty_prev, &sessions, m, before)
                     })?;
                     empty_path = Some(done);
                     Some(seeded?)
@@ -270,7 +271,10 @@ impl Run<'_> {
         // The project's own verify script (Sqitch), on the empty path's
         // database right after the change.
         if let Some(script) = &m.verify {
-            let ran = self.run_verify_script(empty_prev, script)?;
+            let own = self.own_roles(m, empty_prev)?;
+            let ran = self.run_verify_script(empty_prev, script);
+            drop(own);
+            let ran = ran?;
             self.evidence(v).verify_script = Some(ran);
         }
 
@@ -521,6 +525,7 @@ impl Run<'_> {
             .collect();
         let handle = std::thread::spawn(move || {
             let apps: Vec<LiveApp> = apps.iter().map(|(a, w)| (a, w.clone())).collect();
+            let _own = sessions.own_roles(v, &sql, probe_db.name())?;
             let r = rehearsal::probe_long_transaction(
                 probe_db.url(),
                 &sessions,
@@ -548,7 +553,7 @@ impl Run<'_> {
         empty: &Database,
     ) -> Result<(Applied, Vec<String>), VerifyError> {
         let (before, _) = Self::fail_before_commit(sessions, m, empty)?;
-        Self::trace_and_measure(empty, &sessions.migrator(empty.url()), &m.sql, before)
+        Self::trace_and_measure(empty, sessions, m, before)
     }
 
     /// The forced failure's first half on `empty`: the schema before, then
@@ -567,6 +572,10 @@ impl Run<'_> {
             crate::db::connect(&sessions.migrator(empty.url())),
         )?;
         let mut at_end = AtEnd::default();
+        let _own = step(
+            "setting aside the roles the migration creates",
+            sessions.own_roles(m.version, &m.sql, empty.name()),
+        )?;
         let ran = apply::in_transaction(
             &mut c,
             &apply::transaction_steps(&m.sql),
@@ -582,18 +591,23 @@ impl Run<'_> {
 
     /// The forced failure's second half: what it left (the trace: what
     /// differs from `before`), then the real apply on the same database,
-    /// measured, as `migrator_url`. Needs nothing of the run but these, so
+    /// measured, as the migrator. Needs nothing of the run but these, so
     /// it may run beside the seeding.
     fn trace_and_measure(
         empty: &Database,
-        migrator_url: &str,
-        sql: &str,
+        sessions: &Sessions,
+        m: &Migration,
         before: Snapshot,
     ) -> Result<(Applied, Vec<String>), VerifyError> {
         let trace = Self::snapshot(empty)?.diff(&before);
+        let _own = step(
+            "setting aside the roles the migration creates",
+            sessions.own_roles(m.version, &m.sql, empty.name()),
+        )?;
+        let migrator_url = sessions.migrator(empty.url());
         let at_zero = step(
             "applying on an empty database",
-            rehearsal::apply_measured(empty.url(), migrator_url, sql, None, End::Commit),
+            rehearsal::apply_measured(empty.url(), &migrator_url, &m.sql, None, End::Commit),
         )?;
         Ok((at_zero, trace))
     }
@@ -638,6 +652,7 @@ impl Run<'_> {
     ) -> Result<(Applied, Option<Rerun>), VerifyError> {
         use crate::migrate::{apply, no_transaction as nt};
         let killed = self.clone_db(empty)?;
+        let own = self.own_roles(m, empty)?;
         let at_zero = step(
             "applying on an empty database",
             rehearsal::apply_measured_no_transaction(
@@ -647,6 +662,7 @@ impl Run<'_> {
                 None,
             ),
         )?;
+        drop(own);
         if !at_zero.ok() {
             return Ok((at_zero, None));
         }
@@ -658,6 +674,8 @@ impl Run<'_> {
             return Ok((at_zero, None));
         };
         let k = rand::random_range(points);
+        // The killed run and its rerun are one production run.
+        let _own = self.own_roles(m, &killed)?;
         let mut c = self.connect_migrator(&killed)?;
         let _ = apply::outside_transaction(
             &mut c,
@@ -686,6 +704,18 @@ impl Run<'_> {
         Ok((at_zero, Some(rerun)))
     }
 
+    /// Held around one apply of `m` on `db` (see [`Sessions::own_roles`]).
+    pub(super) fn own_roles(
+        &self,
+        m: &Migration,
+        db: &Database,
+    ) -> Result<crate::verify::roles::OwnRoles<'_>, VerifyError> {
+        step(
+            "setting aside the roles the migration creates",
+            self.sessions.own_roles(m.version, &m.sql, db.name()),
+        )
+    }
+
     /// A copy of the previous migration's seeded database (at its V{prev−1})
     /// with that migration applied: (database, rows it holds, names of the
     /// apps whose rows they are). None when there is none to reuse (no
@@ -712,7 +742,10 @@ impl Run<'_> {
         }
         let db = self.clone_db(base)?;
         let mut c = self.connect_migrator(&db)?;
-        if apply_unchecked(&mut c, m).is_err() {
+        let own = self.own_roles(m, &db)?;
+        let applied = apply_unchecked(&mut c, m);
+        drop(own);
+        if applied.is_err() {
             return Ok(None);
         }
         let apps = self
