@@ -182,6 +182,52 @@ impl Drop for ReadOnlyRole {
     }
 }
 
+/// Whether `path` exists on the suite's server's filesystem, asked of the
+/// server itself (`pg_stat_file` as superuser): inside its container on
+/// the docker backend, on this machine for local, on the given server's
+/// machine for server. A hostile migration's `COPY … TO PROGRAM 'touch
+/// /tmp/x'` lands there, not necessarily in this process's /tmp.
+///
+/// Fails, rather than answering "no", when the server cannot show its own
+/// `/tmp`: a look that cannot see is not evidence that nothing is there.
+pub fn exists_on_server(env: &TestEnv, path: &str) -> anyhow::Result<bool> {
+    let mut admin = env.sandbox.connect_admin()?;
+    // `modification` is set for any file that exists (`creation` is NULL
+    // on Unix, so the whole record is never NOT NULL).
+    let tmp_is_dir: Option<bool> = admin
+        .query_one("SELECT (pg_stat_file('/tmp', true)).isdir", &[])?
+        .get(0);
+    anyhow::ensure!(
+        tmp_is_dir == Some(true),
+        "the server cannot show its /tmp (pg_stat_file('/tmp') = {tmp_is_dir:?}): cannot tell whether {path} exists there"
+    );
+    let exists: bool = admin
+        .query_one(
+            "SELECT (pg_stat_file($1, true)).modification IS NOT NULL",
+            &[&path],
+        )?
+        .get(0);
+    Ok(exists)
+}
+
+/// The password in a sandbox URL, for tests that prove it is never
+/// printed. Fails when the URL has none: such a test could not see a
+/// leak, so it must not pass (every backend's URL carries one; a server
+/// URL given without one cannot run these tests).
+pub fn password_of(url: &str) -> anyhow::Result<String> {
+    use anyhow::Context;
+    url::Url::parse(url)?
+        .password()
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
+        .with_context(|| {
+            format!(
+                "{} has no password: cannot check that it is never printed",
+                rollsafe::db::redact_url(url)
+            )
+        })
+}
+
 /// What check must never change: history and schema and row counts.
 pub fn fingerprint(c: &mut postgres::Client) -> anyhow::Result<String> {
     let history: Vec<String> = c
