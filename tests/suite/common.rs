@@ -122,6 +122,39 @@ pub fn own_server_only(env: &TestEnv, trials: Vec<Trial>, names: &[&str]) -> Vec
         .collect()
 }
 
+/// The tests that take longest, longest first, as measured on the 2-core
+/// CI machine (the run prints its slowest: keep this list in step).
+/// libtest-mimic hands trials to its threads in the order given: one of
+/// these started last would run alone at the end while the other threads
+/// idle, so they start first and the short tests fill in around them.
+const SLOWEST: &[&str] = &[
+    "verify::findings_are_the_same_alone_and_under_cpu_load",
+    "verify::since_rehearses_only_later_migrations_and_judges_them_as_a_full_run",
+    "target::from_target_rehearses_on_the_targets_own_schema",
+    "target::from_target_dumps_over_tls_verified_against_the_ca",
+    "target::from_target_copies_rows_only_from_tables_the_migrations_fill",
+    "target::from_target_under_a_read_only_role_leaves_the_target_unchanged",
+    "verify::sizes_from_a_real_database_drive_the_prediction",
+];
+
+/// `trials` with the [`SLOWEST`] first, in that order; the rest keep
+/// theirs.
+pub fn slowest_first(trials: Vec<Trial>) -> Vec<Trial> {
+    let rank = |t: &Trial| {
+        SLOWEST
+            .iter()
+            .position(|n| *n == t.name())
+            .unwrap_or(SLOWEST.len())
+    };
+    let mut ranked: Vec<(usize, usize, Trial)> = trials
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| (rank(&t), i, t))
+        .collect();
+    ranked.sort_by_key(|(rank, i, _)| (*rank, *i));
+    ranked.into_iter().map(|(_, _, t)| t).collect()
+}
+
 /// `trials!(module, env, [fn_a, fn_b])` names each trial after its fn.
 #[macro_export]
 macro_rules! trials {

@@ -2,7 +2,7 @@
 //! the change, and it rehearses the pending migrations on the target's own
 //! schema. (`--since` judging as a full run does is
 //! `verify::since_rehearses_only_later_migrations_and_judges_them_as_a_full_run`:
-//! the same property on seven versions instead of eleven.)
+//! the same property on five versions instead of sixty-one.)
 
 use std::path::Path;
 use std::sync::Arc;

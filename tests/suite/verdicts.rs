@@ -71,10 +71,14 @@ const ROWS: &[Row] = &[
     Row {
         name: "concurrent_index_in_a_no_transaction_file_passes",
         project: Project::Shipped,
+        // Not `rewrite`: outside a transaction it measures rows read and
+        // written apart from the apps' only when they run as a role of
+        // their own, and the shipped apps run as the migrator (it says so,
+        // skipped). Rewrites and index builds it does measure.
         migrations: &[
             "-- rollsafe:no-transaction\nCREATE INDEX CONCURRENTLY IF NOT EXISTS af_name ON attached_functions (name);",
         ],
-        verdict: Verdict::Passes(&["apply", "rewrite", "locks", "compat"]),
+        verdict: Verdict::Passes(&["apply", "locks", "compat"]),
     },
     Row {
         name: "vacuum_full_in_a_no_transaction_file_is_an_error",
@@ -109,8 +113,9 @@ const ROWS: &[Row] = &[
     Row {
         name: "reindex_concurrently_passes",
         project: Project::Shipped,
+        // Not `rewrite`: as for the concurrent index above.
         migrations: &["-- rollsafe:no-transaction\nREINDEX TABLE CONCURRENTLY attached_functions;"],
-        verdict: Verdict::Passes(&["apply", "rewrite", "locks"]),
+        verdict: Verdict::Passes(&["apply", "locks"]),
     },
     Row {
         name: "copy_to_program_is_contained_and_an_error",
