@@ -27,7 +27,8 @@
 #    directories), then removes anything a crash may have left.
 #
 # Every stage prints how long it took: `[ci/test.sh] <stage> took Ns`; the
-# run ends with every stage's time and the ten slowest tests.
+# run ends with every stage's time and its share of the whole run (where
+# the time goes), and the ten slowest tests of each suite run.
 # Extra arguments go to the test harness (e.g. a name filter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,23 +38,40 @@ say() { echo "[ci/test.sh] $*"; }
 # Runs a stage (a command) and prints how long it took, also when it fails;
 # returns the command's status. The command runs as a condition, so run
 # commands here, not shell functions that rely on `set -e`.
-STAGE_TIMES=()
+STAGE_SECS=()
+STAGE_NAMES=()
 stage() {
   local name="$1" started=$SECONDS rc=0
   shift
   say "$name"
   "$@" || rc=$?
   say "$name took $((SECONDS - started))s"
-  STAGE_TIMES+=("$(printf '%6ss  %s%s' "$((SECONDS - started))" "$name" "$([ "$rc" = 0 ] || echo " (exit $rc)")")")
+  record_stage "$((SECONDS - started))" "$name$([ "$rc" = 0 ] || echo " (exit $rc)")"
   return "$rc"
+}
+record_stage() {
+  STAGE_SECS+=("$1")
+  STAGE_NAMES+=("$2")
 }
 
 # The closing summary, also when a stage failed: every stage's time and the
 # slowest tests of each suite run (the suite prints them to its log).
 SUITE_LOGS=()
 summary() {
-  say "stage times:"
-  printf '  %s\n' "${STAGE_TIMES[@]}"
+  # Each stage's share of the whole run so far; a stage that ran beside
+  # another (the images, beside the build) is counted apart, so the
+  # shares may add up to more than 100%.
+  local total=$((SECONDS - ci_started)) i
+  [ "$total" -gt 0 ] || total=1
+  say "stage times (of ${total}s in all):"
+  local staged=0
+  for i in "${!STAGE_SECS[@]}"; do
+    printf '  %6ss %4s%%  %s\n' "${STAGE_SECS[$i]}" "$((100 * STAGE_SECS[$i] / total))" "${STAGE_NAMES[$i]}"
+    [[ "${STAGE_NAMES[$i]}" == *"(beside the build)"* ]] || staged=$((staged + STAGE_SECS[$i]))
+  done
+  local rest=$((total - staged))
+  [ "$rest" -ge 0 ] || rest=0
+  printf '  %6ss %4s%%  %s\n' "$rest" "$((100 * rest / total))" "outside the stages (installs, leftover checks)"
   local log
   for log in "${SUITE_LOGS[@]}"; do
     [ -f "$log" ] || continue
@@ -204,7 +222,7 @@ if [ -n "$images_pid" ]; then
   cat "$LOGDIR/images.log"
   read -r images_rc images_took <"$LOGDIR/images.rc"
   say "preparing images ${images[*]} took ${images_took}s (exit $images_rc)"
-  STAGE_TIMES+=("$(printf '%6ss  %s' "$images_took" "preparing images ${images[*]} (beside the build)")")
+  record_stage "$images_took" "preparing images ${images[*]} (beside the build)"
   # Only the suite's own image is required here; another major's failure
   # is reported per major below.
   docker image inspect "$IMAGE" >/dev/null 2>&1 || {

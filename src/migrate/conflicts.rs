@@ -730,5 +730,21 @@ mod tests {
             h.to_string(),
             "pid 42 (user app, application `report`, idle in transaction, transaction open for 12.3s, holds ACCESS SHARE on attached_functions)"
         );
+        // "Without its SQL": a Holder has no field for it, so the claim
+        // rests on what the gate reads. pg_stat_activity's `query` column
+        // (the holder's SQL text, which may carry literals) must not be
+        // among the columns HOLDERS_SQL selects.
+        let identifiers: Vec<String> = HOLDERS_SQL
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .map(str::to_ascii_lowercase)
+            .collect();
+        assert!(
+            identifiers.iter().any(|i| i == "pg_stat_activity"),
+            "the holders query no longer reads pg_stat_activity: this check looks at the wrong query"
+        );
+        assert!(
+            !identifiers.iter().any(|i| i == "query"),
+            "the holders query reads pg_stat_activity.query (another session's SQL text): {HOLDERS_SQL}"
+        );
     }
 }

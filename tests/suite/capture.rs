@@ -356,12 +356,11 @@ fn a_failing_test_command_is_exit_2_and_nothing_is_written(env: &TestEnv) -> any
                 && !out.exists(),
             "exit {code}: {stderr}"
         );
-        if let Some(password) = url::Url::parse(env.sandbox.admin_url())?.password() {
-            ensure!(
-                !stderr.contains(password),
-                "the password was printed: {stderr}"
-            );
-        }
+        let password = crate::common::password_of(env.sandbox.admin_url())?;
+        ensure!(
+            !stderr.contains(&password),
+            "the password was printed: {stderr}"
+        );
     }
     let (code, _, stderr) = output(cli().args(["capture", "--app", "x"]))?;
     ensure!(

@@ -122,6 +122,39 @@ pub fn own_server_only(env: &TestEnv, trials: Vec<Trial>, names: &[&str]) -> Vec
         .collect()
 }
 
+/// The tests that take longest, longest first, as measured on the 2-core
+/// CI machine (the run prints its slowest: keep this list in step).
+/// libtest-mimic hands trials to its threads in the order given: one of
+/// these started last would run alone at the end while the other threads
+/// idle, so they start first and the short tests fill in around them.
+const SLOWEST: &[&str] = &[
+    "verify::findings_are_the_same_alone_and_under_cpu_load",
+    "verify::since_rehearses_only_later_migrations_and_judges_them_as_a_full_run",
+    "target::from_target_rehearses_on_the_targets_own_schema",
+    "target::from_target_dumps_over_tls_verified_against_the_ca",
+    "target::from_target_copies_rows_only_from_tables_the_migrations_fill",
+    "target::from_target_under_a_read_only_role_leaves_the_target_unchanged",
+    "verify::sizes_from_a_real_database_drive_the_prediction",
+];
+
+/// `trials` with the [`SLOWEST`] first, in that order; the rest keep
+/// theirs.
+pub fn slowest_first(trials: Vec<Trial>) -> Vec<Trial> {
+    let rank = |t: &Trial| {
+        SLOWEST
+            .iter()
+            .position(|n| *n == t.name())
+            .unwrap_or(SLOWEST.len())
+    };
+    let mut ranked: Vec<(usize, usize, Trial)> = trials
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| (rank(&t), i, t))
+        .collect();
+    ranked.sort_by_key(|(rank, i, _)| (*rank, *i));
+    ranked.into_iter().map(|(_, _, t)| t).collect()
+}
+
 /// `trials!(module, env, [fn_a, fn_b])` names each trial after its fn.
 #[macro_export]
 macro_rules! trials {
@@ -180,6 +213,52 @@ impl Drop for ReadOnlyRole {
             let _ = c.batch_execute(&format!("DROP ROLE IF EXISTS {}", self.name));
         }
     }
+}
+
+/// Whether `path` exists on the suite's server's filesystem, asked of the
+/// server itself (`pg_stat_file` as superuser): inside its container on
+/// the docker backend, on this machine for local, on the given server's
+/// machine for server. A hostile migration's `COPY … TO PROGRAM 'touch
+/// /tmp/x'` lands there, not necessarily in this process's /tmp.
+///
+/// Fails, rather than answering "no", when the server cannot show its own
+/// `/tmp`: a look that cannot see is not evidence that nothing is there.
+pub fn exists_on_server(env: &TestEnv, path: &str) -> anyhow::Result<bool> {
+    let mut admin = env.sandbox.connect_admin()?;
+    // `modification` is set for any file that exists (`creation` is NULL
+    // on Unix, so the whole record is never NOT NULL).
+    let tmp_is_dir: Option<bool> = admin
+        .query_one("SELECT (pg_stat_file('/tmp', true)).isdir", &[])?
+        .get(0);
+    anyhow::ensure!(
+        tmp_is_dir == Some(true),
+        "the server cannot show its /tmp (pg_stat_file('/tmp') = {tmp_is_dir:?}): cannot tell whether {path} exists there"
+    );
+    let exists: bool = admin
+        .query_one(
+            "SELECT (pg_stat_file($1, true)).modification IS NOT NULL",
+            &[&path],
+        )?
+        .get(0);
+    Ok(exists)
+}
+
+/// The password in a sandbox URL, for tests that prove it is never
+/// printed. Fails when the URL has none: such a test could not see a
+/// leak, so it must not pass (every backend's URL carries one; a server
+/// URL given without one cannot run these tests).
+pub fn password_of(url: &str) -> anyhow::Result<String> {
+    use anyhow::Context;
+    url::Url::parse(url)?
+        .password()
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
+        .with_context(|| {
+            format!(
+                "{} has no password: cannot check that it is never printed",
+                rollsafe::db::redact_url(url)
+            )
+        })
 }
 
 /// What check must never change: history and schema and row counts.

@@ -63,6 +63,7 @@ fn main() {
     trials.extend(readers::tests(&env));
     trials.extend(capture::tests(&env));
     trials.retain(|t| common::in_scope(t.name()));
+    let trials = common::slowest_first(trials);
     let conclusion = libtest_mimic::run(&args, trials);
     common::print_slowest(10);
     // Drop the shared server before exiting (exit skips destructors).

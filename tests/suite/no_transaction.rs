@@ -537,12 +537,8 @@ fn non_rerunnable_file_is_refused_before_anything_runs(env: &TestEnv) -> anyhow:
             && line.contains("not re-runnable"),
         "{line}"
     );
-    if let Some(pw) = url::Url::parse(db.url())?
-        .password()
-        .filter(|p| !p.is_empty())
-    {
-        ensure!(!stderr.contains(pw), "password in output");
-    }
+    let pw = crate::common::password_of(db.url())?;
+    ensure!(!stderr.contains(&pw), "password in output");
     let t: bool = c
         .query_one("SELECT to_regclass('t') IS NOT NULL", &[])?
         .get(0);

@@ -15,7 +15,7 @@ use rollsafe::catalog::Catalog;
 use rollsafe::dao::shipped;
 use rollsafe::report::{Report, Severity};
 
-use crate::common::{cli, output, TestEnv};
+use crate::common::{cli, exists_on_server, output, TestEnv};
 
 pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
     crate::trials!(
@@ -121,22 +121,8 @@ fn container_of(env: &TestEnv) -> Option<String> {
     rest.split_whitespace().next().map(str::to_string)
 }
 
-/// Whether `path` exists where the suite's server runs: inside its
-/// container (docker), else on this machine (local: the server runs here
-/// as the `postgres` OS user; /tmp is this machine's).
-fn exists_on_server(env: &TestEnv, path: &str) -> anyhow::Result<bool> {
-    match container_of(env) {
-        Some(id) => {
-            let out = Command::new("docker")
-                .args(["exec", &id, "test", "-e", path])
-                .output()
-                .context("docker exec")?;
-            Ok(out.status.success())
-        }
-        None => Ok(Path::new(path).exists()),
-    }
-}
-
+/// Removes `path` where the suite's server runs (a file the control's
+/// superuser program made): inside its container, else on this machine.
 fn remove_on_server(env: &TestEnv, path: &str) {
     match container_of(env) {
         Some(id) => {
@@ -442,7 +428,7 @@ fn an_app_entry_with_two_statements_is_refused_with_its_line(env: &TestEnv) -> a
 
 /// A migration that sleeps for an hour is cut at the statement timeout and
 /// reported, also when it turns the timeout off for its own session (the
-/// watchdog cancels it): the run ends promptly.
+/// watchdog cancels it).
 fn a_sleeping_migration_is_cut_at_the_statement_timeout(env: &TestEnv) -> anyhow::Result<()> {
     for (case, sleep) in [
         ("sleeps", "SELECT pg_sleep(3600);\n"),
@@ -473,9 +459,10 @@ fn a_sleeping_migration_is_cut_at_the_statement_timeout(env: &TestEnv) -> anyhow
             "{}",
             f.message
         );
-        // An hour-long sleep, cut at 2 s (+ the watchdog's grace) in each
-        // of the few scenarios that run it.
-        ensure!(took < Duration::from_secs(120), "{case}: took {took:?}");
+        // The finding is the behaviour: a sleep left to run its hour would
+        // end without one (and the run would not have returned yet). How
+        // long the cut takes is printed above, not bounded: no wall-clock
+        // limits in tests.
     }
     Ok(())
 }

@@ -10,19 +10,20 @@
 //! Rows on a project of their own have no apps: the generator seeds every
 //! table, in every schema, so locks and rewrites are measured on rows.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{ensure, Context};
 use libtest_mimic::{Completion, Trial};
 
-use crate::common::{cli, timed, TestEnv};
+use crate::common::{cli, exists_on_server, timed, TestEnv};
 
 /// What verify must conclude for a row.
 #[derive(Clone, Copy)]
 enum Verdict {
-    /// Exit 0, no error finding.
-    Passes,
+    /// Exit 0, no error finding, and each of these checks measured the
+    /// row's last migration (ran, nothing skipped): a run whose checks
+    /// could not measure proves nothing passes.
+    Passes(&'static [&'static str]),
     /// Exit 0, no error finding, and a warning whose id starts with one of
     /// these on the row's last migration.
     Warns(&'static [&'static str]),
@@ -53,7 +54,7 @@ const ROWS: &[Row] = &[
         name: "nullable_column_passes",
         project: Project::Shipped,
         migrations: &["ALTER TABLE attached_functions ADD COLUMN note text;"],
-        verdict: Verdict::Passes,
+        verdict: Verdict::Passes(&["apply", "rewrite", "locks", "backfill", "compat", "post"]),
     },
     Row {
         name: "renamed_table_breaks_the_apps",
@@ -70,10 +71,14 @@ const ROWS: &[Row] = &[
     Row {
         name: "concurrent_index_in_a_no_transaction_file_passes",
         project: Project::Shipped,
+        // Not `rewrite`: outside a transaction it measures rows read and
+        // written apart from the apps' only when they run as a role of
+        // their own, and the shipped apps run as the migrator (it says so,
+        // skipped). Rewrites and index builds it does measure.
         migrations: &[
             "-- rollsafe:no-transaction\nCREATE INDEX CONCURRENTLY IF NOT EXISTS af_name ON attached_functions (name);",
         ],
-        verdict: Verdict::Passes,
+        verdict: Verdict::Passes(&["apply", "locks", "compat"]),
     },
     Row {
         name: "vacuum_full_in_a_no_transaction_file_is_an_error",
@@ -103,17 +108,19 @@ const ROWS: &[Row] = &[
         project: Project::Shipped,
         // The unique (input_collection_id, name) leads with the same column.
         migrations: &["DROP INDEX attached_functions_input_collection_id;"],
-        verdict: Verdict::Passes,
+        verdict: Verdict::Passes(&["apply", "plan", "compat"]),
     },
     Row {
         name: "reindex_concurrently_passes",
         project: Project::Shipped,
+        // Not `rewrite`: as for the concurrent index above.
         migrations: &["-- rollsafe:no-transaction\nREINDEX TABLE CONCURRENTLY attached_functions;"],
-        verdict: Verdict::Passes,
+        verdict: Verdict::Passes(&["apply", "locks"]),
     },
     Row {
         name: "copy_to_program_is_contained_and_an_error",
         project: Project::Shipped,
+        // The program would touch PWNED on the server's machine.
         migrations: &["COPY (SELECT 1) TO PROGRAM 'touch /tmp/rollsafe-verdicts-pwned';"],
         verdict: Verdict::Error(&["apply.needs-superuser"]),
     },
@@ -131,7 +138,7 @@ const ROWS: &[Row] = &[
         migrations: &[
             "ALTER TABLE attached_functions ENABLE ROW LEVEL SECURITY;\nALTER TABLE attached_functions FORCE ROW LEVEL SECURITY;\nCREATE POLICY everyone ON attached_functions USING (true) WITH CHECK (true);",
         ],
-        verdict: Verdict::Passes,
+        verdict: Verdict::Passes(&["apply", "backfill", "compat"]),
     },
     Row {
         name: "not_valid_constraint_left_for_the_next_migration_passes",
@@ -139,7 +146,7 @@ const ROWS: &[Row] = &[
         migrations: &[
             "ALTER TABLE attached_functions ADD CONSTRAINT af_name_short CHECK (length(name) < 1000) NOT VALID;",
         ],
-        verdict: Verdict::Passes,
+        verdict: Verdict::Passes(&["apply", "locks", "post"]),
     },
     Row {
         name: "blocking_index_build_in_another_schema_is_an_error",
@@ -157,7 +164,7 @@ const ROWS: &[Row] = &[
             "CREATE SCHEMA sales;\nCREATE TABLE sales.orders (id bigint PRIMARY KEY, customer text NOT NULL, total numeric(12,2) NOT NULL);",
             "ALTER TABLE sales.orders ALTER COLUMN total TYPE numeric(14,2);",
         ],
-        verdict: Verdict::Passes,
+        verdict: Verdict::Passes(&["apply", "rewrite", "locks"]),
     },
     Row {
         name: "rewriting_a_table_in_another_schema_is_an_error",
@@ -184,7 +191,7 @@ const ROWS: &[Row] = &[
             "CREATE TABLE events (id bigint NOT NULL, at date NOT NULL, kind text NOT NULL) PARTITION BY RANGE (at);\nCREATE TABLE events_2026 PARTITION OF events FOR VALUES FROM ('2026-01-01') TO ('2027-01-01');\nCREATE TABLE events_other PARTITION OF events DEFAULT;",
             "ALTER TABLE events ADD COLUMN note text;",
         ],
-        verdict: Verdict::Passes,
+        verdict: Verdict::Passes(&["apply", "rewrite", "locks"]),
     },
     Row {
         name: "trusted_extension_and_own_schema_pass_as_the_owner_role",
@@ -193,7 +200,7 @@ const ROWS: &[Row] = &[
             "CREATE TABLE notes (id bigint NOT NULL, body text);",
             "CREATE SCHEMA audit;\nCREATE TABLE audit.events (id bigint NOT NULL, at timestamptz NOT NULL DEFAULT now());\nCREATE EXTENSION IF NOT EXISTS pgcrypto;",
         ],
-        verdict: Verdict::Passes,
+        verdict: Verdict::Passes(&["apply", "post"]),
     },
     Row {
         name: "table_left_unlogged_warns",
@@ -205,6 +212,10 @@ const ROWS: &[Row] = &[
         verdict: Verdict::Warns(&["post.unlogged-table: event_staging is UNLOGGED"]),
     },
 ];
+
+/// The file `copy_to_program_is_contained_and_an_error`'s program would
+/// create; every row looks for it on the server.
+const PWNED: &str = "/tmp/rollsafe-verdicts-pwned";
 
 /// Rows whose right verdict is not on main yet, with why: shown as
 /// ignored with the reason (never as passed) until the fix lands.
@@ -282,10 +293,13 @@ fn judge(env: &TestEnv, row: &Row) -> anyhow::Result<()> {
         })
     };
     match row.verdict {
-        Verdict::Passes => ensure!(
-            code == 0 && errors.is_empty(),
-            "expected zero errors, got exit {code}: {errors:?}"
-        ),
+        Verdict::Passes(checks) => {
+            ensure!(
+                code == 0 && errors.is_empty(),
+                "expected zero errors, got exit {code}: {errors:?}"
+            );
+            measured(&report, last, checks)?;
+        }
         Verdict::Warns(patterns) => {
             ensure!(
                 code == 0 && errors.is_empty(),
@@ -305,10 +319,40 @@ fn judge(env: &TestEnv, row: &Row) -> anyhow::Result<()> {
             );
         }
     }
+    // Where the server runs (its container on docker), not this process's /tmp.
     ensure!(
-        !Path::new("/tmp/rollsafe-verdicts-pwned").exists(),
-        "a migration reached outside the sandbox: /tmp/rollsafe-verdicts-pwned exists"
+        !exists_on_server(env, PWNED)?,
+        "a migration reached outside the sandbox: {PWNED} exists on the server"
     );
+    Ok(())
+}
+
+/// Each of `checks` ran on migration `last` (the report lists it) and
+/// measured there: at least one finding of its own, none of them skipped.
+fn measured(report: &serde_json::Value, last: i64, checks: &[&str]) -> anyhow::Result<()> {
+    let ran = report["checks"].as_array().context("checks")?;
+    let findings = report["findings"].as_array().context("findings")?;
+    for check in checks {
+        ensure!(
+            ran.iter()
+                .any(|c| c["check"] == *check && c["migration"].as_i64() == Some(last)),
+            "check {check} did not run on V{last}: a pass needs it to have measured"
+        );
+        let own: Vec<(&str, &str)> = findings
+            .iter()
+            .filter(|f| f["check"] == *check && f["migration"].as_i64() == Some(last))
+            .map(|f| {
+                (
+                    f["severity"].as_str().unwrap_or_default(),
+                    f["message"].as_str().unwrap_or_default(),
+                )
+            })
+            .collect();
+        ensure!(
+            !own.is_empty() && own.iter().all(|(severity, _)| *severity != "skipped"),
+            "check {check} did not measure V{last} (a pass needs it to have): {own:?}"
+        );
+    }
     Ok(())
 }
 

@@ -90,6 +90,8 @@ fn all_backends_trials(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
 
 pub(crate) const ROWS: u64 = 2000;
 const SHIPPED_V3: &str = "V3__attached_functions_is_ready.sql";
+/// The file [`migrations_dir`] writes a variant V3 to.
+const VARIANT_V3: &str = "V3__variant.sql";
 
 /// A migrations directory: the real V1 and V2, then `v3` (None: the
 /// shipped V3), then an optional V4. With `snapshot`, the shipped
@@ -107,7 +109,7 @@ fn migrations_dir(v3: Option<&str>, v4: Option<&str>, snapshot: bool) -> tempfil
         None => {
             std::fs::copy(src.join(SHIPPED_V3), dir.path().join(SHIPPED_V3)).unwrap();
         }
-        Some(sql) => std::fs::write(dir.path().join("V3__variant.sql"), sql).unwrap(),
+        Some(sql) => std::fs::write(dir.path().join(VARIANT_V3), sql).unwrap(),
     }
     if let Some(sql) = v4 {
         std::fs::write(dir.path().join("V4__proposed.sql"), sql).unwrap();
@@ -134,12 +136,21 @@ pub(crate) fn with_later(later: &[&str]) -> tempfile::TempDir {
 /// `since_rehearses_only_later_migrations_and_judges_them_as_a_full_run`
 /// proves); the shipped three are rehearsed by tests of their own, and
 /// rehearsing them again in every test of a later migration was a third
-/// of the suite's time.
+/// of the suite's time. Likewise a directory whose V3 is a variant
+/// ([`migrations_dir`] with a `v3`) rehearses from V3 on (`--since 2`):
+/// the shipped V1 and V2 are the shipped tests' to judge.
 fn rehearse(env: &TestEnv, dir: &Path) -> anyhow::Result<Report> {
     let catalog = Catalog::from_dir(dir)?;
     let later = dir.join(SHIPPED_V3).exists() && catalog.migrations().iter().any(|m| m.version > 3);
+    let variant = dir.join(VARIANT_V3).exists();
     let verify = shipped::verify(catalog)?.rows(ROWS);
-    let verify = if later { verify.since(3)? } else { verify };
+    let verify = if later {
+        verify.since(3)?
+    } else if variant {
+        verify.since(2)?
+    } else {
+        verify
+    };
     Ok(verify.run(&env.sandbox)?)
 }
 
@@ -221,18 +232,24 @@ fn shipped_migrations_pass_with_measured_evidence(env: &TestEnv) -> anyhow::Resu
     // since PostgreSQL 11), and nothing static is an error.
     find("static.clean")?;
     // Behind a long transaction the real retry loop kept every app
-    // statement within the stall budget, and V3 completed once it ended.
-    // With the apps beside it, its first attempt waited the policy's cap
-    // (where they queue longest): the transaction ended when that attempt
-    // timed out, and an app statement waited longer than the step before
-    // the cap (337.5 ms) could have made it.
+    // statement within the stall budget (the check's own verdict: an
+    // info, not an error), and V3 completed once it ended. With the apps
+    // beside it, its first attempt waited the policy's cap (where they
+    // queue longest), and it needed more than one attempt. How long the
+    // apps waited is a timing figure, printed here and measured by
+    // `cargo bench --bench locks`, not bounded in a test.
     let waits = find("locks.waits-within-stall-budget")?;
     let ms = |k: &str| waits.evidence[k].as_f64().unwrap_or(f64::NAN);
+    eprintln!(
+        "    V3 behind a long transaction: worst app wait {:.0} ms, transaction {:.0} ms, {} attempts",
+        ms("worst_app_wait_ms"),
+        ms("long_transaction_ms"),
+        waits.evidence["attempts"]
+    );
     ensure!(
-        ms("worst_app_wait_ms") < 1000.0
-            && ms("worst_app_wait_ms") > 337.5
+        waits.severity == Severity::Info
+            && ms("worst_app_wait_ms") > 0.0
             && ms("first_lock_timeout_ms") == ms("max_lock_timeout_ms")
-            && ms("long_transaction_ms") < ms("max_lock_timeout_ms") + 500.0
             && waits.evidence["attempts"].as_u64().unwrap() > 1
             && waits.evidence["app_statements"].as_u64().unwrap() > 10,
         "{:?}",
@@ -761,15 +778,11 @@ fn cli_exit_0_with_json_matching_the_findings(env: &TestEnv) -> anyhow::Result<(
     // The same as the library's report (minus timings).
     let report: Report = serde_json::from_value(v.clone())?;
     ensure!(report.migrations.len() == 3 && report.apps.len() == 2);
-    let password = url::Url::parse(env.sandbox.admin_url())?
-        .password()
-        .map(str::to_string);
-    if let Some(pw) = password {
-        ensure!(
-            !stdout.contains(&pw) && !stderr.contains(&pw),
-            "password leaked"
-        );
-    }
+    let pw = crate::common::password_of(env.sandbox.admin_url())?;
+    ensure!(
+        !stdout.contains(&pw) && !stderr.contains(&pw),
+        "password leaked"
+    );
     Ok(())
 }
 
@@ -1382,15 +1395,21 @@ fn not_valid_then_validate_passes_in_two_migrations(env: &TestEnv) -> anyhow::Re
 fn slow_migration_without_conflict_is_not_blamed_on_lock_timeout(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
-    let dir = with_later(&["CREATE TABLE slow_t (id int);\nSELECT pg_sleep(2.5);"]);
-    let r = rehearse(env, dir.path())?;
-    expect_pass(&r)?;
-    // Slow and holding ACCESS EXCLUSIVE: a long lock, still not a lock wait.
+    // One rehearsal of both (each migration is judged on its own): V4
+    // slow on a table of its own, V5 slow and holding ACCESS EXCLUSIVE on
+    // the apps' table.
     let dir = with_later(&[
+        "CREATE TABLE slow_t (id int);\nSELECT pg_sleep(2.5);",
         "ALTER TABLE attached_functions ADD COLUMN note text;\nSELECT pg_sleep(2.5);",
     ]);
     let r = rehearse(env, dir.path())?;
-    expect_error(&r, 4, "locks.long-blocking-lock")?;
+    let v4_errors: Vec<String> = error_ids(&r)
+        .into_iter()
+        .filter(|e| e.starts_with("V4:"))
+        .collect();
+    ensure!(v4_errors.is_empty(), "slow without a conflict: {v4_errors:?}");
+    // Slow and holding ACCESS EXCLUSIVE: a long lock, still not a lock wait.
+    expect_error(&r, 5, "locks.long-blocking-lock")?;
     ensure!(
         !r.findings
             .iter()
@@ -1511,20 +1530,20 @@ fn sizes_from_a_real_database_drive_the_prediction(env: &TestEnv) -> anyhow::Res
 fn since_rehearses_only_later_migrations_and_judges_them_as_a_full_run(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
-    // V4..V6 trivial, V7 a validating CHECK.
+    // V4 trivial (applied, not rehearsed, past the shipped three), V5 a
+    // validating CHECK. (Two more trivial versions before the CHECK added
+    // two rehearsals to the full run and proved nothing more.)
     let dir = with_later(&[
         "ALTER TABLE attached_functions ADD COLUMN c4 text;",
-        "ALTER TABLE attached_functions ADD COLUMN c5 text;",
-        "ALTER TABLE attached_functions ADD COLUMN c6 text;",
         "ALTER TABLE attached_functions ADD CONSTRAINT attempts_nonneg CHECK (current_attempts >= 0);",
     ]);
     let full = rehearse_all(env, dir.path())?;
     let since = shipped::verify(Catalog::from_dir(dir.path())?)?
         .rows(ROWS)
-        .since(6)?
+        .since(4)?
         .run(&env.sandbox)?;
     ensure!(
-        since.applied_only == [1, 2, 3, 4, 5, 6],
+        since.applied_only == [1, 2, 3, 4],
         "{:?}",
         since.applied_only
     );
@@ -1532,7 +1551,7 @@ fn since_rehearses_only_later_migrations_and_judges_them_as_a_full_run(
         since
             .findings
             .iter()
-            .all(|f| f.migration.map_or(true, |v| v == 7)),
+            .all(|f| f.migration.map_or(true, |v| v == 5)),
         "findings about versions that were only applied: {:?}",
         since
             .findings
@@ -1544,19 +1563,19 @@ fn since_rehearses_only_later_migrations_and_judges_them_as_a_full_run(
         let mut v: Vec<(String, Severity)> = r
             .findings
             .iter()
-            .filter(|f| f.migration == Some(7) && f.severity >= Severity::Warn)
+            .filter(|f| f.migration == Some(5) && f.severity >= Severity::Warn)
             .map(|f| (f.id.clone(), f.severity))
             .collect();
         v.sort();
         v
     };
     ensure!(
-        verdicts(&since) == verdicts(&full),
-        "--since 6 judged V7 as {:?}, the full run as {:?}",
+        !verdicts(&full).is_empty() && verdicts(&since) == verdicts(&full),
+        "--since 4 judged V5 as {:?}, the full run as {:?}",
         verdicts(&since),
         verdicts(&full)
     );
-    expect_error(&since, 7, "rewrite.full-scan-under-lock")?;
+    expect_error(&since, 5, "rewrite.full-scan-under-lock")?;
     // An unknown version is refused in one line.
     let (code, _, stderr) = run_verify(
         env,
