@@ -231,7 +231,8 @@ pub fn history_version(version: &str) -> Option<String> {
 /// integer. The text is the file's, before placeholders are replaced.
 pub fn checksum(text: &str) -> i32 {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let mut crc = Crc32::default();
+    // crc32fast's CRC-32 is java.util.zip.CRC32's (IEEE 802.3, reflected).
+    let mut crc = crc32fast::Hasher::new();
     let mut rest = text;
     while !rest.is_empty() {
         let end = rest.find(['\n', '\r']).unwrap_or(rest.len());
@@ -243,32 +244,7 @@ pub fn checksum(text: &str) -> i32 {
             .or_else(|| rest.strip_prefix('\r'))
             .unwrap_or(rest);
     }
-    crc.finish() as i32
-}
-
-/// CRC-32 (IEEE 802.3, reflected, as `java.util.zip.CRC32`).
-struct Crc32(u32);
-
-impl Default for Crc32 {
-    fn default() -> Self {
-        Crc32(0xFFFF_FFFF)
-    }
-}
-
-impl Crc32 {
-    fn update(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 ^= u32::from(b);
-            for _ in 0..8 {
-                let mask = (self.0 & 1).wrapping_neg();
-                self.0 = (self.0 >> 1) ^ (0xEDB8_8320 & mask);
-            }
-        }
-    }
-
-    fn finish(&self) -> u32 {
-        !self.0
-    }
+    crc.finalize() as i32
 }
 
 /// Whether Flyway runs `sql` outside a transaction by itself: one of its
@@ -363,6 +339,22 @@ mod tests {
             checksum("\u{feff}SELECT 1;\r\nSELECT 2;")
         );
         assert_ne!(checksum("SELECT 1;"), checksum("SELECT 2;"));
+        // What the JVM computes with Flyway's algorithm (BufferedReader
+        // lines, BOM dropped, java.util.zip.CRC32 over each line's UTF-8,
+        // cast to int): a positive and a negative value, one with a
+        // multi-byte character.
+        assert_eq!(
+            checksum("CREATE TABLE hives (id int);\nCREATE INDEX ON hives (id);\n"),
+            1_780_937_679
+        );
+        assert_eq!(
+            checksum("\u{feff}CREATE TABLE hives (id int);\r\nCREATE INDEX ON hives (id);"),
+            1_780_937_679
+        );
+        assert_eq!(
+            checksum("ALTER TABLE hives ADD COLUMN note text; -- \u{e9}\n"),
+            -1_012_046_475
+        );
         assert_eq!(history_version("1.1.0").as_deref(), Some("1.1"));
         assert!(cannot_run_in_transaction(
             "CREATE TABLE t (a int);\n-- built online\ndrop index\n  concurrently if exists i;"
