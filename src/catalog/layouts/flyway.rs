@@ -18,11 +18,32 @@
 
 use std::collections::BTreeMap;
 
-use super::{Folder, LayoutReader, ReadOptions, Step};
+use super::{Folder, HistoryRules, LayoutReader, ReadOptions, Step};
 use crate::catalog::CatalogError;
 use crate::catalog::Execution;
 
 pub struct Flyway;
+
+/// `flyway_schema_history`, read only: successful runs, not the baseline
+/// marker nor the schema-creation row (version `0`); a repeatable has a
+/// row per run and its latest counts, keyed `R__<description>`. Versions
+/// read as [`history_version`] writes them (`1.1.0` is `1.1`); the
+/// checksum is [`checksum`]'s.
+static HISTORY: HistoryRules = HistoryRules {
+    key: |key| match key.starts_with("R__") {
+        true => key,
+        false => history_version(&key).unwrap_or(key),
+    },
+    ..HistoryRules::new(
+        "flyway_schema_history",
+        "SELECT DISTINCT ON (k) k, installed_on::text, checksum::text FROM (
+           SELECT coalesce(version, 'R__' || replace(description, ' ', '_')) AS k,
+                  installed_on, checksum, installed_rank
+             FROM flyway_schema_history
+            WHERE success AND type <> 'BASELINE' AND version IS DISTINCT FROM '0') runs
+          ORDER BY k, installed_rank DESC",
+    )
+};
 
 /// What a Flyway file name is.
 #[derive(Debug, PartialEq, Eq)]
@@ -103,6 +124,10 @@ fn flyway_only(folder: &Folder, file: &str) -> bool {
 impl LayoutReader for Flyway {
     fn pattern(&self) -> &'static str {
         "V<version>__<description>.sql, R__<description>.sql"
+    }
+
+    fn history(&self) -> &'static HistoryRules {
+        &HISTORY
     }
 
     fn claims(&self, folder: &Folder) -> Vec<String> {
