@@ -95,7 +95,7 @@ use backfill::{BackfillError, BackfillOptions, BackfillState, ProgressSink};
 use history::ToolHistory;
 
 /// refinery's history table (its default name).
-pub const HISTORY_TABLE: &str = "refinery_schema_history";
+pub use crate::catalog::layouts::refinery::HISTORY_TABLE;
 
 /// The session advisory lock every rollsafe migrator takes: the ASCII bytes
 /// of "rollsafe" as a big-endian i64.
@@ -438,7 +438,7 @@ pub fn read_tool_history(
     let Some(applied) = applied else {
         return Ok((false, Vec::new()));
     };
-    let applied = expand_recorded(catalog, tool, applied);
+    let applied = tool.expand(catalog, applied);
     let mut unknown = catalog.latest();
     let mut rows: Vec<HistoryRow> = Vec::new();
     for row in applied {
@@ -466,49 +466,6 @@ pub fn read_tool_history(
     }
     rows.sort_by_key(|r| r.version);
     Ok((true, rows))
-}
-
-/// What a tool's rows say is applied, one row per migration of `catalog`:
-/// golang-migrate's one row (the newest version) stands for every file up
-/// to it; a dbmate version for each section of its file.
-fn expand_recorded(
-    catalog: &Catalog,
-    tool: ToolHistory,
-    applied: Vec<history::AppliedRow>,
-) -> Vec<history::AppliedRow> {
-    use crate::catalog::Layout;
-    let row = |m: &Migration, applied_on: &str| history::AppliedRow {
-        key: m.key.clone(),
-        applied_on: applied_on.to_string(),
-        checksum: None,
-    };
-    match tool.0 {
-        Layout::GolangMigrate => {
-            let newest: Option<u64> = applied.iter().filter_map(|r| r.key.parse().ok()).max();
-            catalog
-                .migrations()
-                .iter()
-                .filter(|m| newest.is_some() && m.key.parse::<u64>().ok() <= newest)
-                .map(|m| row(m, ""))
-                .collect()
-        }
-        Layout::Dbmate => {
-            let mut out = Vec::new();
-            for r in applied {
-                let earlier = format!("{}#", r.key);
-                out.extend(
-                    catalog
-                        .migrations()
-                        .iter()
-                        .filter(|m| m.key.starts_with(&earlier))
-                        .map(|m| row(m, &r.applied_on)),
-                );
-                out.push(r);
-            }
-            out
-        }
-        _ => applied,
-    }
 }
 
 /// Reads refinery's history without creating it: empty (and `false`) when
@@ -635,8 +592,8 @@ pub fn compare_tool(
                 if v.state == State::Applied {
                     v.checksum_applied = m.tool_checksum.clone();
                 }
-                if v.state == State::Divergent && tool.0 == crate::catalog::Layout::Atlas {
-                    v.note = Some("Atlas's hash in atlas.sum covers this file and every file before it, so this file or an earlier one was edited".into());
+                if v.state == State::Divergent {
+                    v.note = tool.divergent_note().map(str::to_string);
                 }
             }
         }
@@ -1026,21 +983,9 @@ impl apply::StepObserver for MigrateTransaction<'_> {
     }
 
     fn finishing(&mut self, client: &mut Client) -> Result<(), postgres::Error> {
-        if self.tool.0 == crate::catalog::Layout::Refinery {
-            insert_refinery_row(client, self.m)
-        } else {
-            self.tool.record(client, self.m, self.started.elapsed())
-        }
+        self.tool.record(client, self.m, self.started.elapsed())
     }
 }
-
-/// refinery's history table, as refinery creates it (for a first
-/// migration that runs outside a transaction).
-const HISTORY_DDL: &str = "CREATE TABLE IF NOT EXISTS refinery_schema_history(
-             version int4 PRIMARY KEY,
-             name VARCHAR(255),
-             applied_on VARCHAR(255),
-             checksum VARCHAR(255))";
 
 /// How `migrate` watches each statement of a file outside a transaction:
 /// it logs every attempt, and where the policy waits without queueing, it
@@ -1178,11 +1123,7 @@ fn apply_outside_transaction(
             }
         }
     }
-    let recorded = if tool.0 == crate::catalog::Layout::Refinery {
-        record_history(client, m, has_backfills)
-    } else {
-        record_tool_history(client, tool, m, started.elapsed(), has_backfills)
-    };
+    let recorded = record_history(client, tool, m, started.elapsed(), has_backfills);
     recorded.map_err(|e| MigrateError::recording(m, tool.table(), &e))?;
     Ok(Applied {
         version: m.version,
@@ -1204,47 +1145,15 @@ pub fn record_applied<'a>(
 ) -> Result<(), postgres::Error> {
     let tool = ToolHistory::written_by_migrate(layout);
     for m in applied {
-        match tool.0 {
-            crate::catalog::Layout::Refinery => record_history(client, m, false)?,
-            _ => record_tool_history(client, tool, m, Duration::ZERO, false)?,
-        }
+        record_history(client, tool, m, Duration::ZERO, false)?;
     }
     Ok(())
 }
 
-/// Writes `m`'s history row as refinery does (version, name, RFC 3339 UTC
-/// time, decimal checksum), and marks its backfills finished, in one
-/// transaction.
+/// Writes `m`'s history row as the tool does (creating the table if
+/// needed; refinery's: version, name, RFC 3339 UTC time, decimal
+/// checksum), and marks its backfills finished, in one transaction.
 fn record_history(
-    client: &mut Client,
-    m: &Migration,
-    has_backfills: bool,
-) -> Result<(), postgres::Error> {
-    client.batch_execute(HISTORY_DDL)?;
-    let mut tx = client.transaction()?;
-    insert_refinery_row(&mut tx, m)?;
-    if has_backfills {
-        backfill::mark_finished(&mut tx, m.version)?;
-    }
-    tx.commit()
-}
-
-/// `m`'s row in refinery's history table, as refinery writes it.
-fn insert_refinery_row(
-    client: &mut impl postgres::GenericClient,
-    m: &Migration,
-) -> Result<(), postgres::Error> {
-    let applied_on = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
-    client
-        .execute(
-            "INSERT INTO refinery_schema_history (version, name, applied_on, checksum) VALUES ($1, $2, $3, $4)",
-            &[&m.version, &m.refinery_history_name(), &applied_on, &m.checksum.to_string()],
-        )
-        .map(drop)
-}
-
-/// [`record_history`] in the tool's own table.
-fn record_tool_history(
     client: &mut Client,
     tool: ToolHistory,
     m: &Migration,

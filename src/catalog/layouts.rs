@@ -14,8 +14,13 @@
 //! `BEGIN`/`COMMIT`) are blanked, not removed, so `file:line` in a finding
 //! points at the line in the user's file.
 //!
+//! Each layout also owns the rules of its tool's history table
+//! ([`HistoryRules`]: the table, how its rows read, how checksums compare,
+//! how a row is written); running them against a database is
+//! `migrate::history`'s.
+//!
 //! Not here: directives (`-- rollsafe:`, read by the catalog for every
-//! layout alike), history tables (`migrate`).
+//! layout alike), anything that touches a database.
 
 use std::collections::BTreeMap;
 
@@ -27,6 +32,8 @@ mod diesel;
 pub(crate) mod flyway;
 mod golang_migrate;
 mod goose;
+pub mod history;
+pub use history::{AppliedRow, HistoryRules, HistoryWrite, RowWrite, Value};
 pub(crate) mod prisma;
 pub(crate) mod refinery;
 pub use atlas::sum_file as atlas_sum;
@@ -170,6 +177,8 @@ pub trait LayoutReader: Sync {
     /// The migrations in the tool's order, up SQL only. A file the layout
     /// cannot read is refused ([`unreadable`]).
     fn read(&self, folder: &Folder, options: &ReadOptions) -> Result<Vec<Step>, CatalogError>;
+    /// The rules of the tool's history table.
+    fn history(&self) -> &'static HistoryRules;
 }
 
 /// The reader of `layout`.

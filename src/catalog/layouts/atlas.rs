@@ -12,11 +12,25 @@
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
-use super::{comment_body, unreadable, Folder, LayoutReader, Nolint, ReadOptions, Step};
+use super::{
+    comment_body, unreadable, Folder, HistoryRules, LayoutReader, Nolint, ReadOptions, Step,
+};
 use crate::catalog::Execution;
 use crate::catalog::{CatalogError, Layout};
 
 pub struct Atlas;
+
+/// `atlas_schema_revisions.atlas_schema_revisions`, read only: a revision
+/// counts once all its statements applied; its `hash` is the file's
+/// `atlas.sum` hash, which covers every file before it too.
+static HISTORY: HistoryRules = HistoryRules {
+    divergent_note: Some("Atlas's hash in atlas.sum covers this file and every file before it, so this file or an earlier one was edited"),
+    ..HistoryRules::new(
+        "atlas_schema_revisions.atlas_schema_revisions",
+        "SELECT version::text, executed_at::text, hash FROM atlas_schema_revisions.atlas_schema_revisions
+          WHERE applied = total",
+    )
+};
 
 pub const SUM_FILE: &str = "atlas.sum";
 
@@ -57,6 +71,10 @@ fn header_directives(text: &str) -> Vec<String> {
 impl LayoutReader for Atlas {
     fn pattern(&self) -> &'static str {
         "<version>[_<name>].sql with atlas.sum"
+    }
+
+    fn history(&self) -> &'static HistoryRules {
+        &HISTORY
     }
 
     fn claims(&self, folder: &Folder) -> Vec<String> {

@@ -14,11 +14,70 @@
 //! and the last section replaces those rows with the version; a recorded
 //! version stands for all its sections.
 
-use super::{digits_and_name, keep_lines, unreadable, Folder, LayoutReader, ReadOptions, Step};
+use std::time::Duration;
+
+use super::{
+    digits_and_name, keep_lines, unreadable, AppliedRow, Folder, HistoryRules, HistoryWrite,
+    LayoutReader, ReadOptions, RowWrite, Step, Value,
+};
 use crate::catalog::Execution;
-use crate::catalog::{CatalogError, Layout};
+use crate::catalog::{CatalogError, Layout, Migration};
 
 pub struct Dbmate;
+
+/// `schema_migrations(version)`: a row per applied file, its version; a
+/// file's earlier up sections as `<version>#<n>` until its last applies.
+static HISTORY: HistoryRules = HistoryRules {
+    write: Some(HistoryWrite {
+        create: "CREATE TABLE IF NOT EXISTS schema_migrations (
+                 version varchar(128) PRIMARY KEY)",
+        record,
+    }),
+    expand: every_section_of_a_version,
+    ..HistoryRules::new(
+        "schema_migrations",
+        "SELECT version::text, '', NULL::text FROM schema_migrations",
+    )
+};
+
+/// A recorded version stands for every section of its file.
+fn every_section_of_a_version(migrations: &[Migration], rows: Vec<AppliedRow>) -> Vec<AppliedRow> {
+    let mut out = Vec::new();
+    for r in rows {
+        let earlier = format!("{}#", r.key);
+        out.extend(
+            migrations
+                .iter()
+                .filter(|m| m.key.starts_with(&earlier))
+                .map(|m| AppliedRow {
+                    key: m.key.clone(),
+                    applied_on: r.applied_on.clone(),
+                    checksum: None,
+                }),
+        );
+        out.push(r);
+    }
+    out
+}
+
+/// A section before a file's last is kept as `<version>#<n>` until the
+/// last section replaces those rows with the version, in its own
+/// transaction: a run that stops between sections resumes after the last
+/// one applied.
+fn record(m: &Migration, _: Duration) -> Vec<RowWrite> {
+    let mut writes = Vec::new();
+    if !is_earlier_section(&m.key) {
+        writes.push(RowWrite::new(
+            "DELETE FROM schema_migrations WHERE version LIKE $1",
+            vec![Value::Text(format!("{}#%", m.key))],
+        ));
+    }
+    writes.push(RowWrite::new(
+        "INSERT INTO schema_migrations (version) VALUES ($1)",
+        vec![Value::Text(m.key.clone())],
+    ));
+    writes
+}
 
 /// `-- migrate:up …` / `-- migrate:down …`: (true for up, its options),
 /// matched as dbmate's own patterns match a line
@@ -49,6 +108,10 @@ pub fn is_dbmate(bytes: &[u8]) -> bool {
 impl LayoutReader for Dbmate {
     fn pattern(&self) -> &'static str {
         "<version>_<name>.sql with -- migrate:up"
+    }
+
+    fn history(&self) -> &'static HistoryRules {
+        &HISTORY
     }
 
     fn claims(&self, folder: &Folder) -> Vec<String> {
@@ -98,7 +161,7 @@ impl LayoutReader for Dbmate {
 /// Whether `key` is a section of a dbmate file before its last
 /// (`<version>#<n>`): the file's version is recorded with the last.
 /// Digits never hold `#`, so a file's version never looks like one.
-pub fn is_earlier_section(key: &str) -> bool {
+fn is_earlier_section(key: &str) -> bool {
     key.contains('#')
 }
 

@@ -10,13 +10,37 @@
 //! are skipped, as diesel skips them. `00000000000000_diesel_initial_setup`
 //! is an ordinary migration (the helper functions diesel's setup writes).
 
+use std::time::Duration;
+
 use serde::Deserialize;
 
-use super::{Folder, LayoutReader, ReadOptions, Step};
+use super::{Folder, HistoryRules, HistoryWrite, LayoutReader, ReadOptions, RowWrite, Step, Value};
 use crate::catalog::CatalogError;
-use crate::catalog::Execution;
+use crate::catalog::{Execution, Migration};
 
 pub struct Diesel;
+
+/// `__diesel_schema_migrations(version, run_on)`: a row per applied
+/// migration, its version (the folder prefix without `-`).
+static HISTORY: HistoryRules = HistoryRules {
+    write: Some(HistoryWrite {
+        create: "CREATE TABLE IF NOT EXISTS __diesel_schema_migrations (
+                 version VARCHAR(50) PRIMARY KEY NOT NULL,
+                 run_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP)",
+        record,
+    }),
+    ..HistoryRules::new(
+        "__diesel_schema_migrations",
+        "SELECT version::text, run_on::text, NULL::text FROM __diesel_schema_migrations",
+    )
+};
+
+fn record(m: &Migration, _: Duration) -> Vec<RowWrite> {
+    vec![RowWrite::new(
+        "INSERT INTO __diesel_schema_migrations (version) VALUES ($1)",
+        vec![Value::Text(m.key.clone())],
+    )]
+}
 
 const UP: &str = "up.sql";
 
@@ -36,6 +60,10 @@ fn version(dir: &str) -> Option<String> {
 impl LayoutReader for Diesel {
     fn pattern(&self) -> &'static str {
         "<version>_<name>/up.sql"
+    }
+
+    fn history(&self) -> &'static HistoryRules {
+        &HISTORY
     }
 
     fn claims(&self, folder: &Folder) -> Vec<String> {

@@ -18,11 +18,32 @@
 
 use std::collections::BTreeMap;
 
-use super::{Folder, LayoutReader, ReadOptions, Step};
+use super::{Folder, HistoryRules, LayoutReader, ReadOptions, Step};
 use crate::catalog::CatalogError;
 use crate::catalog::Execution;
 
 pub struct Flyway;
+
+/// `flyway_schema_history`, read only: successful runs, not the baseline
+/// marker nor the schema-creation row (version `0`); a repeatable has a
+/// row per run and its latest counts, keyed `R__<description>`. Versions
+/// read as [`history_version`] writes them (`1.1.0` is `1.1`); the
+/// checksum is [`checksum`]'s.
+static HISTORY: HistoryRules = HistoryRules {
+    key: |key| match key.starts_with("R__") {
+        true => key,
+        false => history_version(&key).unwrap_or(key),
+    },
+    ..HistoryRules::new(
+        "flyway_schema_history",
+        "SELECT DISTINCT ON (k) k, installed_on::text, checksum::text FROM (
+           SELECT coalesce(version, 'R__' || replace(description, ' ', '_')) AS k,
+                  installed_on, checksum, installed_rank
+             FROM flyway_schema_history
+            WHERE success AND type <> 'BASELINE' AND version IS DISTINCT FROM '0') runs
+          ORDER BY k, installed_rank DESC",
+    )
+};
 
 /// What a Flyway file name is.
 #[derive(Debug, PartialEq, Eq)]
@@ -103,6 +124,10 @@ fn flyway_only(folder: &Folder, file: &str) -> bool {
 impl LayoutReader for Flyway {
     fn pattern(&self) -> &'static str {
         "V<version>__<description>.sql, R__<description>.sql"
+    }
+
+    fn history(&self) -> &'static HistoryRules {
+        &HISTORY
     }
 
     fn claims(&self, folder: &Folder) -> Vec<String> {
@@ -231,7 +256,8 @@ pub fn history_version(version: &str) -> Option<String> {
 /// integer. The text is the file's, before placeholders are replaced.
 pub fn checksum(text: &str) -> i32 {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let mut crc = Crc32::default();
+    // crc32fast's CRC-32 is java.util.zip.CRC32's (IEEE 802.3, reflected).
+    let mut crc = crc32fast::Hasher::new();
     let mut rest = text;
     while !rest.is_empty() {
         let end = rest.find(['\n', '\r']).unwrap_or(rest.len());
@@ -243,32 +269,7 @@ pub fn checksum(text: &str) -> i32 {
             .or_else(|| rest.strip_prefix('\r'))
             .unwrap_or(rest);
     }
-    crc.finish() as i32
-}
-
-/// CRC-32 (IEEE 802.3, reflected, as `java.util.zip.CRC32`).
-struct Crc32(u32);
-
-impl Default for Crc32 {
-    fn default() -> Self {
-        Crc32(0xFFFF_FFFF)
-    }
-}
-
-impl Crc32 {
-    fn update(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 ^= u32::from(b);
-            for _ in 0..8 {
-                let mask = (self.0 & 1).wrapping_neg();
-                self.0 = (self.0 >> 1) ^ (0xEDB8_8320 & mask);
-            }
-        }
-    }
-
-    fn finish(&self) -> u32 {
-        !self.0
-    }
+    crc.finalize() as i32
 }
 
 /// Whether Flyway runs `sql` outside a transaction by itself: one of its
@@ -363,6 +364,22 @@ mod tests {
             checksum("\u{feff}SELECT 1;\r\nSELECT 2;")
         );
         assert_ne!(checksum("SELECT 1;"), checksum("SELECT 2;"));
+        // What the JVM computes with Flyway's algorithm (BufferedReader
+        // lines, BOM dropped, java.util.zip.CRC32 over each line's UTF-8,
+        // cast to int): a positive and a negative value, one with a
+        // multi-byte character.
+        assert_eq!(
+            checksum("CREATE TABLE hives (id int);\nCREATE INDEX ON hives (id);\n"),
+            1_780_937_679
+        );
+        assert_eq!(
+            checksum("\u{feff}CREATE TABLE hives (id int);\r\nCREATE INDEX ON hives (id);"),
+            1_780_937_679
+        );
+        assert_eq!(
+            checksum("ALTER TABLE hives ADD COLUMN note text; -- \u{e9}\n"),
+            -1_012_046_475
+        );
         assert_eq!(history_version("1.1.0").as_deref(), Some("1.1"));
         assert!(cannot_run_in_transaction(
             "CREATE TABLE t (a int);\n-- built online\ndrop index\n  concurrently if exists i;"

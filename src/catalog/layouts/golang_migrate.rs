@@ -4,11 +4,57 @@
 //! `BEGIN`/`COMMIT`. rollsafe runs each up file in one transaction, as
 //! refinery-layout files, unless it says `-- rollsafe:no-transaction`.
 
-use super::{digits_and_name, sort_numeric, unreadable, Folder, LayoutReader, ReadOptions, Step};
+use std::time::Duration;
+
+use super::{
+    digits_and_name, sort_numeric, unreadable, AppliedRow, Folder, HistoryRules, HistoryWrite,
+    LayoutReader, ReadOptions, RowWrite, Step, Value,
+};
 use crate::catalog::Execution;
-use crate::catalog::{CatalogError, Layout};
+use crate::catalog::{CatalogError, Layout, Migration};
 
 pub struct GolangMigrate;
+
+/// `schema_migrations(version, dirty)`: one row, the newest version
+/// applied; a dirty one (a run that failed half-way) counts as none.
+static HISTORY: HistoryRules = HistoryRules {
+    write: Some(HistoryWrite {
+        create: "CREATE TABLE IF NOT EXISTS schema_migrations (
+                 version bigint NOT NULL PRIMARY KEY,
+                 dirty boolean NOT NULL)",
+        record,
+    }),
+    expand: every_file_up_to_the_newest,
+    ..HistoryRules::new(
+        "schema_migrations",
+        "SELECT version::text, '', NULL::text FROM schema_migrations WHERE NOT dirty",
+    )
+};
+
+/// The table's one row stands for every file up to its version.
+fn every_file_up_to_the_newest(migrations: &[Migration], rows: Vec<AppliedRow>) -> Vec<AppliedRow> {
+    let newest: Option<u64> = rows.iter().filter_map(|r| r.key.parse().ok()).max();
+    migrations
+        .iter()
+        .filter(|m| newest.is_some() && m.key.parse::<u64>().ok() <= newest)
+        .map(|m| AppliedRow {
+            key: m.key.clone(),
+            applied_on: String::new(),
+            checksum: None,
+        })
+        .collect()
+}
+
+fn record(m: &Migration, _: Duration) -> Vec<RowWrite> {
+    let version: i64 = m.key.parse().unwrap_or_default();
+    vec![
+        RowWrite::new("DELETE FROM schema_migrations", Vec::new()),
+        RowWrite::new(
+            "INSERT INTO schema_migrations (version, dirty) VALUES ($1, false)",
+            vec![Value::BigInt(version)],
+        ),
+    ]
+}
 
 fn up_stem(file: &str) -> Option<&str> {
     file.strip_suffix(".sql")?.strip_suffix(".up")
@@ -21,6 +67,10 @@ fn down_stem(file: &str) -> Option<&str> {
 impl LayoutReader for GolangMigrate {
     fn pattern(&self) -> &'static str {
         "<version>_<name>.up.sql"
+    }
+
+    fn history(&self) -> &'static HistoryRules {
+        &HISTORY
     }
 
     fn claims(&self, folder: &Folder) -> Vec<String> {

@@ -11,15 +11,47 @@
 //! one without a value or default by name.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use super::{
-    comment_body, digits_and_name, keep_lines, sort_numeric, unreadable, Folder, LayoutReader,
-    ReadOptions, Step,
+    comment_body, digits_and_name, keep_lines, sort_numeric, unreadable, Folder, HistoryRules,
+    HistoryWrite, LayoutReader, ReadOptions, RowWrite, Step, Value,
 };
 use crate::catalog::Execution;
-use crate::catalog::{CatalogError, Layout};
+use crate::catalog::{CatalogError, Layout, Migration};
 
 pub struct Goose;
+
+/// `goose_db_version(id, version_id, is_applied, tstamp)`: a row per
+/// apply (and per rollback, `is_applied` false), and the row 0 goose
+/// writes when it creates the table; a version's latest row says whether
+/// it is applied.
+static HISTORY: HistoryRules = HistoryRules {
+    write: Some(HistoryWrite {
+        create: "CREATE TABLE IF NOT EXISTS goose_db_version (
+                 id serial NOT NULL PRIMARY KEY,
+                 version_id bigint NOT NULL,
+                 is_applied boolean NOT NULL,
+                 tstamp timestamp NULL DEFAULT now());
+             INSERT INTO goose_db_version (version_id, is_applied)
+                 SELECT 0, true WHERE NOT EXISTS (SELECT 1 FROM goose_db_version)",
+        record,
+    }),
+    ..HistoryRules::new(
+        "goose_db_version",
+        "SELECT v, t, NULL::text FROM (SELECT DISTINCT ON (version_id) version_id::text AS v,
+                tstamp::text AS t, is_applied AS a FROM goose_db_version
+          WHERE version_id > 0 ORDER BY version_id, id DESC) latest WHERE a",
+    )
+};
+
+fn record(m: &Migration, _: Duration) -> Vec<RowWrite> {
+    let version: i64 = m.key.parse().unwrap_or_default();
+    vec![RowWrite::new(
+        "INSERT INTO goose_db_version (version_id, is_applied) VALUES ($1, true)",
+        vec![Value::BigInt(version)],
+    )]
+}
 
 /// The annotation of a `-- +goose …` line, upper-cased: `UP`, `DOWN`,
 /// `NO TRANSACTION`, `STATEMENTBEGIN` …
@@ -43,6 +75,10 @@ pub fn is_goose(bytes: &[u8]) -> bool {
 impl LayoutReader for Goose {
     fn pattern(&self) -> &'static str {
         "<version>_<name>.sql with -- +goose Up"
+    }
+
+    fn history(&self) -> &'static HistoryRules {
+        &HISTORY
     }
 
     fn claims(&self, folder: &Folder) -> Vec<String> {

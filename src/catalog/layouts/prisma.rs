@@ -7,11 +7,22 @@
 
 use sha2::{Digest, Sha256};
 
-use super::{Folder, LayoutReader, ReadOptions, Step};
+use super::{Folder, HistoryRules, LayoutReader, ReadOptions, Step};
 use crate::catalog::CatalogError;
 use crate::catalog::Execution;
 
 pub struct Prisma;
+
+/// `_prisma_migrations`, read only: finished, not rolled-back migrations
+/// by folder name, their checksum compared as [`checksum_matches`] does.
+static HISTORY: HistoryRules = HistoryRules {
+    checksum_matches: |m, recorded, _| checksum_matches(&m.sql, recorded),
+    ..HistoryRules::new(
+        "_prisma_migrations",
+        "SELECT migration_name, finished_at::text, checksum FROM _prisma_migrations
+          WHERE finished_at IS NOT NULL AND rolled_back_at IS NULL",
+    )
+};
 
 /// Prisma's checksum of a migration script: the lower-case hex SHA-256
 /// of its text, as `_prisma_migrations.checksum` keeps it.
@@ -50,6 +61,10 @@ struct Lock {
 impl LayoutReader for Prisma {
     fn pattern(&self) -> &'static str {
         "<name>/migration.sql (+ migration_lock.toml)"
+    }
+
+    fn history(&self) -> &'static HistoryRules {
+        &HISTORY
     }
 
     fn claims(&self, folder: &Folder) -> Vec<String> {

@@ -4,11 +4,54 @@
 //! *unversioned*, Flyway's means *undo*: a folder with `U` files is read
 //! as Flyway's.
 
-use super::{sort_numeric, unreadable, Folder, LayoutReader, ReadOptions, Step};
+use std::time::Duration;
+
+use super::{
+    sort_numeric, unreadable, Folder, HistoryRules, HistoryWrite, LayoutReader, ReadOptions,
+    RowWrite, Step, Value,
+};
 use crate::catalog::Execution;
-use crate::catalog::{CatalogError, Layout};
+use crate::catalog::{CatalogError, Layout, Migration};
 
 pub struct Refinery;
+
+/// refinery's history table (its default name): rollsafe's own migrator
+/// keeps it, for refinery folders and for rehearsals of the tools whose
+/// tables rollsafe only reads.
+pub const HISTORY_TABLE: &str = "refinery_schema_history";
+
+/// `refinery_schema_history(version, name, applied_on, checksum)`: the
+/// version, the name, an RFC 3339 UTC time and refinery's decimal
+/// checksum of (name, version, sql), as refinery writes them.
+static HISTORY: HistoryRules = HistoryRules {
+    write: Some(HistoryWrite {
+        // As refinery creates it (for a first migration that runs
+        // outside a transaction).
+        create: "CREATE TABLE IF NOT EXISTS refinery_schema_history(
+             version int4 PRIMARY KEY,
+             name VARCHAR(255),
+             applied_on VARCHAR(255),
+             checksum VARCHAR(255))",
+        record,
+    }),
+    ..HistoryRules::new(
+        HISTORY_TABLE,
+        "SELECT version::text, coalesce(applied_on, ''), NULL::text FROM refinery_schema_history",
+    )
+};
+
+fn record(m: &Migration, _: Duration) -> Vec<RowWrite> {
+    let applied_on = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
+    vec![RowWrite::new(
+        "INSERT INTO refinery_schema_history (version, name, applied_on, checksum) VALUES ($1, $2, $3, $4)",
+        vec![
+            Value::Int(m.version),
+            Value::Text(m.refinery_history_name()),
+            Value::Text(applied_on),
+            Value::Text(m.checksum.to_string()),
+        ],
+    )]
+}
 
 /// Parses `V3__name.sql` into ("3", "name"); None for anything else.
 pub fn parse_name(file: &str) -> Option<(&str, &str)> {
@@ -28,6 +71,10 @@ pub fn parse_name(file: &str) -> Option<(&str, &str)> {
 impl LayoutReader for Refinery {
     fn pattern(&self) -> &'static str {
         "V<version>__<name>.sql"
+    }
+
+    fn history(&self) -> &'static HistoryRules {
+        &HISTORY
     }
 
     fn claims(&self, folder: &Folder) -> Vec<String> {

@@ -15,11 +15,19 @@
 //! statements are blanked; a script without them runs outside a
 //! transaction, as Sqitch runs it.
 
-use super::{Folder, LayoutReader, ReadOptions, Step};
+use super::{Folder, HistoryRules, LayoutReader, ReadOptions, Step};
 use crate::catalog::CatalogError;
 use crate::catalog::Execution;
 
 pub struct Sqitch;
+
+/// `sqitch.changes`, read only: a row per deployed change, by name; no
+/// checksum rollsafe compares (Sqitch's change ids hash more than the
+/// script).
+static HISTORY: HistoryRules = HistoryRules::new(
+    "sqitch.changes",
+    "SELECT change, committed_at::text, NULL::text FROM sqitch.changes",
+);
 
 pub const PLAN: &str = "sqitch.plan";
 const CONF: &str = "sqitch.conf";
@@ -224,6 +232,10 @@ fn verify_script(
 impl LayoutReader for Sqitch {
     fn pattern(&self) -> &'static str {
         "sqitch.plan with deploy/<change>.sql"
+    }
+
+    fn history(&self) -> &'static HistoryRules {
+        &HISTORY
     }
 
     fn claims(&self, folder: &Folder) -> Vec<String> {

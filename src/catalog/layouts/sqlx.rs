@@ -3,13 +3,55 @@
 //! A file whose first bytes are `-- no-transaction` runs outside a
 //! transaction (sqlx's own rule: the prefix, nothing before it).
 
+use std::time::Duration;
+
 use sha2::Digest;
 
-use super::{digits_and_name, sort_numeric, unreadable, Folder, LayoutReader, ReadOptions, Step};
+use super::{
+    digits_and_name, sort_numeric, unreadable, Folder, HistoryRules, HistoryWrite, LayoutReader,
+    ReadOptions, RowWrite, Step, Value,
+};
 use crate::catalog::Execution;
-use crate::catalog::{CatalogError, Layout};
+use crate::catalog::{CatalogError, Layout, Migration};
 
 pub struct Sqlx;
+
+/// `_sqlx_migrations(version, description, installed_on, success,
+/// checksum, execution_time)`: a row per migration, its description (`_`
+/// → space) and the SHA-384 of the file ([`checksum`]), compared with the
+/// file's as hex in either case; only successful rows count.
+static HISTORY: HistoryRules = HistoryRules {
+    write: Some(HistoryWrite {
+        create: "CREATE TABLE IF NOT EXISTS _sqlx_migrations (
+                 version BIGINT PRIMARY KEY,
+                 description TEXT NOT NULL,
+                 installed_on TIMESTAMPTZ NOT NULL DEFAULT now(),
+                 success BOOLEAN NOT NULL,
+                 checksum BYTEA NOT NULL,
+                 execution_time BIGINT NOT NULL)",
+        record,
+    }),
+    checksum_matches: |_, recorded, file| recorded.eq_ignore_ascii_case(file),
+    ..HistoryRules::new(
+        "_sqlx_migrations",
+        "SELECT version::text, installed_on::text, encode(checksum, 'hex') FROM _sqlx_migrations WHERE success",
+    )
+};
+
+fn record(m: &Migration, elapsed: Duration) -> Vec<RowWrite> {
+    let version: i64 = m.key.parse().unwrap_or_default();
+    let nanos = i64::try_from(elapsed.as_nanos()).unwrap_or(i64::MAX);
+    vec![RowWrite::new(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES ($1, $2, true, $3, $4)",
+        vec![
+            Value::BigInt(version),
+            Value::Text(m.name.replace('_', " ")),
+            Value::Bytes(sha2::Sha384::digest(m.sql.as_bytes()).to_vec()),
+            Value::BigInt(nanos),
+        ],
+    )]
+}
 
 /// sqlx's checksum of a migration file: the SHA-384 of its whole text
 /// (`sqlx_core::migrate::Migration::new`), lower-case hex, as
@@ -36,6 +78,10 @@ fn is_plain(folder: &Folder, file: &str, bytes: &[u8]) -> bool {
 impl LayoutReader for Sqlx {
     fn pattern(&self) -> &'static str {
         "<version>_<name>.sql"
+    }
+
+    fn history(&self) -> &'static HistoryRules {
+        &HISTORY
     }
 
     fn claims(&self, folder: &Folder) -> Vec<String> {
