@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use rollsafe::app::replay;
 use rollsafe::catalog::Catalog;
 use rollsafe::dao::shipped;
 use rollsafe::lock_policy::LockPolicy;
@@ -41,7 +42,7 @@ use rollsafe::verify::generate::Statistics;
 use rollsafe::verify::predict::{self, Sizes};
 use rollsafe::verify::rehearsal::{self, End};
 use rollsafe::verify::roles::{Sessions, DEFAULT_STATEMENT_TIMEOUT};
-use rollsafe::verify::{replay, seed};
+use rollsafe::verify::seed;
 
 const CHECK: &str =
     "ALTER TABLE attached_functions ADD CONSTRAINT attempts_nonneg CHECK (current_attempts >= 0)";
@@ -86,7 +87,7 @@ fn stall_behind_long_transaction(sandbox: &Sandbox) {
         let mut c = template.connect().expect("connect");
         replay::replay_all(&mut c, legacy).expect("replay")
     };
-    let live = vec![(legacy, rollsafe::verify::replay::writers(legacy, &outcomes))];
+    let live = vec![(legacy, rollsafe::app::replay::writers(legacy, &outcomes))];
     let tables = rollsafe::tables::list(&mut template.connect().expect("connect")).expect("tables");
     let hold = Duration::from_secs(6);
     println!("1. V3 behind a {} write transaction, 10k legacy rows, the legacy app's statements running:", ms(hold));

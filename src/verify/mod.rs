@@ -46,7 +46,6 @@ pub mod planning;
 pub mod predict;
 pub mod reach;
 pub mod rehearsal;
-pub mod replay;
 pub mod roles;
 pub mod sampler;
 pub mod seed;
@@ -67,6 +66,7 @@ use crate::report::{CheckRun, RehearsedApp, Report};
 use crate::sandbox::{Database, Sandbox, SandboxBuilder, SandboxError};
 use crate::schema::Snapshot;
 
+use crate::app::replay::{self, Outcome};
 use crate::app::{AppError, AppVersion};
 use crate::pg::lock_modes::Needs;
 use checks::{apply, compat, locks, r#static};
@@ -75,7 +75,6 @@ use evidence::LongTransactionProbe;
 use evidence::{MigrationEvidence, Visible, Warning};
 use predict::Sizes;
 use rehearsal::LiveApp;
-use replay::Outcome;
 use roles::Sessions;
 
 /// Default rows per seeded rehearsal: enough that work proportional to the

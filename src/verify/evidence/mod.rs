@@ -17,7 +17,6 @@ mod cross_version;
 mod lint;
 pub mod plan;
 mod readers;
-mod replay;
 mod runs;
 pub mod seeding;
 mod workload;
@@ -32,6 +31,7 @@ use crate::pg::lock_modes::Needs;
 use crate::schema::Snapshot;
 use crate::verify::predict::Sizes;
 
+pub use crate::app::replay::{Denied, Outcome, Step};
 pub use applied::{Applied, Observed, StatementRun, TableWork, Work};
 pub use cross_version::CrossVersion;
 pub use lint::Warning;
@@ -39,7 +39,6 @@ pub use readers::{
     BoundBy, BoundRows, DirectiveCount, NotCompared, RolloutWrite, Row, RowRead, StatementReader,
     Visible, Writer,
 };
-pub use replay::{Denied, Outcome, Step};
 pub use runs::{BatchedRun, Rerun, SecondRun, VerifyScript};
 pub use seeding::Generated;
 pub use workload::{AppWait, LongTransactionProbe, ProbeEnd, WorkloadStats};

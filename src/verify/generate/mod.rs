@@ -78,7 +78,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use postgres::{Client, GenericClient};
 use thiserror::Error;
 
-use super::replay;
+use crate::app::replay;
 use crate::app::AppVersion;
 use app_writes::run_app_writes;
 use catalogue::{read_tables, ForeignKey, Table, TypeCache};

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::app::replay;
 use crate::app::AppVersion;
 use crate::catalog::Migration;
 use crate::sandbox::Database;
@@ -22,7 +23,7 @@ use crate::verify::evidence::{
 use crate::verify::generate::Statistics;
 use crate::verify::rehearsal::{self, End};
 use crate::verify::{
-    live_apps, replay, seed, step, Run, Staged, VerifyError, COMPAT_ROWS, WORKLOAD_MARGIN,
+    live_apps, seed, step, Run, Staged, VerifyError, COMPAT_ROWS, WORKLOAD_MARGIN,
 };
 
 /// How stage 3 of one migration ended.
