@@ -38,11 +38,11 @@ use rollsafe::lock_policy::LockPolicy;
 use rollsafe::migrate::{self, Options};
 use rollsafe::pg::lock_modes::Needs;
 use rollsafe::sandbox::{Database, Sandbox, SandboxBuilder};
-use rollsafe::verify::generate::Statistics;
+use rollsafe::seed;
+use rollsafe::seed::generate::Statistics;
 use rollsafe::verify::predict::{self, Sizes};
 use rollsafe::verify::rehearsal::{self, End};
 use rollsafe::verify::roles::{Sessions, DEFAULT_STATEMENT_TIMEOUT};
-use rollsafe::verify::seed;
 
 const CHECK: &str =
     "ALTER TABLE attached_functions ADD CONSTRAINT attempts_nonneg CHECK (current_attempts >= 0)";

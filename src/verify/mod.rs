@@ -41,14 +41,11 @@ pub mod checks;
 pub mod cross_version;
 pub mod events;
 pub mod evidence;
-pub mod generate;
 pub mod planning;
 pub mod predict;
-pub mod reach;
 pub mod rehearsal;
 pub mod roles;
 pub mod sampler;
-pub mod seed;
 mod stages;
 pub mod target;
 
@@ -77,10 +74,7 @@ use predict::Sizes;
 use rehearsal::LiveApp;
 use roles::Sessions;
 
-/// Default rows per seeded rehearsal: enough that work proportional to the
-/// table shows up in rows and files, small enough to seed in well under a
-/// second.
-pub const DEFAULT_ROWS: u64 = 10_000;
+pub use crate::seed::DEFAULT_ROWS;
 /// Rows written on the compat scenario's database, so statements that
 /// need existing data find some.
 const COMPAT_ROWS: u64 = 50;
@@ -890,7 +884,7 @@ impl Run<'_> {
         let mut c = step("connecting", db.connect())?;
         step(
             "listing functions",
-            generate::table_reading_functions(&mut c),
+            crate::seed::generate::table_reading_functions(&mut c),
         )
     }
 

@@ -15,7 +15,7 @@ use rollsafe::catalog::Catalog;
 use rollsafe::dao::shipped;
 use rollsafe::report::{Report, Severity};
 use rollsafe::sandbox::BackendKind;
-use rollsafe::verify::generate::{self, RowCounts};
+use rollsafe::seed::generate::{self, RowCounts};
 
 use libtest_mimic::Trial;
 

@@ -18,7 +18,6 @@ mod lint;
 pub mod plan;
 mod readers;
 mod runs;
-pub mod seeding;
 mod workload;
 
 use std::collections::BTreeMap;
@@ -32,6 +31,7 @@ use crate::schema::Snapshot;
 use crate::verify::predict::Sizes;
 
 pub use crate::app::replay::{Denied, Outcome, Step};
+pub use crate::seed::generated::Generated;
 pub use applied::{Applied, Observed, StatementRun, TableWork, Work};
 pub use cross_version::CrossVersion;
 pub use lint::Warning;
@@ -40,7 +40,6 @@ pub use readers::{
     Visible, Writer,
 };
 pub use runs::{BatchedRun, Rerun, SecondRun, VerifyScript};
-pub use seeding::Generated;
 pub use workload::{AppWait, LongTransactionProbe, ProbeEnd, WorkloadStats};
 
 /// Everything the rehearsal measured about one migration.
