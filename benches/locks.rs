@@ -31,17 +31,18 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use rollsafe::app::replay;
 use rollsafe::catalog::Catalog;
 use rollsafe::dao::shipped;
 use rollsafe::lock_policy::LockPolicy;
 use rollsafe::migrate::{self, Options};
 use rollsafe::pg::lock_modes::Needs;
 use rollsafe::sandbox::{Database, Sandbox, SandboxBuilder};
-use rollsafe::verify::generate::Statistics;
+use rollsafe::seed;
+use rollsafe::seed::generate::Statistics;
 use rollsafe::verify::predict::{self, Sizes};
 use rollsafe::verify::rehearsal::{self, End};
 use rollsafe::verify::roles::{Sessions, DEFAULT_STATEMENT_TIMEOUT};
-use rollsafe::verify::{replay, seed};
 
 const CHECK: &str =
     "ALTER TABLE attached_functions ADD CONSTRAINT attempts_nonneg CHECK (current_attempts >= 0)";
@@ -86,7 +87,7 @@ fn stall_behind_long_transaction(sandbox: &Sandbox) {
         let mut c = template.connect().expect("connect");
         replay::replay_all(&mut c, legacy).expect("replay")
     };
-    let live = vec![(legacy, rollsafe::verify::replay::writers(legacy, &outcomes))];
+    let live = vec![(legacy, rollsafe::app::replay::writers(legacy, &outcomes))];
     let tables = rollsafe::tables::list(&mut template.connect().expect("connect")).expect("tables");
     let hold = Duration::from_secs(6);
     println!("1. V3 behind a {} write transaction, 10k legacy rows, the legacy app's statements running:", ms(hold));

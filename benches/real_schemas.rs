@@ -32,7 +32,7 @@
 //!   says it seeded (`applying on N seeded rows`) over the time from its
 //!   `seeding N rows` line to the next progress line (the value search,
 //!   the INSERTs, ANALYZE and the copy for the long-transaction probe);
-//! - the generator alone ([`rollsafe::verify::generate::seed`], what verify
+//! - the generator alone ([`rollsafe::seed::generate::seed`], what verify
 //!   runs) on a database at V{newest-1} of a throwaway server, connected as
 //!   the sandbox's superuser (verify seeds as its migrator), every table:
 //!   tables seeded / tables at V{newest-1} with the reason for each one
@@ -63,8 +63,8 @@ use common::{
 };
 use rollsafe::catalog::Catalog;
 use rollsafe::report::Report;
+use rollsafe::seed::generate::{self, RowCounts};
 use rollsafe::tables::{self, Kind};
-use rollsafe::verify::generate::{self, RowCounts};
 use rollsafe::verify::DEFAULT_ROWS;
 
 /// The migrations of fixture `domain` (`tests/fixtures/schemas/<domain>`).

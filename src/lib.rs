@@ -52,6 +52,8 @@
 //! - [`dao`]: the shipped project: the attached-functions DAO, its
 //!   statement sets and rules.
 //! - [`schema`]: schema snapshots (introspection, comparison).
+//! - [`seed`]: rows in any schema: the apps' seeds, else generated from
+//!   the catalogue (verify, benches and tests fill databases with it).
 //! - [`verify`]: the rehearsal pipeline and its checks.
 //! - [`report`]: findings and their text / JSON / JUnit renderings.
 //! - [`migrate`]: safe apply to a real database, and its status.
@@ -75,6 +77,7 @@ pub mod pg;
 pub mod report;
 pub mod sandbox;
 pub mod schema;
+pub mod seed;
 pub mod sql;
 pub mod tables;
 pub mod validity;

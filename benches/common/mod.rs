@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use rollsafe::app::AppVersion;
 use rollsafe::catalog::Catalog;
 use rollsafe::sandbox::{BackendChoice, SandboxBuilder};
-use rollsafe::verify::generate::Statistics;
-use rollsafe::verify::seed;
+use rollsafe::seed;
+use rollsafe::seed::generate::Statistics;
 
 pub fn secs(d: Duration) -> String {
     format!("{:.2} s", d.as_secs_f64())

@@ -27,11 +27,14 @@
 //! code that ships) and its rules; `main.rs` hands them to `verify` and
 //! `check`. Nothing here knows an app by name.
 //!
-//! The statement-set format is [`statements`]. This module sits below
+//! The statement-set format is [`statements`]; how a set's statements are
+//! run against a database (prepared, executed with values, rolled back) is
+//! [`replay`], used by verify and the generator. This module sits below
 //! `verify` and `check` (which replay the sets and run the rules) and
 //! below `dao` (which implements them): it imports none of them.
 
 pub mod bindings;
+pub mod replay;
 pub mod statements;
 
 use std::collections::BTreeMap;

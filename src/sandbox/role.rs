@@ -117,7 +117,7 @@ impl Sandbox {
     /// migrator's attributes, a member of the migrator (it `SET ROLE`s to
     /// it for all it runs), that may also set `session_replication_role`
     /// (`GRANT SET ON PARAMETER`), so the generator's rows can skip the
-    /// per-row foreign-key checks ([`crate::verify::generate`]). The
+    /// per-row foreign-key checks ([`crate::seed::generate`]). The
     /// migrator itself never gets that grant: a migration that sets the
     /// parameter fails as in production. None before PostgreSQL 15, which
     /// has no such grant, and where the admin may not grant it.

@@ -41,15 +41,11 @@ pub mod checks;
 pub mod cross_version;
 pub mod events;
 pub mod evidence;
-pub mod generate;
 pub mod planning;
 pub mod predict;
-pub mod reach;
 pub mod rehearsal;
-pub mod replay;
 pub mod roles;
 pub mod sampler;
-pub mod seed;
 mod stages;
 pub mod target;
 
@@ -67,6 +63,7 @@ use crate::report::{CheckRun, RehearsedApp, Report};
 use crate::sandbox::{Database, Sandbox, SandboxBuilder, SandboxError};
 use crate::schema::Snapshot;
 
+use crate::app::replay::{self, Outcome};
 use crate::app::{AppError, AppVersion};
 use crate::pg::lock_modes::Needs;
 use checks::{apply, compat, locks, r#static};
@@ -75,13 +72,9 @@ use evidence::LongTransactionProbe;
 use evidence::{MigrationEvidence, Visible, Warning};
 use predict::Sizes;
 use rehearsal::LiveApp;
-use replay::Outcome;
 use roles::Sessions;
 
-/// Default rows per seeded rehearsal: enough that work proportional to the
-/// table shows up in rows and files, small enough to seed in well under a
-/// second.
-pub const DEFAULT_ROWS: u64 = 10_000;
+pub use crate::seed::DEFAULT_ROWS;
 /// Rows written on the compat scenario's database, so statements that
 /// need existing data find some.
 const COMPAT_ROWS: u64 = 50;
@@ -894,7 +887,7 @@ impl Run<'_> {
         let mut c = step("connecting", db.connect())?;
         step(
             "listing functions",
-            generate::table_reading_functions(&mut c),
+            crate::seed::generate::table_reading_functions(&mut c),
         )
     }
 

@@ -40,7 +40,7 @@ use super::events::MigrationStep;
 use super::evidence::plan::{
     parse, Access, ForeignKey, Mode, Path, Side, StatementPlan, TableStats,
 };
-use super::replay;
+use crate::app::replay;
 use crate::app::AppVersion;
 use crate::catalog::Migration;
 use crate::pg::catalogue::{self, Relation};

@@ -30,9 +30,9 @@ use postgres::Client;
 use super::evidence::{
     AppWait, Applied, LongTransactionProbe, ProbeEnd, StatementRun, TableWork, Work, WorkloadStats,
 };
-use super::replay;
 use super::roles::Sessions;
 use super::sampler;
+use crate::app::replay;
 use crate::app::AppVersion;
 
 mod outside_transaction;

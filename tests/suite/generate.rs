@@ -1,4 +1,4 @@
-//! `rollsafe::verify::generate`: rows generated from the catalogue of any
+//! `rollsafe::seed::generate`: rows generated from the catalogue of any
 //! schema. Each test creates its own schema in its own database, seeds it,
 //! and then asks the database what it holds: exact row counts per table,
 //! references that resolve, CHECK and domain rules that hold, sequences
@@ -13,7 +13,7 @@ use anyhow::{ensure, Context};
 use postgres::Client;
 use rollsafe::app::AppVersion;
 use rollsafe::dao::shipped;
-use rollsafe::verify::generate::{self, Generated, RowCounts};
+use rollsafe::seed::generate::{self, Generated, RowCounts};
 
 use crate::common::TestEnv;
 

@@ -9,13 +9,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{ensure, Context};
+use rollsafe::app::replay;
 use rollsafe::app::{load_dir, AppVersion, Kind};
 use rollsafe::catalog::Catalog;
 use rollsafe::dao::shipped;
 use rollsafe::report::{Report, Severity};
 use rollsafe::sandbox::BackendKind;
-use rollsafe::verify::generate::{self, RowCounts};
-use rollsafe::verify::replay;
+use rollsafe::seed::generate::{self, RowCounts};
 
 use libtest_mimic::Trial;
 

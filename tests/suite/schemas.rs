@@ -10,12 +10,12 @@ use std::sync::Arc;
 
 use anyhow::{ensure, Context};
 use rollsafe::app::load_dir;
+use rollsafe::app::replay;
 use rollsafe::catalog::Catalog;
 use rollsafe::dao::shipped;
 use rollsafe::report::{Finding, Report, Severity};
 use rollsafe::verify::checks::compat;
 use rollsafe::verify::evidence::Labels;
-use rollsafe::verify::replay;
 
 use crate::common::{cli, TestEnv};
 

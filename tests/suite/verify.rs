@@ -1459,12 +1459,12 @@ fn sizes_from_a_real_database_drive_the_prediction(env: &TestEnv) -> anyhow::Res
         let apps = rollsafe::dao::shipped::apps()?;
         let legacy: Vec<_> = apps.iter().filter(|a| a.name == "legacy").collect();
         let mut c = prod.connect()?;
-        rollsafe::verify::seed::seed(
+        rollsafe::seed::seed(
             &mut c,
             None,
             &legacy,
             3000,
-            rollsafe::verify::generate::Statistics::Refreshed,
+            rollsafe::seed::generate::Statistics::Refreshed,
             &|_| rollsafe::db::connect(prod.url()),
         )?;
     }

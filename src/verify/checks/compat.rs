@@ -5,7 +5,7 @@
 //! must work on k. "Work" is measured two ways:
 //! - every named statement of the app is prepared and executed (inside a
 //!   rolled-back transaction) on a database at that version with rows in it
-//!   ([`crate::verify::replay`]);
+//!   ([`crate::app::replay`]);
 //! - rows the older app writes on k while the newer apps run (each of its
 //!   write statements, and its driver's create when it has one) are
 //!   returned by the newer apps' statement readers bound to them
@@ -18,11 +18,11 @@
 //!
 //! It also derives the safe deploy order from the windows.
 
+use crate::app::replay::{Outcome, Step};
 use crate::app::AppVersion;
 use crate::report::{Finding, Severity};
 use crate::verify::cross_version::CrossVersion;
 use crate::verify::evidence::{Context, Labels, MigrationEvidence, RolloutWrite, RowRead, Writer};
-use crate::verify::replay::{Outcome, Step};
 
 use super::Check;
 
@@ -550,7 +550,7 @@ pub fn permission_denied(
     app: &AppVersion,
     schema: i32,
     statement: &str,
-    denied: &crate::verify::replay::Denied,
+    denied: &crate::app::replay::Denied,
     message: &str,
     labels: &Labels,
 ) -> Finding {
@@ -1175,7 +1175,7 @@ mod tests {
         let o = Outcome {
             statement: "insert".into(),
             failure: Some((
-                crate::verify::replay::Step::Execute,
+                crate::app::replay::Step::Execute,
                 "null value in column \"x\"".into(),
             )),
             ..Outcome::default()

@@ -258,6 +258,36 @@ pub struct Applied {
 }
 
 impl Applied {
+    /// The tables a migration's apply on the empty database touched
+    /// (what the generator's reach starts from, `crate::seed::reach`): locked,
+    /// rewrote, built an index on, read or wrote (None when it failed there).
+    pub fn touched(&self) -> Option<BTreeSet<String>> {
+        if !self.ok() {
+            return None;
+        }
+        let mut out = BTreeSet::new();
+        for (name, work) in &self.tables {
+            let touched = !work.locks.is_empty()
+                || work.rewritten
+                || work.dropped
+                || !work.new_indexes.is_empty()
+                || work.work != Default::default();
+            if touched {
+                out.insert(name.clone());
+            }
+        }
+        for st in &self.statements {
+            let named = st
+                .locks_after
+                .keys()
+                .chain(&st.rewrote)
+                .chain(st.work.keys())
+                .chain(st.built_indexes.iter().map(|(t, _)| t));
+            out.extend(named.cloned());
+        }
+        Some(out)
+    }
+
     pub fn ok(&self) -> bool {
         self.error.is_none()
     }

@@ -17,9 +17,7 @@ mod cross_version;
 mod lint;
 pub mod plan;
 mod readers;
-mod replay;
 mod runs;
-pub mod seeding;
 mod workload;
 
 use std::collections::BTreeMap;
@@ -32,6 +30,8 @@ use crate::pg::lock_modes::Needs;
 use crate::schema::Snapshot;
 use crate::verify::predict::Sizes;
 
+pub use crate::app::replay::{Denied, Outcome, Step};
+pub use crate::seed::generated::Generated;
 pub use applied::{Applied, Observed, StatementRun, TableWork, Work};
 pub use cross_version::CrossVersion;
 pub use lint::Warning;
@@ -39,9 +39,7 @@ pub use readers::{
     BoundBy, BoundRows, DirectiveCount, NotCompared, RolloutWrite, Row, RowRead, StatementReader,
     Visible, Writer,
 };
-pub use replay::{Denied, Outcome, Step};
 pub use runs::{BatchedRun, Rerun, SecondRun, VerifyScript};
-pub use seeding::Generated;
 pub use workload::{AppWait, LongTransactionProbe, ProbeEnd, WorkloadStats};
 
 /// Everything the rehearsal measured about one migration.

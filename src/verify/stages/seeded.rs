@@ -9,9 +9,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::app::replay;
 use crate::app::AppVersion;
 use crate::catalog::Migration;
 use crate::sandbox::Database;
+use crate::seed;
+use crate::seed::generate::Statistics;
 use crate::verify::checks::apply::{self, Unreached};
 use crate::verify::cross_version;
 use crate::verify::events::MigrationStep;
@@ -19,11 +22,8 @@ use crate::verify::evidence::{
     Backfill, BatchedRun, Compat, DirectiveCount, Plans, SeededApply, SideBySide, Visible,
     WorkloadStats,
 };
-use crate::verify::generate::Statistics;
 use crate::verify::rehearsal::{self, End};
-use crate::verify::{
-    live_apps, replay, seed, step, Run, Staged, VerifyError, COMPAT_ROWS, WORKLOAD_MARGIN,
-};
+use crate::verify::{live_apps, step, Run, Staged, VerifyError, COMPAT_ROWS, WORKLOAD_MARGIN};
 
 /// How stage 3 of one migration ended.
 enum Seeded {

@@ -10,7 +10,7 @@
 //! transaction runs beside the seeding (they share no database). For a
 //! project without apps its forced failure comes before the rows: what its
 //! transaction locked is the migration's reach
-//! ([`crate::verify::reach`]), the tables the generator fills.
+//! ([`crate::seed::reach`]), the tables the generator fills.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -18,14 +18,15 @@ use crate::app::AppVersion;
 use crate::catalog::Migration;
 use crate::sandbox::Database;
 use crate::schema::Snapshot;
+use crate::seed;
+use crate::seed::generate::{MoreSessions, Statistics};
+use crate::seed::reach::{self, Reach};
 use crate::verify::events::MigrationStep;
 use crate::verify::evidence::{Applied, Probe, Rerun, Seeding, Visible};
-use crate::verify::generate::{MoreSessions, Statistics};
-use crate::verify::reach::{self, Reach};
 use crate::verify::rehearsal::{self, End, LiveApp};
 use crate::verify::roles::Sessions;
 use crate::verify::{
-    apply_unchecked, live_apps, long_transaction, needs_of, seed, step, Run, Staged, VerifyError,
+    apply_unchecked, live_apps, long_transaction, needs_of, step, Run, Staged, VerifyError,
 };
 
 /// What a transaction of the forced failure held at its end, read inside
@@ -55,7 +56,7 @@ impl crate::migrate::apply::StepObserver for AtEnd {
             .iter()
             .map(|r| r.get(0))
             .collect();
-        self.functions = crate::verify::generate::table_reading_functions(c)?;
+        self.functions = crate::seed::generate::table_reading_functions(c)?;
         self.reached = true;
         Ok(())
     }
@@ -208,7 +209,7 @@ impl Run<'_> {
                 }
                 let reach = if generated {
                     functions.extend(Self::table_reading_functions(empty_prev)?);
-                    let touched = reach::touched_by(&done.0);
+                    let touched = done.0.touched();
                     reach::of(&m.sql, touched.as_ref(), &tables, &functions)
                 } else {
                     Reach::Everything("the live apps may read any table".into())

@@ -26,7 +26,6 @@
 use std::collections::BTreeSet;
 
 use crate::tables::UserTable;
-use crate::verify::evidence::Applied;
 
 /// The tables a migration's seeded rehearsal needs rows in.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,37 +82,9 @@ const NAMES_WITHOUT_CALLING: &[&str] = &[
     "CAST",
 ];
 
-/// The tables a migration's apply on the empty database touched: locked,
-/// rewrote, built an index on, read or wrote (None when it failed there).
-pub fn touched_by(at_zero: &Applied) -> Option<BTreeSet<String>> {
-    if !at_zero.ok() {
-        return None;
-    }
-    let mut out = BTreeSet::new();
-    for (name, work) in &at_zero.tables {
-        let touched = !work.locks.is_empty()
-            || work.rewritten
-            || work.dropped
-            || !work.new_indexes.is_empty()
-            || work.work != Default::default();
-        if touched {
-            out.insert(name.clone());
-        }
-    }
-    for st in &at_zero.statements {
-        let named = st
-            .locks_after
-            .keys()
-            .chain(&st.rewrote)
-            .chain(st.work.keys())
-            .chain(st.built_indexes.iter().map(|(t, _)| t));
-        out.extend(named.cloned());
-    }
-    Some(out)
-}
-
 /// The reach of a migration (`sql`) from the tables its apply on the empty
-/// database at V{prev} touched (`touched`, by [`UserTable::name`]; None
+/// database at V{prev} touched (`touched`, by [`UserTable::name`]: verify
+/// reads them from its evidence, `Applied::touched`; None
 /// when it failed there), the tables at V{prev} and the names (lower case)
 /// of the project's functions that may read a table (those at V{prev} and
 /// after it).
@@ -201,7 +172,7 @@ pub(crate) fn identifiers(sql: &str) -> impl Iterator<Item = String> + '_ {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::evidence::TableWork;
+    use crate::verify::evidence::{Applied, TableWork};
 
     fn table(name: &str, partition_of: Option<&str>) -> UserTable {
         UserTable::for_tests(name, partition_of)
@@ -237,7 +208,7 @@ mod tests {
         let functions = functions.iter().map(|f| f.to_string()).collect();
         of(
             sql,
-            touched_by(&applied(locked)).as_ref(),
+            applied(locked).touched().as_ref(),
             &tables(),
             &functions,
         )
@@ -319,7 +290,7 @@ mod tests {
         assert!(matches!(
             of(
                 "ALTER TABLE parcels ADD COLUMN n int;",
-                touched_by(&failed).as_ref(),
+                failed.touched().as_ref(),
                 &tables(),
                 &BTreeSet::new()
             ),

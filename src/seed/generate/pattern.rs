@@ -304,7 +304,7 @@ fn ordered(c: &Class) -> Vec<char> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::generate::families::at;
+    use crate::seed::generate::families::at;
 
     /// The family's value at index `i`, as PostgreSQL would compute it
     /// (the SQL evaluated here by hand for the shapes it uses).

@@ -78,7 +78,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use postgres::{Client, GenericClient};
 use thiserror::Error;
 
-use super::replay;
+use crate::app::replay;
 use crate::app::AppVersion;
 use app_writes::run_app_writes;
 use catalogue::{read_tables, ForeignKey, Table, TypeCache};
@@ -112,7 +112,7 @@ pub struct RowCounts {
     /// Only these tables get rows (by [`crate::tables::UserTable::name`],
     /// a partitioned table by its root), with the tables their foreign
     /// keys reference, transitively: what a migration reaches
-    /// ([`crate::verify::reach`]). None: every table. When a table of the
+    /// ([`crate::seed::reach`]). None: every table. When a table of the
     /// set holds a CHECK or default that calls a project function which
     /// may read another table, every table gets rows after all.
     pub reach: Option<BTreeSet<String>>,
@@ -197,8 +197,8 @@ impl RowCounts {
     }
 }
 
-pub use super::evidence::seeding::{AppWrites, Generated, Reached, SeededTable, UnseededTable};
-pub(in crate::verify) use schedule::table_reading_functions;
+pub use super::generated::{AppWrites, Generated, Reached, SeededTable, UnseededTable};
+pub use schedule::table_reading_functions;
 pub use schedule::MoreSessions;
 
 /// Seeds every table ([`crate::tables`]) with generated rows (`rows`), then

@@ -1,5 +1,5 @@
 //! How each replayed app statement fared (prepared, executed, its locks,
-//! a privilege it lacked), measured by [`crate::verify::replay`]; judged
+//! a privilege it lacked), measured by [`crate::app::replay`]; judged
 //! by `compat`, and read by the stages to know what blocks the apps.
 
 /// Why a statement was refused a privilege, as its role sees it.

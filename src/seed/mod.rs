@@ -1,6 +1,13 @@
 //! Seeding a rehearsal database with rows written by the app versions live
 //! at its schema version.
 //!
+//! Its own top-level module (`src/layers.txt`: above `app`, below
+//! `verify`): verify's stages seed every rehearsal with it, and benches
+//! and tests fill databases through the same path. The parts:
+//! [`generate`] (rows from the catalogue of any schema), [`reach`] (the
+//! tables a migration needs rows in), [`generated`] (what a generation
+//! wrote, which verify keeps as evidence).
+//!
 //! Per live app, the first that applies:
 //! - its bulk seed (`seed_sql`: `<app>.seed.sql` next to its statement set,
 //!   or the embedded apps' `seed/<app>.sql`), `INSERT … SELECT
@@ -8,7 +15,7 @@
 //!   rows. Set-based so that `--rows 1000000` seeds in seconds rather than
 //!   the minutes a million single-row round trips take; the table size is
 //!   what makes rewrites and lock stalls measurable;
-//! - otherwise rows generated from the catalogue ([`super::generate`]),
+//! - otherwise rows generated from the catalogue ([`generate`]),
 //!   once for every such app, followed by those apps' own writes.
 //!
 //! Then a few rows through each app's driver where it has one (its real
@@ -17,9 +24,18 @@
 
 use postgres::Client;
 
-use super::generate::{self, MoreSessions, RowCounts, Statistics};
-use super::reach::Reach;
+pub mod generate;
+pub mod generated;
+pub mod reach;
+
 use crate::app::AppVersion;
+use generate::{MoreSessions, RowCounts, Statistics};
+use reach::Reach;
+
+/// Default rows per seeded rehearsal: enough that work proportional to the
+/// table shows up in rows and files, small enough to seed in well under a
+/// second.
+pub const DEFAULT_ROWS: u64 = 10_000;
 
 /// Rows each live app writes through its own statements on top of the bulk.
 const ROWS_THROUGH_APP: usize = 3;
@@ -43,7 +59,7 @@ pub struct Seeded {
 /// rows seeded for the previous migration, migrated, so only the tables
 /// still empty (new ones, emptied ones) get rows; `reach`: only the tables
 /// the migration about to be rehearsed reaches (and those they reference)
-/// do ([`super::reach`]). `more`: another session
+/// do ([`reach`]). `more`: another session
 /// like `c` ([`generate::seed`]).
 pub fn generate_only(
     c: &mut Client,

@@ -17,7 +17,7 @@ pub(super) fn run_app_writes(
     types: &mut TypeCache,
 ) -> anyhow::Result<Vec<AppWrites>> {
     let outcomes = replay::replay_all(c, app)?;
-    let writers = super::replay::writers(app, &outcomes);
+    let writers = replay::writers(app, &outcomes);
     let mut out = Vec::new();
     for st in app.set.statements() {
         if !writers.contains(&st.name) {

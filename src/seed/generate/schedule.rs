@@ -244,7 +244,7 @@ fn may_touch_tables(
         return true;
     }
     let name = name.to_lowercase();
-    crate::verify::reach::identifiers(source)
+    crate::seed::reach::identifiers(source)
         .any(|w| w == "execute" || tables.contains(&w) || (w != name && functions.contains(&w)))
 }
 
@@ -285,9 +285,7 @@ fn project_functions(c: &mut Client) -> Result<Vec<String>, postgres::Error> {
 /// The names (lower case) of the project's own functions that may read
 /// or write a table ([`may_touch_tables`], whatever their volatility: an
 /// index expression's function is IMMUTABLE by declaration only).
-pub(in crate::verify) fn table_reading_functions(
-    c: &mut Client,
-) -> Result<BTreeSet<String>, postgres::Error> {
+pub fn table_reading_functions(c: &mut Client) -> Result<BTreeSet<String>, postgres::Error> {
     let table_words: HashSet<String> = crate::tables::list(c)?
         .iter()
         .map(|t| t.name.rsplit('.').next().unwrap_or(&t.name).to_lowercase())

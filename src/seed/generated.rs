@@ -1,7 +1,7 @@
 //! What the catalogue generator wrote before a migration: the tables it
 //! seeded (and how: rows, notes, past which triggers), the ones it could
 //! not, its warnings and the apps' writes on top. Measured by
-//! `verify::generate`; judged by `rewrite` (tables rehearsed empty, seeded
+//! `seed::generate`; judged by `rewrite` (tables rehearsed empty, seeded
 //! past triggers) and `apply` (a failure on rows seeded past a trigger).
 
 /// What a generation wrote, for evidence and for the checks that need rows.
@@ -17,10 +17,10 @@ pub struct Generated {
     /// The app write statements run on top of the bulk rows.
     pub app_writes: Vec<AppWrites>,
     /// Sessions the tables were written on (2 when some could be written
-    /// at once: [`crate::verify::generate`]'s schedule).
+    /// at once: [`crate::seed::generate`]'s schedule).
     pub sessions: usize,
     /// Set when only the tables a migration reaches were to get rows
-    /// ([`crate::verify::reach`]); None: every table was.
+    /// ([`crate::seed::reach`]); None: every table was.
     pub reach: Option<Reached>,
 }
 

@@ -31,7 +31,8 @@ use crate::app::{AppVersion, Kind};
 /// SQLSTATE 42501 insufficient_privilege.
 pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
 
-pub use super::evidence::{Denied, Outcome, Step};
+mod outcome;
+pub use outcome::{Denied, Outcome, Step};
 
 /// `-- param: $N = expr` lines of a statement, by N.
 pub fn declared_params<'a>(meta: impl Iterator<Item = &'a str>) -> BTreeMap<usize, String> {

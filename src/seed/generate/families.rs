@@ -518,7 +518,7 @@ pub(super) fn max_text_len(ty: &TypeInfo, typmod: i32) -> Option<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::generate::catalogue::{TypeInfo, TypeKind};
+    use crate::seed::generate::catalogue::{TypeInfo, TypeKind};
 
     #[test]
     fn check_literals_become_candidates() {
