@@ -699,6 +699,12 @@ impl Catalog {
         let layout = match options.layout {
             Some(layout) => layout,
             None => match layouts::detect(&source.to_string(), &folder)? {
+                // `N_name.up.sql` / `.down.sql` is golang-migrate's folder
+                // and sqlx's reversible one alike: the project around it
+                // says whose it is.
+                Some(Layout::GolangMigrate) if matches!(&source, Source::Dir(d) if layouts::in_a_crate_using_sqlx(d)) => {
+                    Layout::Sqlx
+                }
                 Some(layout) => layout,
                 None => {
                     return Err(match folder.top_level_sql().next() {
@@ -875,6 +881,58 @@ impl Catalog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `N_name.up.sql`/`.down.sql` is sqlx's reversible folder inside a
+    /// crate that depends on sqlx, and golang-migrate's anywhere else.
+    #[test]
+    fn an_up_down_folder_is_the_tool_its_project_uses() {
+        let layout_in = |manifest: Option<(&str, &str)>| {
+            let project = tempfile::tempdir().unwrap();
+            std::fs::create_dir(project.path().join(".git")).unwrap();
+            if let Some((file, text)) = manifest {
+                std::fs::write(project.path().join(file), text).unwrap();
+            }
+            let dir = project.path().join("migrations");
+            std::fs::create_dir(&dir).unwrap();
+            std::fs::write(
+                dir.join("20240101000000_kettles.up.sql"),
+                "CREATE TABLE kettles (id int);",
+            )
+            .unwrap();
+            std::fs::write(
+                dir.join("20240101000000_kettles.down.sql"),
+                "DROP TABLE kettles;",
+            )
+            .unwrap();
+            Catalog::from_dir(&dir).unwrap().layout
+        };
+        let crate_with = |deps: &str| {
+            Some((
+                "Cargo.toml",
+                format!("[package]\nname = \"teapot\"\n\n{deps}"),
+            ))
+        };
+        for deps in [
+            "[dependencies]\nsqlx = { version = \"0.8\", features = [\"postgres\"] }\n",
+            "[dependencies]\nsqlx.workspace = true\n",
+            "[dependencies.sqlx]\nversion = \"0.8\"\n",
+        ] {
+            let manifest = crate_with(deps).unwrap();
+            assert_eq!(
+                layout_in(Some((manifest.0, &manifest.1))),
+                Layout::Sqlx,
+                "{deps}"
+            );
+        }
+        let other = crate_with("[dependencies]\nsqlx-core-ish = \"1\"\ntokio-postgres = \"0.7\"\n")
+            .unwrap();
+        assert_eq!(layout_in(Some((other.0, &other.1))), Layout::GolangMigrate);
+        assert_eq!(
+            layout_in(Some(("go.mod", "module example.com/teapot\n"))),
+            Layout::GolangMigrate
+        );
+        assert_eq!(layout_in(None), Layout::GolangMigrate);
+    }
 
     fn files(list: &[(&str, &str)]) -> impl Iterator<Item = (String, Vec<u8>)> {
         list.iter()

@@ -530,6 +530,19 @@ fn rehearse(args: &mut VerifyArgs, targets: &[Target]) -> anyhow::Result<ExitCod
             placeholders: args.placeholders.iter().cloned().collect(),
         },
     )?;
+    // Said first, so a user sees how their folder was read before any
+    // finding that depends on it (two tools write `N_name.up.sql`).
+    let read_as = format!(
+        "{} migration(s) from {}, read as {}'s ({})",
+        catalog.migrations().len(),
+        catalog.source,
+        catalog.layout,
+        if args.layout.is_some() {
+            "--layout"
+        } else {
+            "detected; --layout names another tool"
+        }
+    );
     // `--base` sets `since` to the base's newest migration.
     let _base = prepare_base(args, &catalog)?;
     let since = match &args.since {
@@ -610,6 +623,7 @@ fn rehearse(args: &mut VerifyArgs, targets: &[Target]) -> anyhow::Result<ExitCod
         verify = verify.from_target(t);
     }
     let progress = Progress::start();
+    progress.show(&read_as);
     let verify = verify.progress(progress.reporter());
     let result = if args.postgres_version.is_empty() {
         builder

@@ -230,6 +230,35 @@ pub fn detect(source: &str, folder: &Folder) -> Result<Option<Layout>, CatalogEr
     }
 }
 
+/// Whether the project that holds `dir` (the nearest folder at or above
+/// it with a `Cargo.toml` or a `go.mod`, within the repository) is a Rust
+/// crate that depends on sqlx: there, `N_name.up.sql`/`.down.sql` files
+/// are sqlx's reversible migrations (`sqlx migrate add -r`), which sqlx
+/// runs in a transaction and records in `_sqlx_migrations`, not
+/// golang-migrate's.
+pub fn in_a_crate_using_sqlx(dir: &std::path::Path) -> bool {
+    let Ok(dir) = dir.canonicalize() else {
+        return false;
+    };
+    for at in dir.ancestors() {
+        if at.join("go.mod").is_file() {
+            return false;
+        }
+        if let Ok(manifest) = std::fs::read_to_string(at.join("Cargo.toml")) {
+            return manifest.lines().any(|l| {
+                let key = l.trim_start();
+                key.starts_with("sqlx") && key[4..].trim_start().starts_with(['=', '.'])
+                    || key.starts_with("[dependencies.sqlx]")
+                    || key.starts_with("[workspace.dependencies.sqlx]")
+            });
+        }
+        if at.join(".git").exists() {
+            return false;
+        }
+    }
+    false
+}
+
 /// The migrations of `folder` read in `layout`, and, for another tool's
 /// files beside `atlas.sum` (Atlas's `--dir-format`), the sum checked as
 /// Atlas checks it.

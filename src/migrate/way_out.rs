@@ -15,6 +15,12 @@ pub fn advice(sqlstate: Option<&str>, message: &str, statement: Option<&str>) ->
         "42501" if needs_superuser(message) => Some(
             "this needs a superuser (rollsafe's migrator is not one by default); if production's migrator is a superuser, pass --migrator-superuser (or `migrator_superuser = true` in rollsafe.toml)".into(),
         ),
+        // A schema the migrator may not create in: one made outside the
+        // history (by --setup, run as the superuser, so it owns it) or by
+        // a migration run by a superuser in production.
+        "42501" if message.starts_with("permission denied for schema ") => Some(
+            "the migrator may not use that schema: it belongs to another role (a schema the --setup file makes belongs to the superuser that ran it); grant in the setup file what production's migrator has there (e.g. GRANT USAGE, CREATE ON SCHEMA … TO PUBLIC), or pass --migrator-superuser if production migrates as a superuser".into(),
+        ),
         // undefined_object: a role the history assumes from outside itself
         "42704" if message.contains("role \"") && message.ends_with("does not exist") => Some(
             "the history names a role it never creates (a project's init SQL usually makes it): put what it assumes from outside itself (CREATE ROLE …, extensions, schemas) in a SQL file and pass --setup FILE (or `setup` in rollsafe.toml): it runs once as a superuser before the first migration".into(),
@@ -81,6 +87,11 @@ mod tests {
         assert_eq!(
             advice(Some("42501"), "permission denied for table t", None),
             None
+        );
+        let a = advice(Some("42501"), "permission denied for schema reports", None).unwrap();
+        assert!(
+            a.contains("GRANT USAGE, CREATE ON SCHEMA") && a.contains("--migrator-superuser"),
+            "{a}"
         );
         let a = advice(Some("42601"), "subquery in FROM must have an alias", None).unwrap();
         assert!(

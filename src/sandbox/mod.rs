@@ -646,6 +646,7 @@ impl Sandbox {
                 }
             }
         }
+        copy_settings(&mut admin, template, &name)?;
         // Our own servers go whole; on a shared one each database is
         // listed, so a stopped run drops it.
         let registration = (!self.shared.backend.owns_server()).then(|| {
@@ -661,6 +662,62 @@ impl Sandbox {
             _registration: registration,
         })
     }
+}
+
+/// Gives `copy` the settings `ALTER DATABASE template SET …` and `ALTER
+/// ROLE … IN DATABASE template SET …` gave its template: `CREATE DATABASE
+/// … TEMPLATE` copies the data, not those, and a history often relies on
+/// them (a project's init script sets the database's `search_path`, and
+/// its migrations then name tables unqualified). Each value goes through
+/// `set_config` and `SET … FROM CURRENT`, so it is stored as the server
+/// spells it (a list such as `search_path` stays a list).
+fn copy_settings(
+    admin: &mut postgres::Client,
+    template: &str,
+    copy: &str,
+) -> Result<(), SandboxError> {
+    let rows = admin
+        .query(
+            "SELECT r.rolname, s.setconfig FROM pg_db_role_setting s \
+             JOIN pg_database d ON d.oid = s.setdatabase \
+             LEFT JOIN pg_roles r ON r.oid = s.setrole \
+             WHERE d.datname = $1 ORDER BY 1 NULLS FIRST",
+            &[&template],
+        )
+        .map_err(|e| {
+            SandboxError::sql(format!("reading the settings of database {template}"), e)
+        })?;
+    for row in rows {
+        let role: Option<String> = row.get(0);
+        let target = match &role {
+            Some(r) => format!("ROLE {} IN DATABASE {}", quote_ident(r), quote_ident(copy)),
+            None => format!("DATABASE {}", quote_ident(copy)),
+        };
+        for setting in row.get::<_, Vec<String>>(1) {
+            let Some((name, value)) = setting.split_once('=') else {
+                continue;
+            };
+            let guc = name
+                .split('.')
+                .map(quote_ident)
+                .collect::<Vec<_>>()
+                .join(".");
+            let copied = admin
+                .execute("SELECT set_config($1, $2, false)", &[&name, &value])
+                .and_then(|_| {
+                    admin.batch_execute(&format!(
+                        "ALTER {target} SET {guc} FROM CURRENT; RESET {guc}"
+                    ))
+                });
+            copied.map_err(|e| {
+                SandboxError::sql(
+                    format!("copying the setting {name} of database {template} to {copy}"),
+                    e,
+                )
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// A database of a sandbox, dropped (with `FORCE`) when this is dropped.

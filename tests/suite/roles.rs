@@ -32,6 +32,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             a_sleeping_migration_is_cut_at_the_statement_timeout,
             the_seeder_may_skip_foreign_key_checks_and_the_migrator_may_not,
             a_role_the_history_assumes_comes_from_the_setup_file,
+            the_setup_files_database_settings_hold_in_every_rehearsal_database,
         ]
     )
 }
@@ -568,5 +569,97 @@ fn a_role_the_history_assumes_comes_from_the_setup_file(env: &TestEnv) -> anyhow
     let with = with?;
     let errors: Vec<&str> = with.errors().map(|f| f.id.as_str()).collect();
     ensure!(errors.is_empty(), "{errors:?}");
+    Ok(())
+}
+
+/// A project's init SQL that makes a schema and sets the database's
+/// `search_path` to it, with migrations that name their tables
+/// unqualified: `CREATE DATABASE … TEMPLATE` copies data, not `ALTER
+/// DATABASE … SET`, so every rehearsal copy must get the setting too (it
+/// held only on the first database: the seeded path then failed with
+/// "relation … does not exist" and the two paths' schemas differed in
+/// how their foreign keys were spelt). A schema the setup file makes
+/// belongs to the superuser: without a grant, the refusal says which.
+fn the_setup_files_database_settings_hold_in_every_rehearsal_database(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    write(
+        dir.path(),
+        &[
+            (
+                "V1__pantry.sql",
+                "CREATE TABLE pantry (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, label text NOT NULL);",
+            ),
+            (
+                "V2__jars.sql",
+                "CREATE TABLE jars (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, pantry_id bigint NOT NULL REFERENCES pantry (id));",
+            ),
+            ("V3__jar_note.sql", "ALTER TABLE jars ADD COLUMN note text;"),
+        ],
+    )?;
+    let run = |setup: &str, since: Option<i32>| -> anyhow::Result<Report> {
+        let verify = shipped::verify(Catalog::from_dir(dir.path())?)?
+            .rows(ROWS)
+            .setup(Some(setup.to_string()));
+        let verify = match since {
+            Some(v) => verify.since(v)?,
+            None => verify,
+        };
+        Ok(verify.run(&env.sandbox)?)
+    };
+    let setup = "CREATE SCHEMA larder;
+        GRANT USAGE, CREATE ON SCHEMA larder TO PUBLIC;
+        DO $$ BEGIN
+          EXECUTE format('ALTER DATABASE %I SET search_path TO larder, public', current_database());
+        END $$;";
+    let report = run(setup, Some(1))?;
+    let errors: Vec<String> = report
+        .errors()
+        .map(|f| format!("{} V{:?}: {}", f.id, f.migration, f.message))
+        .collect();
+    ensure!(errors.is_empty(), "{errors:#?}");
+    for v in [2, 3] {
+        ensure!(
+            report
+                .findings
+                .iter()
+                .any(|f| f.id == "apply.applies" && f.migration == Some(v)),
+            "V{v} not applied: {:?}",
+            report.findings.iter().map(|f| &f.id).collect::<Vec<_>>()
+        );
+    }
+    // The tables are where the setting put them, on the seeded path too.
+    ensure!(
+        !report.findings.iter().any(|f| f.id == "post.paths-differ"),
+        "the paths differ"
+    );
+
+    // The schema without a grant: the migrator may not create in it
+    // (named: an unqualified name would skip a schema it may not use).
+    let qualified = tempfile::tempdir()?;
+    write(
+        qualified.path(),
+        &[(
+            "V1__pantry.sql",
+            "CREATE TABLE larder.pantry (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY);",
+        )],
+    )?;
+    let refused = shipped::verify(Catalog::from_dir(qualified.path())?)?
+        .rows(ROWS)
+        .setup(Some("CREATE SCHEMA larder;".into()))
+        .run(&env.sandbox)?;
+    let denied = refused
+        .errors()
+        .find(|f| f.id == "apply.needs-superuser" && f.migration == Some(1))
+        .with_context(|| format!("{:?}", refused.errors().map(|f| &f.id).collect::<Vec<_>>()))?;
+    ensure!(
+        denied
+            .message
+            .contains("permission denied for schema larder")
+            && denied.advice.contains("GRANT USAGE, CREATE ON SCHEMA")
+            && denied.advice.contains("--migrator-superuser"),
+        "{denied:?}"
+    );
     Ok(())
 }

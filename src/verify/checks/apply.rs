@@ -275,6 +275,8 @@ fn what_it_needed(message: &str) -> &'static str {
         "superuser (ALTER SYSTEM changes the server's configuration)"
     } else if m.contains("language") {
         "superuser (functions in an untrusted language run code in the server's process)"
+    } else if m.contains("for schema") {
+        "USAGE and CREATE on a schema another role owns (one made outside the history belongs to whoever made it)"
     } else if m.contains("create role") {
         "CREATEROLE (a role is the server's, not the database's)"
     } else if m.contains("extension") {
@@ -309,7 +311,11 @@ fn refused(v: i32, applied: &Applied, error: &str, statement_timeout: Duration) 
                 .at(at)
                 .evidence("sqlstate", INSUFFICIENT_PRIVILEGE)
                 .evidence("needed", needed)
-                .advice("a managed database's owner role cannot run it either: have a DBA run it by hand, outside the migrations, or, if your production migrator really is a superuser, rehearse with --migrator-superuser"),
+                .advice(
+                    crate::migrate::way_out::advice(Some(INSUFFICIENT_PRIVILEGE), error, None)
+                        .filter(|_| error.contains("for schema"))
+                        .unwrap_or_else(|| "a managed database's owner role cannot run it either: have a DBA run it by hand, outside the migrations, or, if your production migrator really is a superuser, rehearse with --migrator-superuser".into()),
+                ),
             )
         }
         Some(QUERY_CANCELED) => Some(
