@@ -328,7 +328,10 @@ fn judge(env: &TestEnv, row: &Row) -> anyhow::Result<()> {
 }
 
 /// Each of `checks` ran on migration `last` (the report lists it) and
-/// measured there: at least one finding of its own, none of them skipped.
+/// measured there: at least one finding of its own that is not skipped (a
+/// check may measure one thing and skip another that does not apply, as
+/// locks skips the long-transaction probe outside a transaction; a check
+/// whose every finding is skipped measured nothing).
 fn measured(report: &serde_json::Value, last: i64, checks: &[&str]) -> anyhow::Result<()> {
     let ran = report["checks"].as_array().context("checks")?;
     let findings = report["findings"].as_array().context("findings")?;
@@ -349,7 +352,7 @@ fn measured(report: &serde_json::Value, last: i64, checks: &[&str]) -> anyhow::R
             })
             .collect();
         ensure!(
-            !own.is_empty() && own.iter().all(|(severity, _)| *severity != "skipped"),
+            own.iter().any(|(severity, _)| *severity != "skipped"),
             "check {check} did not measure V{last} (a pass needs it to have): {own:?}"
         );
     }
