@@ -219,6 +219,16 @@ pub fn detect(source: &str, folder: &Folder) -> Result<Option<Layout>, CatalogEr
         {
             Ok(Some(*layout))
         }
+        // `V1__name.sql` alone reads as refinery's (Flyway's own marks are
+        // dotted versions, `R__` and `B` files), but Atlas writes no
+        // refinery folder: beside `atlas.sum` they are `--dir-format
+        // flyway`'s.
+        [(Layout::Atlas, sum), (Layout::Refinery, _)]
+        | [(Layout::Refinery, _), (Layout::Atlas, sum)]
+            if sum == atlas::SUM_FILE =>
+        {
+            Ok(Some(Layout::Flyway))
+        }
         _ => Err(CatalogError::MixedLayouts {
             dir: source.to_string(),
             found: found

@@ -51,6 +51,7 @@ pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
             prisma_files_run_their_own_transactions_as_written,
             an_indented_dbmate_marker_is_sql_as_dbmate_reads_it,
             an_atlas_folder_in_golang_migrate_format_is_golang_migrates,
+            atlas_folders_in_goose_flyway_and_dbmate_format_are_those_tools,
             a_flyway_folder_starting_at_a_baseline_runs_it_first,
             a_goose_go_migration_is_listed_and_what_builds_on_it_skipped,
             a_guard_on_the_tools_history_table_does_not_stop_the_rehearsal,
@@ -1503,6 +1504,67 @@ fn an_atlas_folder_in_golang_migrate_format_is_golang_migrates(
         "{err}"
     );
     rehearse_clean(env, catalog)
+}
+
+/// Atlas's other `--dir-format`s: goose, Flyway and dbmate files beside
+/// the `atlas.sum` Atlas hashed them into are that tool's folder (read,
+/// applied and annotated as it does), the sum checked file by file. The
+/// Flyway one has only `V1__…` files, which alone read as refinery's: it
+/// was refused as "mixes migration layouts".
+fn atlas_folders_in_goose_flyway_and_dbmate_format_are_those_tools(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    for (fixture_name, layout, files) in [
+        (
+            "atlas-goose",
+            Layout::Goose,
+            [
+                "20250401090000_create_kilns.sql",
+                "20250408090000_kiln_firing_notes.sql",
+            ],
+        ),
+        (
+            "atlas-flyway",
+            Layout::Flyway,
+            ["V1__create_looms.sql", "V2__loom_warp_length.sql"],
+        ),
+        (
+            "atlas-dbmate",
+            Layout::Dbmate,
+            [
+                "20250501090000_create_ferries.sql",
+                "20250508090000_ferry_crossing_minutes.sql",
+            ],
+        ),
+    ] {
+        let catalog = Catalog::from_dir(&fixture(fixture_name))?;
+        let read: Vec<&str> = catalog
+            .migrations()
+            .iter()
+            .map(|m| m.file.as_str())
+            .collect();
+        ensure!(
+            catalog.layout == layout && read == files,
+            "{fixture_name}: read as {} {read:?}",
+            catalog.layout
+        );
+        // The down sections are not applied: each file's up alone.
+        ensure!(
+            catalog.migrations().iter().all(|m| !m.sql.contains("DROP")),
+            "{fixture_name}: a down section was read as SQL"
+        );
+        let dir = copy_fixture(fixture_name)?;
+        let edited = dir.path().join(files[1]);
+        std::fs::write(&edited, std::fs::read_to_string(&edited)? + "\n-- edited\n")?;
+        let err = Catalog::from_dir(dir.path()).unwrap_err().to_string();
+        ensure!(
+            err.starts_with(&format!("{}: ", files[1]))
+                && err.contains("disagrees with its hash in atlas.sum"),
+            "{fixture_name}: {err}"
+        );
+        rehearse_clean(env, catalog)?;
+    }
+    Ok(())
 }
 
 /// A Flyway folder from a baseline: on an empty database Flyway runs the
