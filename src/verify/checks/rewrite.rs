@@ -449,8 +449,29 @@ fn judge(
                 read_phrase(&w, t)
             ),
         )
-        .advice("add the constraint NOT VALID (no scan), then VALIDATE CONSTRAINT in a later migration: its scan takes only SHARE UPDATE EXCLUSIVE, which blocks neither reads nor writes; for NOT NULL, validate a CHECK (col IS NOT NULL) first (PostgreSQL 12+ then skips the SET NOT NULL scan); rebuild indexes with REINDEX … CONCURRENTLY in a `-- rollsafe:no-transaction` migration")
+        .advice(scan_advice(&st.excerpt))
     })
+}
+
+/// The way out of a scan under a blocking lock, by what the statement is:
+/// DDL that validates (a constraint, NOT NULL) can validate without that
+/// lock; data work (an UPDATE, an INSERT … SELECT, a DELETE) reads under a
+/// lock an earlier statement of the same transaction took, so it belongs
+/// in a transaction of its own.
+fn scan_advice(excerpt: &str) -> &'static str {
+    let first = excerpt
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_ascii_uppercase();
+    match first.as_str() {
+        "UPDATE" | "INSERT" | "DELETE" | "WITH" | "SELECT" | "MERGE" => {
+            "this is data work reading the table while the migration's transaction holds the lock an earlier statement took: move it to a migration of its own (after the DDL's, or before it), in small batches each committed on its own, so it runs under row locks only"
+        }
+        _ => {
+            "add the constraint NOT VALID (no scan), then VALIDATE CONSTRAINT in a later migration: its scan takes only SHARE UPDATE EXCLUSIVE, which blocks neither reads nor writes; for NOT NULL, validate a CHECK (col IS NOT NULL) first (PostgreSQL 12+ then skips the SET NOT NULL scan); rebuild indexes with REINDEX … CONCURRENTLY in a `-- rollsafe:no-transaction` migration"
+        }
+    }
 }
 
 /// What statement work `w` read of table `t`, as measured: a sequential
@@ -601,6 +622,26 @@ mod tests {
             phrase,
             "reads owners (2000 rows) one lookup at a time, 2000 tuples fetched through its indexes (2010 requests of its 40 heap pages, some pages more than once)"
         );
+    }
+
+    #[test]
+    fn a_scans_advice_fits_the_statement() {
+        for ddl in [
+            "ALTER TABLE jobs ADD CONSTRAINT jobs_owner_fk FOREIGN KEY …",
+            "alter table jobs alter column owner set not null",
+        ] {
+            assert!(
+                scan_advice(ddl).starts_with("add the constraint NOT VALID"),
+                "{ddl}"
+            );
+        }
+        for data in [
+            "UPDATE jobs SET owner = o.id FROM owners o …",
+            "WITH latest AS (SELECT …) UPDATE jobs …",
+            "insert into job_archive select * from jobs …",
+        ] {
+            assert!(scan_advice(data).starts_with("this is data work"), "{data}");
+        }
     }
 
     #[test]
