@@ -725,7 +725,34 @@ impl TargetDbArgs {
             layout: self.layout,
             placeholders: self.placeholders.iter().cloned().collect(),
         };
-        Catalog::load_in(self.migrations.as_deref(), &options).map_err(|e| fail(2, &e))
+        let catalog =
+            Catalog::load_in(self.migrations.as_deref(), &options).map_err(|e| fail(2, &e))?;
+        // `N_name.up.sql`/`.down.sql` is golang-migrate's and sqlx's alike
+        // (the project around the folder decides when it can: a crate
+        // using sqlx); where it could not, the database's own history
+        // says which tool applied them.
+        if self.layout.is_none() && catalog.layout == Layout::GolangMigrate {
+            let kept_by = |layout| {
+                let table = rollsafe::migrate::history::ToolHistory(layout).table();
+                rollsafe::db::connect(&self.database_url)
+                    .ok()
+                    .and_then(|mut c| {
+                        c.query_one("SELECT to_regclass($1) IS NOT NULL", &[&table])
+                            .ok()
+                    })
+                    .is_some_and(|row| row.get::<_, bool>(0))
+            };
+            if kept_by(Layout::Sqlx) && !kept_by(Layout::GolangMigrate) {
+                eprintln!("rollsafe: reading {} as sqlx's: this database's history is sqlx's _sqlx_migrations and it has no schema_migrations (pass --layout golang-migrate to read it as golang-migrate's)", catalog.source);
+                let options = ReadOptions {
+                    layout: Some(Layout::Sqlx),
+                    ..options
+                };
+                return Catalog::load_in(self.migrations.as_deref(), &options)
+                    .map_err(|e| fail(2, &e));
+            }
+        }
+        Ok(catalog)
     }
 }
 

@@ -38,6 +38,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             library_refuses_drift_before_running_anything,
             tls_sslmodes_are_honoured,
             a_diesel_history_with_a_lone_concurrent_build_migrates_from_empty,
+            an_up_down_folder_sqlx_applied_is_read_as_sqlx_from_its_history,
         ]
     );
     crate::common::own_server_only(env, trials, &["tls_sslmodes_are_honoured"])
@@ -1817,6 +1818,54 @@ fn a_diesel_history_with_a_lone_concurrent_build_migrates_from_empty(
             .iter()
             .any(|f| f.id == "apply.rerun-converges" && f.migration == Some(4)),
         "the batches were not rerun"
+    );
+    Ok(())
+}
+
+/// `N_name.up.sql`/`.down.sql` is sqlx's reversible folder and
+/// golang-migrate's alike. Applied by sqlx (here: `migrate --layout sqlx`,
+/// which writes sqlx's `_sqlx_migrations`), the folder read without
+/// `--layout` used to be golang-migrate's: `status` showed every migration
+/// pending and `migrate` ran the first again ("relation … already
+/// exists"). The database's own history now says whose folder it is.
+fn an_up_down_folder_sqlx_applied_is_read_as_sqlx_from_its_history(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    for (file, sql) in [
+        ("20240301090000_create_lanterns.up.sql", "CREATE TABLE lanterns (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, wick text NOT NULL);"),
+        ("20240301090000_create_lanterns.down.sql", "DROP TABLE lanterns;"),
+        ("20240308090000_lantern_oil.up.sql", "ALTER TABLE lanterns ADD COLUMN oil_ml integer;"),
+        ("20240308090000_lantern_oil.down.sql", "ALTER TABLE lanterns DROP COLUMN oil_ml;"),
+    ] {
+        std::fs::write(dir.path().join(file), sql)?;
+    }
+    let db = env.fresh_database();
+    let folder = path_str(dir.path());
+    let with_sqlx = rollsafe(&[
+        "migrate",
+        "--database-url",
+        db.url(),
+        "--migrations",
+        folder,
+        "--layout",
+        "sqlx",
+    ])?;
+    expect_code(&with_sqlx, 0, "migrate --layout sqlx")?;
+    let (code, v) = status_json(db.url(), Some(dir.path()))?;
+    ensure!(code == 0, "status exit {code}: {v}");
+    let states = states(&v);
+    ensure!(
+        states.len() == 2 && states.iter().all(|(_, s)| s == "applied"),
+        "{states:?}"
+    );
+    let again = migrate_cli(db.url(), &["--migrations", folder])?;
+    expect_code(&again, 0, "migrate without --layout")?;
+    let (out, err) = text(&again);
+    ensure!(!out.contains("applied 2024"), "applied again: {out}");
+    ensure!(
+        err.contains("as sqlx's") && err.contains("_sqlx_migrations"),
+        "{err}"
     );
     Ok(())
 }
