@@ -83,6 +83,9 @@ pub mod tables;
 pub mod validity;
 pub mod verify;
 
+#[cfg(test)]
+mod docs_match;
+
 /// The shape of the imports stays: no module imports one of a higher
 /// layer (`src/layers.txt`; `ci/import-graph.py` reports the whole graph,
 /// circles of files included).
