@@ -147,13 +147,34 @@ pub struct StatementRun {
     pub observed: Option<Observed>,
 }
 
+/// Whether `statement` is one that takes no lock on any relation:
+/// transaction control that runs no deferred work (`COMMIT` may fire
+/// deferred constraint triggers, which lock the tables they check, so it
+/// is not one), and session settings (`SET CONSTRAINTS` aside, which may
+/// run those checks at once).
+fn locks_no_relation(statement: &str) -> bool {
+    let mut words = statement
+        .split_whitespace()
+        .map(|w| w.trim_end_matches(';').to_ascii_uppercase());
+    match words.next().as_deref() {
+        Some(
+            "BEGIN" | "START" | "SAVEPOINT" | "RELEASE" | "ROLLBACK" | "ABORT" | "RESET" | "SHOW",
+        ) => true,
+        Some("SET") => !matches!(words.next().as_deref(), Some("CONSTRAINTS")),
+        _ => false,
+    }
+}
+
 impl StatementRun {
     /// Why its locks are unknown: it ran outside a transaction and no
     /// sample saw it hold a lock on an existing table (too fast to be
     /// seen, or it took none: sampling cannot tell which).
+    /// None too for a statement that by its nature locks no relation
+    /// (opening a transaction, a savepoint, a session setting): no sample
+    /// is needed to know it took none.
     pub fn locks_unobserved(&self) -> Option<String> {
         let o = self.observed.as_ref()?;
-        self.locks_after.is_empty().then(|| {
+        (self.locks_after.is_empty() && !locks_no_relation(&self.excerpt)).then(|| {
             format!(
                 "no lock on an existing table seen while it ran ({} samples over {:.1} ms)",
                 o.samples,
@@ -498,6 +519,40 @@ fn report_ms(d: Duration) -> f64 {
 mod tests {
     use super::*;
     use crate::verify::evidence::workload::AppWait;
+
+    /// Sampling that saw no lock is a skip only where a lock was possible.
+    #[test]
+    fn statements_that_lock_no_relation_need_no_sample() {
+        for none in [
+            "BEGIN",
+            "begin;",
+            "START TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+            "SET LOCAL lock_timeout = '5s'",
+            "SAVEPOINT s1",
+            "RESET search_path",
+        ] {
+            assert!(locks_no_relation(none), "{none}");
+        }
+        for some in [
+            "COMMIT",
+            "SET CONSTRAINTS ALL IMMEDIATE",
+            "CREATE INDEX CONCURRENTLY i ON t (a)",
+            "UPDATE t SET a = 1",
+        ] {
+            assert!(!locks_no_relation(some), "{some}");
+        }
+        let unseen = |excerpt: &str| StatementRun {
+            excerpt: excerpt.into(),
+            observed: Some(Observed::default()),
+            ..StatementRun::default()
+        };
+        assert!(unseen("SET LOCAL lock_timeout = '5s'")
+            .locks_unobserved()
+            .is_none());
+        assert!(unseen("ALTER TABLE t ADD COLUMN b int")
+            .locks_unobserved()
+            .is_some());
+    }
 
     /// A wait sampled before the statement it waits behind began (the
     /// sample was sent, then the server ran it late on a loaded machine)
