@@ -1288,7 +1288,10 @@ fn a_one_row_table_gets_one_row(env: &TestEnv) -> anyhow::Result<()> {
          CREATE TABLE settings (name text NOT NULL, value text);
          CREATE UNIQUE INDEX settings_one_row ON settings ((1));
          INSERT INTO settings VALUES ('site', 'example');
-         CREATE TABLE posts (id integer PRIMARY KEY, title text NOT NULL);",
+         CREATE TABLE posts (id integer PRIMARY KEY, title text NOT NULL);
+         CREATE TABLE sync_mark (singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton), synced_at timestamptz);
+         CREATE TABLE licence (pin bigint NOT NULL DEFAULT 0 CHECK (pin = 0) UNIQUE, holder text);
+         CREATE TABLE flags (on_off boolean PRIMARY KEY, label text);",
     )?;
     let n = 300;
     let g = generate::seed(&mut c, None, &RowCounts::new(n), &[])?;
@@ -1306,6 +1309,23 @@ fn a_one_row_table_gets_one_row(env: &TestEnv) -> anyhow::Result<()> {
     ensure!(g.written("settings") == Some(0), "{g:?}");
     ensure!(table_rows(&mut c, "settings")? == 1);
     ensure!(table_rows(&mut c, "posts")? == n);
+    // A key a CHECK pins to one value, or a boolean key, holds what its
+    // values allow (it was "no combination of generated values satisfies"
+    // the CHECK, or a duplicate key, and the table stayed empty).
+    for (table, rows) in [("sync_mark", 1), ("licence", 1), ("flags", 2)] {
+        ensure!(g.written(table) == Some(rows), "{table}: {g:?}");
+        ensure!(table_rows(&mut c, table)? == rows, "{table}");
+        let note = g
+            .seeded
+            .iter()
+            .find(|t| t.table == table)
+            .and_then(|t| t.note.clone());
+        ensure!(
+            note.as_deref()
+                .is_some_and(|said| said.contains(&format!("{rows} of the {n} rows asked"))),
+            "{table}: {note:?}"
+        );
+    }
     Ok(())
 }
 

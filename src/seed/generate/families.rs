@@ -40,7 +40,7 @@ pub(super) fn each_of(values: &[String]) -> Family {
     let k = values.len();
     Family {
         sql: format!("(ARRAY[{}])[1 + {I} % {k}]", values.join(", ")),
-        injective: k <= 1,
+        injective: false,
         cycle: Some(k as u64),
     }
 }
@@ -156,6 +156,7 @@ pub(super) fn families(
         }
         TypeKind::Array(elem) => arrays(elem, typmod, name, lits, width),
         TypeKind::Range(sub) => ranges(sub, name, width),
+        TypeKind::Bool => booleans(),
         TypeKind::Bytea => bytes(lits),
         kind => FIXED
             .iter()
@@ -175,6 +176,21 @@ pub(super) fn families(
     v
 }
 
+/// Both values in turn, then each alone. Each repeats (a cycle of 2, or
+/// of 1), so a UNIQUE key on a boolean (a one-row table's `singleton
+/// boolean PRIMARY KEY CHECK (singleton)`) gets the rows it can hold
+/// ([`super::fit::walk_lists`]) instead of a duplicate key.
+fn booleans() -> Vec<Family> {
+    [("{i} % 2 = 0", 2), ("true", 1), ("false", 1)]
+        .into_iter()
+        .map(|(sql, k)| Family {
+            sql: sql.replace("{i}", I),
+            injective: false,
+            cycle: Some(k),
+        })
+        .collect()
+}
+
 /// A family template: SQL with `{i}` for the row index and `{name}` for
 /// the column's name as a literal; whether distinct indexes give distinct
 /// values.
@@ -183,10 +199,6 @@ type Template = (&'static str, bool);
 /// The families of the kinds whose values need nothing but the row index
 /// and the column's name.
 const FIXED: &[(TypeKind, &[Template])] = &[
-    (
-        TypeKind::Bool,
-        &[("{i} % 2 = 0", false), ("true", false), ("false", false)],
-    ),
     (
         TypeKind::Uuid,
         &[
@@ -307,7 +319,7 @@ fn number_list(lits: &Literals) -> Option<Family> {
         .filter(|n| n.parse::<i64>().is_ok())
         .cloned()
         .collect();
-    (whole.len() >= 2).then(|| each_of(&whole))
+    (!whole.is_empty()).then(|| each_of(&whole))
 }
 
 /// Each number a CHECK mentions: just above, just below, and itself.

@@ -361,8 +361,8 @@ pub(super) fn walk_lists(plan: &mut Plan, carriers: &BTreeSet<usize>) -> Option<
                 )
             } else {
                 format!(
-                    "{combinations} of the {} rows asked: column {} ({}) holds {cycle} distinct values and carries a UNIQUE key",
-                    plan.rows, col.name, col.sql_type
+                    "{combinations} of the {} rows asked: column {} ({}) holds {cycle} distinct value{} and carries a UNIQUE key",
+                    plan.rows, col.name, col.sql_type, if cycle == 1 { "" } else { "s" }
                 )
             });
             plan.rows = combinations;
