@@ -286,10 +286,23 @@ fn what_it_needed(message: &str) -> &'static str {
     }
 }
 
+/// SQLSTATE 2BP01 dependent_objects_still_exist.
+const DEPENDENT_OBJECTS: &str = "2BP01";
+
+/// The role a refused `DROP ROLE` names: `role "x" cannot be dropped
+/// because some objects depend on it`.
+fn role_still_depended_on(message: &str) -> Option<&str> {
+    let rest = message.split("role \"").nth(1)?;
+    let (role, tail) = rest.split_once('"')?;
+    tail.starts_with(" cannot be dropped because some objects depend on it")
+        .then_some(role)
+}
+
 /// A migration's failure that is not the SQL's fault but the rehearsal's
-/// rules: it needed more than the owner role has (`apply.needs-superuser`)
-/// or ran past the statement timeout (`apply.statement-timeout`). None for
-/// any other failure.
+/// rules: it needed more than the owner role has (`apply.needs-superuser`),
+/// ran past the statement timeout (`apply.statement-timeout`), or dropped
+/// a role the rehearsal's other copies of the database still grant to
+/// (`apply.role-shared-by-copies`, skipped). None for any other failure.
 fn refused(v: i32, applied: &Applied, error: &str, statement_timeout: Duration) -> Option<Finding> {
     let at = applied.failed_statement.and_then(|i| applied.location(i));
     let statement = applied
@@ -316,6 +329,30 @@ fn refused(v: i32, applied: &Applied, error: &str, statement_timeout: Duration) 
                         .filter(|_| error.contains("for schema"))
                         .unwrap_or_else(|| "a managed database's owner role cannot run it either: have a DBA run it by hand, outside the migrations, or, if your production migrator really is a superuser, rehearse with --migrator-superuser".into()),
                 ),
+            )
+        }
+        // A role is the server's: every copy of the database the
+        // rehearsal made after the role's migration (the paths it
+        // compares) holds that migration's grants to it, and PostgreSQL
+        // refuses the drop while any database does. Production has one
+        // database: whether this one alone would let the role go is not
+        // something the rehearsal can show, so it is not judged.
+        Some(DEPENDENT_OBJECTS) if role_still_depended_on(error).is_some() => {
+            let role = role_still_depended_on(error).unwrap_or_default();
+            Some(
+                Finding::new(
+                    CHECK,
+                    "role-shared-by-copies",
+                    Severity::Skipped,
+                    Some(v),
+                    format!(
+                        "{statement} could not be rehearsed: role {role} is the server's, and the rehearsal's other copies of the database still hold grants to it, so PostgreSQL refused the drop here ({error}); later migrations are not rehearsed"
+                    ),
+                )
+                .at(at)
+                .evidence("sqlstate", DEPENDENT_OBJECTS)
+                .evidence("role", role)
+                .advice(format!("make sure the migration revokes everything {role} holds in this database first (REVOKE …, or DROP OWNED BY {role} before DROP ROLE), as production's single database needs; to rehearse what follows, use --since past this migration")),
             )
         }
         Some(QUERY_CANCELED) => Some(
@@ -643,6 +680,38 @@ mod tests {
             Duration::from_secs(60),
         );
         assert_eq!(f[0].severity, Severity::Info);
+    }
+
+    #[test]
+    fn a_role_the_copies_share_is_not_judged_on_its_drop() {
+        let drop = Applied {
+            error: Some(r#"line 2: role "crate_auditor" cannot be dropped because some objects depend on it"#.into()),
+            sqlstate: Some("2BP01".into()),
+            ..Applied::default()
+        };
+        let f = on_both_paths(3, &drop, None, &[], Duration::from_secs(60));
+        assert_eq!(
+            (f[0].id.as_str(), f[0].severity),
+            ("apply.role-shared-by-copies", Severity::Skipped)
+        );
+        assert!(
+            f[0].advice.contains("DROP OWNED BY crate_auditor"),
+            "{}",
+            f[0].advice
+        );
+        // Another object still depended on is the migration's own error.
+        let table = Applied {
+            error: Some(
+                "line 1: cannot drop table crates because other objects depend on it".into(),
+            ),
+            sqlstate: Some("2BP01".into()),
+            ..Applied::default()
+        };
+        let f = on_both_paths(3, &table, None, &[], Duration::from_secs(60));
+        assert_eq!(
+            (f[0].id.as_str(), f[0].severity),
+            ("apply.fails-on-empty", Severity::Error)
+        );
     }
 
     #[test]
