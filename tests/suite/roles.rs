@@ -33,6 +33,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             the_seeder_may_skip_foreign_key_checks_and_the_migrator_may_not,
             a_role_the_history_assumes_comes_from_the_setup_file,
             the_setup_files_database_settings_hold_in_every_rehearsal_database,
+            dropping_a_role_the_copies_share_is_skipped_not_an_error,
         ]
     )
 }
@@ -661,5 +662,65 @@ fn the_setup_files_database_settings_hold_in_every_rehearsal_database(
             && denied.advice.contains("--migrator-superuser"),
         "{denied:?}"
     );
+    Ok(())
+}
+
+/// A role one migration creates and a later one drops: the rehearsal's
+/// copies of the database all hold the first migration's grants to it, so
+/// PostgreSQL refuses the drop in any one of them. That is the rehearsal's
+/// doing, not the migration's: skipped, saying so, and no role is left on
+/// the server.
+fn dropping_a_role_the_copies_share_is_skipped_not_an_error(env: &TestEnv) -> anyhow::Result<()> {
+    let role = unique_role("crate_auditor");
+    let dir = tempfile::tempdir()?;
+    write(
+        dir.path(),
+        &[
+            (
+                "V1__crates.sql",
+                "CREATE TABLE crates (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, label text NOT NULL);",
+            ),
+            (
+                "V2__auditor.sql",
+                &format!("CREATE ROLE {role} NOLOGIN;\nGRANT SELECT ON crates TO {role};"),
+            ),
+            (
+                "V3__drop_auditor.sql",
+                &format!("REVOKE ALL ON crates FROM {role};\nDROP ROLE {role};"),
+            ),
+        ],
+    )?;
+    let report = shipped::verify(Catalog::from_dir(dir.path())?)?
+        .rows(ROWS)
+        .superuser_migrator(true)
+        .run(&env.sandbox)?;
+    let errors: Vec<String> = report
+        .errors()
+        .map(|f| format!("{} {}", f.id, f.message))
+        .collect();
+    ensure!(errors.is_empty(), "{errors:#?}");
+    let skipped = report
+        .findings
+        .iter()
+        .find(|f| f.id == "apply.role-shared-by-copies" && f.migration == Some(3))
+        .with_context(|| {
+            format!(
+                "{:?}",
+                report.findings.iter().map(|f| &f.id).collect::<Vec<_>>()
+            )
+        })?;
+    ensure!(
+        skipped.severity == Severity::Skipped && skipped.message.contains(&role),
+        "{skipped:?}"
+    );
+    let left: i64 = env
+        .sandbox
+        .connect_admin()?
+        .query_one(
+            "SELECT count(*) FROM pg_roles WHERE rolname LIKE $1",
+            &[&format!("{role}%")],
+        )?
+        .get(0);
+    ensure!(left == 0, "{left} role(s) named {role}… left on the server");
     Ok(())
 }
