@@ -8,13 +8,18 @@
 
 use crate::catalog::Layout;
 
-const README: &str = include_str!("../README.md");
-const ACTION: &str = include_str!("../action.yml");
-const COMPONENT: &str = include_str!("../templates/rollsafe.yml");
+/// A document of the repository, read when the test runs (the Action and
+/// the component are not part of the crate's package, so they cannot be
+/// compiled in).
+fn document(path: &str) -> String {
+    let at = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    std::fs::read_to_string(&at).unwrap_or_else(|e| panic!("reading {}: {e}", at.display()))
+}
 
 /// The first column of README's `| check | proves (measured) |` table.
 fn readme_checks() -> Vec<String> {
-    let table = README
+    let readme = document("README.md");
+    let table = readme
         .split_once("| check | proves (measured) |")
         .expect("README.md has its table of checks")
         .1;
@@ -47,19 +52,24 @@ fn the_readmes_check_table_is_the_registry() {
 
 #[test]
 fn every_layout_is_offered_wherever_a_user_picks_one() {
-    let option_line = COMPONENT
+    let (readme, action, component) = (
+        document("README.md"),
+        document("action.yml"),
+        document("templates/rollsafe.yml"),
+    );
+    let option_line = component
         .lines()
         .skip_while(|l| l.trim() != "layout:")
         .find(|l| l.trim_start().starts_with("options:"))
         .expect("the component's layout input has options");
-    let action_layout = ACTION
+    let action_layout = action
         .split_once("\n  layout:")
         .expect("the Action has a layout input")
         .1
         .lines()
         .find(|l| l.trim_start().starts_with("description:"))
         .expect("its description");
-    let readme_flag = README
+    let readme_flag = readme
         .lines()
         .find(|l| l.starts_with("| `--layout L` |"))
         .expect("README's --layout row");
