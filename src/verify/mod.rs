@@ -39,6 +39,7 @@
 
 pub mod checks;
 pub mod cross_version;
+mod error;
 pub mod events;
 pub mod evidence;
 pub mod planning;
@@ -50,21 +51,18 @@ mod stages;
 pub mod target;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use thiserror::Error;
-
 use crate::catalog::{Catalog, Source};
 use crate::lock_policy::LockPolicy;
 use crate::report::{CheckRun, RehearsedApp, Report};
-use crate::sandbox::{Database, Sandbox, SandboxBuilder, SandboxError};
+use crate::sandbox::{Database, Sandbox, SandboxBuilder};
 use crate::schema::Snapshot;
 
 use crate::app::replay::{self, Outcome};
-use crate::app::{AppError, AppVersion};
+use crate::app::AppVersion;
 use crate::pg::lock_modes::Needs;
 use checks::{apply, compat, locks, r#static};
 use events::{Event, MigrationStep, RunStep, VerifyEvent};
@@ -75,6 +73,7 @@ use rehearsal::LiveApp;
 use roles::Sessions;
 
 pub use crate::seed::DEFAULT_ROWS;
+pub use error::VerifyError;
 /// Rows written on the compat scenario's database, so statements that
 /// need existing data find some.
 const COMPAT_ROWS: u64 = 50;
@@ -90,33 +89,6 @@ const WORKLOAD_MARGIN: Duration = Duration::from_millis(50);
 fn long_transaction(policy: &LockPolicy) -> Duration {
     (policy.max_timeout * 3)
         .max(policy.max_timeout + rehearsal::LOCK_WAIT_SLACK + Duration::from_millis(500))
-}
-
-/// Why a rehearsal could not run at all (as opposed to findings).
-#[derive(Debug, Error)]
-pub enum VerifyError {
-    #[error(transparent)]
-    Sandbox(#[from] SandboxError),
-    #[error(transparent)]
-    Apps(#[from] AppError),
-    #[error("{path}: not a valid schema snapshot ({detail}); regenerate it (see src/schema.rs) or remove it")]
-    BadSnapshot { path: PathBuf, detail: String },
-    #[error("--since {since} is not a migration version (the files have {available}); pass one of those")]
-    UnknownSince { since: i32, available: String },
-    #[error("{label} ({file}) fails to apply before the rehearsed migrations (--since): {detail}; it is applied unchecked, so it must apply cleanly on the previous version")]
-    PrefixFails {
-        label: String,
-        file: String,
-        detail: String,
-    },
-    #[error("rehearsal failed while {step}: {detail}")]
-    Rehearsal { step: String, detail: String },
-    #[error("--from-target {target}: its history does not match the migration files ({detail}); verify with the files the target was migrated with (`rollsafe status` shows each version's state)")]
-    TargetDrift { target: String, detail: String },
-    #[error("--from-target: {0}")]
-    Target(String),
-    #[error("--table-rows names {unknown}, which no rehearsed migration's schema has (tables: {known}); name a table as the reports do (outside public with its schema, e.g. sales.orders)")]
-    UnknownTableRows { unknown: String, known: String },
 }
 
 type Progress = Arc<dyn Fn(&VerifyEvent) + Send + Sync>;

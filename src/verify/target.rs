@@ -29,7 +29,7 @@ use crate::catalog::{Catalog, TableName};
 use crate::db;
 use crate::migrate::{self, HistoryRow, MigrateError};
 
-use super::VerifyError;
+use super::error::VerifyError;
 
 /// Tables with at most this many rows are copied with their rows.
 pub const REFERENCE_ROWS: u64 = 1000;

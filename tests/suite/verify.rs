@@ -1407,7 +1407,10 @@ fn slow_migration_without_conflict_is_not_blamed_on_lock_timeout(
         .into_iter()
         .filter(|e| e.starts_with("V4:"))
         .collect();
-    ensure!(v4_errors.is_empty(), "slow without a conflict: {v4_errors:?}");
+    ensure!(
+        v4_errors.is_empty(),
+        "slow without a conflict: {v4_errors:?}"
+    );
     // Slow and holding ACCESS EXCLUSIVE: a long lock, still not a lock wait.
     expect_error(&r, 5, "locks.long-blocking-lock")?;
     ensure!(
