@@ -38,17 +38,14 @@
 //! result is a [`Report`].
 
 pub mod checks;
-pub mod cross_version;
 mod error;
 pub mod events;
 pub mod evidence;
-pub mod planning;
+pub mod measure;
 pub mod predict;
-pub mod rehearsal;
-pub mod roles;
-pub mod sampler;
 mod stages;
-pub mod target;
+
+pub use measure::{cross_version, planning, rehearsal, roles, sampler, target};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

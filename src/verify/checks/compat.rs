@@ -21,8 +21,8 @@
 use crate::app::replay::{Outcome, Step};
 use crate::app::AppVersion;
 use crate::report::{Finding, Severity};
-use crate::verify::cross_version::CrossVersion;
 use crate::verify::evidence::{Context, Labels, MigrationEvidence, RolloutWrite, RowRead, Writer};
+use crate::verify::measure::cross_version::CrossVersion;
 
 use super::Check;
 
@@ -764,7 +764,7 @@ fn fail(v: i32, name: &str, sev: Severity, msg: String, advice: &str) -> Finding
 }
 
 /// Judges what the cross-version scenario saw of `older` and `newer` on
-/// migration `v`'s schema ([`crate::verify::cross_version`]): None when
+/// migration `v`'s schema ([`crate::verify::measure::cross_version`]): None when
 /// either has no driver (skipped); an app operation that failed outright
 /// is an error finding too.
 pub fn cross_version(

@@ -5,7 +5,7 @@
 //! production down: it drops or replaces an index a hot statement needs,
 //! or changes a column's type so the index no longer matches, and the
 //! statement then reads the whole table on every call. The measuring stage
-//! ([`crate::verify::planning`]) plans each statement of each app live during
+//! ([`crate::verify::measure::planning`]) plans each statement of each app live during
 //! the migration on the seeded database before and after it (`EXPLAIN
 //! (FORMAT JSON)`, nothing executed) and reads the indexes and foreign
 //! keys around them; this module reads those plans into per-table access

@@ -41,6 +41,7 @@
 
 mod base;
 mod final_schema;
+mod planning;
 mod readers;
 mod seeded;
 mod template;

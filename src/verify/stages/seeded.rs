@@ -16,13 +16,13 @@ use crate::sandbox::Database;
 use crate::seed;
 use crate::seed::generate::Statistics;
 use crate::verify::checks::apply::{self, Unreached};
-use crate::verify::cross_version;
 use crate::verify::events::MigrationStep;
 use crate::verify::evidence::{
     Backfill, BatchedRun, Compat, DirectiveCount, Plans, SeededApply, SideBySide, Visible,
     WorkloadStats,
 };
-use crate::verify::rehearsal::{self, End};
+use crate::verify::measure::cross_version;
+use crate::verify::measure::rehearsal::{self, End};
 use crate::verify::{live_apps, step, Run, Staged, VerifyError, COMPAT_ROWS, WORKLOAD_MARGIN};
 
 /// How stage 3 of one migration ended.

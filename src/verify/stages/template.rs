@@ -23,8 +23,8 @@ use crate::seed::generate::{MoreSessions, Statistics};
 use crate::seed::reach::{self, Reach};
 use crate::verify::events::MigrationStep;
 use crate::verify::evidence::{Applied, Probe, Rerun, Seeding, Visible};
-use crate::verify::rehearsal::{self, End, LiveApp};
-use crate::verify::roles::Sessions;
+use crate::verify::measure::rehearsal::{self, End, LiveApp};
+use crate::verify::measure::roles::Sessions;
 use crate::verify::{
     apply_unchecked, live_apps, long_transaction, needs_of, step, Run, Staged, VerifyError,
 };
@@ -710,7 +710,7 @@ impl Run<'_> {
         &self,
         m: &Migration,
         db: &Database,
-    ) -> Result<crate::verify::roles::OwnRoles<'_>, VerifyError> {
+    ) -> Result<crate::verify::measure::roles::OwnRoles<'_>, VerifyError> {
         step(
             "setting aside the roles the migration creates",
             self.sessions.own_roles(m.version, &m.sql, db.name()),

@@ -18,6 +18,8 @@
 //! cannot split a file exactly, the file is measured as one statement.
 //!
 //! Checks turn these numbers into findings; nothing here judges.
+//!
+//! Floor `measure`: it takes a database and the live apps and returns what the apply did and what the apps saw; the stages say on which copy it runs.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -27,13 +29,13 @@ use std::time::{Duration, Instant};
 
 use postgres::Client;
 
-use super::evidence::{
-    AppWait, Applied, LongTransactionProbe, ProbeEnd, StatementRun, TableWork, Work, WorkloadStats,
-};
 use super::roles::Sessions;
 use super::sampler;
 use crate::app::replay;
 use crate::app::AppVersion;
+use crate::verify::evidence::{
+    AppWait, Applied, LongTransactionProbe, ProbeEnd, StatementRun, TableWork, Work, WorkloadStats,
+};
 
 mod outside_transaction;
 use crate::db;

@@ -1,0 +1,19 @@
+//! verify's instruments (floor `measure`, above `evidence`, below
+//! `checks` and `stages`): each takes a database or a connection, and
+//! what it needs of the run, and returns evidence. None judges (that is
+//! `checks`) or decides when it runs (that is `stages`).
+//!
+//! - [`rehearsal`]: a migration applied under a measured workload (and
+//!   [`rehearsal::outside_transaction`] for a file that runs outside one);
+//! - [`sampler`]: the lock waits the apps' sessions saw while it ran;
+//! - [`planning`]: the live apps' statements planned before and after;
+//! - [`roles`]: who runs what (the migrator's and the apps' sessions);
+//! - [`cross_version`]: two app versions side by side through drivers;
+//! - [`target`]: what a real database (`--from-target`) holds.
+
+pub mod cross_version;
+pub mod planning;
+pub mod rehearsal;
+pub mod roles;
+pub mod sampler;
+pub mod target;
