@@ -42,9 +42,9 @@ mod error;
 pub mod events;
 pub mod evidence;
 pub mod measure;
-pub mod predict;
 mod stages;
 
+pub use evidence::predict;
 pub use measure::{cross_version, planning, rehearsal, roles, sampler, target};
 
 use std::collections::BTreeMap;

@@ -36,10 +36,10 @@ use std::time::Duration;
 use crate::lock_policy::LockPolicy;
 use crate::pg::lock_modes::{self, Needs};
 use crate::report::{Finding, Severity};
+use crate::verify::evidence::predict::{self, Hold};
 use crate::verify::evidence::{
     Applied, Context, LongTransactionProbe, MigrationEvidence, Probe, ProbeEnd, WorkloadStats,
 };
-use crate::verify::predict::{self, Hold};
 
 use super::rewrite::{blocking_locks, human, locks_phrase};
 use super::{ms, Check};
@@ -540,7 +540,7 @@ mod tests {
     }
 
     fn holds(a: &Applied) -> Vec<Hold> {
-        crate::verify::predict::holds(a, a, &Needs::unknown(), &Default::default())
+        crate::verify::evidence::predict::holds(a, a, &Needs::unknown(), &Default::default())
     }
 
     #[test]

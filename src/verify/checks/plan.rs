@@ -40,8 +40,8 @@ use crate::report::{Finding, Location, Severity};
 use crate::verify::evidence::plan::{
     parse, Access, ForeignKey, IndexInfo, Plan, Side, StatementPlan,
 };
+use crate::verify::evidence::predict::Sizes;
 use crate::verify::evidence::{Context, Labels, MigrationEvidence};
-use crate::verify::predict::Sizes;
 
 use super::Check;
 

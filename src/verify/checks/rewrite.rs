@@ -24,10 +24,10 @@
 
 use crate::pg::lock_modes::{self, Needs};
 use crate::report::{Finding, Severity};
+use crate::verify::evidence::predict::{self, Hold};
 use crate::verify::evidence::{
     Applied, Context, Labels, MigrationEvidence, StatementRun, TableWork,
 };
-use crate::verify::predict::{self, Hold};
 
 use super::{ms, Check};
 

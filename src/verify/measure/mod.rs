@@ -9,6 +9,7 @@
 //! - [`planning`]: the live apps' statements planned before and after;
 //! - [`roles`]: who runs what (the migrator's and the apps' sessions);
 //! - [`cross_version`]: two app versions side by side through drivers;
+//! - [`sizes`]: production's table sizes (`--sizes-from`);
 //! - [`target`]: what a real database (`--from-target`) holds.
 
 pub mod cross_version;
@@ -16,4 +17,5 @@ pub mod planning;
 pub mod rehearsal;
 pub mod roles;
 pub mod sampler;
+pub mod sizes;
 pub mod target;

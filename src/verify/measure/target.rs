@@ -10,7 +10,7 @@
 //! (`pg_dump --schema-only` from the sandbox's own PostgreSQL; see
 //! [`crate::sandbox::Sandbox::dump_schema`]). Table sizes for the
 //! production-size prediction come from the same URL
-//! ([`crate::verify::predict::Sizes::from_database`]).
+//! ([`crate::verify::evidence::predict::Sizes::from_database`]).
 //!
 //! Production data stays in production: rows are copied only from tables
 //! the applied migrations themselves fill (an `INSERT` in a migration,
