@@ -271,7 +271,7 @@ pub fn rollout_write(v: i32, w: &RolloutWrite, known: &[String], labels: &Labels
         let lost_reads = lost;
         let filters: Vec<(String, Vec<String>)> =
             lost_reads.iter().flat_map(|r| r.filters.clone()).collect();
-        let filter = super::backfill::excluding_filter(&filters, &own_filters, known, row);
+        let filter = super::phrases::excluding_filter(&filters, &own_filters, known, row);
         let why = filter.as_ref().map_or(String::new(), |(text, col, value)| {
             format!(": its filter `{text}` excludes it ({col} is {value} on the row)")
         });

@@ -41,8 +41,9 @@ use crate::verify::evidence::{
     Applied, Context, LongTransactionProbe, MigrationEvidence, Probe, ProbeEnd, WorkloadStats,
 };
 
-use super::rewrite::{blocking_locks, human, locks_phrase};
-use super::{ms, Check};
+use super::phrases::ms;
+use super::phrases::{blocking_locks, human, locks_phrase};
+use super::Check;
 
 pub const CHECK: &str = "locks";
 pub const DESCRIPTION: &str =
@@ -147,7 +148,7 @@ pub fn measured(
                 format!(", and on each of its partitions: {}", partitions.join(", "))
             };
             let w = st.work.get(table).copied().unwrap_or_default();
-            let observed = super::while_running(at_zero, at_n, i);
+            let observed = super::phrases::while_running(at_zero, at_n, i);
             let mut f = Finding::new(
                     CHECK,
                     "blocking-index-build",
@@ -326,7 +327,7 @@ fn outside_transaction(
                 .evidence("statement_ms_at_n_rows", ms(st.duration))
                 .advice("a statement this fast holds its locks for about as long as it runs; run verify with more rows (--rows) to see them"),
             );
-        } else if let Some(o) = super::while_running(at_zero, at_n, i) {
+        } else if let Some(o) = super::phrases::while_running(at_zero, at_n, i) {
             seen.push(format!("{}: {o}", at_n.where_(i)));
         }
     }

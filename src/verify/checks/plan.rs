@@ -424,7 +424,7 @@ fn regression(
     let old = b.index.clone().unwrap_or_default();
     let (rows, time, production) = full_read(t, cx, after);
     let time_phrase = time.map_or("its time was not measured".to_string(), |d| {
-        format!("about {:.1} ms", super::ms(d))
+        format!("about {:.1} ms", super::phrases::ms(d))
     });
     let size_phrase = if production {
         format!("at production size ({}: {})", cx.sizes.source, rows)
@@ -508,10 +508,10 @@ fn regression(
         .evidence("full_read_rows", rows)
         .evidence(
             "full_read_ms",
-            time.map_or(Value::Null, |d| json!(super::ms(d))),
+            time.map_or(Value::Null, |d| json!(super::phrases::ms(d))),
         )
         .evidence("size", if production { "production" } else { "seeded" })
-        .evidence("budget_ms", super::ms(cx.budget))
+        .evidence("budget_ms", super::phrases::ms(cx.budget))
         .evidence("before", plan_nodes(&c.before, before))
         .evidence("after", plan_nodes(&c.after, after))
         .evidence("statistics", statistics_phrase(before))
@@ -832,7 +832,7 @@ fn summary(
         .evidence("skipped", skipped)
         .evidence("planning", after.mode.to_string())
         .evidence("statistics", statistics_phrase(before))
-        .evidence("took_ms", super::ms(took))
+        .evidence("took_ms", super::phrases::ms(took))
 }
 
 #[cfg(test)]

@@ -29,7 +29,8 @@ use crate::verify::evidence::{
     Applied, Context, Labels, MigrationEvidence, StatementRun, TableWork,
 };
 
-use super::{ms, Check};
+use super::phrases::{blocking_locks, human, locks_phrase, ms};
+use super::Check;
 
 pub const CHECK: &str = "rewrite";
 
@@ -140,31 +141,6 @@ fn excerpt_list(names: &[String], max: usize) -> String {
 
 pub const DESCRIPTION: &str =
     "no work that grows with a table (rewrite, rows written, a full pass) under a lock that blocks the live apps, measured per statement at 0 and N rows";
-
-/// The blocking locks held once statement `st` ran, as "MODE on table"
-/// (strongest per table), with what they block.
-pub(crate) fn blocking_locks(st: &StatementRun, needs: &Needs) -> Vec<(String, String, String)> {
-    let mut out = Vec::new();
-    for (table, modes) in &st.locks_after {
-        let blocking: Vec<&str> = modes
-            .iter()
-            .map(String::as_str)
-            .filter(|m| needs.blocks(table, m))
-            .collect();
-        if let Some(m) = lock_modes::strongest(blocking) {
-            out.push((table.clone(), m.to_string(), needs.describe(table, m)));
-        }
-    }
-    out
-}
-
-pub(crate) fn locks_phrase(locks: &[(String, String, String)]) -> String {
-    locks
-        .iter()
-        .map(|(t, m, what)| format!("{} on {t} (blocks its {what})", lock_modes::sql_name(m)))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
 
 /// The work of migration `v` measured at 0 rows (`at_zero`) and at N
 /// (`at_n`), judged against the locks the live apps need.
@@ -336,7 +312,7 @@ fn judge(
     let w = st.work.get(&t.table).copied().unwrap_or_default();
     let rewrote = st.rewrote.contains(&t.table);
     let at = at_n.where_(i);
-    let observed = super::while_running(at_zero, at_n, i);
+    let observed = super::phrases::while_running(at_zero, at_n, i);
     let zero_ms = at_zero
         .statements
         .get(i)
@@ -479,18 +455,6 @@ fn read_phrase(w: &crate::verify::evidence::Work, t: &TableWork) -> String {
             "reads {} ({} rows) one lookup at a time, {} tuples fetched through its indexes ({pages})",
             t.table, t.rows_before, w.tuples_fetched
         )
-    }
-}
-
-/// "95 s", "1.2 s", "340 ms".
-pub(crate) fn human(d: std::time::Duration) -> String {
-    let s = d.as_secs_f64();
-    if s >= 10.0 {
-        format!("{s:.0} s")
-    } else if s >= 1.0 {
-        format!("{s:.1} s")
-    } else {
-        format!("{:.0} ms", s * 1000.0)
     }
 }
 
