@@ -2,13 +2,13 @@
 //! a migration in stage 2, after it in stage 3, each only with an app to
 //! plan for. The instrument is [`crate::verify::measure::planning`].
 
+use super::Run;
 use crate::app::AppVersion;
 use crate::catalog::Migration;
 use crate::sandbox::Database;
 use crate::verify::events::MigrationStep;
 use crate::verify::evidence::plan::Side;
 use crate::verify::measure::planning::Planner;
-use crate::verify::Run;
 
 impl Run<'_> {
     fn planner(&self) -> Planner<'_> {

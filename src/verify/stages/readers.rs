@@ -31,16 +31,17 @@ use std::collections::BTreeSet;
 
 use postgres::Client;
 
+use super::{step, Run};
 use crate::app::bindings::{self, ReadShape};
 use crate::app::replay;
 use crate::app::statements::Statement;
 use crate::app::{AppVersion, Created, Kind};
 use crate::errors::one_line;
 use crate::sandbox::Database;
+use crate::verify::error::VerifyError;
 use crate::verify::evidence::{
     BoundBy, BoundRows, NotCompared, RolloutWrite, Row, RowRead, StatementReader, Visible, Writer,
 };
-use crate::verify::{step, Run, VerifyError};
 
 /// How many bindings a reader is run with: enough groups to catch rows
 /// that went missing, few enough for a million seeded rows.

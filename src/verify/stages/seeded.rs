@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::{live_apps, step, Run, Staged, COMPAT_ROWS, WORKLOAD_MARGIN};
 use crate::app::replay;
 use crate::app::AppVersion;
 use crate::catalog::Migration;
@@ -16,6 +17,7 @@ use crate::sandbox::Database;
 use crate::seed;
 use crate::seed::generate::Statistics;
 use crate::verify::checks::apply::{self, Unreached};
+use crate::verify::error::VerifyError;
 use crate::verify::events::MigrationStep;
 use crate::verify::evidence::{
     Backfill, BatchedRun, Compat, DirectiveCount, Plans, SeededApply, SideBySide, Visible,
@@ -23,7 +25,6 @@ use crate::verify::evidence::{
 };
 use crate::verify::measure::cross_version;
 use crate::verify::measure::rehearsal::{self, End};
-use crate::verify::{live_apps, step, Run, Staged, VerifyError, COMPAT_ROWS, WORKLOAD_MARGIN};
 
 /// How stage 3 of one migration ended.
 enum Seeded {

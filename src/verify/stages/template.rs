@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::{apply_unchecked, live_apps, long_transaction, needs_of, step, Run, Staged};
 use crate::app::AppVersion;
 use crate::catalog::Migration;
 use crate::sandbox::Database;
@@ -21,13 +22,11 @@ use crate::schema::Snapshot;
 use crate::seed;
 use crate::seed::generate::{MoreSessions, Statistics};
 use crate::seed::reach::{self, Reach};
+use crate::verify::error::VerifyError;
 use crate::verify::events::MigrationStep;
 use crate::verify::evidence::{Applied, Probe, Rerun, Seeding, Visible};
 use crate::verify::measure::rehearsal::{self, End, LiveApp};
 use crate::verify::measure::roles::Sessions;
-use crate::verify::{
-    apply_unchecked, live_apps, long_transaction, needs_of, step, Run, Staged, VerifyError,
-};
 
 /// What a transaction of the forced failure held at its end, read inside
 /// it before the failure is raised: the relations it locked (by oid) and
