@@ -37,3 +37,17 @@ pub enum VerifyError {
     #[error("--table-rows names {unknown}, which no rehearsed migration's schema has (tables: {known}); name a table as the reports do (outside public with its schema, e.g. sales.orders)")]
     UnknownTableRows { unknown: String, known: String },
 }
+
+/// `r`, its error a [`VerifyError::Rehearsal`] that says which step of the
+/// rehearsal failed.
+pub(crate) fn step<T, E: Into<anyhow::Error>>(
+    what: &str,
+    r: Result<T, E>,
+) -> Result<T, VerifyError> {
+    // The server's message and the causes, one line (a driver error's
+    // Display alone is "db error").
+    r.map_err(|e| VerifyError::Rehearsal {
+        step: what.to_string(),
+        detail: crate::errors::one_line(e.into().as_ref()),
+    })
+}

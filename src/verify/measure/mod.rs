@@ -7,6 +7,8 @@
 //!   [`rehearsal::outside_transaction`] for a file that runs outside one);
 //! - [`sampler`]: the lock waits the apps' sessions saw while it ran;
 //! - [`planning`]: the live apps' statements planned before and after;
+//! - [`readers`]: what the apps' read statements return around a
+//!   migration, and the rows the older apps write during the rollout;
 //! - [`roles`]: who runs what (the migrator's and the apps' sessions);
 //! - [`cross_version`]: two app versions side by side through drivers;
 //! - [`sizes`]: production's table sizes (`--sizes-from`);
@@ -14,6 +16,7 @@
 
 pub mod cross_version;
 pub mod planning;
+pub mod readers;
 pub mod rehearsal;
 pub mod roles;
 pub mod sampler;

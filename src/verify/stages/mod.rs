@@ -25,9 +25,9 @@
 //! 4. [`final_schema`]: the final schemas for post, and the project's own
 //!    checks (the shipped project: `dao`).
 //!
-//! [`readers`] serves stages 2 and 3: the read statements of every app
-//! (a driver's app too) run with sampled bindings before and after each
-//! migration, and the rows the older apps write during the rollout (their
+//! The readers instrument ([`crate::verify::measure::readers`]) serves
+//! stages 2 and 3: the read statements of every app (a driver's app too)
+//! run with sampled bindings before and after each migration, and the rows the older apps write during the rollout (their
 //! write statements, their drivers' creates) read back by the newer apps'
 //! readers.
 //!
@@ -48,7 +48,6 @@
 mod base;
 mod final_schema;
 mod planning;
-mod readers;
 mod seeded;
 mod template;
 
@@ -65,9 +64,10 @@ use crate::sandbox::{Database, Sandbox};
 use crate::schema::Snapshot;
 
 use super::checks::{self, apply, r#static};
-use super::error::VerifyError;
+use super::error::{step, VerifyError};
 use super::events::{Event, Stage};
 use super::evidence::{self, LongTransactionProbe, MigrationEvidence, Visible, Warning};
+use super::measure::readers::Readers;
 use super::measure::rehearsal::{self, LiveApp};
 use super::measure::roles::Sessions;
 use super::options::Verify;
@@ -234,15 +234,6 @@ pub(super) struct Run<'a> {
     /// What each rehearsed migration's scenarios measured so far, judged
     /// once they all ran ([`Run::judge`]).
     pub(super) evidence: BTreeMap<i32, MigrationEvidence>,
-}
-
-fn step<T, E: Into<anyhow::Error>>(what: &str, r: Result<T, E>) -> Result<T, VerifyError> {
-    // The server's message and the causes, one line (a driver error's
-    // Display alone is "db error").
-    r.map_err(|e| VerifyError::Rehearsal {
-        step: what.to_string(),
-        detail: crate::errors::one_line(e.into().as_ref()),
-    })
 }
 
 /// Applies `m` as `migrate` would, unmeasured: in one transaction, or
@@ -416,6 +407,13 @@ impl Run<'_> {
             c.batch_execute(&format!("SET ROLE {}", crate::pg::quote_ident(&migrator))),
         )?;
         Ok(c)
+    }
+
+    /// The apps' readers, as this run's sessions connect them.
+    fn readers(&self) -> Readers<'_> {
+        Readers {
+            sessions: &self.sessions,
+        }
     }
 
     /// A connection to `db` as `app`'s role.

@@ -245,7 +245,9 @@ impl Run<'_> {
             directives = Some(counted);
         }
         let readers_after = match applied_db {
-            Some(db) => self.readers_after(db, runnable, &readers_before.statements, newly)?,
+            Some(db) => self
+                .readers()
+                .after(db, runnable, &readers_before.statements, newly)?,
             None => Visible::default(),
         };
         Ok(Backfill {
@@ -315,7 +317,7 @@ impl Run<'_> {
         // Rows the older apps write while the newer ones run (their write
         // statements, their drivers' creates), read back by the
         // statement readers: one path for every app.
-        out.rollout_writes = self.rollout_writes(db, live, runnable)?;
+        out.rollout_writes = self.readers().rollout_writes(db, live, runnable)?;
         Ok(out)
     }
 

@@ -373,7 +373,7 @@ impl<'a> Run<'a> {
                 let this = &*self;
                 let (readers, plans) = std::thread::scope(|s| {
                     let plans = s.spawn(|| this.plans_before(v, db, live));
-                    let readers = this.readers_before(db, live);
+                    let readers = this.readers().before(db, live);
                     let plans = plans.join().unwrap_or_else(|_| {
                         Some(Err("its thread panicked (a bug in rollsafe)".into()))
                     });
