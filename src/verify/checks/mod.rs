@@ -123,6 +123,37 @@ mod tests {
     use super::*;
     use crate::report::Location;
 
+    /// The README's table of checks names exactly the registry's checks,
+    /// and the project's own (`dao`: a rule its apps' driver declares,
+    /// [`crate::app::ProjectRule`], outside the registry).
+    #[test]
+    fn readme_table_of_checks_is_the_registry() {
+        const OUTSIDE_THE_REGISTRY: &[&str] = &["dao"];
+        let readme = include_str!("../../../README.md");
+        let table = readme
+            .split("| check | proves (measured) |")
+            .nth(1)
+            .expect("README.md has a table `| check | proves (measured) |`");
+        let in_readme: std::collections::BTreeSet<&str> = table
+            .lines()
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .filter_map(|l| {
+                l.split('|')
+                    .nth(1)?
+                    .trim()
+                    .strip_prefix('`')?
+                    .strip_suffix('`')
+            })
+            .collect();
+        let mut expected: std::collections::BTreeSet<&str> = ALL.iter().map(|c| c.name).collect();
+        expected.extend(OUTSIDE_THE_REGISTRY);
+        assert_eq!(
+            in_readme, expected,
+            "README.md's table of checks and the registry (checks::ALL) differ"
+        );
+    }
+
     fn at(f: Finding, line: usize) -> Finding {
         f.at(Some(Location {
             file: "V4__x.sql".into(),
