@@ -111,6 +111,76 @@ pub fn measured(
         .map(|w| format!("{}: {}", w.table, w.locks.join("+")))
         .collect();
 
+    out.extend(blocking_index_builds(v, at_zero, at_n, needs, stall));
+    out.extend(long_blocking_lock(
+        v,
+        at_n,
+        holds,
+        needs,
+        stall_budget,
+        stall,
+        &lock_list,
+    ));
+    out.extend(workload_failed(v, workload));
+
+    let holds_text: Vec<String> = holds
+        .iter()
+        .map(|h| {
+            let at_size = if h.drivers.is_empty() {
+                "whatever the table's size".to_string()
+            } else {
+                format!("{} ~{}", h.size_phrase(), human(h.predicted))
+            };
+            format!(
+                "{} on {} held {} ({at_size})",
+                lock_modes::sql_name(&h.mode),
+                h.table,
+                human(h.measured),
+            )
+        })
+        .collect();
+    if at_n.outside_transaction {
+        return outside_transaction(v, at_zero, at_n, out, &holds_text, stall, workload);
+    }
+    let mut measured = Finding::new(
+        CHECK,
+        "measured",
+        Severity::Info,
+        Some(v),
+        if lock_list.is_empty() {
+            "takes no lock on existing tables".to_string()
+        } else if holds_text.is_empty() {
+            format!("locks {} (none blocks a live app)", lock_list.join("; "))
+        } else {
+            format!("locks {}; {}", lock_list.join("; "), holds_text.join("; "))
+        },
+    )
+    .evidence("held_ms", ms(at_n.held))
+    .evidence("workload_max_stall_ms", ms(stall))
+    .evidence(
+        "workload_statements",
+        workload.map(|w| w.statements).unwrap_or(0),
+    );
+    if let Some(h) = holds.iter().max_by_key(|h| h.predicted) {
+        measured = measured.evidence("predicted_hold_ms", ms(h.predicted));
+    }
+    if let Some(w) = workload.filter(|w| !w.left_out.is_empty()) {
+        measured = measured.evidence("workload_left_out", left_out(w));
+    }
+    out.push(measured);
+    out
+}
+
+/// `blocking-index-build`: an index built on a table with rows while the
+/// statement holds a lock that blocks a live app.
+fn blocking_index_builds(
+    v: i32,
+    at_zero: &Applied,
+    at_n: &Applied,
+    needs: &Needs,
+    stall: Duration,
+) -> Vec<Finding> {
+    let mut out = Vec::new();
     for (i, st) in at_n.statements.iter().enumerate() {
         let blocking = blocking_locks(st, needs);
         if blocking.is_empty() {
@@ -180,112 +250,74 @@ pub fn measured(
             );
         }
     }
+    out
+}
 
-    if let Some(h) = holds.iter().max_by_key(|h| h.predicted) {
-        if h.predicted > stall_budget {
-            out.push(
-                Finding::new(
-                    CHECK,
-                    "long-blocking-lock",
-                    Severity::Error,
-                    Some(v),
-                    format!(
-                        "{}: holds {} on {} for {} (stall budget {}), blocking its {}; {} it would hold it ~{}; the live workload stalled {}",
-                        at_n.where_(h.statement),
-                        lock_modes::sql_name(&h.mode),
-                        h.table,
-                        human(h.measured),
-                        human(stall_budget),
-                        needs.describe(&h.table, &h.mode),
-                        h.size_phrase(),
-                        human(h.predicted),
-                        human(stall)
-                    ),
-                )
-                .at(at_n.location(h.statement))
-                .evidence("held_ms", ms(h.measured))
-                .evidence("predicted_hold_ms", ms(h.predicted))
-                .evidence("predicted_rows", h.drivers.iter().map(|d| d.2).fold(0.0, f64::max))
-                .evidence("stall_budget_ms", ms(stall_budget))
-                .evidence("workload_max_stall_ms", ms(stall))
-                .evidence("locks", lock_list.join("; "))
-                .advice("do only catalog-only changes under ACCESS EXCLUSIVE / SHARE locks; move slow work (sleeps, backfills, scans) out of the locking transaction"),
-            );
-        }
-    }
-
-    if let Some(w) = workload {
-        if w.error_count > 0 {
-            let first = w
-                .errors
-                .first()
-                .map(|(s, m)| format!("{s}: {m}"))
-                .unwrap_or_default();
-            out.push(
-                Finding::new(
-                    CHECK,
-                    "workload-failed",
-                    Severity::Error,
-                    Some(v),
-                    format!(
-                        "the live apps' statements failed {} time(s) while it applied (first: {first})",
-                        w.error_count
-                    ),
-                )
-                .evidence("statements", w.statements)
-                .evidence("errors", w.error_count)
-                .evidence("first_error", first)
-                .advice("keep every column and table a live app version uses until no running version uses it; change shapes in expand/contract steps"),
-            );
-        }
-    }
-
-    let holds_text: Vec<String> = holds
-        .iter()
-        .map(|h| {
-            let at_size = if h.drivers.is_empty() {
-                "whatever the table's size".to_string()
-            } else {
-                format!("{} ~{}", h.size_phrase(), human(h.predicted))
-            };
+/// `long-blocking-lock`: the longest predicted hold of a lock that blocks
+/// a live app, when it exceeds the stall budget.
+fn long_blocking_lock(
+    v: i32,
+    at_n: &Applied,
+    holds: &[Hold],
+    needs: &Needs,
+    stall_budget: Duration,
+    stall: Duration,
+    lock_list: &[String],
+) -> Option<Finding> {
+    let h = holds.iter().max_by_key(|h| h.predicted)?;
+    (h.predicted > stall_budget).then(|| {
+        Finding::new(
+            CHECK,
+            "long-blocking-lock",
+            Severity::Error,
+            Some(v),
             format!(
-                "{} on {} held {} ({at_size})",
+                "{}: holds {} on {} for {} (stall budget {}), blocking its {}; {} it would hold it ~{}; the live workload stalled {}",
+                at_n.where_(h.statement),
                 lock_modes::sql_name(&h.mode),
                 h.table,
                 human(h.measured),
-            )
-        })
-        .collect();
-    if at_n.outside_transaction {
-        return outside_transaction(v, at_zero, at_n, out, &holds_text, stall, workload);
-    }
-    let mut measured = Finding::new(
+                human(stall_budget),
+                needs.describe(&h.table, &h.mode),
+                h.size_phrase(),
+                human(h.predicted),
+                human(stall)
+            ),
+        )
+        .at(at_n.location(h.statement))
+        .evidence("held_ms", ms(h.measured))
+        .evidence("predicted_hold_ms", ms(h.predicted))
+        .evidence("predicted_rows", h.drivers.iter().map(|d| d.2).fold(0.0, f64::max))
+        .evidence("stall_budget_ms", ms(stall_budget))
+        .evidence("workload_max_stall_ms", ms(stall))
+        .evidence("locks", lock_list.join("; "))
+        .advice("do only catalog-only changes under ACCESS EXCLUSIVE / SHARE locks; move slow work (sleeps, backfills, scans) out of the locking transaction")
+    })
+}
+
+/// `workload-failed`: the live apps' statements failed while it applied.
+fn workload_failed(v: i32, workload: Option<&WorkloadStats>) -> Option<Finding> {
+    let w = workload.filter(|w| w.error_count > 0)?;
+    let first = w
+        .errors
+        .first()
+        .map(|(s, m)| format!("{s}: {m}"))
+        .unwrap_or_default();
+    Finding::new(
         CHECK,
-        "measured",
-        Severity::Info,
+        "workload-failed",
+        Severity::Error,
         Some(v),
-        if lock_list.is_empty() {
-            "takes no lock on existing tables".to_string()
-        } else if holds_text.is_empty() {
-            format!("locks {} (none blocks a live app)", lock_list.join("; "))
-        } else {
-            format!("locks {}; {}", lock_list.join("; "), holds_text.join("; "))
-        },
+        format!(
+            "the live apps' statements failed {} time(s) while it applied (first: {first})",
+            w.error_count
+        ),
     )
-    .evidence("held_ms", ms(at_n.held))
-    .evidence("workload_max_stall_ms", ms(stall))
-    .evidence(
-        "workload_statements",
-        workload.map(|w| w.statements).unwrap_or(0),
-    );
-    if let Some(h) = holds.iter().max_by_key(|h| h.predicted) {
-        measured = measured.evidence("predicted_hold_ms", ms(h.predicted));
-    }
-    if let Some(w) = workload.filter(|w| !w.left_out.is_empty()) {
-        measured = measured.evidence("workload_left_out", left_out(w));
-    }
-    out.push(measured);
-    out
+    .evidence("statements", w.statements)
+    .evidence("errors", w.error_count)
+    .evidence("first_error", first)
+    .advice("keep every column and table a live app version uses until no running version uses it; change shapes in expand/contract steps")
+    .into()
 }
 
 /// The statements the workload left out, as evidence: they failed on the
