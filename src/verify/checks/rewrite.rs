@@ -159,76 +159,8 @@ pub fn measured(
         .filter(|t| t.partition_of.is_none())
         .map(|t| t.rows_before)
         .sum();
-    for (i, st) in at_n.statements.iter().enumerate() {
-        let blocking = blocking_locks(st, needs);
-        // One finding per statement: about its largest table whose work
-        // grows (an index build alone is locks.blocking-index-build).
-        let grown: Vec<&TableWork> = at_n
-            .tables
-            .values()
-            .filter(|t| st.grows_on(t))
-            .filter(|t| {
-                st.rewrote.contains(&t.table)
-                    || st.work.get(&t.table).is_some_and(|w| w.rows_written() > 0)
-                    || !st.built_indexes.iter().any(|(x, _)| *x == t.table)
-            })
-            .collect();
-        // The table the statement rewrote, wrote or scanned comes first
-        // (a foreign key's check after a type change scans the tables that
-        // reference it, and reads the referenced one one lookup at a
-        // time): the others are named beside it.
-        // A rewrite comes before rows written, rows written before a scan.
-        let rank = |t: &&&TableWork| {
-            let w = st.work.get(&t.table).copied().unwrap_or_default();
-            (
-                st.rewrote.contains(&t.table),
-                w.rows_written() > 0,
-                w.tuples_read > 0,
-                t.rows_before,
-            )
-        };
-        if let Some(t) = grown.iter().max_by_key(rank) {
-            let others: Vec<String> = grown
-                .iter()
-                .filter(|o| o.table != t.table)
-                .map(|o| format!("{} ({} rows)", o.table, o.rows_before))
-                .collect();
-            if let Some(f) = judge(v, i, st, t, &blocking, at_zero, at_n, holds) {
-                out.push(if others.is_empty() {
-                    f
-                } else {
-                    f.evidence("also_grows_on", others.join(", "))
-                });
-            }
-        }
-    }
-    // Outside a transaction a lock is known only if sampling saw it: work
-    // that grows under an unseen lock is not judged either way.
-    for (i, st) in at_n.statements.iter().enumerate() {
-        let Some(why) = st.locks_unobserved() else {
-            continue;
-        };
-        if let Some(t) = at_n.tables.values().find(|t| st.grows_on(t)) {
-            out.push(
-                Finding::new(
-                    CHECK,
-                    "lock-not-observed",
-                    Severity::Skipped,
-                    Some(v),
-                    format!(
-                        "{}: its work grows with {} ({} rows) but {why}: whether it blocked the apps meanwhile was not measured",
-                        at_n.where_(i),
-                        t.table,
-                        t.rows_before
-                    ),
-                )
-                .at(at_n.location(i))
-                .evidence("table", t.table.clone())
-                .evidence("statement_ms_at_n_rows", ms(st.duration))
-                .advice("run verify with more rows (--rows) so the statement runs long enough to be sampled"),
-            );
-        }
-    }
+    out.extend(grown_under_blocking_locks(v, at_zero, at_n, needs, holds));
+    out.extend(locks_not_observed(v, at_n));
     if let Some(why) = &at_n.work_unmeasured {
         out.push(
             Finding::new(
@@ -292,6 +224,95 @@ pub fn measured(
                 .evidence("wal_bytes_at_n_rows", at_n.wal_bytes)
                 .evidence("ms_at_0_rows", ms(at_zero.duration))
                 .evidence("ms_at_n_rows", ms(at_n.duration)),
+            );
+        }
+    }
+    out
+}
+
+/// Per statement, its work that grows with a table under a lock that
+/// blocks a live app ([`judge`]), about its largest such table.
+fn grown_under_blocking_locks(
+    v: i32,
+    at_zero: &Applied,
+    at_n: &Applied,
+    needs: &Needs,
+    holds: &[Hold],
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (i, st) in at_n.statements.iter().enumerate() {
+        let blocking = blocking_locks(st, needs);
+        // One finding per statement: about its largest table whose work
+        // grows (an index build alone is locks.blocking-index-build).
+        let grown: Vec<&TableWork> = at_n
+            .tables
+            .values()
+            .filter(|t| st.grows_on(t))
+            .filter(|t| {
+                st.rewrote.contains(&t.table)
+                    || st.work.get(&t.table).is_some_and(|w| w.rows_written() > 0)
+                    || !st.built_indexes.iter().any(|(x, _)| *x == t.table)
+            })
+            .collect();
+        // The table the statement rewrote, wrote or scanned comes first
+        // (a foreign key's check after a type change scans the tables that
+        // reference it, and reads the referenced one one lookup at a
+        // time): the others are named beside it.
+        // A rewrite comes before rows written, rows written before a scan.
+        let rank = |t: &&&TableWork| {
+            let w = st.work.get(&t.table).copied().unwrap_or_default();
+            (
+                st.rewrote.contains(&t.table),
+                w.rows_written() > 0,
+                w.tuples_read > 0,
+                t.rows_before,
+            )
+        };
+        if let Some(t) = grown.iter().max_by_key(rank) {
+            let others: Vec<String> = grown
+                .iter()
+                .filter(|o| o.table != t.table)
+                .map(|o| format!("{} ({} rows)", o.table, o.rows_before))
+                .collect();
+            if let Some(f) = judge(v, i, st, t, &blocking, at_zero, at_n, holds) {
+                out.push(if others.is_empty() {
+                    f
+                } else {
+                    f.evidence("also_grows_on", others.join(", "))
+                });
+            }
+        }
+    }
+    out
+}
+
+/// `lock-not-observed`: outside a transaction a lock is known only if
+/// sampling saw it: work that grows under an unseen lock is not judged
+/// either way.
+fn locks_not_observed(v: i32, at_n: &Applied) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (i, st) in at_n.statements.iter().enumerate() {
+        let Some(why) = st.locks_unobserved() else {
+            continue;
+        };
+        if let Some(t) = at_n.tables.values().find(|t| st.grows_on(t)) {
+            out.push(
+                Finding::new(
+                    CHECK,
+                    "lock-not-observed",
+                    Severity::Skipped,
+                    Some(v),
+                    format!(
+                        "{}: its work grows with {} ({} rows) but {why}: whether it blocked the apps meanwhile was not measured",
+                        at_n.where_(i),
+                        t.table,
+                        t.rows_before
+                    ),
+                )
+                .at(at_n.location(i))
+                .evidence("table", t.table.clone())
+                .evidence("statement_ms_at_n_rows", ms(st.duration))
+                .advice("run verify with more rows (--rows) so the statement runs long enough to be sampled"),
             );
         }
     }
