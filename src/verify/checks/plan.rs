@@ -163,28 +163,7 @@ pub fn compare(cx: &PlanInputs, before: &Side, after: &Side) -> Vec<Finding> {
         }
     }
 
-    let plans: serde_json::Map<String, Value> = compared
-        .iter()
-        .map(|c| {
-            let lines = |p: &Plan, side: &Side| {
-                p.accesses
-                    .iter()
-                    .map(|a| {
-                        format!(
-                            "{}: {}",
-                            name_of(&(a.schema.clone(), a.relname.clone()), side),
-                            a.describe()
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            };
-            (
-                format!("{}.{}", c.app, c.statement),
-                json!({ "before": lines(&c.before, before), "after": lines(&c.after, after) }),
-            )
-        })
-        .collect();
+    let plans = plans_evidence(&compared, before, after);
     let mut kept = 0;
     let mut replaced: Vec<String> = Vec::new();
     let mut regressed = 0;
@@ -264,6 +243,37 @@ pub fn compare(cx: &PlanInputs, before: &Side, after: &Side) -> Vec<Finding> {
         .evidence("plans", Value::Object(plans)),
     );
     out
+}
+
+/// Each compared statement's accesses before and after, as the summary's
+/// `plans` evidence.
+fn plans_evidence(
+    compared: &[Compared],
+    before: &Side,
+    after: &Side,
+) -> serde_json::Map<String, Value> {
+    compared
+        .iter()
+        .map(|c| {
+            let lines = |p: &Plan, side: &Side| {
+                p.accesses
+                    .iter()
+                    .map(|a| {
+                        format!(
+                            "{}: {}",
+                            name_of(&(a.schema.clone(), a.relname.clone()), side),
+                            a.describe()
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            };
+            (
+                format!("{}.{}", c.app, c.statement),
+                json!({ "before": lines(&c.before, before), "after": lines(&c.after, after) }),
+            )
+        })
+        .collect()
 }
 
 fn read_both<'a>(b: &'a StatementPlan, a: &'a StatementPlan) -> Result<Compared<'a>, String> {
