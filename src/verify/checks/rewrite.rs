@@ -346,42 +346,20 @@ fn judge(
         .iter()
         .filter(|h| h.statement == i || (h.statement < i && !at_n.outside_transaction))
         .max_by_key(|h| (h.predicted, h.table == t.table));
-    let base = |name: &str, sev: Severity, msg: String| {
-        let mut f = Finding::new(CHECK, name, sev, Some(v), msg)
-            .at(at_n.location(i))
-            .evidence("table", t.table.clone())
-            .evidence("rows", t.rows_before)
-            .evidence("pages", t.pages_before)
-            .evidence("statement_line", st.line)
-            .evidence("statement", st.excerpt.clone())
-            .evidence("tuples_read", w.tuples_read)
-            .evidence("tuples_fetched", w.tuples_fetched)
-            .evidence("rows_updated", w.updated)
-            .evidence("rows_deleted", w.deleted)
-            .evidence("heap_blocks", w.heap_blocks)
-            .evidence("index_blocks", w.index_blocks)
-            .evidence("relfilenode_changed", rewrote)
-            .evidence("blocking_locks", locks_phrase(blocking))
-            .evidence("wal_bytes_at_n_rows", at_n.wal_bytes)
-            .evidence("statement_ms_at_0_rows", zero_ms)
-            .evidence("statement_ms_at_n_rows", ms(st.duration));
-        if let Some(o) = &observed {
-            f = f.evidence("locks_while_running", o.clone());
-        }
-        if let Some(h) = worst_hold {
-            f = f
-                .evidence("predicted_hold_ms", ms(h.predicted))
-                .evidence(
-                    "predicted_rows",
-                    h.drivers.iter().map(|d| d.2).fold(0.0, f64::max),
-                )
-                .evidence(
-                    "predicted_lock",
-                    format!("{} on {}", lock_modes::sql_name(&h.mode), h.table),
-                );
-        }
-        f
+    let grown = Grown {
+        v,
+        i,
+        st,
+        t,
+        w,
+        rewrote,
+        blocking,
+        at_n,
+        zero_ms,
+        observed: observed.as_deref(),
+        worst_hold,
     };
+    let base = |name: &str, sev: Severity, msg: String| grown.finding(name, sev, msg);
     let prediction = worst_hold
         .map(|h| {
             format!(
@@ -448,6 +426,61 @@ fn judge(
         )
         .advice("add the constraint NOT VALID (no scan), then VALIDATE CONSTRAINT in a later migration: its scan takes only SHARE UPDATE EXCLUSIVE, which blocks neither reads nor writes; for NOT NULL, validate a CHECK (col IS NOT NULL) first (PostgreSQL 12+ then skips the SET NOT NULL scan); rebuild indexes with REINDEX … CONCURRENTLY in a `-- rollsafe:no-transaction` migration")
     })
+}
+
+/// What one finding of [`judge`] says about a statement's work on a table
+/// besides its message: the measurements every such finding carries.
+struct Grown<'a> {
+    v: i32,
+    i: usize,
+    st: &'a StatementRun,
+    t: &'a TableWork,
+    w: crate::verify::evidence::Work,
+    rewrote: bool,
+    blocking: &'a [(String, String, String)],
+    at_n: &'a Applied,
+    zero_ms: f64,
+    observed: Option<&'a str>,
+    worst_hold: Option<&'a Hold>,
+}
+
+impl Grown<'_> {
+    fn finding(&self, name: &str, sev: Severity, msg: String) -> Finding {
+        let mut f = Finding::new(CHECK, name, sev, Some(self.v), msg)
+            .at(self.at_n.location(self.i))
+            .evidence("table", self.t.table.clone())
+            .evidence("rows", self.t.rows_before)
+            .evidence("pages", self.t.pages_before)
+            .evidence("statement_line", self.st.line)
+            .evidence("statement", self.st.excerpt.clone())
+            .evidence("tuples_read", self.w.tuples_read)
+            .evidence("tuples_fetched", self.w.tuples_fetched)
+            .evidence("rows_updated", self.w.updated)
+            .evidence("rows_deleted", self.w.deleted)
+            .evidence("heap_blocks", self.w.heap_blocks)
+            .evidence("index_blocks", self.w.index_blocks)
+            .evidence("relfilenode_changed", self.rewrote)
+            .evidence("blocking_locks", locks_phrase(self.blocking))
+            .evidence("wal_bytes_at_n_rows", self.at_n.wal_bytes)
+            .evidence("statement_ms_at_0_rows", self.zero_ms)
+            .evidence("statement_ms_at_n_rows", ms(self.st.duration));
+        if let Some(o) = self.observed {
+            f = f.evidence("locks_while_running", o);
+        }
+        if let Some(h) = self.worst_hold {
+            f = f
+                .evidence("predicted_hold_ms", ms(h.predicted))
+                .evidence(
+                    "predicted_rows",
+                    h.drivers.iter().map(|d| d.2).fold(0.0, f64::max),
+                )
+                .evidence(
+                    "predicted_lock",
+                    format!("{} on {}", lock_modes::sql_name(&h.mode), h.table),
+                );
+        }
+        f
+    }
 }
 
 /// What statement work `w` read of table `t`, as measured: a sequential
