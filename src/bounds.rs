@@ -10,7 +10,7 @@
 //! list the same ranges.
 //!
 //! What it is not: the parsing of durations and counts (`main.rs` reads
-//! `5s` / `48M`; `verify::predict` reads `TABLE=ROWS`).
+//! `5s` / `48M`; `verify::evidence::predict` reads `TABLE=ROWS`).
 
 use std::fmt;
 use std::time::Duration;

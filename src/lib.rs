@@ -88,16 +88,24 @@ mod docs_match;
 
 /// The shape of the imports stays: no module imports one of a higher
 /// layer (`src/layers.txt`; `ci/import-graph.py` reports the whole graph,
-/// circles of files included).
+/// circles of files included), and inside verify no file imports a higher
+/// floor (`src/verify/layers.txt`).
 #[cfg(test)]
 mod shape {
     use std::path::Path;
 
     const LAYERS: &str = include_str!("layers.txt");
+    /// verify's own floors, in the same format.
+    const VERIFY_LAYERS: &str = include_str!("verify/layers.txt");
 
     /// Each top-level module's layer (its line in `src/layers.txt`).
     fn layer_of(module: &str) -> Option<usize> {
-        LAYERS
+        line_of(LAYERS, module)
+    }
+
+    /// The line of `layers` (comments aside) that lists `module`.
+    fn line_of(layers: &str, module: &str) -> Option<usize> {
+        layers
             .lines()
             .map(|l| l.split('#').next().unwrap_or_default())
             .filter(|l| l.contains(':'))
@@ -138,6 +146,128 @@ mod shape {
         }
         out.retain(|m| !m.is_empty());
         out
+    }
+
+    /// The modules of verify that `code` names, the file being verify's
+    /// module `at` (its path below `src/verify`: `["measure", "planning"]`;
+    /// empty for the root): through `crate::verify::` or a chain of
+    /// `super::`. An item of the root (`Run`, a re-export) is `mod`.
+    fn verify_imported(code: &str, at: &[String]) -> Vec<String> {
+        let code = match code.find("#[cfg(test)]\nmod ") {
+            Some(i) => &code[..i],
+            None => code,
+        };
+        let mut out = Vec::new();
+        for line in code.lines() {
+            let line = line.split("//").next().unwrap_or_default();
+            let mut rest = line;
+            loop {
+                let found = ["crate::verify::", "super::"]
+                    .iter()
+                    .filter_map(|p| rest.find(p).map(|i| (i, *p)))
+                    .min();
+                let Some((i, prefix)) = found else { break };
+                let before = rest[..i].chars().last();
+                rest = &rest[i + prefix.len()..];
+                if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':' || c == '"') {
+                    continue;
+                }
+                let mut path: Vec<String> = if prefix == "super::" {
+                    let mut p = at.to_vec();
+                    if p.pop().is_none() {
+                        continue; // the root's `super` is the crate
+                    }
+                    while let Some(r) = rest.strip_prefix("super::") {
+                        rest = r;
+                        if p.pop().is_none() {
+                            break;
+                        }
+                    }
+                    p
+                } else {
+                    Vec::new()
+                };
+                if let Some(first) = path.first_mut() {
+                    out.push(std::mem::take(first));
+                    continue;
+                }
+                let names: Vec<String> = match rest.strip_prefix('{') {
+                    Some(group) => group
+                        .split('}')
+                        .next()
+                        .unwrap_or_default()
+                        .split(',')
+                        .map(|p| top(p.trim()))
+                        .collect(),
+                    None => vec![top(rest)],
+                };
+                for n in names.into_iter().filter(|n| !n.is_empty() && n != "self") {
+                    let own = line_of(VERIFY_LAYERS, &n).is_some();
+                    out.push(if own { n } else { "mod".to_string() });
+                }
+            }
+        }
+        out
+    }
+
+    /// A file's module path below `src/verify` (`mod.rs` names its folder).
+    fn verify_module(rel: &Path) -> Vec<String> {
+        let mut parts: Vec<String> = rel
+            .with_extension("")
+            .iter()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect();
+        if parts.last().is_some_and(|p| p == "mod") {
+            parts.pop();
+        }
+        parts
+    }
+
+    #[test]
+    fn no_file_of_verify_imports_a_higher_floor() {
+        let verify = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/verify");
+        let mut all = Vec::new();
+        files(&verify, &mut all);
+        let mut upward = Vec::new();
+        for path in all {
+            let rel = path.strip_prefix(&verify).unwrap();
+            let at = verify_module(rel);
+            let module = at.first().map_or("mod", String::as_str);
+            let Some(own) = line_of(VERIFY_LAYERS, module) else {
+                panic!(
+                    "src/verify/{}: module {module} is on no floor of src/verify/layers.txt",
+                    rel.display()
+                );
+            };
+            let code = std::fs::read_to_string(&path).unwrap();
+            for m in verify_imported(&code, &at) {
+                if line_of(VERIFY_LAYERS, &m).is_some_and(|l| l > own) {
+                    upward.push(format!("src/verify/{} -> verify::{m}", rel.display()));
+                }
+            }
+        }
+        upward.sort();
+        upward.dedup();
+        assert!(
+            upward.is_empty(),
+            "imports from a lower floor of verify up: {upward:#?}"
+        );
+    }
+
+    #[test]
+    fn verify_imports_resolve_super_chains_and_root_items() {
+        let at = ["measure".to_string(), "planning".to_string()];
+        let code = "use super::roles::Sessions;\nuse super::super::checks::plan;\nuse crate::verify::{evidence, Run};\n/// crate::verify::stages\nlet x = crate::verify::stages::y();";
+        assert_eq!(
+            verify_imported(code, &at),
+            ["measure", "checks", "evidence", "mod", "stages"]
+        );
+        assert_eq!(
+            verify_imported("use super::Run;", &["options".to_string()]),
+            ["mod"]
+        );
+        assert!(line_of(VERIFY_LAYERS, "evidence") < line_of(VERIFY_LAYERS, "measure"));
+        assert!(line_of(VERIFY_LAYERS, "stages") < line_of(VERIFY_LAYERS, "mod"));
     }
 
     fn top(path: &str) -> String {

@@ -1053,42 +1053,7 @@ fn migrate(args: MigrateArgs) -> ExitCode {
             plan.pending.len()
         );
         for m in &plan.pending {
-            let how = if m.runs_outside_transaction() {
-                let backfills = m.batched_updates().count();
-                format!(
-                    " (outside a transaction, statement by statement{})",
-                    if backfills > 0 {
-                        format!(
-                            ", then {backfills} batched update(s) of {} keys per batch",
-                            args.batch_size
-                        )
-                    } else {
-                        String::new()
-                    }
-                )
-            } else {
-                String::new()
-            };
-            let locks = if m.runs_outside_transaction() {
-                rollsafe::sql::split(&m.sql)
-                    .statements
-                    .iter()
-                    .map(|s| {
-                        format!(
-                            "line {}: {}",
-                            s.line,
-                            migrate::conflicts::of_statements(std::slice::from_ref(s)).describe()
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            } else {
-                migrate::conflicts::of_sql(&m.sql).describe()
-            };
-            println!(
-                "\n-- {m}{how}\n-- locks (read from its statements): {locks}\n{}",
-                m.sql.trim_end()
-            );
+            print_dry_run(m, args.batch_size);
         }
         return ExitCode::SUCCESS;
     }
@@ -1129,6 +1094,47 @@ fn migrate(args: MigrateArgs) -> ExitCode {
         }
         Err(e) => fail(e.exit_code(), &db::scrub(&e.to_string(), url)),
     }
+}
+
+/// `migrate --dry-run`: how migration `m` would be applied, the locks its
+/// statements take (read from their text), and its SQL.
+fn print_dry_run(m: &rollsafe::catalog::Migration, batch_size: u32) {
+    let how = if m.runs_outside_transaction() {
+        let backfills = m.batched_updates().count();
+        format!(
+            " (outside a transaction, statement by statement{})",
+            if backfills > 0 {
+                format!(
+                    ", then {backfills} batched update(s) of {} keys per batch",
+                    batch_size
+                )
+            } else {
+                String::new()
+            }
+        )
+    } else {
+        String::new()
+    };
+    let locks = if m.runs_outside_transaction() {
+        rollsafe::sql::split(&m.sql)
+            .statements
+            .iter()
+            .map(|s| {
+                format!(
+                    "line {}: {}",
+                    s.line,
+                    rollsafe::migrate::conflicts::of_statements(std::slice::from_ref(s)).describe()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    } else {
+        rollsafe::migrate::conflicts::of_sql(&m.sql).describe()
+    };
+    println!(
+        "\n-- {m}{how}\n-- locks (read from its statements): {locks}\n{}",
+        m.sql.trim_end()
+    );
 }
 
 fn print_position(catalog: &Catalog, current: Option<i32>, target: i32, beyond: bool) {

@@ -145,7 +145,7 @@ pub struct AppVersion {
     pub driver: Option<Arc<dyn AppDriver>>,
     /// The database role the app connects as (`-- role:`); None: the
     /// project's default (`app_role`), else the migrator's
-    /// ([`crate::verify::roles`]).
+    /// ([`crate::verify::measure::roles`]).
     pub role: Option<String>,
 }
 
@@ -385,7 +385,7 @@ pub struct Created {
 /// statement equivalent: a create as the app's code makes it (values
 /// that satisfy its foreign keys and its own rules), the two-phase
 /// protocol's in-flight row, and the rollback scenario
-/// ([`crate::verify::cross_version`]). Each create makes what it needs (a
+/// ([`crate::verify::measure::cross_version`]). Each create makes what it needs (a
 /// parent group of its own, named after `label`) so scenarios never
 /// collide.
 pub trait AppDriver: Send + Sync {

@@ -254,23 +254,8 @@ pub fn run(
     let (pk, pk_type) = primary_key(client, &b.table)?;
     let table_name = b.table.to_string();
     let index = index as i32;
-    client
-        .execute(
-            "INSERT INTO rollsafe_backfill_progress (version, backfill, table_name, predicate) \
-             VALUES ($1, $2, $3, $4) ON CONFLICT (version, backfill) DO NOTHING",
-            &[&m.version, &index, &table_name, &b.predicate],
-        )
-        .map_err(sql_err("recording the backfill's start"))?;
-    let row = client
-        .query_one(
-            "SELECT last_key, rows_done, batches FROM rollsafe_backfill_progress \
-              WHERE version = $1 AND backfill = $2",
-            &[&m.version, &index],
-        )
-        .map_err(sql_err("reading the backfill's progress"))?;
-    let mut last_key: Option<String> = row.get(0);
-    let resumed_from = row.get::<_, i64>(1) as u64;
-    let mut batches = row.get::<_, i64>(2) as u64;
+    let (mut last_key, resumed_from, mut batches) =
+        start_progress(client, m.version, index, &table_name, &b.predicate)?;
     let count_sql = format!(
         "SELECT count(*) FROM {} WHERE {}",
         b.table.sql(),
@@ -292,24 +277,8 @@ pub fn run(
         elapsed: started.elapsed(),
         finished: false,
     };
-    let batch_sql = |bounded: bool| {
-        format!(
-            "WITH batch AS (SELECT {pk} AS k FROM {t} {bound} ORDER BY {pk} LIMIT {n}), \
-                  done AS (UPDATE {t} SET {set} WHERE {pk} IN (SELECT k FROM batch) AND ({pred}) RETURNING ({pred}) AS still) \
-             SELECT (SELECT k FROM batch ORDER BY k DESC LIMIT 1)::text, \
-                    (SELECT count(*) FROM done WHERE still IS NOT TRUE)",
-            t = b.table.sql(),
-            set = b.set,
-            pred = b.predicate,
-            n = options.batch_size.max(1),
-            bound = if bounded {
-                format!("WHERE {pk} > $1::text::{pk_type}")
-            } else {
-                String::new()
-            },
-        )
-    };
-    let (first_sql, next_sql) = (batch_sql(false), batch_sql(true));
+    let first_sql = batch_sql(b, &pk, &pk_type, options, false);
+    let next_sql = batch_sql(b, &pk, &pk_type, options, true);
     // Pass 1 resumes where the last run stopped; pass 2 (from the start)
     // picks up rows the app wrote behind the cursor while pass 1 ran.
     let mut second_pass = false;
@@ -390,6 +359,63 @@ pub fn run(
             )
             .map_err(sql_err("restarting the backfill's key walk"))?;
     }
+}
+
+/// The backfill's row in `rollsafe_backfill_progress`, made on its first
+/// run: the last key done, the rows done and the batches so far.
+fn start_progress(
+    client: &mut Client,
+    version: i32,
+    index: i32,
+    table_name: &str,
+    predicate: &str,
+) -> Result<(Option<String>, u64, u64), BackfillError> {
+    client
+        .execute(
+            "INSERT INTO rollsafe_backfill_progress (version, backfill, table_name, predicate) \
+             VALUES ($1, $2, $3, $4) ON CONFLICT (version, backfill) DO NOTHING",
+            &[&version, &index, &table_name, &predicate],
+        )
+        .map_err(sql_err("recording the backfill's start"))?;
+    let row = client
+        .query_one(
+            "SELECT last_key, rows_done, batches FROM rollsafe_backfill_progress \
+              WHERE version = $1 AND backfill = $2",
+            &[&version, &index],
+        )
+        .map_err(sql_err("reading the backfill's progress"))?;
+    Ok((
+        row.get(0),
+        row.get::<_, i64>(1) as u64,
+        row.get::<_, i64>(2) as u64,
+    ))
+}
+
+/// One batch: the next `batch_size` keys (after `$1` when `bounded`),
+/// updated where the predicate still holds; returns the batch's last key
+/// and the rows it left still matching.
+fn batch_sql(
+    b: &BatchedUpdate,
+    pk: &str,
+    pk_type: &str,
+    options: &BackfillOptions,
+    bounded: bool,
+) -> String {
+    format!(
+        "WITH batch AS (SELECT {pk} AS k FROM {t} {bound} ORDER BY {pk} LIMIT {n}), \
+              done AS (UPDATE {t} SET {set} WHERE {pk} IN (SELECT k FROM batch) AND ({pred}) RETURNING ({pred}) AS still) \
+         SELECT (SELECT k FROM batch ORDER BY k DESC LIMIT 1)::text, \
+                (SELECT count(*) FROM done WHERE still IS NOT TRUE)",
+        t = b.table.sql(),
+        set = b.set,
+        pred = b.predicate,
+        n = options.batch_size.max(1),
+        bound = if bounded {
+            format!("WHERE {pk} > $1::text::{pk_type}")
+        } else {
+            String::new()
+        },
+    )
 }
 
 /// Marks every backfill of `version` finished (in the transaction that

@@ -306,39 +306,8 @@ fn classify(stmt: &ast::Stmt) -> Option<Vec<(String, &'static str)>> {
                 };
                 each(names(node, &[K::VIEW_REF]), mode)
             }
-            ast::Stmt::Reindex(_) => {
-                let mode = if has_token(node, K::CONCURRENTLY_KW) {
-                    SHARE_UPDATE_EXCLUSIVE
-                } else {
-                    // SHARE on the table and ACCESS EXCLUSIVE on each index
-                    // rebuilt, which every reader of the table also locks.
-                    ACCESS_EXCLUSIVE
-                };
-                let rels = names(node, &[K::TABLE_NAME_REF, K::INDEX_REF]);
-                if rels.is_empty() {
-                    return None; // SCHEMA, DATABASE, SYSTEM
-                }
-                each(rels, mode)
-            }
-            ast::Stmt::Vacuum(_) | ast::Stmt::Analyze(_) => {
-                let full = has_token(node, K::FULL_KW)
-                    || node
-                        .descendants()
-                        .filter(|n| n.kind() == K::VACUUM_OPTION_NAME)
-                        .any(|n| n.text().to_string().trim().eq_ignore_ascii_case("full"));
-                let tables = names(node, &[K::TABLE_NAME_REF]);
-                if tables.is_empty() {
-                    return None; // every table of the database
-                }
-                each(
-                    tables,
-                    if full {
-                        ACCESS_EXCLUSIVE
-                    } else {
-                        SHARE_UPDATE_EXCLUSIVE
-                    },
-                )
-            }
+            ast::Stmt::Reindex(_) => reindex(node)?,
+            ast::Stmt::Vacuum(_) | ast::Stmt::Analyze(_) => vacuum(node)?,
             ast::Stmt::Lock(l) => {
                 let mode = match l.lock_mode_clause() {
                     Some(c) => lock_clause_mode(&words(&c.syntax().text().to_string()))?,
@@ -383,6 +352,45 @@ fn classify(stmt: &ast::Stmt) -> Option<Vec<(String, &'static str)>> {
         .map(|(r, m)| (r.trim().to_string(), m))
         .collect(),
     )
+}
+
+/// REINDEX: its tables and indexes; None for a SCHEMA, DATABASE or SYSTEM.
+fn reindex(node: &SyntaxNode) -> Option<Vec<(String, &'static str)>> {
+    use SyntaxKind as K;
+    let mode = if has_token(node, K::CONCURRENTLY_KW) {
+        SHARE_UPDATE_EXCLUSIVE
+    } else {
+        // SHARE on the table and ACCESS EXCLUSIVE on each index
+        // rebuilt, which every reader of the table also locks.
+        ACCESS_EXCLUSIVE
+    };
+    let rels = names(node, &[K::TABLE_NAME_REF, K::INDEX_REF]);
+    if rels.is_empty() {
+        return None; // SCHEMA, DATABASE, SYSTEM
+    }
+    Some(each(rels, mode))
+}
+
+/// VACUUM (FULL) and ANALYZE: their tables; None for the whole database.
+fn vacuum(node: &SyntaxNode) -> Option<Vec<(String, &'static str)>> {
+    use SyntaxKind as K;
+    let full = has_token(node, K::FULL_KW)
+        || node
+            .descendants()
+            .filter(|n| n.kind() == K::VACUUM_OPTION_NAME)
+            .any(|n| n.text().to_string().trim().eq_ignore_ascii_case("full"));
+    let tables = names(node, &[K::TABLE_NAME_REF]);
+    if tables.is_empty() {
+        return None; // every table of the database
+    }
+    Some(each(
+        tables,
+        if full {
+            ACCESS_EXCLUSIVE
+        } else {
+            SHARE_UPDATE_EXCLUSIVE
+        },
+    ))
 }
 
 /// The mode of one `ALTER TABLE` action (upper-case words), per the

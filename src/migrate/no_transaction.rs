@@ -217,60 +217,8 @@ fn judge(s: &Statement, alone: bool) -> Result<Option<String>, String> {
                     Ok(None)
                 }
             }
-            ast::Stmt::CreateIndex(ci) => {
-                let concurrent = ci.concurrently_token().is_some();
-                // A file of this one statement, built concurrently, fails
-                // leaving at most an INVALID index, which the next run
-                // drops before it builds again: it converges without IF
-                // NOT EXISTS.
-                if ci.if_not_exists().is_none() && !(alone && concurrent) {
-                    return Err(format!("CREATE INDEX without IF NOT EXISTS fails when the index exists; {REWRITE_HINT}"));
-                }
-                if !concurrent {
-                    return Ok(None);
-                }
-                // The index name: the first element after INDEX,
-                // CONCURRENTLY and IF NOT EXISTS.
-                let name = node
-                    .children_with_tokens()
-                    .skip_while(|e| e.kind() != SyntaxKind::INDEX_KW)
-                    .skip(1)
-                    .find(|e| {
-                        !e.kind().is_trivia()
-                            && !matches!(
-                                e.kind(),
-                                SyntaxKind::CONCURRENTLY_KW | SyntaxKind::IF_NOT_EXISTS
-                            )
-                    })
-                    .filter(|e| e.kind() != SyntaxKind::ON_KW)
-                    .map(|e| e.to_string().trim().to_string());
-                match name {
-                    Some(n) if !n.is_empty() => Ok(Some(n)),
-                    _ => Err("CREATE INDEX CONCURRENTLY needs an index name here (a rerun must find the index it built)".into()),
-                }
-            }
-            ast::Stmt::AlterTable(at) => {
-                // Constraints this statement drops IF EXISTS before it adds
-                // them again: the pair is re-runnable as one statement.
-                let mut dropped: Vec<String> = Vec::new();
-                for action in at.actions() {
-                    let a = words(&action.syntax().text().to_string());
-                    if starts_with(&a, &["DROP", "CONSTRAINT", "IF", "EXISTS"]) {
-                        if let Some(name) = a.get(4) {
-                            dropped.push(name.clone());
-                        }
-                    }
-                    let re_added = starts_with(&a, &["ADD", "CONSTRAINT"])
-                        && a.get(2).is_some_and(|n| dropped.contains(n));
-                    if !re_added && !action_is_rerunnable(&a) {
-                        return Err(format!(
-                            "ALTER TABLE action `{}` is not re-runnable; {REWRITE_HINT}",
-                            a.join(" ")
-                        ));
-                    }
-                }
-                Ok(None)
-            }
+            ast::Stmt::CreateIndex(ci) => create_index(ci, &node, alone),
+            ast::Stmt::AlterTable(at) => alter_table(at),
             // A DO block's effect is its body's: what a kill and a rerun
             // leave is measured by verify's kill-and-rerun rehearsal
             // (`apply.rerun-fails`, `apply.rerun-diverges`), not read here.
@@ -324,6 +272,72 @@ fn judge(s: &Statement, alone: bool) -> Result<Option<String>, String> {
         }
     });
     judged.map_err(|e| format!("{e}; {REWRITE_HINT}"))?
+}
+
+/// [`judge`] of a CREATE INDEX: Ok(Some(name)) built concurrently.
+fn create_index(
+    ci: &squawk_syntax::ast::CreateIndex,
+    node: &squawk_syntax::SyntaxNode,
+    alone: bool,
+) -> Result<Option<String>, String> {
+    use squawk_syntax::SyntaxKind;
+    let concurrent = ci.concurrently_token().is_some();
+    // A file of this one statement, built concurrently, fails
+    // leaving at most an INVALID index, which the next run
+    // drops before it builds again: it converges without IF
+    // NOT EXISTS.
+    if ci.if_not_exists().is_none() && !(alone && concurrent) {
+        return Err(format!(
+            "CREATE INDEX without IF NOT EXISTS fails when the index exists; {REWRITE_HINT}"
+        ));
+    }
+    if !concurrent {
+        return Ok(None);
+    }
+    // The index name: the first element after INDEX,
+    // CONCURRENTLY and IF NOT EXISTS.
+    let name = node
+        .children_with_tokens()
+        .skip_while(|e| e.kind() != SyntaxKind::INDEX_KW)
+        .skip(1)
+        .find(|e| {
+            !e.kind().is_trivia()
+                && !matches!(
+                    e.kind(),
+                    SyntaxKind::CONCURRENTLY_KW | SyntaxKind::IF_NOT_EXISTS
+                )
+        })
+        .filter(|e| e.kind() != SyntaxKind::ON_KW)
+        .map(|e| e.to_string().trim().to_string());
+    match name {
+        Some(n) if !n.is_empty() => Ok(Some(n)),
+        _ => Err("CREATE INDEX CONCURRENTLY needs an index name here (a rerun must find the index it built)".into()),
+    }
+}
+
+/// [`judge`] of an ALTER TABLE: every action re-runnable.
+fn alter_table(at: &squawk_syntax::ast::AlterTable) -> Result<Option<String>, String> {
+    use squawk_syntax::ast::AstNode;
+    // Constraints this statement drops IF EXISTS before it adds
+    // them again: the pair is re-runnable as one statement.
+    let mut dropped: Vec<String> = Vec::new();
+    for action in at.actions() {
+        let a = words(&action.syntax().text().to_string());
+        if starts_with(&a, &["DROP", "CONSTRAINT", "IF", "EXISTS"]) {
+            if let Some(name) = a.get(4) {
+                dropped.push(name.clone());
+            }
+        }
+        let re_added = starts_with(&a, &["ADD", "CONSTRAINT"])
+            && a.get(2).is_some_and(|n| dropped.contains(n));
+        if !re_added && !action_is_rerunnable(&a) {
+            return Err(format!(
+                "ALTER TABLE action `{}` is not re-runnable; {REWRITE_HINT}",
+                a.join(" ")
+            ));
+        }
+    }
+    Ok(None)
 }
 
 /// One `ALTER TABLE` action (upper-case words) leaves the same state

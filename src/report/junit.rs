@@ -5,7 +5,7 @@
 
 use quick_junit::{NonSuccessKind, Property, TestCase, TestCaseStatus, TestSuite};
 
-use super::{Report, Severity};
+use super::{Finding, Report, Severity};
 
 fn case_name(report: &Report, check: &str, migration: Option<i32>) -> String {
     match migration {
@@ -47,62 +47,7 @@ pub fn render_junit(report: &Report) -> String {
                 .iter()
                 .filter(|f| f.check == *check && f.migration == *migration)
                 .collect();
-            let errors: Vec<_> = findings
-                .iter()
-                .filter(|f| f.severity == Severity::Error)
-                .collect();
-            let skipped: Vec<_> = findings
-                .iter()
-                .filter(|f| f.severity == Severity::Skipped)
-                .collect();
-            let status = if findings.is_empty() {
-                // It ran but had nothing to judge (compat with no app):
-                // nothing was measured, so nothing passed.
-                let mut s = TestCaseStatus::skipped();
-                s.set_message(format!(
-                    "{check} ran nothing here (no finding: e.g. no app to replay)"
-                ));
-                s
-            } else if errors.is_empty() && !skipped.is_empty() {
-                // Part of the check could not measure: not a pass.
-                let mut s = TestCaseStatus::skipped();
-                s.set_message(
-                    skipped
-                        .iter()
-                        .map(|f| format!("[{}] {}", f.id, f.message))
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                );
-                s
-            } else if errors.is_empty() {
-                TestCaseStatus::success()
-            } else {
-                let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
-                s.set_message(
-                    errors
-                        .iter()
-                        .map(|f| format!("[{}] {}", f.id, f.message))
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                );
-                s.set_type(errors[0].id.clone());
-                s.set_description(
-                    errors
-                        .iter()
-                        .map(|f| {
-                            format!(
-                                "[{}] {}\nevidence: {}\nadvice: {}",
-                                f.id,
-                                f.message,
-                                serde_json::Value::Object(f.evidence.clone()),
-                                f.advice
-                            )
-                        })
-                        .collect::<Vec<_>>()
-                        .join("\n\n"),
-                );
-                s
-            };
+            let status = case_status(check, &findings);
             let mut case = TestCase::new(case_name(report, check, *migration), status);
             case.set_classname(format!("rollsafe.{check}"));
             if !description.is_empty() {
@@ -134,6 +79,67 @@ pub fn render_junit(report: &Report) -> String {
         junit.add_test_suite(suite);
     }
     junit.to_string().expect("junit serialises")
+}
+
+/// A case's status: skipped when the check judged nothing here or part of
+/// it could not measure, failed with the errors' messages, else passed.
+fn case_status(check: &str, findings: &[&Finding]) -> TestCaseStatus {
+    let errors: Vec<_> = findings
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+        .collect();
+    let skipped: Vec<_> = findings
+        .iter()
+        .filter(|f| f.severity == Severity::Skipped)
+        .collect();
+    if findings.is_empty() {
+        // It ran but had nothing to judge (compat with no app):
+        // nothing was measured, so nothing passed.
+        let mut s = TestCaseStatus::skipped();
+        s.set_message(format!(
+            "{check} ran nothing here (no finding: e.g. no app to replay)"
+        ));
+        s
+    } else if errors.is_empty() && !skipped.is_empty() {
+        // Part of the check could not measure: not a pass.
+        let mut s = TestCaseStatus::skipped();
+        s.set_message(
+            skipped
+                .iter()
+                .map(|f| format!("[{}] {}", f.id, f.message))
+                .collect::<Vec<_>>()
+                .join("; "),
+        );
+        s
+    } else if errors.is_empty() {
+        TestCaseStatus::success()
+    } else {
+        let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
+        s.set_message(
+            errors
+                .iter()
+                .map(|f| format!("[{}] {}", f.id, f.message))
+                .collect::<Vec<_>>()
+                .join("; "),
+        );
+        s.set_type(errors[0].id.clone());
+        s.set_description(
+            errors
+                .iter()
+                .map(|f| {
+                    format!(
+                        "[{}] {}\nevidence: {}\nadvice: {}",
+                        f.id,
+                        f.message,
+                        serde_json::Value::Object(f.evidence.clone()),
+                        f.advice
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n\n"),
+        );
+        s
+    }
 }
 
 #[cfg(test)]

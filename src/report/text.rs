@@ -138,6 +138,54 @@ pub(crate) fn copied_rows_phrase(copied: &[String]) -> String {
 
 pub fn render_text(report: &Report) -> String {
     let mut out = String::new();
+    render_header(&mut out, report);
+    render_findings(&mut out, report);
+
+    let regressions = report.plan_regressions();
+    if !regressions.is_empty() {
+        let _ = writeln!(out, "\nplans (before → after)");
+        for r in &regressions {
+            let v = r.migration.map_or(String::new(), |v| report.label(v));
+            let _ = writeln!(out, "  {} {v} {}", tag(r.severity), r.summary);
+        }
+    }
+
+    render_statement_tables(&mut out, report);
+    render_timelines(&mut out, report);
+
+    let hints: Vec<String> = regressions
+        .iter()
+        .filter_map(|r| {
+            let v = r.migration.map_or(String::new(), |v| report.label(v));
+            r.hint.as_ref().map(|h| format!("{v}: {h}"))
+        })
+        .collect();
+    if !report.safe_order.is_empty() {
+        let _ = writeln!(out, "\nsafe deploy order");
+        for (i, step) in report.safe_order.iter().enumerate() {
+            let _ = writeln!(out, "  {}. {step}", i + 1);
+        }
+        for h in &hints {
+            let _ = writeln!(out, "  note: {h}");
+        }
+    } else if !report.passed && !report.apps.is_empty() {
+        // Only a rehearsal (apps replayed) can prove a deploy order.
+        let _ = writeln!(
+            out,
+            "\nno safe deploy order: fix the errors above and run again"
+        );
+        for h in &hints {
+            let _ = writeln!(out, "  {h}");
+        }
+    }
+    let (verdict, tally) = report.verdict();
+    let _ = writeln!(out, "\n{verdict}{tally}");
+    out
+}
+
+/// The run's header: the sandbox, the server, the migrations (those
+/// rehearsed, those applied only), the base, copied rows, apps and rows.
+fn render_header(out: &mut String, report: &Report) {
     let _ = writeln!(out, "{}", report.tool);
     let _ = writeln!(out, "  sandbox:    {}", report.sandbox);
     if !report.server_version.is_empty() {
@@ -212,7 +260,11 @@ pub fn render_text(report: &Report) -> String {
     if report.rows > 0 {
         let _ = writeln!(out, "  rows:       {} per seeded rehearsal", report.rows);
     }
+}
 
+/// The findings, grouped by migration (then the whole run's), the most
+/// severe first.
+fn render_findings(out: &mut String, report: &Report) {
     let mut groups: Vec<Option<i32>> = report.migrations.iter().map(|m| Some(m.version)).collect();
     groups.push(None);
     for group in groups {
@@ -257,47 +309,6 @@ pub fn render_text(report: &Report) -> String {
             }
         }
     }
-
-    let regressions = report.plan_regressions();
-    if !regressions.is_empty() {
-        let _ = writeln!(out, "\nplans (before → after)");
-        for r in &regressions {
-            let v = r.migration.map_or(String::new(), |v| report.label(v));
-            let _ = writeln!(out, "  {} {v} {}", tag(r.severity), r.summary);
-        }
-    }
-
-    render_statement_tables(&mut out, report);
-    render_timelines(&mut out, report);
-
-    let hints: Vec<String> = regressions
-        .iter()
-        .filter_map(|r| {
-            let v = r.migration.map_or(String::new(), |v| report.label(v));
-            r.hint.as_ref().map(|h| format!("{v}: {h}"))
-        })
-        .collect();
-    if !report.safe_order.is_empty() {
-        let _ = writeln!(out, "\nsafe deploy order");
-        for (i, step) in report.safe_order.iter().enumerate() {
-            let _ = writeln!(out, "  {}. {step}", i + 1);
-        }
-        for h in &hints {
-            let _ = writeln!(out, "  note: {h}");
-        }
-    } else if !report.passed && !report.apps.is_empty() {
-        // Only a rehearsal (apps replayed) can prove a deploy order.
-        let _ = writeln!(
-            out,
-            "\nno safe deploy order: fix the errors above and run again"
-        );
-        for h in &hints {
-            let _ = writeln!(out, "  {h}");
-        }
-    }
-    let (verdict, tally) = report.verdict();
-    let _ = writeln!(out, "\n{verdict}{tally}");
-    out
 }
 
 #[cfg(test)]

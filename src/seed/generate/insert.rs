@@ -250,32 +250,14 @@ fn write_with_triggers(
             }),
         ));
     };
-    let rest = rows.saturating_sub(from - 1);
-    let (p2, p3) = match spent[..] {
-        [_, second, third] => (per_row(second), per_row(third)),
-        // (Cut after the second batch: its cost, flat.)
-        [_, second] => (per_row(second), per_row(second)),
-        _ => (0.0, 0.0),
-    };
-    // The cost per row as a line in the table's size m (p = a + b·m),
-    // through the middles of the last two batches; the rest of the rows
-    // projected along it. A trigger whose cost grows with the table
-    // makes seeding quadratic, which the projection shows; a cheap one
-    // stays under the budget, whatever the noise on its slope.
-    let (m2, m3) = (
-        (ends[0] + ends[1]) as f64 / 2.0,
-        (ends[1] + ends[2]) as f64 / 2.0,
-    );
-    let measured = spent.len() == 3;
-    let slope = if measured {
-        ((p3 - p2) / (m3 - m2)).max(0.0)
-    } else {
-        0.0
-    };
-    let grows = measured && p3 > 1.3 * p2;
-    let (done, all, left) = ((from - 1) as f64, rows as f64, rest as f64);
-    let rest_ms = p3 * left + slope * ((all * all - done * done) / 2.0 - m3 * left);
-    let projected = std::time::Duration::from_secs_f64(rest_ms.max(0.0) / 1000.0);
+    let Projection {
+        rest,
+        p2,
+        p3,
+        measured,
+        grows,
+        projected,
+    } = project(&spent, &ends, from, rows);
     let past = rest > 0 && projected > TRIGGER_BUDGET;
     log::debug!(
         "generate: {} through its triggers: {p2:.4} ms/row after {} rows, {p3:.4} after {}, {:.1} s projected for the other {rest}",
@@ -306,6 +288,64 @@ fn write_with_triggers(
         ..w
     });
     Ok(commit_if_ok(tx, r))
+}
+
+/// The rows left after the measured batches, and what writing them
+/// through the triggers is projected to cost.
+struct Projection {
+    rest: u64,
+    /// The cost per row (ms) of the second and third batches.
+    p2: f64,
+    p3: f64,
+    /// Whether all three batches ran (else the second's cost, flat).
+    measured: bool,
+    grows: bool,
+    projected: std::time::Duration,
+}
+
+/// The projection of [`write_with_triggers`]: `spent` the batches written
+/// (rows, time) up to `ends`, `from` the first row left of `rows`.
+fn project(
+    spent: &[(u64, std::time::Duration)],
+    ends: &[u64; 3],
+    from: u64,
+    rows: u64,
+) -> Projection {
+    let per_row = |(n, d): (u64, std::time::Duration)| d.as_secs_f64() * 1000.0 / n.max(1) as f64;
+    let rest = rows.saturating_sub(from - 1);
+    let (p2, p3) = match spent[..] {
+        [_, second, third] => (per_row(second), per_row(third)),
+        // (Cut after the second batch: its cost, flat.)
+        [_, second] => (per_row(second), per_row(second)),
+        _ => (0.0, 0.0),
+    };
+    // The cost per row as a line in the table's size m (p = a + b·m),
+    // through the middles of the last two batches; the rest of the rows
+    // projected along it. A trigger whose cost grows with the table
+    // makes seeding quadratic, which the projection shows; a cheap one
+    // stays under the budget, whatever the noise on its slope.
+    let (m2, m3) = (
+        (ends[0] + ends[1]) as f64 / 2.0,
+        (ends[1] + ends[2]) as f64 / 2.0,
+    );
+    let measured = spent.len() == 3;
+    let slope = if measured {
+        ((p3 - p2) / (m3 - m2)).max(0.0)
+    } else {
+        0.0
+    };
+    let grows = measured && p3 > 1.3 * p2;
+    let (done, all, left) = ((from - 1) as f64, rows as f64, rest as f64);
+    let rest_ms = p3 * left + slope * ((all * all - done * done) / 2.0 - m3 * left);
+    let projected = std::time::Duration::from_secs_f64(rest_ms.max(0.0) / 1000.0);
+    Projection {
+        rest,
+        p2,
+        p3,
+        measured,
+        grows,
+        projected,
+    }
 }
 
 /// One INSERT of rows `through` (with the table's triggers disabled

@@ -371,15 +371,8 @@ fn run(
             let mut waiting = ready(&state);
             if failure.is_none() {
                 if waiting.len() > idle.len() && may_open && sessions.len() < MAX_SESSIONS {
-                    match more.map(|connect| {
-                        connect().and_then(|mut client| {
-                            // As `super::seed` set the first session.
-                            client.batch_execute("SET jit = off")?;
-                            Ok(client)
-                        })
-                    }) {
-                        Some(Ok(client)) => {
-                            log::debug!("generate: a second session writes the tables that may be written at once");
+                    match open_more(more) {
+                        Some(client) => {
                             let id = sessions.len();
                             let (jobs, thread) = spawn_session(
                                 s,
@@ -392,10 +385,6 @@ fn run(
                             sessions.push(jobs);
                             threads.push(thread);
                             idle.push(id);
-                        }
-                        Some(Err(e)) => {
-                            log::debug!("generate: no second session ({e:#}); one session writes every table");
-                            may_open = false;
                         }
                         None => may_open = false,
                     }
@@ -449,6 +438,26 @@ fn run(
         })
         .collect::<anyhow::Result<_>>()?;
     Ok((done, opened))
+}
+
+/// One more session for the seeding, `jit` off as `super::seed` set the
+/// first; None when there is no way to open one or opening it failed (one
+/// session then writes every table).
+fn open_more(more: MoreSessions<'_>) -> Option<Client> {
+    let connect = more?;
+    match connect().and_then(|mut client| {
+        client.batch_execute("SET jit = off")?;
+        Ok(client)
+    }) {
+        Ok(client) => {
+            log::debug!("generate: a second session writes the tables that may be written at once");
+            Some(client)
+        }
+        Err(e) => {
+            log::debug!("generate: no second session ({e:#}); one session writes every table");
+            None
+        }
+    }
 }
 
 /// A session's report: its number, the unit it wrote, what that gave.

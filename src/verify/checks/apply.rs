@@ -14,7 +14,8 @@ use std::time::Duration;
 use crate::report::{Finding, Severity};
 use crate::verify::evidence::{Applied, Context, Labels, MigrationEvidence, SecondRun};
 
-use super::{ms, Check};
+use super::phrases::ms;
+use super::Check;
 
 /// SQLSTATE of a deadlock the server broke.
 const DEADLOCK: &str = "40P01";

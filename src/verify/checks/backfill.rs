@@ -24,6 +24,7 @@ use crate::verify::evidence::{
     StatementReader, Visible,
 };
 
+use super::phrases::excluding_filter;
 use super::Check;
 
 pub const CHECK: &str = "backfill";
@@ -205,34 +206,6 @@ fn reader_not_compared(
     .evidence("app", r.app.clone())
     .evidence("statement", r.statement.clone())
     .advice(advice)
-}
-
-/// The filter of `filters` that a column the migration added decides,
-/// with that column and its value on `row`: ("confirmed", "confirmed",
-/// "false"). `known`: the table's columns before (empty: unknown, then
-/// any filter on a column of the row whose text `old_filters` lacks).
-pub fn excluding_filter(
-    filters: &[(String, Vec<String>)],
-    old_filters: &[(String, Vec<String>)],
-    known: &[String],
-    row: &crate::verify::evidence::Row,
-) -> Option<(String, String, String)> {
-    filters.iter().find_map(|(text, cols)| {
-        let col = cols.iter().find(|c| {
-            row.contains_key(*c)
-                && if known.is_empty() {
-                    !old_filters.iter().any(|(t, _)| t == text)
-                } else {
-                    !known.contains(c)
-                }
-        })?;
-        let value = row
-            .get(col)
-            .cloned()
-            .flatten()
-            .unwrap_or_else(|| "NULL".to_string());
-        Some((text.clone(), col.clone(), value))
-    })
 }
 
 /// Rows a newer app's reader `a` returns after `v` that the older app's
@@ -468,7 +441,7 @@ pub fn batched_updates(v: i32, runs: &[BatchedRun]) -> Vec<Finding> {
                     .evidence("rows_done", p.rows_done)
                     .evidence("batches", p.batches)
                     .evidence("killed", r.killed_after.is_some())
-                    .evidence("ms", super::ms(r.took)),
+                    .evidence("ms", super::phrases::ms(r.took)),
             };
             // Which directive: two in one file are two findings.
             f.evidence("table", d.table.to_string()).evidence("line", d.line)

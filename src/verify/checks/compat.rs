@@ -21,8 +21,8 @@
 use crate::app::replay::{Outcome, Step};
 use crate::app::AppVersion;
 use crate::report::{Finding, Severity};
-use crate::verify::cross_version::CrossVersion;
 use crate::verify::evidence::{Context, Labels, MigrationEvidence, RolloutWrite, RowRead, Writer};
+use crate::verify::measure::cross_version::CrossVersion;
 
 use super::Check;
 
@@ -164,37 +164,9 @@ pub fn rollout_write(v: i32, w: &RolloutWrite, known: &[String], labels: &Labels
     let o = &w.older;
     let with = w.writer.phrase();
     let statement = w.writer.evidence();
-    let (key, row) = match (&w.written, &w.writer) {
-        // The app's own code failed to create: the older app cannot
-        // write on this schema.
-        (Err(e), Writer::Driver) => {
-            return vec![fail(
-                v,
-                "old-app-cannot-write",
-                Severity::Error,
-                format!("the {o} app cannot create on {v_label} with {with}: {e}"),
-                "the older app keeps running during the rollout; its writes must still succeed",
-            )
-            .evidence("app", o.clone())
-            .evidence("statement", statement)]
-        }
-        // A statement run with rollsafe's values: they, not the schema,
-        // may be what failed.
-        (Err(e), Writer::Statement(_)) => {
-            return vec![Finding::new(
-                CHECK,
-                "rollout-write-not-compared",
-                Severity::Skipped,
-                Some(v),
-                format!(
-                    "the {o} app's {with} could not write a row on {v_label} to read back with the newer apps' readers: {e}"
-                ),
-            )
-            .evidence("app", o.clone())
-            .evidence("statement", statement)
-            .advice("the statement's own findings (statement-fails) say whether the schema is to blame; declare `-- param:` values that name existing rows for its foreign keys (an UPDATE's WHERE must match a row)")]
-        }
-        (Ok(written), _) => written,
+    let (key, row) = match written_row(v, w, labels) {
+        Ok(written) => written,
+        Err(failed) => return vec![*failed],
     };
     let mut out = Vec::new();
     let own: Vec<&RowRead> = w.reads.iter().filter(|r| &r.app == o).collect();
@@ -216,47 +188,7 @@ pub fn rollout_write(v: i32, w: &RolloutWrite, known: &[String], labels: &Labels
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        // Each newer reader is held to the older app's reader of the same
-        // name (else of the same table keyed alike): a reader the older
-        // app has no counterpart of (one that also lists rows not ready,
-        // say) sets no expectation.
-        let counterpart = |r: &RowRead| {
-            own.iter()
-                .find(|o| o.statement == r.statement)
-                .or_else(|| {
-                    own.iter().find(|o| {
-                        !o.keys.is_empty()
-                            && o.keys.iter().collect::<std::collections::BTreeSet<_>>()
-                                == r.keys.iter().collect()
-                    })
-                })
-                .copied()
-        };
-        let held: Vec<(&RowRead, &RowRead)> = reads
-            .iter()
-            .filter_map(|r| counterpart(r).map(|o| (*r, o)))
-            .collect();
-        let (lost, though): (Vec<&RowRead>, Option<&RowRead>) = if held.is_empty() {
-            // Nothing to hold them to: the row is lost when no reader of
-            // the newer app returns it while the older app's do (or it
-            // has none).
-            let none = !reads.iter().any(|r| r.returned == Ok(true));
-            match own.iter().find(|r| r.returned == Ok(true)) {
-                Some(o) if none => (reads.clone(), Some(*o)),
-                None if none && own.is_empty() => (reads.clone(), None),
-                _ => (Vec::new(), None),
-            }
-        } else {
-            let lost: Vec<(&RowRead, &RowRead)> = held
-                .iter()
-                .filter(|(r, o)| o.returned == Ok(true) && r.returned == Ok(false))
-                .copied()
-                .collect();
-            (
-                lost.iter().map(|(r, _)| *r).collect(),
-                lost.first().map(|(_, o)| *o),
-            )
-        };
+        let (lost, though) = lost_reads(&own, &reads);
         let returned: Vec<&RowRead> = reads
             .iter()
             .filter(|r| r.returned == Ok(true))
@@ -271,7 +203,7 @@ pub fn rollout_write(v: i32, w: &RolloutWrite, known: &[String], labels: &Labels
         let lost_reads = lost;
         let filters: Vec<(String, Vec<String>)> =
             lost_reads.iter().flat_map(|r| r.filters.clone()).collect();
-        let filter = super::backfill::excluding_filter(&filters, &own_filters, known, row);
+        let filter = super::phrases::excluding_filter(&filters, &own_filters, known, row);
         let why = filter.as_ref().map_or(String::new(), |(text, col, value)| {
             format!(": its filter `{text}` excludes it ({col} is {value} on the row)")
         });
@@ -334,6 +266,100 @@ pub fn rollout_write(v: i32, w: &RolloutWrite, known: &[String], labels: &Labels
         );
     }
     out
+}
+
+/// The row the older app wrote during the rollout, or the finding that
+/// says why there is none to read back: its driver failed to create (the
+/// older app cannot write on this schema), or a write statement failed
+/// with rollsafe's values (not compared).
+fn written_row<'w>(
+    v: i32,
+    w: &'w RolloutWrite,
+    labels: &Labels,
+) -> Result<&'w (String, crate::verify::evidence::Row), Box<Finding>> {
+    let v_label = labels.of(v);
+    let o = &w.older;
+    let with = w.writer.phrase();
+    let statement = w.writer.evidence();
+    match (&w.written, &w.writer) {
+        // The app's own code failed to create: the older app cannot
+        // write on this schema.
+        (Err(e), Writer::Driver) => {
+            Err(Box::new(fail(
+                v,
+                "old-app-cannot-write",
+                Severity::Error,
+                format!("the {o} app cannot create on {v_label} with {with}: {e}"),
+                "the older app keeps running during the rollout; its writes must still succeed",
+            )
+            .evidence("app", o.clone())
+            .evidence("statement", statement)))
+        }
+        // A statement run with rollsafe's values: they, not the schema,
+        // may be what failed.
+        (Err(e), Writer::Statement(_)) => {
+            Err(Box::new(Finding::new(
+                CHECK,
+                "rollout-write-not-compared",
+                Severity::Skipped,
+                Some(v),
+                format!(
+                    "the {o} app's {with} could not write a row on {v_label} to read back with the newer apps' readers: {e}"
+                ),
+            )
+            .evidence("app", o.clone())
+            .evidence("statement", statement)
+            .advice("the statement's own findings (statement-fails) say whether the schema is to blame; declare `-- param:` values that name existing rows for its foreign keys (an UPDATE's WHERE must match a row)")))
+        }
+        (Ok(written), _) => Ok(written),
+    }
+}
+
+/// The newer app's `reads` that lost the row, and the older app's reader
+/// that returns it (None when the older app has none). Each newer reader
+/// is held to the older app's reader of the same name (else of the same
+/// table keyed alike); with nothing to hold them to, the row is lost when
+/// no reader of the newer app returns it while the older app's do (or it
+/// has none): a reader the older app has no counterpart of (one that
+/// also lists rows not ready, say) sets no expectation.
+fn lost_reads<'r>(
+    own: &[&'r RowRead],
+    reads: &[&'r RowRead],
+) -> (Vec<&'r RowRead>, Option<&'r RowRead>) {
+    let counterpart = |r: &RowRead| {
+        own.iter()
+            .find(|o| o.statement == r.statement)
+            .or_else(|| {
+                own.iter().find(|o| {
+                    !o.keys.is_empty()
+                        && o.keys.iter().collect::<std::collections::BTreeSet<_>>()
+                            == r.keys.iter().collect()
+                })
+            })
+            .copied()
+    };
+    let held: Vec<(&RowRead, &RowRead)> = reads
+        .iter()
+        .filter_map(|r| counterpart(r).map(|o| (*r, o)))
+        .collect();
+    if held.is_empty() {
+        let none = !reads.iter().any(|r| r.returned == Ok(true));
+        match own.iter().find(|r| r.returned == Ok(true)) {
+            Some(o) if none => (reads.to_vec(), Some(*o)),
+            None if none && own.is_empty() => (reads.to_vec(), None),
+            _ => (Vec::new(), None),
+        }
+    } else {
+        let lost: Vec<(&RowRead, &RowRead)> = held
+            .iter()
+            .filter(|(r, o)| o.returned == Ok(true) && r.returned == Ok(false))
+            .copied()
+            .collect();
+        (
+            lost.iter().map(|(r, _)| *r).collect(),
+            lost.first().map(|(_, o)| *o),
+        )
+    }
 }
 
 /// Findings for a live app's replay on `prev`, the schema before `v`. A
@@ -764,7 +790,7 @@ fn fail(v: i32, name: &str, sev: Severity, msg: String, advice: &str) -> Finding
 }
 
 /// Judges what the cross-version scenario saw of `older` and `newer` on
-/// migration `v`'s schema ([`crate::verify::cross_version`]): None when
+/// migration `v`'s schema ([`crate::verify::measure::cross_version`]): None when
 /// either has no driver (skipped); an app operation that failed outright
 /// is an error finding too.
 pub fn cross_version(

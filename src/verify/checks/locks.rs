@@ -11,7 +11,7 @@
 //!   from the live apps' own statements ([`Needs`]);
 //! - the longest lock wait of the live apps' statements on the
 //!   migration's backend while it applies (lock-wait evidence only, see
-//!   [`crate::verify::sampler`]: a statement slowed by a busy machine or
+//!   [`crate::verify::measure::sampler`]: a statement slowed by a busy machine or
 //!   by another app's row lock is not the migration's), and whether the
 //!   workload failed;
 //! - the long-transaction probe: an app transaction holds the tables, the
@@ -36,13 +36,14 @@ use std::time::Duration;
 use crate::lock_policy::LockPolicy;
 use crate::pg::lock_modes::{self, Needs};
 use crate::report::{Finding, Severity};
+use crate::verify::evidence::predict::{self, Hold};
 use crate::verify::evidence::{
     Applied, Context, LongTransactionProbe, MigrationEvidence, Probe, ProbeEnd, WorkloadStats,
 };
-use crate::verify::predict::{self, Hold};
 
-use super::rewrite::{blocking_locks, human, locks_phrase};
-use super::{ms, Check};
+use super::phrases::ms;
+use super::phrases::{blocking_locks, human, locks_phrase};
+use super::Check;
 
 pub const CHECK: &str = "locks";
 pub const DESCRIPTION: &str =
@@ -110,134 +111,17 @@ pub fn measured(
         .map(|w| format!("{}: {}", w.table, w.locks.join("+")))
         .collect();
 
-    for (i, st) in at_n.statements.iter().enumerate() {
-        let blocking = blocking_locks(st, needs);
-        if blocking.is_empty() {
-            continue;
-        }
-        for (table, index) in &st.built_indexes {
-            let Some(t) = at_n.tables.get(table).filter(|t| t.rows_before > 0) else {
-                continue;
-            };
-            // A statement that rewrote the table rebuilt its indexes with
-            // it: one hazard, rewrite.table-rewritten's.
-            if st.rewrote.contains(table) {
-                continue;
-            }
-            // An index on a partitioned table is built on each partition
-            // under the parent's lock: one finding, on the parent, naming
-            // them.
-            let parent_built = |p: &String| st.built_indexes.iter().any(|(x, _)| x == p);
-            if t.partition_of.as_ref().is_some_and(parent_built) {
-                continue;
-            }
-            let partitions: Vec<&str> = st
-                .built_indexes
-                .iter()
-                .filter(|(x, _)| {
-                    at_n.tables
-                        .get(x)
-                        .is_some_and(|p| p.partition_of.as_ref() == Some(table))
-                })
-                .map(|(x, _)| x.as_str())
-                .collect();
-            let on_partitions = if partitions.is_empty() {
-                String::new()
-            } else {
-                format!(", and on each of its partitions: {}", partitions.join(", "))
-            };
-            let w = st.work.get(table).copied().unwrap_or_default();
-            let observed = super::while_running(at_zero, at_n, i);
-            let mut f = Finding::new(
-                    CHECK,
-                    "blocking-index-build",
-                    Severity::Error,
-                    Some(v),
-                    format!(
-                        "{}: builds index {index} on {table} ({} rows{on_partitions}) while holding {}: the app waits for the whole build, which grows with the table{}",
-                        at_n.where_(i),
-                        t.rows_before,
-                        locks_phrase(&blocking),
-                        observed.as_ref().map(|o| format!(" ({o})")).unwrap_or_default()
-                    ),
-                );
-            if let Some(o) = observed {
-                f = f.evidence("locks_while_running", o);
-            }
-            out.push(
-                f
-                .at(at_n.location(i))
-                .evidence("table", table.clone())
-                .evidence("partitions", partitions.join(", "))
-                .evidence("index", index.clone())
-                .evidence("rows", t.rows_before)
-                .evidence("tuples_read", w.tuples_read)
-                .evidence("statement_line", st.line)
-                .evidence("statement_ms_at_n_rows", ms(st.duration))
-                .evidence("workload_max_stall_ms", ms(stall))
-                .advice("build the index with CREATE INDEX CONCURRENTLY as its own step outside a transaction (it takes SHARE UPDATE EXCLUSIVE, which blocks neither reads nor writes), and check it is valid afterwards"),
-            );
-        }
-    }
-
-    if let Some(h) = holds.iter().max_by_key(|h| h.predicted) {
-        if h.predicted > stall_budget {
-            out.push(
-                Finding::new(
-                    CHECK,
-                    "long-blocking-lock",
-                    Severity::Error,
-                    Some(v),
-                    format!(
-                        "{}: holds {} on {} for {} (stall budget {}), blocking its {}; {} it would hold it ~{}; the live workload stalled {}",
-                        at_n.where_(h.statement),
-                        lock_modes::sql_name(&h.mode),
-                        h.table,
-                        human(h.measured),
-                        human(stall_budget),
-                        needs.describe(&h.table, &h.mode),
-                        h.size_phrase(),
-                        human(h.predicted),
-                        human(stall)
-                    ),
-                )
-                .at(at_n.location(h.statement))
-                .evidence("held_ms", ms(h.measured))
-                .evidence("predicted_hold_ms", ms(h.predicted))
-                .evidence("predicted_rows", h.drivers.iter().map(|d| d.2).fold(0.0, f64::max))
-                .evidence("stall_budget_ms", ms(stall_budget))
-                .evidence("workload_max_stall_ms", ms(stall))
-                .evidence("locks", lock_list.join("; "))
-                .advice("do only catalog-only changes under ACCESS EXCLUSIVE / SHARE locks; move slow work (sleeps, backfills, scans) out of the locking transaction"),
-            );
-        }
-    }
-
-    if let Some(w) = workload {
-        if w.error_count > 0 {
-            let first = w
-                .errors
-                .first()
-                .map(|(s, m)| format!("{s}: {m}"))
-                .unwrap_or_default();
-            out.push(
-                Finding::new(
-                    CHECK,
-                    "workload-failed",
-                    Severity::Error,
-                    Some(v),
-                    format!(
-                        "the live apps' statements failed {} time(s) while it applied (first: {first})",
-                        w.error_count
-                    ),
-                )
-                .evidence("statements", w.statements)
-                .evidence("errors", w.error_count)
-                .evidence("first_error", first)
-                .advice("keep every column and table a live app version uses until no running version uses it; change shapes in expand/contract steps"),
-            );
-        }
-    }
+    out.extend(blocking_index_builds(v, at_zero, at_n, needs, stall));
+    out.extend(long_blocking_lock(
+        v,
+        at_n,
+        holds,
+        needs,
+        stall_budget,
+        stall,
+        &lock_list,
+    ));
+    out.extend(workload_failed(v, workload));
 
     let holds_text: Vec<String> = holds
         .iter()
@@ -287,6 +171,155 @@ pub fn measured(
     out
 }
 
+/// `blocking-index-build`: an index built on a table with rows while the
+/// statement holds a lock that blocks a live app.
+fn blocking_index_builds(
+    v: i32,
+    at_zero: &Applied,
+    at_n: &Applied,
+    needs: &Needs,
+    stall: Duration,
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (i, st) in at_n.statements.iter().enumerate() {
+        let blocking = blocking_locks(st, needs);
+        if blocking.is_empty() {
+            continue;
+        }
+        for (table, index) in &st.built_indexes {
+            let Some(t) = at_n.tables.get(table).filter(|t| t.rows_before > 0) else {
+                continue;
+            };
+            // A statement that rewrote the table rebuilt its indexes with
+            // it: one hazard, rewrite.table-rewritten's.
+            if st.rewrote.contains(table) {
+                continue;
+            }
+            // An index on a partitioned table is built on each partition
+            // under the parent's lock: one finding, on the parent, naming
+            // them.
+            let parent_built = |p: &String| st.built_indexes.iter().any(|(x, _)| x == p);
+            if t.partition_of.as_ref().is_some_and(parent_built) {
+                continue;
+            }
+            let partitions: Vec<&str> = st
+                .built_indexes
+                .iter()
+                .filter(|(x, _)| {
+                    at_n.tables
+                        .get(x)
+                        .is_some_and(|p| p.partition_of.as_ref() == Some(table))
+                })
+                .map(|(x, _)| x.as_str())
+                .collect();
+            let on_partitions = if partitions.is_empty() {
+                String::new()
+            } else {
+                format!(", and on each of its partitions: {}", partitions.join(", "))
+            };
+            let w = st.work.get(table).copied().unwrap_or_default();
+            let observed = super::phrases::while_running(at_zero, at_n, i);
+            let mut f = Finding::new(
+                    CHECK,
+                    "blocking-index-build",
+                    Severity::Error,
+                    Some(v),
+                    format!(
+                        "{}: builds index {index} on {table} ({} rows{on_partitions}) while holding {}: the app waits for the whole build, which grows with the table{}",
+                        at_n.where_(i),
+                        t.rows_before,
+                        locks_phrase(&blocking),
+                        observed.as_ref().map(|o| format!(" ({o})")).unwrap_or_default()
+                    ),
+                );
+            if let Some(o) = observed {
+                f = f.evidence("locks_while_running", o);
+            }
+            out.push(
+                f
+                .at(at_n.location(i))
+                .evidence("table", table.clone())
+                .evidence("partitions", partitions.join(", "))
+                .evidence("index", index.clone())
+                .evidence("rows", t.rows_before)
+                .evidence("tuples_read", w.tuples_read)
+                .evidence("statement_line", st.line)
+                .evidence("statement_ms_at_n_rows", ms(st.duration))
+                .evidence("workload_max_stall_ms", ms(stall))
+                .advice("build the index with CREATE INDEX CONCURRENTLY as its own step outside a transaction (it takes SHARE UPDATE EXCLUSIVE, which blocks neither reads nor writes), and check it is valid afterwards"),
+            );
+        }
+    }
+    out
+}
+
+/// `long-blocking-lock`: the longest predicted hold of a lock that blocks
+/// a live app, when it exceeds the stall budget.
+fn long_blocking_lock(
+    v: i32,
+    at_n: &Applied,
+    holds: &[Hold],
+    needs: &Needs,
+    stall_budget: Duration,
+    stall: Duration,
+    lock_list: &[String],
+) -> Option<Finding> {
+    let h = holds.iter().max_by_key(|h| h.predicted)?;
+    (h.predicted > stall_budget).then(|| {
+        Finding::new(
+            CHECK,
+            "long-blocking-lock",
+            Severity::Error,
+            Some(v),
+            format!(
+                "{}: holds {} on {} for {} (stall budget {}), blocking its {}; {} it would hold it ~{}; the live workload stalled {}",
+                at_n.where_(h.statement),
+                lock_modes::sql_name(&h.mode),
+                h.table,
+                human(h.measured),
+                human(stall_budget),
+                needs.describe(&h.table, &h.mode),
+                h.size_phrase(),
+                human(h.predicted),
+                human(stall)
+            ),
+        )
+        .at(at_n.location(h.statement))
+        .evidence("held_ms", ms(h.measured))
+        .evidence("predicted_hold_ms", ms(h.predicted))
+        .evidence("predicted_rows", h.drivers.iter().map(|d| d.2).fold(0.0, f64::max))
+        .evidence("stall_budget_ms", ms(stall_budget))
+        .evidence("workload_max_stall_ms", ms(stall))
+        .evidence("locks", lock_list.join("; "))
+        .advice("do only catalog-only changes under ACCESS EXCLUSIVE / SHARE locks; move slow work (sleeps, backfills, scans) out of the locking transaction")
+    })
+}
+
+/// `workload-failed`: the live apps' statements failed while it applied.
+fn workload_failed(v: i32, workload: Option<&WorkloadStats>) -> Option<Finding> {
+    let w = workload.filter(|w| w.error_count > 0)?;
+    let first = w
+        .errors
+        .first()
+        .map(|(s, m)| format!("{s}: {m}"))
+        .unwrap_or_default();
+    Finding::new(
+        CHECK,
+        "workload-failed",
+        Severity::Error,
+        Some(v),
+        format!(
+            "the live apps' statements failed {} time(s) while it applied (first: {first})",
+            w.error_count
+        ),
+    )
+    .evidence("statements", w.statements)
+    .evidence("errors", w.error_count)
+    .evidence("first_error", first)
+    .advice("keep every column and table a live app version uses until no running version uses it; change shapes in expand/contract steps")
+    .into()
+}
+
 /// The statements the workload left out, as evidence: they failed on the
 /// schema before the migration, so their failures are not its doing.
 fn left_out(w: &WorkloadStats) -> String {
@@ -326,7 +359,7 @@ fn outside_transaction(
                 .evidence("statement_ms_at_n_rows", ms(st.duration))
                 .advice("a statement this fast holds its locks for about as long as it runs; run verify with more rows (--rows) to see them"),
             );
-        } else if let Some(o) = super::while_running(at_zero, at_n, i) {
+        } else if let Some(o) = super::phrases::while_running(at_zero, at_n, i) {
             seen.push(format!("{}: {o}", at_n.where_(i)));
         }
     }
@@ -540,7 +573,7 @@ mod tests {
     }
 
     fn holds(a: &Applied) -> Vec<Hold> {
-        crate::verify::predict::holds(a, a, &Needs::unknown(), &Default::default())
+        crate::verify::evidence::predict::holds(a, a, &Needs::unknown(), &Default::default())
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod apply;
 pub mod backfill;
 pub mod compat;
 pub mod locks;
+pub mod phrases;
 pub mod plan;
 pub mod post;
 pub mod rewrite;
@@ -115,47 +116,6 @@ pub fn description(name: &str) -> &'static str {
     ALL.iter()
         .find(|c| c.name == name)
         .map_or("", |c| c.description)
-}
-
-/// Milliseconds with one decimal, for evidence.
-pub(crate) fn ms(d: std::time::Duration) -> f64 {
-    (d.as_secs_f64() * 10_000.0).round() / 10.0
-}
-
-/// For statement `i` of a file that ran outside a transaction: "measured
-/// while it ran: at N rows …; at 0 rows …" (its locks as sampled in both
-/// applies). None inside a transaction.
-pub(crate) fn while_running(
-    at_zero: &crate::verify::evidence::Applied,
-    at_n: &crate::verify::evidence::Applied,
-    i: usize,
-) -> Option<String> {
-    if !at_n.outside_transaction {
-        return None;
-    }
-    let n = at_n.observed_at(i)?;
-    let st = at_n.statements.get(i)?;
-    let sized: Vec<String> = st
-        .locks_after
-        .keys()
-        .filter_map(|t| at_n.tables.get(t))
-        .map(|t| format!("{} rows of {}", t.rows_before, t.table))
-        .collect();
-    let rows = if sized.is_empty() {
-        format!(
-            "{} rows",
-            at_n.tables.values().map(|t| t.rows_before).sum::<i64>()
-        )
-    } else {
-        sized.join(" and ")
-    };
-    let zero = at_zero
-        .observed_at(i)
-        .filter(|_| at_zero.statements.len() == at_n.statements.len())
-        .unwrap_or_else(|| "not measured".into());
-    Some(format!(
-        "measured while it ran: at {rows}: {n}; at 0 rows: {zero}"
-    ))
 }
 
 #[cfg(test)]

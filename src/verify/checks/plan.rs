@@ -5,7 +5,7 @@
 //! production down: it drops or replaces an index a hot statement needs,
 //! or changes a column's type so the index no longer matches, and the
 //! statement then reads the whole table on every call. The measuring stage
-//! ([`crate::verify::planning`]) plans each statement of each app live during
+//! ([`crate::verify::measure::planning`]) plans each statement of each app live during
 //! the migration on the seeded database before and after it (`EXPLAIN
 //! (FORMAT JSON)`, nothing executed) and reads the indexes and foreign
 //! keys around them; this module reads those plans into per-table access
@@ -40,8 +40,8 @@ use crate::report::{Finding, Location, Severity};
 use crate::verify::evidence::plan::{
     parse, Access, ForeignKey, IndexInfo, Plan, Side, StatementPlan,
 };
+use crate::verify::evidence::predict::Sizes;
 use crate::verify::evidence::{Context, Labels, MigrationEvidence};
-use crate::verify::predict::Sizes;
 
 use super::Check;
 
@@ -163,28 +163,7 @@ pub fn compare(cx: &PlanInputs, before: &Side, after: &Side) -> Vec<Finding> {
         }
     }
 
-    let plans: serde_json::Map<String, Value> = compared
-        .iter()
-        .map(|c| {
-            let lines = |p: &Plan, side: &Side| {
-                p.accesses
-                    .iter()
-                    .map(|a| {
-                        format!(
-                            "{}: {}",
-                            name_of(&(a.schema.clone(), a.relname.clone()), side),
-                            a.describe()
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            };
-            (
-                format!("{}.{}", c.app, c.statement),
-                json!({ "before": lines(&c.before, before), "after": lines(&c.after, after) }),
-            )
-        })
-        .collect();
+    let plans = plans_evidence(&compared, before, after);
     let mut kept = 0;
     let mut replaced: Vec<String> = Vec::new();
     let mut regressed = 0;
@@ -264,6 +243,37 @@ pub fn compare(cx: &PlanInputs, before: &Side, after: &Side) -> Vec<Finding> {
         .evidence("plans", Value::Object(plans)),
     );
     out
+}
+
+/// Each compared statement's accesses before and after, as the summary's
+/// `plans` evidence.
+fn plans_evidence(
+    compared: &[Compared],
+    before: &Side,
+    after: &Side,
+) -> serde_json::Map<String, Value> {
+    compared
+        .iter()
+        .map(|c| {
+            let lines = |p: &Plan, side: &Side| {
+                p.accesses
+                    .iter()
+                    .map(|a| {
+                        format!(
+                            "{}: {}",
+                            name_of(&(a.schema.clone(), a.relname.clone()), side),
+                            a.describe()
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            };
+            (
+                format!("{}.{}", c.app, c.statement),
+                json!({ "before": lines(&c.before, before), "after": lines(&c.after, after) }),
+            )
+        })
+        .collect()
 }
 
 fn read_both<'a>(b: &'a StatementPlan, a: &'a StatementPlan) -> Result<Compared<'a>, String> {
@@ -424,7 +434,7 @@ fn regression(
     let old = b.index.clone().unwrap_or_default();
     let (rows, time, production) = full_read(t, cx, after);
     let time_phrase = time.map_or("its time was not measured".to_string(), |d| {
-        format!("about {:.1} ms", super::ms(d))
+        format!("about {:.1} ms", super::phrases::ms(d))
     });
     let size_phrase = if production {
         format!("at production size ({}: {})", cx.sizes.source, rows)
@@ -508,10 +518,10 @@ fn regression(
         .evidence("full_read_rows", rows)
         .evidence(
             "full_read_ms",
-            time.map_or(Value::Null, |d| json!(super::ms(d))),
+            time.map_or(Value::Null, |d| json!(super::phrases::ms(d))),
         )
         .evidence("size", if production { "production" } else { "seeded" })
-        .evidence("budget_ms", super::ms(cx.budget))
+        .evidence("budget_ms", super::phrases::ms(cx.budget))
         .evidence("before", plan_nodes(&c.before, before))
         .evidence("after", plan_nodes(&c.after, after))
         .evidence("statistics", statistics_phrase(before))
@@ -832,7 +842,7 @@ fn summary(
         .evidence("skipped", skipped)
         .evidence("planning", after.mode.to_string())
         .evidence("statistics", statistics_phrase(before))
-        .evidence("took_ms", super::ms(took))
+        .evidence("took_ms", super::phrases::ms(took))
 }
 
 #[cfg(test)]

@@ -24,12 +24,13 @@
 
 use crate::pg::lock_modes::{self, Needs};
 use crate::report::{Finding, Severity};
+use crate::verify::evidence::predict::{self, Hold};
 use crate::verify::evidence::{
     Applied, Context, Labels, MigrationEvidence, StatementRun, TableWork,
 };
-use crate::verify::predict::{self, Hold};
 
-use super::{ms, Check};
+use super::phrases::{blocking_locks, human, locks_phrase, ms};
+use super::Check;
 
 pub const CHECK: &str = "rewrite";
 
@@ -141,31 +142,6 @@ fn excerpt_list(names: &[String], max: usize) -> String {
 pub const DESCRIPTION: &str =
     "no work that grows with a table (rewrite, rows written, a full pass) under a lock that blocks the live apps, measured per statement at 0 and N rows";
 
-/// The blocking locks held once statement `st` ran, as "MODE on table"
-/// (strongest per table), with what they block.
-pub(crate) fn blocking_locks(st: &StatementRun, needs: &Needs) -> Vec<(String, String, String)> {
-    let mut out = Vec::new();
-    for (table, modes) in &st.locks_after {
-        let blocking: Vec<&str> = modes
-            .iter()
-            .map(String::as_str)
-            .filter(|m| needs.blocks(table, m))
-            .collect();
-        if let Some(m) = lock_modes::strongest(blocking) {
-            out.push((table.clone(), m.to_string(), needs.describe(table, m)));
-        }
-    }
-    out
-}
-
-pub(crate) fn locks_phrase(locks: &[(String, String, String)]) -> String {
-    locks
-        .iter()
-        .map(|(t, m, what)| format!("{} on {t} (blocks its {what})", lock_modes::sql_name(m)))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// The work of migration `v` measured at 0 rows (`at_zero`) and at N
 /// (`at_n`), judged against the locks the live apps need.
 pub fn measured(
@@ -183,76 +159,8 @@ pub fn measured(
         .filter(|t| t.partition_of.is_none())
         .map(|t| t.rows_before)
         .sum();
-    for (i, st) in at_n.statements.iter().enumerate() {
-        let blocking = blocking_locks(st, needs);
-        // One finding per statement: about its largest table whose work
-        // grows (an index build alone is locks.blocking-index-build).
-        let grown: Vec<&TableWork> = at_n
-            .tables
-            .values()
-            .filter(|t| st.grows_on(t))
-            .filter(|t| {
-                st.rewrote.contains(&t.table)
-                    || st.work.get(&t.table).is_some_and(|w| w.rows_written() > 0)
-                    || !st.built_indexes.iter().any(|(x, _)| *x == t.table)
-            })
-            .collect();
-        // The table the statement rewrote, wrote or scanned comes first
-        // (a foreign key's check after a type change scans the tables that
-        // reference it, and reads the referenced one one lookup at a
-        // time): the others are named beside it.
-        // A rewrite comes before rows written, rows written before a scan.
-        let rank = |t: &&&TableWork| {
-            let w = st.work.get(&t.table).copied().unwrap_or_default();
-            (
-                st.rewrote.contains(&t.table),
-                w.rows_written() > 0,
-                w.tuples_read > 0,
-                t.rows_before,
-            )
-        };
-        if let Some(t) = grown.iter().max_by_key(rank) {
-            let others: Vec<String> = grown
-                .iter()
-                .filter(|o| o.table != t.table)
-                .map(|o| format!("{} ({} rows)", o.table, o.rows_before))
-                .collect();
-            if let Some(f) = judge(v, i, st, t, &blocking, at_zero, at_n, holds) {
-                out.push(if others.is_empty() {
-                    f
-                } else {
-                    f.evidence("also_grows_on", others.join(", "))
-                });
-            }
-        }
-    }
-    // Outside a transaction a lock is known only if sampling saw it: work
-    // that grows under an unseen lock is not judged either way.
-    for (i, st) in at_n.statements.iter().enumerate() {
-        let Some(why) = st.locks_unobserved() else {
-            continue;
-        };
-        if let Some(t) = at_n.tables.values().find(|t| st.grows_on(t)) {
-            out.push(
-                Finding::new(
-                    CHECK,
-                    "lock-not-observed",
-                    Severity::Skipped,
-                    Some(v),
-                    format!(
-                        "{}: its work grows with {} ({} rows) but {why}: whether it blocked the apps meanwhile was not measured",
-                        at_n.where_(i),
-                        t.table,
-                        t.rows_before
-                    ),
-                )
-                .at(at_n.location(i))
-                .evidence("table", t.table.clone())
-                .evidence("statement_ms_at_n_rows", ms(st.duration))
-                .advice("run verify with more rows (--rows) so the statement runs long enough to be sampled"),
-            );
-        }
-    }
+    out.extend(grown_under_blocking_locks(v, at_zero, at_n, needs, holds));
+    out.extend(locks_not_observed(v, at_n));
     if let Some(why) = &at_n.work_unmeasured {
         out.push(
             Finding::new(
@@ -322,6 +230,95 @@ pub fn measured(
     out
 }
 
+/// Per statement, its work that grows with a table under a lock that
+/// blocks a live app ([`judge`]), about its largest such table.
+fn grown_under_blocking_locks(
+    v: i32,
+    at_zero: &Applied,
+    at_n: &Applied,
+    needs: &Needs,
+    holds: &[Hold],
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (i, st) in at_n.statements.iter().enumerate() {
+        let blocking = blocking_locks(st, needs);
+        // One finding per statement: about its largest table whose work
+        // grows (an index build alone is locks.blocking-index-build).
+        let grown: Vec<&TableWork> = at_n
+            .tables
+            .values()
+            .filter(|t| st.grows_on(t))
+            .filter(|t| {
+                st.rewrote.contains(&t.table)
+                    || st.work.get(&t.table).is_some_and(|w| w.rows_written() > 0)
+                    || !st.built_indexes.iter().any(|(x, _)| *x == t.table)
+            })
+            .collect();
+        // The table the statement rewrote, wrote or scanned comes first
+        // (a foreign key's check after a type change scans the tables that
+        // reference it, and reads the referenced one one lookup at a
+        // time): the others are named beside it.
+        // A rewrite comes before rows written, rows written before a scan.
+        let rank = |t: &&&TableWork| {
+            let w = st.work.get(&t.table).copied().unwrap_or_default();
+            (
+                st.rewrote.contains(&t.table),
+                w.rows_written() > 0,
+                w.tuples_read > 0,
+                t.rows_before,
+            )
+        };
+        if let Some(t) = grown.iter().max_by_key(rank) {
+            let others: Vec<String> = grown
+                .iter()
+                .filter(|o| o.table != t.table)
+                .map(|o| format!("{} ({} rows)", o.table, o.rows_before))
+                .collect();
+            if let Some(f) = judge(v, i, st, t, &blocking, at_zero, at_n, holds) {
+                out.push(if others.is_empty() {
+                    f
+                } else {
+                    f.evidence("also_grows_on", others.join(", "))
+                });
+            }
+        }
+    }
+    out
+}
+
+/// `lock-not-observed`: outside a transaction a lock is known only if
+/// sampling saw it: work that grows under an unseen lock is not judged
+/// either way.
+fn locks_not_observed(v: i32, at_n: &Applied) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (i, st) in at_n.statements.iter().enumerate() {
+        let Some(why) = st.locks_unobserved() else {
+            continue;
+        };
+        if let Some(t) = at_n.tables.values().find(|t| st.grows_on(t)) {
+            out.push(
+                Finding::new(
+                    CHECK,
+                    "lock-not-observed",
+                    Severity::Skipped,
+                    Some(v),
+                    format!(
+                        "{}: its work grows with {} ({} rows) but {why}: whether it blocked the apps meanwhile was not measured",
+                        at_n.where_(i),
+                        t.table,
+                        t.rows_before
+                    ),
+                )
+                .at(at_n.location(i))
+                .evidence("table", t.table.clone())
+                .evidence("statement_ms_at_n_rows", ms(st.duration))
+                .advice("run verify with more rows (--rows) so the statement runs long enough to be sampled"),
+            );
+        }
+    }
+    out
+}
+
 #[allow(clippy::too_many_arguments)]
 fn judge(
     v: i32,
@@ -336,7 +333,7 @@ fn judge(
     let w = st.work.get(&t.table).copied().unwrap_or_default();
     let rewrote = st.rewrote.contains(&t.table);
     let at = at_n.where_(i);
-    let observed = super::while_running(at_zero, at_n, i);
+    let observed = super::phrases::while_running(at_zero, at_n, i);
     let zero_ms = at_zero
         .statements
         .get(i)
@@ -349,42 +346,20 @@ fn judge(
         .iter()
         .filter(|h| h.statement == i || (h.statement < i && !at_n.outside_transaction))
         .max_by_key(|h| (h.predicted, h.table == t.table));
-    let base = |name: &str, sev: Severity, msg: String| {
-        let mut f = Finding::new(CHECK, name, sev, Some(v), msg)
-            .at(at_n.location(i))
-            .evidence("table", t.table.clone())
-            .evidence("rows", t.rows_before)
-            .evidence("pages", t.pages_before)
-            .evidence("statement_line", st.line)
-            .evidence("statement", st.excerpt.clone())
-            .evidence("tuples_read", w.tuples_read)
-            .evidence("tuples_fetched", w.tuples_fetched)
-            .evidence("rows_updated", w.updated)
-            .evidence("rows_deleted", w.deleted)
-            .evidence("heap_blocks", w.heap_blocks)
-            .evidence("index_blocks", w.index_blocks)
-            .evidence("relfilenode_changed", rewrote)
-            .evidence("blocking_locks", locks_phrase(blocking))
-            .evidence("wal_bytes_at_n_rows", at_n.wal_bytes)
-            .evidence("statement_ms_at_0_rows", zero_ms)
-            .evidence("statement_ms_at_n_rows", ms(st.duration));
-        if let Some(o) = &observed {
-            f = f.evidence("locks_while_running", o.clone());
-        }
-        if let Some(h) = worst_hold {
-            f = f
-                .evidence("predicted_hold_ms", ms(h.predicted))
-                .evidence(
-                    "predicted_rows",
-                    h.drivers.iter().map(|d| d.2).fold(0.0, f64::max),
-                )
-                .evidence(
-                    "predicted_lock",
-                    format!("{} on {}", lock_modes::sql_name(&h.mode), h.table),
-                );
-        }
-        f
+    let grown = Grown {
+        v,
+        i,
+        st,
+        t,
+        w,
+        rewrote,
+        blocking,
+        at_n,
+        zero_ms,
+        observed: observed.as_deref(),
+        worst_hold,
     };
+    let base = |name: &str, sev: Severity, msg: String| grown.finding(name, sev, msg);
     let prediction = worst_hold
         .map(|h| {
             format!(
@@ -474,6 +449,61 @@ fn scan_advice(excerpt: &str) -> &'static str {
     }
 }
 
+/// What one finding of [`judge`] says about a statement's work on a table
+/// besides its message: the measurements every such finding carries.
+struct Grown<'a> {
+    v: i32,
+    i: usize,
+    st: &'a StatementRun,
+    t: &'a TableWork,
+    w: crate::verify::evidence::Work,
+    rewrote: bool,
+    blocking: &'a [(String, String, String)],
+    at_n: &'a Applied,
+    zero_ms: f64,
+    observed: Option<&'a str>,
+    worst_hold: Option<&'a Hold>,
+}
+
+impl Grown<'_> {
+    fn finding(&self, name: &str, sev: Severity, msg: String) -> Finding {
+        let mut f = Finding::new(CHECK, name, sev, Some(self.v), msg)
+            .at(self.at_n.location(self.i))
+            .evidence("table", self.t.table.clone())
+            .evidence("rows", self.t.rows_before)
+            .evidence("pages", self.t.pages_before)
+            .evidence("statement_line", self.st.line)
+            .evidence("statement", self.st.excerpt.clone())
+            .evidence("tuples_read", self.w.tuples_read)
+            .evidence("tuples_fetched", self.w.tuples_fetched)
+            .evidence("rows_updated", self.w.updated)
+            .evidence("rows_deleted", self.w.deleted)
+            .evidence("heap_blocks", self.w.heap_blocks)
+            .evidence("index_blocks", self.w.index_blocks)
+            .evidence("relfilenode_changed", self.rewrote)
+            .evidence("blocking_locks", locks_phrase(self.blocking))
+            .evidence("wal_bytes_at_n_rows", self.at_n.wal_bytes)
+            .evidence("statement_ms_at_0_rows", self.zero_ms)
+            .evidence("statement_ms_at_n_rows", ms(self.st.duration));
+        if let Some(o) = self.observed {
+            f = f.evidence("locks_while_running", o);
+        }
+        if let Some(h) = self.worst_hold {
+            f = f
+                .evidence("predicted_hold_ms", ms(h.predicted))
+                .evidence(
+                    "predicted_rows",
+                    h.drivers.iter().map(|d| d.2).fold(0.0, f64::max),
+                )
+                .evidence(
+                    "predicted_lock",
+                    format!("{} on {}", lock_modes::sql_name(&h.mode), h.table),
+                );
+        }
+        f
+    }
+}
+
 /// What statement work `w` read of table `t`, as measured: a sequential
 /// pass over its tuples, or its heap pages requested one lookup at a time
 /// (through an index: a foreign key's check of each row of another
@@ -500,18 +530,6 @@ fn read_phrase(w: &crate::verify::evidence::Work, t: &TableWork) -> String {
             "reads {} ({} rows) one lookup at a time, {} tuples fetched through its indexes ({pages})",
             t.table, t.rows_before, w.tuples_fetched
         )
-    }
-}
-
-/// "95 s", "1.2 s", "340 ms".
-pub(crate) fn human(d: std::time::Duration) -> String {
-    let s = d.as_secs_f64();
-    if s >= 10.0 {
-        format!("{s:.0} s")
-    } else if s >= 1.0 {
-        format!("{s:.1} s")
-    } else {
-        format!("{:.0} ms", s * 1000.0)
     }
 }
 

@@ -42,7 +42,7 @@ use crate::verify::evidence::{Applied, Context, MigrationEvidence, StatementRun,
 
 use crate::verify::evidence::Warning;
 
-use super::rewrite::blocking_locks;
+use super::phrases::blocking_locks;
 use super::Check;
 
 pub const CHECK: &str = "static";

@@ -1,7 +1,7 @@
 //! What one measured apply of a migration did, statement by statement:
 //! the locks each statement held, the work it did per table (rows, blocks,
 //! passes), whether a table got a new file, and how long it took. Measured
-//! by [`crate::verify::rehearsal`]; judged by the checks.
+//! by [`crate::verify::measure::rehearsal`]; judged by the checks.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};

@@ -1,5 +1,5 @@
 //! What the cross-version scenario saw (two app versions side by side
-//! through their drivers, [`crate::verify::cross_version`]); judged by
+//! through their drivers, [`crate::verify::measure::cross_version`]); judged by
 //! `compat`.
 
 use uuid::Uuid;

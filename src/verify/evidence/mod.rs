@@ -10,12 +10,14 @@
 //! A field that is None was not measured: the rehearsal stopped before it,
 //! or the scenario does not apply to the migration.
 
-// `predict` reads applies through this path: the root names `predict`
-// (the Context's sizes), so importing the root from it would be a circle.
+// `predict` (the pure half of the production-size prediction) reads
+// applies through this path: the root names `predict` (the Context's
+// sizes), so importing the root from it would be a circle.
 pub mod applied;
 mod cross_version;
 mod lint;
 pub mod plan;
+pub mod predict;
 mod readers;
 mod runs;
 mod workload;
@@ -28,7 +30,7 @@ use crate::catalog::Catalog;
 use crate::lock_policy::LockPolicy;
 use crate::pg::lock_modes::Needs;
 use crate::schema::Snapshot;
-use crate::verify::predict::Sizes;
+use predict::Sizes;
 
 pub use crate::app::replay::{Denied, Outcome, Step};
 pub use crate::seed::generated::Generated;

@@ -1,5 +1,5 @@
 //! Query plans on both sides of a migration and the EXPLAIN reader: what
-//! the plan stage ([`crate::verify::planning`]) measured (each live app
+//! the plan stage ([`crate::verify::measure::planning`]) measured (each live app
 //! statement's `EXPLAIN (FORMAT JSON)`, the tables, indexes and foreign keys
 //! around it) and [`parse`], which reads a plan into per-table access paths.
 //! The `plan` check judges them.

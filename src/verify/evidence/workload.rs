@@ -1,7 +1,7 @@
 //! What the live apps went through while a migration ran: the workload's
 //! stalls and errors during the measured apply, and the long-transaction
 //! probe (the real lock-retry loop behind an open app transaction).
-//! Measured by [`crate::verify::rehearsal`]; judged by `locks`.
+//! Measured by [`crate::verify::measure::rehearsal`]; judged by `locks`.
 
 use std::time::{Duration, Instant};
 
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 pub struct WorkloadStats {
     pub statements: u64,
     /// The longest lock wait of an app statement on the migration (see
-    /// [`crate::verify::sampler`]): what the migration made an app wait, not how long
+    /// [`crate::verify::measure::sampler`]): what the migration made an app wait, not how long
     /// its statements took on a busy machine.
     pub max_stall: Duration,
     /// "app.statement (read|write)" of that wait.
@@ -31,7 +31,7 @@ pub struct WorkloadStats {
     /// measured alone there; this says the switch failed).
     pub counted_in_table_stats: bool,
     /// Each lock wait on the migration seen (the first
-    /// [`crate::verify::sampler::MAX_WAITS_KEPT`]), for the report's lock
+    /// [`crate::verify::measure::sampler::MAX_WAITS_KEPT`]), for the report's lock
     /// timeline.
     pub waits: Vec<AppWait>,
 }

@@ -1,11 +1,13 @@
 //! Stage 1: the base the rehearsed migrations start from, and the
 //! migrator that applies each of them twice in the background.
 
+use super::{apply_unchecked, step, Run};
 use crate::catalog::Migration;
 use crate::sandbox::{Database, SandboxError};
+use crate::verify::error::VerifyError;
 use crate::verify::events::{Event, RunStep};
 use crate::verify::evidence::SecondRun;
-use crate::verify::{apply_unchecked, step, target, Run, VerifyError};
+use crate::verify::measure::target;
 
 impl Run<'_> {
     /// The base the rehearsed migrations start from, on `empty_prev`: the

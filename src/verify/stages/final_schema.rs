@@ -5,12 +5,13 @@
 
 use std::sync::Arc;
 
+use super::{step, Run};
 use crate::app::{AppVersion, ProjectRule};
 use crate::report::CheckRun;
 use crate::sandbox::Database;
+use crate::verify::error::VerifyError;
 use crate::verify::events::{Event, RunStep};
 use crate::verify::evidence::FinalSchema;
-use crate::verify::{step, Run, VerifyError};
 
 impl Run<'_> {
     /// `last` is the final version; `empty_final` the empty path's

@@ -25,9 +25,9 @@
 //! 4. [`final_schema`]: the final schemas for post, and the project's own
 //!    checks (the shipped project: `dao`).
 //!
-//! [`readers`] serves stages 2 and 3: the read statements of every app
-//! (a driver's app too) run with sampled bindings before and after each
-//! migration, and the rows the older apps write during the rollout (their
+//! The readers instrument ([`crate::verify::measure::readers`]) serves
+//! stages 2 and 3: the read statements of every app (a driver's app too)
+//! run with sampled bindings before and after each migration, and the rows the older apps write during the rollout (their
 //! write statements, their drivers' creates) read back by the newer apps'
 //! readers.
 //!
@@ -38,17 +38,39 @@
 //! the probes) are collected by [`Run::collect_background`] once every
 //! stage has run; then [`Run::judge`] runs the checks' registry
 //! ([`super::checks::ALL`]) over every migration's evidence.
+//!
+//! Floor `stages` (see `src/verify/layers.txt`): ordering only, which
+//! instrument of `measure` runs when and on which copy. [`Run`], one
+//! rehearsal in progress, lives here with the helpers every stage shares;
+//! the root ([`crate::verify::Verify::run`]) builds it and calls
+//! [`Run::all`].
 
 mod base;
 mod final_schema;
-mod readers;
+mod planning;
 mod seeded;
 mod template;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
+use crate::app::replay::{self, Outcome};
+use crate::app::AppVersion;
+use crate::lock_policy::LockPolicy;
+use crate::pg::lock_modes::Needs;
+use crate::report::{CheckRun, Report};
+use crate::sandbox::{Database, Sandbox};
+use crate::schema::Snapshot;
+
+use super::checks::{self, apply, r#static};
+use super::error::{step, VerifyError};
 use super::events::{Event, Stage};
-use super::{checks::apply, Run, Staged, VerifyError};
+use super::evidence::{self, LongTransactionProbe, MigrationEvidence, Visible, Warning};
+use super::measure::readers::Readers;
+use super::measure::rehearsal::{self, LiveApp};
+use super::measure::roles::Sessions;
+use super::options::Verify;
 use seeded::SeededEnd;
 use template::Template;
 
@@ -64,8 +86,8 @@ impl Run<'_> {
         self.options.emit(Event::StageStarted(Stage::Base));
         if let Some(sql) = &self.options.setup {
             // As the superuser, before anything of the history's own.
-            let mut c = super::step("connecting to run --setup", empty_prev.connect())?;
-            super::step("running the --setup file", c.batch_execute(sql))?;
+            let mut c = step("connecting to run --setup", empty_prev.connect())?;
+            step("running the --setup file", c.batch_execute(sql))?;
         }
         if !self.apply_base(&empty_prev, &migrations)? {
             self.options.emit(Event::StageFinished(Stage::Base));
@@ -151,5 +173,358 @@ impl Run<'_> {
         self.final_schema(&empty_prev, last_seeded.as_ref(), last)?;
         self.options.emit(Event::StageFinished(Stage::FinalSchema));
         Ok(())
+    }
+}
+
+/// Rows written on the compat scenario's database, so statements that
+/// need existing data find some.
+const COMPAT_ROWS: u64 = 50;
+/// The longest the live workload runs before and after the migration,
+/// waiting for each app thread to run a whole round of its statements
+/// ([`rehearsal::Workload::settle`]; they take a millisecond or two each).
+const WORKLOAD_MARGIN: Duration = Duration::from_millis(50);
+
+/// The longest the long-transaction probe keeps its transaction open (it
+/// ends it once an attempt timed out): long enough for a migration that
+/// overrides its lock timeout to be seen waiting past the cap (plus
+/// slack) before the transaction ends.
+fn long_transaction(policy: &LockPolicy) -> Duration {
+    (policy.max_timeout * 3)
+        .max(policy.max_timeout + rehearsal::LOCK_WAIT_SLACK + Duration::from_millis(500))
+}
+
+type ProbeHandle = JoinHandle<anyhow::Result<LongTransactionProbe>>;
+
+/// A migration after stage 2: its seeded databases, waiting for stage 3.
+struct Staged {
+    index: usize,
+    /// Whether an app was live at V{prev}: without one there are no rows,
+    /// so the empty path's apply is the seeded one too.
+    seeded: bool,
+    seeded_rows: i64,
+    /// What the live apps' readers saw on the seeded database at V{prev}.
+    readers_before: Visible,
+    /// Their statements planned there (None without a live app; the error
+    /// says why they could not be): stage 3 makes them evidence, once it
+    /// runs, and plans them again after.
+    plans_before: Option<Result<evidence::plan::Side, String>>,
+    /// The seeded database, at V{prev} until stage 3 applies the migration
+    /// on it; without seeded rows, a copy of the template at V{v} when an
+    /// app may run on it.
+    applied_db: Option<Database>,
+    /// The live apps' statements replayed on the seeded database (V{prev}).
+    live_outcomes: BTreeMap<String, Vec<Outcome>>,
+    tables: Vec<crate::tables::UserTable>,
+}
+
+type MigratorHandle = JoinHandle<Vec<(i32, anyhow::Result<evidence::SecondRun>)>>;
+
+/// One rehearsal in progress.
+pub(super) struct Run<'a> {
+    pub(super) options: &'a Verify,
+    pub(super) sandbox: &'a Sandbox,
+    /// Who runs what: the migrator and the apps' roles.
+    pub(super) sessions: Sessions,
+    /// Stand-ins for the target's roles its GRANTs name (`--from-target`),
+    /// dropped with the run.
+    pub(super) stand_ins: Vec<crate::sandbox::Role>,
+    pub(super) report: Report,
+    pub(super) probes: Vec<(i32, ProbeHandle)>,
+    pub(super) migrator: Option<MigratorHandle>,
+    /// What each rehearsed migration's scenarios measured so far, judged
+    /// once they all ran ([`Run::judge`]).
+    pub(super) evidence: BTreeMap<i32, MigrationEvidence>,
+}
+
+/// Applies `m` as `migrate` would, unmeasured: in one transaction, or
+/// statement by statement for a file that runs outside one (its batched
+/// updates have no rows to settle in a base without data).
+fn apply_unchecked(c: &mut postgres::Client, m: &crate::catalog::Migration) -> Result<(), String> {
+    use crate::migrate::{apply, no_transaction as nt};
+    if let Some(why) = &m.not_runnable {
+        return Err(format!("it {why}"));
+    }
+    if m.runs_outside_transaction() {
+        let steps = nt::steps(&m.sql);
+        return apply::outside_transaction(c, &steps, None, &mut apply::Unobserved)
+            .map(|_| ())
+            .map_err(|e| format!("line {}: {}", steps[e.index()].statement.line, e.message()));
+    }
+    let steps = apply::transaction_steps(&m.sql);
+    apply::in_transaction(
+        c,
+        &steps,
+        None,
+        apply::Ending::Commit,
+        &mut apply::Unobserved,
+    )
+    .map(|_| ())
+    .map_err(|e| {
+        let sqlstate = e.error().and_then(|e| e.code()).map(|c| c.code());
+        crate::migrate::way_out::with_advice(e.message(), sqlstate, &m.sql)
+    })
+}
+
+/// What blocks the live apps: the lock modes their replayed statements
+/// took per table (a declared `-- kind: write` counts as ROW EXCLUSIVE on
+/// the tables it touched). With no live app, every table counts as read
+/// and written.
+fn needs_of(live: &[&AppVersion], outcomes: &BTreeMap<String, Vec<Outcome>>) -> Needs {
+    if live.is_empty() {
+        return Needs::unknown();
+    }
+    let mut needs = Needs::default();
+    for app in live {
+        for o in outcomes.get(&app.name).into_iter().flatten() {
+            let declared_write = app.declared_kind(&o.statement) == Some(crate::app::Kind::Write);
+            for (table, mode) in &o.locks {
+                needs.add(table, mode);
+                if declared_write {
+                    needs.add(table, "RowExclusiveLock");
+                }
+            }
+        }
+    }
+    needs
+}
+
+/// The live apps with the names of their writing statements.
+fn live_apps<'a>(
+    live: &[&'a AppVersion],
+    outcomes: &BTreeMap<String, Vec<Outcome>>,
+) -> Vec<LiveApp<'a>> {
+    live.iter()
+        .map(|a| {
+            (
+                *a,
+                replay::writers(a, outcomes.get(&a.name).map_or(&[][..], |o| o)),
+            )
+        })
+        .collect()
+}
+
+impl Run<'_> {
+    /// The evidence record of rehearsed migration `v`.
+    fn evidence(&mut self, v: i32) -> &mut MigrationEvidence {
+        self.evidence.entry(v).or_insert_with(|| MigrationEvidence {
+            version: v,
+            ..MigrationEvidence::default()
+        })
+    }
+
+    /// Hands the static precheck's warnings to their migrations once it is
+    /// done (a precheck that died is a finding: nothing is dropped
+    /// silently).
+    pub(super) fn collect_lint(&mut self, handle: JoinHandle<BTreeMap<i32, Vec<Warning>>>) {
+        match handle.join() {
+            Ok(linted) => {
+                for (v, warnings) in linted {
+                    self.evidence(v).lint = Some(warnings);
+                }
+            }
+            Err(_) => self.report.findings.push(r#static::not_run()),
+        }
+    }
+
+    /// The one judgement: every migration's evidence, in order, by every
+    /// check of the registry; the report lists each check that had
+    /// evidence to judge, and its findings, before the project's own
+    /// (which ran in the final stage).
+    pub(super) fn judge(&mut self) {
+        let verify = self.options;
+        let cx = verify.context();
+        let (mut ran, mut findings) = (Vec::new(), Vec::new());
+        for e in self.evidence.values() {
+            let mut judged = Vec::new();
+            for check in checks::ALL {
+                let recorded = ran
+                    .iter()
+                    .any(|r: &CheckRun| r.check == check.name && r.migration == Some(e.version));
+                if (check.ran)(e) && !recorded {
+                    ran.push(CheckRun {
+                        check: check.name.to_string(),
+                        migration: Some(e.version),
+                        description: check.description.to_string(),
+                    });
+                }
+                judged.extend((check.evaluate)(e, &cx));
+            }
+            checks::one_hazard_one_error(&mut judged, &e.sql);
+            findings.extend(judged);
+            if let (Some(at_zero), Some(seeded)) = (&e.at_zero, &e.seeded) {
+                if let Some(r) = self
+                    .report
+                    .migrations
+                    .iter_mut()
+                    .find(|r| r.version == e.version)
+                {
+                    r.statements = seeded.applied.statement_rows(at_zero);
+                    r.app_waits = seeded
+                        .workload
+                        .as_ref()
+                        .map(|w| seeded.applied.app_wait_rows(w));
+                    r.committed_ms = seeded.applied.committed_ms();
+                }
+            }
+        }
+        self.report.checks.splice(0..0, ran);
+        self.report.findings.splice(0..0, findings);
+    }
+
+    fn clone_db(&self, source: &Database) -> Result<Database, VerifyError> {
+        let copy = self
+            .sandbox
+            .clone_database_owned_by(source, self.sessions.owner())?;
+        // It knows the roles its source's migrations created.
+        self.sessions.copied(source.name(), copy.name());
+        Ok(copy)
+    }
+
+    fn snapshot(db: &Database) -> Result<Snapshot, VerifyError> {
+        let mut c = step("connecting", db.connect())?;
+        step("reading the schema", Snapshot::read(&mut c))
+    }
+
+    /// A connection to `db` as the migrator.
+    fn connect_migrator(&self, db: &Database) -> Result<postgres::Client, VerifyError> {
+        step(
+            "connecting as the migrator",
+            crate::db::connect(&self.sessions.migrator(db.url())),
+        )
+    }
+
+    /// The connection seeding runs on: as the migrator (the owner of the
+    /// tables, whose seeds are the project's files), through the seeder
+    /// role where there is one, so the generator's rows may skip the
+    /// per-row foreign-key checks ([`generate`]).
+    fn connect_seeding(&self, db: &Database) -> Result<postgres::Client, VerifyError> {
+        let Some((url, migrator)) = self.sessions.seeder(db.url()) else {
+            return self.connect_migrator(db);
+        };
+        let mut c = step("connecting as the seeder", crate::db::connect(&url))?;
+        step(
+            "becoming the migrator",
+            c.batch_execute(&format!("SET ROLE {}", crate::pg::quote_ident(&migrator))),
+        )?;
+        Ok(c)
+    }
+
+    /// The apps' readers, as this run's sessions connect them.
+    fn readers(&self) -> Readers<'_> {
+        Readers {
+            sessions: &self.sessions,
+        }
+    }
+
+    /// A connection to `db` as `app`'s role.
+    fn connect_app(
+        &self,
+        db: &Database,
+        app: &AppVersion,
+    ) -> Result<postgres::Client, VerifyError> {
+        step(
+            &format!("connecting as the {} app's role", app.name),
+            crate::db::connect(&self.sessions.app(db.url(), &app.name)),
+        )
+    }
+
+    /// Joins the migrator and the long-transaction probes and hands what
+    /// they measured to their migrations. A thread that died is evidence
+    /// too: nothing is dropped silently.
+    pub(super) fn collect_background(&mut self) {
+        if let Some(handle) = self.migrator.take() {
+            let results = handle.join().unwrap_or_else(|_| {
+                vec![(
+                    0,
+                    Err(anyhow::anyhow!(
+                        "the migrator's thread panicked (a bug in rollsafe)"
+                    )),
+                )]
+            });
+            for (v, r) in results {
+                let r = r.map_err(|e| crate::errors::one_line(e.as_ref()));
+                match self.evidence.get_mut(&v) {
+                    Some(e) => e.second_run = Some(r),
+                    // Not a rehearsed migration: the migrator could not
+                    // even say which one it was on.
+                    None if v == 0 => self
+                        .report
+                        .findings
+                        .push(apply::evaluate_second_run(None, &r)),
+                    None => {}
+                }
+            }
+        }
+        for (v, handle) in std::mem::take(&mut self.probes) {
+            let probe = match handle.join() {
+                Ok(r) => r.map_err(|e| format!("{e:#}")),
+                Err(_) => Err("its thread panicked (a bug in rollsafe)".to_string()),
+            };
+            self.evidence(v).probe = Some(evidence::Probe::Ran(Box::new(probe)));
+        }
+    }
+
+    /// Every table `--table-rows` names must be one the rehearsal met:
+    /// before some migration (`met`) or at the end (`last`). A typo
+    /// would otherwise predict nothing and say so nowhere.
+    fn tables_sized_exist(
+        &self,
+        met: &std::collections::BTreeSet<String>,
+        last: &Database,
+    ) -> Result<(), VerifyError> {
+        if !self.options.sizes.given_by_flag() {
+            return Ok(());
+        }
+        let mut known: std::collections::BTreeSet<String> = Self::user_tables(last)?
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        known.extend(met.iter().cloned());
+        let unknown: Vec<&str> = self
+            .options
+            .sizes
+            .rows
+            .keys()
+            .filter(|t| !known.contains(*t))
+            .map(String::as_str)
+            .collect();
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        Err(VerifyError::UnknownTableRows {
+            unknown: unknown.join(", "),
+            known: known.into_iter().collect::<Vec<_>>().join(", "),
+        })
+    }
+
+    fn user_tables(db: &Database) -> Result<Vec<crate::tables::UserTable>, VerifyError> {
+        let mut c = step("connecting", db.connect())?;
+        step("listing tables", crate::tables::list(&mut c))
+    }
+
+    /// The names (lower case) of the project's own functions on `db` that
+    /// may read or write a table.
+    fn table_reading_functions(
+        db: &Database,
+    ) -> Result<std::collections::BTreeSet<String>, VerifyError> {
+        let mut c = step("connecting", db.connect())?;
+        step(
+            "listing functions",
+            crate::seed::generate::table_reading_functions(&mut c),
+        )
+    }
+
+    fn replay_apps(
+        &self,
+        db: &Database,
+        apps: &[&AppVersion],
+    ) -> Result<BTreeMap<String, Vec<Outcome>>, VerifyError> {
+        let mut out = BTreeMap::new();
+        for app in apps {
+            let mut c = self.connect_app(db, app)?;
+            let outcomes = step("replaying statements", replay::replay_all(&mut c, app))?;
+            out.insert(app.name.clone(), outcomes);
+        }
+        Ok(out)
     }
 }

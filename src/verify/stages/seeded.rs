@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::{live_apps, step, Run, Staged, COMPAT_ROWS, WORKLOAD_MARGIN};
 use crate::app::replay;
 use crate::app::AppVersion;
 use crate::catalog::Migration;
@@ -16,14 +17,14 @@ use crate::sandbox::Database;
 use crate::seed;
 use crate::seed::generate::Statistics;
 use crate::verify::checks::apply::{self, Unreached};
-use crate::verify::cross_version;
+use crate::verify::error::VerifyError;
 use crate::verify::events::MigrationStep;
 use crate::verify::evidence::{
     Backfill, BatchedRun, Compat, DirectiveCount, Plans, SeededApply, SideBySide, Visible,
     WorkloadStats,
 };
-use crate::verify::rehearsal::{self, End};
-use crate::verify::{live_apps, step, Run, Staged, VerifyError, COMPAT_ROWS, WORKLOAD_MARGIN};
+use crate::verify::measure::cross_version;
+use crate::verify::measure::rehearsal::{self, End};
 
 /// How stage 3 of one migration ended.
 enum Seeded {
@@ -244,7 +245,9 @@ impl Run<'_> {
             directives = Some(counted);
         }
         let readers_after = match applied_db {
-            Some(db) => self.readers_after(db, runnable, &readers_before.statements, newly)?,
+            Some(db) => self
+                .readers()
+                .after(db, runnable, &readers_before.statements, newly)?,
             None => Visible::default(),
         };
         Ok(Backfill {
@@ -314,7 +317,7 @@ impl Run<'_> {
         // Rows the older apps write while the newer ones run (their write
         // statements, their drivers' creates), read back by the
         // statement readers: one path for every app.
-        out.rollout_writes = self.rollout_writes(db, live, runnable)?;
+        out.rollout_writes = self.readers().rollout_writes(db, live, runnable)?;
         Ok(out)
     }
 

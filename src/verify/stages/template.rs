@@ -14,6 +14,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::{apply_unchecked, live_apps, long_transaction, needs_of, step, Run, Staged};
+use crate::app::replay::Outcome;
 use crate::app::AppVersion;
 use crate::catalog::Migration;
 use crate::sandbox::Database;
@@ -21,13 +23,13 @@ use crate::schema::Snapshot;
 use crate::seed;
 use crate::seed::generate::{MoreSessions, Statistics};
 use crate::seed::reach::{self, Reach};
+use crate::tables::UserTable;
+use crate::verify::error::VerifyError;
 use crate::verify::events::MigrationStep;
+use crate::verify::evidence::plan::Side;
 use crate::verify::evidence::{Applied, Probe, Rerun, Seeding, Visible};
-use crate::verify::rehearsal::{self, End, LiveApp};
-use crate::verify::roles::Sessions;
-use crate::verify::{
-    apply_unchecked, live_apps, long_transaction, needs_of, step, Run, Staged, VerifyError,
-};
+use crate::verify::measure::rehearsal::{self, End, LiveApp};
+use crate::verify::measure::roles::Sessions;
 
 /// What a transaction of the forced failure held at its end, read inside
 /// it before the failure is raised: the relations it locked (by oid) and
@@ -94,7 +96,42 @@ enum Seeded {
     AppCannotWrite,
 }
 
-impl Run<'_> {
+/// How one migration's empty path and seeded path are scheduled: the four
+/// ways, chosen in one place ([`Run::schedule`]).
+enum Schedule<'l> {
+    /// No app live at V{prev}, so no seeded path: the empty path alone,
+    /// after the rest of stage 2.
+    EmptyOnly,
+    /// Outside a transaction: kill-and-rerun and the measured apply first
+    /// (a failure there stops the rehearsal before any seeding), their
+    /// locks the generator's reach; then the seeding.
+    EmptyThenSeed(SeedBase<'l>),
+    /// Inside one, the forced failure's transaction did not reach its end:
+    /// its trace and the measured apply first (a failure stops the
+    /// rehearsal there), then the seeding.
+    MeasureThenSeed(SeedBase<'l>, Snapshot, Reach),
+    /// Inside one, reaching its end: the seeding (one INSERT … SELECT on
+    /// one core) beside the rest of the empty path on the template
+    /// (another database).
+    SeedBeside(SeedBase<'l>, Snapshot, Reach),
+}
+
+/// What the schedule left for the rest of stage 2: the seeded database
+/// and its rows (None without a seeded path), and the empty path when it
+/// ran already.
+struct Scheduled {
+    seeded: Option<(Database, i64)>,
+    empty_path: Option<EmptyPath>,
+}
+
+/// What the live apps did and saw on the seeded database at V{prev}.
+struct BeforeMigration {
+    live_outcomes: BTreeMap<String, Vec<Outcome>>,
+    readers_before: Visible,
+    plans_before: Option<Result<Side, String>>,
+}
+
+impl<'a> Run<'a> {
     /// Stage 2 for migration `m` (at `index`), the schema being at V{prev}
     /// on `empty_prev`.
     pub(super) fn template(
@@ -107,23 +144,7 @@ impl Run<'_> {
         migrations: &[Migration],
     ) -> Result<Template, VerifyError> {
         let v = m.version;
-        let live: Vec<&AppVersion> = self
-            .options
-            .apps
-            .iter()
-            .filter(|a| a.live_during(v))
-            .collect();
-        let newly = self
-            .options
-            .apps
-            .iter()
-            .filter(|a| a.may_run_on(v) && !a.may_run_on(prev))
-            .map(|a| a.name.clone())
-            .collect();
-        let e = self.evidence(v);
-        e.prev = prev;
-        e.live = live.iter().map(|a| a.name.clone()).collect();
-        e.newly = newly;
+        let live = self.who_runs(m, prev);
         let clock = std::time::Instant::now();
         // The seeded path's database before its rows (its copy is taken
         // while the template is still at V{prev}).
@@ -137,128 +158,14 @@ impl Run<'_> {
             // before the empty path applies the migration there.
             self.start_probe(v, m, empty_prev, &tables, &[])?;
         }
-        // The generator (a project without apps) seeds only the tables the
-        // migration reaches, which the empty path's forced failure tells:
-        // it runs first then. With apps, every table they may read gets
-        // rows, and the seeding goes first (the empty path beside it) so
-        // that the long-transaction probe, the longest scenario, starts as
-        // early as it can.
-        let generated = base.is_some() && self.options.apps.is_empty();
-        let mut empty_path = None;
-        let seeded = match base {
-            Some(base) if !m.runs_outside_transaction() => {
-                // The forced failure's transaction tells whether the
-                // migration reaches its end on the empty database (one that
-                // does not is not seeded for: the rehearsal stops there)
-                // and, for the generator, what it reaches (the functions it
-                // sees there are those before it and those it creates); the
-                // rest of the empty path runs beside the seeding.
-                self.options.say(v, MigrationStep::ApplyingOnEmpty);
-                let (before, at_end) = Self::fail_before_commit(&self.sessions, m, empty_prev)?;
-                let reach = if generated {
-                    let touched = at_end.as_ref().map(|e| {
-                        tables
-                            .iter()
-                            .filter(|t| e.locked.contains(&t.oid))
-                            .map(|t| t.name.clone())
-                            .collect::<BTreeSet<String>>()
-                    });
-                    let functions: BTreeSet<String> =
-                        at_end.iter().flat_map(|e| e.functions.clone()).collect();
-                    reach::of(&m.sql, touched.as_ref(), &tables, &functions)
-                } else {
-                    // With apps, every table they may read gets rows.
-                    Reach::Everything("the live apps may read any table".into())
-                };
-                log::debug!("V{v}: reach {reach:?}");
-                // Cheap to clone; the seeding beside borrows the run.
-                let sessions = self.sessions.clone();
-                if at_end.is_none() {
-                    let (mut at_zero, trace) =
-                        Self::trace_and_measure(empty_prev, &sessions, m, before)?;
-                    at_zero.file = self.options.catalog.path_of(m);
-                    if !at_zero.ok() {
-                        return Ok(self.stopped_on_empty(v, (at_zero, trace, None)));
-                    }
-                    empty_path = Some((at_zero, trace, None));
-                    Some(self.seed_on(v, prev, &live, base, reach)?)
-                } else {
-                    // The seeding, one INSERT … SELECT on one core, beside
-                    // the empty path on the template (another database).
-                    let seeding = |run: &mut Self| run.seed_on(v, prev, &live, base, reach);
-                    let (seeded, done) = self.seed_beside(m, seeding, || {
-                        Self::trace_and_measure(empty_prev, &sessions, m, before)
-                    })?;
-                    empty_path = Some(done);
-                    Some(seeded?)
-                }
-            }
-            Some(base) => {
-                // Outside a transaction: the kill-and-rerun scenario and
-                // the measured apply first (a failure there stops the
-                // rehearsal before any seeding), their locks the
-                // generator's reach.
-                let mut functions = if generated {
-                    Self::table_reading_functions(empty_prev)?
-                } else {
-                    BTreeSet::new()
-                };
-                let done = self.empty_path(m, empty_prev)?;
-                if !done.0.ok() {
-                    return Ok(self.stopped_on_empty(v, done));
-                }
-                let reach = if generated {
-                    functions.extend(Self::table_reading_functions(empty_prev)?);
-                    let touched = done.0.touched();
-                    reach::of(&m.sql, touched.as_ref(), &tables, &functions)
-                } else {
-                    Reach::Everything("the live apps may read any table".into())
-                };
-                log::debug!("V{v}: reach {reach:?}");
-                empty_path = Some(done);
-                Some(self.seed_on(v, prev, &live, base, reach)?)
-            }
-            None => None,
-        };
-        let seeded = match seeded {
-            Some(Seeded::Rows(db, rows)) => Some((db, rows)),
-            Some(Seeded::AppCannotWrite) => return Ok(Template::Stopped),
-            None => None,
+        let schedule = self.schedule(m, base, empty_prev, &tables)?;
+        let Some(Scheduled { seeded, empty_path }) =
+            self.run_schedule(schedule, m, prev, &live, empty_prev, &tables)?
+        else {
+            return Ok(Template::Stopped);
         };
         let seeded_rows = seeded.as_ref().map_or(0, |(_, n)| *n);
-        // What the live apps' statements do on V{prev}: their kinds and
-        // locks decide what blocks them; compat reports failures.
-        let live_outcomes = match &seeded {
-            Some((db, _)) => self.replay_apps(db, &live)?,
-            None => BTreeMap::new(),
-        };
-        self.evidence(v).needs = needs_of(&live, &live_outcomes);
-        if let (true, Some((db, _))) = (probed, &seeded) {
-            log::debug!("V{v}: seeded and replayed in {:?}", clock.elapsed());
-            self.start_probe(v, m, db, &tables, &live_apps(&live, &live_outcomes))?;
-            log::debug!("V{v}: probe started at {:?}", clock.elapsed());
-        }
-
-        // What the live apps' readers see before the migration, and beside
-        // them (both only read; the probe's copy is taken) their statements
-        // planned; the seeded database is then the one the migration is
-        // measured on (no copy needed: nothing else reads its state before).
-        let (readers_before, plans_before) = match &seeded {
-            Some((db, _)) => {
-                let this = &*self;
-                let (readers, plans) = std::thread::scope(|s| {
-                    let plans = s.spawn(|| this.plans_before(v, db, &live));
-                    let readers = this.readers_before(db, &live);
-                    let plans = plans.join().unwrap_or_else(|_| {
-                        Some(Err("its thread panicked (a bug in rollsafe)".into()))
-                    });
-                    (readers, plans)
-                });
-                (readers?, plans)
-            }
-            None => (Visible::default(), None),
-        };
-
+        let before = self.before_migration(m, probed, seeded.as_ref(), &live, &tables, clock)?;
         let done = match empty_path {
             Some(done) => done,
             None => self.empty_path(m, empty_prev)?,
@@ -278,29 +185,230 @@ impl Run<'_> {
             let ran = ran?;
             self.evidence(v).verify_script = Some(ran);
         }
+        let (seeded, applied_db) = self.applied_db(m, seeded, empty_prev)?;
+        Ok(Template::Staged(Box::new(Staged {
+            index,
+            seeded,
+            seeded_rows,
+            readers_before: before.readers_before,
+            plans_before: before.plans_before,
+            applied_db,
+            live_outcomes: before.live_outcomes,
+            tables,
+        })))
+    }
 
-        // Without seeded rows, the stages after need the schema at V{v}
-        // only when an app may run on it (compat replays, post) or its
-        // backfill directives are to be checked.
-        let (seeded, applied_db) = match seeded {
+    /// The apps live during `m` (their rows, statements and readers are
+    /// measured), recorded in its evidence with those that start running
+    /// at its version.
+    fn who_runs(&mut self, m: &Migration, prev: i32) -> Vec<&'a AppVersion> {
+        let v = m.version;
+        let options = self.options;
+        let live: Vec<&AppVersion> = options.apps.iter().filter(|a| a.live_during(v)).collect();
+        let newly = options
+            .apps
+            .iter()
+            .filter(|a| a.may_run_on(v) && !a.may_run_on(prev))
+            .map(|a| a.name.clone())
+            .collect();
+        let e = self.evidence(v);
+        e.prev = prev;
+        e.live = live.iter().map(|a| a.name.clone()).collect();
+        e.newly = newly;
+        live
+    }
+
+    /// Which of the four ways `m`'s two paths are scheduled. Inside a
+    /// transaction, the forced failure's transaction tells whether the
+    /// migration reaches its end on the empty database (one that does not
+    /// is not seeded for: the rehearsal stops there) and, for the
+    /// generator, what it reaches (the functions it sees there are those
+    /// before it and those it creates).
+    ///
+    /// The generator (a project without apps) seeds only the tables the
+    /// migration reaches, which the empty path tells: it runs first then.
+    /// With apps, every table they may read gets rows, and the seeding
+    /// goes first (the empty path beside it) so that the long-transaction
+    /// probe, the longest scenario, starts as early as it can.
+    fn schedule<'l>(
+        &mut self,
+        m: &Migration,
+        base: Option<SeedBase<'l>>,
+        empty_prev: &Database,
+        tables: &[UserTable],
+    ) -> Result<Schedule<'l>, VerifyError> {
+        let Some(base) = base else {
+            return Ok(Schedule::EmptyOnly);
+        };
+        if m.runs_outside_transaction() {
+            return Ok(Schedule::EmptyThenSeed(base));
+        }
+        let v = m.version;
+        self.options.say(v, MigrationStep::ApplyingOnEmpty);
+        let (before, at_end) = Self::fail_before_commit(&self.sessions, m, empty_prev)?;
+        let reach = if self.generated() {
+            let touched = at_end.as_ref().map(|e| {
+                tables
+                    .iter()
+                    .filter(|t| e.locked.contains(&t.oid))
+                    .map(|t| t.name.clone())
+                    .collect::<BTreeSet<String>>()
+            });
+            let functions: BTreeSet<String> =
+                at_end.iter().flat_map(|e| e.functions.clone()).collect();
+            reach::of(&m.sql, touched.as_ref(), tables, &functions)
+        } else {
+            Reach::Everything("the live apps may read any table".into())
+        };
+        log::debug!("V{v}: reach {reach:?}");
+        Ok(match at_end {
+            None => Schedule::MeasureThenSeed(base, before, reach),
+            Some(_) => Schedule::SeedBeside(base, before, reach),
+        })
+    }
+
+    /// Whether the catalogue generator writes the rows (a project without
+    /// apps) rather than the apps.
+    fn generated(&self) -> bool {
+        self.options.apps.is_empty()
+    }
+
+    /// `schedule` carried out: the seeded database at V{prev} and, when
+    /// it ran first or beside, the empty path. None when the rehearsal
+    /// stops here (the empty path failed, or a live app could not write
+    /// its rows).
+    fn run_schedule(
+        &mut self,
+        schedule: Schedule<'_>,
+        m: &Migration,
+        prev: i32,
+        live: &[&AppVersion],
+        empty_prev: &Database,
+        tables: &[UserTable],
+    ) -> Result<Option<Scheduled>, VerifyError> {
+        let v = m.version;
+        let (seeded, empty_path) = match schedule {
+            Schedule::EmptyOnly => (None, None),
+            Schedule::MeasureThenSeed(base, before, reach) => {
+                let (mut at_zero, trace) =
+                    Self::trace_and_measure(empty_prev, &self.sessions, m, before)?;
+                at_zero.file = self.options.catalog.path_of(m);
+                if !at_zero.ok() {
+                    self.stopped_on_empty(v, (at_zero, trace, None));
+                    return Ok(None);
+                }
+                let seeded = self.seed_on(v, prev, live, base, reach)?;
+                (Some(seeded), Some((at_zero, trace, None)))
+            }
+            Schedule::SeedBeside(base, before, reach) => {
+                // Cheap to clone; the seeding beside borrows the run.
+                let sessions = self.sessions.clone();
+                let seeding = |run: &mut Self| run.seed_on(v, prev, live, base, reach);
+                let (seeded, done) = self.seed_beside(m, seeding, || {
+                    Self::trace_and_measure(empty_prev, &sessions, m, before)
+                })?;
+                (Some(seeded?), Some(done))
+            }
+            Schedule::EmptyThenSeed(base) => {
+                let generated = self.generated();
+                let mut functions = if generated {
+                    Self::table_reading_functions(empty_prev)?
+                } else {
+                    BTreeSet::new()
+                };
+                let done = self.empty_path(m, empty_prev)?;
+                if !done.0.ok() {
+                    self.stopped_on_empty(v, done);
+                    return Ok(None);
+                }
+                let reach = if generated {
+                    functions.extend(Self::table_reading_functions(empty_prev)?);
+                    let touched = done.0.touched();
+                    reach::of(&m.sql, touched.as_ref(), tables, &functions)
+                } else {
+                    Reach::Everything("the live apps may read any table".into())
+                };
+                log::debug!("V{v}: reach {reach:?}");
+                let seeded = self.seed_on(v, prev, live, base, reach)?;
+                (Some(seeded), Some(done))
+            }
+        };
+        let seeded = match seeded {
+            Some(Seeded::Rows(db, rows)) => Some((db, rows)),
+            Some(Seeded::AppCannotWrite) => return Ok(None),
+            None => None,
+        };
+        Ok(Some(Scheduled { seeded, empty_path }))
+    }
+
+    /// On the seeded database at V{prev} (nothing without one): the live
+    /// apps' statements replayed (their kinds and locks decide what blocks
+    /// them; compat reports failures), the long-transaction probe started,
+    /// then what their readers see and, beside them (both only read; the
+    /// probe's copy is taken), their statements planned. The seeded
+    /// database is then the one the migration is measured on (no copy
+    /// needed: nothing else reads its state before).
+    fn before_migration(
+        &mut self,
+        m: &Migration,
+        probed: bool,
+        seeded: Option<&(Database, i64)>,
+        live: &[&AppVersion],
+        tables: &[UserTable],
+        clock: std::time::Instant,
+    ) -> Result<BeforeMigration, VerifyError> {
+        let v = m.version;
+        let live_outcomes = match seeded {
+            Some((db, _)) => self.replay_apps(db, live)?,
+            None => BTreeMap::new(),
+        };
+        self.evidence(v).needs = needs_of(live, &live_outcomes);
+        if let (true, Some((db, _))) = (probed, seeded) {
+            log::debug!("V{v}: seeded and replayed in {:?}", clock.elapsed());
+            self.start_probe(v, m, db, tables, &live_apps(live, &live_outcomes))?;
+            log::debug!("V{v}: probe started at {:?}", clock.elapsed());
+        }
+        let (readers_before, plans_before) = match seeded {
+            Some((db, _)) => {
+                let this = &*self;
+                let (readers, plans) = std::thread::scope(|s| {
+                    let plans = s.spawn(|| this.plans_before(v, db, live));
+                    let readers = this.readers().before(db, live);
+                    let plans = plans.join().unwrap_or_else(|_| {
+                        Some(Err("its thread panicked (a bug in rollsafe)".into()))
+                    });
+                    (readers, plans)
+                });
+                (readers?, plans)
+            }
+            None => (Visible::default(), None),
+        };
+        Ok(BeforeMigration {
+            live_outcomes,
+            readers_before,
+            plans_before,
+        })
+    }
+
+    /// The database the stages after measure on at V{v}, and whether it
+    /// holds seeded rows. Without seeded rows, they need the schema at
+    /// V{v} only when an app may run on it (compat replays, post) or its
+    /// backfill directives are to be checked: a copy of the template.
+    fn applied_db(
+        &self,
+        m: &Migration,
+        seeded: Option<(Database, i64)>,
+        empty_prev: &Database,
+    ) -> Result<(bool, Option<Database>), VerifyError> {
+        Ok(match seeded {
             Some((db, _)) => (true, Some(db)),
-            None if self.options.apps.iter().any(|a| a.may_run_on(v))
+            None if self.options.apps.iter().any(|a| a.may_run_on(m.version))
                 || !m.directives.is_empty() =>
             {
                 (false, Some(self.clone_db(empty_prev)?))
             }
             None => (false, None),
-        };
-        Ok(Template::Staged(Box::new(Staged {
-            index,
-            seeded,
-            seeded_rows,
-            readers_before,
-            plans_before,
-            applied_db,
-            live_outcomes,
-            tables,
-        })))
+        })
     }
 
     /// Migration `v` failed on the empty database: what its empty path
@@ -710,7 +818,7 @@ impl Run<'_> {
         &self,
         m: &Migration,
         db: &Database,
-    ) -> Result<crate::verify::roles::OwnRoles<'_>, VerifyError> {
+    ) -> Result<crate::verify::measure::roles::OwnRoles<'_>, VerifyError> {
         step(
             "setting aside the roles the migration creates",
             self.sessions.own_roles(m.version, &m.sql, db.name()),

@@ -41,8 +41,8 @@ pub fn evaluate(e: &MigrationEvidence, _: &Context) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::verify::evidence::predict::Sizes;
     use crate::verify::evidence::{FinalSchema, Labels};
-    use crate::verify::predict::Sizes;
 
     fn judged(unlogged: &[&str]) -> Vec<Finding> {
         let e = MigrationEvidence {

@@ -10,7 +10,7 @@
 //! (`pg_dump --schema-only` from the sandbox's own PostgreSQL; see
 //! [`crate::sandbox::Sandbox::dump_schema`]). Table sizes for the
 //! production-size prediction come from the same URL
-//! ([`super::predict::Sizes::from_database`]).
+//! ([`crate::verify::evidence::predict::Sizes::from_database`]).
 //!
 //! Production data stays in production: rows are copied only from tables
 //! the applied migrations themselves fill (an `INSERT` in a migration,
@@ -22,6 +22,8 @@
 //! The rehearsal then starts from that schema instead of the files' first
 //! migrations: hand-made indexes, an extension, a column added in an
 //! incident are all there, as they are in production.
+//!
+//! Floor `measure`: it reads a real database (read-only) and returns what the rehearsal starts from.
 
 use postgres::Client;
 
@@ -29,7 +31,7 @@ use crate::catalog::{Catalog, TableName};
 use crate::db;
 use crate::migrate::{self, HistoryRow, MigrateError};
 
-use super::VerifyError;
+use crate::verify::error::VerifyError;
 
 /// Tables with at most this many rows are copied with their rows.
 pub const REFERENCE_ROWS: u64 = 1000;

@@ -14,13 +14,17 @@
 //! to act on, not a promise.
 //!
 //! Sizes come from `--table-rows TABLE=N` or from `reltuples` of a real
-//! database (`--sizes-from URL`, read-only); without either the seeded
-//! size is used, and the message says so.
+//! database (`--sizes-from URL`, read-only: that reading is an instrument,
+//! [`crate::verify::measure::sizes`]); without either the seeded size is
+//! used, and the message says so.
+//!
+//! Floor `evidence`: pure arithmetic over measured applies, no database;
+//! the checks (`locks`, `rewrite`, `plan`) read it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::evidence::applied::Applied;
+use super::applied::Applied;
 use crate::pg::lock_modes::Needs;
 
 /// Production row counts per table, and where they came from.
@@ -51,36 +55,6 @@ impl Sizes {
         Ok(Sizes {
             rows,
             source: "--table-rows".into(),
-        })
-    }
-
-    /// `reltuples` of every table a rehearsal measures ([`crate::tables`])
-    /// in the database at `url` (read-only: one catalogue query). Tables
-    /// never analysed (reltuples < 0) are left out.
-    pub fn from_database(url: &str) -> anyhow::Result<Sizes> {
-        let mut c = crate::db::connect(url)?;
-        let rows = c
-            .query(
-                &format!(
-                    "SELECT t.name, c.reltuples::float8 FROM ({}) t JOIN pg_class c ON c.oid = t.oid
-                      WHERE c.reltuples >= 0",
-                    crate::tables::list_sql()
-                ),
-                &[],
-            )
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot read table sizes (pg_class.reltuples) from {}: {}",
-                    crate::db::redact_url(url),
-                    crate::errors::one_line(&e)
-                )
-            })?
-            .iter()
-            .map(|r| (r.get::<_, String>(0), r.get::<_, f64>(1)))
-            .collect();
-        Ok(Sizes {
-            rows,
-            source: format!("reltuples of {}", crate::db::redact_url(url)),
         })
     }
 

@@ -26,25 +26,30 @@
 //! writes are never read back here: a row the newer app hides until a
 //! later step of its own (a two-phase create) is its design, and who
 //! wrote a row is what tells the two apart.
+//!
+//! Floor `measure`: [`Readers`] takes a database and the apps and returns
+//! what their readers saw; the stages say when (before the migration in
+//! stage 2, after it and during the rollout in stage 3).
 
 use std::collections::BTreeSet;
 
 use postgres::Client;
 
+use super::roles::Sessions;
 use crate::app::bindings::{self, ReadShape};
 use crate::app::replay;
 use crate::app::statements::Statement;
 use crate::app::{AppVersion, Created, Kind};
 use crate::errors::one_line;
 use crate::sandbox::Database;
+use crate::verify::error::{step, VerifyError};
 use crate::verify::evidence::{
     BoundBy, BoundRows, NotCompared, RolloutWrite, Row, RowRead, StatementReader, Visible, Writer,
 };
-use crate::verify::{step, Run, VerifyError};
 
 /// How many bindings a reader is run with: enough groups to catch rows
 /// that went missing, few enough for a million seeded rows.
-pub(super) const SAMPLE_BINDINGS: i64 = 20;
+pub const SAMPLE_BINDINGS: i64 = 20;
 
 /// How many of the rows one rollout write touched are read back: an
 /// UPDATE by key touches one; one that touches more is judged on a few.
@@ -361,14 +366,32 @@ fn row_security(c: &mut Client) -> Result<Vec<String>, postgres::Error> {
     .collect())
 }
 
-impl Run<'_> {
+/// The apps' readers as an instrument: it needs only who each app
+/// connects as.
+#[derive(Clone, Copy)]
+pub struct Readers<'a> {
+    pub sessions: &'a Sessions,
+}
+
+impl Readers<'_> {
+    fn connect_migrator(&self, db: &Database) -> Result<Client, VerifyError> {
+        step(
+            "connecting as the migrator",
+            crate::db::connect(&self.sessions.migrator(db.url())),
+        )
+    }
+
+    /// A connection to `db` as `app`'s role.
+    fn connect_app(&self, db: &Database, app: &AppVersion) -> Result<Client, VerifyError> {
+        step(
+            &format!("connecting as the {} app's role", app.name),
+            crate::db::connect(&self.sessions.app(db.url(), &app.name)),
+        )
+    }
+
     /// Before a migration, on the seeded database: each read statement of
     /// each live app, with bindings sampled from its rows.
-    pub(super) fn readers_before(
-        &self,
-        db: &Database,
-        live: &[&AppVersion],
-    ) -> Result<Visible, VerifyError> {
+    pub fn before(&self, db: &Database, live: &[&AppVersion]) -> Result<Visible, VerifyError> {
         let clock = std::time::Instant::now();
         let mut migrator = self.connect_migrator(db)?;
         let mut out = Visible {
@@ -471,7 +494,7 @@ impl Run<'_> {
     /// apps that become deployable with it (their reader of the same
     /// name, else one of the same table keyed the same way), with the
     /// bindings sampled before.
-    pub(super) fn readers_after(
+    pub fn after(
         &self,
         db: &Database,
         runnable: &[&AppVersion],
@@ -524,7 +547,7 @@ impl Run<'_> {
     /// it has one; then every reader of the written table that can be
     /// bound to a written row is run on it, the writer's own and the
     /// newer apps'.
-    pub(super) fn rollout_writes(
+    pub fn rollout_writes(
         &self,
         db: &Database,
         live: &[&AppVersion],

@@ -42,6 +42,8 @@
 //! ([`Watchdog`]) cancels, then terminates, any of their statements that
 //! outlive it: a migration that sets its own `statement_timeout = 0` and
 //! sleeps still ends, so the pipeline never hangs.
+//!
+//! Floor `measure`: it makes the sessions every other instrument connects with, and hands them out.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::mpsc;

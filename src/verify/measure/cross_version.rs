@@ -14,15 +14,17 @@
 //! Whether a row the older app writes during the rollout reaches the
 //! newer app is not asked here: the driver's create is one more rollout
 //! write, read back by the newer app's statement readers like every
-//! other (`stages::readers`), so drivers and statement files are judged
+//! other (`measure::readers`), so drivers and statement files are judged
 //! by one path.
+//!
+//! Floor `measure`: it takes a database and two app versions and returns what they saw of each other.
 
 use postgres::Client;
 
 use crate::app::AppVersion;
 use crate::errors::one_line;
 
-pub use super::evidence::CrossVersion;
+pub use crate::verify::evidence::CrossVersion;
 
 /// Runs the scenario; None when either app has no driver (nothing to
 /// exercise). An app operation other than the older app's create after

@@ -1,8 +1,9 @@
-//! Planning, the measuring half of `plan` (before the migration in stage
-//! 2, after it in stage 3): every statement of every app live during a
+//! Planning, the measuring half of `plan` (floor `measure`: an instrument
+//! that takes a database and returns evidence; the stages say when,
+//! before the migration in stage 2, after it in stage 3): every statement of every app live during a
 //! migration, planned on the seeded database before and after it, with
 //! the indexes and foreign keys around the plans, into the migration's
-//! evidence ([`super::evidence::plan`]).
+//! evidence ([`crate::verify::evidence::plan`]).
 //! It measures; [`checks::plan`] judges.
 //!
 //! Each side starts with `ANALYZE` (the seeded rows are the statistics the
@@ -28,7 +29,7 @@
 //! migration adds, the plan of the lookup PostgreSQL runs on the
 //! referencing table for each deleted or updated referenced row.
 //!
-//! [`checks::plan`]: super::checks::plan
+//! [`checks::plan`]: crate::verify::checks::plan
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -36,16 +37,16 @@ use std::time::{Duration, Instant};
 use postgres::{Client, SimpleQueryMessage};
 use serde_json::Value;
 
-use super::events::MigrationStep;
-use super::evidence::plan::{
-    parse, Access, ForeignKey, Mode, Path, Side, StatementPlan, TableStats,
-};
+use super::roles::Sessions;
+use super::target::Target;
 use crate::app::replay;
 use crate::app::AppVersion;
-use crate::catalog::Migration;
 use crate::pg::catalogue::{self, Relation};
 use crate::pg::quote_ident;
-use crate::sandbox::Database;
+use crate::sandbox::{Database, Sandbox};
+use crate::verify::evidence::plan::{
+    parse, Access, ForeignKey, Mode, Path, Side, StatementPlan, TableStats,
+};
 
 /// Which side of the migration is measured.
 #[derive(Clone, Copy)]
@@ -55,45 +56,31 @@ enum When<'a> {
     After(&'a Side),
 }
 
-impl super::Run<'_> {
-    /// Stage `plan`, before migration `v`: the live apps' statements
-    /// planned on the seeded database still at the previous version (`db`),
-    /// for `v`'s evidence. None when no app is live (nothing to compare);
-    /// the error says why it could not be measured.
-    pub(super) fn plans_before(
-        &self,
-        v: i32,
-        db: &Database,
-        live: &[&AppVersion],
-    ) -> Option<Result<Side, String>> {
-        if live.is_empty() {
-            return None;
-        }
-        self.options.say(v, MigrationStep::PlanningBefore);
-        Some(
-            self.measure_plans(db, live, When::Before)
-                .map_err(|e| format!("{e:#}")),
-        )
+/// What planning needs of the run: the server (its major, its
+/// `pg_dump`), who each app connects as, and the target whose planner
+/// statistics are imported (`--from-target`).
+#[derive(Clone, Copy)]
+pub struct Planner<'a> {
+    pub sandbox: &'a Sandbox,
+    pub sessions: &'a Sessions,
+    pub target: Option<&'a Target>,
+}
+
+impl Planner<'_> {
+    /// The statements of `apps` planned on `db` before a migration.
+    pub fn before(&self, db: &Database, apps: &[&AppVersion]) -> anyhow::Result<Side> {
+        self.measure_plans(db, apps, When::Before)
     }
 
-    /// Stage `plan`, after migration `m` was applied on `db`: the statements
-    /// of every app that may run on it planned again, for `m`'s evidence
-    /// beside `before` ([`Run::plans_before`]); None without both.
-    pub(super) fn plans_after(
+    /// The statements of `apps` planned on `db` after a migration, beside
+    /// `before` (what it added: indexes, foreign keys, full reads).
+    pub fn after(
         &self,
-        m: &Migration,
-        before: Option<Side>,
-        db: Option<&Database>,
-        runnable: &[&AppVersion],
-    ) -> Option<Result<Side, String>> {
-        let (Some(before), Some(db)) = (before, db) else {
-            return None;
-        };
-        self.options.say(m.version, MigrationStep::PlanningAfter);
-        Some(
-            self.measure_plans(db, runnable, When::After(&before))
-                .map_err(|e| format!("{e:#}")),
-        )
+        db: &Database,
+        apps: &[&AppVersion],
+        before: &Side,
+    ) -> anyhow::Result<Side> {
+        self.measure_plans(db, apps, When::After(before))
     }
 
     fn measure_plans(
@@ -200,7 +187,7 @@ fn analyze(c: &mut Client) -> Result<(), postgres::Error> {
     c.batch_execute(&format!("VACUUM (ANALYZE) {}", names.join(", ")))
 }
 
-impl super::Run<'_> {
+impl Planner<'_> {
     /// With `--from-target` on PostgreSQL 18 or later: the target's planner
     /// statistics imported over the seeded rows' (right after their
     /// ANALYZE, right before planning), and autovacuum off on those tables
@@ -215,7 +202,7 @@ impl super::Run<'_> {
         side: &mut Side,
         when: When,
     ) -> Result<(), postgres::Error> {
-        let Some(target) = &self.options.target else {
+        let Some(target) = self.target else {
             return Ok(());
         };
         let major = self.sandbox.server_major();

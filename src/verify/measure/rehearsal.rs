@@ -18,6 +18,8 @@
 //! cannot split a file exactly, the file is measured as one statement.
 //!
 //! Checks turn these numbers into findings; nothing here judges.
+//!
+//! Floor `measure`: it takes a database and the live apps and returns what the apply did and what the apps saw; the stages say on which copy it runs.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -27,13 +29,13 @@ use std::time::{Duration, Instant};
 
 use postgres::Client;
 
-use super::evidence::{
-    AppWait, Applied, LongTransactionProbe, ProbeEnd, StatementRun, TableWork, Work, WorkloadStats,
-};
 use super::roles::Sessions;
 use super::sampler;
 use crate::app::replay;
 use crate::app::AppVersion;
+use crate::verify::evidence::{
+    AppWait, Applied, LongTransactionProbe, ProbeEnd, StatementRun, TableWork, Work, WorkloadStats,
+};
 
 mod outside_transaction;
 use crate::db;
@@ -898,66 +900,7 @@ pub fn probe_long_transaction(
     // finish, up to a generous deadline.
     let lock_limit = policy.max_timeout + LOCK_WAIT_SLACK;
     let deadline = hold + policy.max_timeout * 4 + Duration::from_secs(60);
-    let watcher = {
-        let done = done.clone();
-        std::thread::spawn(move || -> (Duration, Option<ProbeEnd>) {
-            let t0 = Instant::now();
-            let (mut longest, mut since): (Duration, Option<Instant>) = (Duration::ZERO, None);
-            // The transaction the current wait belongs to: a retry is a new
-            // transaction, so two samples in different ones are two waits
-            // (on a loaded machine a sample can miss the pause between).
-            let mut waiting_in: Option<String> = None;
-            // When a sample last saw the wait.
-            let mut seen_at = Instant::now();
-            while !done.load(Ordering::Relaxed) {
-                let waiting: Option<String> = admin
-                    .query_opt(
-                        "SELECT xact_start::text FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'",
-                        &[&pid],
-                    )
-                    .ok()
-                    .flatten()
-                    .map(|r| r.get::<_, Option<String>>(0).unwrap_or_default());
-                match waiting {
-                    Some(x) => {
-                        // The same wait goes on across a short gap: at
-                        // deadlock_timeout (1 s, the cap plus the slack)
-                        // the backend wakes to look for a deadlock and is
-                        // not waiting while it looks; a sample that
-                        // caught it there restarted the wait, and a
-                        // migration that ignored its timeout went
-                        // unnoticed on a loaded machine.
-                        let same = since.is_some()
-                            && waiting_in.as_ref() == Some(&x)
-                            && seen_at.elapsed() < WAIT_GAP;
-                        if !same {
-                            since = Some(Instant::now());
-                        }
-                        waiting_in = Some(x);
-                        seen_at = Instant::now();
-                        if let Some(s) = since {
-                            longest = longest.max(s.elapsed());
-                        }
-                    }
-                    None if seen_at.elapsed() >= WAIT_GAP => since = None,
-                    None => {}
-                }
-                let verdict = if longest > lock_limit {
-                    Some(ProbeEnd::IgnoredLockTimeout)
-                } else if t0.elapsed() > deadline {
-                    Some(ProbeEnd::TimedOut)
-                } else {
-                    None
-                };
-                if verdict.is_some() {
-                    let _ = admin.execute("SELECT pg_cancel_backend($1)", &[&pid]);
-                    return (longest, verdict);
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            (longest, None)
-        })
-    };
+    let watcher = watch_lock_wait(admin, pid, done.clone(), lock_limit, deadline);
     // The migration's retry loop, exactly as `rollsafe migrate` runs it,
     // with a window that outlasts the long transaction.
     let first_timeout = if apps.is_empty() {
@@ -1026,5 +969,75 @@ pub fn probe_long_transaction(
         attempts,
         longest_lock_wait: longest,
         app,
+    })
+}
+
+/// The probe's watcher: samples the migrator's session (`pid`) until
+/// `done` for the longest single lock wait; cancels it, with the verdict,
+/// once a wait outlasts `lock_limit` (its SQL overrides lock_timeout) or
+/// the probe outlasts `deadline`.
+fn watch_lock_wait(
+    mut admin: Client,
+    pid: i32,
+    done: Arc<AtomicBool>,
+    lock_limit: Duration,
+    deadline: Duration,
+) -> JoinHandle<(Duration, Option<ProbeEnd>)> {
+    std::thread::spawn(move || {
+        let t0 = Instant::now();
+        let (mut longest, mut since): (Duration, Option<Instant>) = (Duration::ZERO, None);
+        // The transaction the current wait belongs to: a retry is a new
+        // transaction, so two samples in different ones are two waits
+        // (on a loaded machine a sample can miss the pause between).
+        let mut waiting_in: Option<String> = None;
+        // When a sample last saw the wait.
+        let mut seen_at = Instant::now();
+        while !done.load(Ordering::Relaxed) {
+            let waiting: Option<String> = admin
+            .query_opt(
+                "SELECT xact_start::text FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'",
+                &[&pid],
+            )
+            .ok()
+            .flatten()
+            .map(|r| r.get::<_, Option<String>>(0).unwrap_or_default());
+            match waiting {
+                Some(x) => {
+                    // The same wait goes on across a short gap: at
+                    // deadlock_timeout (1 s, the cap plus the slack)
+                    // the backend wakes to look for a deadlock and is
+                    // not waiting while it looks; a sample that
+                    // caught it there restarted the wait, and a
+                    // migration that ignored its timeout went
+                    // unnoticed on a loaded machine.
+                    let same = since.is_some()
+                        && waiting_in.as_ref() == Some(&x)
+                        && seen_at.elapsed() < WAIT_GAP;
+                    if !same {
+                        since = Some(Instant::now());
+                    }
+                    waiting_in = Some(x);
+                    seen_at = Instant::now();
+                    if let Some(s) = since {
+                        longest = longest.max(s.elapsed());
+                    }
+                }
+                None if seen_at.elapsed() >= WAIT_GAP => since = None,
+                None => {}
+            }
+            let verdict = if longest > lock_limit {
+                Some(ProbeEnd::IgnoredLockTimeout)
+            } else if t0.elapsed() > deadline {
+                Some(ProbeEnd::TimedOut)
+            } else {
+                None
+            };
+            if verdict.is_some() {
+                let _ = admin.execute("SELECT pg_cancel_backend($1)", &[&pid]);
+                return (longest, verdict);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (longest, None)
     })
 }

@@ -15,6 +15,8 @@
 //! stretches. rollsafe's own connections never count as an app.
 //!
 //! Nothing here judges.
+//!
+//! Floor `measure`: it watches a server's sessions and returns the lock waits it saw.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -309,7 +311,7 @@ impl Drop for AppWaitSampler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::roles::UNTRUSTED_APPLICATION;
+    use crate::verify::measure::roles::UNTRUSTED_APPLICATION;
 
     #[test]
     fn migration_and_app_sessions_stay_in_the_watchdogs_reach() {

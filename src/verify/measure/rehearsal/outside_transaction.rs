@@ -27,6 +27,8 @@
 //! them visible, on the statement that ends it.
 //!
 //! The live apps' waits on it are the workload's ([`super::Workload`]).
+//!
+//! Floor `measure`: part of the rehearsal instrument, for a file that runs outside a transaction.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -42,7 +44,7 @@ use crate::migrate::apply::{self, Block, Step, StepObserver};
 use crate::migrate::no_transaction;
 use crate::pg::lock_modes;
 use crate::verify::evidence::{Applied, Observed, StatementRun, Work};
-use crate::verify::sampler::{self, LockSampler};
+use crate::verify::measure::sampler::{self, LockSampler};
 
 /// Why work is not measured before PostgreSQL 15.
 const NO_FLUSH: &str = "this PostgreSQL (before 15) cannot flush a backend's table statistics on demand (pg_stat_force_next_flush), so the rows read and written by statements outside a transaction were not measured";

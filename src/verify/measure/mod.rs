@@ -1,0 +1,24 @@
+//! verify's instruments (floor `measure`, above `evidence`, below
+//! `checks` and `stages`): each takes a database or a connection, and
+//! what it needs of the run, and returns evidence. None judges (that is
+//! `checks`) or decides when it runs (that is `stages`).
+//!
+//! - [`rehearsal`]: a migration applied under a measured workload (and
+//!   [`rehearsal::outside_transaction`] for a file that runs outside one);
+//! - [`sampler`]: the lock waits the apps' sessions saw while it ran;
+//! - [`planning`]: the live apps' statements planned before and after;
+//! - [`readers`]: what the apps' read statements return around a
+//!   migration, and the rows the older apps write during the rollout;
+//! - [`roles`]: who runs what (the migrator's and the apps' sessions);
+//! - [`cross_version`]: two app versions side by side through drivers;
+//! - [`sizes`]: production's table sizes (`--sizes-from`);
+//! - [`target`]: what a real database (`--from-target`) holds.
+
+pub mod cross_version;
+pub mod planning;
+pub mod readers;
+pub mod rehearsal;
+pub mod roles;
+pub mod sampler;
+pub mod sizes;
+pub mod target;
