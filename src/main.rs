@@ -516,6 +516,22 @@ fn write_stopped_reports(args: &VerifyArgs, targets: &[Target], e: &anyhow::Erro
     }
 }
 
+/// How the folder was read, said first so a user sees it before any
+/// finding that depends on it (two tools write `N_name.up.sql`).
+fn read_as(catalog: &Catalog, given: bool) -> String {
+    format!(
+        "{} migration(s) from {}, read as {}'s ({})",
+        catalog.migrations().len(),
+        catalog.source,
+        catalog.layout,
+        if given {
+            "--layout"
+        } else {
+            "detected; --layout names another tool"
+        }
+    )
+}
+
 /// The rehearsal `args` ask for, its reports written to `targets`.
 fn rehearse(args: &mut VerifyArgs, targets: &[Target]) -> anyhow::Result<ExitCode> {
     if let (None, Some(layout)) = (&args.migrations, args.layout) {
@@ -530,19 +546,7 @@ fn rehearse(args: &mut VerifyArgs, targets: &[Target]) -> anyhow::Result<ExitCod
             placeholders: args.placeholders.iter().cloned().collect(),
         },
     )?;
-    // Said first, so a user sees how their folder was read before any
-    // finding that depends on it (two tools write `N_name.up.sql`).
-    let read_as = format!(
-        "{} migration(s) from {}, read as {}'s ({})",
-        catalog.migrations().len(),
-        catalog.source,
-        catalog.layout,
-        if args.layout.is_some() {
-            "--layout"
-        } else {
-            "detected; --layout names another tool"
-        }
-    );
+    let read_as = read_as(&catalog, args.layout.is_some());
     // `--base` sets `since` to the base's newest migration.
     let _base = prepare_base(args, &catalog)?;
     let since = match &args.since {

@@ -18,6 +18,8 @@
 //! with [`Split::exact`]` == false`, so the caller can run it as one unit and
 //! let PostgreSQL report the error.
 
+pub mod classify;
+
 use squawk_lexer::{LiteralKind, TokenKind};
 use squawk_syntax::{Parse, SourceFile, SyntaxElement, SyntaxKind, SyntaxNode, SyntaxToken};
 

@@ -557,8 +557,8 @@ pub fn infer_write(sql: &str) -> Option<WriteShape> {
 
 /// A `-- sample:` query must be one statement that only reads.
 pub fn check_sample(sql: &str) -> Result<(), String> {
-    match crate::capture::classify(sql) {
-        crate::capture::Class::Read if !locks_rows(sql) => Ok(()),
+    match crate::sql::classify::classify(sql) {
+        crate::sql::classify::Class::Read if !locks_rows(sql) => Ok(()),
         _ => Err("a `-- sample:` line must be one SELECT that only reads".into()),
     }
 }

@@ -196,7 +196,7 @@ pub fn capture_tests(
             excluded.scratch += 1;
         } else {
             let mut o = Observed::from_group(g);
-            if super::classify(&o.query) == super::Class::Write {
+            if crate::sql::classify::classify(&o.query) == crate::sql::classify::Class::Write {
                 o.params =
                     super::params::write_params(&mut pristine_client, &o.query, o.examples.first());
             }

@@ -442,7 +442,8 @@ pub fn writers(app: &AppVersion, outcomes: &[Outcome]) -> BTreeSet<String> {
                 let executed = own.clone().any(|o| o.failure.is_none());
                 own.any(|o| o.writes())
                     || (!executed
-                        && crate::capture::classify(&st.sql) == crate::capture::Class::Write)
+                        && crate::sql::classify::classify(&st.sql)
+                            == crate::sql::classify::Class::Write)
             }
         })
         .map(|st| st.name.clone())

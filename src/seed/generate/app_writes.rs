@@ -4,7 +4,8 @@
 use postgres::Client;
 
 use super::catalogue::TypeCache;
-use super::families::{at, families, Literals};
+use super::families::{families, Literals};
+use super::family::at;
 use super::{replay, AppWrites, APP_WRITE_RUNS};
 use crate::app::AppVersion;
 

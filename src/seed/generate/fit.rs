@@ -6,8 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use postgres::GenericClient;
 
-use super::families::{at, fam, families, max_text_len, Family, Literals};
+use super::families::{families, max_text_len, Literals};
+use super::family::{at, fam, Family};
 use super::plan::{unseeded, Plan, Val};
+use super::probe::{probe, probe_opt};
 use super::{UnseededTable, MAX_COMBINATIONS};
 
 /// Step 3 of [`seed_table`]: for each column still to fill, the families of its type that
@@ -267,34 +269,6 @@ pub(super) fn failing_checks(
         Ok(row) => Ok(row.get::<_, Vec<i64>>(0).iter().map(|&n| n > 0).collect()),
         Err(e) if e.as_db_error().is_some() => Ok(vec![true; checks.len()]),
         Err(e) => Err(e),
-    }
-}
-
-/// A probe that may fail (a value its type refuses), in a savepoint of
-/// its own: inside the transaction of a deferred cycle
-/// ([`super::Seeding::group`]) a failed query would end the whole
-/// transaction. The outer error is a lost connection.
-fn probe(
-    c: &mut impl GenericClient,
-    sql: &str,
-) -> Result<Result<postgres::Row, postgres::Error>, postgres::Error> {
-    let mut sp = c.transaction()?;
-    let r = sp.query_one(sql, &[]);
-    drop(sp);
-    Ok(r)
-}
-
-/// [`probe`] of a query that may return no row.
-pub(super) fn probe_opt(
-    c: &mut impl GenericClient,
-    sql: &str,
-) -> Result<Result<Option<postgres::Row>, postgres::Error>, postgres::Error> {
-    let mut sp = c.transaction()?;
-    let r = sp.query_opt(sql, &[]);
-    drop(sp);
-    match r {
-        Err(e) if e.as_db_error().is_none() => Err(e),
-        r => Ok(r),
     }
 }
 

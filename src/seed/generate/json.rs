@@ -23,7 +23,8 @@ use std::collections::BTreeMap;
 use postgres::GenericClient;
 
 use super::catalogue::{Table, TypeKind};
-use super::families::{each_of, Family, Literals};
+use super::families::Literals;
+use super::family::{each_of, Family};
 use super::I;
 use crate::pg::quote_literal;
 
@@ -116,7 +117,7 @@ fn accepted(c: &mut impl GenericClient, taker: &Taker) -> Result<Leaf, postgres:
     };
     if let Taker::Cast(ty) = taker {
         let labels = format!("SELECT enum_range(NULL::{ty})::text[]");
-        if let Ok(Some(row)) = super::fit::probe_opt(c, &labels)? {
+        if let Ok(Some(row)) = super::probe::probe_opt(c, &labels)? {
             let labels: Vec<String> = row.get(0);
             if !labels.is_empty() {
                 return Ok(Leaf::OneOf(labels));
@@ -131,7 +132,7 @@ fn accepted(c: &mut impl GenericClient, taker: &Taker) -> Result<Leaf, postgres:
         ("PT1M", Leaf::Duration),
     ];
     for (value, leaf) in tries {
-        if let Ok(Some(_)) = super::fit::probe_opt(c, &apply(value))? {
+        if let Ok(Some(_)) = super::probe::probe_opt(c, &apply(value))? {
             return Ok(leaf);
         }
     }
@@ -139,7 +140,7 @@ fn accepted(c: &mut impl GenericClient, taker: &Taker) -> Result<Leaf, postgres:
     if let Taker::Function(f) = taker {
         if let Some(ty) = returned_enum(c, f)? {
             let labels = format!("SELECT enum_range(NULL::{ty})::text[]");
-            if let Ok(Some(row)) = super::fit::probe_opt(c, &labels)? {
+            if let Ok(Some(row)) = super::probe::probe_opt(c, &labels)? {
                 let labels: Vec<String> = row.get(0);
                 if !labels.is_empty() {
                     return Ok(Leaf::OneOf(labels));
@@ -158,7 +159,7 @@ fn returned_enum(c: &mut impl GenericClient, f: &str) -> Result<Option<String>, 
           WHERE p.proname = {} AND p.pronargs = 1 AND t.typtype = 'e' LIMIT 1",
         quote_literal(name)
     );
-    Ok(match super::fit::probe_opt(c, &sql)? {
+    Ok(match super::probe::probe_opt(c, &sql)? {
         Ok(Some(row)) => Some(row.get(0)),
         _ => None,
     })

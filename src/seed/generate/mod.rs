@@ -60,6 +60,7 @@
 mod app_writes;
 mod catalogue;
 mod families;
+mod family;
 mod fit;
 mod fk_checks;
 mod insert;
@@ -68,6 +69,7 @@ mod order;
 mod partition;
 mod pattern;
 mod plan;
+mod probe;
 mod rules;
 mod schedule;
 mod statistics;

@@ -11,7 +11,8 @@
 use postgres::GenericClient;
 
 use super::catalogue::{Column, Table, TypeKind};
-use super::families::{each_of, Family, Literals};
+use super::families::Literals;
+use super::family::{each_of, Family};
 use super::I;
 use crate::pg::quote_literal;
 

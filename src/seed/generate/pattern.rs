@@ -20,7 +20,7 @@
 
 use regex_syntax::hir::{Class, Hir, HirKind};
 
-use super::families::Family;
+use super::family::Family;
 use super::I;
 use crate::pg::quote_literal;
 
@@ -304,7 +304,7 @@ fn ordered(c: &Class) -> Vec<char> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::seed::generate::families::at;
+    use crate::seed::generate::family::at;
 
     /// The family's value at index `i`, as PostgreSQL would compute it
     /// (the SQL evaluated here by hand for the shapes it uses).

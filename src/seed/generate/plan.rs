@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use super::catalogue::Table;
-use super::families::{at, Family};
+use super::family::{at, Family};
 use super::{SeededTable, UnseededTable, SAMPLE_HEAD};
 use crate::pg::quote_ident;
 

@@ -8,7 +8,8 @@ use std::collections::{BTreeSet, HashMap};
 use postgres::GenericClient;
 
 use super::catalogue::{ForeignKey, Table};
-use super::families::{at, families, Literals};
+use super::families::{families, Literals};
+use super::family::at;
 use super::fit::{choose_values, satisfy_checks, walk_lists};
 use super::insert::{insert_rows, max_integer_key};
 use super::plan::{unseeded, Join, Plan, TableResult, Val};

@@ -136,7 +136,7 @@ fn readers_of(app: &AppVersion) -> Vec<Reader<'_>> {
         .statements()
         .iter()
         .filter(|st| app.declared_kind(&st.name) != Some(Kind::Write))
-        .filter(|st| crate::capture::classify(&st.sql) == crate::capture::Class::Read)
+        .filter(|st| crate::sql::classify::classify(&st.sql) == crate::sql::classify::Class::Read)
         .filter(|st| !bindings::locks_rows(&st.sql))
         .map(|st| Reader {
             app,
