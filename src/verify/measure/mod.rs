@@ -5,6 +5,7 @@
 //!
 //! - [`rehearsal`]: a migration applied under a measured workload (and
 //!   [`rehearsal::outside_transaction`] for a file that runs outside one);
+//! - [`forced_failure`]: the empty path's forced failure and measured apply;
 //! - [`sampler`]: the lock waits the apps' sessions saw while it ran;
 //! - [`planning`]: the live apps' statements planned before and after;
 //! - [`readers`]: what the apps' read statements return around a
@@ -15,6 +16,7 @@
 //! - [`target`]: what a real database (`--from-target`) holds.
 
 pub mod cross_version;
+pub mod forced_failure;
 pub mod planning;
 pub mod readers;
 pub mod rehearsal;
@@ -22,3 +24,13 @@ pub mod roles;
 pub mod sampler;
 pub mod sizes;
 pub mod target;
+
+use crate::sandbox::Database;
+use crate::schema::Snapshot;
+use crate::verify::error::{step, VerifyError};
+
+/// The schema of `db`: what every scenario compares before and after.
+pub fn snapshot(db: &Database) -> Result<Snapshot, VerifyError> {
+    let mut c = step("connecting", db.connect())?;
+    step("reading the schema", Snapshot::read(&mut c))
+}
