@@ -6,6 +6,7 @@
 //! - [`rehearsal`]: a migration applied under a measured workload (and
 //!   [`rehearsal::outside_transaction`] for a file that runs outside one);
 //! - [`forced_failure`]: the empty path's forced failure and measured apply;
+//! - [`kill_and_rerun`]: a file outside a transaction killed and rerun;
 //! - [`sampler`]: the lock waits the apps' sessions saw while it ran;
 //! - [`planning`]: the live apps' statements planned before and after;
 //! - [`readers`]: what the apps' read statements return around a
@@ -17,6 +18,7 @@
 
 pub mod cross_version;
 pub mod forced_failure;
+pub mod kill_and_rerun;
 pub mod planning;
 pub mod readers;
 pub mod rehearsal;

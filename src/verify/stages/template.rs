@@ -28,9 +28,8 @@ use crate::verify::error::VerifyError;
 use crate::verify::events::MigrationStep;
 use crate::verify::evidence::plan::Side;
 use crate::verify::evidence::{Applied, Probe, Rerun, Seeding, Visible};
-use crate::verify::measure;
-use crate::verify::measure::forced_failure;
 use crate::verify::measure::rehearsal::{self, LiveApp};
+use crate::verify::measure::{forced_failure, kill_and_rerun};
 
 /// What the empty path measured: its apply, the forced failure's trace,
 /// the kill-and-rerun scenario (a file outside a transaction).
@@ -646,69 +645,15 @@ impl<'a> Run<'a> {
         })
     }
 
-    /// The measured apply of a file outside a transaction on `empty`, then
-    /// the kill-and-rerun scenario (None when the apply failed). Outside a transaction a failure or a
-    /// kill leaves the statements before it applied, and migrate reruns the
-    /// file: what must hold is that the rerun converges. A copy of the
-    /// template at V{prev} is killed after a random statement and rerun;
-    /// its schema must be the clean run's.
+    /// The kill-and-rerun scenario ([`kill_and_rerun::run`]) on `empty`,
+    /// its killed run on a copy of the template at V{prev}.
     fn kill_and_rerun(
         &mut self,
         m: &Migration,
         empty: &Database,
     ) -> Result<(Applied, Option<Rerun>), VerifyError> {
-        use crate::migrate::{apply, no_transaction as nt};
         let killed = self.clone_db(empty)?;
-        let own = self.own_roles(m, empty)?;
-        let at_zero = step(
-            "applying on an empty database",
-            rehearsal::apply_measured_no_transaction(
-                empty.url(),
-                &self.sessions.migrator(empty.url()),
-                &m.sql,
-                None,
-            ),
-        )?;
-        drop(own);
-        if !at_zero.ok() {
-            return Ok((at_zero, None));
-        }
-        let clean = measure::snapshot(empty)?;
-        let steps = nt::steps(&m.sql);
-        // n is a rerun after a complete run. The killed run stops where a
-        // failure would have stopped it.
-        let Some(points) = nt::kill_points(m, &steps) else {
-            return Ok((at_zero, None));
-        };
-        let k = rand::random_range(points);
-        // The killed run and its rerun are one production run.
-        let _own = self.own_roles(m, &killed)?;
-        let mut c = self.connect_migrator(&killed)?;
-        let _ = apply::outside_transaction(
-            &mut c,
-            &steps[..k.min(steps.len())],
-            None,
-            &mut apply::Unobserved,
-        );
-        drop(c);
-        let rerun = step(
-            "rerunning after a kill",
-            rehearsal::apply_measured_no_transaction(
-                killed.url(),
-                &self.sessions.migrator(killed.url()),
-                &m.sql,
-                None,
-            ),
-        )?;
-        let changed = measure::snapshot(&killed)?.diff(&clean);
-        let rerun = Rerun {
-            applied: rerun,
-            changed,
-            killed_after: k,
-            statements: steps.len(),
-            line: steps.get(k - 1).map_or(0, |st| st.statement.line),
-        };
-        Ok((at_zero, Some(rerun)))
+        kill_and_rerun::run(&self.sessions, m, empty, &killed)
     }
 
     /// Held around one apply of `m` on `db` (see [`Sessions::own_roles`]).
