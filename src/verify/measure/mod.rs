@@ -5,6 +5,8 @@
 //!
 //! - [`rehearsal`]: a migration applied under a measured workload (and
 //!   [`rehearsal::outside_transaction`] for a file that runs outside one);
+//! - [`forced_failure`]: the empty path's forced failure and measured apply;
+//! - [`kill_and_rerun`]: a file outside a transaction killed and rerun;
 //! - [`sampler`]: the lock waits the apps' sessions saw while it ran;
 //! - [`planning`]: the live apps' statements planned before and after;
 //! - [`readers`]: what the apps' read statements return around a
@@ -15,6 +17,8 @@
 //! - [`target`]: what a real database (`--from-target`) holds.
 
 pub mod cross_version;
+pub mod forced_failure;
+pub mod kill_and_rerun;
 pub mod planning;
 pub mod readers;
 pub mod rehearsal;
@@ -22,3 +26,13 @@ pub mod roles;
 pub mod sampler;
 pub mod sizes;
 pub mod target;
+
+use crate::sandbox::Database;
+use crate::schema::Snapshot;
+use crate::verify::error::{step, VerifyError};
+
+/// The schema of `db`: what every scenario compares before and after.
+pub fn snapshot(db: &Database) -> Result<Snapshot, VerifyError> {
+    let mut c = step("connecting", db.connect())?;
+    step("reading the schema", Snapshot::read(&mut c))
+}

@@ -37,9 +37,9 @@ impl Run<'_> {
         last: i32,
     ) -> Result<(), VerifyError> {
         self.options.emit(Event::Run(RunStep::FinalSchema));
-        let empty = Self::snapshot(empty_final)?;
+        let empty = crate::verify::measure::snapshot(empty_final)?;
         let seeded = match seeded_final {
-            Some(db) => Self::snapshot(db)?,
+            Some(db) => crate::verify::measure::snapshot(db)?,
             None => empty.clone(),
         };
         let unlogged = Self::unlogged(seeded_final.unwrap_or(empty_final))?;

@@ -61,7 +61,6 @@ use crate::lock_policy::LockPolicy;
 use crate::pg::lock_modes::Needs;
 use crate::report::{CheckRun, Report};
 use crate::sandbox::{Database, Sandbox};
-use crate::schema::Snapshot;
 
 use super::checks::{self, apply, r#static};
 use super::error::{step, VerifyError};
@@ -378,11 +377,6 @@ impl Run<'_> {
         // It knows the roles its source's migrations created.
         self.sessions.copied(source.name(), copy.name());
         Ok(copy)
-    }
-
-    fn snapshot(db: &Database) -> Result<Snapshot, VerifyError> {
-        let mut c = step("connecting", db.connect())?;
-        step("reading the schema", Snapshot::read(&mut c))
     }
 
     /// A connection to `db` as the migrator.

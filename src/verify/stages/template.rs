@@ -4,7 +4,7 @@
 //! long-transaction probe started in the background on a copy of it, and
 //! what the live apps' readers see there beside their statements' plans
 //! (before the migration); and the empty path: a scenario
-//! ([`Run::forced_failure`], or [`Run::kill_and_rerun`] for a file outside
+//! ([`forced_failure`], or [`Run::kill_and_rerun`] for a file outside
 //! a transaction) and the measured apply on the empty template, which goes
 //! on as the template at V{k}. The empty path of a migration in a
 //! transaction runs beside the seeding (they share no database). For a
@@ -28,41 +28,8 @@ use crate::verify::error::VerifyError;
 use crate::verify::events::MigrationStep;
 use crate::verify::evidence::plan::Side;
 use crate::verify::evidence::{Applied, Probe, Rerun, Seeding, Visible};
-use crate::verify::measure::rehearsal::{self, End, LiveApp};
-use crate::verify::measure::roles::Sessions;
-
-/// What a transaction of the forced failure held at its end, read inside
-/// it before the failure is raised: the relations it locked (by oid) and
-/// the project's functions that may read a table (those it created
-/// included).
-#[derive(Default)]
-struct AtEnd {
-    reached: bool,
-    locked: BTreeSet<u32>,
-    functions: BTreeSet<String>,
-}
-
-impl crate::migrate::apply::StepObserver for AtEnd {
-    fn finishing(&mut self, c: &mut postgres::Client) -> Result<(), postgres::Error> {
-        // The catalogs themselves, whatever the migration did to the
-        // search path (a table of its own named pg_locks must not hide
-        // its locks, nor a temporary one); the transaction is rolled back
-        // right after.
-        c.batch_execute("SET LOCAL search_path TO pg_catalog, pg_temp")?;
-        self.locked = c
-            .query(
-                "SELECT DISTINCT relation::oid FROM pg_locks
-                  WHERE pid = pg_backend_pid() AND locktype = 'relation' AND relation IS NOT NULL",
-                &[],
-            )?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        self.functions = crate::seed::generate::table_reading_functions(c)?;
-        self.reached = true;
-        Ok(())
-    }
-}
+use crate::verify::measure::rehearsal::{self, LiveApp};
+use crate::verify::measure::{forced_failure, kill_and_rerun};
 
 /// What the empty path measured: its apply, the forced failure's trace,
 /// the kill-and-rerun scenario (a file outside a transaction).
@@ -245,7 +212,7 @@ impl<'a> Run<'a> {
         }
         let v = m.version;
         self.options.say(v, MigrationStep::ApplyingOnEmpty);
-        let (before, at_end) = Self::fail_before_commit(&self.sessions, m, empty_prev)?;
+        let (before, at_end) = forced_failure::fail_before_commit(&self.sessions, m, empty_prev)?;
         let reach = if self.generated() {
             let touched = at_end.as_ref().map(|e| {
                 tables
@@ -291,7 +258,7 @@ impl<'a> Run<'a> {
             Schedule::EmptyOnly => (None, None),
             Schedule::MeasureThenSeed(base, before, reach) => {
                 let (mut at_zero, trace) =
-                    Self::trace_and_measure(empty_prev, &self.sessions, m, before)?;
+                    forced_failure::trace_and_measure(empty_prev, &self.sessions, m, before)?;
                 at_zero.file = self.options.catalog.path_of(m);
                 if !at_zero.ok() {
                     self.stopped_on_empty(v, (at_zero, trace, None));
@@ -305,7 +272,7 @@ impl<'a> Run<'a> {
                 let sessions = self.sessions.clone();
                 let seeding = |run: &mut Self| run.seed_on(v, prev, live, base, reach);
                 let (seeded, done) = self.seed_beside(m, seeding, || {
-                    Self::trace_and_measure(empty_prev, &sessions, m, before)
+                    forced_failure::trace_and_measure(empty_prev, &sessions, m, before)
                 })?;
                 (Some(seeded?), Some(done))
             }
@@ -446,7 +413,7 @@ impl<'a> Run<'a> {
         Ok((seeded, (at_zero, trace, None)))
     }
 
-    /// The empty path: a scenario ([`Run::forced_failure`], or
+    /// The empty path: a scenario ([`forced_failure`], or
     /// [`Run::kill_and_rerun`] for a file outside a transaction), then the
     /// measured apply on the empty template (which goes on as the template
     /// at V{v}): what it measured, the failure's trace, the rerun.
@@ -461,7 +428,7 @@ impl<'a> Run<'a> {
             let (at_zero, rerun) = self.kill_and_rerun(m, empty_prev)?;
             (at_zero, Vec::new(), rerun)
         } else {
-            let (at_zero, trace) = Self::forced_failure(&self.sessions, m, empty_prev)?;
+            let (at_zero, trace) = forced_failure::forced_failure(&self.sessions, m, empty_prev)?;
             (at_zero, trace, None)
         };
         at_zero.file = self.options.catalog.path_of(m);
@@ -651,76 +618,6 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
-    /// The forced-failure scenario, then the measured apply, on `empty`:
-    /// the migration with a failure injected at its end runs in one plain
-    /// transaction and is rolled back, so the database must look as before
-    /// (the trace: what differs); then the real apply on the same
-    /// database. Only the failure's trace matters, not its measurements.
-    fn forced_failure(
-        sessions: &Sessions,
-        m: &Migration,
-        empty: &Database,
-    ) -> Result<(Applied, Vec<String>), VerifyError> {
-        let (before, _) = Self::fail_before_commit(sessions, m, empty)?;
-        Self::trace_and_measure(empty, sessions, m, before)
-    }
-
-    /// The forced failure's first half on `empty`: the schema before, then
-    /// the migration's statements and a failure raised before the commit
-    /// (what a crash there leaves: it must be nothing). Also what its
-    /// transaction held at its end, None when a statement failed first.
-    fn fail_before_commit(
-        sessions: &Sessions,
-        m: &Migration,
-        empty: &Database,
-    ) -> Result<(Snapshot, Option<AtEnd>), VerifyError> {
-        use crate::migrate::apply;
-        let before = Self::snapshot(empty)?;
-        let mut c = step(
-            "connecting as the migrator",
-            crate::db::connect(&sessions.migrator(empty.url())),
-        )?;
-        let mut at_end = AtEnd::default();
-        let _own = step(
-            "setting aside the roles the migration creates",
-            sessions.own_roles(m.version, &m.sql, empty.name()),
-        )?;
-        let ran = apply::in_transaction(
-            &mut c,
-            &apply::transaction_steps(&m.sql),
-            None,
-            apply::Ending::Fail,
-            &mut at_end,
-        );
-        // (The failure raised at the end is an error too: what matters is
-        // whether the end was reached.)
-        let _ = ran;
-        Ok((before, at_end.reached.then_some(at_end)))
-    }
-
-    /// The forced failure's second half: what it left (the trace: what
-    /// differs from `before`), then the real apply on the same database,
-    /// measured, as the migrator. Needs nothing of the run but these, so
-    /// it may run beside the seeding.
-    fn trace_and_measure(
-        empty: &Database,
-        sessions: &Sessions,
-        m: &Migration,
-        before: Snapshot,
-    ) -> Result<(Applied, Vec<String>), VerifyError> {
-        let trace = Self::snapshot(empty)?.diff(&before);
-        let _own = step(
-            "setting aside the roles the migration creates",
-            sessions.own_roles(m.version, &m.sql, empty.name()),
-        )?;
-        let migrator_url = sessions.migrator(empty.url());
-        let at_zero = step(
-            "applying on an empty database",
-            rehearsal::apply_measured(empty.url(), &migrator_url, &m.sql, None, End::Commit),
-        )?;
-        Ok((at_zero, trace))
-    }
-
     /// The change's own verify script (Sqitch) on `db`, in a transaction
     /// rolled back (it only reads), as the migrator.
     fn run_verify_script(
@@ -748,69 +645,15 @@ impl<'a> Run<'a> {
         })
     }
 
-    /// The measured apply of a file outside a transaction on `empty`, then
-    /// the kill-and-rerun scenario (None when the apply failed). Outside a transaction a failure or a
-    /// kill leaves the statements before it applied, and migrate reruns the
-    /// file: what must hold is that the rerun converges. A copy of the
-    /// template at V{prev} is killed after a random statement and rerun;
-    /// its schema must be the clean run's.
+    /// The kill-and-rerun scenario ([`kill_and_rerun::run`]) on `empty`,
+    /// its killed run on a copy of the template at V{prev}.
     fn kill_and_rerun(
         &mut self,
         m: &Migration,
         empty: &Database,
     ) -> Result<(Applied, Option<Rerun>), VerifyError> {
-        use crate::migrate::{apply, no_transaction as nt};
         let killed = self.clone_db(empty)?;
-        let own = self.own_roles(m, empty)?;
-        let at_zero = step(
-            "applying on an empty database",
-            rehearsal::apply_measured_no_transaction(
-                empty.url(),
-                &self.sessions.migrator(empty.url()),
-                &m.sql,
-                None,
-            ),
-        )?;
-        drop(own);
-        if !at_zero.ok() {
-            return Ok((at_zero, None));
-        }
-        let clean = Self::snapshot(empty)?;
-        let steps = nt::steps(&m.sql);
-        // n is a rerun after a complete run. The killed run stops where a
-        // failure would have stopped it.
-        let Some(points) = nt::kill_points(m, &steps) else {
-            return Ok((at_zero, None));
-        };
-        let k = rand::random_range(points);
-        // The killed run and its rerun are one production run.
-        let _own = self.own_roles(m, &killed)?;
-        let mut c = self.connect_migrator(&killed)?;
-        let _ = apply::outside_transaction(
-            &mut c,
-            &steps[..k.min(steps.len())],
-            None,
-            &mut apply::Unobserved,
-        );
-        drop(c);
-        let rerun = step(
-            "rerunning after a kill",
-            rehearsal::apply_measured_no_transaction(
-                killed.url(),
-                &self.sessions.migrator(killed.url()),
-                &m.sql,
-                None,
-            ),
-        )?;
-        let changed = Self::snapshot(&killed)?.diff(&clean);
-        let rerun = Rerun {
-            applied: rerun,
-            changed,
-            killed_after: k,
-            statements: steps.len(),
-            line: steps.get(k - 1).map_or(0, |st| st.statement.line),
-        };
-        Ok((at_zero, Some(rerun)))
+        kill_and_rerun::run(&self.sessions, m, empty, &killed)
     }
 
     /// Held around one apply of `m` on `db` (see [`Sessions::own_roles`]).

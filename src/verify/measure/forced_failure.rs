@@ -1,0 +1,123 @@
+//! The forced-failure scenario on the empty path: the migration with a
+//! failure injected at its end runs in one plain transaction and is
+//! rolled back (what a crash before the commit leaves must be nothing:
+//! the trace), then the real apply, measured, on the same database.
+//! Its two halves are apart so that the stages may schedule the second
+//! beside the seeding ([`fail_before_commit`] also tells what the
+//! migration reaches: what its transaction held at its end).
+//!
+//! Floor `measure`: it takes a database and the sessions and returns
+//! evidence; the stages say when and on which copy.
+
+use std::collections::BTreeSet;
+
+use crate::catalog::Migration;
+use crate::sandbox::Database;
+use crate::schema::Snapshot;
+use crate::verify::error::{step, VerifyError};
+use crate::verify::evidence::Applied;
+use crate::verify::measure::rehearsal::{self, End};
+use crate::verify::measure::roles::Sessions;
+
+/// What a transaction of the forced failure held at its end, read inside
+/// it before the failure is raised: the relations it locked (by oid) and
+/// the project's functions that may read a table (those it created
+/// included).
+#[derive(Default)]
+pub struct AtEnd {
+    reached: bool,
+    pub locked: BTreeSet<u32>,
+    pub functions: BTreeSet<String>,
+}
+
+impl crate::migrate::apply::StepObserver for AtEnd {
+    fn finishing(&mut self, c: &mut postgres::Client) -> Result<(), postgres::Error> {
+        // The catalogs themselves, whatever the migration did to the
+        // search path (a table of its own named pg_locks must not hide
+        // its locks, nor a temporary one); the transaction is rolled back
+        // right after.
+        c.batch_execute("SET LOCAL search_path TO pg_catalog, pg_temp")?;
+        self.locked = c
+            .query(
+                "SELECT DISTINCT relation::oid FROM pg_locks
+                  WHERE pid = pg_backend_pid() AND locktype = 'relation' AND relation IS NOT NULL",
+                &[],
+            )?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        self.functions = crate::seed::generate::table_reading_functions(c)?;
+        self.reached = true;
+        Ok(())
+    }
+}
+
+/// The forced-failure scenario, then the measured apply, on `empty`:
+/// the migration with a failure injected at its end runs in one plain
+/// transaction and is rolled back, so the database must look as before
+/// (the trace: what differs); then the real apply on the same
+/// database. Only the failure's trace matters, not its measurements.
+pub fn forced_failure(
+    sessions: &Sessions,
+    m: &Migration,
+    empty: &Database,
+) -> Result<(Applied, Vec<String>), VerifyError> {
+    let (before, _) = fail_before_commit(sessions, m, empty)?;
+    trace_and_measure(empty, sessions, m, before)
+}
+
+/// The forced failure's first half on `empty`: the schema before, then
+/// the migration's statements and a failure raised before the commit
+/// (what a crash there leaves: it must be nothing). Also what its
+/// transaction held at its end, None when a statement failed first.
+pub fn fail_before_commit(
+    sessions: &Sessions,
+    m: &Migration,
+    empty: &Database,
+) -> Result<(Snapshot, Option<AtEnd>), VerifyError> {
+    use crate::migrate::apply;
+    let before = super::snapshot(empty)?;
+    let mut c = step(
+        "connecting as the migrator",
+        crate::db::connect(&sessions.migrator(empty.url())),
+    )?;
+    let mut at_end = AtEnd::default();
+    let _own = step(
+        "setting aside the roles the migration creates",
+        sessions.own_roles(m.version, &m.sql, empty.name()),
+    )?;
+    let ran = apply::in_transaction(
+        &mut c,
+        &apply::transaction_steps(&m.sql),
+        None,
+        apply::Ending::Fail,
+        &mut at_end,
+    );
+    // (The failure raised at the end is an error too: what matters is
+    // whether the end was reached.)
+    let _ = ran;
+    Ok((before, at_end.reached.then_some(at_end)))
+}
+
+/// The forced failure's second half: what it left (the trace: what
+/// differs from `before`), then the real apply on the same database,
+/// measured, as the migrator. Needs nothing of the run but these, so
+/// it may run beside the seeding.
+pub fn trace_and_measure(
+    empty: &Database,
+    sessions: &Sessions,
+    m: &Migration,
+    before: Snapshot,
+) -> Result<(Applied, Vec<String>), VerifyError> {
+    let trace = super::snapshot(empty)?.diff(&before);
+    let _own = step(
+        "setting aside the roles the migration creates",
+        sessions.own_roles(m.version, &m.sql, empty.name()),
+    )?;
+    let migrator_url = sessions.migrator(empty.url());
+    let at_zero = step(
+        "applying on an empty database",
+        rehearsal::apply_measured(empty.url(), &migrator_url, &m.sql, None, End::Commit),
+    )?;
+    Ok((at_zero, trace))
+}
