@@ -455,8 +455,19 @@ fn migration_wal_bytes(
             "SELECT coalesce(sum(record_length), 0)::bigint FROM pg_get_wal_records_info($1::text::pg_lsn, pg_current_wal_flush_lsn()) \
               WHERE xid = (SELECT xmin FROM refinery_schema_history WHERE version = $2)",
             &[&start_lsn, &version],
-        )?;
-        return Ok(Some(row.get(0)));
+        );
+        return match row {
+            Ok(row) => Ok(Some(row.get(0))),
+            // The suite's other tests share the server: their checkpoints
+            // may recycle the segment the migration's WAL began in before
+            // it is read. Not measured then (said); the heap size and the
+            // relfilenode still show no row was rewritten.
+            Err(e) if e.to_string().contains("has already been removed") => {
+                eprintln!("    WAL of V{version}: skipped (its first segment was recycled by another test's checkpoint: {e})");
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        };
     }
     Ok(None)
 }
@@ -529,7 +540,9 @@ fn v3_on_10k_legacy_rows_is_catalog_only_and_rows_are_ready(env: &TestEnv) -> an
             wal < 1_000_000,
             "V3 wrote {wal} bytes of WAL on 10k rows (an UPDATE backfill?)"
         ),
-        None => eprintln!("    WAL of V3: skipped (pg_walinspect needs PostgreSQL 15)"),
+        None => eprintln!(
+            "    WAL of V3: not measured (said above, or pg_walinspect needs PostgreSQL 15)"
+        ),
     }
     // No row was touched: the default lives in the catalogue.
     std::thread::sleep(Duration::from_millis(600)); // stats are flushed at most every 500 ms

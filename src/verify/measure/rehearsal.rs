@@ -1021,6 +1021,23 @@ fn watch_lock_wait(
                     if let Some(s) = since {
                         longest = longest.max(s.elapsed());
                     }
+                    // The server's own clock, where it keeps one
+                    // (`pg_locks.waitstart`, PostgreSQL 14+): how long the
+                    // wait it is in now has lasted, whatever the spacing
+                    // of these samples on a loaded machine (samples more
+                    // than WAIT_GAP apart restarted the count above, and a
+                    // migration that ignored its timeout was reported as
+                    // a stall instead).
+                    if let Ok(Some(row)) = admin.query_opt(
+                        "SELECT extract(epoch FROM clock_timestamp() - min(waitstart))::float8 \
+                         FROM pg_locks WHERE pid = $1 AND NOT granted HAVING min(waitstart) IS NOT NULL",
+                        &[&pid],
+                    ) {
+                        let secs: f64 = row.get(0);
+                        if secs.is_finite() && secs > 0.0 {
+                            longest = longest.max(Duration::from_secs_f64(secs));
+                        }
+                    }
                 }
                 None if seen_at.elapsed() >= WAIT_GAP => since = None,
                 None => {}
