@@ -40,9 +40,9 @@ use rollsafe::pg::lock_modes::Needs;
 use rollsafe::sandbox::{Database, Sandbox, SandboxBuilder};
 use rollsafe::seed;
 use rollsafe::seed::generate::Statistics;
+use rollsafe::sessions::{Sessions, DEFAULT_STATEMENT_TIMEOUT};
 use rollsafe::verify::predict::{self, Sizes};
 use rollsafe::verify::rehearsal::{self, End};
-use rollsafe::verify::roles::{Sessions, DEFAULT_STATEMENT_TIMEOUT};
 
 const CHECK: &str =
     "ALTER TABLE attached_functions ADD CONSTRAINT attempts_nonneg CHECK (current_attempts >= 0)";

@@ -71,6 +71,7 @@ pub mod config;
 pub mod dao;
 pub mod db;
 pub mod errors;
+pub mod lint;
 pub mod lock_policy;
 pub mod migrate;
 pub mod pg;
@@ -78,8 +79,10 @@ pub mod report;
 pub mod sandbox;
 pub mod schema;
 pub mod seed;
+pub mod sessions;
 pub mod sql;
 pub mod tables;
+pub mod target;
 pub mod validity;
 pub mod verify;
 

@@ -18,10 +18,10 @@ use rollsafe::config::ProjectConfig;
 use rollsafe::dao::shipped;
 use rollsafe::db;
 use rollsafe::lock_policy::LockPolicy;
+use rollsafe::report::events::VerifyEvent;
 use rollsafe::report::output::{self, Destination, OutputSpec, Target};
 use rollsafe::report::{render, Format};
 use rollsafe::sandbox::{BackendChoice, SandboxBuilder, ENV_BACKEND};
-use rollsafe::verify::events::VerifyEvent;
 use rollsafe::verify::predict::Sizes;
 use rollsafe::verify::DEFAULT_ROWS;
 
@@ -565,10 +565,9 @@ fn rehearse(args: &mut VerifyArgs, targets: &[Target]) -> anyhow::Result<ExitCod
         return args.report.emit(targets, &verify.static_only());
     }
     let target = match &args.from_target {
-        Some(url) => Some(
-            rollsafe::verify::target::Target::read(url, &catalog)?
-                .copy_rows(args.copy_rows.clone()),
-        ),
+        Some(url) => {
+            Some(rollsafe::target::Target::read(url, &catalog)?.copy_rows(args.copy_rows.clone()))
+        }
         None => None,
     };
     // The target's own sizes, unless sizes are given another way.

@@ -145,7 +145,7 @@ pub struct AppVersion {
     pub driver: Option<Arc<dyn AppDriver>>,
     /// The database role the app connects as (`-- role:`); None: the
     /// project's default (`app_role`), else the migrator's
-    /// ([`crate::verify::measure::roles`]).
+    /// ([`crate::sessions`]).
     pub role: Option<String>,
 }
 

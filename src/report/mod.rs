@@ -14,6 +14,7 @@
 //! Shared by `rollsafe verify` and `rollsafe check`; nothing here knows how a
 //! finding was produced.
 
+pub mod events;
 mod github;
 mod gitlab;
 mod json;

@@ -100,7 +100,7 @@ impl Sandbox {
     /// and policies included, so the apps' roles get what they have in
     /// production), as SQL that recreates it in a sandbox database. The
     /// roles the GRANTs name must exist there first
-    /// ([`crate::verify::measure::target::Target::roles`]).
+    /// ([`crate::target::Target::roles`]).
     pub fn dump_schema(&self, url: &str) -> Result<String, SandboxError> {
         self.pg_dump(
             url,

@@ -1,7 +1,7 @@
 //! Why a rehearsal could not run at all (as opposed to findings): the
 //! error every floor of verify may return. Lowest floor (with the
-//! evidence): it names only the sandbox's and the apps' errors, so an
-//! instrument (`measure::target`) returns it without importing the
+//! evidence): it names only the sandbox's, the apps' and the target's
+//! errors, so an instrument returns it without importing the
 //! orchestrator.
 
 use std::path::PathBuf;
@@ -10,6 +10,7 @@ use thiserror::Error;
 
 use crate::app::AppError;
 use crate::sandbox::SandboxError;
+use crate::target::TargetError;
 
 /// Why a rehearsal could not run at all (as opposed to findings).
 #[derive(Debug, Error)]
@@ -30,10 +31,8 @@ pub enum VerifyError {
     },
     #[error("rehearsal failed while {step}: {detail}")]
     Rehearsal { step: String, detail: String },
-    #[error("--from-target {target}: its history does not match the migration files ({detail}); verify with the files the target was migrated with (`rollsafe status` shows each version's state)")]
-    TargetDrift { target: String, detail: String },
-    #[error("--from-target: {0}")]
-    Target(String),
+    #[error(transparent)]
+    Target(#[from] TargetError),
     #[error("--table-rows names {unknown}, which no rehearsed migration's schema has (tables: {known}); name a table as the reports do (outside public with its schema, e.g. sales.orders)")]
     UnknownTableRows { unknown: String, known: String },
 }

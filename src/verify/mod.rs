@@ -38,21 +38,20 @@
 //! result is a [`Report`].
 //!
 //! Floors, lowest first (`src/verify/layers.txt`, enforced by the unit
-//! test `lib::shape`): [`evidence`] (pure data, with the events and the
+//! test `lib::shape`): [`evidence`] (pure data, with the
 //! error), [`measure`] (the instruments), [`checks`] (judging), the
 //! stages and the options, then this root: the entry points
 //! ([`Verify::run`], [`Verify::run_on_majors`], [`Verify::static_only`]).
 
 pub mod checks;
 mod error;
-pub mod events;
 pub mod evidence;
 pub mod measure;
 mod options;
 mod stages;
 
 pub use evidence::predict;
-pub use measure::{cross_version, planning, rehearsal, roles, sampler, target};
+pub use measure::{cross_version, planning, rehearsal};
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -60,10 +59,11 @@ use std::time::Instant;
 use crate::report::{CheckRun, RehearsedApp, Report};
 use crate::sandbox::{Sandbox, SandboxBuilder};
 
+use crate::lint::{self, Warning};
+use crate::report::events::{Event, RunStep};
+use crate::sessions::Sessions;
 use checks::{apply, compat, r#static};
-use events::{Event, RunStep};
-use evidence::{MigrationEvidence, Warning};
-use roles::Sessions;
+use evidence::MigrationEvidence;
 
 pub use crate::seed::DEFAULT_ROWS;
 pub use error::VerifyError;
@@ -122,7 +122,7 @@ impl Verify {
             .iter()
             .filter(|m| !self.since.is_some_and(|s| m.version <= s))
             .map(|m| {
-                let warnings = r#static::lint(
+                let warnings = lint::lint(
                     &self.catalog.path_of(m),
                     &m.sql,
                     !m.runs_outside_transaction(),
@@ -227,7 +227,7 @@ impl Verify {
         run.report.set_migrations(&self.catalog);
         run.report.rows = self.rows;
         run.report.applied_only = self.applied_only();
-        run.report.base = self.target.as_ref().map(target::Target::phrase);
+        run.report.base = self.target.as_ref().map(crate::target::Target::phrase);
         run.report.apps = self
             .apps
             .iter()

@@ -14,11 +14,12 @@ use crate::schema::Snapshot;
 
 use super::checks::{self, locks};
 use super::error::VerifyError;
-use super::events::{Event, MigrationStep, VerifyEvent};
 use super::evidence;
 use super::evidence::predict::Sizes;
-use super::measure::{roles, target};
+use crate::report::events::{Event, MigrationStep, VerifyEvent};
 use crate::seed::DEFAULT_ROWS;
+use crate::sessions as roles;
+use crate::target;
 
 pub(super) type Progress = Arc<dyn Fn(&VerifyEvent) + Send + Sync>;
 

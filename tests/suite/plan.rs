@@ -15,7 +15,7 @@ use rollsafe::catalog::Catalog;
 use rollsafe::dao::shipped;
 use rollsafe::report::{Finding, Report, Severity};
 use rollsafe::sandbox::{docker, BackendChoice, BackendKind, Sandbox, SandboxBuilder};
-use rollsafe::verify::target::Target;
+use rollsafe::target::Target;
 
 use crate::common::{cli, TestEnv};
 

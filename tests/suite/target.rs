@@ -12,7 +12,7 @@ use rollsafe::catalog::Catalog;
 use rollsafe::dao::shipped;
 use rollsafe::report::{Report, Severity};
 use rollsafe::sandbox::Database;
-use rollsafe::verify::target::Target;
+use rollsafe::target::{Target, TargetError};
 use rollsafe::verify::VerifyError;
 
 use crate::common::{cli, fingerprint, ReadOnlyRole, TestEnv};
@@ -167,7 +167,7 @@ fn from_target_refuses_an_edited_applied_migration(env: &TestEnv) -> anyhow::Res
         "ALTER TABLE attached_functions ADD COLUMN c42 varchar(10);",
     )?;
     match from_target(env, dir.path(), target.url()) {
-        Err(e @ VerifyError::TargetDrift { .. }) => {
+        Err(VerifyError::Target(e @ TargetError::Drift { .. })) => {
             let msg = e.to_string();
             ensure!(msg.contains("V42") || msg.contains("42"), "{msg}");
             ensure!(!msg.contains('\n'), "{msg}");

@@ -18,9 +18,9 @@ use anyhow::{ensure, Context};
 use rollsafe::catalog::Catalog;
 use rollsafe::dao::shipped;
 use rollsafe::lock_policy::LockPolicy;
+use rollsafe::report::events::{Event, MigrationStep, Stage, VerifyEvent};
 use rollsafe::report::{Report, Severity};
 use rollsafe::schema::{expected_embedded, Snapshot};
-use rollsafe::verify::events::{Event, MigrationStep, Stage, VerifyEvent};
 use rollsafe::verify::predict::Sizes;
 
 use crate::common::{cli, repo_root, TestEnv};

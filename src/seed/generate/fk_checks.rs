@@ -15,7 +15,7 @@
 //! (`session_replication_role = replica`), a setting only a superuser or
 //! a role granted `SET` on it (PostgreSQL 15 and later) may change. The
 //! rehearsal seeds through a *seeder* role that holds that grant and is a
-//! member of the migrator ([`crate::verify::measure::roles`]): the session switches
+//! member of the migrator ([`crate::sessions`]): the session switches
 //! to the migrator (`SET ROLE`) for everything it runs, and back to the
 //! seeder only to set the mode for one table's transaction. The migrator
 //! itself never holds the grant, so a migration that sets the mode fails

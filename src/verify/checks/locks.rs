@@ -11,7 +11,7 @@
 //!   from the live apps' own statements ([`Needs`]);
 //! - the longest lock wait of the live apps' statements on the
 //!   migration's backend while it applies (lock-wait evidence only, see
-//!   [`crate::verify::measure::sampler`]: a statement slowed by a busy machine or
+//!   [`crate::sessions::sampler`]: a statement slowed by a busy machine or
 //!   by another app's row lock is not the migration's), and whether the
 //!   workload failed;
 //! - the long-transaction probe: an app transaction holds the tables, the

@@ -15,7 +15,6 @@
 // sizes), so importing the root from it would be a circle.
 pub mod applied;
 mod cross_version;
-mod lint;
 pub mod plan;
 pub mod predict;
 mod readers;
@@ -33,10 +32,10 @@ use crate::schema::Snapshot;
 use predict::Sizes;
 
 pub use crate::app::replay::{Denied, Outcome, Step};
+use crate::lint::Warning;
 pub use crate::seed::generated::Generated;
 pub use applied::{Applied, Observed, StatementRun, TableWork, Work};
 pub use cross_version::CrossVersion;
-pub use lint::Warning;
 pub use readers::{
     BoundBy, BoundRows, DirectiveCount, NotCompared, RolloutWrite, Row, RowRead, StatementReader,
     Visible, Writer,

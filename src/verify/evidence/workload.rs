@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 pub struct WorkloadStats {
     pub statements: u64,
     /// The longest lock wait of an app statement on the migration (see
-    /// [`crate::verify::measure::sampler`]): what the migration made an app wait, not how long
+    /// [`crate::sessions::sampler`]): what the migration made an app wait, not how long
     /// its statements took on a busy machine.
     pub max_stall: Duration,
     /// "app.statement (read|write)" of that wait.
@@ -31,7 +31,7 @@ pub struct WorkloadStats {
     /// measured alone there; this says the switch failed).
     pub counted_in_table_stats: bool,
     /// Each lock wait on the migration seen (the first
-    /// [`crate::verify::measure::sampler::MAX_WAITS_KEPT`]), for the report's lock
+    /// [`crate::sessions::sampler::MAX_WAITS_KEPT`]), for the report's lock
     /// timeline.
     pub waits: Vec<AppWait>,
 }

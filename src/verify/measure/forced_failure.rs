@@ -14,10 +14,10 @@ use std::collections::BTreeSet;
 use crate::catalog::Migration;
 use crate::sandbox::Database;
 use crate::schema::Snapshot;
+use crate::sessions::Sessions;
 use crate::verify::error::{step, VerifyError};
 use crate::verify::evidence::Applied;
 use crate::verify::measure::rehearsal::{self, End};
-use crate::verify::measure::roles::Sessions;
 
 /// What a transaction of the forced failure held at its end, read inside
 /// it before the failure is raised: the relations it locked (by oid) and

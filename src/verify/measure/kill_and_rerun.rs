@@ -7,10 +7,10 @@
 
 use crate::catalog::Migration;
 use crate::sandbox::Database;
+use crate::sessions::{OwnRoles, Sessions};
 use crate::verify::error::{step, VerifyError};
 use crate::verify::evidence::{Applied, Rerun};
 use crate::verify::measure::rehearsal;
-use crate::verify::measure::roles::{OwnRoles, Sessions};
 
 /// The measured apply of a file outside a transaction on `empty`, then
 /// the kill-and-rerun scenario (None when the apply failed). Outside a

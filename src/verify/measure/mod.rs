@@ -7,14 +7,15 @@
 //!   [`rehearsal::outside_transaction`] for a file that runs outside one);
 //! - [`forced_failure`]: the empty path's forced failure and measured apply;
 //! - [`kill_and_rerun`]: a file outside a transaction killed and rerun;
-//! - [`sampler`]: the lock waits the apps' sessions saw while it ran;
 //! - [`planning`]: the live apps' statements planned before and after;
 //! - [`readers`]: what the apps' read statements return around a
 //!   migration, and the rows the older apps write during the rollout;
-//! - [`roles`]: who runs what (the migrator's and the apps' sessions);
 //! - [`cross_version`]: two app versions side by side through drivers;
-//! - [`sizes`]: production's table sizes (`--sizes-from`);
-//! - [`target`]: what a real database (`--from-target`) holds.
+//! - [`sizes`]: production's table sizes (`--sizes-from`).
+//!
+//! Outside verify, because more than a rehearsal uses them: who connects
+//! as whom and the lock sampler ([`crate::sessions`]), and what a real
+//! database holds ([`crate::target`], `--from-target`).
 
 pub mod cross_version;
 pub mod forced_failure;
@@ -22,10 +23,7 @@ pub mod kill_and_rerun;
 pub mod planning;
 pub mod readers;
 pub mod rehearsal;
-pub mod roles;
-pub mod sampler;
 pub mod sizes;
-pub mod target;
 
 use crate::sandbox::Database;
 use crate::schema::Snapshot;

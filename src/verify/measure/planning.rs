@@ -37,13 +37,13 @@ use std::time::{Duration, Instant};
 use postgres::{Client, SimpleQueryMessage};
 use serde_json::Value;
 
-use super::roles::Sessions;
-use super::target::Target;
 use crate::app::replay;
 use crate::app::AppVersion;
 use crate::pg::catalogue::{self, Relation};
 use crate::pg::quote_ident;
 use crate::sandbox::{Database, Sandbox};
+use crate::sessions::Sessions;
+use crate::target::Target;
 use crate::verify::evidence::plan::{
     parse, Access, ForeignKey, Mode, Path, Side, StatementPlan, TableStats,
 };

@@ -35,13 +35,13 @@ use std::collections::BTreeSet;
 
 use postgres::Client;
 
-use super::roles::Sessions;
 use crate::app::bindings::{self, ReadShape};
 use crate::app::replay;
 use crate::app::statements::Statement;
 use crate::app::{AppVersion, Created, Kind};
 use crate::errors::one_line;
 use crate::sandbox::Database;
+use crate::sessions::Sessions;
 use crate::verify::error::{step, VerifyError};
 use crate::verify::evidence::{
     BoundBy, BoundRows, NotCompared, RolloutWrite, Row, RowRead, StatementReader, Visible, Writer,

@@ -29,10 +29,10 @@ use std::time::{Duration, Instant};
 
 use postgres::Client;
 
-use super::roles::Sessions;
-use super::sampler;
 use crate::app::replay;
 use crate::app::AppVersion;
+use crate::sessions::sampler;
+use crate::sessions::Sessions;
 use crate::verify::evidence::{
     AppWait, Applied, LongTransactionProbe, ProbeEnd, StatementRun, TableWork, Work, WorkloadStats,
 };

@@ -3,11 +3,11 @@
 
 use super::{apply_unchecked, step, Run};
 use crate::catalog::Migration;
+use crate::report::events::{Event, RunStep};
 use crate::sandbox::{Database, SandboxError};
+use crate::target::{self, TargetError};
 use crate::verify::error::VerifyError;
-use crate::verify::events::{Event, RunStep};
 use crate::verify::evidence::SecondRun;
-use crate::verify::measure::target;
 
 impl Run<'_> {
     /// The base the rehearsed migrations start from, on `empty_prev`: the
@@ -228,8 +228,9 @@ impl Run<'_> {
         db: &Database,
     ) -> Result<Vec<target::CopiedTable>, VerifyError> {
         self.options.emit(Event::Run(RunStep::ReadingTarget));
-        let scrubbed =
-            |e: SandboxError| VerifyError::Target(crate::db::scrub(&e.to_string(), t.url()));
+        let scrubbed = |e: SandboxError| {
+            VerifyError::Target(TargetError::Read(crate::db::scrub(&e.to_string(), t.url())))
+        };
         for (name, login, inherit) in t.roles()? {
             if let Some(role) = self.sandbox.create_stand_in_role(&name, login, inherit)? {
                 self.stand_ins.push(role);
@@ -275,12 +276,12 @@ impl Run<'_> {
             c.batch_execute("RESET ALL")
         };
         restore().map_err(|e| {
-            VerifyError::Target(format!(
+            VerifyError::Target(TargetError::Read(format!(
                 "the schema of {} does not restore on PostgreSQL {} ({}); rehearse on the target's major (the default) and make the extensions it uses available to the sandbox",
                 t.described,
                 self.sandbox.server_major(),
                 crate::errors::one_line(&e)
-            ))
+            )))
         })?;
         Ok(copied)
     }

@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use super::{step, Run};
 use crate::app::{AppVersion, ProjectRule};
+use crate::report::events::{Event, RunStep};
 use crate::report::CheckRun;
 use crate::sandbox::Database;
 use crate::verify::error::VerifyError;
-use crate::verify::events::{Event, RunStep};
 use crate::verify::evidence::FinalSchema;
 
 impl Run<'_> {

@@ -64,12 +64,13 @@ use crate::sandbox::{Database, Sandbox};
 
 use super::checks::{self, apply, r#static};
 use super::error::{step, VerifyError};
-use super::events::{Event, Stage};
-use super::evidence::{self, LongTransactionProbe, MigrationEvidence, Visible, Warning};
+use super::evidence::{self, LongTransactionProbe, MigrationEvidence, Visible};
 use super::measure::readers::Readers;
 use super::measure::rehearsal::{self, LiveApp};
-use super::measure::roles::Sessions;
 use super::options::Verify;
+use crate::lint::Warning;
+use crate::report::events::{Event, Stage};
+use crate::sessions::Sessions;
 use seeded::SeededEnd;
 use template::Template;
 

@@ -5,8 +5,8 @@
 use super::Run;
 use crate::app::AppVersion;
 use crate::catalog::Migration;
+use crate::report::events::MigrationStep;
 use crate::sandbox::Database;
-use crate::verify::events::MigrationStep;
 use crate::verify::evidence::plan::Side;
 use crate::verify::measure::planning::Planner;
 

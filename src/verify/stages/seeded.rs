@@ -13,12 +13,12 @@ use super::{live_apps, step, Run, Staged, COMPAT_ROWS, WORKLOAD_MARGIN};
 use crate::app::replay;
 use crate::app::AppVersion;
 use crate::catalog::Migration;
+use crate::report::events::MigrationStep;
 use crate::sandbox::Database;
 use crate::seed;
 use crate::seed::generate::Statistics;
 use crate::verify::checks::apply::{self, Unreached};
 use crate::verify::error::VerifyError;
-use crate::verify::events::MigrationStep;
 use crate::verify::evidence::{
     Backfill, BatchedRun, Compat, DirectiveCount, Plans, SeededApply, SideBySide, Visible,
     WorkloadStats,

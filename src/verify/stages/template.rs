@@ -18,6 +18,7 @@ use super::{apply_unchecked, live_apps, long_transaction, needs_of, step, Run, S
 use crate::app::replay::Outcome;
 use crate::app::AppVersion;
 use crate::catalog::Migration;
+use crate::report::events::MigrationStep;
 use crate::sandbox::Database;
 use crate::schema::Snapshot;
 use crate::seed;
@@ -25,7 +26,6 @@ use crate::seed::generate::{MoreSessions, Statistics};
 use crate::seed::reach::{self, Reach};
 use crate::tables::UserTable;
 use crate::verify::error::VerifyError;
-use crate::verify::events::MigrationStep;
 use crate::verify::evidence::plan::Side;
 use crate::verify::evidence::{Applied, Probe, Rerun, Seeding, Visible};
 use crate::verify::measure::rehearsal::{self, LiveApp};
@@ -661,7 +661,7 @@ impl<'a> Run<'a> {
         &self,
         m: &Migration,
         db: &Database,
-    ) -> Result<crate::verify::measure::roles::OwnRoles<'_>, VerifyError> {
+    ) -> Result<crate::sessions::OwnRoles<'_>, VerifyError> {
         step(
             "setting aside the roles the migration creates",
             self.sessions.own_roles(m.version, &m.sql, db.name()),

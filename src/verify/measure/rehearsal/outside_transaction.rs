@@ -43,8 +43,8 @@ use crate::db;
 use crate::migrate::apply::{self, Block, Step, StepObserver};
 use crate::migrate::no_transaction;
 use crate::pg::lock_modes;
+use crate::sessions::sampler::{self, LockSampler};
 use crate::verify::evidence::{Applied, Observed, StatementRun, Work};
-use crate::verify::measure::sampler::{self, LockSampler};
 
 /// Why work is not measured before PostgreSQL 15.
 const NO_FLUSH: &str = "this PostgreSQL (before 15) cannot flush a backend's table statistics on demand (pg_stat_force_next_flush), so the rows read and written by statements outside a transaction were not measured";

@@ -16,7 +16,8 @@
 //!
 //! Nothing here judges.
 //!
-//! Floor `measure`: it watches a server's sessions and returns the lock waits it saw.
+//! Floor `sessions`, beside the sessions it watches: it returns the lock
+//! waits it saw.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,7 +29,7 @@ use postgres::Client;
 
 /// `application_name` of the connection a migration runs on. It and the
 /// apps' names start with the watchdog's mark of untrusted sessions
-/// ([`super::roles::UNTRUSTED_APPLICATION`]), so naming a session never
+/// ([`super::UNTRUSTED_APPLICATION`]), so naming a session never
 /// takes it out of the watchdog's reach.
 pub const MIGRATION: &str = "rollsafe-rehearsed migration";
 /// `application_name` of rollsafe's own connections (never an app).
@@ -311,7 +312,7 @@ impl Drop for AppWaitSampler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::measure::roles::UNTRUSTED_APPLICATION;
+    use crate::sessions::UNTRUSTED_APPLICATION;
 
     #[test]
     fn migration_and_app_sessions_stay_in_the_watchdogs_reach() {

@@ -21,7 +21,7 @@
 //!   (PostgreSQL 15+) that is a member of the migrator and `SET ROLE`s to
 //!   it at once: the seeder alone may also set `session_replication_role`,
 //!   which lets the generator's rows skip the per-row foreign-key checks
-//!   (checked set-wise instead: [`super::generate`]). The migrator never
+//!   (checked set-wise instead: [`crate::seed::generate`]). The migrator never
 //!   holds that grant, so a migration that sets the mode fails as in
 //!   production.
 //! - **rollsafe itself** (introspection, copies, the target's restore)
@@ -43,7 +43,12 @@
 //! outlive it: a migration that sets its own `statement_timeout = 0` and
 //! sleeps still ends, so the pipeline never hangs.
 //!
-//! Floor `measure`: it makes the sessions every other instrument connects with, and hands them out.
+//! Its own floor (`sessions`, above `app`, whose statement files declare
+//! the apps' roles, and below `seed` and `verify`, which connect through
+//! it): it makes the sessions every instrument of a rehearsal connects
+//! with, hands them out, and ([`sampler`]) watches what they wait on.
+
+pub mod sampler;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::mpsc;

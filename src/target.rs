@@ -23,7 +23,9 @@
 //! migrations: hand-made indexes, an extension, a column added in an
 //! incident are all there, as they are in production.
 //!
-//! Floor `measure`: it reads a real database (read-only) and returns what the rehearsal starts from.
+//! Floor `check`, beside the audit: both read a real database and change
+//! nothing there. `verify` (the floor above) starts a rehearsal from what
+//! this reads; a target that cannot be read is a [`TargetError`].
 
 use postgres::Client;
 
@@ -31,7 +33,16 @@ use crate::catalog::{Catalog, TableName};
 use crate::db;
 use crate::migrate::{self, HistoryRow, MigrateError};
 
-use crate::verify::error::VerifyError;
+use thiserror::Error;
+
+/// Why the target cannot be the rehearsal's starting point.
+#[derive(Debug, Error)]
+pub enum TargetError {
+    #[error("--from-target {target}: its history does not match the migration files ({detail}); verify with the files the target was migrated with (`rollsafe status` shows each version's state)")]
+    Drift { target: String, detail: String },
+    #[error("--from-target: {0}")]
+    Read(String),
+}
 
 /// Tables with at most this many rows are copied with their rows.
 pub const REFERENCE_ROWS: u64 = 1000;
@@ -75,14 +86,14 @@ impl std::fmt::Debug for Target {
 impl Target {
     /// Reads the target's history and major; refuses a history that
     /// diverges from `catalog` as `migrate` would.
-    pub fn read(url: &str, catalog: &Catalog) -> Result<Target, VerifyError> {
-        let fail = |e: MigrateError| VerifyError::Target(db::scrub(&e.to_string(), url));
+    pub fn read(url: &str, catalog: &Catalog) -> Result<Target, TargetError> {
+        let fail = |e: MigrateError| TargetError::Read(db::scrub(&e.to_string(), url));
         let mut c: Client = db::connect(url).map_err(|e| fail(e.into()))?;
         // The project's own tool's table, compared as `migrate` compares it.
         let (status, history) = migrate::target_status(&mut c, catalog).map_err(fail)?;
         let drift: Vec<String> = status.drift().filter_map(|v| v.drift_message()).collect();
         if !drift.is_empty() {
-            return Err(VerifyError::TargetDrift {
+            return Err(TargetError::Drift {
                 target: db::redact_url(url),
                 detail: drift.join("; "),
             });
@@ -90,7 +101,7 @@ impl Target {
         let version: String = c
             .query_one("SHOW server_version_num", &[])
             .map_err(|e| {
-                VerifyError::Target(format!(
+                TargetError::Read(format!(
                     "reading the server's version: {}",
                     crate::errors::one_line(&e)
                 ))
@@ -142,9 +153,9 @@ impl Target {
     /// `functions` — a schema-only copy would leave them empty and the
     /// apps' rows could not be written — when they hold at most
     /// [`REFERENCE_ROWS`] rows, and the tables named with `--copy-rows`.
-    pub(crate) fn tables_to_copy(&self) -> Result<Vec<CopiedTable>, VerifyError> {
+    pub(crate) fn tables_to_copy(&self) -> Result<Vec<CopiedTable>, TargetError> {
         let fail = |e: postgres::Error| {
-            VerifyError::Target(db::scrub(
+            TargetError::Read(db::scrub(
                 &format!(
                     "listing the target's small tables: {}",
                     crate::errors::one_line(&e)
@@ -153,7 +164,7 @@ impl Target {
             ))
         };
         let mut c = db::connect(&self.url)
-            .map_err(|e| VerifyError::Target(db::scrub(&e.to_string(), &self.url)))?;
+            .map_err(|e| TargetError::Read(db::scrub(&e.to_string(), &self.url)))?;
         // Rows live in ordinary tables (partitions included): a
         // partitioned parent holds none and a materialized view is filled
         // by its refresh.
@@ -214,9 +225,9 @@ impl Target {
     /// default privileges (never PUBLIC), with the attributes the sandbox copies: (name, can log in,
     /// inherits). Nothing else of a role is read: not its password, and
     /// not SUPERUSER, BYPASSRLS or REPLICATION, which a stand-in never gets.
-    pub(crate) fn roles(&self) -> Result<Vec<(String, bool, bool)>, VerifyError> {
+    pub(crate) fn roles(&self) -> Result<Vec<(String, bool, bool)>, TargetError> {
         let fail = |e: postgres::Error| {
-            VerifyError::Target(db::scrub(
+            TargetError::Read(db::scrub(
                 &format!(
                     "listing the roles the target's GRANTs name: {}",
                     crate::errors::one_line(&e)
@@ -225,7 +236,7 @@ impl Target {
             ))
         };
         let mut c = db::connect(&self.url)
-            .map_err(|e| VerifyError::Target(db::scrub(&e.to_string(), &self.url)))?;
+            .map_err(|e| TargetError::Read(db::scrub(&e.to_string(), &self.url)))?;
         let rows = c
             .query(
                 "WITH user_ns AS (

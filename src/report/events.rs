@@ -1,16 +1,20 @@
 //! What a rehearsal is doing, as it goes: [`VerifyEvent`]s, handed to the
-//! callback of [`super::Verify::progress`]. The pipeline emits them and
+//! callback of [`crate::verify::Verify::progress`]. The pipeline emits them and
 //! knows nothing about how they are shown; the CLI's text lines and
 //! progress bar, and the tests, consume the same events. An event names
 //! its migration by version and by the project's label, and its
 //! PostgreSQL major when several are rehearsed at once.
+//!
+//! In `report`, beside the findings: both are what a user sees of a run
+//! (this while it goes, the findings at its end), and neither knows the
+//! stages that produce them.
 
 use std::fmt;
 
 /// One step of a rehearsal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifyEvent {
-    /// The major rehearsed, when [`super::Verify::run_on_majors`] runs
+    /// The major rehearsed, when [`crate::verify::Verify::run_on_majors`] runs
     /// several.
     pub major: Option<u32>,
     pub what: Event,
