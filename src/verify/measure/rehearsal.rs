@@ -22,7 +22,7 @@
 //! Floor `measure`: it takes a database and the live apps and returns what the apply did and what the apps saw; the stages say on which copy it runs.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -39,7 +39,7 @@ use crate::verify::evidence::{
 
 mod outside_transaction;
 use crate::db;
-use crate::lock_policy::{is_lock_timeout, LockPolicy};
+use crate::lock_policy::LockPolicy;
 use crate::migrate::apply;
 use crate::tables::UserTable;
 
@@ -853,7 +853,7 @@ const WAIT_GAP: Duration = Duration::from_millis(100);
 /// unchanged: every attempt of the migration is rolled back. Every thread
 /// and connection it starts is gone when it returns, error or not.
 ///
-/// The migration runs `rollsafe migrate`'s stepped retry loop behind the
+/// The migration runs through `migrate::apply` with `rollsafe migrate`'s stepped retry loop behind the
 /// transaction, which ends as soon as one attempt's wait has ended at its
 /// lock timeout (at `hold` at the latest): only a lock timeout starts
 /// another attempt, and the next ones run the same statements, so nothing
@@ -908,34 +908,29 @@ pub fn probe_long_transaction(
     } else {
         policy.max_timeout
     };
-    let timed_out = Arc::new(AtomicUsize::new(0));
+    let attempt_ended = Arc::new(AtomicBool::new(false));
     let runner = {
-        let sql = sql.to_string();
+        let steps = apply::transaction_steps(sql);
         let policy = policy
             .first_timeout(first_timeout)
             .retry_for(hold + policy.max_timeout * 4 + Duration::from_secs(30));
-        let timed_out = timed_out.clone();
+        let mut ends = AttemptEnds(attempt_ended.clone());
         std::thread::spawn(move || {
-            let r = policy.run(
-                |_, timeout| {
-                    migrator.batch_execute(&format!(
-                        "BEGIN; SET LOCAL lock_timeout = '{}ms'",
-                        timeout.as_millis().max(1)
-                    ))?;
-                    let r = migrator.batch_execute(&sql);
-                    let _ = migrator.batch_execute("ROLLBACK");
-                    if r.as_ref().is_err_and(is_lock_timeout) {
-                        timed_out.fetch_add(1, Ordering::Relaxed);
-                    }
-                    r
-                },
-                is_lock_timeout,
+            // `migrate`'s own apply: each attempt one transaction with its
+            // stepped lock_timeout, retried on a lock timeout; every
+            // attempt rolled back, so the copy is left as it was.
+            let r = apply::in_transaction(
+                &mut migrator,
+                &steps,
+                Some(&policy),
+                apply::Ending::Rollback,
+                &mut ends,
             );
-            (r.map(|(_, a)| a), Instant::now())
+            (r, Instant::now())
         })
     };
     let started = Instant::now();
-    let waited_out = || timed_out.load(Ordering::Relaxed) > 0;
+    let waited_out = || attempt_ended.load(Ordering::Relaxed);
     while started.elapsed() < hold && !runner.is_finished() && !waited_out() {
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -949,16 +944,18 @@ pub fn probe_long_transaction(
     let (longest, verdict) = watcher.join().unwrap_or_default();
     let app = workload.stop();
     let (end, attempts) = match (verdict, result) {
-        (Some(v), r) => (v, r.map(|a| a.count).unwrap_or(0)),
-        (None, Ok(a)) if finished_while_held && a.count == 1 => (ProbeEnd::NoConflict, 1),
+        (Some(v), r) => (v, r.map(|a| a.attempts).unwrap_or(0)),
+        (None, Ok(a)) if finished_while_held && a.attempts == 1 => (ProbeEnd::NoConflict, 1),
         (None, Ok(a)) => (
             ProbeEnd::CompletedAfterRelease {
                 after: finished_at.saturating_duration_since(release_at),
             },
-            a.count,
+            a.attempts,
         ),
-        (None, Err(Err(gave_up))) => (ProbeEnd::GaveUp, gave_up.attempts.count),
-        (None, Err(Ok(e))) => (ProbeEnd::Failed(crate::errors::one_line(&e)), 0),
+        (None, Err(apply::StepError::GaveUp { gave_up, .. })) => {
+            (ProbeEnd::GaveUp, gave_up.attempts.count)
+        }
+        (None, Err(e @ apply::StepError::Failed { .. })) => (ProbeEnd::Failed(e.message()), 0),
     };
     Ok(LongTransactionProbe {
         held_tables: held.iter().map(|t| t.name.clone()).collect(),
@@ -970,6 +967,20 @@ pub fn probe_long_transaction(
         longest_lock_wait: longest,
         app,
     })
+}
+
+/// Marks the end of the probe's first attempt: a statement that failed
+/// (a lock timeout, which the policy retries, or an error, which ends the
+/// apply) ends the attempt, and the long transaction has taught what it
+/// can.
+struct AttemptEnds(Arc<AtomicBool>);
+
+impl apply::StepObserver for AttemptEnds {
+    fn after(&mut self, _: &mut Client, _: usize, _: &apply::Step, ok: bool, _: Duration) {
+        if !ok {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 /// The probe's watcher: samples the migrator's session (`pid`) until
