@@ -56,13 +56,13 @@ pub use measure::{cross_version, planning, rehearsal};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use crate::report::{CheckRun, RehearsedApp, Report};
+use crate::report::{RehearsedApp, Report};
 use crate::sandbox::{Sandbox, SandboxBuilder};
 
 use crate::lint::{self, Warning};
 use crate::report::events::{Event, RunStep};
 use crate::sessions::Sessions;
-use checks::{apply, compat, r#static};
+use checks::{apply, compat};
 use evidence::MigrationEvidence;
 
 pub use crate::seed::DEFAULT_ROWS;
@@ -145,16 +145,28 @@ impl Verify {
         report.sandbox = "none (static precheck only: no database was started)".into();
         report.set_migrations(&self.catalog);
         report.applied_only = self.applied_only();
-        for (v, warnings) in self.lint() {
-            report.checks.push(CheckRun {
-                check: r#static::CHECK.into(),
-                migration: Some(v),
-                description: checks::description(r#static::CHECK).into(),
-            });
-            report
-                .findings
-                .extend(r#static::unjudged(v, &warnings, None));
-        }
+        // The registry judges, on evidence that is the lint alone: static
+        // reports each warning as squawk's word (nothing measured, nothing
+        // "not reached"); every other check has nothing to judge.
+        let evidence: BTreeMap<i32, MigrationEvidence> = self
+            .lint()
+            .into_iter()
+            .map(|(v, warnings)| {
+                let e = MigrationEvidence {
+                    version: v,
+                    lint: Some(warnings),
+                    ..MigrationEvidence::default()
+                };
+                (v, e)
+            })
+            .collect();
+        let cx = evidence::Context {
+            rehearsed: false,
+            ..self.context()
+        };
+        let judged = checks::judge(&evidence, &evidence::RunEvidence::default(), &cx);
+        report.checks = judged.ran;
+        report.findings = judged.findings;
         report.duration_ms = started.elapsed().as_millis() as u64;
         report.finish();
         report
@@ -206,6 +218,7 @@ impl Verify {
             report: Report::new("rollsafe verify"),
             probes: Vec::new(),
             migrator: None,
+            run_evidence: evidence::RunEvidence::default(),
             evidence: self
                 .catalog
                 .migrations()

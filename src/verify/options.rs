@@ -266,6 +266,7 @@ impl Verify {
                 ExpectedSchema::Derived => None,
             },
             labels: evidence::Labels::of_catalog(&self.catalog),
+            rehearsed: true,
         }
     }
 

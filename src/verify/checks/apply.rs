@@ -12,7 +12,9 @@
 use std::time::Duration;
 
 use crate::report::{Finding, Severity};
-use crate::verify::evidence::{Applied, Context, Labels, MigrationEvidence, SecondRun};
+use crate::verify::evidence::{
+    Applied, Context, Labels, MigrationEvidence, RunEvidence, SecondRun, Unreached,
+};
 
 use super::phrases::ms;
 use super::Check;
@@ -29,15 +31,27 @@ pub const ENTRY: Check = Check {
     description: DESCRIPTION,
     ran: |e| e.at_zero.is_some(),
     evaluate,
+    evaluate_run: Some(evaluate_run),
 };
+
+/// apply's judgement of the run: `--since` that left nothing to rehearse.
+pub fn evaluate_run(run: &RunEvidence, cx: &Context) -> Vec<Finding> {
+    match (cx.rehearsed, run.reached, run.stopped_at, run.since) {
+        (true, 0, None, Some(since)) => vec![nothing_rehearsed(since, &cx.labels)],
+        _ => Vec::new(),
+    }
+}
 
 /// apply's judgement of one migration: the kill-and-rerun of a file
 /// outside a transaction, the applies (the empty path's failure alone, or
 /// both paths once the seeded one ran), and the migrator's second run
 /// (nothing after a failure on an empty database speaks for it).
 pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
+    let unreached = e
+        .unreached
+        .map(|(failed, what)| not_rehearsed(e.version, failed, what, &cx.labels));
     let Some(at_zero) = &e.at_zero else {
-        return Vec::new();
+        return unreached.into_iter().collect();
     };
     let v = e.version;
     let mut out = Vec::new();
@@ -91,6 +105,7 @@ pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
     if let Some(s) = &e.verify_script {
         out.push(evaluate_verify_script(v, s));
     }
+    out.extend(unreached);
     out
 }
 
@@ -205,16 +220,6 @@ pub fn nothing_rehearsed(since: i32, labels: &Labels) -> Finding {
         format!("every migration is at or before --since {since_label}: none was rehearsed"),
     )
     .advice("pass the version before the first migration you want judged")
-}
-
-/// What of a migration an earlier failure left unrehearsed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unreached {
-    /// All of it: the rehearsal stopped before it.
-    Everything,
-    /// Its seeded path: an earlier migration failed on its seeded
-    /// database (its empty path ran).
-    OnSeededRows,
 }
 
 /// Migration `v` was not rehearsed (or not on rows, `unreached`) because

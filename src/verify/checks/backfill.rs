@@ -36,6 +36,7 @@ pub const ENTRY: Check = Check {
     description: DESCRIPTION,
     ran: |e| e.backfill.is_some(),
     evaluate,
+    evaluate_run: None,
 };
 
 /// backfill's judgement of one migration: its batched updates, its

@@ -35,6 +35,7 @@ pub const ENTRY: Check = Check {
     description: DESCRIPTION,
     ran: |e| e.compat.is_some(),
     evaluate,
+    evaluate_run: None,
 };
 
 /// compat's judgement of one migration: a live app that could not write

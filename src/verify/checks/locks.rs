@@ -59,6 +59,7 @@ pub const ENTRY: Check = Check {
     description: DESCRIPTION,
     ran: |e| e.applied_on_seeded().is_some(),
     evaluate,
+    evaluate_run: None,
 };
 
 /// locks' judgement of one migration: whether the long-transaction probe

@@ -25,8 +25,10 @@ pub mod rewrite;
 /// `static` is a keyword: the module is `r#static`, its file `static.rs`.
 pub mod r#static;
 
-use crate::report::{Finding, Severity};
-use crate::verify::evidence::{Context, MigrationEvidence};
+use std::collections::BTreeMap;
+
+use crate::report::{CheckRun, Finding, Severity};
+use crate::verify::evidence::{Context, MigrationEvidence, RunEvidence};
 
 /// One check of the registry.
 pub struct Check {
@@ -37,6 +39,52 @@ pub struct Check {
     /// lists it as run for that migration.
     pub ran: fn(&MigrationEvidence) -> bool,
     pub evaluate: fn(&MigrationEvidence, &Context) -> Vec<Finding>,
+    /// Its judgement of the run as a whole (a `--since` that left nothing
+    /// to rehearse, a precheck that died), when it has one.
+    pub evaluate_run: Option<fn(&RunEvidence, &Context) -> Vec<Finding>>,
+}
+
+/// What the registry made of a run: the checks that had evidence to
+/// judge (per migration), and every finding.
+#[derive(Debug, Default)]
+pub struct Judged {
+    pub ran: Vec<CheckRun>,
+    pub findings: Vec<Finding>,
+}
+
+/// The one judgement: every migration's evidence, in order, by every
+/// check of [`ALL`], then the run by each check that judges one. The
+/// rehearsal and `--static-only` (whose evidence is the lint alone) both
+/// come here.
+pub fn judge(
+    evidence: &BTreeMap<i32, MigrationEvidence>,
+    run: &RunEvidence,
+    cx: &Context,
+) -> Judged {
+    let mut out = Judged::default();
+    for e in evidence.values() {
+        let mut judged = Vec::new();
+        for check in ALL {
+            let recorded = out
+                .ran
+                .iter()
+                .any(|r| r.check == check.name && r.migration == Some(e.version));
+            if (check.ran)(e) && !recorded {
+                out.ran.push(CheckRun {
+                    check: check.name.to_string(),
+                    migration: Some(e.version),
+                    description: check.description.to_string(),
+                });
+            }
+            judged.extend((check.evaluate)(e, cx));
+        }
+        one_hazard_one_error(&mut judged, &e.sql);
+        out.findings.extend(judged);
+    }
+    for judge_run in ALL.iter().filter_map(|c| c.evaluate_run) {
+        out.findings.extend(judge_run(run, cx));
+    }
+    out
 }
 
 /// Every check, in the order it judges.
@@ -177,5 +225,61 @@ mod tests {
         one_hazard_one_error(&mut f, sql);
         assert_eq!(f[0].severity, Severity::Error);
         assert!(!f[1].evidence.contains_key("squawk_rules"));
+    }
+
+    /// The run-level findings and the unreached migrations come out of the
+    /// registry like every other finding, and `--static-only` (nothing
+    /// rehearsed) has none of them.
+    #[test]
+    fn run_level_and_unreached_findings_come_from_the_registry() {
+        use crate::verify::evidence::predict::Sizes;
+        use crate::verify::evidence::{Labels, Unreached};
+        let sizes = Sizes::default();
+        let cx = Context {
+            apps: &[],
+            lock_policy: Default::default(),
+            stall_budget: Default::default(),
+            statement_timeout: Default::default(),
+            plan_budget: Default::default(),
+            sizes: &sizes,
+            expected: None,
+            labels: Labels::ORDINALS,
+            rehearsed: true,
+        };
+        let ids = |j: &Judged| j.findings.iter().map(|f| f.id.clone()).collect::<Vec<_>>();
+        let none = BTreeMap::new();
+        let since = RunEvidence {
+            since: Some(3),
+            ..RunEvidence::default()
+        };
+        assert_eq!(ids(&judge(&none, &since, &cx)), ["apply.nothing-rehearsed"]);
+        let not_rehearsed = Context {
+            rehearsed: false,
+            ..cx
+        };
+        assert!(ids(&judge(&none, &since, &not_rehearsed)).is_empty());
+        let died = RunEvidence {
+            lint_died: true,
+            reached: 2,
+            ..since
+        };
+        assert_eq!(ids(&judge(&none, &died, &cx)), ["static.not-run"]);
+
+        let after = MigrationEvidence {
+            version: 5,
+            unreached: Some((4, Unreached::Everything)),
+            ..MigrationEvidence::default()
+        };
+        let judged = judge(
+            &BTreeMap::from([(5, after)]),
+            &RunEvidence::default(),
+            &cx,
+        );
+        assert_eq!(ids(&judged), ["apply.not-rehearsed"]);
+        assert_eq!(judged.findings[0].migration, Some(5));
+        assert_eq!(judged.findings[0].severity, Severity::Skipped);
+        // Nothing was measured for it: only static (its text) counts as run.
+        let ran: Vec<&str> = judged.ran.iter().map(|r| r.check.as_str()).collect();
+        assert_eq!(ran, ["static"]);
     }
 }

@@ -52,6 +52,7 @@ pub const ENTRY: Check = Check {
     description: DESCRIPTION,
     ran: |e| e.plans.is_some(),
     evaluate,
+    evaluate_run: None,
 };
 
 /// plan's judgement of one migration: the live apps' plans before and

@@ -34,6 +34,7 @@ pub const ENTRY: Check = Check {
     description: DESCRIPTION,
     ran: |e| e.final_schema.is_some(),
     evaluate,
+    evaluate_run: None,
 };
 
 /// post's judgement of the last migration: its final schemas.

@@ -39,6 +39,7 @@ pub const ENTRY: Check = Check {
     description: DESCRIPTION,
     ran: |e| e.applied_on_seeded().is_some(),
     evaluate,
+    evaluate_run: None,
 };
 
 /// rewrite's judgement of one migration: the tables the generator could

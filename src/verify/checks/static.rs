@@ -18,7 +18,9 @@
 
 use crate::pg::lock_modes::{self, Needs};
 use crate::report::{Finding, Severity};
-use crate::verify::evidence::{Applied, Context, MigrationEvidence, StatementRun, TableWork};
+use crate::verify::evidence::{
+    Applied, Context, MigrationEvidence, RunEvidence, StatementRun, TableWork,
+};
 
 use crate::lint::{Warning, NOT_LINTED, SYNTAX_ERROR};
 
@@ -34,12 +36,24 @@ pub const ENTRY: Check = Check {
     description: DESCRIPTION,
     ran: |_| true,
     evaluate,
+    evaluate_run: Some(evaluate_run),
 };
+
+/// static's judgement of the run: a precheck that died is said, never
+/// dropped silently.
+pub fn evaluate_run(run: &RunEvidence, _: &Context) -> Vec<Finding> {
+    if run.lint_died {
+        vec![not_run()]
+    } else {
+        Vec::new()
+    }
+}
 
 /// static's judgement of one migration: its warnings held against the
 /// apply that decided its fate (the seeded one, or the empty one that
-/// failed), or unjudged when the rehearsal stopped before it.
-pub fn evaluate(e: &MigrationEvidence, _: &Context) -> Vec<Finding> {
+/// failed), or unjudged when the rehearsal stopped before it (or, under
+/// `--static-only`, never ran).
+pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
     let Some(warnings) = &e.lint else {
         return Vec::new();
     };
@@ -53,7 +67,8 @@ pub fn evaluate(e: &MigrationEvidence, _: &Context) -> Vec<Finding> {
         None => unjudged(
             e.version,
             warnings,
-            Some("not reached: the rehearsal stopped before this migration"),
+            cx.rehearsed
+                .then_some("not reached: the rehearsal stopped before this migration"),
         ),
     }
 }

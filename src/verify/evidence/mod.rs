@@ -84,6 +84,36 @@ pub struct MigrationEvidence {
     pub second_run: Option<Result<SecondRun, String>>,
     /// The final schemas, on the last migration only.
     pub final_schema: Option<FinalSchema>,
+    /// What an earlier migration's failure (its version) left of it
+    /// unrehearsed.
+    pub unreached: Option<(i32, Unreached)>,
+}
+
+/// What of a migration an earlier failure left unrehearsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unreached {
+    /// All of it: the rehearsal stopped before it.
+    Everything,
+    /// Its seeded path: an earlier migration failed on its seeded
+    /// database (its empty path ran).
+    OnSeededRows,
+}
+
+/// The run as a whole, beside each migration's evidence: what the
+/// run-level judgements ([`crate::verify::checks::Check::evaluate_run`])
+/// read.
+#[derive(Debug, Clone, Default)]
+pub struct RunEvidence {
+    /// `--since`, when given.
+    pub since: Option<i32>,
+    /// How many migrations after `since` the rehearsal applied on an empty
+    /// database.
+    pub reached: usize,
+    /// The migration whose failure stopped the rehearsal.
+    pub stopped_at: Option<i32>,
+    /// The static precheck's thread died (a bug): no migration has its
+    /// warnings.
+    pub lint_died: bool,
 }
 
 impl MigrationEvidence {
@@ -200,6 +230,9 @@ pub struct Context<'a> {
     pub expected: Option<(&'a Snapshot, &'a str)>,
     /// How the project names its migrations in messages.
     pub labels: Labels<'a>,
+    /// Whether databases were rehearsed (false under `--static-only`:
+    /// only the files' text was read, so nothing is "not reached").
+    pub rehearsed: bool,
 }
 
 /// How the project names its migrations in messages: rollsafe's ordinal

@@ -59,12 +59,14 @@ use crate::app::replay::{self, Outcome};
 use crate::app::AppVersion;
 use crate::lock_policy::LockPolicy;
 use crate::pg::lock_modes::Needs;
-use crate::report::{CheckRun, Report};
+use crate::report::Report;
 use crate::sandbox::{Database, Sandbox};
 
-use super::checks::{self, apply, r#static};
+use super::checks::{self, apply};
 use super::error::{step, VerifyError};
-use super::evidence::{self, LongTransactionProbe, MigrationEvidence, Visible};
+use super::evidence::{
+    self, LongTransactionProbe, MigrationEvidence, RunEvidence, Unreached, Visible,
+};
 use super::measure::readers::Readers;
 use super::measure::rehearsal::{self, LiveApp};
 use super::options::Verify;
@@ -142,24 +144,15 @@ impl Run<'_> {
         if stopped.is_none() {
             self.tables_sized_exist(&tables_met, &empty_prev)?;
         }
-        if let (0, None, Some(since)) = (rehearsed, &stopped, self.options.since) {
-            self.report.findings.push(apply::nothing_rehearsed(
-                since,
-                &self.options.context().labels,
-            ));
-        }
+        self.run_evidence.since = self.options.since;
+        self.run_evidence.reached = rehearsed;
+        self.run_evidence.stopped_at = stopped;
         for st in staged {
             self.seeded_next(&mut seeded, st, &migrations)?;
         }
         if let Some(failed) = stopped {
-            let labels = self.options.context().labels;
             for m in migrations.iter().filter(|m| m.version > failed) {
-                self.report.findings.push(apply::not_rehearsed(
-                    m.version,
-                    failed,
-                    apply::Unreached::Everything,
-                    &labels,
-                ));
+                self.evidence(m.version).unreached = Some((failed, Unreached::Everything));
             }
         }
         self.options.emit(Event::StageFinished(Stage::Seeded));
@@ -234,6 +227,8 @@ pub(super) struct Run<'a> {
     /// What each rehearsed migration's scenarios measured so far, judged
     /// once they all ran ([`Run::judge`]).
     pub(super) evidence: BTreeMap<i32, MigrationEvidence>,
+    /// What the run as a whole came to (how far it reached, the precheck).
+    pub(super) run_evidence: RunEvidence,
 }
 
 /// Applies `m` as `migrate` would, unmeasured: in one transaction, or
@@ -322,7 +317,7 @@ impl Run<'_> {
                     self.evidence(v).lint = Some(warnings);
                 }
             }
-            Err(_) => self.report.findings.push(r#static::not_run()),
+            Err(_) => self.run_evidence.lint_died = true,
         }
     }
 
@@ -331,26 +326,9 @@ impl Run<'_> {
     /// evidence to judge, and its findings, before the project's own
     /// (which ran in the final stage).
     pub(super) fn judge(&mut self) {
-        let verify = self.options;
-        let cx = verify.context();
-        let (mut ran, mut findings) = (Vec::new(), Vec::new());
+        let cx = self.options.context();
+        let judged = checks::judge(&self.evidence, &self.run_evidence, &cx);
         for e in self.evidence.values() {
-            let mut judged = Vec::new();
-            for check in checks::ALL {
-                let recorded = ran
-                    .iter()
-                    .any(|r: &CheckRun| r.check == check.name && r.migration == Some(e.version));
-                if (check.ran)(e) && !recorded {
-                    ran.push(CheckRun {
-                        check: check.name.to_string(),
-                        migration: Some(e.version),
-                        description: check.description.to_string(),
-                    });
-                }
-                judged.extend((check.evaluate)(e, &cx));
-            }
-            checks::one_hazard_one_error(&mut judged, &e.sql);
-            findings.extend(judged);
             if let (Some(at_zero), Some(seeded)) = (&e.at_zero, &e.seeded) {
                 if let Some(r) = self
                     .report
@@ -367,8 +345,8 @@ impl Run<'_> {
                 }
             }
         }
-        self.report.checks.splice(0..0, ran);
-        self.report.findings.splice(0..0, findings);
+        self.report.checks.splice(0..0, judged.ran);
+        self.report.findings.splice(0..0, judged.findings);
     }
 
     fn clone_db(&self, source: &Database) -> Result<Database, VerifyError> {

@@ -17,11 +17,10 @@ use crate::report::events::MigrationStep;
 use crate::sandbox::Database;
 use crate::seed;
 use crate::seed::generate::Statistics;
-use crate::verify::checks::apply::{self, Unreached};
 use crate::verify::error::VerifyError;
 use crate::verify::evidence::{
-    Backfill, BatchedRun, Compat, DirectiveCount, Plans, SeededApply, SideBySide, Visible,
-    WorkloadStats,
+    Backfill, BatchedRun, Compat, DirectiveCount, Plans, SeededApply, SideBySide, Unreached,
+    Visible, WorkloadStats,
 };
 use crate::verify::measure::cross_version;
 use crate::verify::measure::rehearsal::{self, End};
@@ -62,12 +61,7 @@ impl Run<'_> {
             }
         } else if let SeededEnd::Failed(first) = end {
             // Its empty path ran; its seeded path follows one that failed.
-            self.report.findings.push(apply::not_rehearsed(
-                v,
-                *first,
-                Unreached::OnSeededRows,
-                &self.options.context().labels,
-            ));
+            self.evidence(v).unreached = Some((*first, Unreached::OnSeededRows));
         }
         Ok(())
     }

@@ -14,6 +14,7 @@ pub const ENTRY: Check = Check {
     description: DESCRIPTION,
     ran: |e| e.final_schema.is_some(),
     evaluate,
+    evaluate_run: None,
 };
 
 /// One warning per unlogged table of the final schema built on the live
@@ -63,6 +64,7 @@ mod tests {
             sizes: &sizes,
             expected: None,
             labels: Labels::ORDINALS,
+            rehearsed: true,
         };
         evaluate(&e, &cx)
     }
