@@ -41,8 +41,8 @@ use rollsafe::sandbox::{Database, Sandbox, SandboxBuilder};
 use rollsafe::seed;
 use rollsafe::seed::generate::Statistics;
 use rollsafe::sessions::{Sessions, DEFAULT_STATEMENT_TIMEOUT};
-use rollsafe::verify::predict::{self, Sizes};
-use rollsafe::verify::rehearsal::{self, End};
+use rollsafe::verify::evidence::predict::{self, Sizes};
+use rollsafe::verify::measure::rehearsal::{self, End};
 
 const CHECK: &str =
     "ALTER TABLE attached_functions ADD CONSTRAINT attempts_nonneg CHECK (current_attempts >= 0)";

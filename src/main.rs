@@ -22,7 +22,7 @@ use rollsafe::report::events::VerifyEvent;
 use rollsafe::report::output::{self, Destination, OutputSpec, Target};
 use rollsafe::report::{render, Format};
 use rollsafe::sandbox::{BackendChoice, SandboxBuilder, ENV_BACKEND};
-use rollsafe::verify::predict::Sizes;
+use rollsafe::verify::evidence::predict::Sizes;
 use rollsafe::verify::DEFAULT_ROWS;
 
 #[derive(Parser)]

@@ -50,9 +50,6 @@ pub mod measure;
 mod options;
 mod stages;
 
-pub use evidence::predict;
-pub use measure::{cross_version, planning, rehearsal};
-
 use std::collections::BTreeMap;
 use std::time::Instant;
 

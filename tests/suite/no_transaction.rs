@@ -856,7 +856,7 @@ fn readme_example_backfills_output_collection_id_then_validates(
 fn rehearsal_applies_a_no_transaction_file_statement_by_statement(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
-    use rollsafe::verify::rehearsal::{self, End};
+    use rollsafe::verify::measure::rehearsal::{self, End};
     let db = env.fresh_database();
     let dir = write_dir(&[("V1__items.sql", ITEMS)])?;
     migrate::migrate(db.url(), &catalog(dir.path())?, &Options::default())?;
@@ -1024,7 +1024,7 @@ fn seeded_rows_are_carried_past_a_no_transaction_file(env: &TestEnv) -> anyhow::
 fn a_files_own_transaction_runs_as_written_and_its_failure_is_named(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
-    use rollsafe::verify::rehearsal;
+    use rollsafe::verify::measure::rehearsal;
     let db = env.fresh_database();
     let dir = write_dir(&[("V1__items.sql", ITEMS)])?;
     migrate::migrate(db.url(), &catalog(dir.path())?, &Options::default())?;

@@ -21,7 +21,7 @@ use rollsafe::lock_policy::LockPolicy;
 use rollsafe::report::events::{Event, MigrationStep, Stage, VerifyEvent};
 use rollsafe::report::{Report, Severity};
 use rollsafe::schema::{expected_embedded, Snapshot};
-use rollsafe::verify::predict::Sizes;
+use rollsafe::verify::evidence::predict::Sizes;
 
 use crate::common::{cli, repo_root, TestEnv};
 

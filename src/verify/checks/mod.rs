@@ -270,11 +270,7 @@ mod tests {
             unreached: Some((4, Unreached::Everything)),
             ..MigrationEvidence::default()
         };
-        let judged = judge(
-            &BTreeMap::from([(5, after)]),
-            &RunEvidence::default(),
-            &cx,
-        );
+        let judged = judge(&BTreeMap::from([(5, after)]), &RunEvidence::default(), &cx);
         assert_eq!(ids(&judged), ["apply.not-rehearsed"]);
         assert_eq!(judged.findings[0].migration, Some(5));
         assert_eq!(judged.findings[0].severity, Severity::Skipped);

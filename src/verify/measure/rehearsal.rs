@@ -312,6 +312,27 @@ pub fn apply_measured_no_transaction(
 /// rows would pollute the migration connection's statistics, and it does
 /// not count in the cumulative ones (switched off, or flushed before it
 /// closes) so that they hold the migration's work alone.
+/// The session a measured apply runs on, whichever way its file runs: the
+/// tables and indexes of the database at `url` before the migration, and
+/// the migrator's connection (`migrator_url`), named as the migration,
+/// with every existing table's catalog entries already loaded. (A fresh
+/// backend's first statement on a table loads its catalog entries, the
+/// relcache, which costs more on a table with indexes and statistics than
+/// on an empty one: not row work, so it is paid before the clock starts,
+/// or it would be extrapolated with the rows.)
+fn measuring_session(
+    url: &str,
+    migrator_url: &str,
+) -> anyhow::Result<(Vec<Existing>, IndexesBefore, Client)> {
+    let (existing, indexes_before) = existing_tables(url)?;
+    let mut c = db::connect(migrator_url)?;
+    sampler::name_session(&mut c, sampler::MIGRATION)?;
+    for q in existing.iter().filter_map(|t| t.qualified.as_ref()) {
+        c.batch_execute(&format!("SELECT FROM {q} LIMIT 0"))?;
+    }
+    Ok((existing, indexes_before, c))
+}
+
 fn existing_tables(url: &str) -> anyhow::Result<(Vec<Existing>, IndexesBefore)> {
     let mut existing: Vec<Existing> = Vec::new();
     let mut c = db::connect(url)?;
@@ -374,17 +395,8 @@ fn apply_measured_in(
     lock_timeout: Option<Duration>,
     end: End,
 ) -> anyhow::Result<Applied> {
-    let (existing, indexes_before) = existing_tables(url)?;
+    let (existing, indexes_before, mut c) = measuring_session(url, migrator_url)?;
     let steps = apply::transaction_steps(sql);
-    let mut c = db::connect(migrator_url)?;
-    sampler::name_session(&mut c, sampler::MIGRATION)?;
-    // A fresh backend's first statement on a table loads its catalog
-    // entries (relcache), which costs more on a table with indexes and
-    // statistics than on an empty one: not row work, so pay it before the
-    // clock starts, or it would be extrapolated with the rows.
-    for q in existing.iter().filter_map(|t| t.qualified.as_ref()) {
-        c.batch_execute(&format!("SELECT FROM {q} LIMIT 0"))?;
-    }
     let mut measure = Measure {
         existing: &existing,
         indexes_before: indexes_before.clone(),

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use postgres::Client;
 
 use super::{
-    cumulative_work, existing_tables, failed, files_and_indexes, post_apply, wal_lsn, wal_since,
+    cumulative_work, failed, files_and_indexes, measuring_session, post_apply, wal_lsn, wal_since,
     Existing, IndexesBefore,
 };
 use crate::db;
@@ -59,15 +59,8 @@ pub fn apply(
     sql: &str,
     lock_timeout: Option<Duration>,
 ) -> anyhow::Result<Applied> {
-    let (existing, indexes_before) = existing_tables(url)?;
+    let (existing, indexes_before, mut c) = measuring_session(url, migrator_url)?;
     let steps = no_transaction::steps(sql);
-    let mut c = db::connect(migrator_url)?;
-    sampler::name_session(&mut c, sampler::MIGRATION)?;
-    // Load each table's catalog entries before the clock starts (see
-    // apply_measured_in).
-    for q in existing.iter().filter_map(|t| t.qualified.as_ref()) {
-        c.batch_execute(&format!("SELECT FROM {q} LIMIT 0"))?;
-    }
     if let Some(t) = lock_timeout {
         c.batch_execute(&format!("SET lock_timeout = '{}ms'", t.as_millis()))?;
     }
