@@ -10,6 +10,10 @@
 //! - [`planning`]: the live apps' statements planned before and after;
 //! - [`readers`]: what the apps' read statements return around a
 //!   migration, and the rows the older apps write during the rollout;
+//! - [`backfill`]: the file's backfill directives counted, and its
+//!   batched updates run as `migrate` runs them (killed once, resumed);
+//! - [`compat`]: the apps replayed on the schema before and after, side
+//!   by side, and the rows the older apps write during the rollout;
 //! - [`cross_version`]: two app versions side by side through drivers;
 //! - [`sizes`]: production's table sizes (`--sizes-from`).
 //!
@@ -17,6 +21,8 @@
 //! as whom and the lock sampler ([`crate::sessions`]), and what a real
 //! database holds ([`crate::target`], `--from-target`).
 
+pub mod backfill;
+pub mod compat;
 pub mod cross_version;
 pub mod forced_failure;
 pub mod kill_and_rerun;
@@ -25,9 +31,76 @@ pub mod readers;
 pub mod rehearsal;
 pub mod sizes;
 
+use postgres::Client;
+
+use crate::app::AppVersion;
+use crate::catalog::Script;
 use crate::sandbox::Database;
 use crate::schema::Snapshot;
+use crate::sessions::Sessions;
 use crate::verify::error::{step, VerifyError};
+use crate::verify::evidence::VerifyScript;
+
+/// A connection to `db` as the migrator.
+pub fn connect_migrator(sessions: &Sessions, db: &Database) -> Result<Client, VerifyError> {
+    step(
+        "connecting as the migrator",
+        crate::db::connect(&sessions.migrator(db.url())),
+    )
+}
+
+/// A connection to `db` as `app`'s role.
+pub fn connect_app(
+    sessions: &Sessions,
+    db: &Database,
+    app: &AppVersion,
+) -> Result<Client, VerifyError> {
+    step(
+        &format!("connecting as the {} app's role", app.name),
+        crate::db::connect(&sessions.app(db.url(), &app.name)),
+    )
+}
+
+/// The connection seeding runs on: as the migrator (the owner of the
+/// tables, whose seeds are the project's files), through the seeder role
+/// where there is one, so the generator's rows may skip the per-row
+/// foreign-key checks ([`crate::seed::generate`]).
+pub fn connect_seeding(sessions: &Sessions, db: &Database) -> Result<Client, VerifyError> {
+    let Some((url, migrator)) = sessions.seeder(db.url()) else {
+        return connect_migrator(sessions, db);
+    };
+    let mut c = step("connecting as the seeder", crate::db::connect(&url))?;
+    step(
+        "becoming the migrator",
+        c.batch_execute(&format!("SET ROLE {}", crate::pg::quote_ident(&migrator))),
+    )?;
+    Ok(c)
+}
+
+/// The change's own verify script (Sqitch) on `db`, as the migrator, in a
+/// transaction rolled back: it checks, and whatever it writes is not kept.
+pub fn verify_script(
+    sessions: &Sessions,
+    db: &Database,
+    script: &Script,
+) -> Result<VerifyScript, VerifyError> {
+    use crate::migrate::apply;
+    let mut c = connect_migrator(sessions, db)?;
+    let ran = apply::in_transaction(
+        &mut c,
+        &apply::transaction_steps(&script.sql),
+        None,
+        apply::Ending::Rollback,
+        &mut apply::Unobserved,
+    );
+    Ok(VerifyScript {
+        file: script.file.clone(),
+        error: ran.err().map(|e| {
+            e.error()
+                .map_or_else(|| e.message(), crate::errors::detailed)
+        }),
+    })
+}
 
 /// The schema of `db`: what every scenario compares before and after.
 pub fn snapshot(db: &Database) -> Result<Snapshot, VerifyError> {

@@ -35,6 +35,7 @@ use std::collections::BTreeSet;
 
 use postgres::Client;
 
+use super::{connect_app, connect_migrator};
 use crate::app::bindings::{self, ReadShape};
 use crate::app::replay;
 use crate::app::statements::Statement;
@@ -374,32 +375,17 @@ pub struct Readers<'a> {
 }
 
 impl Readers<'_> {
-    fn connect_migrator(&self, db: &Database) -> Result<Client, VerifyError> {
-        step(
-            "connecting as the migrator",
-            crate::db::connect(&self.sessions.migrator(db.url())),
-        )
-    }
-
-    /// A connection to `db` as `app`'s role.
-    fn connect_app(&self, db: &Database, app: &AppVersion) -> Result<Client, VerifyError> {
-        step(
-            &format!("connecting as the {} app's role", app.name),
-            crate::db::connect(&self.sessions.app(db.url(), &app.name)),
-        )
-    }
-
     /// Before a migration, on the seeded database: each read statement of
     /// each live app, with bindings sampled from its rows.
     pub fn before(&self, db: &Database, live: &[&AppVersion]) -> Result<Visible, VerifyError> {
         let clock = std::time::Instant::now();
-        let mut migrator = self.connect_migrator(db)?;
+        let mut migrator = connect_migrator(self.sessions, db)?;
         let mut out = Visible {
             row_security: step("reading row-level security", row_security(&mut migrator))?,
             statements: Vec::new(),
         };
         for app in live {
-            let mut c = self.connect_app(db, app)?;
+            let mut c = connect_app(self.sessions, db, app)?;
             for reader in readers_of(app) {
                 out.statements
                     .push(self.before_one(&mut c, &mut migrator, &reader));
@@ -506,14 +492,14 @@ impl Readers<'_> {
             return Ok(Visible::default());
         }
         let clock = std::time::Instant::now();
-        let mut migrator = self.connect_migrator(db)?;
+        let mut migrator = connect_migrator(self.sessions, db)?;
         let mut out = Visible {
             row_security: step("reading row-level security", row_security(&mut migrator))?,
             statements: Vec::new(),
         };
         for app in runnable {
             let readers = readers_of(app);
-            let mut c = self.connect_app(db, app)?;
+            let mut c = connect_app(self.sessions, db, app)?;
             for b in before {
                 let Ok(reference) = &b.rows else { continue };
                 let same_app = b.app == app.name;
@@ -558,7 +544,7 @@ impl Readers<'_> {
             return Ok(out);
         }
         let clock = std::time::Instant::now();
-        let mut migrator = self.connect_migrator(db)?;
+        let mut migrator = connect_migrator(self.sessions, db)?;
         for older in live {
             let newer: Vec<&AppVersion> = runnable
                 .iter()
@@ -568,12 +554,12 @@ impl Readers<'_> {
             if newer.is_empty() {
                 continue;
             }
-            let mut c_old = self.connect_app(db, older)?;
+            let mut c_old = connect_app(self.sessions, db, older)?;
             // The writer and the newer apps, each on its connection with
             // its readers, read back every row written below.
             let mut reading = Vec::new();
             for app in std::iter::once(*older).chain(newer.iter().copied()) {
-                reading.push((app, self.connect_app(db, app)?, readers_of(app)));
+                reading.push((app, connect_app(self.sessions, db, app)?, readers_of(app)));
             }
             // Each write is read back before the next one runs, so a later
             // write (an UPDATE of the same table) cannot change its rows

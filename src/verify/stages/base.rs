@@ -8,6 +8,7 @@ use crate::sandbox::{Database, SandboxError};
 use crate::target::{self, TargetError};
 use crate::verify::error::VerifyError;
 use crate::verify::evidence::SecondRun;
+use crate::verify::measure;
 
 impl Run<'_> {
     /// The base the rehearsed migrations start from, on `empty_prev`: the
@@ -46,7 +47,7 @@ impl Run<'_> {
                     .label_of(migrations.first().map_or(1, |m| m.version)),
                 since: self.options.catalog.label_of(s),
             }));
-            let mut c = self.connect_migrator(empty_prev)?;
+            let mut c = measure::connect_migrator(&self.sessions, empty_prev)?;
             let mut left_out: Option<&Migration> = None;
             for m in migrations.iter().filter(|m| m.version <= s) {
                 if let Some(why) = &m.not_runnable {
@@ -126,7 +127,7 @@ impl Run<'_> {
             (target, Some(s)) => {
                 let db = self.clone_db(empty_prev)?;
                 // The migrator's history table is its own, as in production.
-                let mut c = self.connect_migrator(&db)?;
+                let mut c = measure::connect_migrator(&self.sessions, &db)?;
                 let recorded = match target {
                     Some(t) if self.options.catalog.layout == crate::catalog::Layout::Refinery => {
                         t.copy_history(&mut c)

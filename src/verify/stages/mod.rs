@@ -169,9 +169,6 @@ impl Run<'_> {
     }
 }
 
-/// Rows written on the compat scenario's database, so statements that
-/// need existing data find some.
-const COMPAT_ROWS: u64 = 50;
 /// The longest the live workload runs before and after the migration,
 /// waiting for each app thread to run a whole round of its statements
 /// ([`rehearsal::Workload::settle`]; they take a millisecond or two each).
@@ -358,47 +355,11 @@ impl Run<'_> {
         Ok(copy)
     }
 
-    /// A connection to `db` as the migrator.
-    fn connect_migrator(&self, db: &Database) -> Result<postgres::Client, VerifyError> {
-        step(
-            "connecting as the migrator",
-            crate::db::connect(&self.sessions.migrator(db.url())),
-        )
-    }
-
-    /// The connection seeding runs on: as the migrator (the owner of the
-    /// tables, whose seeds are the project's files), through the seeder
-    /// role where there is one, so the generator's rows may skip the
-    /// per-row foreign-key checks ([`generate`]).
-    fn connect_seeding(&self, db: &Database) -> Result<postgres::Client, VerifyError> {
-        let Some((url, migrator)) = self.sessions.seeder(db.url()) else {
-            return self.connect_migrator(db);
-        };
-        let mut c = step("connecting as the seeder", crate::db::connect(&url))?;
-        step(
-            "becoming the migrator",
-            c.batch_execute(&format!("SET ROLE {}", crate::pg::quote_ident(&migrator))),
-        )?;
-        Ok(c)
-    }
-
     /// The apps' readers, as this run's sessions connect them.
     fn readers(&self) -> Readers<'_> {
         Readers {
             sessions: &self.sessions,
         }
-    }
-
-    /// A connection to `db` as `app`'s role.
-    fn connect_app(
-        &self,
-        db: &Database,
-        app: &AppVersion,
-    ) -> Result<postgres::Client, VerifyError> {
-        step(
-            &format!("connecting as the {} app's role", app.name),
-            crate::db::connect(&self.sessions.app(db.url(), &app.name)),
-        )
     }
 
     /// Joins the migrator and the long-transaction probes and hands what
@@ -485,19 +446,5 @@ impl Run<'_> {
             "listing functions",
             crate::seed::generate::table_reading_functions(&mut c),
         )
-    }
-
-    fn replay_apps(
-        &self,
-        db: &Database,
-        apps: &[&AppVersion],
-    ) -> Result<BTreeMap<String, Vec<Outcome>>, VerifyError> {
-        let mut out = BTreeMap::new();
-        for app in apps {
-            let mut c = self.connect_app(db, app)?;
-            let outcomes = step("replaying statements", replay::replay_all(&mut c, app))?;
-            out.insert(app.name.clone(), outcomes);
-        }
-        Ok(out)
     }
 }

@@ -6,23 +6,17 @@
 //! right after the migration, the compat replays and cross-version
 //! scenarios on the schema after.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use super::{live_apps, step, Run, Staged, COMPAT_ROWS, WORKLOAD_MARGIN};
+use super::{live_apps, step, Run, Staged, WORKLOAD_MARGIN};
 use crate::app::replay;
 use crate::app::AppVersion;
 use crate::catalog::Migration;
 use crate::report::events::MigrationStep;
 use crate::sandbox::Database;
-use crate::seed;
-use crate::seed::generate::Statistics;
 use crate::verify::error::VerifyError;
 use crate::verify::evidence::{
-    Backfill, BatchedRun, Compat, DirectiveCount, Plans, SeededApply, SideBySide, Unreached,
-    Visible, WorkloadStats,
+    Backfill, Compat, Plans, SeededApply, Unreached, Visible, WorkloadStats,
 };
-use crate::verify::measure::cross_version;
+use crate::verify::measure;
 use crate::verify::measure::rehearsal::{self, End};
 
 /// How stage 3 of one migration ended.
@@ -193,7 +187,20 @@ impl Run<'_> {
         };
         drop(own);
         let batched = match &at_n {
-            Ok(a) if a.ok() => self.run_batched_updates(db, m)?,
+            Ok(a) if a.ok() => measure::backfill::run_batched_updates(
+                &self.sessions,
+                db,
+                m,
+                &self.options.lock_policy,
+                &|table| {
+                    self.options.say(
+                        v,
+                        MigrationStep::BatchedUpdate {
+                            table: table.to_string(),
+                        },
+                    )
+                },
+            )?,
             _ => Vec::new(),
         };
         workload.settle(WORKLOAD_MARGIN);
@@ -224,20 +231,10 @@ impl Run<'_> {
     ) -> Result<Backfill, VerifyError> {
         let v = m.version;
         self.options.say(v, MigrationStep::Backfill);
-        let mut directives = None;
-        if let Some(db) = applied_db {
-            let mut c = self.connect_migrator(db)?;
-            let counted: Vec<DirectiveCount> = m
-                .backfills()
-                .map(|(table, predicate)| {
-                    let count =
-                        crate::validity::backfill_violations(&mut c, table, predicate, None)
-                            .map_err(|e| crate::errors::one_line(&e));
-                    (table.to_string(), predicate.to_string(), count)
-                })
-                .collect();
-            directives = Some(counted);
-        }
+        let directives = match applied_db {
+            Some(db) => Some(measure::backfill::directive_counts(&self.sessions, db, m)?),
+            None => None,
+        };
         let readers_after = match applied_db {
             Some(db) => self
                 .readers()
@@ -265,145 +262,14 @@ impl Run<'_> {
         live_outcomes: std::collections::BTreeMap<String, Vec<replay::Outcome>>,
     ) -> Result<Compat, VerifyError> {
         self.options.say(v, MigrationStep::Replaying);
-        let mut out = Compat {
-            before: live_outcomes,
-            ..Compat::default()
-        };
-        let Some(db) = db.filter(|_| !runnable.is_empty()) else {
-            return Ok(out);
-        };
-        let mut c = self.connect_seeding(db)?;
-        let (sessions, url) = (&self.sessions, db.url());
-        let seeded_now = step(
-            "seeding the compat database",
-            // (A few rows: one session. Nothing reads this copy's plans.)
-            seed::seed(
-                &mut c,
-                None,
-                runnable,
-                COMPAT_ROWS,
-                Statistics::Unread,
-                &|app| crate::db::connect(&sessions.app(url, &app.name)),
-            ),
-        )?;
-        out.rows_not_written = seeded_now.failed;
-        for app in runnable {
-            let mut c = self.connect_app(db, app)?;
-            let outcomes = step("replaying statements", replay::replay_all(&mut c, app))?;
-            out.after.push((app.name.clone(), outcomes));
-        }
-        // Cross-version (the two-phase protocol and the rollback, through
-        // drivers): each app still running against each newer one that
-        // may run on this schema.
-        for older in live {
-            for newer in runnable.iter().filter(|a| a.needs > older.needs) {
-                let mut c_old = self.connect_app(db, older)?;
-                let mut c_new = self.connect_app(db, newer)?;
-                let seen = cross_version::run(&mut c_old, &mut c_new, older, newer)
-                    .map(|r| r.map_err(|e| crate::errors::one_line(e.as_ref())));
-                out.cross_version.push(SideBySide {
-                    older: older.name.clone(),
-                    newer: newer.name.clone(),
-                    seen,
-                });
+        match db {
+            Some(db) => {
+                measure::compat::after_migration(&self.sessions, db, live, runnable, live_outcomes)
             }
+            None => Ok(Compat {
+                before: live_outcomes,
+                ..Compat::default()
+            }),
         }
-        // Rows the older apps write while the newer ones run (their write
-        // statements, their drivers' creates), read back by the
-        // statement readers: one path for every app.
-        out.rollout_writes = self.readers().rollout_writes(db, live, runnable)?;
-        Ok(out)
-    }
-
-    /// Runs `m`'s batched updates on `db` as `migrate` does (batches under
-    /// the lock policy), then counts the rows each still matches.
-    fn run_batched_updates(
-        &self,
-        db: &Database,
-        m: &crate::catalog::Migration,
-    ) -> Result<Vec<BatchedRun>, VerifyError> {
-        use crate::migrate::backfill as batches;
-        let mut out = Vec::new();
-        if m.batched_updates().next().is_none() {
-            return Ok(out);
-        }
-        let mut c = self.connect_migrator(db)?;
-        step(
-            "creating the backfill progress table",
-            batches::ensure_progress_table(&mut c),
-        )?;
-        drop(c);
-        for (i, b) in m.batched_updates().enumerate() {
-            self.options.say(
-                m.version,
-                MigrationStep::BatchedUpdate {
-                    table: b.table.to_string(),
-                },
-            );
-            let started = Instant::now();
-            let run = |c: &mut postgres::Client| {
-                batches::run(
-                    c,
-                    m,
-                    i,
-                    b,
-                    &batches::BackfillOptions::default(),
-                    &self.options.lock_policy,
-                    None,
-                )
-                .map_err(|e| e.to_string())
-            };
-            // Killed at a random moment (its connection terminated, as a
-            // killed migrate's would be), then run again: it must resume
-            // and settle every row.
-            let mut c = self.connect_migrator(db)?;
-            let pid: i32 = step(
-                "reading the backend pid",
-                c.query_one("SELECT pg_backend_pid()", &[]),
-            )?
-            .get(0);
-            let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let delay = Duration::from_millis(rand::random_range(0..400));
-            let killer = {
-                let (done, url) = (done.clone(), db.url().to_string());
-                std::thread::spawn(move || -> bool {
-                    std::thread::sleep(delay);
-                    if done.load(std::sync::atomic::Ordering::SeqCst) {
-                        return false;
-                    }
-                    crate::db::connect(&url)
-                        .ok()
-                        .and_then(|mut a| {
-                            a.query_one("SELECT pg_terminate_backend($1)", &[&pid]).ok()
-                        })
-                        .is_some_and(|r| r.get::<_, bool>(0))
-                })
-            };
-            let first = run(&mut c);
-            done.store(true, std::sync::atomic::Ordering::SeqCst);
-            let killed = killer.join().unwrap_or(false) && first.is_err();
-            drop(c);
-            let mut c = self.connect_migrator(db)?;
-            let result = if killed { run(&mut c) } else { first };
-            let remaining = c
-                .query_one(
-                    &format!(
-                        "SELECT count(*) FROM {} WHERE {}",
-                        b.table.sql(),
-                        b.predicate
-                    ),
-                    &[],
-                )
-                .map(|r| r.get::<_, i64>(0))
-                .map_err(|e| crate::errors::one_line(&e));
-            out.push(BatchedRun {
-                directive: b.clone(),
-                rows: result,
-                remaining,
-                killed_after: killed.then_some(delay),
-                took: started.elapsed(),
-            });
-        }
-        Ok(out)
     }
 }

@@ -28,6 +28,7 @@ use crate::tables::UserTable;
 use crate::verify::error::VerifyError;
 use crate::verify::evidence::plan::Side;
 use crate::verify::evidence::{Applied, Probe, Rerun, Seeding, Visible};
+use crate::verify::measure;
 use crate::verify::measure::rehearsal::{self, LiveApp};
 use crate::verify::measure::{forced_failure, kill_and_rerun};
 
@@ -147,7 +148,7 @@ impl<'a> Run<'a> {
         // database right after the change.
         if let Some(script) = &m.verify {
             let own = self.own_roles(m, empty_prev)?;
-            let ran = self.run_verify_script(empty_prev, script);
+            let ran = measure::verify_script(&self.sessions, empty_prev, script);
             drop(own);
             let ran = ran?;
             self.evidence(v).verify_script = Some(ran);
@@ -326,7 +327,7 @@ impl<'a> Run<'a> {
     ) -> Result<BeforeMigration, VerifyError> {
         let v = m.version;
         let live_outcomes = match seeded {
-            Some((db, _)) => self.replay_apps(db, live)?,
+            Some((db, _)) => measure::compat::replay_apps(&self.sessions, db, live)?,
             None => BTreeMap::new(),
         };
         self.evidence(v).needs = needs_of(live, &live_outcomes);
@@ -522,9 +523,9 @@ impl<'a> Run<'a> {
         );
         // Seeds are the project's files: run as the migrator (the owner of
         // the tables), the rows each app writes as the app.
-        let mut c = self.connect_seeding(&seeded)?;
+        let mut c = measure::connect_seeding(&self.sessions, &seeded)?;
         // Tables that may be written at once are, on a second session.
-        let another = || Ok(self.connect_seeding(&seeded)?);
+        let another = || Ok(measure::connect_seeding(&self.sessions, &seeded)?);
         let more: MoreSessions<'_> = Some(&another);
         let mut s = if generate_only {
             step(
@@ -618,33 +619,6 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
-    /// The change's own verify script (Sqitch) on `db`, in a transaction
-    /// rolled back (it only reads), as the migrator.
-    fn run_verify_script(
-        &self,
-        db: &Database,
-        script: &crate::catalog::Script,
-    ) -> Result<crate::verify::evidence::VerifyScript, VerifyError> {
-        use crate::migrate::apply;
-        // Run as the migrator, in a transaction rolled back: it checks,
-        // and whatever it writes is not kept.
-        let mut c = self.connect_migrator(db)?;
-        let ran = apply::in_transaction(
-            &mut c,
-            &apply::transaction_steps(&script.sql),
-            None,
-            apply::Ending::Rollback,
-            &mut apply::Unobserved,
-        );
-        Ok(crate::verify::evidence::VerifyScript {
-            file: script.file.clone(),
-            error: ran.err().map(|e| {
-                e.error()
-                    .map_or_else(|| e.message(), crate::errors::detailed)
-            }),
-        })
-    }
-
     /// The kill-and-rerun scenario ([`kill_and_rerun::run`]) on `empty`,
     /// its killed run on a copy of the template at V{prev}.
     fn kill_and_rerun(
@@ -693,7 +667,7 @@ impl<'a> Run<'a> {
             return Ok(None);
         }
         let db = self.clone_db(base)?;
-        let mut c = self.connect_migrator(&db)?;
+        let mut c = measure::connect_migrator(&self.sessions, &db)?;
         let own = self.own_roles(m, &db)?;
         let applied = apply_unchecked(&mut c, m);
         drop(own);
