@@ -15,6 +15,7 @@
 //! - [`compat`]: the apps replayed on the schema before and after, side
 //!   by side, and the rows the older apps write during the rollout;
 //! - [`cross_version`]: two app versions side by side through drivers;
+//! - [`seeding`]: the seeded path's rows, the apps' and the generator's;
 //! - [`sizes`]: production's table sizes (`--sizes-from`).
 //!
 //! Outside verify, because more than a rehearsal uses them: who connects
@@ -29,6 +30,7 @@ pub mod kill_and_rerun;
 pub mod planning;
 pub mod readers;
 pub mod rehearsal;
+pub mod seeding;
 pub mod sizes;
 
 use postgres::Client;
@@ -40,6 +42,41 @@ use crate::schema::Snapshot;
 use crate::sessions::Sessions;
 use crate::verify::error::{step, VerifyError};
 use crate::verify::evidence::VerifyScript;
+
+/// The user tables of `db` (without migrate's bookkeeping).
+pub fn user_tables(db: &Database) -> Result<Vec<crate::tables::UserTable>, VerifyError> {
+    let mut c = step("connecting", db.connect())?;
+    step("listing tables", crate::tables::list(&mut c))
+}
+
+/// The names (lower case) of the project's own functions on `db` that may
+/// read or write a table.
+pub fn table_reading_functions(
+    db: &Database,
+) -> Result<std::collections::BTreeSet<String>, VerifyError> {
+    let mut c = step("connecting", db.connect())?;
+    step(
+        "listing functions",
+        crate::seed::generate::table_reading_functions(&mut c),
+    )
+}
+
+/// The tables of `db` that are UNLOGGED (`relpersistence = 'u'`).
+pub fn unlogged_tables(db: &Database) -> Result<Vec<String>, VerifyError> {
+    let mut c = step("connecting", db.connect())?;
+    let rows = step(
+        "reading which tables are unlogged",
+        c.query(
+            &format!(
+                "SELECT t.name FROM ({}) t JOIN pg_class c ON c.oid = t.oid
+                  WHERE c.relpersistence = 'u' ORDER BY 1",
+                crate::tables::list_sql()
+            ),
+            &[],
+        ),
+    )?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
 
 /// A connection to `db` as the migrator.
 pub fn connect_migrator(sessions: &Sessions, db: &Database) -> Result<Client, VerifyError> {

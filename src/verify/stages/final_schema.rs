@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::{step, Run};
+use super::Run;
 use crate::app::{AppVersion, ProjectRule};
 use crate::report::events::{Event, RunStep};
 use crate::report::CheckRun;
@@ -42,30 +42,14 @@ impl Run<'_> {
             Some(db) => crate::verify::measure::snapshot(db)?,
             None => empty.clone(),
         };
-        let unlogged = Self::unlogged(seeded_final.unwrap_or(empty_final))?;
+        let unlogged =
+            crate::verify::measure::unlogged_tables(seeded_final.unwrap_or(empty_final))?;
         self.evidence(last).final_schema = Some(FinalSchema {
             seeded,
             empty,
             unlogged,
         });
         Ok(())
-    }
-
-    /// The tables of `db` that are UNLOGGED (`relpersistence = 'u'`).
-    fn unlogged(db: &Database) -> Result<Vec<String>, VerifyError> {
-        let mut c = step("connecting", db.connect())?;
-        let rows = step(
-            "reading which tables are unlogged",
-            c.query(
-                &format!(
-                    "SELECT t.name FROM ({}) t JOIN pg_class c ON c.oid = t.oid
-                      WHERE c.relpersistence = 'u' ORDER BY 1",
-                    crate::tables::list_sql()
-                ),
-                &[],
-            ),
-        )?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
     /// The project's own checks of the apps that may run on the final

@@ -409,10 +409,11 @@ impl Run<'_> {
         if !self.options.sizes.given_by_flag() {
             return Ok(());
         }
-        let mut known: std::collections::BTreeSet<String> = Self::user_tables(last)?
-            .into_iter()
-            .map(|t| t.name)
-            .collect();
+        let mut known: std::collections::BTreeSet<String> =
+            crate::verify::measure::user_tables(last)?
+                .into_iter()
+                .map(|t| t.name)
+                .collect();
         known.extend(met.iter().cloned());
         let unknown: Vec<&str> = self
             .options
@@ -429,22 +430,5 @@ impl Run<'_> {
             unknown: unknown.join(", "),
             known: known.into_iter().collect::<Vec<_>>().join(", "),
         })
-    }
-
-    fn user_tables(db: &Database) -> Result<Vec<crate::tables::UserTable>, VerifyError> {
-        let mut c = step("connecting", db.connect())?;
-        step("listing tables", crate::tables::list(&mut c))
-    }
-
-    /// The names (lower case) of the project's own functions on `db` that
-    /// may read or write a table.
-    fn table_reading_functions(
-        db: &Database,
-    ) -> Result<std::collections::BTreeSet<String>, VerifyError> {
-        let mut c = step("connecting", db.connect())?;
-        step(
-            "listing functions",
-            crate::seed::generate::table_reading_functions(&mut c),
-        )
     }
 }

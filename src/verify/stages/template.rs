@@ -21,16 +21,14 @@ use crate::catalog::Migration;
 use crate::report::events::MigrationStep;
 use crate::sandbox::Database;
 use crate::schema::Snapshot;
-use crate::seed;
-use crate::seed::generate::{MoreSessions, Statistics};
 use crate::seed::reach::{self, Reach};
 use crate::tables::UserTable;
 use crate::verify::error::VerifyError;
 use crate::verify::evidence::plan::Side;
-use crate::verify::evidence::{Applied, Probe, Rerun, Seeding, Visible};
+use crate::verify::evidence::{Applied, Probe, Rerun, Visible};
 use crate::verify::measure;
-use crate::verify::measure::rehearsal::{self, LiveApp};
-use crate::verify::measure::{forced_failure, kill_and_rerun};
+use measure::rehearsal::{self, LiveApp};
+use measure::{forced_failure, kill_and_rerun};
 
 /// What the empty path measured: its apply, the forced failure's trace,
 /// the kill-and-rerun scenario (a file outside a transaction).
@@ -117,7 +115,7 @@ impl<'a> Run<'a> {
         // The seeded path's database before its rows (its copy is taken
         // while the template is still at V{prev}).
         let base = self.seed_base(prev, &live, staged.last(), empty_prev, migrations)?;
-        let tables = Self::user_tables(empty_prev)?;
+        let tables = measure::user_tables(empty_prev)?;
         let probed = prev > 0 && !m.runs_outside_transaction();
         if prev > 0 && m.runs_outside_transaction() {
             self.evidence(v).probe = Some(Probe::NotApplicable);
@@ -280,7 +278,7 @@ impl<'a> Run<'a> {
             Schedule::EmptyThenSeed(base) => {
                 let generated = self.generated();
                 let mut functions = if generated {
-                    Self::table_reading_functions(empty_prev)?
+                    measure::table_reading_functions(empty_prev)?
                 } else {
                     BTreeSet::new()
                 };
@@ -290,7 +288,7 @@ impl<'a> Run<'a> {
                     return Ok(None);
                 }
                 let reach = if generated {
-                    functions.extend(Self::table_reading_functions(empty_prev)?);
+                    functions.extend(measure::table_reading_functions(empty_prev)?);
                     let touched = done.0.touched();
                     reach::of(&m.sql, touched.as_ref(), tables, &functions)
                 } else {
@@ -521,63 +519,20 @@ impl<'a> Run<'a> {
                 at: self.options.catalog.label_of(prev),
             },
         );
-        // Seeds are the project's files: run as the migrator (the owner of
-        // the tables), the rows each app writes as the app.
-        let mut c = measure::connect_seeding(&self.sessions, &seeded)?;
-        // Tables that may be written at once are, on a second session.
-        let another = || Ok(measure::connect_seeding(&self.sessions, &seeded)?);
-        let more: MoreSessions<'_> = Some(&another);
-        let mut s = if generate_only {
-            step(
-                "seeding",
-                seed::generate_only(&mut c, more, rows, carried > 0, reach),
-            )?
-        } else {
-            let (sessions, url) = (&self.sessions, seeded.url());
-            step(
-                "seeding",
-                seed::seed(
-                    &mut c,
-                    more,
-                    &writers,
-                    rows,
-                    Statistics::Refreshed,
-                    &|app| crate::db::connect(&sessions.app(url, &app.name)),
-                ),
-            )?
+        let plan = measure::seeding::Plan {
+            writers: &writers,
+            rows,
+            fill_rows: self.options.rows,
+            generate_only,
+            carried: carried > 0,
+            reach,
         };
-        if let Some((app, e)) = s.failed.first() {
-            self.evidence(v).seeding = Some(Seeding {
-                generated: None,
-                cannot_write: Some((app.clone(), e.clone())),
-            });
-            return Ok(Seeded::AppCannotWrite);
-        }
-        if !generate_only {
-            let filled = step(
-                "seeding the tables no live app writes",
-                seed::fill_empty_tables(&mut c, more, self.options.rows),
-            )?;
-            if let Some(f) = filled {
-                match &mut s.generated {
-                    Some(g) => g.absorb(f),
-                    None => s.generated = Some(f),
-                }
-            }
-        }
-        let mut rows = carried
-            + s.per_app
-                .iter()
-                .map(|(_, n, k)| *n as i64 + *k as i64)
-                .sum::<i64>();
-        if let Some(g) = &s.generated {
-            rows += g.seeded.iter().map(|t| t.written as i64).sum::<i64>();
-        }
-        self.evidence(v).seeding = Some(Seeding {
-            generated: s.generated,
-            cannot_write: None,
-        });
-        Ok(Seeded::Rows(seeded, rows))
+        let (seeding, written) = measure::seeding::seed(&self.sessions, &seeded, plan)?;
+        self.evidence(v).seeding = Some(seeding);
+        Ok(match written {
+            Some(n) => Seeded::Rows(seeded, carried + n),
+            None => Seeded::AppCannotWrite,
+        })
     }
 
     /// The long-transaction probe of `m`, in the background, on a copy of
