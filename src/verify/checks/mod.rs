@@ -12,7 +12,10 @@
 //!
 //! A project's own checks (the shipped project's `dao`) run on a database
 //! of their own in the final stage, through its apps' drivers
-//! (`crate::app::ProjectRule`): they are not part of this registry.
+//! (`crate::app::ProjectRule`), and judge themselves: they are not part of
+//! this registry, but what they found is run evidence
+//! ([`RunEvidence::project_checks`]) and leaves through [`judge`] like
+//! every other finding.
 
 pub mod apply;
 pub mod backfill;
@@ -83,6 +86,12 @@ pub fn judge(
     }
     for judge_run in ALL.iter().filter_map(|c| c.evaluate_run) {
         out.findings.extend(judge_run(run, cx));
+    }
+    // The project's own checks judged themselves (plug-ins outside the
+    // registry): reported as they ran, after the registry's.
+    for (ran, findings) in &run.project_checks {
+        out.ran.push(ran.clone());
+        out.findings.extend(findings.iter().cloned());
     }
     out
 }

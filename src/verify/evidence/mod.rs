@@ -28,6 +28,7 @@ use crate::app::AppVersion;
 use crate::catalog::Catalog;
 use crate::lock_policy::LockPolicy;
 use crate::pg::lock_modes::Needs;
+use crate::report::{CheckRun, Finding};
 use crate::schema::Snapshot;
 use predict::Sizes;
 
@@ -114,6 +115,10 @@ pub struct RunEvidence {
     /// The static precheck's thread died (a bug): no migration has its
     /// warnings.
     pub lint_died: bool,
+    /// The project's own checks on the final schema (a plug-in such as the
+    /// shipped `dao`: `crate::app::ProjectRule`), which judge themselves:
+    /// each one that ran, with its findings, reported as they are.
+    pub project_checks: Vec<(CheckRun, Vec<Finding>)>,
 }
 
 impl MigrationEvidence {

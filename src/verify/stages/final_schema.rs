@@ -73,12 +73,12 @@ impl Run<'_> {
             let Some(findings) = rule.on_final_schema(last, &url) else {
                 continue;
             };
-            self.report.checks.push(CheckRun {
+            let ran = CheckRun {
                 check: rule.check().to_string(),
                 migration: Some(last),
                 description: rule.description().to_string(),
-            });
-            self.report.findings.extend(findings);
+            };
+            self.run_evidence.project_checks.push((ran, findings));
         }
     }
 }
