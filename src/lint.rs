@@ -234,12 +234,14 @@ fn fold(s: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    const FILE: &str = "migrations/V4__bad.sql";
+    /// The file name the lint tests (here and `static`'s) give.
+    pub(crate) const FILE: &str = "migrations/V4__bad.sql";
 
-    fn rules(ws: &[Warning]) -> Vec<&str> {
+    /// The rules of `ws`, in order.
+    pub(crate) fn rules(ws: &[Warning]) -> Vec<&str> {
         ws.iter().map(|w| w.rule.as_str()).collect()
     }
 

@@ -148,23 +148,28 @@ impl Target {
         }
     }
 
+    /// A read-only session on the target.
+    fn connect(&self) -> Result<Client, TargetError> {
+        db::connect(&self.url).map_err(|e| TargetError::Read(db::scrub(&e.to_string(), &self.url)))
+    }
+
+    /// Reading `what` from the target failed with `e` (its password kept
+    /// out of the message).
+    fn failed(&self, what: &str, e: &postgres::Error) -> TargetError {
+        TargetError::Read(db::scrub(
+            &format!("{what}: {}", crate::errors::one_line(e)),
+            &self.url,
+        ))
+    }
+
     /// The target's tables whose rows the rehearsal copies (see the module
     /// docs): lookup tables an applied migration filled, such as
     /// `functions` — a schema-only copy would leave them empty and the
     /// apps' rows could not be written — when they hold at most
     /// [`REFERENCE_ROWS`] rows, and the tables named with `--copy-rows`.
     pub(crate) fn tables_to_copy(&self) -> Result<Vec<CopiedTable>, TargetError> {
-        let fail = |e: postgres::Error| {
-            TargetError::Read(db::scrub(
-                &format!(
-                    "listing the target's small tables: {}",
-                    crate::errors::one_line(&e)
-                ),
-                &self.url,
-            ))
-        };
-        let mut c = db::connect(&self.url)
-            .map_err(|e| TargetError::Read(db::scrub(&e.to_string(), &self.url)))?;
+        let fail = |e: postgres::Error| self.failed("listing the target's small tables", &e);
+        let mut c = self.connect()?;
         // Rows live in ordinary tables (partitions included): a
         // partitioned parent holds none and a materialized view is filled
         // by its refresh.
@@ -226,17 +231,9 @@ impl Target {
     /// inherits). Nothing else of a role is read: not its password, and
     /// not SUPERUSER, BYPASSRLS or REPLICATION, which a stand-in never gets.
     pub(crate) fn roles(&self) -> Result<Vec<(String, bool, bool)>, TargetError> {
-        let fail = |e: postgres::Error| {
-            TargetError::Read(db::scrub(
-                &format!(
-                    "listing the roles the target's GRANTs name: {}",
-                    crate::errors::one_line(&e)
-                ),
-                &self.url,
-            ))
-        };
-        let mut c = db::connect(&self.url)
-            .map_err(|e| TargetError::Read(db::scrub(&e.to_string(), &self.url)))?;
+        let fail =
+            |e: postgres::Error| self.failed("listing the roles the target's GRANTs name", &e);
+        let mut c = self.connect()?;
         let rows = c
             .query(
                 "WITH user_ns AS (

@@ -242,19 +242,9 @@ mod tests {
     #[test]
     fn run_level_and_unreached_findings_come_from_the_registry() {
         use crate::verify::evidence::predict::Sizes;
-        use crate::verify::evidence::{Labels, Unreached};
+        use crate::verify::evidence::Unreached;
         let sizes = Sizes::default();
-        let cx = Context {
-            apps: &[],
-            lock_policy: Default::default(),
-            stall_budget: Default::default(),
-            statement_timeout: Default::default(),
-            plan_budget: Default::default(),
-            sizes: &sizes,
-            expected: None,
-            labels: Labels::ORDINALS,
-            rehearsed: true,
-        };
+        let cx = Context::bare(&sizes);
         let ids = |j: &Judged| j.findings.iter().map(|f| f.id.clone()).collect::<Vec<_>>();
         let none = BTreeMap::new();
         let since = RunEvidence {

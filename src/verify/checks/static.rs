@@ -389,13 +389,8 @@ mod tests {
 
     use super::*;
     use crate::lint::lint;
+    use crate::lint::tests::{rules, FILE};
     use crate::verify::evidence::Work;
-
-    const FILE: &str = "migrations/V4__bad.sql";
-
-    fn rules(ws: &[Warning]) -> Vec<&str> {
-        ws.iter().map(|w| w.rule.as_str()).collect()
-    }
 
     #[test]
     fn violations_point_at_their_line_statement_and_table() {

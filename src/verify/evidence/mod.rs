@@ -240,6 +240,25 @@ pub struct Context<'a> {
     pub rehearsed: bool,
 }
 
+#[cfg(test)]
+impl<'a> Context<'a> {
+    /// A context with nothing given: no apps, default policy and budgets,
+    /// rollsafe's ordinals, a rehearsal that ran (for the checks' tests).
+    pub(crate) fn bare(sizes: &'a Sizes) -> Self {
+        Context {
+            apps: &[],
+            lock_policy: Default::default(),
+            stall_budget: Default::default(),
+            statement_timeout: Default::default(),
+            plan_budget: Default::default(),
+            sizes,
+            expected: None,
+            labels: Labels::ORDINALS,
+            rehearsed: true,
+        }
+    }
+}
+
 /// How the project names its migrations in messages: rollsafe's ordinal
 /// `V3` is the label of a refinery file; a sqlx project's is
 /// `20240101120000`. A finding keeps the ordinal as its migration.

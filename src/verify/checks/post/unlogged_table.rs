@@ -43,7 +43,7 @@ pub fn evaluate(e: &MigrationEvidence, _: &Context) -> Vec<Finding> {
 mod tests {
     use super::*;
     use crate::verify::evidence::predict::Sizes;
-    use crate::verify::evidence::{FinalSchema, Labels};
+    use crate::verify::evidence::FinalSchema;
 
     fn judged(unlogged: &[&str]) -> Vec<Finding> {
         let e = MigrationEvidence {
@@ -55,17 +55,7 @@ mod tests {
             ..MigrationEvidence::default()
         };
         let sizes = Sizes::default();
-        let cx = Context {
-            apps: &[],
-            lock_policy: Default::default(),
-            stall_budget: Default::default(),
-            statement_timeout: Default::default(),
-            plan_budget: Default::default(),
-            sizes: &sizes,
-            expected: None,
-            labels: Labels::ORDINALS,
-            rehearsed: true,
-        };
+        let cx = Context::bare(&sizes);
         evaluate(&e, &cx)
     }
 
