@@ -56,6 +56,55 @@ pub(super) struct Join {
     /// takes, per row of the earlier one, each of the *other* rows in turn,
     /// so the pairs are distinct and never a row paired with itself.
     pub(super) apart_from: Option<usize>,
+    /// Conditions the referenced rows must meet besides a key without
+    /// NULLs, on the parent's row as `q`: a key whose columns another
+    /// key shares keeps only the rows some row of that key's parent
+    /// agrees with ([`super::overlap`]).
+    pub(super) filter: Vec<String>,
+    /// The columns of this key that earlier joins already give a value
+    /// (its referenced column, the earlier join, that join's column):
+    /// this one takes, among the rows that agree on them, row number
+    /// `pick` of that group; no row agrees: NULL ([`super::overlap`]).
+    pub(super) agree: Vec<(String, usize, String)>,
+}
+
+impl Join {
+    /// The referenced rows to pick from, as `SELECT <key> …`: those whose
+    /// key has no NULL and that pass the join's filter. A probe (run once
+    /// per candidate while CHECKs are searched) needs some parent rows,
+    /// not all: the first 16 by the key, read from the unique index
+    /// every referenced key has (no sort of a big table). The same 16 for
+    /// every join to one parent, so the shift between two such joins
+    /// holds in the probe as in the INSERT (an inviter is not the
+    /// invitee).
+    pub(super) fn rows(&self, probe: bool) -> String {
+        let keys = self.keys();
+        let mut conditions: Vec<String> = self
+            .ref_cols
+            .iter()
+            .map(|c| format!("q.{} IS NOT NULL", quote_ident(c)))
+            .collect();
+        conditions.extend(self.filter.iter().map(|f| format!("({f})")));
+        let limit = if probe {
+            format!(" ORDER BY {keys} LIMIT 16")
+        } else {
+            String::new()
+        };
+        format!(
+            "SELECT {keys} FROM {} q WHERE {}{limit}",
+            self.parent,
+            conditions.join(" AND ")
+        )
+    }
+
+    /// The referenced columns, quoted, comma-separated.
+    fn keys(&self) -> String {
+        self.ref_cols
+            .iter()
+            .map(|c| quote_ident(c))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 pub(super) struct Plan<'a> {
@@ -136,46 +185,65 @@ impl Plan<'_> {
             .collect();
         let mut sql = format!("SELECT {} FROM {source}", values.join(", "));
         for (f, j) in self.joins.iter().enumerate() {
-            let keys = j
-                .ref_cols
-                .iter()
-                .map(|c| quote_ident(c))
-                .collect::<Vec<_>>()
-                .join(", ");
-            let not_null = j
-                .ref_cols
-                .iter()
-                .map(|c| format!("{} IS NOT NULL", quote_ident(c)))
-                .collect::<Vec<_>>()
-                .join(" AND ");
-            // A probe (run once per candidate while CHECKs are searched)
-            // needs some parent rows, not all: the first 16 by the key,
-            // read from the unique index every referenced key has (no
-            // sort of a big table). The same 16 for every join to one
-            // parent, so the shift between two such joins holds in the
-            // probe as in the INSERT (an inviter is not the invitee).
-            let limit = if probe {
-                format!(" ORDER BY {keys} LIMIT 16")
-            } else {
-                String::new()
-            };
-            let pick = self.pick(f, probe);
-            sql.push_str(&format!(
-                " LEFT JOIN (SELECT {keys}, row_number() OVER (ORDER BY {keys}) - 1 AS rollsafe_rn
-                     FROM (SELECT {keys} FROM {} WHERE {not_null}{limit}) p) fk{f}
-                   ON fk{f}.rollsafe_rn = {pick}",
-                j.parent
-            ));
+            sql.push_str(&self.join_sql(f, j, probe));
         }
         sql
     }
 
+    /// ` LEFT JOIN … fk<f>`: join `f`'s referenced rows, numbered from 0,
+    /// the one [`Plan::pick`] names. A join that must agree with earlier
+    /// ones on shared columns numbers the rows within each group of equal
+    /// shared values, and counts each group (`fk<f>n`) to pick from it:
+    /// equalities only, so both stay hash joins.
+    fn join_sql(&self, f: usize, j: &Join, probe: bool) -> String {
+        let (keys, rows, pick) = (j.keys(), j.rows(probe), self.pick(f, probe));
+        if j.agree.is_empty() {
+            return format!(
+                " LEFT JOIN (SELECT {keys}, row_number() OVER (ORDER BY {keys}) - 1 AS rollsafe_rn
+                     FROM ({rows}) p) fk{f}
+                   ON fk{f}.rollsafe_rn = {pick}"
+            );
+        }
+        let shared = j
+            .agree
+            .iter()
+            .map(|(r, _, _)| quote_ident(r))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let on = |alias: &str| {
+            j.agree
+                .iter()
+                .map(|(r, other, c)| {
+                    format!("{alias}.{} = fk{other}.{}", quote_ident(r), quote_ident(c))
+                })
+                .collect::<Vec<_>>()
+                .join(" AND ")
+        };
+        format!(
+            " LEFT JOIN (SELECT {shared}, count(*) AS rollsafe_n FROM ({rows}) p GROUP BY {shared}) fk{f}n
+                ON {}
+              LEFT JOIN (SELECT {keys}, row_number() OVER (PARTITION BY {shared} ORDER BY {keys}) - 1 AS rollsafe_rn
+                     FROM ({rows}) p) fk{f}
+                ON {} AND fk{f}.rollsafe_rn = {pick}",
+            on(&format!("fk{f}n")),
+            on(&format!("fk{f}"))
+        )
+    }
+
     /// The number (from 0) of the referenced row join `f` takes for row
-    /// `s.g`.
+    /// `s.g`: among all its rows, or, for a join that agrees with earlier
+    /// ones, among the rows of its group (`fk<f>n` of them).
     fn pick(&self, f: usize, probe: bool) -> String {
         let j = &self.joins[f];
-        let n = if probe { j.n.min(16) } else { j.n };
         let shift = j.shift;
+        if !j.agree.is_empty() {
+            let n = format!("fk{f}n.rollsafe_n");
+            return match j.divisor {
+                Some(d) => format!("((s.g - 1) / {d} + {shift}) % {n}"),
+                None => format!("(s.g - 1 + {shift}) % {n}"),
+            };
+        }
+        let n = if probe { j.n.min(16) } else { j.n };
         match (j.divisor, j.apart_from) {
             (Some(d), Some(earlier)) if n > 1 => format!(
                 "(({}) + 1 + ((s.g - 1) / {d}) % {}) % {n}",

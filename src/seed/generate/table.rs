@@ -12,10 +12,10 @@ use super::families::{families, Literals};
 use super::family::at;
 use super::fit::{choose_values, satisfy_checks, walk_lists};
 use super::insert::{insert_rows, max_integer_key};
+use super::overlap::{agreeing_rows, falls_back, join_order};
 use super::plan::{unseeded, Join, Plan, TableResult, Val};
 use super::Seeding;
 use super::{SeededTable, UnseededTable, I};
-use crate::pg::quote_ident;
 
 /// Plans, searches and inserts the rows of one table. The outer error is
 /// a connection or catalogue failure; the inner one a table that cannot be
@@ -198,7 +198,8 @@ impl Draft {
         cut: &dyn Fn(&ForeignKey) -> Cut,
     ) -> anyhow::Result<Result<Vec<usize>, UnseededTable>> {
         let mut self_fks = Vec::new();
-        for (f, fk) in t.fks.iter().enumerate() {
+        for f in join_order(t) {
+            let fk = &t.fks[f];
             if fk.ref_table == t.oid {
                 self_fks.push(f);
                 continue;
@@ -210,8 +211,10 @@ impl Draft {
             let parent = parents.get(&fk.ref_table);
             let cut = cut(fk);
             if let Some(p) = parent.filter(|_| cut == Cut::No) {
-                if self.join_parent(c, t, fk, &local, p)? {
-                    continue;
+                match self.join_parent(c, t, fk, &local, p)? {
+                    Ok(true) => continue,
+                    Ok(false) => {}
+                    Err(u) => return Ok(Err(u)),
                 }
             }
             if cut == Cut::Deferred {
@@ -244,7 +247,11 @@ impl Draft {
     }
 
     /// The key's columns (`local`) take the numbered rows of parent `p`
-    /// when it has any; false when it has none to point at.
+    /// when it has any; false when it has none to point at. Columns an
+    /// earlier key already gives a value (a key sharing them,
+    /// [`super::overlap`]) keep it: this key picks among the rows that
+    /// agree, and, unless it may fall back to NULL, the earlier key keeps
+    /// only rows that have such a partner ([`Draft::require_agreement`]).
     fn join_parent(
         &mut self,
         c: &mut impl GenericClient,
@@ -252,35 +259,26 @@ impl Draft {
         fk: &ForeignKey,
         local: &[usize],
         p: &Table,
-    ) -> Result<bool, postgres::Error> {
+    ) -> Result<Result<bool, UnseededTable>, postgres::Error> {
         let ref_cols: Vec<String> = fk
             .ref_cols
             .iter()
             .filter_map(|&n| p.column(n).map(|k| p.columns[k].name.clone()))
             .collect();
-        let not_null = ref_cols
-            .iter()
-            .map(|c| format!("{} IS NOT NULL", quote_ident(c)))
-            .collect::<Vec<_>>()
-            .join(" AND ");
-        let n: i64 = c
-            .query_one(
-                &format!("SELECT count(*) FROM {} WHERE {not_null}", p.qualified),
-                &[],
-            )?
-            .get(0);
-        if n <= 0 || ref_cols.len() != local.len() {
-            return Ok(false);
+        if ref_cols.len() != local.len() {
+            return Ok(Ok(false));
         }
-        let j = self.joins.len();
-        for (k, rc) in local.iter().zip(&ref_cols) {
-            let free = !self.decided[*k] || matches!(self.vals[*k], Val::Omitted { .. });
-            if free && !t.columns[*k].generated {
-                self.vals[*k] = Val::Fk {
-                    fk: j,
-                    col: rc.clone(),
-                };
-                self.decided[*k] = true;
+        let mut agree = Vec::new();
+        let mut free = Vec::new();
+        for (&k, rc) in local.iter().zip(&ref_cols) {
+            match &self.vals[k] {
+                Val::Fk { fk: j, col } => agree.push((rc.clone(), *j, col.clone())),
+                _ if (!self.decided[k] || matches!(self.vals[k], Val::Omitted { .. }))
+                    && !t.columns[k].generated =>
+                {
+                    free.push((k, rc.clone()));
+                }
+                _ => {}
             }
         }
         let shift = self
@@ -288,15 +286,84 @@ impl Draft {
             .iter()
             .filter(|j| j.parent == p.qualified)
             .count() as u64;
-        self.joins.push(Join {
+        let mut join = Join {
             parent: p.qualified.clone(),
             ref_cols,
-            n: n as u64,
+            n: 0,
             divisor: None,
             shift,
             apart_from: None,
-        });
-        Ok(true)
+            filter: Vec::new(),
+            agree,
+        };
+        let n = count_rows(c, &join)?;
+        if n == 0 {
+            return Ok(Ok(false));
+        }
+        join.n = n;
+        let free_cols: Vec<usize> = free.iter().map(|(k, _)| *k).collect();
+        if !join.agree.is_empty() && !falls_back(t, fk, &free_cols) {
+            if let Err(u) = self.require_agreement(c, t, fk, &join)? {
+                return Ok(Err(u));
+            }
+            if free.is_empty() {
+                // All its columns shared: the filter is all it needs.
+                return Ok(Ok(true));
+            }
+        }
+        let j = self.joins.len();
+        for (k, rc) in free {
+            self.vals[k] = Val::Fk { fk: j, col: rc };
+            self.decided[k] = true;
+        }
+        self.joins.push(join);
+        Ok(Ok(true))
+    }
+
+    /// Key `fk` (its join `later`) may not be left without a parent row:
+    /// the earlier join that gives its shared columns their values keeps
+    /// only the rows some row of `fk`'s parent agrees with, and is counted
+    /// again. None left: the table is reported. Shared columns given by
+    /// two earlier joins are not narrowed ([`super::overlap`]).
+    fn require_agreement(
+        &mut self,
+        c: &mut impl GenericClient,
+        t: &Table,
+        fk: &ForeignKey,
+        later: &Join,
+    ) -> Result<Result<(), UnseededTable>, postgres::Error> {
+        let Some(&(_, d, _)) = later.agree.first() else {
+            return Ok(Ok(()));
+        };
+        if later.agree.iter().any(|&(_, j, _)| j != d) {
+            return Ok(Ok(()));
+        }
+        let shared: Vec<(String, String)> = later
+            .agree
+            .iter()
+            .map(|(r, _, col)| (r.clone(), col.clone()))
+            .collect();
+        let filter = agreeing_rows(&later.parent, &shared, &later.ref_cols);
+        self.joins[d].filter.push(filter);
+        let n = count_rows(c, &self.joins[d])?;
+        self.joins[d].n = n;
+        if n > 0 {
+            return Ok(Ok(()));
+        }
+        let driver = &self.joins[d].parent;
+        let cols = shared
+            .iter()
+            .map(|(_, col)| col.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        Ok(unseeded(
+            t,
+            Some(&fk.name),
+            format!(
+                "foreign key {} shares columns with the key to {driver}, and no row of {driver} has a row of {} with the same {cols} to point at",
+                fk.name, later.parent
+            ),
+        ))
     }
 
     /// A reference to the table itself names an earlier row of the same
@@ -483,4 +550,13 @@ fn take_turns(t: &Table, vals: &[Val], decided: &[bool]) -> Vec<Option<(usize, u
         }
     }
     turns
+}
+
+/// How many referenced rows join `j` picks from (its key without NULLs,
+/// its filter kept).
+fn count_rows(c: &mut impl GenericClient, j: &Join) -> Result<u64, postgres::Error> {
+    let n: i64 = c
+        .query_one(&format!("SELECT count(*) FROM ({}) p", j.rows(false)), &[])?
+        .get(0);
+    Ok(n.max(0) as u64)
 }
