@@ -38,6 +38,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             a_trigger_table_is_seeded_alone_after_the_tables_before_it,
             a_one_row_table_gets_one_row,
             foreign_keys_sharing_a_column_agree_on_it,
+            foreign_keys_sharing_a_column_with_no_rows_that_agree_are_reported,
             a_reach_seeds_its_tables_and_the_ones_they_reference,
             a_rehearsal_seeds_what_each_migration_reaches,
         ]
@@ -1353,6 +1354,48 @@ fn foreign_keys_sharing_a_column_agree_on_it(env: &TestEnv) -> anyhow::Result<()
     );
     // Every stow is in one of the depots that have a pallet.
     ensure!(count(&mut c, "SELECT count(DISTINCT depot_id) FROM stow")? <= 3);
+    Ok(())
+}
+
+/// [`WAREHOUSE`] whose depots have an aisle or a pallet, never both:
+/// filling the empty tables, a pick takes its aisle and no pallet (NULL,
+/// as its key allows); a stow, which needs both in one depot, is reported
+/// naming the key no row agrees with, and left empty, not written with
+/// rows the server refuses.
+fn foreign_keys_sharing_a_column_with_no_rows_that_agree_are_reported(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let db = env.fresh_database();
+    let mut c = db.connect()?;
+    c.batch_execute(WAREHOUSE)?;
+    c.batch_execute(
+        "INSERT INTO depot VALUES (1, 'north'), (2, 'south');
+         INSERT INTO aisle VALUES (10, 1, 'cold'), (11, 1, 'dry');
+         INSERT INTO pallet VALUES (7, 2);",
+    )?;
+    let n = 50;
+    let g = generate::seed(&mut c, None, &RowCounts::new(n).only_empty(), &[])?;
+    ensure!(g.written("pick") == Some(n), "{g:?}");
+    ensure!(table_rows(&mut c, "pick")? == n);
+    ensure!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM pick WHERE pallet_tag IS NOT NULL OR depot_id <> 1"
+        )? == 0
+    );
+    let stow = g.unseeded("stow").ok_or_else(|| anyhow::anyhow!("{g:?}"))?;
+    ensure!(
+        stow.constraint.as_deref() == Some("stow_b_aisle"),
+        "{stow:?}"
+    );
+    ensure!(
+        stow.reason.contains("no row of") && stow.reason.contains("depot_id"),
+        "{}",
+        stow.reason
+    );
+    ensure!(g.unseeded.len() == 1, "{:?}", g.unseeded);
+    ensure!(table_rows(&mut c, "stow")? == 0);
+    every_foreign_key_holds(&mut c)?;
     Ok(())
 }
 
