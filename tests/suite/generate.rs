@@ -1283,7 +1283,8 @@ CREATE TABLE sessions (id integer PRIMARY KEY, token text NOT NULL DEFAULT rando
 /// with each other and with the plain key to `depot`, so a pick's three
 /// parent rows must agree on it. Only 3 of the depots have pallets: a
 /// pick in another depot leaves its (nullable) pallet NULL; a stow, whose
-/// pallet may not be NULL, is put only in depots that have one. The
+/// pallet may not be NULL, is put only in depots that have one; a
+/// junction of aisles and pallets pairs those of one depot. The
 /// constraints are named so the plain key and the nullable one come
 /// first (the catalogue reads them by name): the generator must not let
 /// the first key it reads decide the shared column on its own.
@@ -1317,6 +1318,14 @@ CREATE TABLE stow (
     CONSTRAINT stow_a_pallet FOREIGN KEY (pallet_tag, depot_id) REFERENCES pallet (tag, depot_id),
     CONSTRAINT stow_b_aisle FOREIGN KEY (aisle_code, depot_id) REFERENCES aisle (code, depot_id)
 );
+CREATE TABLE aisle_pallet (
+    depot_id   bigint NOT NULL,
+    aisle_code integer NOT NULL,
+    pallet_tag bigint NOT NULL,
+    PRIMARY KEY (depot_id, aisle_code, pallet_tag),
+    FOREIGN KEY (aisle_code, depot_id) REFERENCES aisle (code, depot_id),
+    FOREIGN KEY (pallet_tag, depot_id) REFERENCES pallet (tag, depot_id)
+);
 "#;
 
 /// Foreign keys that overlap on a column are satisfied together: every
@@ -1329,7 +1338,7 @@ fn foreign_keys_sharing_a_column_agree_on_it(env: &TestEnv) -> anyhow::Result<()
     let n = 200;
     let g = generate::seed(&mut c, None, &RowCounts::new(n).with("pallet", 3), &[])?;
     ensure!(g.unseeded.is_empty(), "{:?}", g.unseeded);
-    for table in ["depot", "aisle", "pallet", "pick", "stow"] {
+    for table in ["depot", "aisle", "pallet", "pick", "stow", "aisle_pallet"] {
         let rows = table_rows(&mut c, table)?;
         ensure!(rows > 0, "{table} has no rows: {g:?}");
     }
@@ -1338,7 +1347,7 @@ fn foreign_keys_sharing_a_column_agree_on_it(env: &TestEnv) -> anyhow::Result<()
     ensure!(table_rows(&mut c, "pick")? == n);
     ensure!(g.written("stow") == Some(n), "{g:?}");
     assert_written_rows_are_there(&mut c, &g)?;
-    ensure!(every_foreign_key_holds(&mut c)? == 8);
+    ensure!(every_foreign_key_holds(&mut c)? == 10);
     // Picks in the depots with a pallet name one; the others may not.
     let with_pallet = count(
         &mut c,
@@ -1354,14 +1363,25 @@ fn foreign_keys_sharing_a_column_agree_on_it(env: &TestEnv) -> anyhow::Result<()
     );
     // Every stow is in one of the depots that have a pallet.
     ensure!(count(&mut c, "SELECT count(DISTINCT depot_id) FROM stow")? <= 3);
+    // A junction keyed by both: every (aisle, pallet) pair of one depot,
+    // which its primary key allows, not the pairs across depots.
+    let pairs = count(
+        &mut c,
+        "SELECT count(*) FROM aisle JOIN pallet USING (depot_id)",
+    )?;
+    let junction = g.seeded.iter().find(|t| t.table == "aisle_pallet");
+    ensure!(
+        pairs > 0 && junction.is_some_and(|t| t.written == pairs as u64 && t.note.is_some()),
+        "{pairs} pairs: {junction:?}"
+    );
     Ok(())
 }
 
 /// [`WAREHOUSE`] whose depots have an aisle or a pallet, never both:
 /// filling the empty tables, a pick takes its aisle and no pallet (NULL,
-/// as its key allows); a stow, which needs both in one depot, is reported
-/// naming the key no row agrees with, and left empty, not written with
-/// rows the server refuses.
+/// as its key allows); a stow and the junction of aisles and pallets,
+/// which need both in one depot, are reported naming the key no row
+/// agrees with, and left empty, not written with rows the server refuses.
 fn foreign_keys_sharing_a_column_with_no_rows_that_agree_are_reported(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
@@ -1393,8 +1413,13 @@ fn foreign_keys_sharing_a_column_with_no_rows_that_agree_are_reported(
         "{}",
         stow.reason
     );
-    ensure!(g.unseeded.len() == 1, "{:?}", g.unseeded);
-    ensure!(table_rows(&mut c, "stow")? == 0);
+    // The junction of aisles and pallets has no pair either.
+    let junction = g
+        .unseeded("aisle_pallet")
+        .ok_or_else(|| anyhow::anyhow!("{g:?}"))?;
+    ensure!(junction.reason.contains("no row of"), "{junction:?}");
+    ensure!(g.unseeded.len() == 2, "{:?}", g.unseeded);
+    ensure!(table_rows(&mut c, "stow")? == 0 && table_rows(&mut c, "aisle_pallet")? == 0);
     every_foreign_key_holds(&mut c)?;
     Ok(())
 }

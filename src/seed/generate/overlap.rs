@@ -21,6 +21,13 @@
 //!   When no row of the driving parent has one, the table is reported,
 //!   naming both keys, rather than written with rows the server refuses.
 //!
+//! A UNIQUE key walked over the combinations of its keys' parent rows (a
+//! junction of two keys that share the tenant) counts, for a key that
+//! agrees with an earlier one, only the fewest rows that agree with any
+//! of the earlier key's (`Join::least`): each row of the earlier key gets
+//! that many distinct partners, and the table as many rows as that
+//! allows, said in its note.
+//!
 //! What it does not do: a key that must agree with the values of two
 //! different earlier keys is joined without a filter (its parent is not
 //! narrowed further): rows with no partner are refused by the INSERT and

@@ -66,6 +66,11 @@ pub(super) struct Join {
     /// this one takes, among the rows that agree on them, row number
     /// `pick` of that group; no row agrees: NULL ([`super::overlap`]).
     pub(super) agree: Vec<(String, usize, String)>,
+    /// For a join that agrees with earlier ones: the fewest rows a group
+    /// the earlier rows name holds, the choices a walk of a UNIQUE key
+    /// may count on for every row of theirs (1 at least: a key NULL for
+    /// want of a partner collides with nothing).
+    pub(super) least: u64,
 }
 
 impl Join {
@@ -95,6 +100,16 @@ impl Join {
             self.parent,
             conditions.join(" AND ")
         )
+    }
+
+    /// How many referenced rows each row can choose among: all of them,
+    /// or, for a join that agrees with earlier ones, its smallest group.
+    pub(super) fn choices(&self) -> u64 {
+        if self.agree.is_empty() {
+            self.n
+        } else {
+            self.least.max(1)
+        }
     }
 
     /// The referenced columns, quoted, comma-separated.

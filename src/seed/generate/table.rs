@@ -16,6 +16,7 @@ use super::overlap::{agreeing_rows, falls_back, join_order};
 use super::plan::{unseeded, Join, Plan, TableResult, Val};
 use super::Seeding;
 use super::{SeededTable, UnseededTable, I};
+use crate::pg::quote_ident;
 
 /// Plans, searches and inserts the rows of one table. The outer error is
 /// a connection or catalogue failure; the inner one a table that cannot be
@@ -295,6 +296,7 @@ impl Draft {
             apart_from: None,
             filter: Vec::new(),
             agree,
+            least: 0,
         };
         let n = count_rows(c, &join)?;
         if n == 0 {
@@ -310,6 +312,9 @@ impl Draft {
                 // All its columns shared: the filter is all it needs.
                 return Ok(Ok(true));
             }
+        }
+        if !join.agree.is_empty() {
+            join.least = least_group(c, &self.joins, &join)?;
         }
         let j = self.joins.len();
         for (k, rc) in free {
@@ -511,9 +516,10 @@ impl Draft {
                 .iter()
                 .copied()
                 .find(|&e| self.joins[e].parent == self.joins[j].parent);
-            let n = self.joins[j].n;
+            let n = self.joins[j].choices();
+            let agrees = !self.joins[j].agree.is_empty();
             let choices = match earlier {
-                Some(e) if n > 1 => {
+                Some(e) if n > 1 && !agrees => {
                     self.joins[j].apart_from = Some(e);
                     n - 1
                 }
@@ -522,8 +528,14 @@ impl Draft {
             divisor = divisor.saturating_mul(choices);
         }
         if divisor < requested {
+            let agreeing = radix.iter().any(|&j| !self.joins[j].agree.is_empty());
             let note = format!(
-                "{divisor} rows: every combination of the referenced rows its UNIQUE key allows"
+                "{divisor} rows: every combination of the referenced rows its UNIQUE key allows{}",
+                if agreeing {
+                    " (of rows that agree on the columns its foreign keys share)"
+                } else {
+                    ""
+                }
             );
             return (divisor, Some(note));
         }
@@ -558,5 +570,43 @@ fn count_rows(c: &mut impl GenericClient, j: &Join) -> Result<u64, postgres::Err
     let n: i64 = c
         .query_one(&format!("SELECT count(*) FROM ({}) p", j.rows(false)), &[])?
         .get(0);
+    Ok(n.max(0) as u64)
+}
+
+/// [`Join::least`] of `later`, a join agreeing with earlier `joins`: the
+/// fewest of its rows that agree with a row of the earlier join giving
+/// the shared values (with shared values from two joins: the smallest
+/// group of all).
+fn least_group(
+    c: &mut impl GenericClient,
+    joins: &[Join],
+    later: &Join,
+) -> Result<u64, postgres::Error> {
+    let shared = later
+        .agree
+        .iter()
+        .map(|(r, _, _)| quote_ident(r))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let groups = format!(
+        "SELECT {shared}, count(*) AS rollsafe_n FROM ({}) p GROUP BY {shared}",
+        later.rows(false)
+    );
+    let d = later.agree[0].1;
+    let sql = if later.agree.iter().all(|&(_, j, _)| j == d) {
+        let on = later
+            .agree
+            .iter()
+            .map(|(r, _, col)| format!("f.{} = d.{}", quote_ident(r), quote_ident(col)))
+            .collect::<Vec<_>>()
+            .join(" AND ");
+        format!(
+            "SELECT coalesce(min(f.rollsafe_n), 0) FROM ({}) d JOIN ({groups}) f ON {on}",
+            joins[d].rows(false)
+        )
+    } else {
+        format!("SELECT coalesce(min(rollsafe_n), 0) FROM ({groups}) f")
+    };
+    let n: i64 = c.query_one(sql.as_str(), &[])?.get(0);
     Ok(n.max(0) as u64)
 }
