@@ -1284,7 +1284,9 @@ CREATE TABLE sessions (id integer PRIMARY KEY, token text NOT NULL DEFAULT rando
 /// parent rows must agree on it. Only 3 of the depots have pallets: a
 /// pick in another depot leaves its (nullable) pallet NULL; a stow, whose
 /// pallet may not be NULL, is put only in depots that have one; a
-/// junction of aisles and pallets pairs those of one depot. The
+/// junction of aisles and pallets pairs those of one depot; a zone nests
+/// in a zone of its own depot (a reference to its table sharing the
+/// depot with the key to `depot`). The
 /// constraints are named so the plain key and the nullable one come
 /// first (the catalogue reads them by name): the generator must not let
 /// the first key it reads decide the shared column on its own.
@@ -1318,6 +1320,13 @@ CREATE TABLE stow (
     CONSTRAINT stow_a_pallet FOREIGN KEY (pallet_tag, depot_id) REFERENCES pallet (tag, depot_id),
     CONSTRAINT stow_b_aisle FOREIGN KEY (aisle_code, depot_id) REFERENCES aisle (code, depot_id)
 );
+CREATE TABLE zone (
+    code        integer,
+    depot_id    bigint NOT NULL REFERENCES depot,
+    parent_code integer,
+    PRIMARY KEY (code, depot_id),
+    FOREIGN KEY (parent_code, depot_id) REFERENCES zone (code, depot_id)
+);
 CREATE TABLE aisle_pallet (
     depot_id   bigint NOT NULL,
     aisle_code integer NOT NULL,
@@ -1336,9 +1345,18 @@ fn foreign_keys_sharing_a_column_agree_on_it(env: &TestEnv) -> anyhow::Result<()
     let mut c = db.connect()?;
     c.batch_execute(WAREHOUSE)?;
     let n = 200;
-    let g = generate::seed(&mut c, None, &RowCounts::new(n).with("pallet", 3), &[])?;
+    let rows = RowCounts::new(n).with("pallet", 3).with("zone", 3 * n);
+    let g = generate::seed(&mut c, None, &rows, &[])?;
     ensure!(g.unseeded.is_empty(), "{:?}", g.unseeded);
-    for table in ["depot", "aisle", "pallet", "pick", "stow", "aisle_pallet"] {
+    for table in [
+        "depot",
+        "aisle",
+        "pallet",
+        "pick",
+        "stow",
+        "aisle_pallet",
+        "zone",
+    ] {
         let rows = table_rows(&mut c, table)?;
         ensure!(rows > 0, "{table} has no rows: {g:?}");
     }
@@ -1347,7 +1365,7 @@ fn foreign_keys_sharing_a_column_agree_on_it(env: &TestEnv) -> anyhow::Result<()
     ensure!(table_rows(&mut c, "pick")? == n);
     ensure!(g.written("stow") == Some(n), "{g:?}");
     assert_written_rows_are_there(&mut c, &g)?;
-    ensure!(every_foreign_key_holds(&mut c)? == 10);
+    ensure!(every_foreign_key_holds(&mut c)? == 12);
     // Picks in the depots with a pallet name one; the others may not.
     let with_pallet = count(
         &mut c,
@@ -1363,6 +1381,12 @@ fn foreign_keys_sharing_a_column_agree_on_it(env: &TestEnv) -> anyhow::Result<()
     );
     // Every stow is in one of the depots that have a pallet.
     ensure!(count(&mut c, "SELECT count(DISTINCT depot_id) FROM stow")? <= 3);
+    // Zones nest within their depot: most have a parent zone.
+    let nested = count(
+        &mut c,
+        "SELECT count(*) FROM zone WHERE parent_code IS NOT NULL",
+    )?;
+    ensure!(nested == 2 * n as i64, "{nested} zones of {} nest", 3 * n);
     // A junction keyed by both: every (aisle, pallet) pair of one depot,
     // which its primary key allows, not the pairs across depots.
     let pairs = count(

@@ -31,9 +31,17 @@ pub(super) enum Val {
     /// The value of column `target` (an index into the table's columns) of
     /// an earlier row of the same table: row g points at row g / 2; row 1
     /// at nothing (NULL) or, when NULL is not allowed, at itself.
+    ///
+    /// `along`: the key shares columns with join `along` (a tree kept
+    /// within a tenant, `(parent_id, tenant_id)`), so the parent must be
+    /// a row that took the same referenced row. That join's pick repeats
+    /// every `stride` rows ([`Plan::stride`]): the rows taking one of its
+    /// rows are numbered k = (g - 1) / stride, and row k points at row
+    /// k / 2 of the same ones; the first `stride` rows are the roots.
     SelfFk {
         target: usize,
         root_null: bool,
+        along: Option<usize>,
     },
     Null,
 }
@@ -161,10 +169,21 @@ impl Plan<'_> {
             }
             Val::Gen { fams, chosen } => cast(at(&fams[*chosen].sql, &self.index())),
             Val::Fk { fk, col: c } => format!("fk{fk}.{}", quote_ident(c)),
-            Val::SelfFk { target, root_null } => {
+            Val::SelfFk {
+                target,
+                root_null,
+                along,
+            } => {
+                let (is_root, parent_g) = match along.and_then(|j| self.stride(j, probe)) {
+                    Some(s) => (
+                        format!("s.g <= {s}"),
+                        format!("((s.g - 1) / {s} / 2) * {s} + (s.g - 1) % {s} + 1"),
+                    ),
+                    None => ("s.g = 1".to_string(), "s.g / 2".to_string()),
+                };
                 let parent = match &self.vals[*target] {
                     Val::Gen { fams, chosen } => {
-                        at(&fams[*chosen].sql, &format!("s.g / 2 + {}", self.offset))
+                        at(&fams[*chosen].sql, &format!("{parent_g} + {}", self.offset))
                     }
                     _ => "NULL".into(),
                 };
@@ -174,13 +193,25 @@ impl Plan<'_> {
                     self.expr(*target, probe).unwrap_or_else(|| "NULL".into())
                 };
                 format!(
-                    "CASE WHEN s.g = 1 THEN {} ELSE {} END",
+                    "CASE WHEN {is_root} THEN {} ELSE {} END",
                     cast(root),
                     cast(parent)
                 )
             }
             Val::Null => cast("NULL".into()),
         })
+    }
+
+    /// Every how many rows join `j` takes the same referenced row again
+    /// (see [`Plan::pick`]); None when that depends on another join (one
+    /// that agrees with earlier ones, or stays apart from one).
+    fn stride(&self, j: usize, probe: bool) -> Option<u64> {
+        let j = &self.joins[j];
+        if !j.agree.is_empty() || j.apart_from.is_some() {
+            return None;
+        }
+        let n = if probe { j.n.min(16) } else { j.n };
+        Some(j.divisor.unwrap_or(1).saturating_mul(n).max(1))
     }
 
     /// `SELECT <values> FROM <source of g> <joins>`; a probe limits each

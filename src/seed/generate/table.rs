@@ -373,10 +373,27 @@ impl Draft {
 
     /// A reference to the table itself names an earlier row of the same
     /// statement; the referenced column becomes a value rollsafe computes.
+    /// Columns it shares with a key to another table keep that key's
+    /// value, and the earlier row is one that took the same referenced
+    /// row (`along`, [`Val::SelfFk`]).
     fn point_self_references(&mut self, t: &Table, self_fks: &[usize]) {
         for &f in self_fks {
             let fk = &t.fks[f];
             let root_null = fk.breakable(t);
+            let mut shared = fk
+                .cols
+                .iter()
+                .filter_map(|&n| match self.vals[t.column(n)?] {
+                    Val::Fk { fk: j, .. } => Some(j),
+                    _ => None,
+                })
+                .collect::<Vec<_>>();
+            shared.sort_unstable();
+            shared.dedup();
+            let along = match shared[..] {
+                [j] => Some(j),
+                _ => None,
+            };
             for (&n, &rn) in fk.cols.iter().zip(&fk.ref_cols) {
                 let (Some(k), Some(target)) = (t.column(n), t.column(rn)) else {
                     continue;
@@ -390,7 +407,11 @@ impl Draft {
                 {
                     self.force(target);
                 }
-                self.vals[k] = Val::SelfFk { target, root_null };
+                self.vals[k] = Val::SelfFk {
+                    target,
+                    root_null,
+                    along,
+                };
                 self.decided[k] = true;
             }
         }
