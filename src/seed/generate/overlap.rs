@@ -28,6 +28,11 @@
 //! that many distinct partners, and the table as many rows as that
 //! allows, said in its note.
 //!
+//! A reference to the table itself that shares columns with a key to
+//! another table (a tree of accounts kept within a tenant) points at an
+//! earlier row that took the same row of that key's parent
+//! (`Val::SelfFk`'s `along`): one tree per tenant.
+//!
 //! What it does not do: a key that must agree with the values of two
 //! different earlier keys is joined without a filter (its parent is not
 //! narrowed further): rows with no partner are refused by the INSERT and
