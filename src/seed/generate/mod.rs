@@ -53,15 +53,15 @@
 //! table holds, through the one catalogue reader), `order` (parents
 //! first), `plan` (what each column gets in the INSERT), `table` (seeding
 //! one table: the plan's steps), `overlap` (foreign keys sharing columns:
-//! the order they are joined in, the rows that agree), `rules` (columns of which exactly one is
-//! set take turns), `families` (the values of each kind of type, a
-//! table), `pattern` (values of a regular expression), `json` (documents
-//! carrying what their readers read), `partition` (values some partition
-//! takes), `fit` (the values its types and CHECKs accept), `insert` (the
-//! rows), `fk_checks` (past the per-row foreign-key checks, then checked
-//! set-wise), `app_writes` (the apps' own), `statistics` (which relations
-//! to ANALYZE afterwards: those whose statistics the seeding or the
-//! migration before it made stale).
+//! the order they are joined in, the rows that agree), `rules` (columns
+//! of which exactly one is set take turns), `families` (the values of
+//! each kind of type, a table), `pattern` (values of a regular
+//! expression), `json` (documents carrying what their readers read),
+//! `partition` (values some partition takes), `fit` (the values its types
+//! and CHECKs accept), `insert` (the rows), `fk_checks` (past the per-row
+//! foreign-key checks, then checked set-wise), `app_writes` (the apps'
+//! own), `statistics` (which relations to ANALYZE afterwards: those whose
+//! statistics the seeding or the migration before it made stale).
 
 mod app_writes;
 mod catalogue;
