@@ -1286,7 +1286,9 @@ CREATE TABLE sessions (id integer PRIMARY KEY, token text NOT NULL DEFAULT rando
 /// pallet may not be NULL, is put only in depots that have one; a
 /// junction of aisles and pallets pairs those of one depot; a zone nests
 /// in a zone of its own depot (a reference to its table sharing the
-/// depot with the key to `depot`). The
+/// depot with the key to `depot`); a picker's crew, led by a picker (a
+/// cycle the nullable crew breaks, filled in afterwards), is one of its
+/// depot. The
 /// constraints are named so the plain key and the nullable one come
 /// first (the catalogue reads them by name): the generator must not let
 /// the first key it reads decide the shared column on its own.
@@ -1327,6 +1329,20 @@ CREATE TABLE zone (
     PRIMARY KEY (code, depot_id),
     FOREIGN KEY (parent_code, depot_id) REFERENCES zone (code, depot_id)
 );
+CREATE TABLE picker (
+    id       bigint,
+    depot_id bigint NOT NULL REFERENCES depot,
+    crew_id  bigint,
+    PRIMARY KEY (id, depot_id)
+);
+CREATE TABLE crew (
+    id       bigint,
+    depot_id bigint NOT NULL REFERENCES depot,
+    lead_id  bigint NOT NULL,
+    PRIMARY KEY (id, depot_id),
+    FOREIGN KEY (lead_id, depot_id) REFERENCES picker (id, depot_id)
+);
+ALTER TABLE picker ADD FOREIGN KEY (crew_id, depot_id) REFERENCES crew (id, depot_id);
 CREATE TABLE aisle_pallet (
     depot_id   bigint NOT NULL,
     aisle_code integer NOT NULL,
@@ -1345,9 +1361,13 @@ fn foreign_keys_sharing_a_column_agree_on_it(env: &TestEnv) -> anyhow::Result<()
     let mut c = db.connect()?;
     c.batch_execute(WAREHOUSE)?;
     let n = 200;
-    let rows = RowCounts::new(n).with("pallet", 3).with("zone", 3 * n);
+    let rows = RowCounts::new(n)
+        .with("pallet", 3)
+        .with("zone", 3 * n)
+        .with("crew", n / 4);
     let g = generate::seed(&mut c, None, &rows, &[])?;
     ensure!(g.unseeded.is_empty(), "{:?}", g.unseeded);
+    ensure!(g.warnings.is_empty(), "{:?}", g.warnings);
     for table in [
         "depot",
         "aisle",
@@ -1356,6 +1376,8 @@ fn foreign_keys_sharing_a_column_agree_on_it(env: &TestEnv) -> anyhow::Result<()
         "stow",
         "aisle_pallet",
         "zone",
+        "picker",
+        "crew",
     ] {
         let rows = table_rows(&mut c, table)?;
         ensure!(rows > 0, "{table} has no rows: {g:?}");
@@ -1365,7 +1387,7 @@ fn foreign_keys_sharing_a_column_agree_on_it(env: &TestEnv) -> anyhow::Result<()
     ensure!(table_rows(&mut c, "pick")? == n);
     ensure!(g.written("stow") == Some(n), "{g:?}");
     assert_written_rows_are_there(&mut c, &g)?;
-    ensure!(every_foreign_key_holds(&mut c)? == 12);
+    ensure!(every_foreign_key_holds(&mut c)? == 16);
     // Picks in the depots with a pallet name one; the others may not.
     let with_pallet = count(
         &mut c,
@@ -1387,6 +1409,20 @@ fn foreign_keys_sharing_a_column_agree_on_it(env: &TestEnv) -> anyhow::Result<()
         "SELECT count(*) FROM zone WHERE parent_code IS NOT NULL",
     )?;
     ensure!(nested == 2 * n as i64, "{nested} zones of {} nest", 3 * n);
+    // The crew a picker is in, filled in after the crews (a cycle), is
+    // one of the picker's depot: every picker whose depot has a crew.
+    let crewed = count(
+        &mut c,
+        "SELECT count(*) FROM picker WHERE crew_id IS NOT NULL",
+    )?;
+    let could = count(
+        &mut c,
+        "SELECT count(*) FROM picker WHERE depot_id IN (SELECT depot_id FROM crew)",
+    )?;
+    ensure!(
+        crewed > 0 && crewed == could && could < n as i64,
+        "{crewed} pickers in a crew, {could} could be"
+    );
     // A junction keyed by both: every (aisle, pallet) pair of one depot,
     // which its primary key allows, not the pairs across depots.
     let pairs = count(

@@ -33,6 +33,11 @@
 //! earlier row that took the same row of that key's parent
 //! (`Val::SelfFk`'s `along`): one tree per tenant.
 //!
+//! A key left NULL to break a cycle and filled in afterwards keeps the
+//! columns it shares with the table's other keys and takes a parent row
+//! that agrees on them (`insert::fill_agreeing`): setting them would move
+//! a row out of its tenant, breaking the keys that point at it.
+//!
 //! What it does not do: a key that must agree with the values of two
 //! different earlier keys is joined without a filter (its parent is not
 //! narrowed further): rows with no partner are refused by the INSERT and
