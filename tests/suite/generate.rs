@@ -1288,10 +1288,11 @@ CREATE TABLE sessions (id integer PRIMARY KEY, token text NOT NULL DEFAULT rando
 /// in a zone of its own depot (a reference to its table sharing the
 /// depot with the key to `depot`); a picker's crew, led by a picker (a
 /// cycle the nullable crew breaks, filled in afterwards), is one of its
-/// depot. The
-/// constraints are named so the plain key and the nullable one come
-/// first (the catalogue reads them by name): the generator must not let
-/// the first key it reads decide the shared column on its own.
+/// depot; a label, one per pallet, is put at an aisle of the pallet's
+/// depot. The constraints of `pick` are named so the plain key and the
+/// nullable one come first (the catalogue reads them by name): the
+/// generator must not let the first key it reads decide the shared
+/// column on its own.
 const WAREHOUSE: &str = r#"
 CREATE TABLE depot (id bigint PRIMARY KEY, city text NOT NULL);
 CREATE TABLE aisle (
@@ -1343,6 +1344,15 @@ CREATE TABLE crew (
     FOREIGN KEY (lead_id, depot_id) REFERENCES picker (id, depot_id)
 );
 ALTER TABLE picker ADD FOREIGN KEY (crew_id, depot_id) REFERENCES crew (id, depot_id);
+CREATE TABLE label (
+    id         bigint PRIMARY KEY,
+    depot_id   bigint NOT NULL,
+    aisle_code integer NOT NULL,
+    pallet_tag bigint,
+    UNIQUE (pallet_tag, depot_id),
+    FOREIGN KEY (aisle_code, depot_id) REFERENCES aisle (code, depot_id),
+    FOREIGN KEY (pallet_tag, depot_id) REFERENCES pallet (tag, depot_id)
+);
 CREATE TABLE aisle_pallet (
     depot_id   bigint NOT NULL,
     aisle_code integer NOT NULL,
@@ -1378,6 +1388,7 @@ fn foreign_keys_sharing_a_column_agree_on_it(env: &TestEnv) -> anyhow::Result<()
         "zone",
         "picker",
         "crew",
+        "label",
     ] {
         let rows = table_rows(&mut c, table)?;
         ensure!(rows > 0, "{table} has no rows: {g:?}");
@@ -1387,7 +1398,7 @@ fn foreign_keys_sharing_a_column_agree_on_it(env: &TestEnv) -> anyhow::Result<()
     ensure!(table_rows(&mut c, "pick")? == n);
     ensure!(g.written("stow") == Some(n), "{g:?}");
     assert_written_rows_are_there(&mut c, &g)?;
-    ensure!(every_foreign_key_holds(&mut c)? == 16);
+    ensure!(every_foreign_key_holds(&mut c)? == 18);
     // Picks in the depots with a pallet name one; the others may not.
     let with_pallet = count(
         &mut c,
@@ -1423,6 +1434,10 @@ fn foreign_keys_sharing_a_column_agree_on_it(env: &TestEnv) -> anyhow::Result<()
         crewed > 0 && crewed == could && could < n as i64,
         "{crewed} pickers in a crew, {could} could be"
     );
+    // One label per pallet (its UNIQUE key), each at an aisle of the
+    // pallet's depot: the pallet's key drives, though it may be NULL.
+    ensure!(g.written("label") == Some(3), "{g:?}");
+    ensure!(count(&mut c, "SELECT count(DISTINCT pallet_tag) FROM label")? == 3);
     // A junction keyed by both: every (aisle, pallet) pair of one depot,
     // which its primary key allows, not the pairs across depots.
     let pairs = count(
@@ -1439,9 +1454,11 @@ fn foreign_keys_sharing_a_column_agree_on_it(env: &TestEnv) -> anyhow::Result<()
 
 /// [`WAREHOUSE`] whose depots have an aisle or a pallet, never both:
 /// filling the empty tables, a pick takes its aisle and no pallet (NULL,
-/// as its key allows); a stow and the junction of aisles and pallets,
-/// which need both in one depot, are reported naming the key no row
-/// agrees with, and left empty, not written with rows the server refuses.
+/// as its key allows), and so does a label (one per pallet: its key,
+/// which would drive, goes last); a stow and the junction of aisles and
+/// pallets, which need both in one depot, are reported naming the key no
+/// row agrees with, and left empty, not written with rows the server
+/// refuses.
 fn foreign_keys_sharing_a_column_with_no_rows_that_agree_are_reported(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
@@ -1479,6 +1496,16 @@ fn foreign_keys_sharing_a_column_with_no_rows_that_agree_are_reported(
         .ok_or_else(|| anyhow::anyhow!("{g:?}"))?;
     ensure!(junction.reason.contains("no row of"), "{junction:?}");
     ensure!(g.unseeded.len() == 2, "{:?}", g.unseeded);
+    // A label's pallet may be NULL: its key, which would drive, goes last,
+    // and labels are put at aisles without a pallet.
+    let label = g.seeded.iter().find(|t| t.table == "label");
+    ensure!(label.is_some_and(|t| t.written > 0), "{label:?}");
+    ensure!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM label WHERE pallet_tag IS NOT NULL"
+        )? == 0
+    );
     ensure!(table_rows(&mut c, "stow")? == 0 && table_rows(&mut c, "aisle_pallet")? == 0);
     every_foreign_key_holds(&mut c)?;
     Ok(())

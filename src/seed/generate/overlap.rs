@@ -6,8 +6,9 @@
 //! parent has.
 //!
 //! So keys that share columns are joined together, one after the other
-//! ([`join_order`]): first the one that *drives* (a key that may not be
-//! NULL before one that may, the most columns first), whose parent row
+//! ([`join_order`]): first the one that *drives* (a key whose columns are
+//! UNIQUE on their own, then a key that may not be NULL before one that
+//! may, the most columns first), whose parent row
 //! gives the shared columns their values; each later key then picks among
 //! its parent's rows that agree with those values ([`super::plan::Join`]'s
 //! `agree`), in SQL, as every other join. When no row agrees:
@@ -18,8 +19,11 @@
 //!   only its parent's rows for which one agrees ([`agreeing_rows`]), a
 //!   semi-join, so every row it picks has a partner. A key whose columns
 //!   are all shared (the plain key to the tenant) is only that filter.
-//!   When no row of the driving parent has one, the table is reported,
-//!   naming both keys, rather than written with rows the server refuses.
+//!   When no row of the driving parent has one, a driving key that may be
+//!   NULL goes last and the keys are joined again (`table::seed_table`):
+//!   it then falls back to NULL where the others leave it no row. Any
+//!   other driving key: the table is reported, naming both keys, rather
+//!   than written with rows the server refuses.
 //!
 //! A UNIQUE key walked over the combinations of its keys' parent rows (a
 //! junction of two keys that share the tenant) counts, for a key that
@@ -49,10 +53,11 @@ use crate::pg::quote_ident;
 /// The order the table's foreign keys are joined in (indexes into
 /// `t.fks`): as the catalogue lists them, except that keys sharing a
 /// column (directly or through another) are taken together where the
-/// first of them is listed, the driving one first: a key that may not be
-/// NULL before one that may, then the most columns first. A reference to
-/// the table itself shares with nothing here (it is pointed at the
-/// table's own rows afterwards).
+/// first of them is listed, the driving one first: a key whose columns
+/// make a UNIQUE key on their own ([`unique_alone`]), then a key that may
+/// not be NULL before one that may, then the most columns first. A
+/// reference to the table itself shares with nothing here (it is pointed
+/// at the table's own rows afterwards).
 pub(super) fn join_order(t: &Table) -> Vec<usize> {
     let n = t.fks.len();
     let own = |f: usize| t.fks[f].ref_table == t.oid;
@@ -79,6 +84,7 @@ pub(super) fn join_order(t: &Table) -> Vec<usize> {
         }
         group.sort_by_key(|&g| {
             (
+                !unique_alone(t, &t.fks[g]),
                 t.fks[g].breakable(t),
                 std::cmp::Reverse(t.fks[g].cols.len()),
                 g,
@@ -87,6 +93,16 @@ pub(super) fn join_order(t: &Table) -> Vec<usize> {
         order.extend(group);
     }
     order
+}
+
+/// Whether a UNIQUE key of `t` is made of `fk`'s columns only (one seat
+/// per desk): each of its parent rows at most once, which only the
+/// driving key can promise (it walks its rows; a later key picks within
+/// groups the driving one chose).
+fn unique_alone(t: &Table, fk: &ForeignKey) -> bool {
+    t.uniques
+        .iter()
+        .any(|key| !key.is_empty() && key.iter().all(|n| fk.cols.contains(n)))
 }
 
 /// Whether key `fk`, whose columns `free` (indexes into the table's
@@ -190,6 +206,13 @@ mod tests {
         // The NOT NULL composite drives, the plain NOT NULL key next, the
         // nullable one last; the self-reference keeps its place.
         assert_eq!(join_order(&t), [3, 2, 0, 1]);
+    }
+
+    #[test]
+    fn a_key_unique_on_its_own_drives() {
+        let mut t = entries(vec![fk("account", &[3, 2], 12), fk("batch", &[4, 2], 10)]);
+        t.uniques.push(vec![4, 2]);
+        assert_eq!(join_order(&t), [1, 0]);
     }
 
     #[test]

@@ -56,10 +56,19 @@ pub(super) fn seed_table(
     }
 
     // 1. What each column gets, before values are chosen.
-    let mut draft = Draft::new(t);
-    let self_fks = match draft.point_foreign_keys(c, t, parents, cut)? {
-        Ok(self_fks) => self_fks,
-        Err(u) => return Ok(Err(u)),
+    // A key that may be NULL, driving keys that share its columns, can
+    // leave them no row to agree with: it goes last and the keys are
+    // pointed again ([`super::overlap`]).
+    let mut demoted = Vec::new();
+    let (mut draft, self_fks) = loop {
+        let mut draft = Draft::new(t);
+        match draft.point_foreign_keys(c, t, parents, cut, &demoted)? {
+            Ok(self_fks) => break (draft, self_fks),
+            Err(u) => match draft.demote.take() {
+                Some(f) if !demoted.contains(&f) => demoted.push(f),
+                _ => return Ok(Err(u)),
+            },
+        }
     };
     draft.point_self_references(t, &self_fks);
     if let Err(u) = draft.write_a_column(t) {
@@ -141,6 +150,11 @@ pub(super) struct Draft {
     /// Joins (by index) whose foreign key's columns make a UNIQUE key on
     /// their own: each parent row at most once.
     pub(super) single: Vec<usize>,
+    /// The foreign key (index into the table's) each join is for.
+    join_fks: Vec<usize>,
+    /// A key that may be NULL and drove keys sharing its columns, none of
+    /// whose rows has a partner: to be joined last ([`seed_table`]).
+    demote: Option<usize>,
 }
 
 impl Draft {
@@ -176,6 +190,8 @@ impl Draft {
             forced: BTreeSet::new(),
             joins: Vec::new(),
             single: Vec::new(),
+            join_fks: Vec::new(),
+            demote: None,
         }
     }
 
@@ -190,16 +206,20 @@ impl Draft {
     /// Each foreign key to another table points at its rows, or is NULL
     /// where it may be; one that can be neither leaves the table
     /// unseeded. Returns the table's references to itself, for
-    /// [`Draft::point_self_references`].
+    /// [`Draft::point_self_references`]. The keys `demoted` are joined
+    /// last.
     fn point_foreign_keys(
         &mut self,
         c: &mut impl GenericClient,
         t: &Table,
         parents: &HashMap<u32, &Table>,
         cut: &dyn Fn(&ForeignKey) -> Cut,
+        demoted: &[usize],
     ) -> anyhow::Result<Result<Vec<usize>, UnseededTable>> {
         let mut self_fks = Vec::new();
-        for f in join_order(t) {
+        let mut order = join_order(t);
+        order.sort_by_key(|f| demoted.contains(f));
+        for f in order {
             let fk = &t.fks[f];
             if fk.ref_table == t.oid {
                 self_fks.push(f);
@@ -212,7 +232,7 @@ impl Draft {
             let parent = parents.get(&fk.ref_table);
             let cut = cut(fk);
             if let Some(p) = parent.filter(|_| cut == Cut::No) {
-                match self.join_parent(c, t, fk, &local, p)? {
+                match self.join_parent(c, t, f, &local, p)? {
                     Ok(true) => continue,
                     Ok(false) => {}
                     Err(u) => return Ok(Err(u)),
@@ -257,10 +277,11 @@ impl Draft {
         &mut self,
         c: &mut impl GenericClient,
         t: &Table,
-        fk: &ForeignKey,
+        f: usize,
         local: &[usize],
         p: &Table,
     ) -> Result<Result<bool, UnseededTable>, postgres::Error> {
+        let fk = &t.fks[f];
         let ref_cols: Vec<String> = fk
             .ref_cols
             .iter()
@@ -322,6 +343,7 @@ impl Draft {
             self.decided[k] = true;
         }
         self.joins.push(join);
+        self.join_fks.push(f);
         Ok(Ok(true))
     }
 
@@ -354,6 +376,10 @@ impl Draft {
         self.joins[d].n = n;
         if n > 0 {
             return Ok(Ok(()));
+        }
+        let driving = self.join_fks[d];
+        if t.fks[driving].breakable(t) {
+            self.demote = Some(driving);
         }
         let driver = &self.joins[d].parent;
         let cols = shared
