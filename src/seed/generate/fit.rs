@@ -323,7 +323,7 @@ pub(super) fn walk_lists(plan: &mut Plan, carriers: &BTreeSet<usize>) -> Option<
         for j in joins {
             if plan.joins[j].divisor.is_none() {
                 plan.joins[j].divisor = Some(combinations);
-                combinations = combinations.saturating_mul(plan.joins[j].n);
+                combinations = combinations.saturating_mul(plan.joins[j].choices());
             }
         }
         if combinations < plan.rows {

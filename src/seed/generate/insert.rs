@@ -433,7 +433,8 @@ fn write(
 /// Points the rows transaction `xid` wrote into `child` at rows of
 /// `parent` through `fk` (left NULL to break a cycle). Skipped when the
 /// key's columns make a UNIQUE key on their own (reusing parent rows
-/// would collide). The inner error is the server's message; the update
+/// would collide). Its columns that other keys share are kept and
+/// matched ([`fill_agreeing`]). The inner error is the server's message; the update
 /// is all or nothing.
 pub(super) fn fill_broken_reference(
     c: &mut impl GenericClient,
@@ -480,16 +481,30 @@ pub(super) fn fill_broken_reference(
     if n == 0 {
         return Ok(Err(format!("{} has no rows", parent.name)));
     }
-    // A constant modulus keeps the join a hash join.
-    let sql = format!(
-        "UPDATE {qc} AS c SET {set}
-           FROM (SELECT ctid AS rid, row_number() OVER () - 1 AS rn FROM {qc}
-                  WHERE xmin::text = {}) n
-           JOIN (SELECT {keys}, row_number() OVER (ORDER BY {keys}) - 1 AS rn
-                   FROM {qp} WHERE {not_null}) p ON p.rn = n.rn % {n}
-          WHERE c.ctid = n.rid",
-        quote_literal(xid)
-    );
+    // Columns another key of the child shares keep their values (a
+    // tenant): the parent row is one that agrees on them.
+    let shared: Vec<usize> = (0..cols.len())
+        .filter(|&i| {
+            child
+                .fks
+                .iter()
+                .any(|o| o.name != fk.name && o.cols.contains(&fk.cols[i]))
+        })
+        .collect();
+    let sql = if shared.is_empty() {
+        // A constant modulus keeps the join a hash join.
+        format!(
+            "UPDATE {qc} AS c SET {set}
+               FROM (SELECT ctid AS rid, row_number() OVER () - 1 AS rn FROM {qc}
+                      WHERE xmin::text = {}) n
+               JOIN (SELECT {keys}, row_number() OVER (ORDER BY {keys}) - 1 AS rn
+                       FROM {qp} WHERE {not_null}) p ON p.rn = n.rn % {n}
+              WHERE c.ctid = n.rid",
+            quote_literal(xid)
+        )
+    } else {
+        fill_agreeing(child, parent, &cols, &refs, &shared, xid)
+    };
     let mut tx = c.transaction()?;
     match tx.execute(sql.as_str(), &[]) {
         Ok(_) => {
@@ -499,6 +514,78 @@ pub(super) fn fill_broken_reference(
         Err(e) if e.as_db_error().is_some() => Ok(Err(crate::errors::one_line(&e))),
         Err(e) => Err(e),
     }
+}
+
+/// The UPDATE of [`fill_broken_reference`] for a key whose columns
+/// `shared` (positions in `cols`, the child's, and `refs`, the parent's)
+/// other keys of the child share: those are matched, not set. The rows
+/// written (`xid`) are numbered within each group of equal shared values,
+/// the parent's rows likewise and counted per group; row `rn` of a group
+/// takes the parent's row `rn % count` of the same group. A row no parent
+/// row agrees with keeps its NULLs (the key is MATCH SIMPLE and was left
+/// NULL). Equalities only, so the joins stay hash joins.
+fn fill_agreeing(
+    child: &Table,
+    parent: &Table,
+    cols: &[String],
+    refs: &[String],
+    shared: &[usize],
+    xid: &str,
+) -> String {
+    let list = |names: &[String], alias: bool| {
+        shared
+            .iter()
+            .enumerate()
+            .map(|(s, &i)| {
+                let col = quote_ident(&names[i]);
+                if alias {
+                    format!("{col} AS rollsafe_s{s}")
+                } else {
+                    col
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let on = |a: &str, b: &str| {
+        (0..shared.len())
+            .map(|s| format!("{a}.rollsafe_s{s} = {b}.rollsafe_s{s}"))
+            .collect::<Vec<_>>()
+            .join(" AND ")
+    };
+    let set = (0..cols.len())
+        .filter(|i| !shared.contains(i))
+        .map(|i| format!("{} = p.{}", quote_ident(&cols[i]), quote_ident(&refs[i])))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let keys = refs
+        .iter()
+        .map(|r| quote_ident(r))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let not_null = refs
+        .iter()
+        .map(|r| format!("{} IS NOT NULL", quote_ident(r)))
+        .collect::<Vec<_>>()
+        .join(" AND ");
+    let (qc, qp) = (&child.qualified, &parent.qualified);
+    let (child_shared, parent_shared) = (list(cols, false), list(refs, false));
+    format!(
+        "UPDATE {qc} AS c SET {set}
+           FROM (SELECT ctid AS rid, {}, row_number() OVER (PARTITION BY {child_shared}) - 1 AS rn
+                   FROM {qc} WHERE xmin::text = {}) n
+           JOIN (SELECT {}, count(*) AS rollsafe_n FROM {qp} WHERE {not_null}
+                  GROUP BY {parent_shared}) k ON {}
+           JOIN (SELECT {keys}, {}, row_number() OVER (PARTITION BY {parent_shared} ORDER BY {keys}) - 1 AS rn
+                   FROM {qp} WHERE {not_null}) p ON {} AND p.rn = n.rn % k.rollsafe_n
+          WHERE c.ctid = n.rid",
+        list(cols, true),
+        quote_literal(xid),
+        list(refs, true),
+        on("k", "n"),
+        list(refs, true),
+        on("p", "n"),
+    )
 }
 
 /// The largest value of the integer columns rollsafe fills for a UNIQUE

@@ -15,7 +15,12 @@
 //!   are numbered (`row_number() OVER (ORDER BY key)`) and row `g` takes
 //!   number `(g - 1) % n`. A UNIQUE key made only of foreign-key columns
 //!   (a junction table's primary key) walks the combinations instead, and
-//!   the table gets at most as many rows as there are combinations. Where
+//!   the table gets at most as many rows as there are combinations. Keys
+//!   that share a column (a tenant carried by two composite keys and a
+//!   plain one) are joined together (`overlap`): one drives, the others
+//!   pick among the parent rows that agree with it on the shared columns,
+//!   NULL where a nullable key has none, and the driving key keeps only
+//!   rows with a partner where the other key may not be NULL. Where
 //!   the session may (`fk_checks`), a table without INSERT triggers or
 //!   rules gets its rows past the server's per-row key checks, every key
 //!   then checked once for all of them (2.6x faster for two keys);
@@ -47,15 +52,16 @@
 //! The parts, in the order a seeding runs them: `catalogue` (what each
 //! table holds, through the one catalogue reader), `order` (parents
 //! first), `plan` (what each column gets in the INSERT), `table` (seeding
-//! one table: the plan's steps), `rules` (columns of which exactly one is
-//! set take turns), `families` (the values of each kind of type, a
-//! table), `pattern` (values of a regular expression), `json` (documents
-//! carrying what their readers read), `partition` (values some partition
-//! takes), `fit` (the values its types and CHECKs accept), `insert` (the
-//! rows), `fk_checks` (past the per-row foreign-key checks, then checked
-//! set-wise), `app_writes` (the apps' own), `statistics` (which relations
-//! to ANALYZE afterwards: those whose statistics the seeding or the
-//! migration before it made stale).
+//! one table: the plan's steps), `overlap` (foreign keys sharing columns:
+//! the order they are joined in, the rows that agree), `rules` (columns
+//! of which exactly one is set take turns), `families` (the values of
+//! each kind of type, a table), `pattern` (values of a regular
+//! expression), `json` (documents carrying what their readers read),
+//! `partition` (values some partition takes), `fit` (the values its types
+//! and CHECKs accept), `insert` (the rows), `fk_checks` (past the per-row
+//! foreign-key checks, then checked set-wise), `app_writes` (the apps'
+//! own), `statistics` (which relations to ANALYZE afterwards: those whose
+//! statistics the seeding or the migration before it made stale).
 
 mod app_writes;
 mod catalogue;
@@ -66,6 +72,7 @@ mod fk_checks;
 mod insert;
 mod json;
 mod order;
+mod overlap;
 mod partition;
 mod pattern;
 mod plan;

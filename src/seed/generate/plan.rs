@@ -31,9 +31,17 @@ pub(super) enum Val {
     /// The value of column `target` (an index into the table's columns) of
     /// an earlier row of the same table: row g points at row g / 2; row 1
     /// at nothing (NULL) or, when NULL is not allowed, at itself.
+    ///
+    /// `along`: the key shares columns with join `along` (a tree kept
+    /// within a tenant, `(parent_id, tenant_id)`), so the parent must be
+    /// a row that took the same referenced row. That join's pick repeats
+    /// every `stride` rows ([`Plan::stride`]): the rows taking one of its
+    /// rows are numbered k = (g - 1) / stride, and row k points at row
+    /// k / 2 of the same ones; the first `stride` rows are the roots.
     SelfFk {
         target: usize,
         root_null: bool,
+        along: Option<usize>,
     },
     Null,
 }
@@ -56,6 +64,70 @@ pub(super) struct Join {
     /// takes, per row of the earlier one, each of the *other* rows in turn,
     /// so the pairs are distinct and never a row paired with itself.
     pub(super) apart_from: Option<usize>,
+    /// Conditions the referenced rows must meet besides a key without
+    /// NULLs, on the parent's row as `q`: a key whose columns another
+    /// key shares keeps only the rows some row of that key's parent
+    /// agrees with ([`super::overlap`]).
+    pub(super) filter: Vec<String>,
+    /// The columns of this key that earlier joins already give a value
+    /// (its referenced column, the earlier join, that join's column):
+    /// this one takes, among the rows that agree on them, row number
+    /// `pick` of that group; no row agrees: NULL ([`super::overlap`]).
+    pub(super) agree: Vec<(String, usize, String)>,
+    /// For a join that agrees with earlier ones: the fewest rows a group
+    /// the earlier rows name holds, the choices a walk of a UNIQUE key
+    /// may count on for every row of theirs (1 at least: a key NULL for
+    /// want of a partner collides with nothing).
+    pub(super) least: u64,
+}
+
+impl Join {
+    /// The referenced rows to pick from, as `SELECT <key> …`: those whose
+    /// key has no NULL and that pass the join's filter. A probe (run once
+    /// per candidate while CHECKs are searched) needs some parent rows,
+    /// not all: the first 16 by the key, read from the unique index
+    /// every referenced key has (no sort of a big table). The same 16 for
+    /// every join to one parent, so the shift between two such joins
+    /// holds in the probe as in the INSERT (an inviter is not the
+    /// invitee).
+    pub(super) fn rows(&self, probe: bool) -> String {
+        let keys = self.keys();
+        let mut conditions: Vec<String> = self
+            .ref_cols
+            .iter()
+            .map(|c| format!("q.{} IS NOT NULL", quote_ident(c)))
+            .collect();
+        conditions.extend(self.filter.iter().map(|f| format!("({f})")));
+        let limit = if probe {
+            format!(" ORDER BY {keys} LIMIT 16")
+        } else {
+            String::new()
+        };
+        format!(
+            "SELECT {keys} FROM {} q WHERE {}{limit}",
+            self.parent,
+            conditions.join(" AND ")
+        )
+    }
+
+    /// How many referenced rows each row can choose among: all of them,
+    /// or, for a join that agrees with earlier ones, its smallest group.
+    pub(super) fn choices(&self) -> u64 {
+        if self.agree.is_empty() {
+            self.n
+        } else {
+            self.least.max(1)
+        }
+    }
+
+    /// The referenced columns, quoted, comma-separated.
+    fn keys(&self) -> String {
+        self.ref_cols
+            .iter()
+            .map(|c| quote_ident(c))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 pub(super) struct Plan<'a> {
@@ -97,10 +169,21 @@ impl Plan<'_> {
             }
             Val::Gen { fams, chosen } => cast(at(&fams[*chosen].sql, &self.index())),
             Val::Fk { fk, col: c } => format!("fk{fk}.{}", quote_ident(c)),
-            Val::SelfFk { target, root_null } => {
+            Val::SelfFk {
+                target,
+                root_null,
+                along,
+            } => {
+                let (is_root, parent_g) = match along.and_then(|j| self.stride(j, probe)) {
+                    Some(s) => (
+                        format!("s.g <= {s}"),
+                        format!("((s.g - 1) / {s} / 2) * {s} + (s.g - 1) % {s} + 1"),
+                    ),
+                    None => ("s.g = 1".to_string(), "s.g / 2".to_string()),
+                };
                 let parent = match &self.vals[*target] {
                     Val::Gen { fams, chosen } => {
-                        at(&fams[*chosen].sql, &format!("s.g / 2 + {}", self.offset))
+                        at(&fams[*chosen].sql, &format!("{parent_g} + {}", self.offset))
                     }
                     _ => "NULL".into(),
                 };
@@ -110,13 +193,25 @@ impl Plan<'_> {
                     self.expr(*target, probe).unwrap_or_else(|| "NULL".into())
                 };
                 format!(
-                    "CASE WHEN s.g = 1 THEN {} ELSE {} END",
+                    "CASE WHEN {is_root} THEN {} ELSE {} END",
                     cast(root),
                     cast(parent)
                 )
             }
             Val::Null => cast("NULL".into()),
         })
+    }
+
+    /// Every how many rows join `j` takes the same referenced row again
+    /// (see [`Plan::pick`]); None when that depends on another join (one
+    /// that agrees with earlier ones, or stays apart from one).
+    fn stride(&self, j: usize, probe: bool) -> Option<u64> {
+        let j = &self.joins[j];
+        if !j.agree.is_empty() || j.apart_from.is_some() {
+            return None;
+        }
+        let n = if probe { j.n.min(16) } else { j.n };
+        Some(j.divisor.unwrap_or(1).saturating_mul(n).max(1))
     }
 
     /// `SELECT <values> FROM <source of g> <joins>`; a probe limits each
@@ -136,46 +231,65 @@ impl Plan<'_> {
             .collect();
         let mut sql = format!("SELECT {} FROM {source}", values.join(", "));
         for (f, j) in self.joins.iter().enumerate() {
-            let keys = j
-                .ref_cols
-                .iter()
-                .map(|c| quote_ident(c))
-                .collect::<Vec<_>>()
-                .join(", ");
-            let not_null = j
-                .ref_cols
-                .iter()
-                .map(|c| format!("{} IS NOT NULL", quote_ident(c)))
-                .collect::<Vec<_>>()
-                .join(" AND ");
-            // A probe (run once per candidate while CHECKs are searched)
-            // needs some parent rows, not all: the first 16 by the key,
-            // read from the unique index every referenced key has (no
-            // sort of a big table). The same 16 for every join to one
-            // parent, so the shift between two such joins holds in the
-            // probe as in the INSERT (an inviter is not the invitee).
-            let limit = if probe {
-                format!(" ORDER BY {keys} LIMIT 16")
-            } else {
-                String::new()
-            };
-            let pick = self.pick(f, probe);
-            sql.push_str(&format!(
-                " LEFT JOIN (SELECT {keys}, row_number() OVER (ORDER BY {keys}) - 1 AS rollsafe_rn
-                     FROM (SELECT {keys} FROM {} WHERE {not_null}{limit}) p) fk{f}
-                   ON fk{f}.rollsafe_rn = {pick}",
-                j.parent
-            ));
+            sql.push_str(&self.join_sql(f, j, probe));
         }
         sql
     }
 
+    /// ` LEFT JOIN … fk<f>`: join `f`'s referenced rows, numbered from 0,
+    /// the one [`Plan::pick`] names. A join that must agree with earlier
+    /// ones on shared columns numbers the rows within each group of equal
+    /// shared values, and counts each group (`fk<f>n`) to pick from it:
+    /// equalities only, so both stay hash joins.
+    fn join_sql(&self, f: usize, j: &Join, probe: bool) -> String {
+        let (keys, rows, pick) = (j.keys(), j.rows(probe), self.pick(f, probe));
+        if j.agree.is_empty() {
+            return format!(
+                " LEFT JOIN (SELECT {keys}, row_number() OVER (ORDER BY {keys}) - 1 AS rollsafe_rn
+                     FROM ({rows}) p) fk{f}
+                   ON fk{f}.rollsafe_rn = {pick}"
+            );
+        }
+        let shared = j
+            .agree
+            .iter()
+            .map(|(r, _, _)| quote_ident(r))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let on = |alias: &str| {
+            j.agree
+                .iter()
+                .map(|(r, other, c)| {
+                    format!("{alias}.{} = fk{other}.{}", quote_ident(r), quote_ident(c))
+                })
+                .collect::<Vec<_>>()
+                .join(" AND ")
+        };
+        format!(
+            " LEFT JOIN (SELECT {shared}, count(*) AS rollsafe_n FROM ({rows}) p GROUP BY {shared}) fk{f}n
+                ON {}
+              LEFT JOIN (SELECT {keys}, row_number() OVER (PARTITION BY {shared} ORDER BY {keys}) - 1 AS rollsafe_rn
+                     FROM ({rows}) p) fk{f}
+                ON {} AND fk{f}.rollsafe_rn = {pick}",
+            on(&format!("fk{f}n")),
+            on(&format!("fk{f}"))
+        )
+    }
+
     /// The number (from 0) of the referenced row join `f` takes for row
-    /// `s.g`.
+    /// `s.g`: among all its rows, or, for a join that agrees with earlier
+    /// ones, among the rows of its group (`fk<f>n` of them).
     fn pick(&self, f: usize, probe: bool) -> String {
         let j = &self.joins[f];
-        let n = if probe { j.n.min(16) } else { j.n };
         let shift = j.shift;
+        if !j.agree.is_empty() {
+            let n = format!("fk{f}n.rollsafe_n");
+            return match j.divisor {
+                Some(d) => format!("((s.g - 1) / {d} + {shift}) % {n}"),
+                None => format!("(s.g - 1 + {shift}) % {n}"),
+            };
+        }
+        let n = if probe { j.n.min(16) } else { j.n };
         match (j.divisor, j.apart_from) {
             (Some(d), Some(earlier)) if n > 1 => format!(
                 "(({}) + 1 + ((s.g - 1) / {d}) % {}) % {n}",

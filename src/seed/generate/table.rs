@@ -12,6 +12,7 @@ use super::families::{families, Literals};
 use super::family::at;
 use super::fit::{choose_values, satisfy_checks, walk_lists};
 use super::insert::{insert_rows, max_integer_key};
+use super::overlap::{agreeing_rows, falls_back, join_order};
 use super::plan::{unseeded, Join, Plan, TableResult, Val};
 use super::Seeding;
 use super::{SeededTable, UnseededTable, I};
@@ -55,10 +56,19 @@ pub(super) fn seed_table(
     }
 
     // 1. What each column gets, before values are chosen.
-    let mut draft = Draft::new(t);
-    let self_fks = match draft.point_foreign_keys(c, t, parents, cut)? {
-        Ok(self_fks) => self_fks,
-        Err(u) => return Ok(Err(u)),
+    // A key that may be NULL, driving keys that share its columns, can
+    // leave them no row to agree with: it goes last and the keys are
+    // pointed again ([`super::overlap`]).
+    let mut demoted = Vec::new();
+    let (mut draft, self_fks) = loop {
+        let mut draft = Draft::new(t);
+        match draft.point_foreign_keys(c, t, parents, cut, &demoted)? {
+            Ok(self_fks) => break (draft, self_fks),
+            Err(u) => match draft.demote.take() {
+                Some(f) if !demoted.contains(&f) => demoted.push(f),
+                _ => return Ok(Err(u)),
+            },
+        }
     };
     draft.point_self_references(t, &self_fks);
     if let Err(u) = draft.write_a_column(t) {
@@ -140,6 +150,11 @@ pub(super) struct Draft {
     /// Joins (by index) whose foreign key's columns make a UNIQUE key on
     /// their own: each parent row at most once.
     pub(super) single: Vec<usize>,
+    /// The foreign key (index into the table's) each join is for.
+    join_fks: Vec<usize>,
+    /// A key that may be NULL and drove keys sharing its columns, none of
+    /// whose rows has a partner: to be joined last ([`seed_table`]).
+    demote: Option<usize>,
 }
 
 impl Draft {
@@ -175,6 +190,8 @@ impl Draft {
             forced: BTreeSet::new(),
             joins: Vec::new(),
             single: Vec::new(),
+            join_fks: Vec::new(),
+            demote: None,
         }
     }
 
@@ -189,16 +206,21 @@ impl Draft {
     /// Each foreign key to another table points at its rows, or is NULL
     /// where it may be; one that can be neither leaves the table
     /// unseeded. Returns the table's references to itself, for
-    /// [`Draft::point_self_references`].
+    /// [`Draft::point_self_references`]. The keys `demoted` are joined
+    /// last.
     fn point_foreign_keys(
         &mut self,
         c: &mut impl GenericClient,
         t: &Table,
         parents: &HashMap<u32, &Table>,
         cut: &dyn Fn(&ForeignKey) -> Cut,
+        demoted: &[usize],
     ) -> anyhow::Result<Result<Vec<usize>, UnseededTable>> {
         let mut self_fks = Vec::new();
-        for (f, fk) in t.fks.iter().enumerate() {
+        let mut order = join_order(t);
+        order.sort_by_key(|f| demoted.contains(f));
+        for f in order {
+            let fk = &t.fks[f];
             if fk.ref_table == t.oid {
                 self_fks.push(f);
                 continue;
@@ -210,8 +232,10 @@ impl Draft {
             let parent = parents.get(&fk.ref_table);
             let cut = cut(fk);
             if let Some(p) = parent.filter(|_| cut == Cut::No) {
-                if self.join_parent(c, t, fk, &local, p)? {
-                    continue;
+                match self.join_parent(c, t, f, &local, p)? {
+                    Ok(true) => continue,
+                    Ok(false) => {}
+                    Err(u) => return Ok(Err(u)),
                 }
             }
             if cut == Cut::Deferred {
@@ -244,43 +268,39 @@ impl Draft {
     }
 
     /// The key's columns (`local`) take the numbered rows of parent `p`
-    /// when it has any; false when it has none to point at.
+    /// when it has any; false when it has none to point at. Columns an
+    /// earlier key already gives a value (a key sharing them,
+    /// [`super::overlap`]) keep it: this key picks among the rows that
+    /// agree, and, unless it may fall back to NULL, the earlier key keeps
+    /// only rows that have such a partner ([`Draft::require_agreement`]).
     fn join_parent(
         &mut self,
         c: &mut impl GenericClient,
         t: &Table,
-        fk: &ForeignKey,
+        f: usize,
         local: &[usize],
         p: &Table,
-    ) -> Result<bool, postgres::Error> {
+    ) -> Result<Result<bool, UnseededTable>, postgres::Error> {
+        let fk = &t.fks[f];
         let ref_cols: Vec<String> = fk
             .ref_cols
             .iter()
             .filter_map(|&n| p.column(n).map(|k| p.columns[k].name.clone()))
             .collect();
-        let not_null = ref_cols
-            .iter()
-            .map(|c| format!("{} IS NOT NULL", quote_ident(c)))
-            .collect::<Vec<_>>()
-            .join(" AND ");
-        let n: i64 = c
-            .query_one(
-                &format!("SELECT count(*) FROM {} WHERE {not_null}", p.qualified),
-                &[],
-            )?
-            .get(0);
-        if n <= 0 || ref_cols.len() != local.len() {
-            return Ok(false);
+        if ref_cols.len() != local.len() {
+            return Ok(Ok(false));
         }
-        let j = self.joins.len();
-        for (k, rc) in local.iter().zip(&ref_cols) {
-            let free = !self.decided[*k] || matches!(self.vals[*k], Val::Omitted { .. });
-            if free && !t.columns[*k].generated {
-                self.vals[*k] = Val::Fk {
-                    fk: j,
-                    col: rc.clone(),
-                };
-                self.decided[*k] = true;
+        let mut agree = Vec::new();
+        let mut free = Vec::new();
+        for (&k, rc) in local.iter().zip(&ref_cols) {
+            match &self.vals[k] {
+                Val::Fk { fk: j, col } => agree.push((rc.clone(), *j, col.clone())),
+                _ if (!self.decided[k] || matches!(self.vals[k], Val::Omitted { .. }))
+                    && !t.columns[k].generated =>
+                {
+                    free.push((k, rc.clone()));
+                }
+                _ => {}
             }
         }
         let shift = self
@@ -288,23 +308,118 @@ impl Draft {
             .iter()
             .filter(|j| j.parent == p.qualified)
             .count() as u64;
-        self.joins.push(Join {
+        let mut join = Join {
             parent: p.qualified.clone(),
             ref_cols,
-            n: n as u64,
+            n: 0,
             divisor: None,
             shift,
             apart_from: None,
-        });
-        Ok(true)
+            filter: Vec::new(),
+            agree,
+            least: 0,
+        };
+        let n = count_rows(c, &join)?;
+        if n == 0 {
+            return Ok(Ok(false));
+        }
+        join.n = n;
+        let free_cols: Vec<usize> = free.iter().map(|(k, _)| *k).collect();
+        if !join.agree.is_empty() && !falls_back(t, fk, &free_cols) {
+            if let Err(u) = self.require_agreement(c, t, fk, &join)? {
+                return Ok(Err(u));
+            }
+            if free.is_empty() {
+                // All its columns shared: the filter is all it needs.
+                return Ok(Ok(true));
+            }
+        }
+        if !join.agree.is_empty() {
+            join.least = least_group(c, &self.joins, &join)?;
+        }
+        let j = self.joins.len();
+        for (k, rc) in free {
+            self.vals[k] = Val::Fk { fk: j, col: rc };
+            self.decided[k] = true;
+        }
+        self.joins.push(join);
+        self.join_fks.push(f);
+        Ok(Ok(true))
+    }
+
+    /// Key `fk` (its join `later`) may not be left without a parent row:
+    /// the earlier join that gives its shared columns their values keeps
+    /// only the rows some row of `fk`'s parent agrees with, and is counted
+    /// again. None left: the table is reported. Shared columns given by
+    /// two earlier joins are not narrowed ([`super::overlap`]).
+    fn require_agreement(
+        &mut self,
+        c: &mut impl GenericClient,
+        t: &Table,
+        fk: &ForeignKey,
+        later: &Join,
+    ) -> Result<Result<(), UnseededTable>, postgres::Error> {
+        let Some(&(_, d, _)) = later.agree.first() else {
+            return Ok(Ok(()));
+        };
+        if later.agree.iter().any(|&(_, j, _)| j != d) {
+            return Ok(Ok(()));
+        }
+        let shared: Vec<(String, String)> = later
+            .agree
+            .iter()
+            .map(|(r, _, col)| (r.clone(), col.clone()))
+            .collect();
+        let filter = agreeing_rows(&later.parent, &shared, &later.ref_cols);
+        self.joins[d].filter.push(filter);
+        let n = count_rows(c, &self.joins[d])?;
+        self.joins[d].n = n;
+        if n > 0 {
+            return Ok(Ok(()));
+        }
+        let driving = self.join_fks[d];
+        if t.fks[driving].breakable(t) {
+            self.demote = Some(driving);
+        }
+        let driver = &self.joins[d].parent;
+        let cols = shared
+            .iter()
+            .map(|(_, col)| col.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        Ok(unseeded(
+            t,
+            Some(&fk.name),
+            format!(
+                "foreign key {} shares columns with the key to {driver}, and no row of {driver} has a row of {} with the same {cols} to point at",
+                fk.name, later.parent
+            ),
+        ))
     }
 
     /// A reference to the table itself names an earlier row of the same
     /// statement; the referenced column becomes a value rollsafe computes.
+    /// Columns it shares with a key to another table keep that key's
+    /// value, and the earlier row is one that took the same referenced
+    /// row (`along`, [`Val::SelfFk`]).
     fn point_self_references(&mut self, t: &Table, self_fks: &[usize]) {
         for &f in self_fks {
             let fk = &t.fks[f];
             let root_null = fk.breakable(t);
+            let mut shared = fk
+                .cols
+                .iter()
+                .filter_map(|&n| match self.vals[t.column(n)?] {
+                    Val::Fk { fk: j, .. } => Some(j),
+                    _ => None,
+                })
+                .collect::<Vec<_>>();
+            shared.sort_unstable();
+            shared.dedup();
+            let along = match shared[..] {
+                [j] => Some(j),
+                _ => None,
+            };
             for (&n, &rn) in fk.cols.iter().zip(&fk.ref_cols) {
                 let (Some(k), Some(target)) = (t.column(n), t.column(rn)) else {
                     continue;
@@ -318,7 +433,11 @@ impl Draft {
                 {
                     self.force(target);
                 }
-                self.vals[k] = Val::SelfFk { target, root_null };
+                self.vals[k] = Val::SelfFk {
+                    target,
+                    root_null,
+                    along,
+                };
                 self.decided[k] = true;
             }
         }
@@ -444,9 +563,10 @@ impl Draft {
                 .iter()
                 .copied()
                 .find(|&e| self.joins[e].parent == self.joins[j].parent);
-            let n = self.joins[j].n;
+            let n = self.joins[j].choices();
+            let agrees = !self.joins[j].agree.is_empty();
             let choices = match earlier {
-                Some(e) if n > 1 => {
+                Some(e) if n > 1 && !agrees => {
                     self.joins[j].apart_from = Some(e);
                     n - 1
                 }
@@ -455,8 +575,14 @@ impl Draft {
             divisor = divisor.saturating_mul(choices);
         }
         if divisor < requested {
+            let agreeing = radix.iter().any(|&j| !self.joins[j].agree.is_empty());
             let note = format!(
-                "{divisor} rows: every combination of the referenced rows its UNIQUE key allows"
+                "{divisor} rows: every combination of the referenced rows its UNIQUE key allows{}",
+                if agreeing {
+                    " (of rows that agree on the columns its foreign keys share)"
+                } else {
+                    ""
+                }
             );
             return (divisor, Some(note));
         }
@@ -483,4 +609,51 @@ fn take_turns(t: &Table, vals: &[Val], decided: &[bool]) -> Vec<Option<(usize, u
         }
     }
     turns
+}
+
+/// How many referenced rows join `j` picks from (its key without NULLs,
+/// its filter kept).
+fn count_rows(c: &mut impl GenericClient, j: &Join) -> Result<u64, postgres::Error> {
+    let n: i64 = c
+        .query_one(&format!("SELECT count(*) FROM ({}) p", j.rows(false)), &[])?
+        .get(0);
+    Ok(n.max(0) as u64)
+}
+
+/// [`Join::least`] of `later`, a join agreeing with earlier `joins`: the
+/// fewest of its rows that agree with a row of the earlier join giving
+/// the shared values (with shared values from two joins: the smallest
+/// group of all).
+fn least_group(
+    c: &mut impl GenericClient,
+    joins: &[Join],
+    later: &Join,
+) -> Result<u64, postgres::Error> {
+    let shared = later
+        .agree
+        .iter()
+        .map(|(r, _, _)| quote_ident(r))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let groups = format!(
+        "SELECT {shared}, count(*) AS rollsafe_n FROM ({}) p GROUP BY {shared}",
+        later.rows(false)
+    );
+    let d = later.agree[0].1;
+    let sql = if later.agree.iter().all(|&(_, j, _)| j == d) {
+        let on = later
+            .agree
+            .iter()
+            .map(|(r, _, col)| format!("f.{} = d.{}", quote_ident(r), quote_ident(col)))
+            .collect::<Vec<_>>()
+            .join(" AND ");
+        format!(
+            "SELECT coalesce(min(f.rollsafe_n), 0) FROM ({}) d JOIN ({groups}) f ON {on}",
+            joins[d].rows(false)
+        )
+    } else {
+        format!("SELECT coalesce(min(rollsafe_n), 0) FROM ({groups}) f")
+    };
+    let n: i64 = c.query_one(sql.as_str(), &[])?.get(0);
+    Ok(n.max(0) as u64)
 }
