@@ -946,6 +946,107 @@ mod tests {
         assert_eq!(layout_in(None), Layout::GolangMigrate);
     }
 
+    /// A Go module's folder of `.up.sql` files whose numeric prefixes
+    /// repeat (and an `x_up.sql` the tool's regexp takes): maragudk/migrate's
+    /// where go.mod requires it, also beside golang-migrate (which refuses a
+    /// repeated version); without the go.mod, the refusal names it.
+    #[test]
+    fn a_go_module_requiring_maragudk_migrate_reads_its_folder_its_way() {
+        let project = tempfile::tempdir().unwrap();
+        std::fs::create_dir(project.path().join(".git")).unwrap();
+        let dir = project.path().join("db/migrations");
+        std::fs::create_dir_all(&dir).unwrap();
+        for (f, sql) in [
+            ("0001_kettles.up.sql", "CREATE TABLE kettles (id int);"),
+            ("0001_kettles.down.sql", "DROP TABLE kettles;"),
+            ("0001_lids.up.sql", "CREATE TABLE lids (id int);"),
+            ("0002_spouts_up.sql", "CREATE TABLE spouts (id int);"),
+            ("0002_spouts_down.sql", "DROP TABLE spouts;"),
+            ("notes.sql", "-- not a migration"),
+        ] {
+            std::fs::write(dir.join(f), sql).unwrap();
+        }
+        let without = Catalog::from_dir(&dir).unwrap_err().to_string();
+        assert!(
+            without.contains("pass --layout maragudk-migrate"),
+            "{without}"
+        );
+        let go_mod = |requires: &str| {
+            std::fs::write(
+                project.path().join("go.mod"),
+                format!("module example.com/teapot\n\ngo 1.22\n\nrequire (\n{requires})\n"),
+            )
+            .unwrap();
+            Catalog::from_dir(&dir)
+        };
+        for requires in [
+            "\tgithub.com/maragudk/migrate v0.4.3\n",
+            "\tgithub.com/golang-migrate/migrate/v4 v4.17.1\n\tgithub.com/maragudk/migrate v0.4.3\n",
+        ] {
+            let c = go_mod(requires).unwrap();
+            assert_eq!(c.layout, Layout::MaragudkMigrate, "{requires}");
+            let read: Vec<(&str, &str)> = c
+                .migrations()
+                .iter()
+                .map(|m| (m.key.as_str(), m.file.as_str()))
+                .collect();
+            assert_eq!(
+                read,
+                [
+                    ("0001_kettles", "0001_kettles.up.sql"),
+                    ("0001_lids", "0001_lids.up.sql"),
+                    ("0002_spouts", "0002_spouts_up.sql"),
+                ]
+            );
+        }
+        // Indirect: some dependency's tool, not the project's.
+        let indirect = go_mod("\tgithub.com/maragudk/migrate v0.4.3 // indirect\n");
+        assert!(indirect.is_err());
+        // golang-migrate's readable folder in a module requiring both:
+        // either tool's, so the user says which.
+        for f in [
+            "0001_lids.up.sql",
+            "0002_spouts_up.sql",
+            "0002_spouts_down.sql",
+            "notes.sql",
+        ] {
+            std::fs::remove_file(dir.join(f)).unwrap();
+        }
+        let both = go_mod(
+            "\tgithub.com/golang-migrate/migrate/v4 v4.17.1\n\tgithub.com/maragudk/migrate v0.4.3\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            both.contains("requires golang-migrate and maragudk-migrate")
+                && both.contains("--layout"),
+            "{both}"
+        );
+    }
+
+    /// maragudk/migrate reads files by name and skips a version at or
+    /// below the current one: a file whose version does not grow with its
+    /// name never runs, and is refused naming both files.
+    #[test]
+    fn a_maragudk_version_that_does_not_grow_with_its_name_is_refused() {
+        let options = ReadOptions {
+            layout: Some(Layout::MaragudkMigrate),
+            ..Default::default()
+        };
+        let err = Catalog::from_files_in(
+            Source::Embedded,
+            &options,
+            files(&[("a-b.up.sql", "SELECT 1;"), ("a.up.sql", "SELECT 2;")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with("a.up.sql: maragudk/migrate never runs it")
+                && err.contains("`a-b` (a-b.up.sql"),
+            "{err}"
+        );
+    }
+
     fn files(list: &[(&str, &str)]) -> impl Iterator<Item = (String, Vec<u8>)> {
         list.iter()
             .map(|(f, s)| (f.to_string(), s.as_bytes().to_vec()))

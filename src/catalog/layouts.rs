@@ -259,7 +259,7 @@ pub fn detect(source: &str, folder: &Folder) -> Result<Option<Layout>, CatalogEr
                 .map(|(l, f)| format!("{f} is {l}"))
                 .collect::<Vec<_>>()
                 .join(", "),
-            could_be: could_be(folder),
+            could_be: could_be(&claimed),
         }),
     }
 }
@@ -300,11 +300,14 @@ fn projects_own(
     }
 }
 
-/// For a folder refused as mixed: the tool that may have written it all,
-/// said after the refusal.
-fn could_be(folder: &Folder) -> String {
-    match maragudk_migrate::names_every_file(folder) {
-        true => format!("; every name is maragudk/migrate's (github.com/maragudk/migrate, whose version is the whole name before `.up.sql`): if the project runs it, pass --layout {}", Layout::MaragudkMigrate),
+/// For a folder refused as mixed (`claimed`: each layout's files): the
+/// tool whose names they all are, said after the refusal.
+fn could_be(claimed: &[(Layout, Vec<String>)]) -> String {
+    let files = claimed
+        .iter()
+        .flat_map(|(_, files)| files.iter().map(String::as_str));
+    match maragudk_migrate::names_all(files) {
+        true => format!("; every one of those names is maragudk/migrate's (github.com/maragudk/migrate, whose version is the whole name before `.up.sql`): if the project runs it, pass --layout {}", Layout::MaragudkMigrate),
         false => String::new(),
     }
 }

@@ -119,12 +119,11 @@ fn is_down(name: &str) -> bool {
     })
 }
 
-/// Every top-level `.sql` file is one of the tool's names (an up or a
-/// down file): a folder another layout's detection calls mixed may be
-/// this tool's.
-pub fn names_every_file(folder: &Folder) -> bool {
-    let mut files = folder.top_level_sql().peekable();
-    files.peek().is_some() && files.all(|(f, _)| up_version(f).is_some() || is_down(f))
+/// Every one of `files` is one of the tool's names (an up or a down
+/// file): a folder another layout's detection calls mixed may be this
+/// tool's.
+pub fn names_all<'a>(mut files: impl Iterator<Item = &'a str>) -> bool {
+    files.all(|f| up_version(f).is_some() || is_down(f))
 }
 
 impl LayoutReader for MaragudkMigrate {
