@@ -539,3 +539,25 @@ pub(super) fn fill_placeholders(
     out.push_str(rest);
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{go_module_tools, Layout};
+
+    /// A go.mod names a tool in a `require` line or block; an indirect
+    /// requirement is a dependency's, not the project's.
+    #[test]
+    fn a_go_mod_names_the_tools_it_requires_directly() {
+        let one = "module example.com/a\n\nrequire github.com/maragudk/migrate v0.4.3\n";
+        assert_eq!(go_module_tools(one), [Layout::MaragudkMigrate]);
+        let both = "module example.com/a\n\nrequire (\n\tgithub.com/golang-migrate/migrate/v4 v4.17.1\n\tgithub.com/maragudk/migrate v0.4.3\n)\n";
+        assert_eq!(
+            go_module_tools(both),
+            [Layout::MaragudkMigrate, Layout::GolangMigrate]
+        );
+        let indirect = "require (\n\tgithub.com/maragudk/migrate v0.4.3 // indirect\n)\n";
+        assert!(go_module_tools(indirect).is_empty());
+        let other = "module github.com/maragudk/migrate\n\nrequire github.com/lib/pq v1.10.9\n";
+        assert!(go_module_tools(other).is_empty());
+    }
+}
