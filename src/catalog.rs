@@ -10,7 +10,7 @@
 //! A folder is read in the layout of the tool that wrote it ([`Layout`],
 //! one [`layouts::LayoutReader`] per tool in `catalog/layouts/`): refinery
 //! `V{n}__{name}.sql` (the embedded set), sqlx, golang-migrate, diesel,
-//! goose, dbmate, Atlas, Flyway, Prisma and Sqitch. The layout reads what
+//! goose, dbmate, Atlas, Flyway, Prisma, Sqitch and maragudk/migrate. The layout reads what
 //! its tool runs (up SQL only: down, undo and revert parts never), in the
 //! tool's order, with how the tool sends each file to the server
 //! ([`Execution`]: one transaction, statement by statement, or one
@@ -164,10 +164,14 @@ pub enum Layout {
     Prisma,
     /// Sqitch: `sqitch.plan` and `deploy/{change}.sql`.
     Sqitch,
+    /// maragudk/migrate: `{version}.up.sql`, the whole name before
+    /// `.up.sql` the version; read as its tool's where the project's
+    /// go.mod requires it.
+    MaragudkMigrate,
 }
 
 impl Layout {
-    pub const ALL: [Layout; 10] = [
+    pub const ALL: [Layout; 11] = [
         Layout::Refinery,
         Layout::Sqlx,
         Layout::GolangMigrate,
@@ -178,6 +182,7 @@ impl Layout {
         Layout::Flyway,
         Layout::Prisma,
         Layout::Sqitch,
+        Layout::MaragudkMigrate,
     ];
 
     /// The name `--layout` and `rollsafe.toml` use.
@@ -193,6 +198,7 @@ impl Layout {
             Layout::Flyway => "flyway",
             Layout::Prisma => "prisma",
             Layout::Sqitch => "sqitch",
+            Layout::MaragudkMigrate => "maragudk-migrate",
         }
     }
 
@@ -458,8 +464,16 @@ pub enum CatalogError {
         layout: Layout,
         pattern: &'static str,
     },
-    #[error("{dir} mixes migration layouts ({found}); keep one layout per directory, rename the odd files or move them out")]
-    MixedLayouts { dir: String, found: String },
+    #[error("{dir} mixes migration layouts ({found}); keep one layout per directory, rename the odd files or move them out{could_be}")]
+    MixedLayouts {
+        dir: String,
+        found: String,
+        /// The one tool that may have written every file, said after the
+        /// refusal (`; … pass --layout …`); empty when none.
+        could_be: String,
+    },
+    #[error("{dir}: its project requires {tools}, and each reads every file of the folder; pass --layout with the one that runs this folder")]
+    AmbiguousProject { dir: String, tools: String },
     #[error("{file}: is not valid UTF-8 (byte {offset}); save the file as UTF-8")]
     NotUtf8 { file: String, offset: usize },
     #[error("version {version} is used twice ({first} and {second}); give each migration its own version")]
@@ -583,7 +597,7 @@ fn parse_directives(file: &str, sql: &str) -> Result<Vec<Directive>, CatalogErro
 }
 
 /// What a migration file name may look like, for a folder no layout claims.
-const EXPECTED_NAMES: &str = "V<version>__<name>.sql (refinery, Flyway), <version>_<name>.sql (sqlx, goose, dbmate), <version>_<name>.up.sql (golang-migrate), <version>.sql with atlas.sum (Atlas), <version>_<name>/up.sql (diesel), <name>/migration.sql (Prisma) or a sqlx.plan with deploy/ (Sqitch); or pass --layout";
+const EXPECTED_NAMES: &str = "V<version>__<name>.sql (refinery, Flyway), <version>_<name>.sql (sqlx, goose, dbmate), <version>_<name>.up.sql (golang-migrate, maragudk/migrate), <version>.sql with atlas.sum (Atlas), <version>_<name>/up.sql (diesel), <name>/migration.sql (Prisma) or a sqlx.plan with deploy/ (Sqitch); or pass --layout";
 
 /// The files of a migration folder a layout may read: up to three levels
 /// deep (`deploy/schema/x.sql` in Sqitch), folders starting with `.`
@@ -655,7 +669,10 @@ impl Catalog {
         if !dir.is_dir() {
             return Err(CatalogError::MissingDir(dir.to_path_buf()));
         }
-        let folder = read_folder(dir)?;
+        let mut folder = read_folder(dir)?;
+        // `N_name.up.sql` is golang-migrate's, sqlx's reversible and
+        // maragudk/migrate's alike: the project around it says whose.
+        folder.project = layouts::project_tools(dir);
         Catalog::from_folder(Source::Dir(dir.to_path_buf()), options, folder)
     }
 
@@ -687,6 +704,7 @@ impl Catalog {
     ) -> Result<Catalog, CatalogError> {
         let folder = Folder {
             files: files.collect(),
+            project: Vec::new(),
         };
         Catalog::from_folder(source, options, folder)
     }
@@ -699,12 +717,6 @@ impl Catalog {
         let layout = match options.layout {
             Some(layout) => layout,
             None => match layouts::detect(&source.to_string(), &folder)? {
-                // `N_name.up.sql` / `.down.sql` is golang-migrate's folder
-                // and sqlx's reversible one alike: the project around it
-                // says whose it is.
-                Some(Layout::GolangMigrate) if matches!(&source, Source::Dir(d) if layouts::in_a_crate_using_sqlx(d)) => {
-                    Layout::Sqlx
-                }
                 Some(layout) => layout,
                 None => {
                     return Err(match folder.top_level_sql().next() {
@@ -932,6 +944,107 @@ mod tests {
             Layout::GolangMigrate
         );
         assert_eq!(layout_in(None), Layout::GolangMigrate);
+    }
+
+    /// A Go module's folder of `.up.sql` files whose numeric prefixes
+    /// repeat (and an `x_up.sql` the tool's regexp takes): maragudk/migrate's
+    /// where go.mod requires it, also beside golang-migrate (which refuses a
+    /// repeated version); without the go.mod, the refusal names it.
+    #[test]
+    fn a_go_module_requiring_maragudk_migrate_reads_its_folder_its_way() {
+        let project = tempfile::tempdir().unwrap();
+        std::fs::create_dir(project.path().join(".git")).unwrap();
+        let dir = project.path().join("db/migrations");
+        std::fs::create_dir_all(&dir).unwrap();
+        for (f, sql) in [
+            ("0001_kettles.up.sql", "CREATE TABLE kettles (id int);"),
+            ("0001_kettles.down.sql", "DROP TABLE kettles;"),
+            ("0001_lids.up.sql", "CREATE TABLE lids (id int);"),
+            ("0002_spouts_up.sql", "CREATE TABLE spouts (id int);"),
+            ("0002_spouts_down.sql", "DROP TABLE spouts;"),
+            ("notes.sql", "-- not a migration"),
+        ] {
+            std::fs::write(dir.join(f), sql).unwrap();
+        }
+        let without = Catalog::from_dir(&dir).unwrap_err().to_string();
+        assert!(
+            without.contains("pass --layout maragudk-migrate"),
+            "{without}"
+        );
+        let go_mod = |requires: &str| {
+            std::fs::write(
+                project.path().join("go.mod"),
+                format!("module example.com/teapot\n\ngo 1.22\n\nrequire (\n{requires})\n"),
+            )
+            .unwrap();
+            Catalog::from_dir(&dir)
+        };
+        for requires in [
+            "\tgithub.com/maragudk/migrate v0.4.3\n",
+            "\tgithub.com/golang-migrate/migrate/v4 v4.17.1\n\tgithub.com/maragudk/migrate v0.4.3\n",
+        ] {
+            let c = go_mod(requires).unwrap();
+            assert_eq!(c.layout, Layout::MaragudkMigrate, "{requires}");
+            let read: Vec<(&str, &str)> = c
+                .migrations()
+                .iter()
+                .map(|m| (m.key.as_str(), m.file.as_str()))
+                .collect();
+            assert_eq!(
+                read,
+                [
+                    ("0001_kettles", "0001_kettles.up.sql"),
+                    ("0001_lids", "0001_lids.up.sql"),
+                    ("0002_spouts", "0002_spouts_up.sql"),
+                ]
+            );
+        }
+        // Indirect: some dependency's tool, not the project's.
+        let indirect = go_mod("\tgithub.com/maragudk/migrate v0.4.3 // indirect\n");
+        assert!(indirect.is_err());
+        // golang-migrate's readable folder in a module requiring both:
+        // either tool's, so the user says which.
+        for f in [
+            "0001_lids.up.sql",
+            "0002_spouts_up.sql",
+            "0002_spouts_down.sql",
+            "notes.sql",
+        ] {
+            std::fs::remove_file(dir.join(f)).unwrap();
+        }
+        let both = go_mod(
+            "\tgithub.com/golang-migrate/migrate/v4 v4.17.1\n\tgithub.com/maragudk/migrate v0.4.3\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            both.contains("requires golang-migrate and maragudk-migrate")
+                && both.contains("--layout"),
+            "{both}"
+        );
+    }
+
+    /// maragudk/migrate reads files by name and skips a version at or
+    /// below the current one: a file whose version does not grow with its
+    /// name never runs, and is refused naming both files.
+    #[test]
+    fn a_maragudk_version_that_does_not_grow_with_its_name_is_refused() {
+        let options = ReadOptions {
+            layout: Some(Layout::MaragudkMigrate),
+            ..Default::default()
+        };
+        let err = Catalog::from_files_in(
+            Source::Embedded,
+            &options,
+            files(&[("a-b.up.sql", "SELECT 1;"), ("a.up.sql", "SELECT 2;")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with("a.up.sql: maragudk/migrate never runs it")
+                && err.contains("`a-b` (a-b.up.sql"),
+            "{err}"
+        );
     }
 
     fn files(list: &[(&str, &str)]) -> impl Iterator<Item = (String, Vec<u8>)> {

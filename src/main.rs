@@ -227,7 +227,7 @@ struct VerifyArgs {
     /// Directory of migration files to rehearse instead of the embedded migrations (a proposed change, another project).
     #[arg(long, value_name = "DIR")]
     migrations: Option<PathBuf>,
-    /// The tool whose folder --migrations is: refinery, sqlx, golang-migrate, diesel, goose, dbmate, atlas, flyway, prisma or sqitch [default: detected].
+    /// The tool whose folder --migrations is: refinery, sqlx, golang-migrate, diesel, goose, dbmate, atlas, flyway, prisma, sqitch or maragudk-migrate [default: detected].
     #[arg(long, value_name = "LAYOUT")]
     layout: Option<Layout>,
     /// A Flyway placeholder's value, or a goose ENVSUB variable's (repeatable: --placeholder schema=app); a `${name}` without one is refused.
@@ -517,10 +517,12 @@ fn write_stopped_reports(args: &VerifyArgs, targets: &[Target], e: &anyhow::Erro
 }
 
 /// How the folder was read, said first so a user sees it before any
-/// finding that depends on it (two tools write `N_name.up.sql`).
+/// finding that depends on it (three tools write `N_name.up.sql`), with
+/// what the tool runs that rollsafe does not.
 fn read_as(catalog: &Catalog, given: bool) -> String {
+    let caveat = rollsafe::catalog::layouts::reader(catalog.layout).caveat();
     format!(
-        "{} migration(s) from {}, read as {}'s ({})",
+        "{} migration(s) from {}, read as {}'s ({}){}",
         catalog.migrations().len(),
         catalog.source,
         catalog.layout,
@@ -528,7 +530,8 @@ fn read_as(catalog: &Catalog, given: bool) -> String {
             "--layout"
         } else {
             "detected; --layout names another tool"
-        }
+        },
+        caveat.map(|c| format!("; {c}")).unwrap_or_default()
     )
 }
 
@@ -1045,6 +1048,9 @@ fn migrate(args: MigrateArgs) -> ExitCode {
     };
     println!("database:   {}", db::redact_url(url));
     println!("migrations: {}", catalog.source);
+    if let Some(caveat) = rollsafe::catalog::layouts::reader(catalog.layout).caveat() {
+        println!("note:       {caveat}");
+    }
     if args.dry_run {
         let plan = match migrate::plan(url, &catalog, &options) {
             Ok(p) => p,

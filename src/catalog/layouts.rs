@@ -1,7 +1,7 @@
 //! The migration folders rollsafe reads: one file per tool's layout.
 //!
 //! Each layout (diesel, sqlx, golang-migrate, refinery, Flyway, goose,
-//! dbmate, Atlas, Prisma, Sqitch) is a [`LayoutReader`] in its own file:
+//! dbmate, Atlas, Prisma, Sqitch, maragudk/migrate) is a [`LayoutReader`] in its own file:
 //! it says which files of a folder are its own (detection), and reads the
 //! folder the way its tool does — which files are migrations, in which
 //! order, the up SQL only (down, undo and revert sections are never read),
@@ -33,6 +33,7 @@ pub(crate) mod flyway;
 mod golang_migrate;
 mod goose;
 pub mod history;
+mod maragudk_migrate;
 pub use history::{AppliedRow, HistoryRules, HistoryWrite, RowWrite, Value};
 pub(crate) mod prisma;
 pub(crate) mod refinery;
@@ -45,6 +46,10 @@ mod sqlx;
 #[derive(Debug, Default, Clone)]
 pub struct Folder {
     pub files: BTreeMap<String, Vec<u8>>,
+    /// The migration tools the project around the folder depends on
+    /// ([`project_tools`]); empty when unknown (the embedded set, no
+    /// manifest, a manifest naming none).
+    pub project: Vec<Layout>,
 }
 
 impl Folder {
@@ -179,6 +184,12 @@ pub trait LayoutReader: Sync {
     fn read(&self, folder: &Folder, options: &ReadOptions) -> Result<Vec<Step>, CatalogError>;
     /// The rules of the tool's history table.
     fn history(&self) -> &'static HistoryRules;
+    /// What the tool runs besides the folder's files that rollsafe cannot
+    /// (maragudk/migrate's Go callbacks), said wherever the folder is read
+    /// as this layout's; None when rollsafe runs all of it.
+    fn caveat(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// The reader of `layout`.
@@ -194,28 +205,40 @@ pub fn reader(layout: Layout) -> &'static dyn LayoutReader {
         Layout::Flyway => &flyway::Flyway,
         Layout::Prisma => &prisma::Prisma,
         Layout::Sqitch => &sqitch::Sqitch,
+        Layout::MaragudkMigrate => &maragudk_migrate::MaragudkMigrate,
     }
 }
 
 /// The layout of `folder`: the one every migration file belongs to.
 /// Files two layouts claim are refused, since the order would be a guess,
-/// except `atlas.sum` beside another tool's files: Atlas's `--dir-format`
-/// (golang-migrate, goose, Flyway, dbmate) writes that tool's files and
-/// hashes them, and that tool runs them ([`atlas::check_format_sum`]).
+/// except:
+/// - the project's own tool ([`Folder::project`]) where the other layouts
+///   claim only files it claims too: the same names, read its way (an
+///   up/down folder in a crate using sqlx, in a Go module using
+///   maragudk/migrate). Where the project requires two such tools, the
+///   one that reads the folder is it ([`projects_own`]);
+/// - `atlas.sum` beside another tool's files: Atlas's `--dir-format`
+///   (golang-migrate, goose, Flyway, dbmate) writes that tool's files and
+///   hashes them, and that tool runs them ([`atlas::check_format_sum`]).
 pub fn detect(source: &str, folder: &Folder) -> Result<Option<Layout>, CatalogError> {
-    let found: Vec<(Layout, String)> = Layout::ALL
+    let claimed: Vec<(Layout, Vec<String>)> = Layout::ALL
         .into_iter()
-        .filter_map(|l| {
+        .map(|l| {
             let mut claims = reader(l).claims(folder);
             claims.sort();
-            claims.into_iter().next().map(|first| (l, first))
+            (l, claims)
         })
+        .filter(|(_, claims)| !claims.is_empty())
         .collect();
+    if let Some(own) = projects_own(source, folder, &claimed)? {
+        return Ok(Some(own));
+    }
+    let found: Vec<(Layout, &String)> = claimed.iter().map(|(l, c)| (*l, &c[0])).collect();
     match found.as_slice() {
         [] => Ok(None),
         [(layout, _)] => Ok(Some(*layout)),
         [(Layout::Atlas, sum), (layout, _)] | [(layout, _), (Layout::Atlas, sum)]
-            if sum == atlas::SUM_FILE && atlas::FORMATS.contains(layout) =>
+            if *sum == atlas::SUM_FILE && atlas::FORMATS.contains(layout) =>
         {
             Ok(Some(*layout))
         }
@@ -225,7 +248,7 @@ pub fn detect(source: &str, folder: &Folder) -> Result<Option<Layout>, CatalogEr
         // flyway`'s.
         [(Layout::Atlas, sum), (Layout::Refinery, _)]
         | [(Layout::Refinery, _), (Layout::Atlas, sum)]
-            if sum == atlas::SUM_FILE =>
+            if *sum == atlas::SUM_FILE =>
         {
             Ok(Some(Layout::Flyway))
         }
@@ -236,37 +259,114 @@ pub fn detect(source: &str, folder: &Folder) -> Result<Option<Layout>, CatalogEr
                 .map(|(l, f)| format!("{f} is {l}"))
                 .collect::<Vec<_>>()
                 .join(", "),
+            could_be: could_be(&claimed),
         }),
     }
 }
 
-/// Whether the project that holds `dir` (the nearest folder at or above
-/// it with a `Cargo.toml` or a `go.mod`, within the repository) is a Rust
-/// crate that depends on sqlx: there, `N_name.up.sql`/`.down.sql` files
-/// are sqlx's reversible migrations (`sqlx migrate add -r`), which sqlx
-/// runs in a transaction and records in `_sqlx_migrations`, not
-/// golang-migrate's.
-pub fn in_a_crate_using_sqlx(dir: &std::path::Path) -> bool {
+/// The project's tool whose claims cover every claimed file (the others
+/// are its names read another way); where two do, the one that reads the
+/// folder as detected (golang-migrate refuses a repeated version). None
+/// when no project tool covers them all, an error when two still do.
+fn projects_own(
+    source: &str,
+    folder: &Folder,
+    claimed: &[(Layout, Vec<String>)],
+) -> Result<Option<Layout>, CatalogError> {
+    let mut covering: Vec<Layout> = claimed
+        .iter()
+        .filter(|(l, own)| {
+            folder.project.contains(l)
+                && claimed
+                    .iter()
+                    .all(|(_, files)| files.iter().all(|f| own.contains(f)))
+        })
+        .map(|(l, _)| *l)
+        .collect();
+    if covering.len() > 1 {
+        covering.retain(|l| reader(*l).read(folder, &ReadOptions::default()).is_ok());
+    }
+    match covering.as_slice() {
+        [] => Ok(None),
+        [own] => Ok(Some(*own)),
+        several => Err(CatalogError::AmbiguousProject {
+            dir: source.to_string(),
+            tools: several
+                .iter()
+                .map(|l| l.to_string())
+                .collect::<Vec<_>>()
+                .join(" and "),
+        }),
+    }
+}
+
+/// For a folder refused as mixed (`claimed`: each layout's files): the
+/// tool whose names they all are, said after the refusal.
+fn could_be(claimed: &[(Layout, Vec<String>)]) -> String {
+    let files = claimed
+        .iter()
+        .flat_map(|(_, files)| files.iter().map(String::as_str));
+    match maragudk_migrate::names_all(files) {
+        true => format!("; every one of those names is maragudk/migrate's (github.com/maragudk/migrate, whose version is the whole name before `.up.sql`): if the project runs it, pass --layout {}", Layout::MaragudkMigrate),
+        false => String::new(),
+    }
+}
+
+/// The migration tools the project that holds `dir` depends on, read from its
+/// manifest (the nearest `Cargo.toml` or `go.mod` at or above `dir`,
+/// within the repository): a Rust crate that depends on sqlx, whose
+/// `N_name.up.sql`/`.down.sql` files are sqlx's reversible migrations
+/// (`sqlx migrate add -r`, run in a transaction and recorded in
+/// `_sqlx_migrations`), not golang-migrate's; a Go module that requires
+/// `github.com/maragudk/migrate`, whose `.up.sql` files that tool reads
+/// its own way (and golang-migrate, when the module requires it too).
+/// Empty for any other project.
+pub fn project_tools(dir: &std::path::Path) -> Vec<Layout> {
     let Ok(dir) = dir.canonicalize() else {
-        return false;
+        return Vec::new();
     };
     for at in dir.ancestors() {
-        if at.join("go.mod").is_file() {
-            return false;
+        if let Ok(module) = std::fs::read_to_string(at.join("go.mod")) {
+            return go_module_tools(&module);
         }
         if let Ok(manifest) = std::fs::read_to_string(at.join("Cargo.toml")) {
-            return manifest.lines().any(|l| {
+            let uses_sqlx = manifest.lines().any(|l| {
                 let key = l.trim_start();
                 key.starts_with("sqlx") && key[4..].trim_start().starts_with(['=', '.'])
                     || key.starts_with("[dependencies.sqlx]")
                     || key.starts_with("[workspace.dependencies.sqlx]")
             });
+            return uses_sqlx.then_some(Layout::Sqlx).into_iter().collect();
         }
         if at.join(".git").exists() {
-            return false;
+            return Vec::new();
         }
     }
-    false
+    Vec::new()
+}
+
+/// A go.mod's migration tools: those it requires directly (not
+/// `// indirect`).
+fn go_module_tools(module: &str) -> Vec<Layout> {
+    let required = |path: &str| {
+        module.lines().any(|l| {
+            let line = l.trim();
+            let line = line.strip_prefix("require").unwrap_or(line).trim_start();
+            line.split_whitespace().next() == Some(path) && !line.contains("// indirect")
+        })
+    };
+    [
+        ("github.com/maragudk/migrate", Layout::MaragudkMigrate),
+        (
+            "github.com/golang-migrate/migrate/v4",
+            Layout::GolangMigrate,
+        ),
+        ("github.com/golang-migrate/migrate", Layout::GolangMigrate),
+    ]
+    .into_iter()
+    .filter(|(path, _)| required(path))
+    .map(|(_, layout)| layout)
+    .collect()
 }
 
 /// The migrations of `folder` read in `layout`, and, for another tool's
@@ -438,4 +538,26 @@ pub(super) fn fill_placeholders(
     }
     out.push_str(rest);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{go_module_tools, Layout};
+
+    /// A go.mod names a tool in a `require` line or block; an indirect
+    /// requirement is a dependency's, not the project's.
+    #[test]
+    fn a_go_mod_names_the_tools_it_requires_directly() {
+        let one = "module example.com/a\n\nrequire github.com/maragudk/migrate v0.4.3\n";
+        assert_eq!(go_module_tools(one), [Layout::MaragudkMigrate]);
+        let both = "module example.com/a\n\nrequire (\n\tgithub.com/golang-migrate/migrate/v4 v4.17.1\n\tgithub.com/maragudk/migrate v0.4.3\n)\n";
+        assert_eq!(
+            go_module_tools(both),
+            [Layout::MaragudkMigrate, Layout::GolangMigrate]
+        );
+        let indirect = "require (\n\tgithub.com/maragudk/migrate v0.4.3 // indirect\n)\n";
+        assert!(go_module_tools(indirect).is_empty());
+        let other = "module github.com/maragudk/migrate\n\nrequire github.com/lib/pq v1.10.9\n";
+        assert!(go_module_tools(other).is_empty());
+    }
 }

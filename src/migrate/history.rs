@@ -8,7 +8,8 @@
 //!
 //! rollsafe's own apply path records refinery's `refinery_schema_history`
 //! for refinery folders. For a folder of another tool whose history format
-//! is public and simple (diesel, sqlx, golang-migrate, goose, dbmate),
+//! is public and simple (diesel, sqlx, golang-migrate, goose, dbmate,
+//! maragudk/migrate),
 //! `migrate` records each migration the way that tool does, in the same
 //! transaction as the migration (outside one for no-transaction files:
 //! after its last statement), so the tool itself sees it applied

@@ -5,7 +5,10 @@
 //! that would break the run if it were executed, a step the tool runs
 //! outside a transaction, and an ordering trap (diesel's two version
 //! spellings, goose's 2 before 10, Flyway's V1.1 and its repeatable after
-//! V10, Sqitch's plan order and rework, sqlx's longer version).
+//! V10, Sqitch's plan order and rework, sqlx's longer version). The
+//! maragudk/migrate fixture is a greenhouse's, in a Go module whose go.mod
+//! names the tool: repeated numeric prefixes, an `_up.sql` its regexp
+//! takes, down files and a `notes.sql` that are never run.
 
 use std::path::{Path, PathBuf};
 
@@ -56,6 +59,9 @@ pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
             a_goose_go_migration_is_listed_and_what_builds_on_it_skipped,
             a_guard_on_the_tools_history_table_does_not_stop_the_rehearsal,
             a_sqitch_change_creating_a_role_is_rehearsed_on_every_path,
+            maragudk_migrate_files_by_name_in_a_go_module,
+            maragudk_migrate_verify_reads_and_rehearses_it_as_its_own,
+            maragudk_migrate_then_status_agree_on_its_one_row,
         ]
     )
 }
@@ -1759,5 +1765,143 @@ fn a_sqitch_change_creating_a_role_is_rehearsed_on_every_path(env: &TestEnv) -> 
         )?
         .get(0);
     ensure!(left == 0, "{left} role(s) left behind on the server");
+    Ok(())
+}
+
+/// The maragudk/migrate fixture's folder, inside its Go module.
+const MARAGUDK_FOLDER: &str = "store/migrations";
+
+/// maragudk/migrate's folder in a Go module that requires it: every name
+/// its regexp takes (`0002_create_alerts_up.sql` too), in name order,
+/// the whole name the version though numeric prefixes repeat; down files
+/// and `notes.sql` never read; each file in one transaction.
+fn maragudk_migrate_files_by_name_in_a_go_module(env: &TestEnv) -> anyhow::Result<()> {
+    let catalog = Catalog::from_dir(&fixture("maragudk-migrate").join(MARAGUDK_FOLDER))?;
+    expect_read(
+        &catalog,
+        Layout::MaragudkMigrate,
+        &[
+            ("0001_create_beds", "0001_create_beds.up.sql", false),
+            ("0001_create_sensors", "0001_create_sensors.up.sql", false),
+            ("0002_create_alerts", "0002_create_alerts_up.sql", false),
+            ("0002_create_readings", "0002_create_readings.up.sql", false),
+            ("0003_add_bed_soil", "0003_add_bed_soil.up.sql", false),
+        ],
+    )?;
+    ensure!(catalog
+        .migrations()
+        .iter()
+        .all(|m| m.tool_checksum.is_none()));
+    rehearse_clean(env, catalog)
+}
+
+/// `rollsafe verify` on the folder, as a user runs it: the first line
+/// says it is read as maragudk/migrate's (detected from go.mod) and that
+/// the tool's Go callbacks are not run; the rehearsal passes.
+fn maragudk_migrate_verify_reads_and_rehearses_it_as_its_own(_env: &TestEnv) -> anyhow::Result<()> {
+    let dir = copy_fixture("maragudk-migrate")?;
+    let (code, out, err) = rollsafe_cli(
+        &["verify", "--rows", "1000"],
+        &dir.path().join(MARAGUDK_FOLDER),
+    )?;
+    eprintln!("layouts: rollsafe verify on the maragudk/migrate folder:\n{err}{out}");
+    ensure!(code == 0, "exit {code}: {out}{err}");
+    ensure!(
+        err.contains("5 migration(s) from ")
+            && err.contains("read as maragudk-migrate's (detected; --layout names another tool); maragudk/migrate's Before/After callbacks are the project's Go code: rollsafe does not run them"),
+        "{err}"
+    );
+    ensure!(out.contains("PASSED: 0 error(s)"), "{out}");
+    Ok(())
+}
+
+/// `migrate` writes the tool's one `migrations` row (created as the tool
+/// creates it, `''` first) in each migration's transaction; `status` reads
+/// every version at or below it as applied: after `--target
+/// 0001_create_sensors` the first two, after a full run all five, the row
+/// then the newest version. The tool keeps no checksum: a file edited
+/// after it was applied is not divergent, there is nothing to compare.
+fn maragudk_migrate_then_status_agree_on_its_one_row(env: &TestEnv) -> anyhow::Result<()> {
+    let project = copy_fixture("maragudk-migrate")?;
+    let dir = project.path().join(MARAGUDK_FOLDER);
+    let db = env.fresh_database();
+    let url = db.url();
+    let mut c = db.connect()?;
+    let rows = |c: &mut postgres::Client| -> anyhow::Result<Vec<String>> {
+        Ok(c.query("SELECT version FROM migrations", &[])?
+            .iter()
+            .map(|r| r.get(0))
+            .collect())
+    };
+    let (code, out, err) = rollsafe_cli(
+        &[
+            "migrate",
+            "--database-url",
+            url,
+            "--target",
+            "0001_create_sensors",
+        ],
+        &dir,
+    )?;
+    ensure!(code == 0, "migrate exit {code}: {out}{err}");
+    ensure!(
+        out.contains("note:       maragudk/migrate's Before/After callbacks"),
+        "{out}"
+    );
+    ensure!(
+        rows(&mut c)? == ["0001_create_sensors"],
+        "migrations: {:?}",
+        rows(&mut c)?
+    );
+    let (code, out, err) = rollsafe_cli(&["status", "--database-url", url], &dir)?;
+    eprintln!("layouts: status after --target 0001_create_sensors:\n{out}");
+    ensure!(
+        code == 0
+            && out.contains("0001_create_beds applied")
+            && out.contains("0001_create_sensors applied")
+            && out.contains("0002_create_alerts pending")
+            && out.contains("0002_create_readings pending")
+            && out.contains("0003_add_bed_soil pending"),
+        "status exit {code}: {out}{err}"
+    );
+    let (code, out, err) = rollsafe_cli(&["migrate", "--database-url", url], &dir)?;
+    ensure!(code == 0, "migrate exit {code}: {out}{err}");
+    ensure!(
+        rows(&mut c)? == ["0003_add_bed_soil"],
+        "migrations: {:?}",
+        rows(&mut c)?
+    );
+    let soil: bool = c
+        .query_one(
+            "SELECT count(*) = 1 FROM information_schema.columns WHERE table_name = 'beds' AND column_name = 'soil'",
+            &[],
+        )?
+        .get(0);
+    ensure!(soil, "0003_add_bed_soil did not run");
+    std::fs::write(
+        dir.join("0001_create_beds.up.sql"),
+        "CREATE TABLE beds (id bigint PRIMARY KEY);\n",
+    )?;
+    let catalog = Catalog::from_dir(&dir)?;
+    let status = migrate::status(url, &catalog)?;
+    ensure!(
+        status.history_table
+            && status
+                .versions
+                .iter()
+                .all(|v| v.state == migrate::State::Applied),
+        "status: {:?}",
+        status
+            .versions
+            .iter()
+            .map(|v| (v.version, v.state))
+            .collect::<Vec<_>>()
+    );
+    let again = migrate::migrate(url, &catalog, &migrate::Options::default())?;
+    ensure!(
+        again.applied.is_empty(),
+        "a second migrate applied {}",
+        again.applied.len()
+    );
     Ok(())
 }

@@ -3,6 +3,8 @@
 //! transaction around it: a file that wants one writes its own
 //! `BEGIN`/`COMMIT`. rollsafe runs each up file in one transaction, as
 //! refinery-layout files, unless it says `-- rollsafe:no-transaction`.
+//! A detected folder whose numeric versions repeat is refused naming
+//! maragudk/migrate, whose names these are too.
 
 use std::time::Duration;
 
@@ -107,6 +109,26 @@ impl LayoutReader for GolangMigrate {
             });
         }
         sort_numeric(&mut steps);
-        Ok(steps)
+        match options.layout {
+            None => refuse_repeated_versions(&steps).map(|()| steps),
+            Some(_) => Ok(steps),
+        }
+    }
+}
+
+/// A detected folder whose versions repeat is not golang-migrate's (it
+/// refuses a second file of a version): name the tool it could be, whose
+/// versions are whole names. Given `--layout golang-migrate`, the
+/// catalog's own duplicate-version refusal stands.
+fn refuse_repeated_versions(steps: &[Step]) -> Result<(), CatalogError> {
+    match steps.windows(2).find(|w| w[0].key == w[1].key) {
+        Some([first, second]) => Err(CatalogError::Unreadable {
+            file: second.file.clone(),
+            why: format!(
+                "shares version {} with {}, which golang-migrate refuses, so the folder is not golang-migrate's; maragudk/migrate (github.com/maragudk/migrate) keys each file by its whole name, so numeric prefixes may repeat: if the project runs it, pass --layout {} (a go.mod that requires it is detected)",
+                first.key, first.file, Layout::MaragudkMigrate
+            ),
+        }),
+        _ => Ok(()),
     }
 }

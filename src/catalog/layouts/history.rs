@@ -148,7 +148,8 @@ mod tests {
         }
     }
 
-    /// The keys `layout`'s rules read `rows` as, over a folder of `files`.
+    /// The keys `layout`'s rules read `rows` as, over a folder of `files`
+    /// (its layout detected).
     fn expanded(layout: Layout, files: &[(&str, &str)], rows: &[&str]) -> Vec<String> {
         let dir = tempfile::tempdir().unwrap();
         for (f, sql) in files {
@@ -156,6 +157,24 @@ mod tests {
         }
         let catalog = Catalog::from_dir(dir.path()).unwrap();
         assert_eq!(catalog.layout, layout);
+        expand(layout, &catalog, rows)
+    }
+
+    /// [`expanded`] over a folder read as `layout` (`--layout`).
+    fn expanded_in(layout: Layout, files: &[(&str, &str)], rows: &[&str]) -> Vec<String> {
+        let dir = tempfile::tempdir().unwrap();
+        for (f, sql) in files {
+            std::fs::write(dir.path().join(f), sql).unwrap();
+        }
+        let options = crate::catalog::ReadOptions {
+            layout: Some(layout),
+            ..Default::default()
+        };
+        let catalog = Catalog::from_dir_in(dir.path(), &options).unwrap();
+        expand(layout, &catalog, rows)
+    }
+
+    fn expand(layout: Layout, catalog: &Catalog, rows: &[&str]) -> Vec<String> {
         let rows = rows
             .iter()
             .map(|k| super::AppliedRow {
@@ -192,5 +211,23 @@ mod tests {
         assert_eq!(expanded(Layout::Dbmate, &dbmate, &["2"]), ["2#1", "2"]);
         let sqlx = [("1_a.sql", "SELECT 1;"), ("2_b.sql", "SELECT 2;")];
         assert_eq!(expanded(Layout::Sqlx, &sqlx, &["2"]), ["2"]);
+    }
+
+    /// maragudk/migrate's one row stands for every file whose version is
+    /// at or below it, compared byte-wise as Go compares strings; its
+    /// first row, `''`, for none.
+    #[test]
+    fn maragudks_row_is_every_version_up_to_it() {
+        let files = [
+            ("0001_a.up.sql", "SELECT 1;"),
+            ("0001_b.up.sql", "SELECT 2;"),
+            ("0002_A.up.sql", "SELECT 3;"),
+        ];
+        let go = |rows: &[&str]| expanded_in(Layout::MaragudkMigrate, &files, rows);
+        assert_eq!(go(&["0001_b"]), ["0001_a", "0001_b"]);
+        assert_eq!(go(&["0001_c"]), ["0001_a", "0001_b"]);
+        assert_eq!(go(&["0002_A"]), ["0001_a", "0001_b", "0002_A"]);
+        assert!(go(&[""]).is_empty());
+        assert!(go(&[]).is_empty());
     }
 }

@@ -84,10 +84,19 @@ impl LayoutReader for Sqlx {
         &HISTORY
     }
 
+    /// Plain files; and, in a crate that depends on sqlx, its reversible
+    /// `.up.sql`/`.down.sql` pairs (golang-migrate's names elsewhere).
     fn claims(&self, folder: &Folder) -> Vec<String> {
+        let reversible = |f: &str| {
+            folder.project.contains(&Layout::Sqlx)
+                && f.strip_suffix(".sql")
+                    .and_then(|s| s.strip_suffix(".up").or_else(|| s.strip_suffix(".down")))
+                    .and_then(digits_and_name)
+                    .is_some()
+        };
         folder
             .top_level_sql()
-            .filter(|(f, b)| is_plain(folder, f, b))
+            .filter(|(f, b)| is_plain(folder, f, b) || reversible(f))
             .map(|(f, _)| f.to_string())
             .collect()
     }
