@@ -458,16 +458,7 @@ pub(super) fn fill_broken_reference(
     {
         return Ok(Ok(()));
     }
-    let keys = refs
-        .iter()
-        .map(|r| quote_ident(r))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let not_null = refs
-        .iter()
-        .map(|r| format!("{} IS NOT NULL", quote_ident(r)))
-        .collect::<Vec<_>>()
-        .join(" AND ");
+    let (keys, not_null) = key_columns(&refs);
     let set = cols
         .iter()
         .zip(&refs)
@@ -558,16 +549,7 @@ fn fill_agreeing(
         .map(|i| format!("{} = p.{}", quote_ident(&cols[i]), quote_ident(&refs[i])))
         .collect::<Vec<_>>()
         .join(", ");
-    let keys = refs
-        .iter()
-        .map(|r| quote_ident(r))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let not_null = refs
-        .iter()
-        .map(|r| format!("{} IS NOT NULL", quote_ident(r)))
-        .collect::<Vec<_>>()
-        .join(" AND ");
+    let (keys, not_null) = key_columns(refs);
     let (qc, qp) = (&child.qualified, &parent.qualified);
     let (child_shared, parent_shared) = (list(cols, false), list(refs, false));
     format!(
@@ -625,4 +607,16 @@ fn is_integer(ty: &TypeInfo) -> bool {
         TypeKind::Domain { base, .. } => is_integer(base),
         _ => false,
     }
+}
+
+/// The referenced columns `refs` as a select list (`"a", "b"`) and as the
+/// condition that none is NULL (`"a" IS NOT NULL AND "b" IS NOT NULL`).
+fn key_columns(refs: &[String]) -> (String, String) {
+    let quoted: Vec<String> = refs.iter().map(|r| quote_ident(r)).collect();
+    let not_null = quoted
+        .iter()
+        .map(|q| format!("{q} IS NOT NULL"))
+        .collect::<Vec<_>>()
+        .join(" AND ");
+    (quoted.join(", "), not_null)
 }
