@@ -39,11 +39,7 @@ fn every_file_up_to_the_newest(migrations: &[Migration], rows: Vec<AppliedRow>) 
     migrations
         .iter()
         .filter(|m| newest.is_some() && m.key.parse::<u64>().ok() <= newest)
-        .map(|m| AppliedRow {
-            key: m.key.clone(),
-            applied_on: String::new(),
-            checksum: None,
-        })
+        .map(|m| AppliedRow::version_only(&m.key))
         .collect()
 }
 

@@ -25,6 +25,18 @@ pub struct AppliedRow {
     pub checksum: Option<String>,
 }
 
+impl AppliedRow {
+    /// Version `key` applied, as a tool that keeps only versions records
+    /// it (no time, no checksum): a one-row history's expansion.
+    pub fn version_only(key: &str) -> AppliedRow {
+        AppliedRow {
+            key: key.to_string(),
+            applied_on: String::new(),
+            checksum: None,
+        }
+    }
+}
+
 /// A layout's answers about its tool's history table.
 #[derive(Debug)]
 pub struct HistoryRules {
@@ -177,11 +189,7 @@ mod tests {
     fn expand(layout: Layout, catalog: &Catalog, rows: &[&str]) -> Vec<String> {
         let rows = rows
             .iter()
-            .map(|k| super::AppliedRow {
-                key: k.to_string(),
-                applied_on: String::new(),
-                checksum: None,
-            })
+            .map(|k| super::AppliedRow::version_only(k))
             .collect();
         let rules = super::super::reader(layout).history();
         (rules.expand)(catalog.migrations(), rows)

@@ -68,11 +68,7 @@ fn every_version_up_to_the_current(
     migrations
         .iter()
         .filter(|m| m.key.as_bytes() <= current.as_bytes())
-        .map(|m| AppliedRow {
-            key: m.key.clone(),
-            applied_on: String::new(),
-            checksum: None,
-        })
+        .map(|m| AppliedRow::version_only(&m.key))
         .collect()
 }
 
