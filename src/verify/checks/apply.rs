@@ -295,6 +295,33 @@ fn what_it_needed(message: &str) -> &'static str {
 /// SQLSTATE 2BP01 dependent_objects_still_exist.
 const DEPENDENT_OBJECTS: &str = "2BP01";
 
+/// SQLSTATE 0A000 feature_not_supported: `extension "x" is not available`
+/// (PostgreSQL 15+).
+const FEATURE_NOT_SUPPORTED: &str = "0A000";
+/// SQLSTATE 58P01 undefined_file: `could not open extension control file
+/// ".../x.control"` (before 15).
+const UNDEFINED_FILE: &str = "58P01";
+
+/// The extension a `CREATE EXTENSION` could not find on the sandbox's
+/// server, from the server's message (either spelling).
+fn extension_not_installed<'a>(sqlstate: Option<&str>, message: &'a str) -> Option<&'a str> {
+    match sqlstate {
+        Some(FEATURE_NOT_SUPPORTED) => {
+            let rest = message.split("extension \"").nth(1)?;
+            let (name, tail) = rest.split_once('"')?;
+            tail.starts_with(" is not available").then_some(name)
+        }
+        Some(UNDEFINED_FILE) => {
+            let rest = message
+                .split("could not open extension control file \"")
+                .nth(1)?;
+            let file = rest.split('"').next()?;
+            file.rsplit('/').next()?.strip_suffix(".control")
+        }
+        _ => None,
+    }
+}
+
 /// The role a refused `DROP ROLE` names: `role "x" cannot be dropped
 /// because some objects depend on it`.
 fn role_still_depended_on(message: &str) -> Option<&str> {
@@ -308,7 +335,9 @@ fn role_still_depended_on(message: &str) -> Option<&str> {
 /// rules: it needed more than the owner role has (`apply.needs-superuser`),
 /// ran past the statement timeout (`apply.statement-timeout`), or dropped
 /// a role the rehearsal's other copies of the database still grant to
-/// (`apply.role-shared-by-copies`, skipped). None for any other failure.
+/// (`apply.role-shared-by-copies`, skipped), or created an extension the
+/// sandbox's server does not have installed (`apply.extension-not-in-sandbox`,
+/// skipped). None for any other failure.
 fn refused(v: i32, applied: &Applied, error: &str, statement_timeout: Duration) -> Option<Finding> {
     let at = applied.failed_statement.and_then(|i| applied.location(i));
     let statement = applied
@@ -359,6 +388,28 @@ fn refused(v: i32, applied: &Applied, error: &str, statement_timeout: Duration) 
                 .evidence("sqlstate", DEPENDENT_OBJECTS)
                 .evidence("role", role)
                 .advice(format!("make sure the migration revokes everything {role} holds in this database first (REVOKE …, or DROP OWNED BY {role} before DROP ROLE), as production's single database needs; to rehearse what follows, use --since past this migration")),
+            )
+        }
+        // The extension's files are the server's, not the migration's: a
+        // sandbox built from a plain image lacks what production installed
+        // (timescaledb, postgis). Whether production has it is not
+        // something the rehearsal can show, so it is not judged.
+        _ if extension_not_installed(applied.sqlstate.as_deref(), error).is_some() => {
+            let name = extension_not_installed(applied.sqlstate.as_deref(), error).unwrap_or_default();
+            Some(
+                Finding::new(
+                    CHECK,
+                    "extension-not-in-sandbox",
+                    Severity::Skipped,
+                    Some(v),
+                    format!(
+                        "{statement} could not be rehearsed: the sandbox's PostgreSQL has no extension {name} installed ({error}); it applies only where the server has it, and later migrations are not rehearsed"
+                    ),
+                )
+                .at(at)
+                .evidence("sqlstate", applied.sqlstate.clone().unwrap_or_default())
+                .evidence("extension", name)
+                .advice(format!("rehearse on a PostgreSQL that has {name}, as production does: --image <an image with {name} of production's major> (the docker backend), or --postgres <url of such a server>; if production lacks it too, this migration fails there")),
             )
         }
         Some(QUERY_CANCELED) => Some(
@@ -686,6 +737,39 @@ mod tests {
             Duration::from_secs(60),
         );
         assert_eq!(f[0].severity, Severity::Info);
+    }
+
+    #[test]
+    fn an_extension_the_sandbox_lacks_is_not_judged_on_its_sql() {
+        for (sqlstate, error) in [
+            ("0A000", r#"line 1: extension "tsdbx" is not available"#),
+            (
+                "58P01",
+                r#"line 1: could not open extension control file "/usr/share/postgresql/13/extension/tsdbx.control": No such file or directory"#,
+            ),
+        ] {
+            let missing = Applied {
+                error: Some(error.into()),
+                sqlstate: Some(sqlstate.into()),
+                ..Applied::default()
+            };
+            let f = on_both_paths(4, &missing, None, &[], Duration::from_secs(60));
+            assert_eq!(
+                (f.len(), f[0].id.as_str(), f[0].severity),
+                (1, "apply.extension-not-in-sandbox", Severity::Skipped),
+                "{sqlstate}"
+            );
+            assert_eq!(f[0].evidence["extension"], "tsdbx");
+            assert!(f[0].advice.contains("--image"), "{}", f[0].advice);
+        }
+        // Another unsupported feature is the migration's own error.
+        let other = Applied {
+            error: Some("line 1: cannot use a deferrable unique constraint here".into()),
+            sqlstate: Some("0A000".into()),
+            ..Applied::default()
+        };
+        let f = on_both_paths(4, &other, None, &[], Duration::from_secs(60));
+        assert_eq!(f[0].id, "apply.fails-on-empty");
     }
 
     #[test]
