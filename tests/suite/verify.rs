@@ -52,6 +52,7 @@ fn all_backends_trials(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             migration_ignoring_its_lock_timeout_is_caught,
             non_transactional_statement_fails_to_apply,
             a_migration_failing_on_the_empty_database_stops_the_rehearsal_there,
+            an_extension_the_sandbox_lacks_is_skipped_not_an_error,
             a_run_that_cannot_run_still_writes_its_output_reports,
             validating_check_is_an_error_with_a_prediction,
             validating_foreign_key_is_an_error,
@@ -678,6 +679,50 @@ fn a_migration_failing_on_the_empty_database_stops_the_rehearsal_there(
         rollsafe::report::render_text(&r).contains("1 skipped"),
         "{}",
         rollsafe::report::render_text(&r)
+    );
+    Ok(())
+}
+
+/// `CREATE EXTENSION` of an extension no server of the suite has
+/// installed: the sandbox cannot rehearse it, which is not the SQL's
+/// fault. Skipped, naming the extension and the way out; the later
+/// migration is not rehearsed, and no error is raised.
+fn an_extension_the_sandbox_lacks_is_skipped_not_an_error(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = with_later(&[
+        "CREATE EXTENSION IF NOT EXISTS rollsafe_absent_tsdb;",
+        "ALTER TABLE attached_functions ADD COLUMN remark text;",
+    ]);
+    let r = shipped::verify(Catalog::from_dir(dir.path())?)?
+        .rows(ROWS)
+        .since(3)?
+        .run(&env.sandbox)?;
+    let errors: Vec<String> = r
+        .errors()
+        .map(|f| format!("{}: {}", f.id, f.message))
+        .collect();
+    ensure!(r.passed && errors.is_empty(), "{errors:?}");
+    let skipped: Vec<_> = r
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Skipped)
+        .map(|f| (f.id.as_str(), f.migration))
+        .collect();
+    ensure!(
+        skipped
+            == [
+                ("apply.extension-not-in-sandbox", Some(4)),
+                ("apply.not-rehearsed", Some(5))
+            ],
+        "{skipped:?}"
+    );
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.id == "apply.extension-not-in-sandbox")
+        .context("no extension finding")?;
+    ensure!(
+        f.evidence["extension"] == "rollsafe_absent_tsdb" && f.advice.contains("--image"),
+        "{f:?}"
     );
     Ok(())
 }
