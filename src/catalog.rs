@@ -168,6 +168,11 @@ pub enum Layout {
     /// `.up.sql` the version; read as its tool's where the project's
     /// go.mod requires it.
     MaragudkMigrate,
+    /// What a framework's own migrate command sent to a throwaway server
+    /// (Django, Alembic, ActiveRecord, a `--migrate-command`): not a
+    /// folder layout, so not in [`Layout::ALL`] and never detected from
+    /// files; the catalogue is built by `crate::framework`.
+    Framework,
 }
 
 impl Layout {
@@ -199,6 +204,7 @@ impl Layout {
             Layout::Prisma => "prisma",
             Layout::Sqitch => "sqitch",
             Layout::MaragudkMigrate => "maragudk-migrate",
+            Layout::Framework => "framework",
         }
     }
 
@@ -437,6 +443,13 @@ impl fmt::Display for Migration {
 pub enum Source {
     Embedded,
     Dir(PathBuf),
+    /// What a framework's migrate command sent to the server, run in
+    /// `project`: `framework` is `Django`, `Alembic`, `ActiveRecord` or
+    /// `a migrate command`.
+    Framework {
+        project: PathBuf,
+        framework: String,
+    },
 }
 
 impl fmt::Display for Source {
@@ -444,6 +457,17 @@ impl fmt::Display for Source {
         match self {
             Source::Embedded => f.write_str("the migrations embedded in rollsafe"),
             Source::Dir(p) => write!(f, "{}", p.display()),
+            Source::Framework { project, framework } => {
+                let owner = match framework.strip_prefix("a ") {
+                    Some(generic) => format!("the {generic}"),
+                    None => format!("{framework}'s migrate"),
+                };
+                write!(
+                    f,
+                    "the migrations {owner} sent (project {})",
+                    project.display()
+                )
+            }
         }
     }
 }
@@ -732,6 +756,18 @@ impl Catalog {
             },
         };
         let steps = layouts::read(layout, &folder, options)?;
+        Catalog::from_steps(source, layout, steps)
+    }
+
+    /// The catalogue of `steps` in their order, whoever read them (a
+    /// folder's layout, or a framework's migrate read back from the
+    /// server): duplicate keys refused, ordinals as versions (refinery:
+    /// its own), and none at all is [`CatalogError::Empty`].
+    pub fn from_steps(
+        source: Source,
+        layout: Layout,
+        steps: Vec<Step>,
+    ) -> Result<Catalog, CatalogError> {
         refuse_duplicate_keys(&steps)?;
         let mut migrations: Vec<Migration> = Vec::new();
         for (ordinal, step) in steps.into_iter().enumerate() {
@@ -876,6 +912,7 @@ impl Catalog {
         match &self.source {
             Source::Embedded => format!("migrations/{}", m.file),
             Source::Dir(d) => d.join(&m.file).display().to_string(),
+            Source::Framework { project, .. } => project.join(&m.file).display().to_string(),
         }
     }
 
@@ -893,6 +930,60 @@ impl Catalog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A framework's migrations are steps like a folder's: numbered in
+    /// order, named by their keys and labels, a repeated key refused, and
+    /// the source says what ran. No folder is ever read as one.
+    #[test]
+    fn a_framework_catalogue_is_built_from_its_steps() {
+        let step = |key: &str, sql: &str| Step {
+            key: key.into(),
+            label: key.into(),
+            name: key.rsplit('.').next().unwrap().into(),
+            file: format!("seeds/migrations/{}.py", key.rsplit('.').next().unwrap()),
+            sql: sql.into(),
+            ..Step::default()
+        };
+        let source = Source::Framework {
+            project: PathBuf::from("shop"),
+            framework: "Django".into(),
+        };
+        let catalog = Catalog::from_steps(
+            source.clone(),
+            Layout::Framework,
+            vec![
+                step("seeds.0001_initial", "CREATE TABLE seed (id int);\n"),
+                step(
+                    "seeds.0002_batch",
+                    "ALTER TABLE seed ADD COLUMN batch int;\n",
+                ),
+            ],
+        )
+        .unwrap();
+        assert_eq!(catalog.latest(), 2);
+        assert_eq!(catalog.resolve_label("seeds.0002_batch"), Ok(2));
+        assert_eq!(
+            catalog.source.to_string(),
+            "the migrations Django's migrate sent (project shop)"
+        );
+        assert_eq!(
+            catalog.path_of(&catalog.migrations()[0]),
+            "shop/seeds/migrations/0001_initial.py"
+        );
+        let twice = Catalog::from_steps(
+            source,
+            Layout::Framework,
+            vec![
+                step("seeds.0001_initial", ""),
+                step("seeds.0001_initial", ""),
+            ],
+        );
+        assert!(matches!(twice, Err(CatalogError::DuplicateVersion { .. })));
+        assert!(!Layout::ALL.contains(&Layout::Framework));
+        assert!(layouts::reader(Layout::Framework)
+            .read(&Folder::default(), &ReadOptions::default())
+            .is_err());
+    }
 
     /// `N_name.up.sql`/`.down.sql` is sqlx's reversible folder inside a
     /// crate that depends on sqlx, and golang-migrate's anywhere else.

@@ -268,6 +268,7 @@ impl Check {
                         return Ok((snap, path.display().to_string()));
                     }
                 }
+                Source::Framework { .. } => {}
             }
         }
         let sandbox_err = |source| CheckError::Sandbox { version, source };

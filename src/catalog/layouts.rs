@@ -30,6 +30,7 @@ pub(crate) mod atlas;
 pub(crate) mod dbmate;
 mod diesel;
 pub(crate) mod flyway;
+mod framework;
 mod golang_migrate;
 mod goose;
 pub mod history;
@@ -206,6 +207,7 @@ pub fn reader(layout: Layout) -> &'static dyn LayoutReader {
         Layout::Prisma => &prisma::Prisma,
         Layout::Sqitch => &sqitch::Sqitch,
         Layout::MaragudkMigrate => &maragudk_migrate::MaragudkMigrate,
+        Layout::Framework => &framework::Framework,
     }
 }
 

@@ -91,6 +91,7 @@ impl Verify {
                     ExpectedSchema::Derived
                 }
             }
+            Source::Framework { .. } => ExpectedSchema::Derived,
         };
         // A project's apps are handed in (`apps`; the shipped project's by
         // `main.rs`, through `dao::shipped::verify`): the engine knows none.
