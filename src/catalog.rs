@@ -372,6 +372,34 @@ impl Migration {
         tables
     }
 
+    /// How a user may name this migration besides its label and key, as
+    /// they see it in the folder: the file (`V24__add_tokens.sql`,
+    /// `deploy/orders.sql`), its stem (`V24__add_tokens`,
+    /// `000115_timestamps` for `000115_timestamps.up.sql`) and, for a
+    /// migration that is a folder (`2024-10-25-112826_x/up.sql`, Prisma's
+    /// `…/migration.sql`), the folder's name.
+    pub fn file_spellings(&self) -> Vec<&str> {
+        let file = self.file.as_str();
+        // diesel's `<folder>/up.sql`, Prisma's `<folder>/migration.sql`:
+        // the file's own name is every migration's, the folder names it.
+        if let Some(dir) = ["/up.sql", "/migration.sql"]
+            .iter()
+            .find_map(|fixed| file.strip_suffix(fixed))
+        {
+            return vec![file, dir];
+        }
+        let base = file.rsplit('/').next().unwrap_or(file);
+        let mut out = vec![file, base];
+        let mut stem = base;
+        for suffix in [".sql", ".go", ".up", "_up"] {
+            if let Some(s) = stem.strip_suffix(suffix).filter(|s| !s.is_empty()) {
+                stem = s;
+                out.push(stem);
+            }
+        }
+        out
+    }
+
     /// Its tool does not wrap the file in a transaction of its own (or the
     /// file says `-- rollsafe:no-transaction`).
     pub fn no_transaction(&self) -> bool {
@@ -798,6 +826,9 @@ impl Catalog {
     /// layout, or is not a version at all.
     pub fn resolve_version(&self, text: &str) -> Option<i32> {
         let text = text.trim();
+        if let Some(v) = self.resolve_file_spelling(text) {
+            return Some(v);
+        }
         let digits = text.strip_prefix('V').unwrap_or(text);
         let is_digits = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
         if self.layout == Layout::Refinery {
@@ -816,6 +847,30 @@ impl Catalog {
             .iter()
             .find(|m| m.key.parse::<u64>().ok() == Some(wanted))
             .map(|m| m.version)
+    }
+
+    /// The migration `text` names as the folder shows it: its file, the
+    /// file's stem, its folder (also as a path ending in one of those,
+    /// `db/migrations/V24__add_tokens.sql`). A label or key of another
+    /// migration wins (a Sqitch change named like another's script stem is
+    /// the change). A file cut into several migrations (dbmate's up
+    /// sections) is named by its last: the whole file.
+    fn resolve_file_spelling(&self, text: &str) -> Option<i32> {
+        if text.is_empty()
+            || self
+                .migrations
+                .iter()
+                .any(|m| m.label == text || m.key == text)
+        {
+            return None;
+        }
+        let text = text.trim_end_matches('/');
+        let names = |m: &&Migration| {
+            m.file_spellings()
+                .iter()
+                .any(|s| text == *s || text.strip_suffix(s).is_some_and(|head| head.ends_with('/')))
+        };
+        self.migrations.iter().rfind(names).map(|m| m.version)
     }
 
     /// rollsafe's version for a migration named on the command line
@@ -852,7 +907,7 @@ impl Catalog {
         match matching.as_slice() {
             [v] => Ok(*v),
             [] => Err(format!(
-                "`{wanted}` names no migration of this {} folder (the files have {}); pass one of those labels (or the start of one)",
+                "`{wanted}` names no migration of this {} folder (the files have {}); pass one of those labels (or the start of one), or a migration's file or folder name",
                 self.layout,
                 all()
             )),
@@ -1437,6 +1492,130 @@ mod tests {
             matches!(err, CatalogError::DuplicateVersion { ref version, .. } if version == "1"),
             "{err}"
         );
+    }
+
+    /// `--since`, `--at`, `--target` and `-- needs:` take a migration as
+    /// the user sees it in the folder: the label, the version, the file,
+    /// its stem, its folder (also as a path), for every layout; a file
+    /// cut into dbmate sections is named by its last.
+    #[test]
+    fn a_migration_is_named_by_its_label_version_file_stem_or_folder() {
+        type Case<'a> = (Layout, &'a [(&'a str, &'a str)], &'a [&'a str]);
+        let cases: &[Case] = &[
+            (
+                Layout::Refinery,
+                &[("V1__a.sql", "select 1"), ("V24__add_oars.sql", "select 2")],
+                &[
+                    "V24",
+                    "24",
+                    "V24__add_oars.sql",
+                    "V24__add_oars",
+                    "db/V24__add_oars.sql",
+                ],
+            ),
+            (
+                Layout::Sqlx,
+                &[
+                    ("20240101120000_a.sql", "select 1"),
+                    ("20240301090000_oars.sql", "select 2"),
+                ],
+                &[
+                    "20240301090000",
+                    "20240301090000_oars.sql",
+                    "20240301090000_oars",
+                ],
+            ),
+            (
+                Layout::GolangMigrate,
+                &[
+                    ("000114_a.up.sql", "select 1"),
+                    ("000115_oars.up.sql", "select 2"),
+                    ("000115_oars.down.sql", "select 0"),
+                ],
+                &[
+                    "115",
+                    "000115",
+                    "000115_oars",
+                    "000115_oars.up.sql",
+                    "000115_oars.up",
+                ],
+            ),
+            (
+                Layout::Goose,
+                &[
+                    ("00001_a.sql", "-- +goose Up\nselect 1;"),
+                    ("00002_oars.sql", "-- +goose Up\nselect 2;"),
+                ],
+                &["2", "00002", "00002_oars", "00002_oars.sql"],
+            ),
+            (
+                Layout::Dbmate,
+                &[
+                    ("20250101000000_a.sql", "-- migrate:up\nselect 1;"),
+                    (
+                        "20250123210944_oars.sql",
+                        "-- migrate:up\nselect 2;\n-- migrate:down\n",
+                    ),
+                ],
+                &[
+                    "20250123210944",
+                    "20250123210944_oars",
+                    "20250123210944_oars.sql",
+                ],
+            ),
+            (
+                Layout::Flyway,
+                &[
+                    ("V1__a.sql", "select 1"),
+                    ("V1.1__add_oars.sql", "select 2"),
+                ],
+                &["V1.1", "1.1", "V1.1__add_oars", "V1.1__add_oars.sql"],
+            ),
+            (
+                Layout::Diesel,
+                &[
+                    ("2024-01-01-000000_a/up.sql", "select 1"),
+                    ("2024-10-25-112826_oars/up.sql", "select 2"),
+                ],
+                &[
+                    "2024-10-25-112826_oars",
+                    "20241025112826",
+                    "2024-10-25-112826_oars/up.sql",
+                    "migrations/2024-10-25-112826_oars/",
+                ],
+            ),
+            (
+                Layout::Prisma,
+                &[
+                    ("20240101000000_a/migration.sql", "select 1"),
+                    ("20240301000000_oars/migration.sql", "select 2"),
+                ],
+                &["20240301000000_oars", "20240301000000_oars/migration.sql"],
+            ),
+        ];
+        for (layout, list, spellings) in cases {
+            let c = Catalog::from_files_in(
+                Source::Embedded,
+                &ReadOptions {
+                    layout: Some(*layout),
+                    ..Default::default()
+                },
+                files(list),
+            )
+            .unwrap();
+            let newest = c.latest();
+            for spelling in *spellings {
+                assert_eq!(
+                    c.resolve_label(spelling),
+                    Ok(newest),
+                    "{layout}: {spelling}"
+                );
+            }
+            // The fixed name of a folder's file names no one migration.
+            for nothing in ["up", "up.sql", "migration", "migration.sql", "sql"] {
+                assert!(c.resolve_label(nothing).is_err(), "{layout}: {nothing}");
+            }
+        }
     }
 
     #[test]
