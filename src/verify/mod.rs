@@ -112,12 +112,19 @@ impl Verify {
         Ok(crate::report::merge_majors(reports))
     }
 
-    /// squawk's warnings on every migration the rehearsal judges.
-    fn lint(&self) -> BTreeMap<i32, Vec<Warning>> {
+    /// The migrations a run judges: all of them, or those after `--since`.
+    fn judged_migrations(&self) -> impl Iterator<Item = &crate::catalog::Migration> {
         self.catalog
             .migrations()
             .iter()
             .filter(|m| !self.since.is_some_and(|s| m.version <= s))
+    }
+
+    /// squawk's warnings on every migration the rehearsal judges.
+    fn lint(&self) -> BTreeMap<i32, Vec<Warning>> {
+        self.judged_migrations()
+            // squawk reads SQL only: what rollsafe cannot run has none.
+            .filter(|m| m.not_runnable.is_none())
             .map(|m| {
                 let warnings = lint::lint(
                     &self.catalog.path_of(m),
@@ -145,16 +152,18 @@ impl Verify {
         // The registry judges, on evidence that is the lint alone: static
         // reports each warning as squawk's word (nothing measured, nothing
         // "not reached"); every other check has nothing to judge.
+        let mut lint = self.lint();
         let evidence: BTreeMap<i32, MigrationEvidence> = self
-            .lint()
-            .into_iter()
-            .map(|(v, warnings)| {
+            .judged_migrations()
+            .map(|m| {
                 let e = MigrationEvidence {
-                    version: v,
-                    lint: Some(warnings),
+                    version: m.version,
+                    file: self.catalog.path_of(m),
+                    not_runnable: m.not_runnable.clone(),
+                    lint: lint.remove(&m.version),
                     ..MigrationEvidence::default()
                 };
-                (v, e)
+                (m.version, e)
             })
             .collect();
         let cx = evidence::Context {
@@ -217,14 +226,12 @@ impl Verify {
             migrator: None,
             run_evidence: evidence::RunEvidence::default(),
             evidence: self
-                .catalog
-                .migrations()
-                .iter()
-                .filter(|m| !self.since.is_some_and(|s| m.version <= s))
+                .judged_migrations()
                 .map(|m| {
                     let e = MigrationEvidence {
                         version: m.version,
                         file: self.catalog.path_of(m),
+                        not_runnable: m.not_runnable.clone(),
                         sql: m.sql.clone(),
                         ..MigrationEvidence::default()
                     };

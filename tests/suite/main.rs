@@ -9,6 +9,7 @@ mod check;
 mod cleanup;
 mod common;
 mod dao;
+mod gate;
 mod generate;
 mod layouts;
 mod migrate;
@@ -62,6 +63,7 @@ fn main() {
     trials.extend(report::tests(&env));
     trials.extend(readers::tests(&env));
     trials.extend(capture::tests(&env));
+    trials.extend(gate::tests(&env));
     trials.retain(|t| common::in_scope(t.name()));
     let trials = common::slowest_first(trials);
     let conclusion = libtest_mimic::run(&args, trials);

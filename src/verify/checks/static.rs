@@ -54,6 +54,9 @@ pub fn evaluate_run(run: &RunEvidence, _: &Context) -> Vec<Finding> {
 /// failed), or unjudged when the rehearsal stopped before it (or, under
 /// `--static-only`, never ran).
 pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
+    if let Some(why) = &e.not_runnable {
+        return vec![not_read(e, why, cx)];
+    }
     let Some(warnings) = &e.lint else {
         return Vec::new();
     };
@@ -190,6 +193,25 @@ pub fn judge(v: i32, warnings: &[Warning], applied: &Applied, needs: &Needs) -> 
                 .fold(finding(v, w, verdict), |f, (k, val)| f.evidence(k, val))
         })
         .collect()
+}
+
+/// A migration squawk read no SQL of (a goose Go migration): skipped,
+/// naming the file and why, in every mode: `static.clean` is only ever
+/// said of SQL squawk read.
+fn not_read(e: &MigrationEvidence, why: &str, cx: &Context) -> Finding {
+    Finding::new(
+        CHECK,
+        "not-read",
+        Severity::Skipped,
+        Some(e.version),
+        format!(
+            "{} ({}) {why}: squawk read no SQL in it, so nothing in it was checked",
+            cx.labels.of(e.version),
+            e.file
+        ),
+    )
+    .evidence("file", e.file.clone())
+    .advice("review it by hand; rehearse what it does from a database your tool migrated (--from-target <url>)")
 }
 
 fn clean(v: i32) -> Finding {

@@ -53,6 +53,10 @@ pub struct MigrationEvidence {
     /// The migration's file as the repository has it, and its SQL.
     pub file: String,
     pub sql: String,
+    /// Why rollsafe cannot read or run it (a goose Go migration, a file of
+    /// a kind it does not run), from the catalogue: squawk read nothing of
+    /// it, so no check may call it clean. None for SQL.
+    pub not_runnable: Option<String>,
     /// squawk's warnings on its text (None: the precheck did not finish).
     pub lint: Option<Vec<Warning>>,
     /// What blocks the live apps: the lock modes their statements take.
