@@ -59,6 +59,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             a_seed_that_cannot_run_twice_is_a_warning_that_says_why,
             an_app_statement_failing_before_and_after_is_not_the_migrations_doing,
             migrations_alone_are_seeded_by_the_generator_and_judged,
+            a_failure_on_generated_rows_does_not_blind_the_later_migrations,
             a_migration_reaching_no_table_is_not_said_to_lack_rows,
             a_table_the_apps_only_read_gets_generated_rows_and_its_rewrite_is_caught,
         ]
@@ -972,6 +973,54 @@ fn migrations_alone_are_seeded_by_the_generator_and_judged(env: &TestEnv) -> any
         !r.checks.iter().any(|c| c.check == "dao"),
         "the shipped project's dao check ran on another project"
     );
+    Ok(())
+}
+
+/// A migration that fails only on the generated rows does not end the
+/// seeded path: the next one is seeded afresh from the schema the failing
+/// one left on the empty path, and its blocking index build is measured
+/// on rows (not skipped as "not rehearsed on seeded rows").
+fn a_failure_on_generated_rows_does_not_blind_the_later_migrations(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    write(
+        dir.path(),
+        &[
+            (
+                "V1__sightings.sql",
+                "CREATE TABLE sightings (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, species text NOT NULL, notes text NOT NULL);",
+            ),
+            // Generated species names are text, not JSON: fails on rows.
+            (
+                "V2__sightings_species_json.sql",
+                "ALTER TABLE sightings ALTER COLUMN species TYPE jsonb USING species::jsonb;",
+            ),
+            ("V3__sightings_notes.sql", "CREATE INDEX sightings_notes ON sightings (notes);"),
+        ],
+    )?;
+    let r = shipped::verify(Catalog::from_dir(dir.path())?)?
+        .rows(PROJECT_ROWS)
+        .run(&env.sandbox)?;
+    expect_error(&r, 2, "apply.fails-on-seeded")?;
+    expect_error(&r, 3, "locks.blocking-index-build")?;
+    let rows = r
+        .findings
+        .iter()
+        .find(|f| f.id == "apply.applies" && f.migration == Some(3))
+        .and_then(|f| f.evidence.get("rows"))
+        .and_then(|v| v.as_i64());
+    ensure!(
+        rows.is_some_and(|n| n > 0),
+        "V3 was not applied on rows after V2 failed on them: {rows:?}"
+    );
+    let unreached: Vec<String> = r
+        .findings
+        .iter()
+        .filter(|f| f.id == "apply.not-rehearsed")
+        .map(|f| f.message.clone())
+        .collect();
+    ensure!(unreached.is_empty(), "{unreached:?}");
     Ok(())
 }
 

@@ -230,13 +230,9 @@ pub fn not_rehearsed(v: i32, failed: i32, unreached: Unreached, labels: &Labels)
         Unreached::Everything => format!(
             "not rehearsed: the rehearsal stopped at {failed_label}, before it (see {failed_label}'s errors)"
         ),
-        Unreached::OnSeededRows => format!(
-            "not rehearsed on seeded rows: {failed_label} failed on its seeded database before it (see {failed_label}'s errors); only its empty path ran"
-        ),
     };
     let what = match unreached {
         Unreached::Everything => crate::report::UNREACHED,
-        Unreached::OnSeededRows => "seeded path",
     };
     Finding::new(CHECK, "not-rehearsed", Severity::Skipped, Some(v), message)
         .evidence("stopped_at", failed)

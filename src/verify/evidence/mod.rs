@@ -97,11 +97,10 @@ pub struct MigrationEvidence {
 /// What of a migration an earlier failure left unrehearsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unreached {
-    /// All of it: the rehearsal stopped before it.
+    /// All of it: the rehearsal stopped before it. (A failure on a
+    /// seeded database does not stop the later seeded paths: they are
+    /// seeded afresh, `stages::seeded`.)
     Everything,
-    /// Its seeded path: an earlier migration failed on its seeded
-    /// database (its empty path ran).
-    OnSeededRows,
 }
 
 /// The run as a whole, beside each migration's evidence: what the

@@ -109,7 +109,7 @@ impl Run<'_> {
         let mut staged: Vec<Staged> = Vec::new();
         let (mut stopped, mut last, mut rehearsed) = (None, 0, 0);
         let mut tables_met: BTreeSet<String> = BTreeSet::new();
-        let mut seeded = SeededEnd::Completed(None);
+        let mut seeded = SeededEnd::default();
         for (index, m) in migrations.iter().enumerate() {
             if !self.options.since.is_some_and(|s| m.version <= s) {
                 // (Up to --since: in the base already.)
@@ -159,9 +159,10 @@ impl Run<'_> {
         if stopped.is_some() {
             return Ok(());
         }
-        let SeededEnd::Completed(last_seeded) = seeded else {
+        if seeded.last_failed.is_some() {
             return Ok(());
-        };
+        }
+        let last_seeded = seeded.last;
         self.options.emit(Event::StageStarted(Stage::FinalSchema));
         self.final_schema(&empty_prev, last_seeded.as_ref(), last)?;
         self.options.emit(Event::StageFinished(Stage::FinalSchema));

@@ -13,9 +13,7 @@ use crate::catalog::Migration;
 use crate::report::events::MigrationStep;
 use crate::sandbox::Database;
 use crate::verify::error::VerifyError;
-use crate::verify::evidence::{
-    Backfill, Compat, Plans, SeededApply, Unreached, Visible, WorkloadStats,
-};
+use crate::verify::evidence::{Backfill, Compat, Plans, SeededApply, Visible, WorkloadStats};
 use crate::verify::measure;
 use crate::verify::measure::rehearsal::{self, End};
 
@@ -28,19 +26,26 @@ enum Seeded {
     Failed,
 }
 
-/// How stage 3 ended.
-pub(super) enum SeededEnd {
-    /// Every migration applied on its seeded database; the last seeded
-    /// database (post compares its schema), if there was one.
-    Completed(Option<Database>),
-    /// This one failed on its seeded database (its findings say why).
-    Failed(i32),
+/// How stage 3 has gone so far.
+#[derive(Default)]
+pub(super) struct SeededEnd {
+    /// The seeded database of the last migration that applied there
+    /// (post compares its schema), None without one or once the last
+    /// migration failed there.
+    pub(super) last: Option<Database>,
+    /// The migration that failed on its seeded database (its findings
+    /// say why), when the last one did: the final schema on rows is
+    /// then not reached.
+    pub(super) last_failed: Option<i32>,
 }
 
 impl Run<'_> {
-    /// Stage 3 for the next migration stage 2 handed over, `end` how it
-    /// has gone so far: once one failed on its seeded database, the later
-    /// ones are not run there (their seeded databases are dropped).
+    /// Stage 3 for the next migration stage 2 handed over. A migration
+    /// that failed on its seeded database does not end the seeded path:
+    /// stage 2 of the next one already seeded it afresh from the template
+    /// the failing migration left on the empty path (its rows could not be
+    /// carried through it), so one failure on rows does not leave every
+    /// later migration measured on an empty database alone.
     pub(super) fn seeded_next(
         &mut self,
         end: &mut SeededEnd,
@@ -48,14 +53,15 @@ impl Run<'_> {
         migrations: &[Migration],
     ) -> Result<(), VerifyError> {
         let v = migrations[st.index].version;
-        if let SeededEnd::Completed(last_seeded) = end {
-            match self.seeded(st, migrations)? {
-                Seeded::Applied(db) => *last_seeded = db,
-                Seeded::Failed => *end = SeededEnd::Failed(v),
+        match self.seeded(st, migrations)? {
+            Seeded::Applied(db) => {
+                end.last = db;
+                end.last_failed = None;
             }
-        } else if let SeededEnd::Failed(first) = end {
-            // Its empty path ran; its seeded path follows one that failed.
-            self.evidence(v).unreached = Some((*first, Unreached::OnSeededRows));
+            Seeded::Failed => {
+                end.last = None;
+                end.last_failed = Some(v);
+            }
         }
         Ok(())
     }
