@@ -10,7 +10,7 @@
 //! A folder is read in the layout of the tool that wrote it ([`Layout`],
 //! one [`layouts::LayoutReader`] per tool in `catalog/layouts/`): refinery
 //! `V{n}__{name}.sql` (the embedded set), sqlx, golang-migrate, diesel,
-//! goose, dbmate, Atlas, Flyway, Prisma, Sqitch and maragudk/migrate. The layout reads what
+//! goose, dbmate, Atlas, Flyway, Prisma, Sqitch, maragudk/migrate and Drizzle. The layout reads what
 //! its tool runs (up SQL only: down, undo and revert parts never), in the
 //! tool's order, with how the tool sends each file to the server
 //! ([`Execution`]: one transaction, statement by statement, or one
@@ -173,10 +173,12 @@ pub enum Layout {
     /// folder layout, so not in [`Layout::ALL`] and never detected from
     /// files; the catalogue is built by `crate::framework`.
     Framework,
+    /// Drizzle: `meta/_journal.json` listing `{tag}.sql` files.
+    Drizzle,
 }
 
 impl Layout {
-    pub const ALL: [Layout; 11] = [
+    pub const ALL: [Layout; 12] = [
         Layout::Refinery,
         Layout::Sqlx,
         Layout::GolangMigrate,
@@ -188,6 +190,7 @@ impl Layout {
         Layout::Prisma,
         Layout::Sqitch,
         Layout::MaragudkMigrate,
+        Layout::Drizzle,
     ];
 
     /// The name `--layout` and `rollsafe.toml` use.
@@ -205,6 +208,7 @@ impl Layout {
             Layout::Sqitch => "sqitch",
             Layout::MaragudkMigrate => "maragudk-migrate",
             Layout::Framework => "framework",
+            Layout::Drizzle => "drizzle",
         }
     }
 
@@ -649,7 +653,7 @@ fn parse_directives(file: &str, sql: &str) -> Result<Vec<Directive>, CatalogErro
 }
 
 /// What a migration file name may look like, for a folder no layout claims.
-const EXPECTED_NAMES: &str = "V<version>__<name>.sql (refinery, Flyway), <version>_<name>.sql (sqlx, goose, dbmate), <version>_<name>.up.sql (golang-migrate, maragudk/migrate), <version>.sql with atlas.sum (Atlas), <version>_<name>/up.sql (diesel), <name>/migration.sql (Prisma) or a sqlx.plan with deploy/ (Sqitch); or pass --layout";
+const EXPECTED_NAMES: &str = "V<version>__<name>.sql (refinery, Flyway), <version>_<name>.sql (sqlx, goose, dbmate), <version>_<name>.up.sql (golang-migrate, maragudk/migrate), <version>.sql with atlas.sum (Atlas), <version>_<name>/up.sql (diesel), <name>/migration.sql (Prisma), a sqlx.plan with deploy/ (Sqitch) or meta/_journal.json listing <tag>.sql (Drizzle); or pass --layout";
 
 /// The files of a migration folder a layout may read: up to three levels
 /// deep (`deploy/schema/x.sql` in Sqitch), folders starting with `.`
@@ -677,6 +681,7 @@ fn read_folder(dir: &Path) -> Result<Folder, CatalogError> {
             } else if child
                 .extension()
                 .is_some_and(|x| KINDS.iter().any(|k| x == *k) || (depth == 0 && x == "go"))
+                || relative == layouts::drizzle::JOURNAL
             {
                 let bytes = std::fs::read(&child).map_err(|e| io(&child, e))?;
                 folder.files.insert(relative, bytes);

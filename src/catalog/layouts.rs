@@ -1,7 +1,7 @@
 //! The migration folders rollsafe reads: one file per tool's layout.
 //!
 //! Each layout (diesel, sqlx, golang-migrate, refinery, Flyway, goose,
-//! dbmate, Atlas, Prisma, Sqitch, maragudk/migrate) is a [`LayoutReader`] in its own file:
+//! dbmate, Atlas, Prisma, Sqitch, maragudk/migrate, Drizzle) is a [`LayoutReader`] in its own file:
 //! it says which files of a folder are its own (detection), and reads the
 //! folder the way its tool does — which files are migrations, in which
 //! order, the up SQL only (down, undo and revert sections are never read),
@@ -29,6 +29,7 @@ use super::{CatalogError, Execution, Layout};
 pub(crate) mod atlas;
 pub(crate) mod dbmate;
 mod diesel;
+pub(crate) mod drizzle;
 pub(crate) mod flyway;
 mod framework;
 mod golang_migrate;
@@ -208,6 +209,7 @@ pub fn reader(layout: Layout) -> &'static dyn LayoutReader {
         Layout::Sqitch => &sqitch::Sqitch,
         Layout::MaragudkMigrate => &maragudk_migrate::MaragudkMigrate,
         Layout::Framework => &framework::Framework,
+        Layout::Drizzle => &drizzle::Drizzle,
     }
 }
 
@@ -233,6 +235,9 @@ pub fn detect(source: &str, folder: &Folder) -> Result<Option<Layout>, CatalogEr
         .filter(|(_, claims)| !claims.is_empty())
         .collect();
     if let Some(own) = projects_own(source, folder, &claimed)? {
+        return Ok(Some(own));
+    }
+    if let Some(own) = self_named(&claimed) {
         return Ok(Some(own));
     }
     let found: Vec<(Layout, &String)> = claimed.iter().map(|(l, c)| (*l, &c[0])).collect();
@@ -300,6 +305,24 @@ fn projects_own(
                 .join(" and "),
         }),
     }
+}
+
+/// The layouts whose files say they are theirs (Drizzle's journal lists
+/// its files): where such a layout claims every file any layout claims,
+/// the folder is its, whatever other layouts read into the names
+/// (`0000_x.sql` is sqlx's name too).
+const SELF_NAMED: [Layout; 1] = [Layout::Drizzle];
+
+fn self_named(claimed: &[(Layout, Vec<String>)]) -> Option<Layout> {
+    claimed
+        .iter()
+        .find(|(l, own)| {
+            SELF_NAMED.contains(l)
+                && claimed
+                    .iter()
+                    .all(|(_, files)| files.iter().all(|f| own.contains(f)))
+        })
+        .map(|(l, _)| *l)
 }
 
 /// For a folder refused as mixed (`claimed`: each layout's files): the

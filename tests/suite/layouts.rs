@@ -68,7 +68,7 @@ pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
 
 const ROWS: u64 = 1000;
 
-fn fixture(layout: &str) -> PathBuf {
+pub(crate) fn fixture(layout: &str) -> PathBuf {
     repo_root().join("tests/fixtures/layouts").join(layout)
 }
 
@@ -87,7 +87,7 @@ fn read(catalog: &Catalog) -> Vec<(String, String, bool)> {
         .collect()
 }
 
-fn expect_read(
+pub(crate) fn expect_read(
     catalog: &Catalog,
     layout: Layout,
     expected: &[(&str, &str, bool)],
@@ -111,7 +111,7 @@ fn expect_read(
 
 /// Rehearses `catalog` on the suite's server: zero errors, every
 /// migration rehearsed under its label.
-fn rehearse_clean(env: &TestEnv, catalog: Catalog) -> anyhow::Result<()> {
+pub(crate) fn rehearse_clean(env: &TestEnv, catalog: Catalog) -> anyhow::Result<()> {
     let labels: Vec<String> = catalog
         .migrations()
         .iter()
@@ -489,7 +489,7 @@ fn flyway_placeholder_without_a_value_is_refused_by_the_cli(_env: &TestEnv) -> a
 }
 
 /// A copy of a fixture to change.
-fn copy_fixture(layout: &str) -> anyhow::Result<tempfile::TempDir> {
+pub(crate) fn copy_fixture(layout: &str) -> anyhow::Result<tempfile::TempDir> {
     let dir = tempfile::tempdir()?;
     copy_tree(&fixture(layout), dir.path())?;
     Ok(dir)
@@ -733,7 +733,7 @@ fn a_300_migration_diesel_history_reads_applies_and_rehearses_its_newest(
 }
 
 /// `rollsafe migrate` with `--target`, `status` and the one-line errors.
-fn rollsafe_cli(args: &[&str], dir: &Path) -> anyhow::Result<(i32, String, String)> {
+pub(crate) fn rollsafe_cli(args: &[&str], dir: &Path) -> anyhow::Result<(i32, String, String)> {
     crate::common::output(cli().args(args).arg("--migrations").arg(dir))
 }
 
@@ -1090,7 +1090,7 @@ fn flyway_prisma_and_atlas_checksums_are_compared_with_the_files(
     Ok(())
 }
 
-fn hex_sha256(text: &str) -> String {
+pub(crate) fn hex_sha256(text: &str) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(text.as_bytes()))
 }
@@ -1342,7 +1342,7 @@ fn atlas_nolint_silences_the_static_precheck(_env: &TestEnv) -> anyhow::Result<(
 
 /// The findings of `report` whose id is one of `ids`, as
 /// `migration id: message` lines.
-fn findings_with(report: &rollsafe::report::Report, ids: &[&str]) -> Vec<String> {
+pub(crate) fn findings_with(report: &rollsafe::report::Report, ids: &[&str]) -> Vec<String> {
     report
         .findings
         .iter()
@@ -1352,7 +1352,7 @@ fn findings_with(report: &rollsafe::report::Report, ids: &[&str]) -> Vec<String>
 }
 
 /// No error finding in `report`.
-fn no_errors(report: &rollsafe::report::Report) -> anyhow::Result<()> {
+pub(crate) fn no_errors(report: &rollsafe::report::Report) -> anyhow::Result<()> {
     let errors: Vec<String> = report
         .errors()
         .map(|f| format!("{:?} {}: {}", f.migration, f.id, f.message))
@@ -1882,7 +1882,7 @@ fn maragudk_migrate_then_status_agree_on_its_one_row(env: &TestEnv) -> anyhow::R
 
 /// `status` on `url` reads the tool's history table and shows every
 /// migration of `catalog` applied.
-fn all_applied(url: &str, catalog: &Catalog) -> anyhow::Result<()> {
+pub(crate) fn all_applied(url: &str, catalog: &Catalog) -> anyhow::Result<()> {
     let status = migrate::status(url, catalog)?;
     ensure!(
         status.history_table

@@ -11,6 +11,7 @@ mod common;
 mod dao;
 mod gate;
 mod generate;
+mod journal_layouts;
 mod layouts;
 mod migrate;
 mod no_transaction;
@@ -60,6 +61,7 @@ fn main() {
     trials.extend(roles::tests(&env));
     trials.extend(plan::tests(&env));
     trials.extend(layouts::tests(&env));
+    trials.extend(journal_layouts::tests(&env));
     trials.extend(report::tests(&env));
     trials.extend(readers::tests(&env));
     trials.extend(capture::tests(&env));

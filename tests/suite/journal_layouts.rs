@@ -1,0 +1,201 @@
+//! The layouts whose files say how they run: Drizzle's out folder (its
+//! `meta/_journal.json` lists the files in order, each split at `-->
+//! statement-breakpoint`) and Liquibase formatted SQL (`--changeset
+//! author:id` sections with their own transaction and split modes).
+//! Fixtures are a bicycle repair workshop's, under
+//! `tests/fixtures/layouts/drizzle-*` and `liquibase-*`: each with a trap a
+//! wrong reading falls into (a file the journal does not list that drops a
+//! table, a piece without its `;`, rollback lines that would undo the
+//! change, a changeset for another database), and one plain `CREATE
+//! INDEX` on a table with rows that verify must call a locks error.
+
+use anyhow::{ensure, Context};
+use libtest_mimic::Trial;
+use rollsafe::catalog::{Catalog, Layout};
+use rollsafe::verify::Verify;
+
+use crate::common::TestEnv;
+use crate::layouts::{
+    all_applied, copy_fixture, expect_read, findings_with, fixture, hex_sha256, rehearse_clean,
+    rollsafe_cli,
+};
+
+pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
+    crate::trials!(
+        "journal_layouts",
+        env,
+        [
+            drizzle_journal_order_and_breakpoints,
+            drizzle_plain_index_on_rows_is_a_locks_error,
+            drizzle_migrate_writes_its_table_and_status_reads_every_spelling,
+        ]
+    )
+}
+
+const ROWS: u64 = 1000;
+
+/// The journal's entries in its order, each its `<tag>.sql`, labelled by
+/// the tag, keyed by `when`, hashed as drizzle hashes it; the file the
+/// journal does not list (it drops `riders`) is never read; a piece that
+/// lost its `;` is still its own statement. Rehearsed: no error.
+fn drizzle_journal_order_and_breakpoints(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = fixture("drizzle-bikeshop");
+    let catalog = Catalog::from_dir(&dir)?;
+    expect_read(
+        &catalog,
+        Layout::Drizzle,
+        &[
+            (
+                "0000_workshop_customers",
+                "0000_workshop_customers.sql",
+                false,
+            ),
+            ("0001_repair_orders", "0001_repair_orders.sql", false),
+            ("0002_bike_frame_size", "0002_bike_frame_size.sql", false),
+            ("0003_spare_parts", "0003_spare_parts.sql", false),
+        ],
+    )?;
+    let keys: Vec<&str> = catalog
+        .migrations()
+        .iter()
+        .map(|m| m.key.as_str())
+        .collect();
+    ensure!(
+        keys == [
+            "1717000000000",
+            "1717100000000",
+            "1717200000000",
+            "1717300000000"
+        ],
+        "keys {keys:?}"
+    );
+    for m in catalog.migrations() {
+        let text = std::fs::read_to_string(dir.join(&m.file))?;
+        ensure!(
+            m.tool_checksum.as_deref() == Some(hex_sha256(&text).as_str()),
+            "{}: {:?}",
+            m.label,
+            m.tool_checksum
+        );
+    }
+    let first = &catalog.migrations()[0];
+    let split = rollsafe::sql::split(&first.sql);
+    ensure!(
+        split.exact && split.statements.len() == 3,
+        "{} statements in {}",
+        split.statements.len(),
+        first.file
+    );
+    ensure!(
+        first.sql.lines().count()
+            == std::fs::read_to_string(dir.join(&first.file))?
+                .lines()
+                .count(),
+        "line numbers moved"
+    );
+    rehearse_clean(env, catalog)
+}
+
+/// A plain `CREATE INDEX` on a table that has rows by then: verify calls
+/// it `locks.blocking-index-build` on that migration, labelled by its tag,
+/// and nothing before it is an error.
+fn drizzle_plain_index_on_rows_is_a_locks_error(env: &TestEnv) -> anyhow::Result<()> {
+    let catalog = Catalog::from_dir(&fixture("drizzle-blocking-index"))?;
+    let report = Verify::new(catalog)?.rows(ROWS).run(&env.sandbox)?;
+    let errors: Vec<(Option<i32>, String)> = report
+        .errors()
+        .map(|f| (f.migration, f.id.clone()))
+        .collect();
+    ensure!(
+        errors == [(Some(2), "locks.blocking-index-build".to_string())],
+        "errors: {:#?}",
+        findings_with(&report, &["locks.blocking-index-build"])
+    );
+    let label = &report
+        .migrations
+        .iter()
+        .find(|m| m.version == 2)
+        .context("migration 2 not in the report")?
+        .label;
+    ensure!(label == "0001_jobs_by_status", "labelled {label}");
+    Ok(())
+}
+
+/// `migrate --target <tag>` writes drizzle's own rows (the file's SHA-256,
+/// the journal's `when`) in `drizzle.__drizzle_migrations`; `status` reads
+/// them; the rest applies. `--since` takes the tag, the `when` and the
+/// start of a tag; the CLI says drizzle's one transaction is not
+/// rollsafe's. A row for the newest entry alone stands for every entry
+/// before it, as drizzle reads its table.
+fn drizzle_migrate_writes_its_table_and_status_reads_every_spelling(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = copy_fixture("drizzle-bikeshop")?;
+    let db = env.fresh_database();
+    let url = db.url();
+    let mut c = db.connect()?;
+    let rows = |c: &mut postgres::Client| -> anyhow::Result<Vec<(String, i64)>> {
+        Ok(c.query(
+            "SELECT hash, created_at FROM drizzle.__drizzle_migrations ORDER BY id",
+            &[],
+        )?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect())
+    };
+    let (code, out, err) = rollsafe_cli(
+        &[
+            "migrate",
+            "--database-url",
+            url,
+            "--target",
+            "0001_repair_orders",
+        ],
+        dir.path(),
+    )?;
+    ensure!(code == 0, "migrate exit {code}: {out}{err}");
+    ensure!(
+        out.contains("drizzle sends every pending file in one transaction"),
+        "{out}"
+    );
+    let hash = |file: &str| -> anyhow::Result<String> {
+        Ok(hex_sha256(&std::fs::read_to_string(dir.path().join(file))?))
+    };
+    let want = vec![
+        (hash("0000_workshop_customers.sql")?, 1717000000000),
+        (hash("0001_repair_orders.sql")?, 1717100000000),
+    ];
+    ensure!(rows(&mut c)? == want, "rows {:?}", rows(&mut c)?);
+    let (code, out, err) = rollsafe_cli(&["status", "--database-url", url], dir.path())?;
+    eprintln!("journal_layouts: drizzle status after --target 0001_repair_orders:\n{out}");
+    ensure!(
+        code == 0
+            && out.contains("0001_repair_orders applied")
+            && out.contains("0002_bike_frame_size pending"),
+        "status exit {code}: {out}{err}"
+    );
+    let (code, out, err) = rollsafe_cli(&["migrate", "--database-url", url], dir.path())?;
+    ensure!(code == 0, "migrate exit {code}: {out}{err}");
+    ensure!(rows(&mut c)?.len() == 4, "rows {:?}", rows(&mut c)?);
+    let riders: bool = c
+        .query_one("SELECT to_regclass('riders') IS NOT NULL", &[])?
+        .get(0);
+    ensure!(riders, "the file the journal does not list was run");
+    let catalog = Catalog::from_dir(dir.path())?;
+    all_applied(url, &catalog)?;
+    // drizzle reads only the newest created_at: one row for the last
+    // entry stands for all of them.
+    c.batch_execute("DELETE FROM drizzle.__drizzle_migrations WHERE created_at < 1717300000000")?;
+    all_applied(url, &catalog)?;
+    for since in ["0001_repair_orders", "1717100000000", "0001"] {
+        let (code, out, err) =
+            rollsafe_cli(&["verify", "--static-only", "--since", since], dir.path())?;
+        ensure!(
+            code == 0
+                && out.contains("0002_bike_frame_size 0002_bike_frame_size.sql")
+                && !out.contains("0001_repair_orders 0001_repair_orders.sql"),
+            "--since {since}: exit {code}: {out}{err}"
+        );
+    }
+    Ok(())
+}
