@@ -123,7 +123,7 @@ fn drizzle_plain_index_on_rows_is_a_locks_error(env: &TestEnv) -> anyhow::Result
 
 /// `migrate --target <tag>` writes drizzle's own rows (the file's SHA-256,
 /// the journal's `when`) in `drizzle.__drizzle_migrations`; `status` reads
-/// them; the rest applies. `--since` takes the tag, the `when` and the
+/// them; the rest applies. `--since` takes the tag, the file name, the `when` and the
 /// start of a tag; the CLI says drizzle's one transaction is not
 /// rollsafe's. A row for the newest entry alone stands for every entry
 /// before it, as drizzle reads its table.
@@ -187,7 +187,12 @@ fn drizzle_migrate_writes_its_table_and_status_reads_every_spelling(
     // entry stands for all of them.
     c.batch_execute("DELETE FROM drizzle.__drizzle_migrations WHERE created_at < 1717300000000")?;
     all_applied(url, &catalog)?;
-    for since in ["0001_repair_orders", "1717100000000", "0001"] {
+    for since in [
+        "0001_repair_orders",
+        "0001_repair_orders.sql",
+        "1717100000000",
+        "0001",
+    ] {
         let (code, out, err) =
             rollsafe_cli(&["verify", "--static-only", "--since", since], dir.path())?;
         ensure!(
