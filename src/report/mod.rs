@@ -88,6 +88,80 @@ pub struct Finding {
     pub majors: Vec<u32>,
 }
 
+/// The longest message, advice or evidence text a report shows, in
+/// characters: past it the text is cut and says how much was left out.
+pub const TEXT_BOUND: usize = 2_000;
+/// The most items an evidence list shows; `<key>_count` then holds them all.
+pub const LIST_BOUND: usize = 50;
+
+/// `text` cut to [`TEXT_BOUND`] characters (at a character boundary),
+/// saying how many were left out.
+fn bounded_text(text: &str) -> String {
+    match text.char_indices().nth(TEXT_BOUND) {
+        None => text.to_string(),
+        Some((cut, _)) => format!(
+            "{} … ({} more characters)",
+            &text[..cut],
+            text[cut..].chars().count()
+        ),
+    }
+}
+
+impl Finding {
+    /// The finding as every format shows it: message, advice and evidence
+    /// texts within [`TEXT_BOUND`], evidence lists within [`LIST_BOUND`]
+    /// items (with `<key>_count`).
+    fn bounded(&self) -> Finding {
+        let mut f = self.clone();
+        f.message = bounded_text(&f.message);
+        f.advice = bounded_text(&f.advice);
+        let mut evidence = Evidence::new();
+        for (key, value) in std::mem::take(&mut f.evidence) {
+            match value {
+                serde_json::Value::String(text) => {
+                    evidence.insert(key, bounded_text(&text).into());
+                }
+                serde_json::Value::Array(mut items) if items.len() > LIST_BOUND => {
+                    evidence.insert(format!("{key}_count"), items.len().into());
+                    items.truncate(LIST_BOUND);
+                    evidence.insert(key, items.into());
+                }
+                other => {
+                    evidence.insert(key, other);
+                }
+            }
+        }
+        f.evidence = evidence;
+        f
+    }
+}
+
+impl Report {
+    /// The report as every format shows it: each finding
+    /// [`Finding::bounded`].
+    pub fn bounded(&self) -> Report {
+        let mut r = self.clone();
+        r.findings = r.findings.iter().map(Finding::bounded).collect();
+        r
+    }
+}
+
+/// The first `shown` of `items` joined with `; `, then how many more there
+/// are: a message names a few and counts the rest, so that a history whose
+/// triggers made 2,000 tables does not print a 90 KB line.
+pub fn bounded_list<T: std::fmt::Display>(items: &[T], shown: usize) -> String {
+    let mut out = items
+        .iter()
+        .take(shown)
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    if items.len() > shown {
+        out.push_str(&format!("; … and {} more", items.len() - shown));
+    }
+    out
+}
+
 /// `apply.not-rehearsed`'s `unreached` evidence for a migration an
 /// earlier failure left unrehearsed altogether (the text report's header
 /// lists it apart from the rehearsed ones).
@@ -519,6 +593,7 @@ impl std::str::FromStr for Format {
 
 /// Renders `report` in `format`.
 pub fn render(report: &Report, format: Format) -> String {
+    let report = &report.bounded();
     match format {
         Format::Text => render_text(report),
         Format::Json => render_json(report),
@@ -526,6 +601,58 @@ pub fn render(report: &Report, format: Format) -> String {
         Format::Github => render_github(report),
         Format::Markdown => render_markdown(report),
         Format::Gitlab => render_gitlab(report),
+    }
+}
+
+#[cfg(test)]
+mod bounds_tests {
+    use super::*;
+
+    #[test]
+    fn every_format_bounds_messages_evidence_texts_and_lists() {
+        let long: Vec<String> = (0..3_000)
+            .map(|i| format!("table t_{i} is not expected"))
+            .collect();
+        let mut r = Report::new("rollsafe verify");
+        r.findings.push(
+            Finding::new(
+                "post",
+                "paths-differ",
+                Severity::Error,
+                Some(2),
+                long.join("; "),
+            )
+            .evidence("tables", long.clone())
+            .evidence("detail", long.join(", ")),
+        );
+        let b = r.bounded();
+        let f = &b.findings[0];
+        assert!(
+            f.message.chars().count() < TEXT_BOUND + 40,
+            "{}",
+            f.message.len()
+        );
+        assert!(
+            f.message.ends_with("more characters)"),
+            "{}",
+            &f.message[f.message.len() - 40..]
+        );
+        assert_eq!(
+            f.evidence["tables"].as_array().map(Vec::len),
+            Some(LIST_BOUND)
+        );
+        assert_eq!(f.evidence["tables_count"], 3_000);
+        assert!(f.evidence["detail"].as_str().unwrap().chars().count() < TEXT_BOUND + 40);
+        for format in Format::ALL {
+            let text = render(&r, format);
+            assert!(text.len() < 40_000, "{format:?}: {} bytes", text.len());
+        }
+    }
+
+    #[test]
+    fn a_bounded_list_names_a_few_and_counts_the_rest() {
+        assert_eq!(bounded_list(&["a", "b"], 3), "a; b");
+        assert_eq!(bounded_list(&["a", "b", "c", "d"], 2), "a; b; … and 2 more");
     }
 }
 

@@ -10,13 +10,18 @@
 
 pub mod unlogged_table;
 
-use crate::report::{Finding, Severity};
+use std::collections::BTreeSet;
+
+use crate::report::{bounded_list, Finding, Severity};
 use crate::schema::Snapshot;
 use crate::verify::evidence::{Context, MigrationEvidence};
 
 use super::Check;
 
 pub const CHECK: &str = "post";
+
+/// How many differences a message lists before it counts the rest.
+const LISTED: usize = 8;
 pub const DESCRIPTION: &str =
     "no invalid indexes, constraints left NOT VALID and tables left UNLOGGED named (warnings), final schema equal to the expected snapshot";
 
@@ -46,7 +51,50 @@ pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
         Some((snapshot, name)) => Expected::Snapshot(snapshot, name.to_string()),
         None => Expected::Derived,
     };
-    final_schema(e.version, &f.seeded, &f.empty, expected)
+    let mut out = final_schema(
+        e.version,
+        &without(&f.seeded, &f.made_by_rows, &f.empty),
+        &f.empty,
+        expected,
+    );
+    out.extend(made_by_rows(e.version, &f.made_by_rows, &f.empty));
+    out
+}
+
+/// `seeded` without the relations the rows made that the empty path does
+/// not have: a table per row a trigger creates is the data's doing, not
+/// the migrations', and differs between any two databases.
+fn without(seeded: &Snapshot, made_by_rows: &BTreeSet<String>, empty: &Snapshot) -> Snapshot {
+    let mut kept = seeded.clone();
+    kept.tables
+        .retain(|name, _| !made_by_rows.contains(name) || empty.tables.contains_key(name));
+    kept
+}
+
+/// Says which relations the rows made and were left out of the
+/// comparison (none: nothing to say).
+fn made_by_rows(v: i32, made: &BTreeSet<String>, empty: &Snapshot) -> Option<Finding> {
+    let left_out: Vec<&String> = made
+        .iter()
+        .filter(|n| !empty.tables.contains_key(*n))
+        .collect();
+    if left_out.is_empty() {
+        return None;
+    }
+    Some(
+        Finding::new(
+            CHECK,
+            "relations-made-by-rows",
+            Severity::Info,
+            Some(v),
+            format!(
+                "{} relation(s) appeared while rows were written (the project's own triggers or functions made them, not a migration) and are left out of the comparison of the seeded and empty paths: {}",
+                left_out.len(),
+                bounded_list(&left_out, LISTED)
+            ),
+        )
+        .evidence("relations", left_out.len()),
+    )
 }
 
 /// The final schemas of migration `v`, the last: built on the seeded path
@@ -66,7 +114,7 @@ pub fn final_schema(
                 "paths-differ",
                 Severity::Error,
                 Some(v),
-                format!("the schema built on the live apps' rows differs from the one built on an empty database: {}", paths.join("; ")),
+                format!("the schema built on the live apps' rows differs from the one built on an empty database: {}", bounded_list(&paths, LISTED)),
             )
             .evidence("differences", paths.len())
             .advice("a migration must not depend on the data it meets"),
@@ -82,7 +130,7 @@ pub fn final_schema(
                 );
             } else {
                 out.push(
-                    Finding::new(CHECK, "schema-differs", Severity::Error, Some(v), format!("final schema differs from {source}: {}", d.join("; ")))
+                    Finding::new(CHECK, "schema-differs", Severity::Error, Some(v), format!("final schema differs from {source}: {}", bounded_list(&d, LISTED)))
                         .evidence("differences", d.len())
                         .advice(format!("if the change is intended, regenerate {source} (see src/schema.rs)")),
                 );

@@ -146,6 +146,11 @@ pub struct Seeding {
     /// (app, error) of a live app that could not write its rows: the
     /// rehearsal stops there.
     pub cannot_write: Option<(String, String)>,
+    /// Relations that appeared while the rows were written: made by the
+    /// project's own triggers or functions (a table per customer, a
+    /// partition per month), not by a migration. `post` leaves them out
+    /// when it compares the seeded path's schema with the empty one's.
+    pub made_by_rows: Vec<String>,
 }
 
 /// The long-transaction probe's outcome.
@@ -223,6 +228,9 @@ pub struct FinalSchema {
     pub empty: Snapshot,
     /// Tables left UNLOGGED (on the seeded path), as messages name them.
     pub unlogged: Vec<String>,
+    /// Relations the rows made on the seeded path ([`Seeding::made_by_rows`]
+    /// of every migration), by name.
+    pub made_by_rows: std::collections::BTreeSet<String>,
 }
 
 /// What the judgement needs besides the evidence: the run's options and

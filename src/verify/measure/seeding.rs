@@ -45,6 +45,7 @@ pub fn seed(
     // Seeds are the project's files: run as the migrator (the owner of the
     // tables), the rows each app writes as the app.
     let mut c = connect_seeding(sessions, db)?;
+    let before = relation_names(&mut c)?;
     // Tables that may be written at once are, on a second session.
     let another = || Ok(connect_seeding(sessions, db)?);
     let more: MoreSessions<'_> = Some(&another);
@@ -71,6 +72,7 @@ pub fn seed(
         let seeding = Seeding {
             generated: None,
             cannot_write: Some((app.clone(), e.clone())),
+            made_by_rows: Vec::new(),
         };
         return Ok((seeding, None));
     }
@@ -94,9 +96,25 @@ pub fn seed(
     if let Some(g) = &s.generated {
         rows += g.seeded.iter().map(|t| t.written as i64).sum::<i64>();
     }
+    let made_by_rows = relation_names(&mut c)?
+        .into_iter()
+        .filter(|name| !before.contains(name))
+        .collect();
     let seeding = Seeding {
         generated: s.generated,
         cannot_write: None,
+        made_by_rows,
     };
     Ok((seeding, Some(rows)))
+}
+
+/// The relations of the database `c` is on, as snapshots name them.
+fn relation_names(
+    c: &mut postgres::Client,
+) -> Result<std::collections::BTreeSet<String>, VerifyError> {
+    let tables = step(
+        "listing the tables around the seeding",
+        crate::tables::list(c),
+    )?;
+    Ok(tables.into_iter().map(|t| t.name).collect())
 }

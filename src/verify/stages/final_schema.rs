@@ -44,10 +44,17 @@ impl Run<'_> {
         };
         let unlogged =
             crate::verify::measure::unlogged_tables(seeded_final.unwrap_or(empty_final))?;
+        let made_by_rows = self
+            .evidence
+            .values()
+            .filter_map(|e| e.seeding.as_ref())
+            .flat_map(|s| s.made_by_rows.iter().cloned())
+            .collect();
         self.evidence(last).final_schema = Some(FinalSchema {
             seeded,
             empty,
             unlogged,
+            made_by_rows,
         });
         Ok(())
     }
