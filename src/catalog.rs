@@ -562,6 +562,9 @@ pub struct Catalog {
     pub source: Source,
     pub layout: Layout,
     migrations: Vec<Migration>,
+    /// The folder's files that are not migrations: companions its tool
+    /// knows and files it ignores, named in the run's header.
+    pub set_aside: Vec<layouts::SetAside>,
 }
 
 fn refinery_name(version: i32, name: &str) -> String {
@@ -685,9 +688,12 @@ fn read_folder(dir: &Path) -> Result<Folder, CatalogError> {
             {
                 let bytes = std::fs::read(&child).map_err(|e| io(&child, e))?;
                 folder.files.insert(relative, bytes);
+            } else if !name.starts_with('.') {
+                folder.others.push(relative);
             }
         }
     }
+    folder.others.sort();
     Ok(folder)
 }
 
@@ -761,7 +767,7 @@ impl Catalog {
     ) -> Result<Catalog, CatalogError> {
         let folder = Folder {
             files: files.collect(),
-            project: Vec::new(),
+            ..Folder::default()
         };
         Catalog::from_folder(source, options, folder)
     }
@@ -789,7 +795,11 @@ impl Catalog {
             },
         };
         let steps = layouts::read(layout, &folder, options)?;
-        Catalog::from_steps(source, layout, steps)
+        let set_aside = layouts::set_aside(layout, &folder, &steps);
+        Ok(Catalog {
+            set_aside,
+            ..Catalog::from_steps(source, layout, steps)?
+        })
     }
 
     /// The catalogue of `steps` in their order, whoever read them (a
@@ -820,6 +830,7 @@ impl Catalog {
             source,
             layout,
             migrations,
+            set_aside: Vec::new(),
         })
     }
 

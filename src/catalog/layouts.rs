@@ -52,6 +52,101 @@ pub struct Folder {
     /// ([`project_tools`]); empty when unknown (the embedded set, no
     /// manifest, a manifest naming none).
     pub project: Vec<Layout>,
+    /// The folder's other files (of kinds no layout reads: `README.md`,
+    /// `seed.txt`), by path; hidden files (`.gitkeep`) are not listed.
+    pub others: Vec<String>,
+}
+
+/// A file of a migration folder that is not one of its migrations: a
+/// companion its tool knows (`what` says which), or, with `what` None, a
+/// file its tool does not run at all. Every one is named in the run's
+/// header ([`describe_set_aside`]), so nothing in the folder is dropped
+/// without a word.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetAside {
+    pub file: String,
+    pub what: Option<&'static str>,
+}
+
+/// The files of `folder` that `steps` do not run, each with what it is to
+/// `layout`'s tool.
+pub fn set_aside(layout: Layout, folder: &Folder, steps: &[Step]) -> Vec<SetAside> {
+    let used: std::collections::HashSet<&str> = steps
+        .iter()
+        .flat_map(|s| {
+            std::iter::once(s.file.as_str()).chain(s.verify.iter().map(|v| v.file.as_str()))
+        })
+        .collect();
+    let reader = reader(layout);
+    folder
+        .files
+        .keys()
+        .chain(folder.others.iter())
+        .filter(|f| !used.contains(f.as_str()))
+        .map(|f| SetAside {
+            file: f.clone(),
+            what: reader.companion(f).or_else(|| common_companion(layout, f)),
+        })
+        .collect()
+}
+
+/// What any layout's folder may hold beside its migrations: the
+/// `atlas.sum` of Atlas's `--dir-format` (checked when read), Go code
+/// (goose's migrations are steps; any other tool runs SQL only).
+fn common_companion(layout: Layout, file: &str) -> Option<&'static str> {
+    if file == atlas::SUM_FILE {
+        return Some("Atlas's sum of the files (checked, not run)");
+    }
+    if file.ends_with(".go") && layout != Layout::Goose {
+        return Some("Go code, which this tool does not run (it runs the folder's SQL files)");
+    }
+    None
+}
+
+/// How a down file is described in the run's header.
+pub const DOWN_FILES: &str = "down file(s), never run going up";
+
+/// `x.down.sql`, `x_down.sql`, `x/down.sql`: a migration's way back.
+pub fn is_down_file(file: &str) -> bool {
+    file.ends_with(".down.sql") || file.ends_with("_down.sql") || file.ends_with("/down.sql")
+}
+
+/// `list` for the run's header, bounded: each kind of companion with its
+/// count and first files, then the ignored files. None when the folder
+/// holds nothing but migrations.
+pub fn describe_set_aside(list: &[SetAside]) -> Option<String> {
+    const SHOWN: usize = 3;
+    let mut kinds: Vec<(Option<&str>, Vec<&str>)> = Vec::new();
+    for s in list {
+        match kinds.iter_mut().find(|(w, _)| *w == s.what) {
+            Some((_, files)) => files.push(&s.file),
+            None => kinds.push((s.what, vec![&s.file])),
+        }
+    }
+    // Ignored files last: the ones a user most needs to see.
+    kinds.sort_by_key(|(w, _)| w.is_none());
+    let parts: Vec<String> = kinds
+        .iter()
+        .map(|(what, files)| {
+            let mut names = files
+                .iter()
+                .take(SHOWN)
+                .copied()
+                .collect::<Vec<_>>()
+                .join(", ");
+            if files.len() > SHOWN {
+                names.push_str(&format!(" and {} more", files.len() - SHOWN));
+            }
+            match what {
+                Some(what) => format!("{} {what}: {names}", files.len()),
+                None => format!(
+                    "{} file(s) ignored, not migrations its tool runs: {names}",
+                    files.len()
+                ),
+            }
+        })
+        .collect();
+    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 impl Folder {
@@ -190,6 +285,12 @@ pub trait LayoutReader: Sync {
     /// (maragudk/migrate's Go callbacks), said wherever the folder is read
     /// as this layout's; None when rollsafe runs all of it.
     fn caveat(&self) -> Option<&'static str> {
+        None
+    }
+    /// What a file of the folder that is not a migration is to this tool
+    /// (a down file, an undo script, a callback, the plan), for the run's
+    /// header; None for a file the tool does not run at all.
+    fn companion(&self, _file: &str) -> Option<&'static str> {
         None
     }
 }
@@ -409,18 +510,17 @@ pub fn read(
     Ok(steps)
 }
 
-/// `{digits}_{name}`: the version (digits, as written) and the name.
-/// Names may hold letters, digits, `_`, `-` and `.`.
+/// `{digits}_{name}`: the version (digits, as written) and the name. The
+/// tools that name files so split at the first `_` and take any name after
+/// it (sqlx's `resolve_blocking`, goose's `NumericComponent`,
+/// golang-migrate's `^([0-9]+)_(.*)\.(down|up)\.(.*)$`): brackets, spaces
+/// and dots are a name like any other.
 pub fn digits_and_name(stem: &str) -> Option<(&str, &str)> {
     let (version, name) = stem.split_once('_')?;
     if version.is_empty() || !version.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    if name.is_empty()
-        || !name
-            .chars()
-            .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.'))
-    {
+    if name.is_empty() || name.contains('/') {
         return None;
     }
     Some((version, name))

@@ -293,7 +293,9 @@ pub(crate) fn read_as(catalog: &Catalog, given: bool) -> String {
             "detected; --layout names another tool"
         },
         caveat.map(|c| format!("; {c}")).unwrap_or_default()
-    )
+    ) + &rollsafe::catalog::layouts::describe_set_aside(&catalog.set_aside)
+        .map(|s| format!("; besides them, {s}"))
+        .unwrap_or_default()
 }
 
 /// The rehearsal `args` ask for, its reports written to `targets`.

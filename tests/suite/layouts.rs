@@ -798,7 +798,7 @@ fn migrate_target_takes_the_layouts_own_label(env: &TestEnv) -> anyhow::Result<(
     )?;
     ensure!(
         code == 2
-            && err.trim() == "rollsafe: error: --target 3: `3` names no migration of this diesel folder (the files have 00000000000000_diesel_initial_setup..2024-03-20-120000_notify_schema_changes); pass one of those labels (or the start of one)",
+            && err.trim() == "rollsafe: error: --target 3: `3` names no migration of this diesel folder (the files have 00000000000000_diesel_initial_setup..2024-03-20-120000_notify_schema_changes); pass one of those labels (or the start of one), or a migration's file or folder name",
         "exit {code}: {err}"
     );
     let (code, _, err) = rollsafe_cli(

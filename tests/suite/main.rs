@@ -10,6 +10,7 @@ mod cleanup;
 mod common;
 mod dao;
 mod gate;
+mod first_contact;
 mod generate;
 mod journal_layouts;
 mod layouts;
@@ -66,6 +67,7 @@ fn main() {
     trials.extend(readers::tests(&env));
     trials.extend(capture::tests(&env));
     trials.extend(gate::tests(&env));
+    trials.extend(first_contact::tests(&env));
     trials.retain(|t| common::in_scope(t.name()));
     let trials = common::slowest_first(trials);
     let conclusion = libtest_mimic::run(&args, trials);

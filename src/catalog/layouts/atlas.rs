@@ -81,10 +81,16 @@ impl LayoutReader for Atlas {
         if folder.has(SUM_FILE) {
             return vec![SUM_FILE.to_string()];
         }
-        // `20240313233558.sql`: no other layout names a file by its version alone.
+        // `20240313233558.sql`: no other layout names a file by its version
+        // alone, but dbmate takes it (`^(\d+).*\.sql$`) and says so with its
+        // `-- migrate:up`, goose with `-- +goose Up`.
         folder
             .top_level_sql()
-            .filter(|(f, _)| version_and_name(f).is_some_and(|(_, n)| n.is_empty()))
+            .filter(|(f, b)| {
+                version_and_name(f).is_some_and(|(_, n)| n.is_empty())
+                    && !super::dbmate::is_dbmate(b)
+                    && !super::goose::is_goose(b)
+            })
             .map(|(f, _)| f.to_string())
             .collect()
     }

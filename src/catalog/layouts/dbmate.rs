@@ -17,8 +17,8 @@
 use std::time::Duration;
 
 use super::{
-    digits_and_name, keep_lines, unreadable, AppliedRow, Folder, HistoryRules, HistoryWrite,
-    LayoutReader, ReadOptions, RowWrite, Step, Value,
+    keep_lines, unreadable, AppliedRow, Folder, HistoryRules, HistoryWrite, LayoutReader,
+    ReadOptions, RowWrite, Step, Value,
 };
 use crate::catalog::Execution;
 use crate::catalog::{CatalogError, Layout, Migration};
@@ -115,17 +115,19 @@ impl LayoutReader for Dbmate {
     }
 
     fn claims(&self, folder: &Folder) -> Vec<String> {
-        folder.numbered_sql_marked(is_dbmate)
+        folder
+            .top_level_sql()
+            .filter(|(f, b)| is_dbmate(b) && version_and_name(f).is_some())
+            .map(|(f, _)| f.to_string())
+            .collect()
     }
 
     fn read(&self, folder: &Folder, options: &ReadOptions) -> Result<Vec<Step>, CatalogError> {
         // top_level_sql is by file name: dbmate's order.
         let mut steps = Vec::new();
         for (file, bytes) in folder.top_level_sql() {
-            let (version, name) = file
-                .strip_suffix(".sql")
-                .and_then(digits_and_name)
-                .ok_or_else(|| unreadable(file, Layout::Dbmate, options))?;
+            let (version, name) =
+                version_and_name(file).ok_or_else(|| unreadable(file, Layout::Dbmate, options))?;
             let text = super::utf8(file, bytes.to_vec())?;
             let sections = up_sections(file, &text)?;
             let count = sections.len();
@@ -156,6 +158,19 @@ impl LayoutReader for Dbmate {
         }
         Ok(steps)
     }
+}
+
+/// A dbmate migration file name, by dbmate's own pattern
+/// (`^(\d+).*\.sql$` in its `FindMigrations`): the leading digits are the
+/// version, whatever follows them the name (`20240101_grants copy.sql`,
+/// `20240101.sql`).
+fn version_and_name(file: &str) -> Option<(&str, &str)> {
+    let stem = file.strip_suffix(".sql")?;
+    let digits = stem.bytes().take_while(u8::is_ascii_digit).count();
+    (digits > 0).then(|| {
+        let (version, rest) = stem.split_at(digits);
+        (version, rest.strip_prefix('_').unwrap_or(rest))
+    })
 }
 
 /// Whether `key` is a section of a dbmate file before its last

@@ -50,14 +50,30 @@ struct Metadata {
     run_in_transaction: bool,
 }
 
-/// diesel's version of a migration folder name.
-fn version(dir: &str) -> Option<String> {
-    let prefix = dir.split('_').next()?;
-    let version = prefix.replace('-', "");
-    (!version.is_empty() && version.bytes().all(|b| b.is_ascii_digit())).then_some(version)
+/// diesel's version of a migration folder name (`version_from_string` in
+/// its `migrations_internals`): the text before the first `_`, every `-`
+/// removed, whatever it holds. `2024-01-05-1200-oar-racks` (no `_`) is the
+/// version `202401051200oarracks`, and it is what diesel has recorded in
+/// every database that ran it: renaming the folder would run it again.
+fn version(dir: &str) -> String {
+    dir.split('_').next().unwrap_or(dir).replace('-', "")
+}
+
+/// A folder diesel runs that reads as a migration of diesel's for
+/// detection: its version starts with a digit (a date or a timestamp).
+fn looks_versioned(dir: &str) -> bool {
+    version(dir).starts_with(|c: char| c.is_ascii_digit())
 }
 
 impl LayoutReader for Diesel {
+    fn companion(&self, file: &str) -> Option<&'static str> {
+        match file.rsplit('/').next() {
+            Some("down.sql") => Some(super::DOWN_FILES),
+            Some("metadata.toml") => Some("diesel metadata file(s) (read for run_in_transaction)"),
+            _ => None,
+        }
+    }
+
     fn pattern(&self) -> &'static str {
         "<version>_<name>/up.sql"
     }
@@ -70,7 +86,7 @@ impl LayoutReader for Diesel {
         folder
             .dirs_with(UP)
             .into_iter()
-            .filter(|d| version(d).is_some())
+            .filter(|d| looks_versioned(d))
             .map(|d| format!("{d}/{UP}"))
             .collect()
     }
@@ -79,10 +95,7 @@ impl LayoutReader for Diesel {
         let mut steps = Vec::new();
         for dir in folder.dirs_with(UP) {
             let file = format!("{dir}/{UP}");
-            let key = version(dir).ok_or_else(|| CatalogError::Unreadable {
-                file: file.clone(),
-                why: "the folder name does not start with a version (YYYY-MM-DD-HHMMSS_name or 14 digits_name), so diesel cannot order it; rename the folder".into(),
-            })?;
+            let key = version(dir);
             let sql = folder.text(&file)?.unwrap_or_default();
             let metadata = format!("{dir}/metadata.toml");
             let run_in_transaction = match folder.text(&metadata)? {
@@ -102,7 +115,7 @@ impl LayoutReader for Diesel {
             steps.push(Step {
                 key,
                 label: dir.to_string(),
-                name: dir.split_once('_').map_or("", |(_, n)| n).to_string(),
+                name: dir.split_once('_').map_or(dir, |(_, n)| n).to_string(),
                 file,
                 sql,
                 // Without a transaction diesel sends the file with
@@ -126,19 +139,16 @@ mod tests {
 
     #[test]
     fn versions_drop_dashes_and_metadata_without_the_key_is_false() {
+        assert_eq!(version("2024-10-25-112826_x"), "20241025112826");
+        assert_eq!(version("2026-07-30-140000-0000_x"), "202607301400000000");
         assert_eq!(
-            version("2024-10-25-112826_x").as_deref(),
-            Some("20241025112826")
+            version("00000000000000_diesel_initial_setup"),
+            "00000000000000"
         );
-        assert_eq!(
-            version("2026-07-30-140000-0000_x").as_deref(),
-            Some("202607301400000000")
-        );
-        assert_eq!(
-            version("00000000000000_diesel_initial_setup").as_deref(),
-            Some("00000000000000")
-        );
-        assert_eq!(version("init"), None);
+        // No `_`: the whole name, dashes removed, as diesel records it.
+        assert_eq!(version("2024-01-05-1200-oar-racks"), "202401051200oarracks");
+        assert!(looks_versioned("2024-01-05-1200-oar-racks"));
+        assert!(!looks_versioned("init"));
         let m: Metadata = toml::from_str("# nothing set\n").unwrap();
         assert!(!m.run_in_transaction);
     }

@@ -57,6 +57,12 @@ enum Kind<'a> {
         description: &'a str,
     },
     Undo,
+    /// An SQL callback (`afterMigrate__grants.sql`): run by Flyway, not a
+    /// migration.
+    Callback {
+        event: &'a str,
+        description: &'a str,
+    },
     Baseline {
         parts: Vec<u64>,
         written: &'a str,
@@ -64,20 +70,90 @@ enum Kind<'a> {
     },
 }
 
+/// Flyway's callback events (`org.flywaydb.core.api.callback.Event`): a
+/// file named `<event>.sql` or `<event>__<description>.sql` is an SQL
+/// callback, run by Flyway around its commands, never a migration.
+pub(crate) const CALLBACK_EVENTS: &[&str] = &[
+    "beforeMigrate",
+    "beforeEachMigrate",
+    "beforeEachMigrateStatement",
+    "afterEachMigrateStatement",
+    "afterEachMigrateStatementError",
+    "afterEachMigrate",
+    "afterEachMigrateError",
+    "beforeRepeatables",
+    "afterVersioned",
+    "afterMigrateApplied",
+    "afterMigrate",
+    "afterMigrateError",
+    "afterMigrateOperationFinish",
+    "beforeClean",
+    "afterClean",
+    "afterCleanError",
+    "beforeUndo",
+    "beforeEachUndo",
+    "beforeEachUndoStatement",
+    "afterEachUndoStatement",
+    "afterEachUndoStatementError",
+    "afterEachUndo",
+    "afterEachUndoError",
+    "afterUndo",
+    "afterUndoError",
+    "beforeValidate",
+    "afterValidate",
+    "afterValidateError",
+    "beforeBaseline",
+    "afterBaseline",
+    "afterBaselineError",
+    "beforeRepair",
+    "afterRepair",
+    "afterRepairError",
+    "beforeInfo",
+    "afterInfo",
+    "afterInfoError",
+    "afterInfoOperationFinish",
+    "createSchema",
+    "beforeConnect",
+];
+
+/// The kind of a Flyway file name, parsed as Flyway's `ResourceNameParser`
+/// parses it: the longest prefix that matches (a callback event before
+/// `V`, `R`, `U`, `B`), then the text up to the first `__` is the version
+/// and the rest the description; without `__` the whole text is the
+/// version and the description is empty (`V6.1.0.6.sql`). A callback or
+/// repeatable has no version (`afterMigrate.sql`, `R__views.sql`).
 fn kind(file: &str) -> Option<Kind<'_>> {
     let stem = file.strip_suffix(".sql")?;
+    let split = |name| match name {
+        "" => ("", ""),
+        _ => {
+            let name: &str = name;
+            name.split_once("__").unwrap_or((name, ""))
+        }
+    };
+    let mut events: Vec<&str> = CALLBACK_EVENTS
+        .iter()
+        .copied()
+        .filter(|e| stem.starts_with(e))
+        .collect();
+    events.sort_by_key(|e| std::cmp::Reverse(e.len()));
+    if let Some(event) = events.first() {
+        let rest = &stem[event.len()..];
+        let (version, description) = split(rest);
+        return match (version, rest.is_empty() || rest.starts_with("__")) {
+            ("", true) => Some(Kind::Callback { event, description }),
+            _ => None,
+        };
+    }
     if let Some(description) = stem.strip_prefix("R__") {
         return (!description.is_empty()).then_some(Kind::Repeatable { description });
     }
     let prefix = stem.chars().next()?;
-    let (written, description) = stem[1..].split_once("__")?;
+    let (written, description) = split(&stem[prefix.len_utf8()..]);
     let parts: Vec<u64> = written
         .split(['.', '_'])
         .map(|p| p.parse().ok())
         .collect::<Option<_>>()?;
-    if description.is_empty() {
-        return None;
-    }
     match prefix {
         'V' => Some(Kind::Versioned {
             parts,
@@ -114,6 +190,7 @@ fn flyway_only(folder: &Folder, file: &str) -> bool {
         }) => {
             !written.bytes().all(|b| b.is_ascii_digit())
                 || folder.has(&format!("{file}.conf"))
+                || description.is_empty()
                 || !description.chars().all(|c| c.is_alphanumeric() || c == '_')
         }
         Some(_) => true,
@@ -122,6 +199,17 @@ fn flyway_only(folder: &Folder, file: &str) -> bool {
 }
 
 impl LayoutReader for Flyway {
+    fn companion(&self, file: &str) -> Option<&'static str> {
+        if file.ends_with(".sql.conf") {
+            return Some("Flyway script configuration file(s) (read)");
+        }
+        match kind(file) {
+            Some(Kind::Callback { .. }) => Some("Flyway SQL callback(s), which Flyway runs around every migrate and rollsafe does not rehearse"),
+            Some(Kind::Undo) => Some("Flyway undo script(s), never run going up"),
+            _ => None,
+        }
+    }
+
     fn pattern(&self) -> &'static str {
         "V<version>__<description>.sql, R__<description>.sql"
     }
@@ -148,7 +236,7 @@ impl LayoutReader for Flyway {
         for (file, bytes) in folder.top_level_sql() {
             let kind = kind(file)
                 .ok_or_else(|| super::unreadable(file, crate::catalog::Layout::Flyway, options))?;
-            if kind == Kind::Undo {
+            if matches!(kind, Kind::Undo | Kind::Callback { .. }) {
                 continue;
             }
             let text = super::utf8(file, bytes.to_vec())?;
@@ -171,7 +259,7 @@ impl LayoutReader for Flyway {
                 ..Step::default()
             };
             match kind {
-                Kind::Undo => unreachable!("skipped above"),
+                Kind::Undo | Kind::Callback { .. } => unreachable!("skipped above"),
                 Kind::Baseline {
                     parts,
                     written,

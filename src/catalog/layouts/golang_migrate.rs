@@ -63,6 +63,10 @@ fn down_stem(file: &str) -> Option<&str> {
 }
 
 impl LayoutReader for GolangMigrate {
+    fn companion(&self, file: &str) -> Option<&'static str> {
+        super::is_down_file(file).then_some(super::DOWN_FILES)
+    }
+
     fn pattern(&self) -> &'static str {
         "<version>_<name>.up.sql"
     }

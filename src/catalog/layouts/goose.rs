@@ -73,6 +73,14 @@ pub fn is_goose(bytes: &[u8]) -> bool {
 }
 
 impl LayoutReader for Goose {
+    fn companion(&self, file: &str) -> Option<&'static str> {
+        match file.ends_with(".go") {
+            true if file.ends_with("_test.go") => Some("Go test file(s)"),
+            true => Some("Go file(s) that are no goose migration (not <version>_<name>.go)"),
+            false => None,
+        }
+    }
+
     fn pattern(&self) -> &'static str {
         "<version>_<name>.sql with -- +goose Up"
     }

@@ -123,6 +123,10 @@ pub fn names_all<'a>(mut files: impl Iterator<Item = &'a str>) -> bool {
 }
 
 impl LayoutReader for MaragudkMigrate {
+    fn companion(&self, file: &str) -> Option<&'static str> {
+        super::is_down_file(file).then_some(super::DOWN_FILES)
+    }
+
     fn pattern(&self) -> &'static str {
         "<version>.up.sql (the version the whole name, e.g. 0001_create_users)"
     }

@@ -59,6 +59,10 @@ struct Lock {
 }
 
 impl LayoutReader for Prisma {
+    fn companion(&self, file: &str) -> Option<&'static str> {
+        (file == LOCK).then_some("Prisma's provider lock (read)")
+    }
+
     fn pattern(&self) -> &'static str {
         "<name>/migration.sql (+ migration_lock.toml)"
     }

@@ -107,34 +107,50 @@ fn parse_plan(text: &str) -> Result<Vec<Entry>, CatalogError> {
     Ok(entries)
 }
 
-/// (label, deploy script) of each change, in plan order.
-fn scripts(entries: &[Entry]) -> Result<Vec<(String, String, String)>, CatalogError> {
+/// (label, name, deploy script) of each change, in plan order. A change
+/// reworked later deploys, in its earlier instance, the script of the
+/// first tag between it and its rework whose `deploy/<name>@<tag>.sql`
+/// exists (`exists`, given the script's path under the top dir), or of the
+/// first tag when none does: Sqitch's own lookup (`_path_segments` in
+/// `App::Sqitch::Plan::Change`, over its `rework_tags`).
+fn scripts(
+    entries: &[Entry],
+    exists: impl Fn(&str) -> bool,
+) -> Result<Vec<(String, String, String)>, CatalogError> {
     let mut out = Vec::new();
     for (i, entry) in entries.iter().enumerate() {
         let Entry::Change(change) = entry else {
             continue;
         };
-        let reworked_later = entries[i + 1..]
+        let later = &entries[i + 1..];
+        let Some(rework) = later
             .iter()
-            .any(|e| matches!(e, Entry::Change(c) if c.name == change.name));
-        if !reworked_later {
+            .position(|e| matches!(e, Entry::Change(c) if c.name == change.name))
+        else {
             out.push((
                 change.name.clone(),
                 change.name.clone(),
                 format!("deploy/{}.sql", change.name),
             ));
             continue;
-        }
-        let tag = entries[i + 1..].iter().find_map(|e| match e {
-            Entry::Tag(t) => Some(t),
-            _ => None,
-        });
-        let Some(tag) = tag else {
+        };
+        let tags: Vec<&String> = later[..rework]
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Tag(t) => Some(t),
+                _ => None,
+            })
+            .collect();
+        let Some(first) = tags.first() else {
             return Err(CatalogError::Unreadable {
                 file: PLAN.into(),
                 why: format!("line {}: `{}` appears again later without a tag between (Sqitch reworks a change only after a tag)", change.line, change.name),
             });
         };
+        let tag = tags
+            .iter()
+            .find(|t| exists(&format!("deploy/{}@{t}.sql", change.name)))
+            .unwrap_or(first);
         let label = format!("{}@{tag}", change.name);
         out.push((
             label.clone(),
@@ -230,6 +246,19 @@ fn verify_script(
 }
 
 impl LayoutReader for Sqitch {
+    fn companion(&self, file: &str) -> Option<&'static str> {
+        let base = file.rsplit('/').next().unwrap_or(file);
+        if base == PLAN || base == CONF {
+            return Some("Sqitch plan and configuration (read)");
+        }
+        let dirs: Vec<&str> = file.split('/').collect();
+        match dirs.iter().rev().nth(1) {
+            Some(&"revert") => Some("Sqitch revert script(s), never run going up"),
+            Some(&"verify") => Some("Sqitch verify script(s) of no change in the plan"),
+            _ => None,
+        }
+    }
+
     fn pattern(&self) -> &'static str {
         "sqitch.plan with deploy/<change>.sql"
     }
@@ -254,7 +283,9 @@ impl LayoutReader for Sqitch {
             why: "is missing: a Sqitch project orders its changes in it; pass the folder that holds sqitch.plan".into(),
         })?;
         let mut steps = Vec::new();
-        for (label, name, file) in scripts(&parse_plan(&plan)?)? {
+        for (label, name, file) in
+            scripts(&parse_plan(&plan)?, |f| folder.has(&format!("{top}{f}")))?
+        {
             let file = format!("{top}{file}");
             let text = folder.text(&file)?.ok_or_else(|| CatalogError::Unreadable {
                 file: file.clone(),
@@ -292,7 +323,7 @@ mod tests {
     #[test]
     fn plan_order_tags_and_rework() {
         let plan = "%syntax-version=1.0.0\n%project=shop\n\nschema 2024-01-01T00:00:00Z A <a@x> # schema\nusers [schema] 2024-01-02T00:00:00Z A <a@x> # users\n@v1.0 2024-01-03T00:00:00Z A <a@x> # tag\nusers [users@v1.0] 2024-02-01T00:00:00Z A <a@x> # reworked\n";
-        let s = scripts(&parse_plan(plan).unwrap()).unwrap();
+        let s = scripts(&parse_plan(plan).unwrap(), |_| false).unwrap();
         let files: Vec<&str> = s.iter().map(|(_, _, f)| f.as_str()).collect();
         assert_eq!(
             files,
@@ -303,6 +334,19 @@ mod tests {
             ]
         );
         assert_eq!(s[1].0, "users@v1.0");
+    }
+
+    /// Several tags between a change and its rework: Sqitch takes the
+    /// first tag whose script exists, the first tag when none does.
+    #[test]
+    fn a_rework_script_is_found_under_the_first_tag_that_has_one() {
+        let plan = "%project=kiln\n\nkilns 2024-01-02T00:00:00Z A <a@x> # kilns\n@v1 2024-01-03T00:00:00Z A <a@x> # tag\nglazes 2024-01-04T00:00:00Z A <a@x> # glazes\n@v2 2024-01-05T00:00:00Z A <a@x> # tag\n@v2.1 2024-01-05T00:00:00Z A <a@x> # tag\nkilns [kilns@v1] 2024-02-01T00:00:00Z A <a@x> # reworked\n";
+        let entries = parse_plan(plan).unwrap();
+        let found = scripts(&entries, |f| f == "deploy/kilns@v2.sql").unwrap();
+        assert_eq!(found[0].0, "kilns@v2");
+        assert_eq!(found[0].2, "deploy/kilns@v2.sql");
+        let none = scripts(&entries, |_| false).unwrap();
+        assert_eq!(none[0].2, "deploy/kilns@v1.sql");
     }
 
     #[test]

@@ -76,6 +76,10 @@ fn is_plain(folder: &Folder, file: &str, bytes: &[u8]) -> bool {
 }
 
 impl LayoutReader for Sqlx {
+    fn companion(&self, file: &str) -> Option<&'static str> {
+        super::is_down_file(file).then_some(super::DOWN_FILES)
+    }
+
     fn pattern(&self) -> &'static str {
         "<version>_<name>.sql"
     }

@@ -1,0 +1,273 @@
+//! First contact with a history rollsafe has never seen: every name its
+//! tool runs is read (sqlx descriptions with brackets, a diesel folder
+//! with no `_`, a dbmate name with a space or no name at all, Flyway files
+//! with no description), a migration is named however the folder shows it
+//! (`--since` with the file, its stem, its folder), what is not a
+//! migration is named in the run's header (Flyway callbacks and undo
+//! files, a README), and a reworked Sqitch change is found under the tag
+//! Sqitch finds it under. The fixtures are a pottery studio's.
+
+use anyhow::ensure;
+use libtest_mimic::Trial;
+use rollsafe::catalog::{Catalog, Layout, ReadOptions};
+
+use crate::common::TestEnv;
+use crate::layouts::{expect_read, fixture, rehearse_clean, rollsafe_cli};
+
+pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
+    crate::trials!(
+        "first_contact",
+        env,
+        [
+            names_each_tool_runs_are_read_in_its_order_and_rehearsed,
+            since_takes_the_migration_as_the_folder_shows_it,
+            the_header_names_callbacks_undo_files_and_ignored_files,
+            a_reworked_sqitch_change_is_deployed_from_the_tag_that_has_its_script,
+        ]
+    )
+}
+
+fn read_as(dir: &str, layout: Option<Layout>) -> anyhow::Result<Catalog> {
+    Ok(Catalog::from_dir_in(
+        &fixture(dir),
+        &ReadOptions {
+            layout,
+            ..Default::default()
+        },
+    )?)
+}
+
+/// sqlx's `<version>_<anything>.sql`, diesel's folder without `_` (its
+/// version is the whole name, dashes removed, ordered as a string),
+/// dbmate's `^(\d+).*\.sql$` and Flyway's `V<version>.sql`: each read as
+/// its tool reads it, in its tool's order, and rehearsed with no error.
+fn names_each_tool_runs_are_read_in_its_order_and_rehearsed(env: &TestEnv) -> anyhow::Result<()> {
+    let sqlx = read_as("sqlx-bracketed", Some(Layout::Sqlx))?;
+    expect_read(
+        &sqlx,
+        Layout::Sqlx,
+        &[
+            ("20250101090000", "20250101090000_[1.0.0]_kilns.sql", false),
+            ("20250102090000", "20250102090000_glazes.sql", false),
+            (
+                "20250103090000",
+                "20250103090000_[1.1.0]_kiln_notes.sql",
+                false,
+            ),
+        ],
+    )?;
+    // Detected too: the bracketed names are sqlx's plain files.
+    ensure!(read_as("sqlx-bracketed", None)?.layout == Layout::Sqlx);
+    rehearse_clean(env, sqlx)?;
+
+    let diesel = read_as("diesel-dashed", None)?;
+    expect_read(
+        &diesel,
+        Layout::Diesel,
+        &[
+            (
+                "2024-01-05-090000_create_kilns",
+                "2024-01-05-090000_create_kilns/up.sql",
+                false,
+            ),
+            (
+                "2024-01-05-1200-add-kiln-notes",
+                "2024-01-05-1200-add-kiln-notes/up.sql",
+                false,
+            ),
+            (
+                "2024-02-01-080000_firings",
+                "2024-02-01-080000_firings/up.sql",
+                false,
+            ),
+        ],
+    )?;
+    // The version diesel has recorded for it, which a rename would change.
+    ensure!(
+        diesel.migrations()[1].key == "202401051200addkilnnotes",
+        "{}",
+        diesel.migrations()[1].key
+    );
+    rehearse_clean(env, diesel)?;
+
+    let dbmate = read_as("dbmate-spaced", None)?;
+    expect_read(
+        &dbmate,
+        Layout::Dbmate,
+        &[
+            ("20240301090000", "20240301090000_create_kilns.sql", false),
+            (
+                "20240305101500",
+                "20240305101500_kiln firing copy.sql",
+                false,
+            ),
+            ("20240312080000", "20240312080000.sql", false),
+        ],
+    )?;
+    rehearse_clean(env, dbmate)?;
+
+    let flyway = read_as("flyway-callbacks", None)?;
+    expect_read(
+        &flyway,
+        Layout::Flyway,
+        &[
+            ("V1", "V1__create_kilns.sql", false),
+            ("V1.1", "V1.1.sql", false),
+            ("V2.0.1", "V2.0.1.sql", false),
+        ],
+    )?;
+    // The callback would fail if it ran as a migration (its role does
+    // not exist): rehearsed clean, it did not.
+    rehearse_clean(env, flyway)?;
+    Ok(())
+}
+
+/// `--since` takes the migration as a user sees it in the folder: the
+/// file, its stem, the folder of a folder-per-migration layout, a path
+/// ending in one of those; on every layout. Before, each of these was
+/// refused as naming no migration.
+fn since_takes_the_migration_as_the_folder_shows_it(_env: &TestEnv) -> anyhow::Result<()> {
+    let cases: &[(&str, Option<&str>, &[&str])] = &[
+        (
+            "sqlx-bracketed",
+            Some("sqlx"),
+            &[
+                "20250102090000_glazes.sql",
+                "20250102090000_glazes",
+                "migrations/20250102090000_glazes.sql",
+            ],
+        ),
+        (
+            "sqlx",
+            Some("sqlx"),
+            &[
+                "20240312080000_orders_customer_index.up.sql",
+                "20240312080000_orders_customer_index",
+            ],
+        ),
+        (
+            "golang-migrate",
+            None,
+            &[
+                "10_orders_customer_index.up.sql",
+                "10_orders_customer_index",
+            ],
+        ),
+        (
+            "goose",
+            None,
+            &["10_orders_customer_index.sql", "10_orders_customer_index"],
+        ),
+        (
+            "dbmate-spaced",
+            None,
+            &[
+                "20240305101500_kiln firing copy.sql",
+                "20240305101500_kiln firing copy",
+            ],
+        ),
+        (
+            "atlas",
+            None,
+            &[
+                "20240312080000_orders_customer_index.sql",
+                "20240312080000_orders_customer_index",
+            ],
+        ),
+        ("flyway-callbacks", None, &["V1.1.sql", "V1.1", "1.1"]),
+        (
+            "diesel-dashed",
+            None,
+            &[
+                "2024-01-05-1200-add-kiln-notes",
+                "2024-01-05-1200-add-kiln-notes/up.sql",
+                "migrations/2024-01-05-1200-add-kiln-notes/",
+                "202401051200addkilnnotes",
+            ],
+        ),
+        (
+            "prisma",
+            None,
+            &[
+                "20240305101500_orders",
+                "20240305101500_orders/migration.sql",
+            ],
+        ),
+        (
+            "sqitch",
+            None,
+            &["orders_customer_index", "deploy/orders_customer_index.sql"],
+        ),
+    ];
+    for (dir, layout, spellings) in cases {
+        for since in *spellings {
+            let mut args = vec!["verify", "--static-only", "--since", since];
+            if let Some(l) = layout {
+                args.extend(["--layout", l]);
+            }
+            let (code, out, err) = rollsafe_cli(&args, &fixture(dir))?;
+            ensure!(code == 0, "{dir}: --since {since}: exit {code}: {out}{err}");
+        }
+    }
+    // A spelling of no migration is still refused, naming the ways.
+    let (code, _, err) = rollsafe_cli(
+        &["verify", "--static-only", "--since", "V9.sql"],
+        &fixture("flyway-callbacks"),
+    )?;
+    ensure!(
+        code == 2 && err.contains("or a migration's file or folder name"),
+        "exit {code}: {err}"
+    );
+    Ok(())
+}
+
+/// The header of a run says what in the folder is not a migration: the
+/// Flyway callbacks (which Flyway runs and rollsafe does not rehearse),
+/// the undo file, and the README as ignored; the run itself passes.
+fn the_header_names_callbacks_undo_files_and_ignored_files(env: &TestEnv) -> anyhow::Result<()> {
+    let (code, out, err) = rollsafe_cli(
+        &[
+            "verify",
+            "--postgres",
+            env.sandbox.admin_url(),
+            "--rows",
+            "200",
+            "--since",
+            "V1__create_kilns.sql",
+        ],
+        &fixture("flyway-callbacks"),
+    )?;
+    ensure!(code == 0, "exit {code}: {out}{err}");
+    let header = err
+        .lines()
+        .find(|l| l.contains("read as flyway's"))
+        .unwrap_or_default();
+    for part in [
+        "3 migration(s)",
+        "2 Flyway SQL callback(s), which Flyway runs around every migrate and rollsafe does not rehearse: afterMigrate__grants.sql, beforeMigrate.sql",
+        "1 Flyway undo script(s), never run going up: U1.1.sql",
+        "1 file(s) ignored, not migrations its tool runs: README.md",
+    ] {
+        ensure!(header.contains(part), "{part} not in: {header}");
+    }
+    Ok(())
+}
+
+/// A change reworked after two tags whose script exists only under the
+/// later one: Sqitch tries the tags in plan order and deploys the first
+/// script that exists; rollsafe reads and rehearses the same.
+fn a_reworked_sqitch_change_is_deployed_from_the_tag_that_has_its_script(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let sqitch = read_as("sqitch-rework-tags", None)?;
+    expect_read(
+        &sqitch,
+        Layout::Sqitch,
+        &[
+            ("kilns@v2", "deploy/kilns@v2.sql", false),
+            ("glazes", "deploy/glazes.sql", false),
+            ("kilns", "deploy/kilns.sql", false),
+        ],
+    )?;
+    rehearse_clean(env, sqitch)
+}
