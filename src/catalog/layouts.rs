@@ -97,6 +97,9 @@ fn common_companion(layout: Layout, file: &str) -> Option<&'static str> {
     if file == atlas::SUM_FILE {
         return Some("Atlas's sum of the files (checked, not run)");
     }
+    if layout == Layout::Drizzle && file.starts_with("meta/") && file.ends_with(".json") {
+        return Some("drizzle-kit journal and snapshot file(s) (the journal read)");
+    }
     if file.ends_with(".go") && layout != Layout::Goose {
         return Some("Go code, which this tool does not run (it runs the folder's SQL files)");
     }
