@@ -10,7 +10,7 @@
 //! A folder is read in the layout of the tool that wrote it ([`Layout`],
 //! one [`layouts::LayoutReader`] per tool in `catalog/layouts/`): refinery
 //! `V{n}__{name}.sql` (the embedded set), sqlx, golang-migrate, diesel,
-//! goose, dbmate, Atlas, Flyway, Prisma, Sqitch, maragudk/migrate and Drizzle. The layout reads what
+//! goose, dbmate, Atlas, Flyway, Prisma, Sqitch, maragudk/migrate, Drizzle and Liquibase formatted SQL. The layout reads what
 //! its tool runs (up SQL only: down, undo and revert parts never), in the
 //! tool's order, with how the tool sends each file to the server
 //! ([`Execution`]: one transaction, statement by statement, or one
@@ -175,10 +175,13 @@ pub enum Layout {
     Framework,
     /// Drizzle: `meta/_journal.json` listing `{tag}.sql` files.
     Drizzle,
+    /// Liquibase formatted SQL: `--liquibase formatted sql` files, one
+    /// migration per `--changeset author:id`.
+    Liquibase,
 }
 
 impl Layout {
-    pub const ALL: [Layout; 12] = [
+    pub const ALL: [Layout; 13] = [
         Layout::Refinery,
         Layout::Sqlx,
         Layout::GolangMigrate,
@@ -191,6 +194,7 @@ impl Layout {
         Layout::Sqitch,
         Layout::MaragudkMigrate,
         Layout::Drizzle,
+        Layout::Liquibase,
     ];
 
     /// The name `--layout` and `rollsafe.toml` use.
@@ -209,6 +213,7 @@ impl Layout {
             Layout::MaragudkMigrate => "maragudk-migrate",
             Layout::Framework => "framework",
             Layout::Drizzle => "drizzle",
+            Layout::Liquibase => "liquibase",
         }
     }
 
@@ -656,7 +661,7 @@ fn parse_directives(file: &str, sql: &str) -> Result<Vec<Directive>, CatalogErro
 }
 
 /// What a migration file name may look like, for a folder no layout claims.
-const EXPECTED_NAMES: &str = "V<version>__<name>.sql (refinery, Flyway), <version>_<name>.sql (sqlx, goose, dbmate), <version>_<name>.up.sql (golang-migrate, maragudk/migrate), <version>.sql with atlas.sum (Atlas), <version>_<name>/up.sql (diesel), <name>/migration.sql (Prisma), a sqlx.plan with deploy/ (Sqitch) or meta/_journal.json listing <tag>.sql (Drizzle); or pass --layout";
+const EXPECTED_NAMES: &str = "V<version>__<name>.sql (refinery, Flyway), <version>_<name>.sql (sqlx, goose, dbmate), <version>_<name>.up.sql (golang-migrate, maragudk/migrate), <version>.sql with atlas.sum (Atlas), <version>_<name>/up.sql (diesel), <name>/migration.sql (Prisma), a sqlx.plan with deploy/ (Sqitch) meta/_journal.json listing <tag>.sql (Drizzle) or .sql files starting --liquibase formatted sql (Liquibase); or pass --layout";
 
 /// The files of a migration folder a layout may read: up to three levels
 /// deep (`deploy/schema/x.sql` in Sqitch), folders starting with `.`

@@ -16,7 +16,7 @@
 //! ```toml
 //! migrations = "migrations"      # directory of migration files
 //! apps = "apps"                  # directory of statement sets (*.sql)
-//! layout = "refinery"            # refinery, sqlx, golang-migrate, diesel, goose, dbmate, atlas, flyway, prisma, sqitch, maragudk-migrate, drizzle (default: detected)
+//! layout = "refinery"            # refinery, sqlx, golang-migrate, diesel, goose, dbmate, atlas, flyway, prisma, sqitch, maragudk-migrate, drizzle, liquibase (default: detected)
 //! rows = 2000                    # rows seeded per rehearsal
 //! postgres = "auto"              # auto | docker | local | postgres://… of a server
 //! image = "postgres:15"          # docker backend's image

@@ -1,7 +1,7 @@
 //! The migration folders rollsafe reads: one file per tool's layout.
 //!
 //! Each layout (diesel, sqlx, golang-migrate, refinery, Flyway, goose,
-//! dbmate, Atlas, Prisma, Sqitch, maragudk/migrate, Drizzle) is a [`LayoutReader`] in its own file:
+//! dbmate, Atlas, Prisma, Sqitch, maragudk/migrate, Drizzle, Liquibase) is a [`LayoutReader`] in its own file:
 //! it says which files of a folder are its own (detection), and reads the
 //! folder the way its tool does — which files are migrations, in which
 //! order, the up SQL only (down, undo and revert sections are never read),
@@ -35,6 +35,7 @@ mod framework;
 mod golang_migrate;
 mod goose;
 pub mod history;
+mod liquibase;
 mod maragudk_migrate;
 pub use history::{AppliedRow, HistoryRules, HistoryWrite, RowWrite, Value};
 pub(crate) mod prisma;
@@ -314,6 +315,7 @@ pub fn reader(layout: Layout) -> &'static dyn LayoutReader {
         Layout::MaragudkMigrate => &maragudk_migrate::MaragudkMigrate,
         Layout::Framework => &framework::Framework,
         Layout::Drizzle => &drizzle::Drizzle,
+        Layout::Liquibase => &liquibase::Liquibase,
     }
 }
 
@@ -412,10 +414,10 @@ fn projects_own(
 }
 
 /// The layouts whose files say they are theirs (Drizzle's journal lists
-/// its files): where such a layout claims every file any layout claims,
+/// its files, a Liquibase file's first line says it is formatted SQL): where such a layout claims every file any layout claims,
 /// the folder is its, whatever other layouts read into the names
 /// (`0000_x.sql` is sqlx's name too).
-const SELF_NAMED: [Layout; 1] = [Layout::Drizzle];
+const SELF_NAMED: [Layout; 2] = [Layout::Drizzle, Layout::Liquibase];
 
 fn self_named(claimed: &[(Layout, Vec<String>)]) -> Option<Layout> {
     claimed

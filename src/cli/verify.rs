@@ -33,7 +33,7 @@ pub(crate) struct VerifyArgs {
     /// Directory of migration files to rehearse instead of the embedded migrations (a proposed change, another project).
     #[arg(long, value_name = "DIR")]
     pub(crate) migrations: Option<PathBuf>,
-    /// The tool whose folder --migrations is: refinery, sqlx, golang-migrate, diesel, goose, dbmate, atlas, flyway, prisma, sqitch, maragudk-migrate or drizzle [default: detected].
+    /// The tool whose folder --migrations is: refinery, sqlx, golang-migrate, diesel, goose, dbmate, atlas, flyway, prisma, sqitch, maragudk-migrate, drizzle or liquibase [default: detected].
     #[arg(long, value_name = "LAYOUT")]
     pub(crate) layout: Option<Layout>,
     /// A Flyway placeholder's value, or a goose ENVSUB variable's (repeatable: --placeholder schema=app); a `${name}` without one is refused.

@@ -9,14 +9,15 @@
 //! rollsafe's own apply path records refinery's `refinery_schema_history`
 //! for refinery folders. For a folder of another tool whose history format
 //! is public and simple (diesel, sqlx, golang-migrate, goose, dbmate,
-//! maragudk/migrate),
+//! maragudk/migrate, Drizzle),
 //! `migrate` records each migration the way that tool does, in the same
 //! transaction as the migration (outside one for no-transaction files:
 //! after its last statement), so the tool itself sees it applied
-//! afterwards. Atlas, Flyway, Prisma and Sqitch histories are read (for
-//! `status` and `--since`), never written: their rows carry more than
-//! rollsafe can vouch for (Atlas's and Flyway's checksums, Prisma's step
-//! counts, Sqitch's change ids).
+//! afterwards. Atlas, Flyway, Prisma, Sqitch and Liquibase histories are
+//! read (for `status` and `--since`), never written: their rows carry more
+//! than rollsafe can vouch for (Atlas's and Flyway's checksums, Prisma's
+//! step counts, Sqitch's change ids, Liquibase's normalised MD5SUM and
+//! deployment ids).
 //!
 //! Where the tool keeps a checksum of each file, it is read back and
 //! compared with the file's, computed as that tool computes it

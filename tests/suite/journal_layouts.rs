@@ -11,7 +11,7 @@
 
 use anyhow::{ensure, Context};
 use libtest_mimic::Trial;
-use rollsafe::catalog::{Catalog, Layout};
+use rollsafe::catalog::{Catalog, Execution, Layout};
 use rollsafe::verify::Verify;
 
 use crate::common::TestEnv;
@@ -28,6 +28,9 @@ pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
             drizzle_journal_order_and_breakpoints,
             drizzle_plain_index_on_rows_is_a_locks_error,
             drizzle_migrate_writes_its_table_and_status_reads_every_spelling,
+            liquibase_changesets_in_path_order_with_their_modes,
+            liquibase_plain_index_on_rows_is_a_locks_error,
+            liquibase_status_reads_its_changelog_table_and_since_every_spelling,
         ]
     )
 }
@@ -200,6 +203,173 @@ fn drizzle_migrate_writes_its_table_and_status_reads_every_spelling(
                 && out.contains("0002_bike_frame_size 0002_bike_frame_size.sql")
                 && !out.contains("0001_repair_orders 0001_repair_orders.sql"),
             "--since {since}: exit {code}: {out}{err}"
+        );
+    }
+    Ok(())
+}
+
+/// Each changeset of each formatted SQL file is a migration, files by
+/// path: its label `file::id::author`, its transaction mode from
+/// `runInTransaction`/`splitStatements` (both concurrent builds run
+/// outside a transaction, or the rehearsal would fail), the Oracle-only
+/// changeset left out, rollback lines and blocks never run, `/` lines
+/// ending the function and trigger statements. Rehearsed: no error.
+fn liquibase_changesets_in_path_order_with_their_modes(env: &TestEnv) -> anyhow::Result<()> {
+    let catalog = Catalog::from_dir(&fixture("liquibase-workshop"))?;
+    expect_read(
+        &catalog,
+        Layout::Liquibase,
+        &[
+            (
+                "changes/001_workshop.sql::workshop-1::ana",
+                "changes/001_workshop.sql",
+                false,
+            ),
+            (
+                "changes/001_workshop.sql::workshop-2::ana",
+                "changes/001_workshop.sql",
+                false,
+            ),
+            (
+                "changes/002_parts.sql::parts-1::bo",
+                "changes/002_parts.sql",
+                false,
+            ),
+            (
+                "changes/002_parts.sql::parts-2::bo",
+                "changes/002_parts.sql",
+                true,
+            ),
+            (
+                "changes/002_parts.sql::parts-3::bo",
+                "changes/002_parts.sql",
+                true,
+            ),
+            (
+                "changes/003_tickets.sql::tickets-1::cy",
+                "changes/003_tickets.sql",
+                false,
+            ),
+            (
+                "changes/003_tickets.sql::tickets-2::cy",
+                "changes/003_tickets.sql",
+                false,
+            ),
+        ],
+    )?;
+    let executions: Vec<Execution> = catalog.migrations().iter().map(|m| m.execution).collect();
+    ensure!(
+        executions[3] == Execution::Autocommit && executions[4] == Execution::SimpleQuery,
+        "{executions:?}"
+    );
+    for m in catalog.migrations() {
+        ensure!(
+            !m.sql.contains("DROP") && !m.sql.contains("ONLINE") && !m.sql.contains("precondition"),
+            "{} runs what Liquibase does not:\n{}",
+            m.label,
+            m.sql
+        );
+    }
+    let trigger = &catalog.migrations()[5];
+    let split = rollsafe::sql::split(&trigger.sql);
+    ensure!(
+        split.exact && split.statements.len() == 2,
+        "{} statements in {}",
+        split.statements.len(),
+        trigger.label
+    );
+    rehearse_clean(env, catalog)
+}
+
+/// A plain `CREATE INDEX` on a table with rows, in a changeset:
+/// `locks.blocking-index-build` on that changeset, and no other error.
+fn liquibase_plain_index_on_rows_is_a_locks_error(env: &TestEnv) -> anyhow::Result<()> {
+    let catalog = Catalog::from_dir(&fixture("liquibase-blocking-index"))?;
+    let report = Verify::new(catalog)?.rows(ROWS).run(&env.sandbox)?;
+    let errors: Vec<(Option<i32>, String)> = report
+        .errors()
+        .map(|f| (f.migration, f.id.clone()))
+        .collect();
+    ensure!(
+        errors == [(Some(2), "locks.blocking-index-build".to_string())],
+        "errors: {errors:?}"
+    );
+    let label = &report
+        .migrations
+        .iter()
+        .find(|m| m.version == 2)
+        .context("migration 2 not in the report")?
+        .label;
+    ensure!(label == "changelog.sql::2::ana", "labelled {label}");
+    Ok(())
+}
+
+/// Liquibase's `databasechangelog` as Liquibase creates it on PostgreSQL.
+const DATABASECHANGELOG: &str = "CREATE TABLE databasechangelog (
+    id varchar(255) NOT NULL, author varchar(255) NOT NULL, filename varchar(255) NOT NULL,
+    dateexecuted timestamp NOT NULL, orderexecuted integer NOT NULL, exectype varchar(10) NOT NULL,
+    md5sum varchar(35), description varchar(255), comments varchar(255), tag varchar(255),
+    liquibase varchar(20), contexts varchar(255), labels varchar(255), deployment_id varchar(10))";
+
+/// `status` reads `databasechangelog` rows recorded under the path the
+/// master changelog included the files by (`classpath:db/changelog/…`),
+/// `MARK_RAN` counting as run; `migrate` refuses to write Liquibase's
+/// table. `--since` takes a changeset's label, its file (the file's last
+/// changeset), the file's stem and its path.
+fn liquibase_status_reads_its_changelog_table_and_since_every_spelling(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = fixture("liquibase-workshop");
+    let db = env.fresh_database();
+    let url = db.url();
+    let mut c = db.connect()?;
+    c.batch_execute(DATABASECHANGELOG)?;
+    for (n, (file, id, author, exectype)) in [
+        ("001_workshop.sql", "workshop-1", "ana", "EXECUTED"),
+        ("001_workshop.sql", "workshop-2", "ana", "EXECUTED"),
+        ("002_parts.sql", "parts-1", "bo", "MARK_RAN"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        c.execute(
+            "INSERT INTO databasechangelog (id, author, filename, dateexecuted, orderexecuted, exectype, md5sum, liquibase, deployment_id)
+             VALUES ($1, $2, $3, now(), $4, $5, '9:0d4c2e3f', '4.29.2', '1733470000')",
+            &[&id, &author, &format!("classpath:db/changelog/changes/{file}"), &(n as i32 + 1), &exectype],
+        )?;
+    }
+    let (code, out, err) = rollsafe_cli(&["status", "--database-url", url], &dir)?;
+    eprintln!("journal_layouts: liquibase status:\n{out}");
+    ensure!(
+        code == 0
+            && out.contains("changes/001_workshop.sql::workshop-2::ana applied")
+            && out.contains("changes/002_parts.sql::parts-1::bo applied")
+            && out.contains("changes/002_parts.sql::parts-2::bo pending"),
+        "status exit {code}: {out}{err}"
+    );
+    let (code, out, err) = rollsafe_cli(&["migrate", "--database-url", url], &dir)?;
+    eprintln!("journal_layouts: liquibase migrate: exit {code}: {err}");
+    ensure!(
+        code == 2 && err.lines().count() == 1,
+        "migrate exit {code}: {out}{err}"
+    );
+    let runs = |since: &str| -> anyhow::Result<String> {
+        let (code, out, err) = rollsafe_cli(&["verify", "--static-only", "--since", since], &dir)?;
+        ensure!(code == 0, "--since {since}: exit {code}: {out}{err}");
+        Ok(out)
+    };
+    let out = runs("changes/002_parts.sql::parts-1::bo")?;
+    ensure!(
+        out.contains("changes/002_parts.sql::parts-2::bo changes/002_parts.sql")
+            && !out.contains("parts-1::bo changes"),
+        "--since a label: {out}"
+    );
+    for since in ["002_parts.sql", "002_parts", "changes/002_parts.sql"] {
+        let out = runs(since)?;
+        ensure!(
+            out.contains("changes/003_tickets.sql::tickets-1::cy changes/003_tickets.sql")
+                && !out.contains("parts-3::bo changes"),
+            "--since {since}: {out}"
         );
     }
     Ok(())

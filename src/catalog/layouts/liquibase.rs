@@ -1,0 +1,519 @@
+//! Liquibase formatted SQL: `.sql` files whose first non-blank line is
+//! `--liquibase formatted sql`, each cut into changesets by `--changeset
+//! author:id [attributes]` lines, read as Liquibase's
+//! `AbstractFormattedChangeLogParser` reads them (its regular expressions,
+//! case-insensitive, matched against whole lines):
+//!
+//! - A **changeset is a migration**: labelled and keyed as Liquibase shows
+//!   and records it, `<file>::<id>::<author>` (`<file>` the path in the
+//!   folder, or the changeset's or header's `logicalFilePath`). Its SQL is
+//!   every line up to the next `--changeset` line, except the lines the
+//!   parser takes for itself, which are blanked so line numbers stay the
+//!   file's: `--rollback …` and `/* liquibase rollback … */` blocks (never
+//!   run on update), `--comment:`, `--validCheckSum`, `--preconditions` and
+//!   `--precondition-…`, `--property`, and `--ignoreLines:start…end` or
+//!   `--ignoreLines:<n>`. Lines before the first changeset are not run. A
+//!   changeset with no SQL is refused, as Liquibase refuses it.
+//! - How it is sent: in a transaction unless `runInTransaction:false`;
+//!   outside one, statement by statement as Liquibase splits it
+//!   ([`Execution::Autocommit`]), or, with `splitStatements:false`, as one
+//!   string ([`Execution::SimpleQuery`]). A line that is only the
+//!   changeset's `endDelimiter` (or `/` or `GO`, Liquibase's own) ends a
+//!   statement: it reads as `;`.
+//! - Skipped as Liquibase skips them on PostgreSQL: `dbms:` lists that
+//!   exclude `postgresql`, `ignore:true`.
+//! - Order: the files by path (Liquibase's `includeAll` order), the
+//!   changesets of a file in file order. A master changelog in XML or YAML
+//!   that `include`s the files in another order is not read ([`CAVEAT`]).
+//! - Not modelled ([`CAVEAT`]): `context`/`labels` filters (every
+//!   changeset is read, as a run without `--contexts`/`--labels` runs
+//!   them), preconditions (taken as passing), `runAlways`/`runOnChange`
+//!   reruns, `${property}` substitution.
+//! - History: `databasechangelog`, read only: a row per changeset run
+//!   (`EXECUTED`, `RERAN` or `MARK_RAN`), matched by id, author and a
+//!   file path that ends the same way (Liquibase records the path as the
+//!   changelog was included, `db/changelog/sql/001.sql` or
+//!   `classpath:…`). Its `MD5SUM` is Liquibase's own normalised checksum,
+//!   not compared; its rows carry a deployment id and order rollsafe
+//!   cannot vouch for, so `migrate` does not write them.
+
+use super::{keep_lines, AppliedRow, Folder, HistoryRules, LayoutReader, ReadOptions, Step};
+use crate::catalog::{CatalogError, Execution, Migration};
+
+pub struct Liquibase;
+
+/// Said wherever a folder is read as Liquibase's.
+pub const CAVEAT: &str = "Liquibase formatted SQL is read file by file in path order (a master changelog's include order is not read), every changeset whatever its context or labels, preconditions taken as passing and runAlways/runOnChange not rerun";
+
+/// `databasechangelog`, read only: what ran, keyed as the changesets are.
+static HISTORY: HistoryRules = HistoryRules {
+    expand: rows_of_the_folders_changesets,
+    ..HistoryRules::new(
+        "databasechangelog",
+        "SELECT filename || '::' || id || '::' || author, dateexecuted::text, NULL::text
+           FROM databasechangelog WHERE exectype IN ('EXECUTED', 'RERAN', 'MARK_RAN')",
+    )
+};
+
+/// A row names its changeset by the path the changelog was included by:
+/// it is the folder's changeset with the same id and author whose file
+/// ends the same way. Rows no changeset has are kept, for `status` to
+/// name.
+fn rows_of_the_folders_changesets(
+    migrations: &[Migration],
+    rows: Vec<AppliedRow>,
+) -> Vec<AppliedRow> {
+    rows.into_iter()
+        .map(|row| {
+            let found = migrations.iter().find(|m| same_changeset(&m.key, &row.key));
+            match found {
+                Some(m) => AppliedRow {
+                    key: m.key.clone(),
+                    ..row
+                },
+                None => row,
+            }
+        })
+        .collect()
+}
+
+/// `path::id::author` → (path, id, author).
+fn changeset_parts(key: &str) -> Option<(&str, &str, &str)> {
+    let (path, rest) = key.split_once("::")?;
+    let (id, author) = rest.rsplit_once("::")?;
+    Some((path, id, author))
+}
+
+/// Whether two `path::id::author` keys are one changeset: the same id and
+/// author, and paths equal once `classpath:` and leading `/`/`./` are
+/// dropped, or one ending in `/` and the other.
+fn same_changeset(a: &str, b: &str) -> bool {
+    let (Some((pa, ia, aa)), Some((pb, ib, ab))) = (changeset_parts(a), changeset_parts(b)) else {
+        return false;
+    };
+    let normal = |p: &str| {
+        p.trim_start_matches("classpath:")
+            .trim_start_matches("./")
+            .trim_start_matches('/')
+            .replace('\\', "/")
+    };
+    let (pa, pb) = (normal(pa), normal(pb));
+    ia == ib
+        && aa == ab
+        && (pa == pb || pa.ends_with(&format!("/{pb}")) || pb.ends_with(&format!("/{pa}")))
+}
+
+/// `^\s*--\s*liquibase\s*formatted.*` on the first non-blank line.
+pub fn is_formatted_sql(text: &str) -> bool {
+    text.lines()
+        .find(|l| !l.trim().is_empty())
+        .and_then(|l| l.trim_start().strip_prefix("--"))
+        .is_some_and(|rest| {
+            let rest = rest.trim_start().to_ascii_lowercase();
+            rest.strip_prefix("liquibase")
+                .is_some_and(|r| r.trim_start().starts_with("formatted"))
+        })
+}
+
+/// The text after `--` and the whitespace after it, when `line` is an
+/// annotation (`leading`: whitespace before `--` allowed, as the
+/// patterns that start with `\s*` allow it).
+fn annotation(line: &str, leading: bool) -> Option<&str> {
+    let line = line.trim_end_matches(['\r', '\n']);
+    let line = if leading { line.trim_start() } else { line };
+    Some(line.strip_prefix("--")?.trim_start())
+}
+
+/// `word` at the start of `text`, case-insensitive; the rest.
+fn word<'a>(text: &'a str, word: &str) -> Option<&'a str> {
+    let head = text.get(..word.len())?;
+    head.eq_ignore_ascii_case(word).then(|| &text[word.len()..])
+}
+
+/// `--changeset author:id …`: (author, id, the whole line for its
+/// attributes). `Err` for a changeset line Liquibase refuses.
+fn changeset_line(line: &str) -> Option<Result<(String, String), String>> {
+    let rest = word(annotation(line, true)?, "changeset")?;
+    if !rest.starts_with(char::is_whitespace) {
+        return None;
+    }
+    let rest = rest.trim_start();
+    let refused =
+        || Err("expected `--changeset <author>:<id>` (no space around the `:`)".to_string());
+    let (author, after) = match rest.strip_prefix('"') {
+        Some(quoted) => {
+            let (author, after) = quoted.split_once('"')?;
+            (format!("\"{author}\""), after.strip_prefix(':'))
+        }
+        None => match rest.split_once(':') {
+            Some((author, after)) => (author.to_string(), Some(after)),
+            None => (String::new(), None),
+        },
+    };
+    let Some(after) = after else {
+        return Some(refused());
+    };
+    if after.starts_with(char::is_whitespace) || author.ends_with(char::is_whitespace) {
+        return Some(refused());
+    }
+    let id = match after.strip_prefix('"') {
+        Some(quoted) => quoted.split_once('"').map(|(id, _)| id.to_string()),
+        None => after.split_whitespace().next().map(str::to_string),
+    };
+    let Some(id) = id.filter(|i| !i.is_empty()) else {
+        return Some(refused());
+    };
+    Some(Ok((author.trim_matches('"').to_string(), id)))
+}
+
+/// `name:value` among a changeset line's words (`runInTransaction:false`),
+/// as `.*name:(\S*).*` finds it: the value up to the next space.
+fn attribute<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    let lower = line.to_ascii_lowercase();
+    let key = format!("{}:", name.to_ascii_lowercase());
+    let at = lower
+        .match_indices(&key)
+        .map(|(i, _)| i)
+        .find(|&i| i == 0 || !line.as_bytes()[i - 1].is_ascii_alphanumeric())?;
+    let value = &line[at + key.len()..];
+    let end = value.find(char::is_whitespace).unwrap_or(value.len());
+    Some(value[..end].trim_matches('"'))
+}
+
+fn is_false(value: Option<&str>) -> bool {
+    value.is_some_and(|v| v.eq_ignore_ascii_case("false"))
+}
+
+/// Whether a `dbms:` list lets the changeset run on PostgreSQL, as
+/// Liquibase's `DatabaseList.definitionMatches` reads it.
+fn runs_on_postgres(dbms: Option<&str>) -> bool {
+    let Some(list) = dbms.filter(|d| !d.is_empty()) else {
+        return true;
+    };
+    let names: Vec<String> = list
+        .split(',')
+        .map(|d| d.trim().to_ascii_lowercase())
+        .collect();
+    if names.iter().any(|d| d == "none") {
+        return false;
+    }
+    if names.iter().any(|d| d == "!postgresql") {
+        return false;
+    }
+    names
+        .iter()
+        .any(|d| d == "all" || d == "postgresql" || d.starts_with('!'))
+}
+
+/// What a line inside a changeset is to the parser.
+#[derive(Debug, PartialEq, Eq)]
+enum Line {
+    /// SQL (and plain comments): run.
+    Sql,
+    /// The parser's own (rollback, comment, precondition, property,
+    /// validCheckSum): blanked.
+    Own,
+    /// `/* liquibase rollback`: blanked up to the line ending `*/`.
+    RollbackBlockStart,
+    /// `--ignoreLines:start`: blanked up to `--ignoreLines:end`.
+    IgnoreStart,
+    /// `--ignoreLines:<n>`: this line and the next n blanked.
+    IgnoreCount(usize),
+}
+
+fn classify(line: &str) -> Line {
+    let trimmed = line.trim();
+    if let Some(rest) = trimmed.strip_prefix("/*") {
+        let rest = rest.trim_start();
+        if word(rest, "liquibase").is_some_and(|r| {
+            word(r.trim_start(), "rollback").is_some_and(|end| end.trim().is_empty())
+        }) {
+            return Line::RollbackBlockStart;
+        }
+    }
+    // `--ignoreLines:`, `--comment`, `--validCheckSum` have no leading `\s*`.
+    if let Some(body) = annotation(line, false) {
+        if let Some(value) = word(body, "ignoreLines:") {
+            return match value.trim() {
+                v if v.eq_ignore_ascii_case("start") => Line::IgnoreStart,
+                v => v.parse().map_or(Line::Sql, Line::IgnoreCount),
+            };
+        }
+        for own in ["comment ", "comment: ", "validCheckSum ", "validCheckSum: "] {
+            if word(body, own).is_some() {
+                return Line::Own;
+            }
+        }
+    }
+    if let Some(body) = annotation(line, true) {
+        if word(body, "rollback ").is_some()
+            || word(body, "preconditions").is_some()
+            || word(body, "precondition-").is_some()
+            || word(body, "property").is_some_and(|r| r.starts_with(char::is_whitespace))
+        {
+            return Line::Own;
+        }
+    }
+    Line::Sql
+}
+
+/// One `--changeset` of a file: where it starts, its line, its ends.
+struct Changeset {
+    author: String,
+    id: String,
+    line: usize,
+    header: String,
+}
+
+/// The changesets of one formatted SQL file, in file order, as steps.
+fn read_file(file: &str, text: &str) -> Result<Vec<Step>, CatalogError> {
+    let refused = |line: usize, why: String| CatalogError::Unreadable {
+        file: file.to_string(),
+        why: format!("line {line}: {why}"),
+    };
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let logical = lines
+        .iter()
+        .find(|l| !l.trim().is_empty())
+        .and_then(|h| attribute(h, "logicalFilePath"))
+        .map(str::to_string);
+    // Per line: Some(changeset index) when it is SQL of that changeset.
+    let mut owner: Vec<Option<usize>> = vec![None; lines.len()];
+    let mut changesets: Vec<Changeset> = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        if let Some(parsed) = changeset_line(line) {
+            let (author, id) = parsed.map_err(|why| refused(i + 1, why))?;
+            changesets.push(Changeset {
+                author,
+                id,
+                line: i,
+                header: line.trim_end().to_string(),
+            });
+            i += 1;
+            continue;
+        }
+        match classify(line) {
+            Line::IgnoreStart => {
+                while i < lines.len() && !is_ignore_end(lines[i]) {
+                    i += 1;
+                }
+            }
+            Line::IgnoreCount(n) => i += n,
+            Line::RollbackBlockStart => {
+                while i < lines.len() && !lines[i].trim_end().ends_with("*/") {
+                    i += 1;
+                }
+            }
+            Line::Own => {}
+            Line::Sql => owner[i] = changesets.len().checked_sub(1),
+        }
+        i += 1;
+    }
+    let mut steps = Vec::new();
+    for (n, c) in changesets.iter().enumerate() {
+        let ignored =
+            attribute(&c.header, "ignore").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        if ignored || !runs_on_postgres(attribute(&c.header, "dbms")) {
+            continue;
+        }
+        let delimiter = attribute(&c.header, "endDelimiter").map(str::to_string);
+        let sql = keep_lines(text, |at, _| owner[at] == Some(n));
+        let sql = delimiters_as_semicolons(&sql, delimiter.as_deref());
+        if crate::sql::is_blank(&sql) {
+            return Err(refused(
+                c.line + 1,
+                format!("changeset {}:{} has no SQL, which Liquibase refuses (`No SQL for changeset`); give it its statements or remove it", c.author, c.id),
+            ));
+        }
+        let path = attribute(&c.header, "logicalFilePath")
+            .map(str::to_string)
+            .or_else(|| logical.clone())
+            .unwrap_or_else(|| file.to_string());
+        let key = format!("{path}::{}::{}", c.id, c.author);
+        let outside = is_false(attribute(&c.header, "runInTransaction"));
+        let one_string = is_false(attribute(&c.header, "splitStatements"));
+        steps.push(Step {
+            label: key.clone(),
+            key,
+            name: c.id.clone(),
+            file: file.to_string(),
+            sql,
+            execution: match (outside, one_string) {
+                (false, _) => Execution::Transaction,
+                (true, false) => Execution::Autocommit,
+                (true, true) => Execution::SimpleQuery,
+            },
+            ..Step::default()
+        });
+    }
+    Ok(steps)
+}
+
+fn is_ignore_end(line: &str) -> bool {
+    annotation(line, false)
+        .and_then(|b| word(b, "ignoreLines:"))
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("end"))
+}
+
+/// A line that is only a statement delimiter Liquibase splits at (the
+/// changeset's `endDelimiter`, else `/` or `GO`) reads as `;`, so the
+/// statements rollsafe splits are the ones Liquibase sends.
+fn delimiters_as_semicolons(sql: &str, delimiter: Option<&str>) -> String {
+    let ends = |line: &str| {
+        let t = line.trim();
+        match delimiter {
+            Some(d) if d != ";" => {
+                !d.is_empty() && t.eq_ignore_ascii_case(d.trim_start_matches("\\n"))
+            }
+            _ => t == "/" || t.eq_ignore_ascii_case("go"),
+        }
+    };
+    sql.split_inclusive('\n')
+        .map(|line| match ends(line) {
+            true => match line.ends_with('\n') {
+                true => ";\n".to_string(),
+                false => ";".to_string(),
+            },
+            false => line.to_string(),
+        })
+        .collect()
+}
+
+impl LayoutReader for Liquibase {
+    fn pattern(&self) -> &'static str {
+        "<name>.sql starting with --liquibase formatted sql"
+    }
+
+    fn history(&self) -> &'static HistoryRules {
+        &HISTORY
+    }
+
+    fn caveat(&self) -> Option<&'static str> {
+        Some(CAVEAT)
+    }
+
+    fn claims(&self, folder: &Folder) -> Vec<String> {
+        formatted_files(folder)
+            .into_iter()
+            .map(|(f, _)| f.to_string())
+            .collect()
+    }
+
+    fn read(&self, folder: &Folder, _: &ReadOptions) -> Result<Vec<Step>, CatalogError> {
+        let mut steps = Vec::new();
+        for (file, bytes) in formatted_files(folder) {
+            let text = super::utf8(file, bytes.to_vec())?;
+            steps.extend(read_file(file, &text)?);
+        }
+        Ok(steps)
+    }
+}
+
+/// The folder's formatted SQL files at any depth, by path (`includeAll`'s
+/// order).
+fn formatted_files(folder: &Folder) -> Vec<(&str, &[u8])> {
+    folder
+        .files
+        .iter()
+        .filter(|(p, b)| p.ends_with(".sql") && is_formatted_sql(&String::from_utf8_lossy(b)))
+        .map(|(p, b)| (p.as_str(), b.as_slice()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = "--liquibase formatted sql\n\
+        SELECT 'before any changeset';\n\
+        --changeset ana:1\n\
+        --comment: workshop benches\n\
+        CREATE TABLE benches (id int);\n\
+        --rollback DROP TABLE benches;\n\
+        --changeset ana:2 runInTransaction:false\n\
+        CREATE INDEX CONCURRENTLY benches_id ON benches (id);\n\
+        /* liquibase rollback\n\
+        DROP INDEX benches_id;\n\
+        */\n\
+        --changeset \"bo\":3 runInTransaction:false splitStatements:false\n\
+        --precondition-sql-check expectedResult:0 SELECT count(*) FROM benches\n\
+        SELECT 3;\n\
+        --changeset ana:4 dbms:oracle,h2\n\
+        SELECT 'oracle only';\n\
+        --changeset ana:5 dbms:!oracle endDelimiter:GO\n\
+        --ignoreLines:start\n\
+        DROP TABLE benches;\n\
+        --ignoreLines:end\n\
+        SELECT 5\n\
+        GO\n";
+
+    #[test]
+    fn changesets_are_read_as_liquibases_parser_reads_them() {
+        assert!(is_formatted_sql(FILE));
+        let steps = read_file("db/bench.sql", FILE).unwrap();
+        let got: Vec<(&str, Execution)> = steps
+            .iter()
+            .map(|s| (s.key.as_str(), s.execution))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("db/bench.sql::1::ana", Execution::Transaction),
+                ("db/bench.sql::2::ana", Execution::Autocommit),
+                ("db/bench.sql::3::bo", Execution::SimpleQuery),
+                ("db/bench.sql::5::ana", Execution::Transaction),
+            ]
+        );
+        for s in &steps {
+            assert_eq!(s.sql.lines().count(), FILE.lines().count(), "{}", s.key);
+            assert!(
+                !s.sql.contains("DROP") && !s.sql.contains("before any"),
+                "{}",
+                s.sql
+            );
+            assert!(!s.sql.contains("comment:") && !s.sql.contains("precondition"));
+        }
+        assert_eq!(steps[0].sql.trim(), "CREATE TABLE benches (id int);");
+        assert_eq!(steps[3].sql.trim(), "SELECT 5\n;");
+    }
+
+    #[test]
+    fn a_changeset_line_liquibase_refuses_is_refused_with_its_line() {
+        let spaced = "--liquibase formatted sql\n--changeset ana: 1\nSELECT 1;\n";
+        let err = read_file("a.sql", spaced).unwrap_err().to_string();
+        assert!(
+            err.contains("line 2") && err.contains("<author>:<id>"),
+            "{err}"
+        );
+        let empty = "--liquibase formatted sql\n--changeset ana:1\n--rollback SELECT 1;\n--changeset ana:2\nSELECT 2;\n";
+        let err = read_file("a.sql", empty).unwrap_err().to_string();
+        assert!(err.contains("ana:1 has no SQL"), "{err}");
+    }
+
+    #[test]
+    fn dbms_lists_are_read_as_liquibase_reads_them() {
+        assert!(runs_on_postgres(None));
+        assert!(runs_on_postgres(Some("postgresql,h2")));
+        assert!(runs_on_postgres(Some("!oracle")));
+        assert!(runs_on_postgres(Some("all")));
+        assert!(!runs_on_postgres(Some("oracle")));
+        assert!(!runs_on_postgres(Some("!postgresql")));
+        assert!(!runs_on_postgres(Some("none")));
+    }
+
+    #[test]
+    fn rows_name_changesets_by_the_path_they_were_included_by() {
+        assert!(same_changeset(
+            "sql/001.sql::1::ana",
+            "classpath:db/changelog/sql/001.sql::1::ana"
+        ));
+        assert!(same_changeset("sql/001.sql::1::ana", "sql/001.sql::1::ana"));
+        assert!(!same_changeset("sql/001.sql::1::ana", "sql/001.sql::1::bo"));
+        assert!(!same_changeset(
+            "sql/001.sql::1::ana",
+            "other/x001.sql::1::ana"
+        ));
+    }
+}
