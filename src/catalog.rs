@@ -1500,7 +1500,7 @@ mod tests {
             "golang-migrate".parse::<Layout>(),
             Ok(Layout::GolangMigrate)
         );
-        assert!("liquibase"
+        assert!("knex"
             .parse::<Layout>()
             .unwrap_err()
             .contains("use one of refinery, sqlx, golang-migrate, diesel"));

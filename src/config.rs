@@ -232,10 +232,10 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains('\n'), "{text}");
-        let err = ProjectConfig::parse(path, "layout = \"liquibase\"").unwrap_err();
+        let err = ProjectConfig::parse(path, "layout = \"knex\"").unwrap_err();
         assert!(
             err.to_string()
-                .starts_with("rollsafe.toml:1: unknown variant `liquibase`"),
+                .starts_with("rollsafe.toml:1: unknown variant `knex`"),
             "{err}"
         );
         let err = ProjectConfig::parse(path, "since = 1\nrows = 20000000\n").unwrap_err();
