@@ -70,6 +70,65 @@ pub enum Directive {
     /// matching `<predicate>` in primary-key batches, each its own short
     /// transaction, resumable (`migrate::backfill`).
     BatchedUpdate(BatchedUpdate),
+    /// `-- rollsafe:accept <finding-id> [<table or object>] -- <reason>`:
+    /// a reviewed waiver. The finding it names, on the statement after it
+    /// (on the whole file when it stands above the first statement), is
+    /// reported accepted with its reason and does not fail the run.
+    Accept(Accept),
+}
+
+/// One `-- rollsafe:accept` directive, as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Accept {
+    /// The finding id it accepts (`locks.blocking-index-build`).
+    pub id: String,
+    /// The table or object the finding must be about, when given.
+    pub object: Option<String>,
+    /// Why the team accepts it: required, shown wherever the finding is.
+    pub reason: String,
+    /// 1-based line of the directive in its file.
+    pub line: usize,
+}
+
+/// What `-- rollsafe:accept` must look like.
+const ACCEPT_FORM: &str =
+    "`-- rollsafe:accept <finding-id> [<table or object>] -- <reason>` on one line";
+
+/// `<finding-id> [<object>] -- <reason>` of an accept directive at `line`.
+fn parse_accept(value: &str, line: usize) -> Result<Accept, String> {
+    let (what, reason) = value
+        .split_once("--")
+        .ok_or("a reason is required after ` -- ` (why the team accepts this finding)")?;
+    let reason = reason.trim();
+    if reason.is_empty() {
+        return Err("a reason is required after ` -- ` (why the team accepts this finding)".into());
+    }
+    let mut words = what.split_whitespace();
+    let id = words.next().ok_or("the finding id it accepts is missing")?;
+    let is_id = id.split_once('.').is_some_and(|(check, name)| {
+        !check.is_empty()
+            && !name.is_empty()
+            && id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+    });
+    if !is_id {
+        return Err(format!(
+            "`{id}` is not a finding id (ids read `<check>.<what>`, e.g. locks.blocking-index-build)"
+        ));
+    }
+    let object = words.next().map(str::to_string);
+    if let Some(extra) = words.next() {
+        return Err(format!(
+            "`{extra}`: one finding id and at most one table or object come before ` -- `"
+        ));
+    }
+    Ok(Accept {
+        id: id.to_string(),
+        object,
+        reason: reason.to_string(),
+        line,
+    })
 }
 
 /// One `-- rollsafe:batched-update` directive, checked by squawk's grammar
@@ -90,7 +149,7 @@ pub struct BatchedUpdate {
 
 /// The directive keys rollsafe knows; any other `-- rollsafe:` key is
 /// refused with its file and line (a typo must never be silently ignored).
-pub const DIRECTIVES: &[&str] = &["backfill", "no-transaction", "batched-update"];
+pub const DIRECTIVES: &[&str] = &["backfill", "no-transaction", "batched-update", "accept"];
 
 /// How a migration's tool sends its file to the server: what the
 /// rehearsal and `migrate` reproduce, and what the static precheck assumes.
@@ -415,6 +474,14 @@ impl Migration {
         self.execution != Execution::Transaction
     }
 
+    /// The file's `-- rollsafe:accept` waivers, in file order.
+    pub fn accepts(&self) -> impl Iterator<Item = &Accept> {
+        self.directives.iter().filter_map(|d| match d {
+            Directive::Accept(a) => Some(a),
+            _ => None,
+        })
+    }
+
     /// The file's `-- rollsafe:batched-update` directives, in file order.
     pub fn batched_updates(&self) -> impl Iterator<Item = &BatchedUpdate> {
         self.directives.iter().filter_map(|d| match d {
@@ -642,6 +709,11 @@ fn parse_directives(file: &str, sql: &str) -> Result<Vec<Directive>, CatalogErro
                     ))
                 })?;
                 out.push(Directive::Backfill { table, predicate });
+            }
+            "accept" => {
+                let accept = parse_accept(value, i + 1)
+                    .map_err(|why| bad_because(&format!("{ACCEPT_FORM} ({why})")))?;
+                out.push(Directive::Accept(accept));
             }
             _ => {
                 return Err(CatalogError::UnknownDirective {
@@ -1309,8 +1381,73 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             err.to_string(),
-            "V1__a.sql:2: unknown directive `-- rollsafe:backfil`; rollsafe knows `-- rollsafe:backfill`, `-- rollsafe:no-transaction`, `-- rollsafe:batched-update` (fix the spelling, or make it a plain comment by removing `rollsafe:`)"
+            "V1__a.sql:2: unknown directive `-- rollsafe:backfil`; rollsafe knows `-- rollsafe:backfill`, `-- rollsafe:no-transaction`, `-- rollsafe:batched-update`, `-- rollsafe:accept` (fix the spelling, or make it a plain comment by removing `rollsafe:`)"
         );
+    }
+
+    #[test]
+    fn accept_directives_need_an_id_and_a_reason() {
+        let c = Catalog::from_files(
+            Source::Embedded,
+            files(&[(
+                "V1__a.sql",
+                "-- rollsafe:accept locks.blocking-index-build tags -- 200 rows -- in the window\n\
+                 -- rollsafe:accept rewrite.table-rewritten -- nightly rebuild\n\
+                 CREATE INDEX i ON tags (a);",
+            )]),
+        )
+        .unwrap();
+        let a: Vec<&Accept> = c.migrations()[0].accepts().collect();
+        assert_eq!(
+            a,
+            [
+                &Accept {
+                    id: "locks.blocking-index-build".into(),
+                    object: Some("tags".into()),
+                    reason: "200 rows -- in the window".into(),
+                    line: 1,
+                },
+                &Accept {
+                    id: "rewrite.table-rewritten".into(),
+                    object: None,
+                    reason: "nightly rebuild".into(),
+                    line: 2,
+                }
+            ]
+        );
+        for (bad, why) in [
+            (
+                "-- rollsafe:accept locks.blocking-index-build",
+                "a reason is required",
+            ),
+            (
+                "-- rollsafe:accept locks.blocking-index-build --  ",
+                "a reason is required",
+            ),
+            (
+                "-- rollsafe:accept -- because",
+                "the finding id it accepts is missing",
+            ),
+            (
+                "-- rollsafe:accept blocking -- because",
+                "is not a finding id",
+            ),
+            (
+                "-- rollsafe:accept locks.x a b -- because",
+                "at most one table or object",
+            ),
+        ] {
+            let err = Catalog::from_files(
+                Source::Embedded,
+                files(&[("V1__a.sql", &format!("select 1;\n{bad}\nselect 2;"))]),
+            )
+            .unwrap_err();
+            let text = err.to_string();
+            assert!(
+                text.starts_with("V1__a.sql:2: malformed directive") && text.contains(why),
+                "{bad}: {text}"
+            );
+        }
     }
 
     #[test]

@@ -25,6 +25,13 @@
 //! app_role = "app_rw"            # the role apps connect as unless their file says `-- role:`
 //! migrator_superuser = false     # true: migrations run as a superuser (production's migrator is one)
 //! setup = "db/init.sql"          # what the history assumes from outside itself (roles, extensions), run once as a superuser
+//!
+//! [[accept]]                     # a reviewed waiver (repeatable)
+//! migration = "V4"               # the migration, as its tool names it
+//! id = "locks.blocking-index-build"
+//! object = "tags"                # optional: the table or object the finding is about
+//! reason = "200 rows; built in the Sunday window"  # required
+//! until = 2027-03-31             # optional: it accepts nothing after this date
 //! ```
 //!
 //! Values have the flags' ranges (`rows` is `--rows`'s, see
@@ -69,6 +76,71 @@ pub struct ProjectConfig {
     pub migrator_superuser: Option<bool>,
     /// SQL run once as a superuser before the first migration (`--setup`).
     pub setup: Option<PathBuf>,
+    /// Reviewed waivers (`[[accept]]`) as read, with their places in the
+    /// text ([`ProjectConfig::parse`] turns them into [`Self::accept`]).
+    #[serde(default, rename = "accept")]
+    accept_read: Vec<toml::Spanned<AcceptEntry>>,
+    /// Reviewed waivers (`[[accept]]`), each with the line it starts on.
+    #[serde(skip)]
+    pub accept: Vec<(usize, AcceptEntry)>,
+}
+
+/// One `[[accept]]` of `rollsafe.toml`: a finding the team accepts on one
+/// migration, and why. It accepts nothing after `until`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcceptEntry {
+    /// The migration as its tool names it (`V4`, `20240101120000`).
+    pub migration: VersionText,
+    /// The finding id (`locks.blocking-index-build`).
+    pub id: String,
+    /// The table or object the finding must be about.
+    pub object: Option<String>,
+    #[serde(deserialize_with = "reason_given")]
+    pub reason: String,
+    #[serde(default, deserialize_with = "date")]
+    pub until: Option<chrono::NaiveDate>,
+}
+
+/// A waiver's reason: required, and not blank.
+fn reason_given<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let reason = String::deserialize(d)?;
+    if reason.trim().is_empty() {
+        return Err(serde::de::Error::custom(
+            "[[accept]] reason is empty; say why the team accepts this finding",
+        ));
+    }
+    Ok(reason.trim().to_string())
+}
+
+/// `until = 2027-03-31` (a TOML date) or `until = "2027-03-31"`.
+fn date<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<chrono::NaiveDate>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum DateText {
+        Date(toml::value::Datetime),
+        Text(String),
+    }
+    let text = match DateText::deserialize(d)? {
+        DateText::Date(d) => d.to_string(),
+        DateText::Text(t) => t,
+    };
+    chrono::NaiveDate::parse_from_str(text.trim(), "%Y-%m-%d")
+        .map(Some)
+        .map_err(|_| {
+            serde::de::Error::custom(format!(
+                "[[accept]] until `{text}` is not a date; write it as 2027-03-31"
+            ))
+        })
+}
+
+/// The 1-based line of byte `at` of `text`.
+fn line_at(text: &str, at: usize) -> usize {
+    text.as_bytes()[..at.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
 }
 
 /// `rows` within [`bounds::ROWS`]: the error carries the value's span, so
@@ -104,7 +176,7 @@ pub enum ConfigError {
     Missing(PathBuf),
     #[error("cannot read {path}: {detail}")]
     Io { path: PathBuf, detail: String },
-    #[error("{path}:{line}: {message}; fix it (the keys are migrations, apps, layout, rows, postgres, image, since, copy_rows, app_role, migrator_superuser and setup; see the README's rollsafe.toml section)")]
+    #[error("{path}:{line}: {message}; fix it (the keys are migrations, apps, layout, rows, postgres, image, since, copy_rows, app_role, migrator_superuser, setup and [[accept]] (migration, id, object, reason, until); see the README's rollsafe.toml section)")]
     Invalid {
         path: PathBuf,
         line: usize,
@@ -146,14 +218,8 @@ impl ProjectConfig {
 
     /// Parses a file's text; `path` names it in errors.
     pub fn parse(path: &Path, text: &str) -> Result<ProjectConfig, ConfigError> {
-        toml::from_str(text).map_err(|e: toml::de::Error| {
-            let line = e.span().map_or(1, |s| {
-                text.as_bytes()[..s.start.min(text.len())]
-                    .iter()
-                    .filter(|&&b| b == b'\n')
-                    .count()
-                    + 1
-            });
+        let mut config: ProjectConfig = toml::from_str(text).map_err(|e: toml::de::Error| {
+            let line = e.span().map_or(1, |s| line_at(text, s.start));
             // toml's message may run over lines (and its snippet would echo
             // a value, perhaps a URL with a password): its first line only.
             let message = e.message().lines().next().unwrap_or("invalid").trim();
@@ -162,7 +228,12 @@ impl ProjectConfig {
                 line,
                 message: message.trim_end_matches('.').to_string(),
             }
-        })
+        })?;
+        config.accept = std::mem::take(&mut config.accept_read)
+            .into_iter()
+            .map(|entry| (line_at(text, entry.span().start), entry.into_inner()))
+            .collect();
+        Ok(config)
     }
 
     fn relative_to(mut self, base: &Path) -> ProjectConfig {
@@ -207,10 +278,48 @@ mod tests {
                 app_role: Some("shop_rw".into()),
                 migrator_superuser: Some(true),
                 setup: Some(dir.path().join("db/init.sql")),
+                accept_read: Vec::new(),
+                accept: Vec::new(),
             }
         );
         let c = ProjectConfig::parse(&path, "since = 2").unwrap();
         assert_eq!(c.since.unwrap().to_string(), "2");
+    }
+
+    #[test]
+    fn accept_entries_are_read_with_their_lines_and_a_reason_is_required() {
+        let path = Path::new("rollsafe.toml");
+        let text = "rows = 5\n\n[[accept]]\nmigration = \"V4\"\nid = \"locks.blocking-index-build\"\nobject = \"tags\"\nreason = \"200 rows\"\nuntil = 2027-03-31\n\n[[accept]]\nmigration = 20240101120000\nid = \"rewrite.table-rewritten\"\nreason = \"window\"\nuntil = \"2026-01-02\"\n";
+        let c = ProjectConfig::parse(path, text).unwrap();
+        assert_eq!(c.accept.len(), 2);
+        let (line, first) = &c.accept[0];
+        assert!((3..=4).contains(line), "{line}");
+        assert_eq!(first.migration.to_string(), "V4");
+        assert_eq!(first.object.as_deref(), Some("tags"));
+        assert_eq!(first.until, chrono::NaiveDate::from_ymd_opt(2027, 3, 31));
+        assert_eq!(c.accept[1].1.migration.to_string(), "20240101120000");
+        assert_eq!(
+            c.accept[1].1.until,
+            chrono::NaiveDate::from_ymd_opt(2026, 1, 2)
+        );
+        let no_reason = "[[accept]]\nmigration = \"V4\"\nid = \"locks.blocking-index-build\"\n";
+        let err = ProjectConfig::parse(path, no_reason)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("missing field `reason`"), "{err}");
+        assert!(err.starts_with("rollsafe.toml:"), "{err}");
+        let blank = "[[accept]]\nmigration = \"V4\"\nid = \"x.y\"\nreason = \" \"\n";
+        let err = ProjectConfig::parse(path, blank).unwrap_err().to_string();
+        assert!(
+            err.starts_with("rollsafe.toml:4: [[accept]] reason is empty"),
+            "{err}"
+        );
+        let bad_date =
+            "[[accept]]\nmigration = \"V4\"\nid = \"x.y\"\nreason = \"r\"\nuntil = \"soon\"\n";
+        let err = ProjectConfig::parse(path, bad_date)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("until `soon` is not a date"), "{err}");
     }
 
     #[test]

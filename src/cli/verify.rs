@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::Args;
 use rollsafe::bounds;
 use rollsafe::catalog::{Catalog, Layout, ReadOptions, TableName};
-use rollsafe::config::ProjectConfig;
+use rollsafe::config::{AcceptEntry, ProjectConfig};
 use rollsafe::dao::shipped;
 use rollsafe::db;
 use rollsafe::report::events::VerifyEvent;
@@ -90,6 +90,10 @@ pub(crate) struct VerifyArgs {
     /// Only the static precheck: squawk's lint rules on the migration files, with lines. Starts no Postgres (no Docker, no binaries needed) and measures nothing: its findings are warnings.
     #[arg(long)]
     pub(crate) static_only: bool,
+    /// `rollsafe.toml`'s `[[accept]]` waivers: the file as the user names
+    /// it, and each entry with its line.
+    #[arg(skip)]
+    pub(crate) accept: Option<(String, Vec<(usize, AcceptEntry)>)>,
 }
 
 /// `verify --base REF [--capture CMD]`: a pull request's change, read
@@ -203,9 +207,17 @@ pub(crate) fn check_since_with_target(args: &VerifyArgs) -> anyhow::Result<()> {
 /// environment, for the backend) always wins over the file.
 pub(crate) fn merge_project_config(mut args: VerifyArgs) -> anyhow::Result<VerifyArgs> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let Some((_, config)) = ProjectConfig::discover(args.config.as_deref(), &cwd)? else {
+    let Some((path, config)) = ProjectConfig::discover(args.config.as_deref(), &cwd)? else {
         return Ok(args);
     };
+    if !config.accept.is_empty() {
+        let shown = path
+            .strip_prefix(&cwd)
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        args.accept = Some((shown, config.accept.clone()));
+    }
     args.migrations = args.migrations.or(config.migrations);
     args.apps = args.apps.or(config.apps);
     args.layout = args.layout.or(config.layout);
@@ -328,6 +340,7 @@ pub(crate) fn rehearse(args: &mut VerifyArgs, targets: &[Target]) -> anyhow::Res
             Some(v) => shipped::verify(catalog)?.since(v)?,
             None => shipped::verify(catalog)?,
         };
+        let verify = accept_waivers(verify, args)?;
         return args.report.emit(targets, &verify.static_only());
     }
     let target = match &args.from_target {
@@ -383,6 +396,7 @@ pub(crate) fn rehearse(args: &mut VerifyArgs, targets: &[Target]) -> anyhow::Res
     if let Some(v) = since {
         verify = verify.since(v)?;
     }
+    verify = accept_waivers(verify, args)?;
     let mut builder = args.sandbox.builder()?;
     if let Some(t) = target {
         // The target's major, unless majors are asked for explicitly.
@@ -407,6 +421,17 @@ pub(crate) fn rehearse(args: &mut VerifyArgs, targets: &[Target]) -> anyhow::Res
     progress.finish();
     let report = result?;
     args.report.emit(targets, &report)
+}
+
+/// `verify` with rollsafe.toml's `[[accept]]` waivers, when it has any.
+fn accept_waivers(
+    verify: rollsafe::verify::Verify,
+    args: &VerifyArgs,
+) -> anyhow::Result<rollsafe::verify::Verify> {
+    Ok(match &args.accept {
+        Some((file, entries)) => verify.accept(file, entries)?,
+        None => verify,
+    })
 }
 
 /// Says on stderr which step a rehearsal is at (stdout is the report's):

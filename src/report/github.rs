@@ -8,7 +8,8 @@
 //! CR, LF, `:` and `,` are percent-encoded, in the message only `%`, CR
 //! and LF. GitHub shows at most 10 error and 10 warning annotations per
 //! step (50 per job), so errors come first; the rest stay in the log.
-//! Passing measurements (info) are not annotations. Not here: the step
+//! Passing measurements (info) are not annotations; an accepted finding is
+//! a notice titled `accepted error: <id>`, its reason first. Not here: the step
 //! summary (`GITHUB_STEP_SUMMARY`, written by the binary as Markdown).
 
 use std::fmt::Write;
@@ -37,13 +38,23 @@ fn command(severity: Severity) -> Option<&'static str> {
     }
 }
 
+/// The command of `f`: an accepted finding is a notice (seen on the diff,
+/// not a problem the run fails on).
+fn command_of(f: &super::Finding) -> Option<&'static str> {
+    match &f.accepted {
+        Some(_) => Some("notice"),
+        None => command(f.severity),
+    }
+}
+
 pub fn render_github(report: &Report) -> String {
     let mut findings: Vec<_> = report
         .findings
         .iter()
-        .filter(|f| command(f.severity).is_some())
+        .filter(|f| command_of(f).is_some())
         .collect();
-    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
+    findings.sort_by_key(|f| (f.accepted.is_none(), f.severity));
+    findings.reverse();
     let mut out = String::new();
     for f in findings {
         let mut properties = Vec::new();
@@ -54,8 +65,17 @@ pub fn render_github(report: &Report) -> String {
                 properties.push(format!("col={}", l.column));
             }
         }
-        properties.push(format!("title={}", escape_property(&f.id)));
         let mut message = f.message.clone();
+        match &f.accepted {
+            Some(a) => {
+                properties.push(format!(
+                    "title={}",
+                    escape_property(&format!("accepted {}: {}", f.severity, f.id))
+                ));
+                message = format!("accepted: {} ({})\n{message}", a.reason, a.by);
+            }
+            None => properties.push(format!("title={}", escape_property(&f.id))),
+        }
         if !f.advice.is_empty() {
             message.push_str("\nadvice: ");
             message.push_str(&f.advice);
@@ -63,7 +83,7 @@ pub fn render_github(report: &Report) -> String {
         let _ = writeln!(
             out,
             "::{} {}::{}",
-            command(f.severity).expect("filtered above"),
+            command_of(f).expect("filtered above"),
             properties.join(","),
             escape_data(&message)
         );

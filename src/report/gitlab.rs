@@ -12,7 +12,9 @@
 //! told apart by their order among such twins, which is stable.
 //!
 //! Severities: error → critical (it fails the pipeline), warn → minor,
-//! skipped → info (a check that could not measure stays visible). Passing
+//! skipped → info (a check that could not measure stays visible), an
+//! accepted finding → info, its description starting `accepted error
+//! (<reason>; <where the waiver is>)`. Passing
 //! measurements (info) are not issues and are left out. A run-wide finding
 //! points at the migrations' directory, line 1.
 
@@ -88,16 +90,26 @@ pub fn render_gitlab(report: &Report) -> String {
         .findings
         .iter()
         .filter_map(|f| {
-            let severity = severity(f.severity)?;
+            // An accepted finding stays in the merge request, as info.
+            let severity = match f.accepted {
+                Some(_) => "info",
+                None => severity(f.severity)?,
+            };
             let at = place(report, f);
             let key = format!("{}\0{}\0{}\0{}", f.id, at.file, at.line, at.excerpt);
             let twin = seen.iter().filter(|k| **k == key).count();
             seen.push(key);
-            let description = if f.advice.is_empty() {
+            let mut description = if f.advice.is_empty() {
                 f.message.clone()
             } else {
                 format!("{} (advice: {})", f.message, f.advice)
             };
+            if let Some(a) = &f.accepted {
+                description = format!(
+                    "accepted {} ({}; {}): {description}",
+                    f.severity, a.reason, a.by
+                );
+            }
             Some(Issue {
                 description,
                 check_name: &f.id,

@@ -1,7 +1,9 @@
 //! JUnit XML (quick-junit): one test suite per check, one test case per
 //! (check, migration) that ran. Error findings make the case a failure
 //! carrying their messages; warnings and measurements go to the case's
-//! system-out so CI shows them next to the case.
+//! system-out so CI shows them next to the case, as do accepted errors
+//! (`accepted (<reason>, <where the waiver is>): error: …`), which do not
+//! fail their case.
 
 use quick_junit::{NonSuccessKind, Property, TestCase, TestCaseStatus, TestSuite};
 
@@ -55,10 +57,14 @@ pub fn render_junit(report: &Report) -> String {
             }
             let out: Vec<String> = findings
                 .iter()
-                .filter(|f| f.severity != Severity::Error)
+                .filter(|f| f.severity != Severity::Error || f.accepted.is_some())
                 .map(|f| {
                     format!(
-                        "{}: [{}] {} {}{}",
+                        "{}{}: [{}] {} {}{}",
+                        f.accepted.as_ref().map_or(String::new(), |a| format!(
+                            "accepted ({}, {}): ",
+                            a.reason, a.by
+                        )),
                         f.severity,
                         f.id,
                         f.message,
@@ -84,9 +90,10 @@ pub fn render_junit(report: &Report) -> String {
 /// A case's status: skipped when the check judged nothing here or part of
 /// it could not measure, failed with the errors' messages, else passed.
 fn case_status(check: &str, findings: &[&Finding]) -> TestCaseStatus {
+    // An accepted error does not fail its case (system-out says why).
     let errors: Vec<_> = findings
         .iter()
-        .filter(|f| f.severity == Severity::Error)
+        .filter(|f| f.severity == Severity::Error && f.accepted.is_none())
         .collect();
     let skipped: Vec<_> = findings
         .iter()

@@ -116,19 +116,35 @@ fn head(report: &Report) -> String {
     out
 }
 
+/// A finding's severity cell: an accepted one says so beside what its
+/// check found.
+fn severity_cell(f: &Finding) -> String {
+    match &f.accepted {
+        Some(_) => format!("accepted ({})", f.severity),
+        None => tag(f.severity).to_string(),
+    }
+}
+
 fn findings_row(report: &Report, f: &Finding) -> String {
     let place = match report.location_of(f) {
         Some(l) => code(&format!("{}:{}", l.file, l.line)),
         None => "whole run".to_string(),
     };
     let mut message = cell(&f.message);
+    if let Some(a) = &f.accepted {
+        message = format!(
+            "accepted: {} ({})<br>{message}",
+            cell(&a.reason),
+            cell(&a.by)
+        );
+    }
     if !f.advice.is_empty() {
         message.push_str("<br>advice: ");
         message.push_str(&cell(&f.advice));
     }
     format!(
         "| {} | {} | {place} | {message} |\n",
-        tag(f.severity),
+        severity_cell(f),
         code(&f.id)
     )
 }
@@ -139,7 +155,8 @@ fn findings_section(report: &Report, budget: &mut Budget) -> String {
         .iter()
         .filter(|f| f.severity != Severity::Info)
         .collect();
-    shown.sort_by_key(|f| std::cmp::Reverse(f.severity));
+    // Errors a waiver does not accept first, the accepted after them.
+    shown.sort_by_key(|f| std::cmp::Reverse((f.accepted.is_none(), f.severity)));
     let passing = report.count(Severity::Info);
     let mut out = String::new();
     if shown.is_empty() {
@@ -490,17 +507,58 @@ fn reader_line(report: &Report, f: &Finding) -> Option<String> {
     Some(format!("- {v}: {what}\n"))
 }
 
+/// Every accepted finding, one line each with its reason and where the
+/// waiver is: the risks the team took, in front of the reviewer.
+fn accepted_section(report: &Report, budget: &mut Budget) -> String {
+    let mut out = String::new();
+    let accepted: Vec<&Finding> = report
+        .findings
+        .iter()
+        .filter(|f| f.accepted.is_some())
+        .collect();
+    if accepted.is_empty() || !budget.push(&mut out, "\n#### Accepted risks\n\n") {
+        return out;
+    }
+    for (i, f) in accepted.iter().enumerate() {
+        let a = f.accepted.as_ref().expect("filtered above");
+        let place = report.location_of(f).map_or("whole run".to_string(), |l| {
+            code(&format!("{}:{}", l.file, l.line))
+        });
+        let line = format!(
+            "- {} {} at {place}: {} (by {}{})\n",
+            f.severity,
+            code(&f.id),
+            cell(&a.reason),
+            cell(&a.by),
+            a.until
+                .as_ref()
+                .map_or(String::new(), |u| format!(", until {u}"))
+        );
+        if !budget.push(&mut out, &line) {
+            let _ = writeln!(
+                out,
+                "- … and {} more (see the full report)",
+                accepted.len() - i
+            );
+            break;
+        }
+    }
+    out
+}
+
 pub fn render_markdown(report: &Report) -> String {
     let head = head(report);
     let mut budget = Budget(MARKDOWN_LIMIT.saturating_sub(head.len() + RESERVE));
-    // The order is short and what a deployer needs: it gets its room first.
+    // The order is short and what a deployer needs: it gets its room first;
+    // then the risks the team accepted, each of which a reviewer must see.
     let order = order_section(report, &mut budget);
+    let accepted = accepted_section(report, &mut budget);
     let findings = findings_section(report, &mut budget);
     let plans = plans_section(report, &mut budget);
     let apps = apps_section(report, &mut budget);
     let timelines = timelines_section(report, &mut budget);
     let statements = statements_section(report, &mut budget);
-    let out = head + &findings + &plans + &order + &apps + &timelines + &statements;
+    let out = head + &findings + &accepted + &plans + &order + &apps + &timelines + &statements;
     debug_assert!(out.len() <= MARKDOWN_LIMIT, "{} bytes", out.len());
     out
 }
@@ -514,7 +572,7 @@ mod tests {
         let md = render_markdown(&super::super::sample_report());
         assert!(md.starts_with("### rollsafe verify\n"), "{md}");
         assert!(
-            md.contains("**FAILED**: 1 error(s), 1 warning(s), 1 skipped"),
+            md.contains("**FAILED**: 1 error(s), 1 warning(s), 0 accepted, 1 skipped"),
             "{md}"
         );
         let err = md

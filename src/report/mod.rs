@@ -14,6 +14,7 @@
 //! Shared by `rollsafe verify` and `rollsafe check`; nothing here knows how a
 //! finding was produced.
 
+pub mod accept;
 pub mod events;
 mod github;
 mod gitlab;
@@ -86,6 +87,23 @@ pub struct Finding {
     /// (`verify --postgres-version 13,15,17,18`); empty for a run on one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub majors: Vec<u32>,
+    /// The reviewed waiver that accepts it ([`accept`]): it keeps its
+    /// severity and place, and does not fail the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted: Option<Acceptance>,
+}
+
+/// Why a finding is accepted, and who says so.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Acceptance {
+    /// The team's reason, as the waiver gives it.
+    pub reason: String,
+    /// Where the waiver is written: "-- rollsafe:accept at
+    /// migrations/V4__x.sql:3", "[[accept]] at rollsafe.toml:12".
+    pub by: String,
+    /// The last day it accepts, when it has one (`2027-03-31`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
 }
 
 /// The longest message, advice or evidence text a report shows, in
@@ -199,6 +217,7 @@ impl Finding {
             advice: String::new(),
             location: None,
             majors: Vec::new(),
+            accepted: None,
         }
     }
 
@@ -419,7 +438,8 @@ impl Report {
     /// Recomputes `passed` and orders findings (by migration, then
     /// severity, worst first, then check order of appearance).
     pub fn finish(&mut self) {
-        self.passed = !self.findings.iter().any(|f| f.severity == Severity::Error);
+        let failed = self.errors().next().is_some();
+        self.passed = !failed;
         self.findings.sort_by(|a, b| {
             a.migration
                 .unwrap_or(i32::MAX)
@@ -428,22 +448,25 @@ impl Report {
         });
     }
 
+    /// The error findings no waiver accepts: what fails the run.
     pub fn errors(&self) -> impl Iterator<Item = &Finding> {
         self.findings
             .iter()
-            .filter(|f| f.severity == Severity::Error)
+            .filter(|f| f.severity == Severity::Error && f.accepted.is_none())
     }
 
     /// "PASSED" or "FAILED", and the tally after it: ": 0 error(s), 1
-    /// warning(s), 0 skipped, 17 check(s) run, 8.0 s" (every format ends
-    /// with the same verdict).
+    /// warning(s), 0 accepted, 0 skipped, 17 check(s) run, 8.0 s" (every
+    /// format ends with the same verdict; an accepted finding counts as
+    /// accepted, not as its severity).
     pub fn verdict(&self) -> (&'static str, String) {
         (
             if self.passed { "PASSED" } else { "FAILED" },
             format!(
-                ": {} error(s), {} warning(s), {} skipped, {} check(s) run, {:.1} s",
+                ": {} error(s), {} warning(s), {} accepted, {} skipped, {} check(s) run, {:.1} s",
                 self.count(Severity::Error),
                 self.count(Severity::Warn),
+                self.accepted(),
                 self.count(Severity::Skipped),
                 self.checks.len(),
                 self.duration_ms as f64 / 1000.0
@@ -451,10 +474,19 @@ impl Report {
         )
     }
 
+    /// The findings of `severity` no waiver accepts.
     pub fn count(&self, severity: Severity) -> usize {
         self.findings
             .iter()
-            .filter(|f| f.severity == severity)
+            .filter(|f| f.severity == severity && f.accepted.is_none())
+            .count()
+    }
+
+    /// The findings a reviewed waiver accepts.
+    pub fn accepted(&self) -> usize {
+        self.findings
+            .iter()
+            .filter(|f| f.accepted.is_some())
             .count()
     }
 

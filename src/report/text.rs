@@ -289,7 +289,25 @@ fn render_findings(out: &mut String, report: &Report) {
         let mut sorted = findings;
         sorted.sort_by_key(|f| std::cmp::Reverse(f.severity));
         for f in sorted {
-            let _ = writeln!(out, "  {} {:<36} {}", tag(f.severity), f.id, f.message);
+            match &f.accepted {
+                // Never an ERROR line a reader counts, never ok: accepted,
+                // with the severity the check gave and why it is accepted.
+                Some(a) => {
+                    let _ = writeln!(out, "  ACCEPTED {} ({}) {}", f.id, f.severity, f.message);
+                    let _ = writeln!(
+                        out,
+                        "        accepted: {} ({}{})",
+                        a.reason,
+                        a.by,
+                        a.until
+                            .as_ref()
+                            .map_or(String::new(), |u| format!(", until {u}"))
+                    );
+                }
+                None => {
+                    let _ = writeln!(out, "  {} {:<36} {}", tag(f.severity), f.id, f.message);
+                }
+            }
             if let Some(l) = &f.location {
                 let _ = writeln!(
                     out,
@@ -384,7 +402,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("FAILED: 1 error(s), 1 warning(s), 1 skipped"),
+            text.contains("FAILED: 1 error(s), 1 warning(s), 0 accepted, 1 skipped"),
             "{text}"
         );
         assert!(

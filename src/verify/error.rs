@@ -29,6 +29,12 @@ pub enum VerifyError {
         file: String,
         detail: String,
     },
+    #[error("{place}: [[accept]] migration `{migration}`: {why}; name a migration of the rehearsed folder as its tool does")]
+    UnknownAccept {
+        place: String,
+        migration: String,
+        why: String,
+    },
     #[error("rehearsal failed while {step}: {detail}")]
     Rehearsal { step: String, detail: String },
     #[error(transparent)]

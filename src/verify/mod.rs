@@ -53,6 +53,7 @@ mod stages;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use crate::report::accept::Waiver;
 use crate::report::{RehearsedApp, Report};
 use crate::sandbox::{Sandbox, SandboxBuilder};
 
@@ -175,7 +176,29 @@ impl Verify {
         report.findings = judged.findings;
         report.duration_ms = started.elapsed().as_millis() as u64;
         report.finish();
+        self.hold_waivers(&mut report);
         report
+    }
+
+    /// Holds every reviewed waiver of the migrations this run judged (the
+    /// files' `-- rollsafe:accept`, then `rollsafe.toml`'s `[[accept]]`)
+    /// against the finished report: one place, so every format sees the
+    /// same accepted findings and stale waivers.
+    fn hold_waivers(&self, report: &mut Report) {
+        let judged: Vec<i32> = self.judged_migrations().map(|m| m.version).collect();
+        let waivers: Vec<Waiver> = self
+            .judged_migrations()
+            .flat_map(|m| Waiver::in_file(m, &self.catalog.path_of(m)))
+            .chain(
+                self.waivers
+                    .iter()
+                    .filter(|w| judged.contains(&w.migration))
+                    .cloned(),
+            )
+            .collect();
+        if !waivers.is_empty() {
+            crate::report::accept::apply(report, &waivers, chrono::Utc::now().date_naive());
+        }
     }
 
     /// Runs the rehearsal on `sandbox`.
@@ -271,6 +294,7 @@ impl Verify {
         let mut report = run.report;
         report.duration_ms = started.elapsed().as_millis() as u64;
         report.finish();
+        self.hold_waivers(&mut report);
         // The order is only proven when nothing failed.
         if !report.passed {
             report.safe_order.clear();

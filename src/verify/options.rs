@@ -16,6 +16,8 @@ use super::checks::{self, locks};
 use super::error::VerifyError;
 use super::evidence;
 use super::evidence::predict::Sizes;
+use crate::config::AcceptEntry;
+use crate::report::accept::Waiver;
 use crate::report::events::{Event, MigrationStep, VerifyEvent};
 use crate::seed::DEFAULT_ROWS;
 use crate::sessions as roles;
@@ -60,6 +62,9 @@ pub struct Verify {
     /// A plan regression whose full read per call stays under this at
     /// production size is a warning (`--plan-budget`).
     pub(super) plan_budget: Duration,
+    /// `rollsafe.toml`'s `[[accept]]` waivers, resolved against the
+    /// catalogue (the files' own `-- rollsafe:accept` are read from it).
+    pub(super) waivers: Vec<Waiver>,
 }
 
 impl Verify {
@@ -112,6 +117,7 @@ impl Verify {
             setup: None,
             statement_timeout: roles::DEFAULT_STATEMENT_TIMEOUT,
             plan_budget: checks::plan::PLAN_BUDGET,
+            waivers: Vec::new(),
         })
     }
 
@@ -153,6 +159,31 @@ impl Verify {
     pub fn plan_budget(mut self, d: Duration) -> Self {
         self.plan_budget = d;
         self
+    }
+
+    /// The `[[accept]]` waivers of the settings file `config` (each with
+    /// its line), held against the finished report with the files' own
+    /// `-- rollsafe:accept`. A migration no file of the catalogue is
+    /// called is refused, naming the entry.
+    pub fn accept(
+        mut self,
+        config: &str,
+        entries: &[(usize, AcceptEntry)],
+    ) -> Result<Self, VerifyError> {
+        for (line, entry) in entries {
+            let label = entry.migration.to_string();
+            let version =
+                self.catalog
+                    .resolve_label(&label)
+                    .map_err(|why| VerifyError::UnknownAccept {
+                        place: format!("{config}:{line}"),
+                        migration: label.clone(),
+                        why,
+                    })?;
+            self.waivers
+                .push(Waiver::in_config(config, *line, entry, version));
+        }
+        Ok(self)
     }
 
     pub fn rows(mut self, rows: u64) -> Self {

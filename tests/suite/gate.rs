@@ -1,10 +1,13 @@
-//! The gate a team keeps: nothing is called ok that was not checked (a
+//! The gate a team keeps: reviewed waivers (`-- rollsafe:accept` in a
+//! migration, `[[accept]]` in rollsafe.toml) that accept a measured
+//! finding with a reason, visible in every format; stale, expired and
+//! reasonless waivers; and nothing called ok that was not checked (a
 //! migration rollsafe cannot read or run is `skipped`, naming its file,
 //! in every mode and every format).
 
 use std::sync::Arc;
 
-use anyhow::ensure;
+use anyhow::{ensure, Context};
 use libtest_mimic::Trial;
 use rollsafe::catalog::Catalog;
 use rollsafe::report::{render, Format, Report, Severity};
@@ -24,6 +27,26 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<Trial> {
             (
                 "a_go_migration_is_skipped_in_every_format_under_a_rehearsal",
                 go_migration_skipped_rehearsed,
+            ),
+            (
+                "a_blocking_index_build_accepted_by_a_comment_passes_and_says_why_everywhere",
+                accepted_by_comment,
+            ),
+            (
+                "a_blocking_index_build_accepted_in_rollsafe_toml_passes_and_says_why",
+                accepted_in_toml,
+            ),
+            (
+                "an_accept_naming_another_finding_is_stale_and_the_error_stands",
+                accept_of_another_finding_is_stale,
+            ),
+            (
+                "an_accept_past_its_date_accepts_nothing",
+                accept_past_its_date,
+            ),
+            (
+                "an_accept_without_a_reason_is_refused_naming_the_line",
+                accept_without_reason,
             ),
         ],
     )
@@ -126,7 +149,7 @@ fn go_migration_skipped_static_only(_: &TestEnv) -> anyhow::Result<()> {
         GOOSE,
     ]))?;
     ensure!(
-        text.contains("PASSED: 0 error(s), 0 warning(s), 1 skipped"),
+        text.contains("PASSED: 0 error(s), 0 warning(s), 0 accepted, 1 skipped"),
         "{text}"
     );
     Ok(())
@@ -146,6 +169,289 @@ fn go_migration_skipped_rehearsed(env: &TestEnv) -> anyhow::Result<()> {
             .any(|f| f.id == "apply.not-rehearsed" && f.migration == Some(3)),
         "{}",
         render(&report, Format::Text)
+    );
+    Ok(())
+}
+
+/// A greenhouse's plants, then an index on them: built without
+/// CONCURRENTLY, so a blocking index build (an error at any size).
+const PLANTS: &str = "CREATE TABLE plants (\n    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,\n    species text NOT NULL,\n    bed text NOT NULL\n);\n";
+const BY_SPECIES: &str = "CREATE INDEX plants_species ON plants (species);\n";
+const REASON: &str = "the greenhouse keeps a few hundred plants; built in the Sunday window";
+
+/// A project folder: `migrations/` with V1 (plants) and V2 (`v2`), and
+/// `rollsafe.toml` when `toml` is given (after `migrations = ...`).
+fn greenhouse(v2: &str, toml: Option<&str>) -> anyhow::Result<tempfile::TempDir> {
+    let dir = tempfile::tempdir()?;
+    let migrations = dir.path().join("migrations");
+    std::fs::create_dir(&migrations)?;
+    std::fs::write(migrations.join("V1__plants.sql"), PLANTS)?;
+    std::fs::write(migrations.join("V2__plants_by_species.sql"), v2)?;
+    if let Some(toml) = toml {
+        std::fs::write(
+            dir.path().join("rollsafe.toml"),
+            format!("migrations = \"migrations\"\n{toml}"),
+        )?;
+    }
+    Ok(dir)
+}
+
+/// What a run in `dir` wrote: its exit code, the text report (stdout),
+/// stderr, and each other format's file.
+struct Run {
+    code: i32,
+    text: String,
+    stderr: String,
+    files: Vec<(Format, String)>,
+}
+
+impl Run {
+    fn file(&self, format: Format) -> &str {
+        self.files
+            .iter()
+            .find(|(f, _)| *f == format)
+            .map_or("", |(_, t)| t.as_str())
+    }
+
+    fn json(&self) -> anyhow::Result<Report> {
+        serde_json::from_str(self.file(Format::Json)).context("the JSON report")
+    }
+}
+
+/// `rollsafe verify` in `dir` as a user runs it there (rollsafe.toml
+/// found by itself), rehearsed on the suite's server, every format
+/// written to a file.
+fn verify_in(env: &TestEnv, dir: &std::path::Path) -> anyhow::Result<Run> {
+    let formats = [
+        Format::Json,
+        Format::Junit,
+        Format::Markdown,
+        Format::Github,
+        Format::Gitlab,
+    ];
+    let mut cmd = cli();
+    cmd.current_dir(dir).args([
+        "verify",
+        "--postgres",
+        env.sandbox.admin_url(),
+        "--migrations",
+        "migrations",
+        "--rows",
+        "200",
+    ]);
+    for f in formats {
+        cmd.args(["--output", &format!("{f}=report.{f}")]);
+    }
+    let (code, text, stderr) = output(&mut cmd)?;
+    let files = formats
+        .into_iter()
+        .map(|f| {
+            (
+                f,
+                std::fs::read_to_string(dir.join(format!("report.{f}"))).unwrap_or_default(),
+            )
+        })
+        .collect();
+    Ok(Run {
+        code,
+        text,
+        stderr,
+        files,
+    })
+}
+
+/// The run passed with the blocking index build accepted for `reason`
+/// (by `by`), and every format says so.
+fn accepted_everywhere(run: &Run, by: &str) -> anyhow::Result<()> {
+    ensure!(
+        run.code == 0,
+        "exit {}: {}\n{}",
+        run.code,
+        run.stderr,
+        run.text
+    );
+    let report = run.json()?;
+    ensure!(report.passed);
+    let build = report
+        .findings
+        .iter()
+        .find(|f| f.id == "locks.blocking-index-build")
+        .context("the build is still reported")?;
+    let a = build
+        .accepted
+        .as_ref()
+        .context("the build is not accepted")?;
+    ensure!(build.severity == Severity::Error, "it keeps its severity");
+    ensure!(a.reason == REASON && a.by.contains(by), "{a:?}");
+    ensure!(
+        run.text
+            .contains("ACCEPTED locks.blocking-index-build (error)")
+            && run.text.contains(&format!("accepted: {REASON}")),
+        "{}",
+        run.text
+    );
+    ensure!(
+        run.text
+            .contains("PASSED: 0 error(s), 0 warning(s), 1 accepted"),
+        "{}",
+        run.text
+    );
+    let junit = run.file(Format::Junit);
+    ensure!(
+        junit.contains("accepted (the greenhouse keeps a few hundred plants")
+            && junit.contains("[locks.blocking-index-build]")
+            && !junit.contains("<failure"),
+        "{junit}"
+    );
+    let md = run.file(Format::Markdown);
+    ensure!(
+        md.contains("| accepted (error) | `locks.blocking-index-build`")
+            && md.contains("#### Accepted risks")
+            && md.contains(REASON),
+        "{md}"
+    );
+    ensure!(
+        run.file(Format::Github).contains("::notice ")
+            && run
+                .file(Format::Github)
+                .contains("title=accepted error%3A locks.blocking-index-build"),
+        "{}",
+        run.file(Format::Github)
+    );
+    ensure!(run
+        .file(Format::Gitlab)
+        .contains(&format!("accepted error ({REASON}")));
+    Ok(())
+}
+
+fn accepted_by_comment(env: &TestEnv) -> anyhow::Result<()> {
+    let v2 =
+        format!("-- rollsafe:accept locks.blocking-index-build plants -- {REASON}\n{BY_SPECIES}");
+    let dir = greenhouse(&v2, None)?;
+    let run = verify_in(env, dir.path())?;
+    accepted_everywhere(
+        &run,
+        "-- rollsafe:accept at migrations/V2__plants_by_species.sql:1",
+    )
+}
+
+fn accepted_in_toml(env: &TestEnv) -> anyhow::Result<()> {
+    let toml = format!(
+        "\n[[accept]]\nmigration = \"V2\"\nid = \"locks.blocking-index-build\"\nobject = \"plants\"\nreason = \"{REASON}\"\nuntil = 2999-12-31\n"
+    );
+    let dir = greenhouse(BY_SPECIES, Some(&toml))?;
+    let run = verify_in(env, dir.path())?;
+    accepted_everywhere(&run, "[[accept]] at rollsafe.toml:")?;
+    ensure!(run.text.contains("until 2999-12-31"), "{}", run.text);
+    Ok(())
+}
+
+/// The run failed on the blocking build, which nothing accepted.
+fn build_stands(run: &Run) -> anyhow::Result<Report> {
+    ensure!(
+        run.code == 1,
+        "exit {}: {}\n{}",
+        run.code,
+        run.stderr,
+        run.text
+    );
+    let report = run.json()?;
+    let build: Vec<_> = report.errors().map(|f| f.id.as_str()).collect();
+    ensure!(build == ["locks.blocking-index-build"], "{build:?}");
+    ensure!(
+        run.text.contains("ERROR locks.blocking-index-build"),
+        "{}",
+        run.text
+    );
+    Ok(report)
+}
+
+fn accept_of_another_finding_is_stale(env: &TestEnv) -> anyhow::Result<()> {
+    let v2 = format!("-- rollsafe:accept rewrite.table-rewritten plants -- {REASON}\n{BY_SPECIES}");
+    let dir = greenhouse(&v2, None)?;
+    let run = verify_in(env, dir.path())?;
+    let report = build_stands(&run)?;
+    let stale: Vec<_> = report
+        .findings
+        .iter()
+        .filter(|f| f.id == "accept.stale")
+        .collect();
+    ensure!(
+        stale.len() == 1 && stale[0].severity == Severity::Warn,
+        "{stale:#?}"
+    );
+    let at = stale[0]
+        .location
+        .as_ref()
+        .context("the stale waiver's place")?;
+    ensure!(
+        at.file == "migrations/V2__plants_by_species.sql" && at.line == 1,
+        "{at:?}"
+    );
+    ensure!(
+        run.text.contains("warn  accept.stale")
+            && run.text.contains("rewrite.table-rewritten on plants of V2 (migrations/V2__plants_by_species.sql:1) matches no finding"),
+        "{}",
+        run.text
+    );
+    ensure!(
+        run.text
+            .contains("FAILED: 1 error(s), 1 warning(s), 0 accepted"),
+        "{}",
+        run.text
+    );
+    Ok(())
+}
+
+fn accept_past_its_date(env: &TestEnv) -> anyhow::Result<()> {
+    let toml = format!(
+        "\n[[accept]]\nmigration = \"V2\"\nid = \"locks.blocking-index-build\"\nreason = \"{REASON}\"\nuntil = 2020-06-30\n"
+    );
+    let dir = greenhouse(BY_SPECIES, Some(&toml))?;
+    let run = verify_in(env, dir.path())?;
+    let report = build_stands(&run)?;
+    let expired: Vec<_> = report
+        .findings
+        .iter()
+        .filter(|f| f.id == "accept.expired")
+        .collect();
+    ensure!(
+        expired.len() == 1 && expired[0].message.contains("expired on 2020-06-30"),
+        "{expired:#?}"
+    );
+    ensure!(report.accepted() == 0);
+    Ok(())
+}
+
+fn accept_without_reason(env: &TestEnv) -> anyhow::Result<()> {
+    for line in [
+        "-- rollsafe:accept locks.blocking-index-build plants",
+        "-- rollsafe:accept locks.blocking-index-build plants --   ",
+    ] {
+        let dir = greenhouse(&format!("-- plants by species\n{line}\n{BY_SPECIES}"), None)?;
+        let run = verify_in(env, dir.path())?;
+        ensure!(run.code == 2, "exit {}: {}", run.code, run.text);
+        let first = run
+            .stderr
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or_default();
+        ensure!(
+            first.contains("V2__plants_by_species.sql:2: malformed directive")
+                && first.contains("a reason is required"),
+            "{}",
+            run.stderr
+        );
+    }
+    // In rollsafe.toml: refused with the file and line.
+    let toml = "\n[[accept]]\nmigration = \"V2\"\nid = \"locks.blocking-index-build\"\n";
+    let dir = greenhouse(BY_SPECIES, Some(toml))?;
+    let run = verify_in(env, dir.path())?;
+    ensure!(run.code == 2, "exit {}: {}", run.code, run.text);
+    ensure!(
+        run.stderr.contains("rollsafe.toml:") && run.stderr.contains("missing field `reason`"),
+        "{}",
+        run.stderr
     );
     Ok(())
 }
