@@ -23,6 +23,7 @@ pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
             since_takes_the_migration_as_the_folder_shows_it,
             the_header_names_callbacks_undo_files_and_ignored_files,
             a_reworked_sqitch_change_is_deployed_from_the_tag_that_has_its_script,
+            an_extension_swallowed_by_a_do_block_is_named_with_an_image_that_has_it,
         ]
     )
 }
@@ -270,4 +271,38 @@ fn a_reworked_sqitch_change_is_deployed_from_the_tag_that_has_its_script(
         ],
     )?;
     rehearse_clean(env, sqitch)
+}
+
+/// pgvector, which no server of the suite has, created in a `DO` block
+/// that swallows the failure: the next migration's `type "vector" does
+/// not exist` names the extension and an image that has it (and
+/// `--postgres` of a server that has it), not "fix the SQL".
+fn an_extension_swallowed_by_a_do_block_is_named_with_an_image_that_has_it(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let catalog = read_as("sqlx-extension-swallowed", Some(Layout::Sqlx))?;
+    let report = rollsafe::verify::Verify::new(catalog)?
+        .rows(100)
+        .run(&env.sandbox)?;
+    let failed = report
+        .findings
+        .iter()
+        .find(|f| f.migration == Some(2) && f.message.contains("type \"vector\" does not exist"))
+        .ok_or_else(|| {
+            anyhow::anyhow!("no finding names the missing type: {:#?}", report.findings)
+        })?;
+    let advice = &failed.advice;
+    for part in [
+        "type vector is extension vector's",
+        "DO block",
+        "--image pgvector/pgvector:pg15",
+        "--postgres <url of a server that has vector>",
+    ] {
+        ensure!(advice.contains(part), "{part} not in: {advice}");
+    }
+    ensure!(
+        !advice.contains("fix the SQL"),
+        "the way out is the server, not the SQL: {advice}"
+    );
+    Ok(())
 }
