@@ -25,6 +25,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
         [
             python_app_versions_captured_from_their_tests_catch_the_hidden_default,
             java_app_versions_captured_from_their_tests_catch_the_hidden_default,
+            a_coded_unique_key_gets_values_its_pattern_allows_and_no_row_holds,
             a_failing_test_command_is_exit_2_and_nothing_is_written,
             the_tests_connect_as_the_app_role_with_libpq_variables,
             base_rehearses_what_the_tree_adds_and_refuses_edited_history,
@@ -39,6 +40,10 @@ fn recipe_box() -> PathBuf {
     repo_root().join("examples/recipe-box")
 }
 
+fn ferry() -> PathBuf {
+    repo_root().join("tests/fixtures/projects/ferry")
+}
+
 /// The suite's backend as `--postgres` names it.
 fn backend(env: &TestEnv) -> &'static str {
     match env.sandbox.kind() {
@@ -47,22 +52,65 @@ fn backend(env: &TestEnv) -> &'static str {
     }
 }
 
+/// An app of our own captured in two versions: its folder, its V1 and
+/// V2 migrations (in `migrations/`) and the variant of V2 whose default
+/// hides the old rows (in `variants/`, written in place of V2).
+struct Example {
+    root: fn() -> PathBuf,
+    v1: &'static str,
+    v2: &'static str,
+    hidden: &'static str,
+    /// The errors verify gives on the hidden variant, in order.
+    hidden_errors: &'static [&'static str],
+}
+
+const RECIPES: Example = Example {
+    root: recipe_box,
+    v1: "V1__cooks_and_recipes.sql",
+    v2: "V2__published.sql",
+    hidden: "V2__published_hidden.sql",
+    hidden_errors: &[
+        "backfill.new-readers-miss-rows",
+        "compat.old-writes-invisible-to-new",
+    ],
+};
+
+/// The ferry office (`tests/fixtures/projects/ferry`): a booking code
+/// UNIQUE and held to a regular expression.
+const FERRY: Example = Example {
+    root: ferry,
+    v1: "V1__vessels_and_bookings.sql",
+    v2: "V2__booking_state.sql",
+    hidden: "V2__booking_state_hidden.sql",
+    // The manifest compares the state to a literal, not a parameter: the
+    // readers' comparison catches it.
+    hidden_errors: &["compat.old-writes-invisible-to-new"],
+};
+
+impl Example {
+    /// Its migrations with V2 correct or the variant that hides the old
+    /// rows.
+    fn migrations(&self, hidden: bool) -> anyhow::Result<tempfile::TempDir> {
+        let dir = tempfile::tempdir()?;
+        let src = (self.root)();
+        std::fs::copy(
+            src.join("migrations").join(self.v1),
+            dir.path().join(self.v1),
+        )?;
+        let v2 = if hidden {
+            src.join("variants").join(self.hidden)
+        } else {
+            src.join("migrations").join(self.v2)
+        };
+        std::fs::copy(v2, dir.path().join(self.v2))?;
+        Ok(dir)
+    }
+}
+
 /// The recipe box's migrations with V2 correct (`DEFAULT true`) or the
 /// variant that hides the old rows (`DEFAULT false`).
 fn migrations(hidden: bool) -> anyhow::Result<tempfile::TempDir> {
-    let dir = tempfile::tempdir()?;
-    let src = recipe_box();
-    std::fs::copy(
-        src.join("migrations/V1__cooks_and_recipes.sql"),
-        dir.path().join("V1__cooks_and_recipes.sql"),
-    )?;
-    let v2 = if hidden {
-        src.join("variants/V2__published_hidden.sql")
-    } else {
-        src.join("migrations/V2__published.sql")
-    };
-    std::fs::copy(v2, dir.path().join("V2__published.sql"))?;
-    Ok(dir)
+    RECIPES.migrations(hidden)
 }
 
 /// `rollsafe capture` of `app` at `at` into `out`, running `command`.
@@ -97,11 +145,12 @@ fn capture(
 /// `<app>_v2.sql`) from `command_of(version)`.
 fn capture_both(
     env: &TestEnv,
+    example: &Example,
     apps: &Path,
     app: &str,
     command_of: impl Fn(u8) -> Vec<String>,
 ) -> anyhow::Result<[String; 2]> {
-    let correct = migrations(false)?;
+    let correct = example.migrations(false)?;
     let mut texts = Vec::new();
     for v in [1u8, 2] {
         let out = apps.join(format!("{app}_v{v}.sql"));
@@ -125,10 +174,15 @@ fn capture_both(
     Ok([texts.remove(0), texts.remove(0)])
 }
 
-/// `verify` of the recipe box's migrations (correct or hidden) with the
+/// `verify` of an example's migrations (correct or hidden) with the
 /// captured apps: (exit code, error ids in order).
-fn verify(env: &TestEnv, apps: &Path, hidden: bool) -> anyhow::Result<(i32, Vec<String>)> {
-    let dir = migrations(hidden)?;
+fn verify(
+    env: &TestEnv,
+    example: &Example,
+    apps: &Path,
+    hidden: bool,
+) -> anyhow::Result<(i32, Vec<String>)> {
+    let dir = example.migrations(hidden)?;
     let (code, stdout, stderr) = output(cli().args([
         "verify",
         "--postgres",
@@ -155,23 +209,23 @@ fn verify(env: &TestEnv, apps: &Path, hidden: bool) -> anyhow::Result<(i32, Vec<
 /// The correct migration passes with both captured versions; the one
 /// that hides the old rows fails on that and on nothing else (a write
 /// that failed on generated values would be an error here too).
-fn verdicts_on_both_migrations(env: &TestEnv, apps: &Path) -> anyhow::Result<()> {
-    let (code, errors) = verify(env, apps, false)?;
+fn verdicts_on_both_migrations(
+    env: &TestEnv,
+    example: &Example,
+    apps: &Path,
+) -> anyhow::Result<()> {
+    let (code, errors) = verify(env, example, apps, false)?;
     ensure!(
         code == 0 && errors.is_empty(),
         "the correct migration (DEFAULT true): exit {code}, errors {errors:?}"
     );
-    let (code, errors) = verify(env, apps, true)?;
+    let (code, errors) = verify(env, example, apps, true)?;
     ensure!(
         code == 1,
         "the hidden default: exit {code}, errors {errors:?}"
     );
     ensure!(
-        errors
-            == [
-                "backfill.new-readers-miss-rows",
-                "compat.old-writes-invisible-to-new"
-            ],
+        errors == example.hidden_errors,
         "the hidden default is caught by the readers, and only by them: {errors:?}"
     );
     Ok(())
@@ -199,7 +253,7 @@ fn python_app_versions_captured_from_their_tests_catch_the_hidden_default(
                 .to_string(),
         ]
     };
-    let [v1, v2] = capture_both(env, apps.path(), "recipes", script)?;
+    let [v1, v2] = capture_both(env, &RECIPES, apps.path(), "recipes", script)?;
 
     // What the server saw, with the values bound: text, bigint, uuid,
     // text[], timestamptz and NULL parameters of an insert in a
@@ -257,7 +311,7 @@ fn python_app_versions_captured_from_their_tests_catch_the_hidden_default(
     );
     std::fs::remove_file(&again)?;
 
-    verdicts_on_both_migrations(env, apps.path())
+    verdicts_on_both_migrations(env, &RECIPES, apps.path())
 }
 
 fn java_app_versions_captured_from_their_tests_catch_the_hidden_default(
@@ -269,7 +323,7 @@ fn java_app_versions_captured_from_their_tests_catch_the_hidden_default(
         "{jar} is missing: apt-get install libpostgresql-jdbc-java (ci/test.sh does)"
     );
     let apps = tempfile::tempdir()?;
-    let [v1, v2] = capture_both(env, apps.path(), "recipes_java", |v| {
+    let [v1, v2] = capture_both(env, &RECIPES, apps.path(), "recipes_java", |v| {
         vec![
             "java".to_string(),
             "-cp".to_string(),
@@ -289,7 +343,132 @@ fn java_app_versions_captured_from_their_tests_catch_the_hidden_default(
         insert.contains("-- bound: $8 = 't'") && insert.contains("$6 = NULL"),
         "{insert}"
     );
-    verdicts_on_both_migrations(env, apps.path())
+    verdicts_on_both_migrations(env, &RECIPES, apps.path())
+}
+
+/// The ferry office's booking code is UNIQUE and held to
+/// `^[A-Z]{3}[0-9]{4}$`: its captured `-- param:` keeps the tests' code
+/// while no row holds it, else takes the generator's value of the
+/// pattern that no row holds (never a random prefix the pattern
+/// refuses), marked as rollsafe's; the tests' own values stay as they
+/// bound them. Replayed, the correct migration passes with both versions
+/// and the hiding default fails on the readers.
+fn a_coded_unique_key_gets_values_its_pattern_allows_and_no_row_holds(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let apps = tempfile::tempdir()?;
+    let [v1, v2] = capture_both(env, &FERRY, apps.path(), "bookings", |v| {
+        vec![
+            "python3".to_string(),
+            ferry()
+                .join(format!("python/v{v}/test_bookings.py"))
+                .display()
+                .to_string(),
+        ]
+    })?;
+    for (text, code) in [(&v1, "SKU1001"), (&v2, "SKU2001")] {
+        let insert = entry(text, "insert_bookings")?;
+        let param = |n: usize| {
+            insert
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("-- param: ${n} = ")))
+                .with_context(|| format!("no -- param: ${n}: {insert}"))
+        };
+        let code_param = param(1)?;
+        ensure!(
+            code_param.starts_with(&format!("coalesce((SELECT '{code}'::text WHERE NOT EXISTS"))
+                && code_param.ends_with(
+                    "/* rollsafe: the tests' value unless a row holds it, else one no row holds (UNIQUE column code) */"
+                )
+                && !code_param.contains("random()"),
+            "{insert}"
+        );
+        ensure!(
+            param(3)? == "'Ines'::text",
+            "the tests' own value: {insert}"
+        );
+        ensure!(
+            param(2)?.ends_with(
+                "/* rollsafe: a row of vessels (foreign key bookings_vessel_id_fkey) */"
+            ),
+            "{insert}"
+        );
+    }
+
+    // Each value the code's parameter takes holds the CHECK and no row
+    // holds it, on a database seeded as verify seeds one.
+    let db = env.fresh_database();
+    let catalog = rollsafe::catalog::Catalog::from_dir(FERRY.migrations(false)?.path())?;
+    rollsafe::migrate::migrate(db.url(), &catalog, &Default::default())?;
+    let mut c = db.connect()?;
+    rollsafe::seed::generate::seed(
+        &mut c,
+        None,
+        &rollsafe::seed::generate::RowCounts::new(300),
+        &[],
+    )?;
+    let set = rollsafe::app::statements::StatementSet::parse("bookings_v2.sql", &v2)?;
+    let insert = set
+        .statements()
+        .iter()
+        .find(|s| s.name == "insert_bookings")
+        .context("insert_bookings")?;
+    let params = rollsafe::app::replay::declared_params(insert.meta_values("param"));
+    let made = rollsafe::capture::params::made_params(insert);
+    ensure!(
+        made.keys().copied().collect::<Vec<_>>() == [1, 2],
+        "the code and the vessel are rollsafe's, the rest the tests': {made:?}"
+    );
+    let mut codes = Vec::new();
+    for _ in 0..3 {
+        let code: String = c
+            .query_one(&format!("SELECT ({})::text", params[&1]), &[])?
+            .get(0);
+        let vessel: i64 = c
+            .query_one(&format!("SELECT ({})::bigint", params[&2]), &[])?
+            .get(0);
+        c.execute(
+            "INSERT INTO bookings (code, vessel_id, passenger, seats, state) VALUES ($1, $2, 'Ines', 2, 'active')",
+            &[&code, &vessel],
+        )?;
+        codes.push(code);
+    }
+    ensure!(
+        codes[0] == "SKU2001",
+        "the tests' code while it is free: {codes:?}"
+    );
+    // A failure only on a value rollsafe made is said to be rollsafe's;
+    // on a value the tests bound, it is not.
+    let vessel: i64 = c.query_one("SELECT min(id) FROM vessels", &[])?.get(0);
+    let failed = c
+        .execute(
+            "INSERT INTO bookings (code, vessel_id, passenger, seats) VALUES ('bad', $1, 'Ines', 2)",
+            &[&vessel],
+        )
+        .expect_err("a code the pattern refuses");
+    let message = rollsafe::errors::one_line(&failed);
+    let blamed = rollsafe::capture::params::made_value_failure(&mut c, insert, &message)
+        .with_context(|| format!("not said to be rollsafe's: {message}"))?;
+    ensure!(
+        blamed.param == 1 && blamed.column == "code" && blamed.constraint == "bookings_code_check",
+        "{blamed:?}"
+    );
+    let mut own = insert.clone();
+    own.meta
+        .retain(|(k, v)| k != "param" || !v.starts_with("$1 "));
+    own.meta.push(("param".into(), "$1 = 'bad'".into()));
+    ensure!(
+        rollsafe::capture::params::made_value_failure(&mut c, &own, &message).is_none(),
+        "the tests' own value is never rollsafe's"
+    );
+    ensure!(
+        codes
+            .iter()
+            .all(|c| c.len() == 7 && c[..3].chars().all(|x| x.is_ascii_uppercase()))
+            && codes[1] != codes[2],
+        "{codes:?}"
+    );
+    verdicts_on_both_migrations(env, &FERRY, apps.path())
 }
 
 fn a_failing_test_command_is_exit_2_and_nothing_is_written(env: &TestEnv) -> anyhow::Result<()> {

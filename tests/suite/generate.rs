@@ -31,6 +31,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             telemetry_fixture_is_seeded_whole,
             json_read_only_by_an_app_is_written_into_the_documents,
             specimens_fixture_is_seeded_whole,
+            seedbank_fixture_is_seeded_whole,
             triggers_that_refuse_or_grow_are_seeded_past_and_said,
             a_carried_seeding_leaves_statistics_as_a_whole_analyze_would,
             migration_tools_history_tables_are_neither_listed_nor_seeded,
@@ -915,6 +916,67 @@ fn specimens_fixture_is_seeded_whole(env: &TestEnv) -> anyhow::Result<()> {
         let t = g.seeded.iter().find(|t| t.table == table).context(table)?;
         ensure!(t.past_triggers.is_some(), "{t:?}");
     }
+    Ok(())
+}
+
+/// The seedbank fixture seeded whole, its CHECKs met by search on the
+/// server, what each row holds asked of the database: the state
+/// machine's rows take one of its branches; one provenance of four is
+/// set; the enumerations over casts hold listed values; the parent's
+/// key fits the `varchar(8)` column that references it, and every
+/// accession points at a vault.
+fn seedbank_fixture_is_seeded_whole(env: &TestEnv) -> anyhow::Result<()> {
+    let n = 2_000;
+    let (db, g) = seeded_fixture(env, "seedbank", n)?;
+    let mut c = db.connect()?;
+    assert_fixture_seeded_whole(&mut c, "seedbank", &g)?;
+    for table in ["vaults", "accessions", "lots", "germination_tests"] {
+        ensure!(table_rows(&mut c, table)? == n, "{table}: not {n} rows");
+    }
+    let branches = count(
+        &mut c,
+        "SELECT count(*) FROM lots WHERE
+            (storage = 'frozen' AND shelf IS NULL AND loaned_to IS NULL)
+         OR (storage = 'shelved' AND shelf IS NOT NULL AND humidity > 30)
+         OR (storage = 'loaned' AND loaned_to IS NOT NULL AND humidity IS NULL)",
+    )?;
+    ensure!(
+        branches == n as i64,
+        "{branches} of {n} lots in a branch of the state machine"
+    );
+    let one = count(
+        &mut c,
+        "SELECT count(*) FROM accessions WHERE num_nonnulls(donor, collector, herbarium, field_notes) = 1",
+    )?;
+    ensure!(one == n as i64, "{one} accessions with one provenance");
+    let listed = count(
+        &mut c,
+        "SELECT count(*) FROM germination_tests
+          WHERE (method IS NULL OR method IN ('paper', 'sand', 'agar'))
+            AND (vigour IS NULL OR vigour BETWEEN 1 AND 5)",
+    )?;
+    ensure!(listed == n as i64, "{listed} tests with listed values");
+    let climates = count(
+        &mut c,
+        "SELECT count(*) FROM vaults WHERE climate IS NULL OR climate IN ('arid', 'temperate', 'tropical')",
+    )?;
+    ensure!(
+        climates == n as i64,
+        "{climates} vaults with a listed climate"
+    );
+    let fitting = count(
+        &mut c,
+        "SELECT count(*) FROM vaults WHERE length(site_code) <= 8",
+    )?;
+    ensure!(fitting == n as i64, "{fitting} site codes fit varchar(8)");
+    let pointing = count(
+        &mut c,
+        "SELECT count(*) FROM accessions a JOIN vaults v ON v.site_code = a.vault_site",
+    )?;
+    ensure!(
+        pointing == n as i64,
+        "{pointing} accessions point at a vault"
+    );
     Ok(())
 }
 

@@ -60,11 +60,32 @@ pub(super) struct Column {
     pub(super) default: Option<String>,
     pub(super) identity: bool,
     pub(super) generated: bool,
+    /// The shortest `varchar(n)` of the columns whose foreign keys point
+    /// at this one: its values land there too, so they must fit it.
+    pub(super) referenced_len: Option<i32>,
 }
 
 impl Column {
     pub(super) fn not_null(&self) -> bool {
         self.not_null || self.ty.not_null()
+    }
+
+    /// The length a value must fit: its type's, or a shorter column's that
+    /// references it.
+    pub(super) fn max_len(&self) -> Option<i32> {
+        match (max_text_len(&self.ty, self.typmod), self.referenced_len) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The type modifier its values are sized by ([`Column::max_len`] as a
+    /// `varchar(n)`'s when that is shorter than its own).
+    pub(super) fn value_typmod(&self) -> i32 {
+        match self.max_len() {
+            Some(n) if max_text_len(&self.ty, self.typmod) != Some(n) => n + 4,
+            _ => self.typmod,
+        }
     }
 
     /// A default that yields a new value per row (a UNIQUE key holding
@@ -339,6 +360,7 @@ pub(super) fn read_tables(
                 default: col.default.clone(),
                 identity: col.identity,
                 generated: col.generated,
+                referenced_len: None,
             });
         }
         if let Some((key, bounds)) = partitioning.remove(&t.oid) {
@@ -357,7 +379,49 @@ pub(super) fn read_tables(
         }
         tables.push(t);
     }
+    limit_by_references(&mut tables);
     Ok(tables)
+}
+
+/// [`Column::referenced_len`] of every column a foreign key points at
+/// from a `varchar(n)` column: a parent's `text` code must fit its
+/// children's `varchar(10)` (else their INSERT fails on `value too long`).
+fn limit_by_references(tables: &mut [Table]) {
+    let mut limits: Vec<(u32, i16, i32)> = Vec::new();
+    for t in tables.iter() {
+        for fk in &t.fks {
+            for (&n, &rn) in fk.cols.iter().zip(&fk.ref_cols) {
+                let Some(col) = t.column(n).map(|k| &t.columns[k]) else {
+                    continue;
+                };
+                if let Some(len) = max_text_len(&col.ty, col.typmod) {
+                    limits.push((fk.ref_table, rn, len));
+                }
+            }
+        }
+    }
+    for (oid, rn, len) in limits {
+        let Some(p) = tables.iter_mut().find(|p| p.oid == oid) else {
+            continue;
+        };
+        if let Some(k) = p.column(rn) {
+            let col = &mut p.columns[k];
+            col.referenced_len = Some(col.referenced_len.map_or(len, |l| l.min(len)));
+        }
+    }
+}
+
+/// The `varchar(n)` / `char(n)` length a value must fit, if any: an
+/// explicit cast would silently cut it (and break a UNIQUE key), so
+/// candidates are measured instead.
+pub(super) fn max_text_len(ty: &TypeInfo, typmod: i32) -> Option<i32> {
+    match &ty.kind {
+        TypeKind::Text if typmod >= 5 => Some(typmod - 4),
+        TypeKind::Domain {
+            base, base_typmod, ..
+        } => max_text_len(base, if typmod >= 0 { typmod } else { *base_typmod }),
+        _ => None,
+    }
 }
 
 /// A PRIMARY KEY or UNIQUE constraint, a foreign key or a CHECK, as the
@@ -480,6 +544,7 @@ mod tests {
             default: None,
             identity: false,
             generated: false,
+            referenced_len: None,
         }
     }
 

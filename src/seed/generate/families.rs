@@ -471,19 +471,6 @@ fn ranges(sub: &TypeInfo, name: &str, width: u64) -> Vec<Family> {
     v
 }
 
-/// The `varchar(n)` / `char(n)` length a value must fit, if any: an
-/// explicit cast would silently cut it (and break a UNIQUE key), so
-/// candidates are measured instead.
-pub(super) fn max_text_len(ty: &TypeInfo, typmod: i32) -> Option<i32> {
-    match &ty.kind {
-        TypeKind::Text if typmod >= 5 => Some(typmod - 4),
-        TypeKind::Domain {
-            base, base_typmod, ..
-        } => max_text_len(base, if typmod >= 0 { typmod } else { *base_typmod }),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

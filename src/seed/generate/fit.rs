@@ -1,15 +1,17 @@
 //! Values that fit one table: for each column still to fill, the first
 //! family its type accepts on a sample of row indexes, then other
-//! combinations until every CHECK of the table holds on the sample.
+//! combinations until every CHECK of the table holds on the sample (found
+//! by the server, [`super::search`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use postgres::GenericClient;
 
-use super::families::{families, max_text_len, Literals};
+use super::families::{families, Literals};
 use super::family::{at, fam, Family};
 use super::plan::{unseeded, Plan, Val};
 use super::probe::{probe, probe_opt};
+use super::search::{search_check, Searched};
 use super::{UnseededTable, MAX_COMBINATIONS};
 
 /// Step 3 of [`seed_table`]: for each column still to fill, the families of its type that
@@ -41,7 +43,7 @@ pub(super) fn choose_values(
             continue;
         }
         let col = &t.columns[k];
-        let mut fams = families(&col.ty, col.typmod, &col.name, &lits[k], width);
+        let mut fams = families(&col.ty, col.value_typmod(), &col.name, &lits[k], width);
         if let Some(documents) = super::json::shaped_documents(c, t, k, app_statements)? {
             // What the table's generated columns, CHECKs and indexes read
             // of the documents is in them: nothing else satisfies those.
@@ -76,6 +78,7 @@ pub(super) fn choose_values(
         }
         let mut fits = Vec::new();
         let mut last_error = None;
+        let tried = fams.len();
         for f in fams {
             match fits_column(c, plan, k, &f)? {
                 Ok(()) => fits.push(f),
@@ -88,7 +91,7 @@ pub(super) fn choose_values(
                 t,
                 constraint.as_deref(),
                 format!(
-                    "column {} ({}): no generated value fits it ({message})",
+                    "column {} ({}): no generated value fits it ({message}; {tried} candidates tried)",
                     col.name, col.sql_type
                 ),
             ));
@@ -129,21 +132,17 @@ pub(super) fn satisfy_checks(
                 .filter_map(|&n| t.column(n))
                 .filter(|k| fitting.contains_key(k) && !locked.contains(k))
                 .collect();
-            let sizes: Vec<usize> = vars.iter().map(|k| fitting[k].len()).collect();
-            for combo in combinations(&sizes).take(MAX_COMBINATIONS) {
-                for (v, &k) in vars.iter().enumerate() {
-                    plan.vals[k] = Val::Gen {
-                        fams: fitting[&k].clone(),
-                        chosen: combo[v],
-                    };
+            // The server judges the combinations in a few queries; where
+            // it cannot (a candidate the expression cannot take), they
+            // are walked one by one.
+            let tries = match search_check(c, plan, fitting, ck, &vars, &failing)? {
+                Searched::Found => {
+                    failing = failing_checks(c, plan)?;
+                    0
                 }
-                let now = failing_checks(c, plan)?;
-                let regress = (0..now.len()).any(|j| now[j] && !failing[j]);
-                if !now[ck] && !regress {
-                    failing = now;
-                    break;
-                }
-            }
+                Searched::NotFound { tries } => tries,
+                Searched::Unjudged => walk_combinations(c, plan, fitting, ck, &vars, &mut failing)?,
+            };
             if failing[ck] {
                 let check = &t.checks[ck];
                 // The first values tried, on a row they break.
@@ -160,7 +159,7 @@ pub(super) fn satisfy_checks(
                     t,
                     Some(&check.name),
                     format!(
-                        "CHECK {} ({}): no combination of generated values satisfies it{example}",
+                        "CHECK {} ({}): no combination of generated values satisfies it ({tries} candidates tried){example}",
                         check.name, check.expr
                     ),
                 ));
@@ -169,6 +168,37 @@ pub(super) fn satisfy_checks(
         }
     }
     Ok(Ok(()))
+}
+
+/// The combinations of `vars`' fitting families one by one, first
+/// choices first, until CHECK `ck` holds and no CHECK that held breaks
+/// (`failing` then updated); how many were tried.
+fn walk_combinations(
+    c: &mut impl GenericClient,
+    plan: &mut Plan,
+    fitting: &BTreeMap<usize, Vec<Family>>,
+    ck: usize,
+    vars: &[usize],
+    failing: &mut Vec<bool>,
+) -> Result<u64, postgres::Error> {
+    let sizes: Vec<usize> = vars.iter().map(|k| fitting[k].len()).collect();
+    let mut tries = 0;
+    for combo in combinations(&sizes).take(MAX_COMBINATIONS) {
+        tries += 1;
+        for (v, &k) in vars.iter().enumerate() {
+            plan.vals[k] = Val::Gen {
+                fams: fitting[&k].clone(),
+                chosen: combo[v],
+            };
+        }
+        let now = failing_checks(c, plan)?;
+        let regress = (0..now.len()).any(|j| now[j] && !failing[j]);
+        if !now[ck] && !regress {
+            *failing = now;
+            break;
+        }
+    }
+    Ok(tries)
 }
 
 /// Whether family `f` gives column `k` values of its type (domain CHECKs,
@@ -185,7 +215,7 @@ pub(super) fn fits_column(
     let value = format!("({raw})::{}", col.sql_type);
     // Measured before the cast: a cast to `varchar(n)` cuts a longer
     // value silently (and two values cut alike break a UNIQUE key).
-    let too_long = max_text_len(&col.ty, col.typmod).map_or("false".to_string(), |n| {
+    let too_long = col.max_len().map_or("false".to_string(), |n| {
         format!("length(({raw})::text) > {n}")
     });
     let null = if col.not_null() && f.sql != "NULL" {

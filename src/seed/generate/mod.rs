@@ -58,10 +58,13 @@
 //! each kind of type, a table), `pattern` (values of a regular
 //! expression), `json` (documents carrying what their readers read),
 //! `partition` (values some partition takes), `fit` (the values its types
-//! and CHECKs accept), `insert` (the rows), `fk_checks` (past the per-row
+//! and CHECKs accept), `search` (a CHECK of any form met by search, the
+//! server judging the candidates), `insert` (the rows), `fk_checks` (past the per-row
 //! foreign-key checks, then checked set-wise), `app_writes` (the apps'
 //! own), `statistics` (which relations to ANALYZE afterwards: those whose
-//! statistics the seeding or the migration before it made stale).
+//! statistics the seeding or the migration before it made stale);
+//! `param_values` (the same families for one column outside a bulk
+//! INSERT: a captured write's `-- param:` values).
 
 mod app_writes;
 mod catalogue;
@@ -73,12 +76,14 @@ mod insert;
 mod json;
 mod order;
 mod overlap;
+mod param_values;
 mod partition;
 mod pattern;
 mod plan;
 mod probe;
 mod rules;
 mod schedule;
+mod search;
 mod statistics;
 mod table;
 
@@ -207,6 +212,7 @@ impl RowCounts {
 }
 
 pub use super::generated::{AppWrites, Generated, Reached, SeededTable, UnseededTable};
+pub use param_values::{Columns, ParamValue, MADE};
 pub use schedule::table_reading_functions;
 pub use schedule::MoreSessions;
 

@@ -157,6 +157,7 @@ mod tests {
             default: None,
             identity: false,
             generated: false,
+            referenced_len: None,
         }
     }
 
