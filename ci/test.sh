@@ -115,6 +115,20 @@ if ! python3 -c 'import psycopg' >/dev/null 2>&1; then
   say "installing psycopg[binary] (pip)"
   python3 -m pip install -q 'psycopg[binary]' || { say "pip install 'psycopg[binary]' failed; install it and run again"; exit 2; }
 fi
+# The frameworks whose own migrate the suite runs (tests/suite/frameworks.rs,
+# tests/fixtures/frameworks): Django, SQLAlchemy with Alembic (PyPI),
+# ActiveRecord with rake (Debian). A timed stage: nothing when present.
+install_frameworks() {
+  if ! python3 -c 'import django, alembic, sqlalchemy' >/dev/null 2>&1; then
+    python3 -m pip install -q 'Django>=5,<6' SQLAlchemy alembic 2>&1 | grep -v 'Running pip as' || true
+    python3 -c 'import django, alembic, sqlalchemy' || { say "pip install Django SQLAlchemy alembic failed; install them and run again"; return 2; }
+  fi
+  if ! command -v rake >/dev/null 2>&1 || ! ruby -e 'require "active_record"; require "pg"' >/dev/null 2>&1; then
+    [ "$(id -u)" = 0 ] || { say "missing ruby-activerecord ruby-pg rake; install them (apt-get install ruby-activerecord ruby-pg rake) and run again"; return 2; }
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ruby-activerecord ruby-pg rake >/dev/null || return 2
+  fi
+}
+stage "frameworks' runtimes (Django, Alembic, ActiveRecord)" install_frameworks || exit 2
 
 # What exists of rollsafe's throwaway resources right now, one per line:
 # sandbox containers (by label), local data directories, local servers.

@@ -25,6 +25,8 @@
 //! app_role = "app_rw"            # the role apps connect as unless their file says `-- role:`
 //! migrator_superuser = false     # true: migrations run as a superuser (production's migrator is one)
 //! setup = "db/init.sql"          # what the history assumes from outside itself (roles, extensions), run once as a superuser
+//! migrate_command = "python manage.py migrate"  # a project whose migrations are code: its own migrate, run on a throwaway database (default: its framework's, detected)
+//! history_table = "django_migrations"          # the table that command records migrations in (default: its framework's)
 //!
 //! [[accept]]                     # a reviewed waiver (repeatable)
 //! migration = "V4"               # the migration, as its tool names it
@@ -76,6 +78,11 @@ pub struct ProjectConfig {
     pub migrator_superuser: Option<bool>,
     /// SQL run once as a superuser before the first migration (`--setup`).
     pub setup: Option<PathBuf>,
+    /// The project's own command that applies its migrations, run on a
+    /// throwaway database (`--migrate-command`).
+    pub migrate_command: Option<String>,
+    /// The table that command records migrations in (`--history-table`).
+    pub history_table: Option<String>,
     /// Reviewed waivers (`[[accept]]`) as read, with their places in the
     /// text ([`ProjectConfig::parse`] turns them into [`Self::accept`]).
     #[serde(default, rename = "accept")]
@@ -176,7 +183,7 @@ pub enum ConfigError {
     Missing(PathBuf),
     #[error("cannot read {path}: {detail}")]
     Io { path: PathBuf, detail: String },
-    #[error("{path}:{line}: {message}; fix it (the keys are migrations, apps, layout, rows, postgres, image, since, copy_rows, app_role, migrator_superuser, setup and [[accept]] (migration, id, object, reason, until); see the README's rollsafe.toml section)")]
+    #[error("{path}:{line}: {message}; fix it (the keys are migrations, apps, layout, rows, postgres, image, since, copy_rows, app_role, migrator_superuser, setup, migrate_command, history_table and [[accept]] (migration, id, object, reason, until); see the README's rollsafe.toml section)")]
     Invalid {
         path: PathBuf,
         line: usize,
@@ -259,7 +266,7 @@ mod tests {
         let path = dir.path().join(FILE_NAME);
         std::fs::write(
             &path,
-            "migrations = \"db/migrations\"\napps = \"/abs/apps\"\nlayout = \"golang-migrate\"\nrows = 500\npostgres = \"local\"\nimage = \"postgres:17\"\nsince = \"20240101120000\"\napp_role = \"shop_rw\"\nmigrator_superuser = true\nsetup = \"db/init.sql\"\n",
+            "migrations = \"db/migrations\"\napps = \"/abs/apps\"\nlayout = \"golang-migrate\"\nrows = 500\npostgres = \"local\"\nimage = \"postgres:17\"\nsince = \"20240101120000\"\napp_role = \"shop_rw\"\nmigrator_superuser = true\nsetup = \"db/init.sql\"\nmigrate_command = \"python manage.py migrate\"\nhistory_table = \"django_migrations\"\n",
         )
         .unwrap();
         let (found, c) = ProjectConfig::discover(None, dir.path()).unwrap().unwrap();
@@ -280,6 +287,8 @@ mod tests {
                 setup: Some(dir.path().join("db/init.sql")),
                 accept_read: Vec::new(),
                 accept: Vec::new(),
+                migrate_command: Some("python manage.py migrate".into()),
+                history_table: Some("django_migrations".into()),
             }
         );
         let c = ProjectConfig::parse(&path, "since = 2").unwrap();

@@ -71,6 +71,7 @@ pub mod config;
 pub mod dao;
 pub mod db;
 pub mod errors;
+pub mod framework;
 pub mod lint;
 pub mod lock_policy;
 pub mod migrate;

@@ -43,9 +43,48 @@ pub struct Executed {
 /// statement are skipped; so are fetches from an open portal (the
 /// statement was logged when it started).
 pub fn read_jsonlog(text: &str, dbname: &str) -> Vec<Executed> {
-    let mut out: Vec<Executed> = Vec::new();
-    // Each session's last execution: an error the session logs next is
-    // that statement's (a backend runs one statement at a time).
+    read_sent(text, dbname)
+        .into_iter()
+        .map(|sent| {
+            let mut executed = match sent.simple {
+                true => normalise(&sent.text),
+                false => Executed {
+                    text: sent.text,
+                    params: sent.params,
+                    literals: None,
+                    failed: false,
+                },
+            };
+            executed.failed = sent.failed;
+            executed
+        })
+        .collect()
+}
+
+/// One statement as a session sent it, for a reader that needs the
+/// order and the transactions (a framework's migrate): its text as sent
+/// (a simple query's literals in place), the values bound to an
+/// extended-protocol execution, and which session sent it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sent {
+    /// The server's session id (`session_id` of the log line).
+    pub session: String,
+    /// The statement as the server received it.
+    pub text: String,
+    /// `$n` → its value, for an extended-protocol execution; empty for a
+    /// simple query.
+    pub params: Vec<Option<String>>,
+    /// Whether the server answered it with an error.
+    pub failed: bool,
+    /// Sent as a simple query (literals in its text), not an
+    /// extended-protocol execution.
+    pub simple: bool,
+}
+
+/// The statements sent to database `dbname`, in log order, each
+/// simple-query string split into its statements, none normalised.
+pub fn read_sent(text: &str, dbname: &str) -> Vec<Sent> {
+    let mut out: Vec<Sent> = Vec::new();
     let mut last_of: BTreeMap<String, usize> = BTreeMap::new();
     for line in text.lines() {
         let Ok(serde_json::Value::Object(entry)) = serde_json::from_str(line) else {
@@ -60,20 +99,30 @@ pub fn read_jsonlog(text: &str, dbname: &str) -> Vec<Executed> {
             .or_else(|| entry.get("pid"))
             .map(|v| v.to_string())
             .unwrap_or_default();
-        if field("error_severity") == "ERROR" {
-            if let Some(e) = last_of.remove(&session).and_then(|i| out.get_mut(i)) {
-                e.failed = true;
+        match field("error_severity") {
+            "ERROR" => {
+                if let Some(e) = last_of.remove(&session).and_then(|i| out.get_mut(i)) {
+                    e.failed = true;
+                }
+                continue;
             }
-            continue;
-        }
-        if field("error_severity") != "LOG" {
-            continue;
+            "LOG" => {}
+            _ => continue,
         }
         let message = field("message");
+        let mut push = |text: String, params: Vec<Option<String>>, simple: bool| {
+            out.push(Sent {
+                session: session.clone(),
+                text,
+                params,
+                failed: false,
+                simple,
+            });
+            last_of.insert(session.clone(), out.len() - 1);
+        };
         if let Some(string) = message.strip_prefix("statement: ") {
             for statement in crate::sql::split(string).statements {
-                out.push(normalise(&statement.text));
-                last_of.insert(session.clone(), out.len() - 1);
+                push(statement.text, Vec::new(), true);
             }
         } else if let Some(rest) = message.strip_prefix("execute ") {
             if rest.starts_with("fetch from ") {
@@ -86,13 +135,7 @@ pub fn read_jsonlog(text: &str, dbname: &str) -> Vec<Executed> {
                 .strip_prefix("parameters: ")
                 .map(parameters)
                 .unwrap_or_default();
-            out.push(Executed {
-                text: statement.trim().to_string(),
-                params,
-                literals: None,
-                failed: false,
-            });
-            last_of.insert(session, out.len() - 1);
+            push(statement.trim().to_string(), params, false);
         }
     }
     out

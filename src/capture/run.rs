@@ -159,16 +159,7 @@ pub fn capture_tests(
         }
     })?;
     let pristine = sandbox.clone_database_owned_by(&db, Some(&owner))?;
-    let mut admin = sandbox.connect_admin()?;
-    admin
-        .batch_execute(&format!(
-            "ALTER DATABASE {0} SET log_statement = 'all'; ALTER DATABASE {0} SET log_parameter_max_length = -1",
-            quote_ident(db.name())
-        ))
-        .map_err(|e| SandboxError::Sql {
-            context: "turning on the statement log".into(),
-            detail: crate::errors::one_line(&e),
-        })?;
+    log_statements_of(sandbox, db.name())?;
 
     let app_url = match &app_role {
         Some(role) => role.url(db.url(), &[]),
@@ -212,6 +203,21 @@ pub fn capture_tests(
     })
 }
 
+/// Turns on the statement log (with every bound value whole) for the
+/// sessions that connect to database `dbname` from now on.
+pub fn log_statements_of(sandbox: &Sandbox, dbname: &str) -> Result<(), SandboxError> {
+    let mut admin = sandbox.connect_admin()?;
+    admin
+        .batch_execute(&format!(
+            "ALTER DATABASE {0} SET log_statement = 'all'; ALTER DATABASE {0} SET log_parameter_max_length = -1",
+            quote_ident(dbname)
+        ))
+        .map_err(|e| SandboxError::Sql {
+            context: "turning on the statement log".into(),
+            detail: crate::errors::one_line(&e),
+        })
+}
+
 /// The command line as a person would type it (for messages and the
 /// set's header).
 fn shell_words(command: &[String]) -> String {
@@ -232,7 +238,7 @@ fn shell_words(command: &[String]) -> String {
 }
 
 /// Whether the server writes a JSON log capture can read.
-fn check_log(sandbox: &Sandbox) -> Result<(), RunError> {
+pub fn check_log(sandbox: &Sandbox) -> Result<(), RunError> {
     let major = sandbox.server_major();
     if major < 15 {
         return Err(RunError::OldServer { major });
@@ -269,6 +275,24 @@ fn run_command(run: &TestRun, program: &str, shown: &str, url: &str) -> Result<(
     if let Some(dir) = &run.dir {
         cmd.current_dir(dir);
     }
+    database_env(&mut cmd, url);
+    let status = cmd.status().map_err(|e| RunError::Spawn {
+        command: shown.to_string(),
+        detail: e.to_string(),
+    })?;
+    if status.success() {
+        return Ok(());
+    }
+    Err(RunError::CommandFailed {
+        command: shown.to_string(),
+        status: status.to_string(),
+    })
+}
+
+/// Points `cmd` at database `url` the ways projects read it:
+/// `DATABASE_URL` (without rollsafe's query settings) and libpq's `PG*`
+/// variables.
+pub fn database_env(cmd: &mut Command, url: &str) {
     if let Ok(u) = url::Url::parse(url) {
         let decode = |s: &str| {
             url::form_urlencoded::parse(format!("x={s}").as_bytes())
@@ -284,17 +308,6 @@ fn run_command(run: &TestRun, program: &str, shown: &str, url: &str) -> Result<(
         plain.set_query(None);
         cmd.env("DATABASE_URL", plain.as_str());
     }
-    let status = cmd.status().map_err(|e| RunError::Spawn {
-        command: shown.to_string(),
-        detail: e.to_string(),
-    })?;
-    if status.success() {
-        return Ok(());
-    }
-    Err(RunError::CommandFailed {
-        command: shown.to_string(),
-        status: status.to_string(),
-    })
 }
 
 /// How long the log may take to show the marker: the collector writes
@@ -308,10 +321,20 @@ fn read_log(
     app_url: &str,
     dbname: &str,
 ) -> Result<Vec<log::Executed>, RunError> {
+    let (text, marker) = read_log_text(sandbox, app_url)?;
+    let mut executed = log::read_jsonlog(&text, dbname);
+    executed.retain(|e| !e.text.contains(&marker));
+    Ok(executed)
+}
+
+/// The server's whole JSON log, once a marker statement run as `url`
+/// after the command shows up in it, and the marker (a statement of
+/// `url`'s database holding it is the marker's own).
+pub fn read_log_text(sandbox: &Sandbox, url: &str) -> Result<(String, String), RunError> {
     // An alias, not a literal: literals become parameters in the log's
     // reading, an identifier stays in the text.
     let marker = format!("rollsafe_capture_ends_{}", uuid::Uuid::new_v4().simple());
-    let mut app = crate::db::connect(app_url).map_err(|e| RunError::Log(e.to_string()))?;
+    let mut app = crate::db::connect(url).map_err(|e| RunError::Log(e.to_string()))?;
     app.batch_execute(&format!("SELECT 1 AS {marker}"))
         .map_err(|e| RunError::Log(crate::errors::one_line(&e)))?;
     drop(app);
@@ -329,9 +352,7 @@ fn read_log(
             .map_err(|e| RunError::Log(crate::errors::one_line(&e)))?
             .get(0);
         if text.contains(&marker) {
-            let mut executed = log::read_jsonlog(&text, dbname);
-            executed.retain(|e| !e.text.contains(&marker));
-            return Ok(executed);
+            return Ok((text, marker));
         }
         if Instant::now() >= deadline {
             return Err(RunError::Log(format!(

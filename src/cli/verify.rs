@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use rollsafe::bounds;
-use rollsafe::catalog::{Catalog, Layout, ReadOptions, TableName};
+use rollsafe::catalog::{Catalog, CatalogError, Layout, ReadOptions, TableName};
 use rollsafe::config::{AcceptEntry, ProjectConfig};
 use rollsafe::dao::shipped;
 use rollsafe::db;
@@ -33,6 +33,12 @@ pub(crate) struct VerifyArgs {
     /// Directory of migration files to rehearse instead of the embedded migrations (a proposed change, another project).
     #[arg(long, value_name = "DIR")]
     pub(crate) migrations: Option<PathBuf>,
+    /// The project's own command that applies its migrations (e.g. "python manage.py migrate"), run in the project (--migrations, else here) on a throwaway database with DATABASE_URL and PG* set; what the server received becomes the migrations [default: the framework's own, detected: manage.py, alembic.ini, bin/rails, a Rakefile with db/migrate, mix.exs, knexfile.*, …].
+    #[arg(long, value_name = "CMD")]
+    pub(crate) migrate_command: Option<String>,
+    /// The table the migrate command records each migration in (its INSERT or UPDATE ends a migration) [default: the framework's: django_migrations, alembic_version, schema_migrations, …].
+    #[arg(long, value_name = "TABLE")]
+    pub(crate) history_table: Option<String>,
     /// The tool whose folder --migrations is: refinery, sqlx, golang-migrate, diesel, goose, dbmate, atlas, flyway, prisma, sqitch, maragudk-migrate, drizzle or liquibase [default: detected].
     #[arg(long, value_name = "LAYOUT")]
     pub(crate) layout: Option<Layout>,
@@ -226,6 +232,8 @@ pub(crate) fn merge_project_config(mut args: VerifyArgs) -> anyhow::Result<Verif
     args.app_role = args.app_role.or(config.app_role);
     args.migrator_superuser = args.migrator_superuser || config.migrator_superuser == Some(true);
     args.setup = args.setup.or(config.setup);
+    args.migrate_command = args.migrate_command.or(config.migrate_command);
+    args.history_table = args.history_table.or(config.history_table);
     args.sandbox.postgres = args.sandbox.postgres.or(config.postgres);
     if args.copy_rows.is_empty() {
         args.copy_rows = config
@@ -310,6 +318,61 @@ pub(crate) fn read_as(catalog: &Catalog, given: bool) -> String {
         .unwrap_or_default()
 }
 
+/// The migrations `args` name: a folder in a layout rollsafe reads, else
+/// (a folder with no migration files, or `--migrate-command`) what the
+/// project's framework sends, read from a throwaway server.
+pub(crate) fn load_catalog(
+    args: &VerifyArgs,
+) -> anyhow::Result<(Catalog, Option<rollsafe::framework::Read>)> {
+    let options = ReadOptions {
+        layout: args.layout,
+        placeholders: args.placeholders.iter().cloned().collect(),
+    };
+    let folder_error = match &args.migrate_command {
+        Some(_) => None,
+        None => match Catalog::load_in(args.migrations.as_deref(), &options) {
+            Err(e @ (CatalogError::Empty { .. } | CatalogError::BadName { .. }))
+                if args.layout.is_none() =>
+            {
+                Some(e)
+            }
+            other => return Ok((other?, None)),
+        },
+    };
+    let dir = match &args.migrations {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let project = rollsafe::framework::Project::find(
+        &dir,
+        args.migrate_command.as_deref(),
+        args.history_table.as_deref(),
+    )?;
+    let project = match (project, folder_error) {
+        (Some(p), _) => p,
+        (None, Some(e)) => return Err(e.into()),
+        (None, None) => unreachable!("a migrate command always makes a project"),
+    };
+    let read = read_framework(&args.sandbox, &project)?;
+    Ok((read.catalog(None)?, Some(read)))
+}
+
+/// Runs `project`'s migrate on a throwaway server of its own and reads
+/// back what it sent.
+pub(crate) fn read_framework(
+    sandbox: &SandboxArgs,
+    project: &rollsafe::framework::Project,
+) -> anyhow::Result<rollsafe::framework::Read> {
+    eprintln!(
+        "rollsafe: {} project at {}: running `{}` on a throwaway database",
+        project.framework_name(),
+        project.root.display(),
+        project.command
+    );
+    let server = rollsafe::capture::run::log_settings(sandbox.builder()?).start()?;
+    Ok(rollsafe::framework::read(&server, project)?)
+}
+
 /// The rehearsal `args` ask for, its reports written to `targets`.
 pub(crate) fn rehearse(args: &mut VerifyArgs, targets: &[Target]) -> anyhow::Result<ExitCode> {
     if let (None, Some(layout)) = (&args.migrations, args.layout) {
@@ -317,19 +380,21 @@ pub(crate) fn rehearse(args: &mut VerifyArgs, targets: &[Target]) -> anyhow::Res
             anyhow::bail!("--layout {layout} names the layout of --migrations DIR, and none was given (the embedded migrations are refinery's); pass --migrations, or drop --layout");
         }
     }
-    let catalog = Catalog::load_in(
-        args.migrations.as_deref(),
-        &ReadOptions {
-            layout: args.layout,
-            placeholders: args.placeholders.iter().cloned().collect(),
-        },
-    )?;
-    let read_as = read_as(&catalog, args.layout.is_some());
+    let (catalog, framework) = load_catalog(args)?;
+    let read_as = match &framework {
+        Some(read) => read.describe(),
+        None => read_as(&catalog, args.layout.is_some()),
+    };
     // `--base` sets `since` to the base's newest migration.
     let _base = prepare_base(args, &catalog)?;
     let since = match &args.since {
         Some(text) => Some(since_version(&catalog, text)?),
         None => None,
+    };
+    // A framework's data migrations up to `since` only build the base.
+    let catalog = match &framework {
+        Some(read) => read.catalog(since)?,
+        None => catalog,
     };
     let apps = match &args.apps {
         Some(dir) => Some(rollsafe::app::load_dir(dir, &catalog)?),

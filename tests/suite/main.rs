@@ -11,6 +11,7 @@ mod common;
 mod dao;
 mod first_contact;
 mod gate;
+mod frameworks;
 mod generate;
 mod journal_layouts;
 mod layouts;
@@ -68,6 +69,7 @@ fn main() {
     trials.extend(capture::tests(&env));
     trials.extend(gate::tests(&env));
     trials.extend(first_contact::tests(&env));
+    trials.extend(frameworks::tests(&env));
     trials.retain(|t| common::in_scope(t.name()));
     let trials = common::slowest_first(trials);
     let conclusion = libtest_mimic::run(&args, trials);

@@ -1,0 +1,282 @@
+//! Which framework writes a project's migrations, from the project's own
+//! files, and what it runs and records: its migrate command, its history
+//! table, and how it names a migration and the file it comes from.
+//! The table of frameworks is design.md's "Frameworks" section.
+
+use std::path::{Path, PathBuf};
+
+/// A framework rollsafe knows how to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framework {
+    Django,
+    Alembic,
+    /// Rails, through `bin/rails`.
+    Rails,
+    /// ActiveRecord without `bin/rails`, through `rake`.
+    ActiveRecord,
+    Ecto,
+    Knex,
+    Sequelize,
+    TypeOrm,
+    Kysely,
+    Liquibase,
+    EfCore,
+}
+
+impl Framework {
+    const ALL: [Framework; 11] = [
+        Framework::Django,
+        Framework::Alembic,
+        Framework::Rails,
+        Framework::ActiveRecord,
+        Framework::Ecto,
+        Framework::Knex,
+        Framework::Sequelize,
+        Framework::TypeOrm,
+        Framework::Kysely,
+        Framework::Liquibase,
+        Framework::EfCore,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Framework::Django => "Django",
+            Framework::Alembic => "Alembic",
+            Framework::Rails => "Rails",
+            Framework::ActiveRecord => "ActiveRecord",
+            Framework::Ecto => "Ecto",
+            Framework::Knex => "Knex",
+            Framework::Sequelize => "Sequelize",
+            Framework::TypeOrm => "TypeORM",
+            Framework::Kysely => "Kysely",
+            Framework::Liquibase => "Liquibase",
+            Framework::EfCore => "EF Core",
+        }
+    }
+
+    /// Whether `dir` is the root of a project of this framework.
+    fn is_root(self, dir: &Path) -> bool {
+        let has = |p: &str| dir.join(p).exists();
+        let any = |ps: &[&str]| ps.iter().any(|p| has(p));
+        match self {
+            Framework::Django => has("manage.py"),
+            Framework::Alembic => has("alembic.ini"),
+            Framework::Rails => has("bin/rails") && has("db/migrate"),
+            Framework::ActiveRecord => has("Rakefile") && has("db/migrate"),
+            Framework::Ecto => has("mix.exs") && has("priv/repo/migrations"),
+            Framework::Knex => any(&["knexfile.js", "knexfile.ts", "knexfile.cjs", "knexfile.mjs"]),
+            Framework::Sequelize => has(".sequelizerc"),
+            Framework::TypeOrm => any(&["ormconfig.json", "ormconfig.js", "ormconfig.ts"]),
+            Framework::Kysely => any(&[
+                "kysely.config.ts",
+                "kysely.config.js",
+                ".config/kysely.config.ts",
+            ]),
+            Framework::Liquibase => has("liquibase.properties"),
+            Framework::EfCore => {
+                has("Migrations")
+                    && std::fs::read_dir(dir).is_ok_and(|entries| {
+                        entries
+                            .flatten()
+                            .any(|e| e.path().extension().is_some_and(|x| x == "csproj"))
+                    })
+            }
+        }
+    }
+
+    /// The command that applies every pending migration, run in the
+    /// project's root.
+    pub fn command(self) -> String {
+        match self {
+            Framework::Django => format!("{} manage.py migrate", python()),
+            Framework::Alembic => "alembic upgrade head".into(),
+            Framework::Rails => "bin/rails db:migrate".into(),
+            Framework::ActiveRecord => "rake db:migrate".into(),
+            Framework::Ecto => "mix ecto.migrate".into(),
+            Framework::Knex => "npx knex migrate:latest".into(),
+            Framework::Sequelize => "npx sequelize-cli db:migrate".into(),
+            Framework::TypeOrm => "npx typeorm migration:run".into(),
+            Framework::Kysely => "npx kysely migrate:latest".into(),
+            Framework::Liquibase => "liquibase update".into(),
+            Framework::EfCore => "dotnet ef database update".into(),
+        }
+    }
+
+    /// The table whose writes end a migration.
+    pub fn history(self) -> &'static str {
+        match self {
+            Framework::Django => "django_migrations",
+            Framework::Alembic => "alembic_version",
+            Framework::Rails | Framework::ActiveRecord | Framework::Ecto => "schema_migrations",
+            Framework::Knex => "knex_migrations",
+            Framework::Sequelize => "SequelizeMeta",
+            Framework::TypeOrm => "migrations",
+            Framework::Kysely => "kysely_migration",
+            Framework::Liquibase => "databasechangelog",
+            Framework::EfCore => "__EFMigrationsHistory",
+        }
+    }
+
+    /// Its other tables of its own (locks, metadata): bookkeeping.
+    pub fn own_tables(self) -> &'static [&'static str] {
+        match self {
+            Framework::Rails | Framework::ActiveRecord => &["ar_internal_metadata"],
+            Framework::Knex => &["knex_migrations_lock"],
+            Framework::Kysely => &["kysely_migration_lock"],
+            Framework::Liquibase => &["databasechangeloglock"],
+            _ => &[],
+        }
+    }
+
+    /// The migration's name and its source file (relative to `root`,
+    /// empty when not found) for the history key `key`.
+    pub fn locate(self, root: &Path, key: &str) -> (String, String) {
+        let files = || source_files(root);
+        let relative = |p: &Path| {
+            p.strip_prefix(root)
+                .unwrap_or(p)
+                .to_string_lossy()
+                .to_string()
+        };
+        match self {
+            Framework::Django => {
+                let (app, name) = key.split_once('.').unwrap_or(("", key));
+                let wanted = format!("{name}.py");
+                let found = files()
+                    .into_iter()
+                    .filter(|p| p.file_name().is_some_and(|f| f.to_string_lossy() == wanted))
+                    .filter(|p| p.parent().is_some_and(|d| d.ends_with("migrations")))
+                    .max_by_key(|p| {
+                        p.parent()
+                            .and_then(Path::parent)
+                            .is_some_and(|d| d.ends_with(app))
+                    });
+                (
+                    name.to_string(),
+                    found.map(|p| relative(&p)).unwrap_or_default(),
+                )
+            }
+            Framework::Alembic => {
+                let found = files().into_iter().find(|p| {
+                    p.extension().is_some_and(|x| x == "py")
+                        && std::fs::read_to_string(p).is_ok_and(|t| declares_revision(&t, key))
+                });
+                let name = found
+                    .as_ref()
+                    .and_then(|p| p.file_stem())
+                    .map(|s| s.to_string_lossy().to_string())
+                    .map(|s| s.strip_prefix(&format!("{key}_")).unwrap_or(&s).to_string())
+                    .unwrap_or_else(|| key.to_string());
+                (name, found.map(|p| relative(&p)).unwrap_or_default())
+            }
+            Framework::Rails | Framework::ActiveRecord | Framework::Ecto => {
+                let prefix = format!("{key}_");
+                let found = files().into_iter().find(|p| {
+                    p.file_name()
+                        .is_some_and(|f| f.to_string_lossy().starts_with(&prefix))
+                        && p.parent()
+                            .is_some_and(|d| d.ends_with("migrate") || d.ends_with("migrations"))
+                });
+                let name = found
+                    .as_ref()
+                    .and_then(|p| p.file_stem())
+                    .map(|s| s.to_string_lossy().trim_start_matches(&prefix).to_string())
+                    .unwrap_or_else(|| key.to_string());
+                (name, found.map(|p| relative(&p)).unwrap_or_default())
+            }
+            _ => (key.to_string(), String::new()),
+        }
+    }
+}
+
+/// `python` where there is one on PATH, else `python3` (Debian has only
+/// the latter).
+fn python() -> &'static str {
+    let on_path = |name: &str| {
+        std::env::var_os("PATH")
+            .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(name).is_file()))
+    };
+    if on_path("python") {
+        "python"
+    } else {
+        "python3"
+    }
+}
+
+/// An Alembic revision file declaring `revision` (`revision = "…"`,
+/// `revision: str = '…'`).
+fn declares_revision(text: &str, revision: &str) -> bool {
+    text.lines().any(|line| {
+        let line = line.trim();
+        line.starts_with("revision")
+            && line.contains('=')
+            && (line.contains(&format!("\"{revision}\""))
+                || line.contains(&format!("'{revision}'")))
+    })
+}
+
+/// The project's source files a migration may live in, a few levels
+/// deep, without dependencies, virtual environments and build output.
+fn source_files(root: &Path) -> Vec<PathBuf> {
+    const SKIP: &[&str] = &[
+        ".git",
+        "node_modules",
+        "venv",
+        ".venv",
+        "env",
+        "site-packages",
+        "__pycache__",
+        "target",
+        "vendor",
+        "_build",
+        "deps",
+    ];
+    let mut out = Vec::new();
+    let mut pending = vec![(root.to_path_buf(), 0)];
+    while let Some((dir, depth)) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().to_string();
+            if path.is_dir() {
+                if depth < 6 && !SKIP.contains(&name.as_str()) {
+                    pending.push((path, depth + 1));
+                }
+            } else if [".py", ".rb", ".exs"].iter().any(|x| name.ends_with(x)) {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The project around `dir` (a migrations folder or the root itself):
+/// the first of `dir` and its parents, up to four levels up, that is a
+/// framework's root, and the framework.
+pub fn detect(dir: &Path) -> Option<(PathBuf, Framework)> {
+    let start = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    start.ancestors().take(5).find_map(|d| {
+        Framework::ALL
+            .into_iter()
+            .find(|f| f.is_root(d))
+            .map(|f| (d.to_path_buf(), f))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_alembic_revision_is_found_by_its_declaration() {
+        assert!(declares_revision(
+            "revision = \"3f1a9c2b7d10\"\n",
+            "3f1a9c2b7d10"
+        ));
+        assert!(declares_revision("revision: str = '3f1a'\n", "3f1a"));
+        assert!(!declares_revision("down_revision = '3f1a'\n", "3f1a"));
+    }
+}

@@ -1,0 +1,370 @@
+//! A project whose migrations are code (Django, Alembic, Rails/ActiveRecord,
+//! Ecto, Knex, …): its framework's own migrate command run against a fresh
+//! database of a throwaway server, and what the server received read back
+//! as the project's [`Catalog`] — the same migration set a SQL folder
+//! yields, so the rehearsal, checks and reports learn nothing about
+//! frameworks (design.md, "Frameworks").
+//!
+//! The command runs in the project's root with `DATABASE_URL` and libpq's
+//! `PG*` variables set, as a login role that owns the database and is not
+//! a superuser (a migrator's rights in production). It is the project's
+//! own code in the environment rollsafe was given: nothing of the
+//! project's runtime is installed here. The server's statement log (the
+//! JSON log capture reads, [`crate::capture::run`]) says what it sent;
+//! [`sent`] splits that at the history-table writes, leaves out the
+//! framework's bookkeeping, and keeps each migration's transactions.
+//!
+//! A migration that reads the project's rows (Django `RunPython`, Ruby in
+//! `up`, Alembic through `op.get_bind()`) sent what it sent because the
+//! database was empty: it is marked not runnable where it would be
+//! judged, naming the migration and why, and kept as sent where it only
+//! builds the schema under `--since` ([`Read::catalog`]).
+//!
+//! Not here: detection of the framework ([`detect`]), reading the log
+//! lines ([`crate::capture::log`]), the rehearsal (`verify`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+
+use crate::capture::log::read_sent;
+use crate::capture::run::{check_log, database_env, log_statements_of, read_log_text, RunError};
+use crate::catalog::layouts::Step;
+use crate::catalog::{Catalog, CatalogError, Execution, Layout, Source};
+use crate::sandbox::{Sandbox, SandboxError};
+
+pub mod detect;
+pub mod sent;
+
+pub use detect::{detect, Framework};
+
+/// A project and how to run its migrations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Project {
+    /// Where the command runs.
+    pub root: PathBuf,
+    /// The framework, when one was detected.
+    pub framework: Option<Framework>,
+    /// The shell command that applies every pending migration.
+    pub command: String,
+    /// The table whose writes end a migration.
+    pub history: String,
+}
+
+impl Project {
+    /// The framework project around `dir` (a migrations folder or the
+    /// root), with `command` and `history` overriding what the framework
+    /// runs and records (`--migrate-command`, `--history-table`). None
+    /// when no framework is detected and no command is given.
+    pub fn find(
+        dir: &Path,
+        command: Option<&str>,
+        history: Option<&str>,
+    ) -> Result<Option<Project>, FrameworkError> {
+        let detected = detect(dir);
+        let (root, framework) = match detected {
+            Some((root, f)) => (root, Some(f)),
+            None if command.is_some() => (dir.to_path_buf(), None),
+            None => return Ok(None),
+        };
+        let command = match (command, framework) {
+            (Some(c), _) => c.to_string(),
+            (None, Some(f)) => f.command(),
+            (None, None) => unreachable!("no framework and no command returned above"),
+        };
+        let history = match (history, framework) {
+            (Some(h), _) => h.to_string(),
+            (None, Some(f)) => f.history().to_string(),
+            (None, None) => {
+                return Err(FrameworkError::NoHistoryTable { command });
+            }
+        };
+        Ok(Some(Project {
+            root,
+            framework,
+            command,
+            history,
+        }))
+    }
+
+    /// `Django`, …, or `a migrate command` for a command of the user's.
+    pub fn framework_name(&self) -> String {
+        match self.framework {
+            Some(f) if self.command == f.command() => f.name().to_string(),
+            _ => "a migrate command".to_string(),
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum FrameworkError {
+    #[error("{0}")]
+    Sandbox(#[from] SandboxError),
+    #[error(transparent)]
+    Capture(#[from] RunError),
+    #[error("--migrate-command `{command}`: rollsafe does not know which table it records migrations in; pass --history-table TABLE (the table whose INSERT or UPDATE marks a migration applied)")]
+    NoHistoryTable { command: String },
+    #[error("could not start the migrate command `{command}`: {detail}; run rollsafe where the project's tools are installed (its own CI job)")]
+    Spawn { command: String, detail: String },
+    #[error("the migrate command `{command}` failed ({status}); nothing was rehearsed. Its last lines:\n{tail}")]
+    CommandFailed {
+        command: String,
+        status: String,
+        tail: String,
+    },
+    #[error("the migrate command `{command}` ran, but the server saw no write to {history}, so no migration was applied; check that the command reads DATABASE_URL or PG* (rollsafe sets both), or pass --history-table with the table it records migrations in")]
+    NoMigrations { command: String, history: String },
+    #[error("{0}")]
+    Catalog(#[from] CatalogError),
+}
+
+/// What a project's migrate sent, as migrations.
+#[derive(Debug, Clone)]
+pub struct Read {
+    pub project: Project,
+    /// Each migration as a step, data migrations runnable (their
+    /// schema as sent); [`Read::catalog`] marks them.
+    steps: Vec<Step>,
+    /// Per step: why it cannot be judged from what it sent (a data
+    /// migration), None for the others.
+    data: Vec<Option<String>>,
+    /// How long the migrate command ran.
+    pub command_time: Duration,
+    /// Runs of migrations the framework sent in one transaction, by
+    /// label (`first..last`).
+    pub shared_transactions: Vec<String>,
+    /// Labels of the migrations that sent no SQL (state-only).
+    pub state_only: Vec<String>,
+    /// Statements sent after the last migration, on the project's tables.
+    pub unattributed: Vec<String>,
+    /// Statements the server refused while the command still succeeded.
+    pub refused: Vec<String>,
+}
+
+impl Read {
+    /// The catalogue: every data migration after rollsafe's version
+    /// `since` (all, without one) marked not runnable; those up to it,
+    /// which only build the base's schema, kept as sent.
+    pub fn catalog(&self, since: Option<i32>) -> Result<Catalog, CatalogError> {
+        let steps = self
+            .steps
+            .iter()
+            .zip(&self.data)
+            .enumerate()
+            .map(|(i, (step, data))| {
+                let version = i32::try_from(i + 1).unwrap_or(i32::MAX);
+                let mut step = step.clone();
+                if !since.is_some_and(|s| version <= s) {
+                    step.not_runnable = data.clone();
+                }
+                step
+            })
+            .collect();
+        Catalog::from_steps(self.source(), Layout::Framework, steps)
+    }
+
+    fn source(&self) -> Source {
+        Source::Framework {
+            project: self.project.root.clone(),
+            framework: self.project.framework_name(),
+        }
+    }
+
+    /// How the project was read, for the run's header: the framework, the
+    /// command and its time, the migrations' labels, and what was left
+    /// apart.
+    pub fn describe(&self) -> String {
+        let labels = match (self.steps.first(), self.steps.last()) {
+            (Some(a), Some(b)) if a.label != b.label => format!("{}..{}", a.label, b.label),
+            (Some(a), _) => a.label.clone(),
+            _ => String::new(),
+        };
+        let mut out = format!(
+            "{} migration(s) ({labels}) from {}: `{}` ran in {:.1}s, history table {}",
+            self.steps.len(),
+            self.source(),
+            self.project.command,
+            self.command_time.as_secs_f64(),
+            self.project.history
+        );
+        let data: Vec<&str> = self
+            .steps
+            .iter()
+            .zip(&self.data)
+            .filter(|(_, d)| d.is_some())
+            .map(|(s, _)| s.label.as_str())
+            .collect();
+        let mut say = |what: String| {
+            out.push_str("; ");
+            out.push_str(&what);
+        };
+        if !data.is_empty() {
+            say(format!(
+                "data migration(s), not judged from what they sent to an empty database: {}",
+                data.join(", ")
+            ));
+        }
+        if !self.state_only.is_empty() {
+            say(format!(
+                "sent no SQL (state only): {}",
+                self.state_only.join(", ")
+            ));
+        }
+        for run in &self.shared_transactions {
+            say(format!("{run} were sent in one transaction (each is rehearsed in its own; in production the locks of the first are held until the last commits)"));
+        }
+        if !self.unattributed.is_empty() {
+            say(format!(
+                "{} statement(s) sent after the last migration, attributed to none: {}",
+                self.unattributed.len(),
+                self.unattributed
+                    .iter()
+                    .take(3)
+                    .map(|s| format!("`{s}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        if !self.refused.is_empty() {
+            say(format!(
+                "{} statement(s) the server refused while the command went on, left out: {}",
+                self.refused.len(),
+                self.refused
+                    .iter()
+                    .take(3)
+                    .map(|s| format!("`{s}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        out
+    }
+}
+
+/// Runs `project`'s migrate command on a fresh database of `sandbox`
+/// (started with [`crate::capture::run::log_settings`]) and reads back
+/// its migrations.
+pub fn read(sandbox: &Sandbox, project: &Project) -> Result<Read, FrameworkError> {
+    check_log(sandbox)?;
+    let migrator = sandbox.create_login_role(&sandbox.unique_role_name("migrator"))?;
+    let db = sandbox.fresh_database_owned_by(Some(&migrator))?;
+    log_statements_of(sandbox, db.name())?;
+    let url = migrator.url(db.url(), &[]);
+    let command_time = run_migrate(project, &url)?;
+    let (text, marker) = read_log_text(sandbox, &url)?;
+    let mut statements = read_sent(&text, db.name());
+    statements.retain(|s| !s.text.contains(&marker));
+    let own = project.framework.map_or(&[][..], Framework::own_tables);
+    let split = sent::split(&statements, &project.history, own);
+    if split.migrations.is_empty() {
+        return Err(FrameworkError::NoMigrations {
+            command: project.command.clone(),
+            history: project.history.clone(),
+        });
+    }
+    Ok(into_read(project.clone(), split, command_time))
+}
+
+/// The migrations of `split` as steps, labelled as the framework labels
+/// them.
+fn into_read(project: Project, split: sent::Split, command_time: Duration) -> Read {
+    let mut steps = Vec::new();
+    let mut data = Vec::new();
+    let mut state_only = Vec::new();
+    for m in &split.migrations {
+        let (name, file) = match project.framework {
+            Some(f) => f.locate(&project.root, &m.key),
+            None => (m.key.clone(), String::new()),
+        };
+        if m.statements.is_empty() {
+            state_only.push(m.key.clone());
+        }
+        data.push(m.reads_rows.as_ref().map(|read| {
+            format!("is a data migration: it read the project's rows (`{read}`) and sends what it sends because of them, so what it sent to rollsafe's empty database is not what production runs")
+        }));
+        steps.push(Step {
+            key: m.key.clone(),
+            label: m.key.clone(),
+            name,
+            file,
+            sql: m.statements.iter().map(|s| format!("{s};\n")).collect(),
+            execution: match m.outside_transaction {
+                true => Execution::Autocommit,
+                false => Execution::Transaction,
+            },
+            ..Step::default()
+        });
+    }
+    let shared_transactions = shared_transactions(&split.migrations);
+    Read {
+        project,
+        steps,
+        data,
+        command_time,
+        shared_transactions,
+        state_only,
+        unattributed: split.unattributed,
+        refused: split.refused,
+    }
+}
+
+/// Runs of two or more neighbouring migrations sent in one transaction.
+fn shared_transactions(migrations: &[sent::SentMigration]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < migrations.len() {
+        let mut j = i;
+        while let Some(t) = migrations[i].transaction {
+            match migrations.get(j + 1) {
+                Some(next) if next.transaction == Some(t) => j += 1,
+                _ => break,
+            }
+        }
+        if j > i {
+            out.push(format!("{}..{}", migrations[i].key, migrations[j].key));
+        }
+        i = j + 1;
+    }
+    out
+}
+
+/// How many of the command's last output lines a failure shows.
+const TAIL_LINES: usize = 20;
+
+/// Runs the migrate command in the project's root against `url`; its
+/// output is kept, and shown (the last lines) only when it fails.
+fn run_migrate(project: &Project, url: &str) -> Result<Duration, FrameworkError> {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(&project.command)
+        .current_dir(&project.root)
+        .stdin(Stdio::null());
+    database_env(&mut cmd, url);
+    let clock = Instant::now();
+    let output = cmd.output().map_err(|e| FrameworkError::Spawn {
+        command: project.command.clone(),
+        detail: e.to_string(),
+    })?;
+    let took = clock.elapsed();
+    if output.status.success() {
+        return Ok(took);
+    }
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let lines: Vec<&str> = all.lines().collect();
+    let tail = lines[lines.len().saturating_sub(TAIL_LINES)..]
+        .iter()
+        .map(|l| format!("  {}", crate::db::scrub(l, url)))
+        .collect::<Vec<_>>()
+        .join("\n");
+    Err(FrameworkError::CommandFailed {
+        command: project.command.clone(),
+        status: output.status.to_string(),
+        tail,
+    })
+}
