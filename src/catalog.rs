@@ -765,6 +765,14 @@ fn read_folder(dir: &Path) -> Result<Folder, CatalogError> {
             {
                 let bytes = std::fs::read(&child).map_err(|e| io(&child, e))?;
                 folder.files.insert(relative, bytes);
+            } else if [".xml", ".yaml", ".yml"].iter().any(|x| name.ends_with(x)) {
+                // Liquibase's changelogs order its SQL files; any other
+                // XML or YAML is not a migration file.
+                let bytes = std::fs::read(&child).map_err(|e| io(&child, e))?;
+                match layouts::liquibase::is_changelog(&relative, &bytes) {
+                    true => drop(folder.files.insert(relative, bytes)),
+                    false => folder.others.push(relative),
+                }
             } else if !name.starts_with('.') {
                 folder.others.push(relative);
             }

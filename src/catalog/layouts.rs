@@ -35,7 +35,7 @@ mod framework;
 mod golang_migrate;
 mod goose;
 pub mod history;
-mod liquibase;
+pub(crate) mod liquibase;
 mod maragudk_migrate;
 pub use history::{AppliedRow, HistoryRules, HistoryWrite, RowWrite, Value};
 pub(crate) mod prisma;

@@ -31,6 +31,7 @@ pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
             liquibase_changesets_in_path_order_with_their_modes,
             liquibase_plain_index_on_rows_is_a_locks_error,
             liquibase_status_reads_its_changelog_table_and_since_every_spelling,
+            liquibase_master_changelog_orders_the_files,
         ]
     )
 }
@@ -372,5 +373,49 @@ fn liquibase_status_reads_its_changelog_table_and_since_every_spelling(
             "--since {since}: {out}"
         );
     }
+    Ok(())
+}
+
+/// A YAML master changelog orders the files as Liquibase runs them, not
+/// by path: `bench-1.0.sql` before `bench-1.0.1.sql` (which alters its
+/// table), an `includeAll` folder by path with its plain SQL file as one
+/// `raw::includeAll` changeset, then an XML changelog whose changeSet
+/// Liquibase generates (listed, not run). The formatted file no changelog
+/// includes (it drops the table) is not run. `rollsafe verify` passes.
+fn liquibase_master_changelog_orders_the_files(_env: &TestEnv) -> anyhow::Result<()> {
+    let dir = fixture("liquibase-master");
+    let catalog = Catalog::from_dir(&dir)?;
+    expect_read(
+        &catalog,
+        Layout::Liquibase,
+        &[
+            ("bench-1.0.sql::bench-1::ana", "bench-1.0.sql", false),
+            ("bench-1.0.1.sql::bench-2::ana", "bench-1.0.1.sql", false),
+            ("later/a_tools.sql::tools-1::bo", "later/a_tools.sql", false),
+            (
+                "later/b_tool_kinds.sql::raw::includeAll",
+                "later/b_tool_kinds.sql",
+                false,
+            ),
+            ("extras.xml::bench-notes::cy", "extras.xml", false),
+        ],
+    )?;
+    let runnable: Vec<bool> = catalog
+        .migrations()
+        .iter()
+        .map(|m| m.not_runnable.is_none())
+        .collect();
+    ensure!(runnable == [true, true, true, true, false], "{runnable:?}");
+    let (code, out, err) = rollsafe_cli(&["verify", "--rows", "1000"], &dir)?;
+    eprintln!("journal_layouts: verify on the master changelog's folder:\n{err}");
+    ensure!(
+        code == 0
+            && out.contains("PASSED: 0 error(s)")
+            && err.contains(
+                "1 Liquibase changelog(s) (their include order read): db.changelog-master.yaml"
+            )
+            && err.contains("ignored, not migrations its tool runs: draft.sql"),
+        "exit {code}: {err}{out}"
+    );
     Ok(())
 }

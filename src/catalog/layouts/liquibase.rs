@@ -22,9 +22,18 @@
 //!   statement: it reads as `;`.
 //! - Skipped as Liquibase skips them on PostgreSQL: `dbms:` lists that
 //!   exclude `postgresql`, `ignore:true`.
-//! - Order: the files by path (Liquibase's `includeAll` order), the
-//!   changesets of a file in file order. A master changelog in XML or YAML
-//!   that `include`s the files in another order is not read ([`CAVEAT`]).
+//! - Order: a master changelog's, where the folder holds XML or YAML
+//!   changelogs ([`changelog`]): from each changelog no other one includes,
+//!   its `include`s (formatted SQL, a plain SQL file as Liquibase's one
+//!   `raw::includeAll` changeset, or another changelog) and `includeAll`
+//!   folders (their files by path) in document order; an included path is
+//!   found in the folder by its longest tail that names a file there
+//!   (`db/changelog/x.sql` is `x.sql` in `--migrations db/changelog`).
+//!   A formatted file no changelog includes is not run, as Liquibase runs
+//!   none. A changeSet written in XML or YAML is listed in its place and
+//!   not run (Liquibase generates its SQL). Without a changelog: the
+//!   formatted files by path (`includeAll`'s order). The changesets of a
+//!   file run in file order.
 //! - Not modelled ([`CAVEAT`]): `context`/`labels` filters (every
 //!   changeset is read, as a run without `--contexts`/`--labels` runs
 //!   them), preconditions (taken as passing), `runAlways`/`runOnChange`
@@ -40,10 +49,14 @@
 use super::{keep_lines, AppliedRow, Folder, HistoryRules, LayoutReader, ReadOptions, Step};
 use crate::catalog::{CatalogError, Execution, Migration};
 
+mod changelog;
+pub use changelog::is_changelog;
+use changelog::Entry;
+
 pub struct Liquibase;
 
 /// Said wherever a folder is read as Liquibase's.
-pub const CAVEAT: &str = "Liquibase formatted SQL is read file by file in path order (a master changelog's include order is not read), every changeset whatever its context or labels, preconditions taken as passing and runAlways/runOnChange not rerun";
+pub const CAVEAT: &str = "Liquibase's changesets are read whatever their context or labels, preconditions taken as passing, runAlways/runOnChange not rerun; a changeSet written in XML or YAML is listed, not run";
 
 /// `databasechangelog`, read only: what ran, keyed as the changesets are.
 static HISTORY: HistoryRules = HistoryRules {
@@ -321,7 +334,8 @@ fn read_file(file: &str, text: &str) -> Result<Vec<Step>, CatalogError> {
         let delimiter = attribute(&c.header, "endDelimiter").map(str::to_string);
         let sql = keep_lines(text, |at, _| owner[at] == Some(n));
         let sql = delimiters_as_semicolons(&sql, delimiter.as_deref());
-        if crate::sql::is_blank(&sql) {
+        // Comments alone are SQL to the parser (they run as nothing).
+        if sql.trim().is_empty() {
             return Err(refused(
                 c.line + 1,
                 format!("changeset {}:{} has no SQL, which Liquibase refuses (`No SQL for changeset`); give it its statements or remove it", c.author, c.id),
@@ -395,20 +409,45 @@ impl LayoutReader for Liquibase {
     }
 
     fn claims(&self, folder: &Folder) -> Vec<String> {
-        formatted_files(folder)
+        let mut claimed: Vec<String> = formatted_files(folder)
             .into_iter()
             .map(|(f, _)| f.to_string())
-            .collect()
+            .collect();
+        claimed.extend(changelogs(folder).into_iter().map(str::to_string));
+        claimed
+    }
+
+    fn companion(&self, file: &str) -> Option<&'static str> {
+        let changelog = folder_free_is_changelog(file);
+        changelog.then_some("Liquibase changelog(s) (their include order read)")
     }
 
     fn read(&self, folder: &Folder, _: &ReadOptions) -> Result<Vec<Step>, CatalogError> {
-        let mut steps = Vec::new();
-        for (file, bytes) in formatted_files(folder) {
-            let text = super::utf8(file, bytes.to_vec())?;
-            steps.extend(read_file(file, &text)?);
+        let roots = root_changelogs(folder)?;
+        if roots.is_empty() {
+            let mut steps = Vec::new();
+            for (file, bytes) in formatted_files(folder) {
+                let text = super::utf8(file, bytes.to_vec())?;
+                steps.extend(read_file(file, &text)?);
+            }
+            return Ok(steps);
         }
-        Ok(steps)
+        let mut walk = Walk {
+            folder,
+            steps: Vec::new(),
+            seen: std::collections::HashSet::new(),
+        };
+        for root in roots {
+            walk.take(&root)?;
+        }
+        Ok(walk.steps)
     }
+}
+
+/// A changelog's file name, without its folder: what [`LayoutReader::companion`]
+/// sees (the folder read only keeps changelogs among XML and YAML files).
+fn folder_free_is_changelog(file: &str) -> bool {
+    [".xml", ".yaml", ".yml"].iter().any(|x| file.ends_with(x))
 }
 
 /// The folder's formatted SQL files at any depth, by path (`includeAll`'s
@@ -420,6 +459,170 @@ fn formatted_files(folder: &Folder) -> Vec<(&str, &[u8])> {
         .filter(|(p, b)| p.ends_with(".sql") && is_formatted_sql(&String::from_utf8_lossy(b)))
         .map(|(p, b)| (p.as_str(), b.as_slice()))
         .collect()
+}
+
+/// The folder's XML and YAML changelogs, by path.
+fn changelogs(folder: &Folder) -> Vec<&str> {
+    folder
+        .files
+        .iter()
+        .filter(|(p, b)| is_changelog(p, b))
+        .map(|(p, _)| p.as_str())
+        .collect()
+}
+
+/// The changelogs no other changelog includes: the masters Liquibase is
+/// pointed at.
+fn root_changelogs(folder: &Folder) -> Result<Vec<String>, CatalogError> {
+    let all = changelogs(folder);
+    let mut included = std::collections::HashSet::new();
+    for c in &all {
+        let text = folder.text(c)?.unwrap_or_default();
+        for entry in changelog::entries(c, &text) {
+            match entry {
+                Entry::Include { file, relative } => {
+                    included.extend(locate(folder, c, &file, relative, false));
+                }
+                Entry::IncludeAll { path, relative } => {
+                    if let Some(dir) = locate(folder, c, &path, relative, true) {
+                        included.extend(under(folder, &dir).into_iter().map(str::to_string));
+                    }
+                }
+                Entry::ChangeSet { .. } => {}
+            }
+        }
+    }
+    Ok(all
+        .into_iter()
+        .filter(|c| !included.contains(*c))
+        .map(str::to_string)
+        .collect())
+}
+
+/// `written` (an include's path) as a path of the folder: relative to
+/// the changelog `from` when `relative`, else its longest tail that
+/// names a file (or, for a folder, holds one) of the folder.
+fn locate(folder: &Folder, from: &str, written: &str, relative: bool, dir: bool) -> Option<String> {
+    let written = written
+        .trim_start_matches("classpath:")
+        .trim_start_matches("classpath*:")
+        .trim_start_matches("./")
+        .trim_start_matches('/')
+        .trim_end_matches('/');
+    let exists = |p: &str| match dir {
+        false => folder.has(p),
+        true => !p.is_empty() && folder.files.keys().any(|f| f.starts_with(&format!("{p}/"))),
+    };
+    if relative {
+        let base = from.rsplit_once('/').map_or("", |(d, _)| d);
+        let mut parts: Vec<&str> = base.split('/').filter(|p| !p.is_empty()).collect();
+        for part in written.split('/') {
+            match part {
+                "." | "" => {}
+                ".." => {
+                    parts.pop();
+                }
+                p => parts.push(p),
+            }
+        }
+        let joined = parts.join("/");
+        return exists(&joined).then_some(joined);
+    }
+    let parts: Vec<&str> = written.split('/').collect();
+    (0..parts.len())
+        .map(|k| parts[k..].join("/"))
+        .find(|p| exists(p))
+}
+
+/// The files `includeAll` takes from `dir` (at any depth), by path: SQL
+/// files and changelogs.
+fn under<'a>(folder: &'a Folder, dir: &str) -> Vec<&'a str> {
+    let prefix = format!("{dir}/");
+    folder
+        .files
+        .iter()
+        .filter(|(p, b)| p.starts_with(&prefix) && (p.ends_with(".sql") || is_changelog(p, b)))
+        .map(|(p, _)| p.as_str())
+        .collect()
+}
+
+/// A walk of the changelogs from their roots: the steps in Liquibase's
+/// order, each file taken once.
+struct Walk<'a> {
+    folder: &'a Folder,
+    steps: Vec<Step>,
+    seen: std::collections::HashSet<String>,
+}
+
+impl Walk<'_> {
+    fn take(&mut self, file: &str) -> Result<(), CatalogError> {
+        if !self.seen.insert(file.to_string()) {
+            return Ok(());
+        }
+        let text = self.folder.text(file)?.unwrap_or_default();
+        if is_changelog(file, text.as_bytes()) {
+            return self.changelog(file, &text);
+        }
+        if is_formatted_sql(&text) {
+            self.steps.extend(read_file(file, &text)?);
+        } else {
+            // Liquibase's SqlChangeLogParser: a plain SQL file is one
+            // changeset, `raw` by `includeAll`, its statements split.
+            self.steps.push(Step {
+                key: format!("{file}::raw::includeAll"),
+                label: format!("{file}::raw::includeAll"),
+                name: "raw".into(),
+                file: file.to_string(),
+                sql: text,
+                ..Step::default()
+            });
+        }
+        Ok(())
+    }
+
+    fn changelog(&mut self, file: &str, text: &str) -> Result<(), CatalogError> {
+        let missing = |what: &str, written: &str| {
+            CatalogError::Unreadable {
+            file: file.to_string(),
+            why: format!("{what} `{written}`, which is not in the folder rollsafe reads; pass the folder that holds every file the changelog includes (its classpath root)"),
+        }
+        };
+        for entry in changelog::entries(file, text) {
+            match entry {
+                Entry::Include {
+                    file: written,
+                    relative,
+                } => {
+                    let found = locate(self.folder, file, &written, relative, false)
+                        .ok_or_else(|| missing("includes", &written))?;
+                    self.take(&found)?;
+                }
+                Entry::IncludeAll { path, relative } => {
+                    let dir = locate(self.folder, file, &path, relative, true)
+                        .ok_or_else(|| missing("includes all of", &path))?;
+                    let files: Vec<String> = under(self.folder, &dir)
+                        .into_iter()
+                        .map(str::to_string)
+                        .collect();
+                    for f in files {
+                        self.take(&f)?;
+                    }
+                }
+                Entry::ChangeSet { id, author, line } => {
+                    let key = format!("{file}::{id}::{author}");
+                    self.steps.push(Step {
+                        label: key.clone(),
+                        key,
+                        name: id,
+                        file: file.to_string(),
+                        not_runnable: Some(format!("a changeSet written in the changelog itself (line {line}): Liquibase generates its SQL from the change types, which rollsafe does not; it reads formatted SQL")),
+                        ..Step::default()
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -490,6 +693,10 @@ mod tests {
         let empty = "--liquibase formatted sql\n--changeset ana:1\n--rollback SELECT 1;\n--changeset ana:2\nSELECT 2;\n";
         let err = read_file("a.sql", empty).unwrap_err().to_string();
         assert!(err.contains("ana:1 has no SQL"), "{err}");
+        // A commented-out statement is SQL to the parser: it runs as nothing.
+        let commented =
+            "--liquibase formatted sql\n--changeset ana:1\n-- ALTER TABLE t ADD COLUMN c int;\n";
+        assert_eq!(read_file("a.sql", commented).unwrap().len(), 1);
     }
 
     #[test]
