@@ -821,6 +821,7 @@ impl Catalog {
         // `N_name.up.sql` is golang-migrate's, sqlx's reversible and
         // maragudk/migrate's alike: the project around it says whose.
         folder.project = layouts::project_tools(dir);
+        folder.pinned = layouts::pinned_versions(dir);
         Catalog::from_folder(Source::Dir(dir.to_path_buf()), options, folder)
     }
 

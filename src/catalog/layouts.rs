@@ -53,6 +53,11 @@ pub struct Folder {
     /// ([`project_tools`]); empty when unknown (the embedded set, no
     /// manifest, a manifest naming none).
     pub project: Vec<Layout>,
+    /// The migration tools' versions the project pins (its Dockerfile,
+    /// compose file, CI workflow, package.json, go.mod, .tool-versions:
+    /// [`pinned_versions`]), for the tools whose reading changed between
+    /// versions (dbmate's sections).
+    pub pinned: Vec<(Layout, (u32, u32))>,
     /// The folder's other files (of kinds no layout reads: `README.md`,
     /// `seed.txt`), by path; hidden files (`.gitkeep`) are not listed.
     pub others: Vec<String>,
@@ -182,6 +187,14 @@ impl Folder {
             .filter_map(|p| p.strip_suffix(file)?.strip_suffix('/'))
             .filter(|d| !d.contains('/') && !d.starts_with('.'))
             .collect()
+    }
+
+    /// The (major, minor) of `tool` the project pins, when it does.
+    pub fn pinned_version(&self, tool: Layout) -> Option<(u32, u32)> {
+        self.pinned
+            .iter()
+            .find(|(l, _)| *l == tool)
+            .map(|(_, v)| *v)
     }
 
     pub fn has(&self, path: &str) -> bool {
@@ -476,6 +489,81 @@ pub fn project_tools(dir: &std::path::Path) -> Vec<Layout> {
     Vec::new()
 }
 
+/// The versions of migration tools the project that holds `dir` pins:
+/// the first `dbmate` followed closely by a version (`amacneil/dbmate:2.26`,
+/// `dbmate@v2.28.0`, `"dbmate": "^2.19.0"`, `dbmate/v2 v2.31.0`,
+/// `releases/download/v2.22.0/dbmate-linux-amd64`) in the files a
+/// project installs it from, at or above `dir` within the repository.
+pub fn pinned_versions(dir: &std::path::Path) -> Vec<(Layout, (u32, u32))> {
+    const FILES: &[&str] = &[
+        "Dockerfile",
+        "docker-compose.yml",
+        "docker-compose.yaml",
+        "compose.yml",
+        "compose.yaml",
+        "package.json",
+        "go.mod",
+        ".tool-versions",
+        "Makefile",
+        "mise.toml",
+    ];
+    let Ok(dir) = dir.canonicalize() else {
+        return Vec::new();
+    };
+    for at in dir.ancestors() {
+        let workflows = std::fs::read_dir(at.join(".github/workflows"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path());
+        let texts = FILES
+            .iter()
+            .map(|f| at.join(f))
+            .chain(workflows)
+            .filter_map(|p| std::fs::read_to_string(p).ok());
+        for text in texts {
+            if let Some(version) = version_after(&text, "dbmate") {
+                return vec![(Layout::Dbmate, version)];
+            }
+        }
+        if at.join(".git").exists() {
+            break;
+        }
+    }
+    Vec::new()
+}
+
+/// The first `major.minor` within a few characters after a mention of
+/// `tool` in `text` (a `v`, `:`, `@`, quotes, `^`, `~`, `/`, `-` and
+/// spaces between them).
+fn version_after(text: &str, tool: &str) -> Option<(u32, u32)> {
+    text.match_indices(tool).find_map(|(at, _)| {
+        let rest = &text[at + tool.len()..];
+        let start = rest.find(|c: char| c.is_ascii_digit())?;
+        let gap = &rest[..start];
+        if start > 40
+            || gap.contains('\n')
+            || !gap
+                .chars()
+                .all(|c| " \t:@\"'^~=v/-".contains(c) || c.is_ascii_alphabetic())
+        {
+            return None;
+        }
+        let digits = &rest[start..];
+        let mut numbers = digits.split('.').map(|n| {
+            let end = n.find(|c: char| !c.is_ascii_digit()).unwrap_or(n.len());
+            n[..end].parse::<u32>().ok()
+        });
+        let major = numbers.next()??;
+        // `/v2 v2.31.0`: the module path's major, then the version.
+        if digits.starts_with(&format!("{major} ")) {
+            return version_after(digits, &major.to_string());
+        }
+        let minor = numbers.next()??;
+        Some((major, minor))
+    })
+}
+
 /// A go.mod's migration tools: those it requires directly (not
 /// `// indirect`).
 fn go_module_tools(module: &str) -> Vec<Layout> {
@@ -672,7 +760,24 @@ pub(super) fn fill_placeholders(
 
 #[cfg(test)]
 mod tests {
-    use super::{go_module_tools, Layout};
+    use super::{go_module_tools, version_after, Layout};
+
+    /// The dbmate a project pins, as its install lines spell it.
+    #[test]
+    fn a_pinned_dbmate_version_is_read_where_projects_install_it() {
+        for (text, version) in [
+            ("FROM ghcr.io/amacneil/dbmate:2.26 AS migrate\n", Some((2, 26))),
+            ("    image: amacneil/dbmate:v2.28.0\n", Some((2, 28))),
+            ("  \"devDependencies\": {\"dbmate\": \"^2.19.0\"}", Some((2, 19))),
+            ("require github.com/amacneil/dbmate/v2 v2.31.0\n", Some((2, 31))),
+            ("curl -fsSL -o /usr/local/bin/dbmate https://github.com/amacneil/dbmate/releases/download/v2.22.0/dbmate-linux-amd64", Some((2, 22))),
+            ("dbmate 2.30.1\n", Some((2, 30))),
+            ("dbmate --wait-timeout 60s up\n", None),
+            ("run: dbmate up\nversion: 3.8\n", None),
+        ] {
+            assert_eq!(version_after(text, "dbmate"), version, "{text}");
+        }
+    }
 
     /// A go.mod names a tool in a `require` line or block; an indirect
     /// requirement is a dependency's, not the project's.

@@ -12,7 +12,7 @@ use libtest_mimic::Trial;
 use rollsafe::catalog::{Catalog, Layout, ReadOptions};
 
 use crate::common::TestEnv;
-use crate::layouts::{expect_read, fixture, rehearse_clean, rollsafe_cli};
+use crate::layouts::{copy_fixture, expect_read, fixture, rehearse_clean, rollsafe_cli};
 
 pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
     crate::trials!(
@@ -24,6 +24,7 @@ pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
             the_header_names_callbacks_undo_files_and_ignored_files,
             a_reworked_sqitch_change_is_deployed_from_the_tag_that_has_its_script,
             an_extension_swallowed_by_a_do_block_is_named_with_an_image_that_has_it,
+            dbmate_sections_are_cut_as_the_projects_dbmate_cuts_them,
         ]
     )
 }
@@ -224,7 +225,8 @@ fn since_takes_the_migration_as_the_folder_shows_it(_env: &TestEnv) -> anyhow::R
 
 /// The header of a run says what in the folder is not a migration: the
 /// Flyway callbacks (which Flyway runs and rollsafe does not rehearse),
-/// the undo file, and the README as ignored; the run itself passes.
+/// the undo file, a file whose name Flyway skips, and the README as
+/// ignored; the run itself passes (none of them ran).
 fn the_header_names_callbacks_undo_files_and_ignored_files(env: &TestEnv) -> anyhow::Result<()> {
     let (code, out, err) = rollsafe_cli(
         &[
@@ -247,6 +249,7 @@ fn the_header_names_callbacks_undo_files_and_ignored_files(env: &TestEnv) -> any
         "3 migration(s)",
         "2 Flyway SQL callback(s), which Flyway runs around every migrate and rollsafe does not rehearse: afterMigrate__grants.sql, beforeMigrate.sql",
         "1 Flyway undo script(s), never run going up: U1.1.sql",
+        "1 file(s) Flyway skips, their names matching none of its patterns (V<version>__<description>.sql, R__…, callbacks; its validateMigrationNaming is false by default): seed-kilns.sql",
         "1 file(s) ignored, not migrations its tool runs: README.md",
     ] {
         ensure!(header.contains(part), "{part} not in: {header}");
@@ -303,6 +306,55 @@ fn an_extension_swallowed_by_a_do_block_is_named_with_an_image_that_has_it(
     ensure!(
         !advice.contains("fix the SQL"),
         "the way out is the server, not the SQL: {advice}"
+    );
+    Ok(())
+}
+
+/// A dbmate file with a second `-- migrate:up`: dbmate before 2.29 runs
+/// the text between the first up and the first down only (the rest is
+/// its down); 2.29 and later run each up section, and refuse a section
+/// without its down. Without a pinned dbmate, a file 2.29 would refuse is
+/// read as the older dbmate reads it; a project pinning 2.26 (its
+/// Dockerfile) gets that reading for every file, one pinning 2.29 the
+/// sections.
+fn dbmate_sections_are_cut_as_the_projects_dbmate_cuts_them(env: &TestEnv) -> anyhow::Result<()> {
+    let unpinned = read_as("dbmate-two-ups", None)?;
+    expect_read(
+        &unpinned,
+        Layout::Dbmate,
+        &[
+            ("20240301090000", "20240301090000_create_kilns.sql", false),
+            ("20240305101500", "20240305101500_kiln_glazes.sql", false),
+        ],
+    )?;
+    let sql = &unpinned.migrations()[1].sql;
+    ensure!(
+        sql.contains("ADD COLUMN glaze") && !sql.contains("kiln_shelves"),
+        "{sql}"
+    );
+    rehearse_clean(env, unpinned)?;
+
+    let project = copy_fixture("dbmate-pinned")?;
+    let migrations = project.path().join("db/migrations");
+    let pinned = Catalog::from_dir(&migrations)?;
+    ensure!(
+        pinned.migrations().len() == 2 && !pinned.migrations()[1].sql.contains("kiln_shelves"),
+        "{:#?}",
+        pinned.migrations()
+    );
+    rehearse_clean(env, pinned)?;
+    std::fs::write(
+        project.path().join("Dockerfile"),
+        "FROM ghcr.io/amacneil/dbmate:2.29\nCOPY db /db\n",
+    )?;
+    let labels: Vec<String> = Catalog::from_dir(&migrations)?
+        .migrations()
+        .iter()
+        .map(|m| m.label.clone())
+        .collect();
+    ensure!(
+        labels == ["20240301090000", "20240305101500#1", "20240305101500#2"],
+        "{labels:?}"
     );
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! dbmate: `{version}_{name}.sql`, ordered by file name, with
 //! `-- migrate:up` and `-- migrate:down` sections; only the up sections
-//! run. Since dbmate 2.28 (2025) a file may hold several up/down pairs, and
+//! run. Since dbmate 2.29 (July 2025) a file may hold several up/down pairs, and
 //! dbmate's `Migrate` runs each up section on its own, in its own
 //! transaction unless that section's `-- migrate:up transaction:false`
 //! says otherwise. rollsafe does the same: a file with several up sections
@@ -12,7 +12,12 @@
 //! before it `<version>#<n>`. `rollsafe migrate` records such a section as
 //! `<version>#<n>` (so a run stopped between sections resumes after it)
 //! and the last section replaces those rows with the version; a recorded
-//! version stands for all its sections.
+//! version stands for all its sections. Before 2.29 dbmate ran the text
+//! between the first up marker and the first down marker only, the rest
+//! of the file being its down: a project that pins an older dbmate (its
+//! Dockerfile, compose file, CI workflow, package.json, go.mod:
+//! [`super::pinned_versions`]) is read that way, and so is, when nothing
+//! pins it, a file 2.29 would refuse (an up section without its down).
 
 use std::time::Duration;
 
@@ -129,7 +134,10 @@ impl LayoutReader for Dbmate {
             let (version, name) =
                 version_and_name(file).ok_or_else(|| unreadable(file, Layout::Dbmate, options))?;
             let text = super::utf8(file, bytes.to_vec())?;
-            let sections = up_sections(file, &text)?;
+            let sections = match cuts_sections(folder, &text) {
+                true => up_sections(file, &text)?,
+                false => first_up_section(file, &text)?,
+            };
             let count = sections.len();
             for (i, (sql, no_transaction)) in sections.into_iter().enumerate() {
                 let (key, label) = match (count, i + 1 == count) {
@@ -178,6 +186,59 @@ fn version_and_name(file: &str) -> Option<(&str, &str)> {
 /// Digits never hold `#`, so a file's version never looks like one.
 fn is_earlier_section(key: &str) -> bool {
     key.contains('#')
+}
+
+/// The first dbmate that runs every up section of a file (2.29, its
+/// `getMigrationSectionSubstrings`); before it, dbmate ran the text
+/// between the first `-- migrate:up` and the first `-- migrate:down` and
+/// took everything after that as the down.
+pub const SECTIONS_SINCE: (u32, u32) = (2, 29);
+
+/// Whether `text` is cut into one migration per up section, as dbmate
+/// 2.29 and later cut it: where the project pins its dbmate
+/// ([`Folder::pinned`]), by that version; else where every up section
+/// has its own down (2.29 refuses a section without one, so a file with
+/// one missing is an older dbmate's, which runs the first section only).
+fn cuts_sections(folder: &Folder, text: &str) -> bool {
+    if let Some(pin) = folder.pinned_version(Layout::Dbmate) {
+        return pin >= SECTIONS_SINCE;
+    }
+    let mut markers = text
+        .split_inclusive('\n')
+        .filter_map(|l| section(l).map(|(up, _)| up))
+        .peekable();
+    let mut every_up_has_its_down = true;
+    while let Some(up) = markers.next() {
+        if up && markers.peek() != Some(&false) {
+            every_up_has_its_down = false;
+        }
+    }
+    every_up_has_its_down
+}
+
+/// The up migration as dbmate before 2.29 cut it: the lines after the
+/// first `-- migrate:up` up to the first `-- migrate:down` (a later
+/// `-- migrate:up` line among them is a comment to PostgreSQL), as one
+/// section with the first marker's transaction mode.
+fn first_up_section(file: &str, text: &str) -> Result<Vec<(String, bool)>, CatalogError> {
+    let mut sections = up_sections(file, text)?;
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let start = lines
+        .iter()
+        .position(|l| matches!(section(l), Some((true, _))))
+        .unwrap_or(0);
+    let end = lines
+        .iter()
+        .position(|l| matches!(section(l), Some((false, _))))
+        .filter(|&e| e > start)
+        .unwrap_or(lines.len());
+    let no_transaction = sections.first().is_some_and(|(_, n)| *n);
+    sections.truncate(0);
+    sections.push((
+        keep_lines(text, |i, _| i > start && i < end),
+        no_transaction,
+    ));
+    Ok(sections)
 }
 
 /// Each up section (every other line blanked, so each keeps the file's
@@ -249,7 +310,7 @@ mod tests {
 
     #[test]
     fn each_up_section_keeps_its_own_transaction_mode() {
-        let text = "-- migrate:up transaction:false\nCREATE INDEX CONCURRENTLY IF NOT EXISTS i ON t (a);\n-- migrate:down\nDROP INDEX i;\n-- migrate:up\nSELECT 2;\n";
+        let text = "-- migrate:up transaction:false\nCREATE INDEX CONCURRENTLY IF NOT EXISTS i ON t (a);\n-- migrate:down\nDROP INDEX i;\n-- migrate:up\nSELECT 2;\n-- migrate:down\nSELECT 0;\n";
         let sections = up_sections("1_i.sql", text).unwrap();
         assert_eq!(sections.len(), 2);
         let (first, no_tx) = &sections[0];

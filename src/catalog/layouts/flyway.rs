@@ -206,6 +206,7 @@ impl LayoutReader for Flyway {
         match kind(file) {
             Some(Kind::Callback { .. }) => Some("Flyway SQL callback(s), which Flyway runs around every migrate and rollsafe does not rehearse"),
             Some(Kind::Undo) => Some("Flyway undo script(s), never run going up"),
+            None if file.ends_with(".sql") && !file.contains('/') => Some("file(s) Flyway skips, their names matching none of its patterns (V<version>__<description>.sql, R__…, callbacks; its validateMigrationNaming is false by default)"),
             _ => None,
         }
     }
@@ -234,8 +235,12 @@ impl LayoutReader for Flyway {
         let mut baselines = Vec::new();
         let mut repeatable = Vec::new();
         for (file, bytes) in folder.top_level_sql() {
-            let kind = kind(file)
-                .ok_or_else(|| super::unreadable(file, crate::catalog::Layout::Flyway, options))?;
+            // A name Flyway cannot parse it skips (its
+            // `validateMigrationNaming` is false by default): named as
+            // ignored in the run's header, not refused.
+            let Some(kind) = kind(file) else {
+                continue;
+            };
             if matches!(kind, Kind::Undo | Kind::Callback { .. }) {
                 continue;
             }
