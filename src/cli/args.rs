@@ -143,7 +143,7 @@ impl TargetDbArgs {
 /// How findings reports are written (`verify`, `check`).
 #[derive(Args)]
 pub(crate) struct ReportArgs {
-    /// Report format: text, json, junit, github (workflow commands), markdown (a bounded PR/MR summary) or gitlab (Code Quality JSON); default text.
+    /// Report format: text, json, junit, github (workflow commands), markdown (a bounded PR/MR summary), gitlab (Code Quality JSON) or sarif (SARIF 2.1.0, for code scanning); default text.
     #[arg(long, value_parser = clap::value_parser!(FormatArg))]
     pub(crate) format: Option<FormatArg>,
     /// Write the --format report to FILE, or one report per FORMAT=FILE (repeatable; - is stdout): --output junit=report.xml --output github=-. The text report goes to stdout unless another report does.

@@ -53,7 +53,7 @@ fn severity(s: Severity) -> Option<&'static str> {
 }
 
 /// Where a finding is, for GitLab (which needs a path for every issue).
-fn place(report: &Report, f: &Finding) -> Location {
+pub(super) fn place(report: &Report, f: &Finding) -> Location {
     report.location_of(f).unwrap_or_else(|| Location {
         file: report
             .migrations
@@ -68,7 +68,7 @@ fn place(report: &Report, f: &Finding) -> Location {
     })
 }
 
-fn fingerprint(id: &str, at: &Location, twin: usize) -> String {
+pub(super) fn fingerprint(id: &str, at: &Location, twin: usize) -> String {
     let mut h = Sha256::new();
     // NUL-separated, so no two different keys hash the same bytes.
     for part in [

@@ -1,5 +1,5 @@
 //! Findings and the reports that carry them, rendered as text, JSON, JUnit,
-//! GitHub workflow commands, Markdown or GitLab Code Quality JSON.
+//! GitHub workflow commands, Markdown, GitLab Code Quality JSON or SARIF.
 //!
 //! A [`Finding`] is one thing a check established: a stable id (the check's
 //! name is its prefix, e.g. `rewrite.table-rewritten`, so a reader finds the
@@ -23,6 +23,7 @@ mod junit;
 mod majors;
 mod markdown;
 pub mod output;
+mod sarif;
 mod text;
 pub mod timeline;
 
@@ -36,6 +37,7 @@ pub use json::render_json;
 pub use junit::render_junit;
 pub use majors::merge_majors;
 pub use markdown::{render_markdown, MARKDOWN_LIMIT};
+pub use sarif::render_sarif;
 pub use text::render_text;
 
 /// How bad a finding is. Only `Error` fails a run. `Skipped` is a check
@@ -580,16 +582,19 @@ pub enum Format {
     Markdown,
     /// GitLab Code Quality JSON (findings in the merge request).
     Gitlab,
+    /// SARIF 2.1.0 (GitHub code scanning).
+    Sarif,
 }
 
 impl Format {
-    pub const ALL: [Format; 6] = [
+    pub const ALL: [Format; 7] = [
         Format::Text,
         Format::Json,
         Format::Junit,
         Format::Github,
         Format::Markdown,
         Format::Gitlab,
+        Format::Sarif,
     ];
 
     /// The name `--format` and `--output FORMAT=FILE` take.
@@ -601,6 +606,7 @@ impl Format {
             Format::Github => "github",
             Format::Markdown => "markdown",
             Format::Gitlab => "gitlab",
+            Format::Sarif => "sarif",
         }
     }
 }
@@ -618,7 +624,9 @@ impl std::str::FromStr for Format {
             .into_iter()
             .find(|f| f.name() == s)
             .ok_or_else(|| {
-                format!("unknown format `{s}`: use text, json, junit, github, markdown or gitlab")
+                format!(
+                    "unknown format `{s}`: use text, json, junit, github, markdown, gitlab or sarif"
+                )
             })
     }
 }
@@ -633,6 +641,7 @@ pub fn render(report: &Report, format: Format) -> String {
         Format::Github => render_github(report),
         Format::Markdown => render_markdown(report),
         Format::Gitlab => render_gitlab(report),
+        Format::Sarif => render_sarif(report),
     }
 }
 
@@ -808,7 +817,7 @@ mod tests {
         assert!("xml"
             .parse::<Format>()
             .unwrap_err()
-            .contains("text, json, junit, github, markdown or gitlab"));
+            .contains("text, json, junit, github, markdown, gitlab or sarif"));
         let r = sample_report();
         let at = |id: &str| r.location_of(r.findings.iter().find(|f| f.id == id).unwrap());
         assert_eq!(at("rewrite.table-rewritten").unwrap().line, 4);

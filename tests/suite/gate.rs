@@ -48,6 +48,14 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<Trial> {
                 "an_accept_without_a_reason_is_refused_naming_the_line",
                 accept_without_reason,
             ),
+            (
+                "sarif_of_a_failing_run_with_accepted_and_stale_is_valid_sarif_2_1_0",
+                sarif_of_a_failing_run,
+            ),
+            (
+                "the_sarif_schema_check_refuses_what_is_not_sarif",
+                sarif_schema_refuses_non_sarif,
+            ),
         ],
     )
 }
@@ -102,12 +110,14 @@ fn skipped_everywhere(report: &Report, ids: &[&str]) -> anyhow::Result<()> {
             Format::Github => "::notice file=",
             Format::Markdown => "| skipped | `static.not-read`",
             Format::Gitlab => "\"check_name\": \"static.not-read\"",
+            Format::Sarif => "\"ruleId\": \"static.not-read\"",
         };
         ensure!(
             text.contains(skipped_word),
             "{format} lacks `{skipped_word}`:\n{text}"
         );
     }
+    validate_sarif(&render(report, Format::Sarif))?;
     let text = render(report, Format::Text);
     let block = text
         .split(&format!("\n2 {GO_FILE}\n"))
@@ -228,6 +238,7 @@ fn verify_in(env: &TestEnv, dir: &std::path::Path) -> anyhow::Result<Run> {
         Format::Markdown,
         Format::Github,
         Format::Gitlab,
+        Format::Sarif,
     ];
     let mut cmd = cli();
     cmd.current_dir(dir).args([
@@ -321,6 +332,24 @@ fn accepted_everywhere(run: &Run, by: &str) -> anyhow::Result<()> {
     ensure!(run
         .file(Format::Gitlab)
         .contains(&format!("accepted error ({REASON}")));
+    let sarif: serde_json::Value = serde_json::from_str(run.file(Format::Sarif))?;
+    validate_sarif(run.file(Format::Sarif))?;
+    let result = sarif["runs"][0]["results"]
+        .as_array()
+        .and_then(|r| {
+            r.iter()
+                .find(|x| x["ruleId"] == "locks.blocking-index-build")
+        })
+        .context("no SARIF result for the build")?;
+    let suppression = &result["suppressions"][0];
+    ensure!(
+        result["level"] == "error"
+            && suppression["status"] == "accepted"
+            && suppression["justification"]
+                .as_str()
+                .is_some_and(|j| j.starts_with(REASON)),
+        "{result:#}"
+    );
     Ok(())
 }
 
@@ -453,5 +482,137 @@ fn accept_without_reason(env: &TestEnv) -> anyhow::Result<()> {
         "{}",
         run.stderr
     );
+    Ok(())
+}
+
+/// The official SARIF 2.1.0 schema (OASIS, errata 01), vendored: see
+/// `tests/fixtures/sarif/README.md` for where it comes from.
+fn sarif_schema() -> anyhow::Result<jsonschema::Validator> {
+    let path = repo_root().join("tests/fixtures/sarif/sarif-schema-2.1.0.json");
+    let schema: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+    jsonschema::draft4::options()
+        .should_validate_formats(true)
+        .build(&schema)
+        .map_err(|e| anyhow::anyhow!("{}: not a schema: {e}", path.display()))
+}
+
+/// `text` is a SARIF 2.1.0 log the official schema accepts.
+fn validate_sarif(text: &str) -> anyhow::Result<()> {
+    let log: serde_json::Value = serde_json::from_str(text).context("SARIF is not JSON")?;
+    let schema = sarif_schema()?;
+    let errors: Vec<String> = schema
+        .iter_errors(&log)
+        .map(|e| format!("{} at {}", e, e.instance_path))
+        .collect();
+    ensure!(errors.is_empty(), "not valid SARIF 2.1.0: {errors:#?}");
+    ensure!(log["version"] == "2.1.0" && log["runs"].as_array().is_some_and(|r| r.len() == 1));
+    Ok(())
+}
+
+/// A run with an accepted finding (V2's blocking build, by a comment), a
+/// stale waiver and an error (V3 rewrites the table; its waiver names
+/// another table), side by side: it fails, and its SARIF is valid.
+fn sarif_of_a_failing_run(env: &TestEnv) -> anyhow::Result<()> {
+    let v2 =
+        format!("-- rollsafe:accept locks.blocking-index-build plants -- {REASON}\n{BY_SPECIES}");
+    let dir = greenhouse(&v2, None)?;
+    std::fs::write(
+        dir.path().join("migrations/V3__plant_height.sql"),
+        "-- rollsafe:accept rewrite.table-rewritten benches -- benches are rebuilt nightly\nALTER TABLE plants ALTER COLUMN bed TYPE varchar(40);\n",
+    )?;
+    let run = verify_in(env, dir.path())?;
+    ensure!(
+        run.code == 1,
+        "exit {}: {}\n{}",
+        run.code,
+        run.stderr,
+        run.text
+    );
+    let sarif = run.file(Format::Sarif);
+    validate_sarif(sarif)?;
+    let log: serde_json::Value = serde_json::from_str(sarif)?;
+    let results = log["runs"][0]["results"].as_array().context("results")?;
+    let of = |id: &str| {
+        results
+            .iter()
+            .filter(|x| x["ruleId"] == id)
+            .collect::<Vec<_>>()
+    };
+    let (accepted, stale, rewritten) = (
+        of("locks.blocking-index-build"),
+        of("accept.stale"),
+        of("rewrite.table-rewritten"),
+    );
+    ensure!(
+        accepted.len() == 1 && accepted[0]["suppressions"][0]["status"] == "accepted",
+        "{accepted:#?}"
+    );
+    ensure!(
+        stale.len() == 1 && stale[0]["level"] == "warning",
+        "{stale:#?}"
+    );
+    ensure!(
+        rewritten.len() == 1
+            && rewritten[0]["level"] == "error"
+            && rewritten[0].get("suppressions").is_none()
+            && rewritten[0]["locations"][0]["physicalLocation"]["region"]["startLine"] == 2,
+        "{rewritten:#?}"
+    );
+    let rules = log["runs"][0]["tool"]["driver"]["rules"]
+        .as_array()
+        .context("rules")?;
+    for id in [
+        "locks.blocking-index-build",
+        "accept.stale",
+        "rewrite.table-rewritten",
+    ] {
+        let rule = rules
+            .iter()
+            .find(|r| r["id"] == id)
+            .context(id.to_string())?;
+        ensure!(
+            rule["shortDescription"]["text"]
+                .as_str()
+                .is_some_and(|t| !t.is_empty())
+                && rule["help"]["text"].as_str().is_some_and(|t| !t.is_empty()),
+            "{rule:#}"
+        );
+    }
+    // The warnings: the stale waiver, and squawk's prefer-text-field.
+    ensure!(
+        run.text
+            .contains("FAILED: 1 error(s), 2 warning(s), 1 accepted"),
+        "{}",
+        run.text
+    );
+    if let Some(keep) = std::env::var_os("ROLLSAFE_GATE_KEEP") {
+        let keep = std::path::Path::new(&keep);
+        std::fs::write(keep.join("mixed.txt"), &run.text)?;
+        std::fs::write(keep.join("mixed.sarif"), sarif)?;
+    }
+    Ok(())
+}
+
+/// The schema check itself: a log without its version, or with a result
+/// level SARIF does not have, is refused (so a pass above means something).
+fn sarif_schema_refuses_non_sarif(_: &TestEnv) -> anyhow::Result<()> {
+    let schema = sarif_schema()?;
+    let good = serde_json::json!({
+        "version": "2.1.0",
+        "runs": [{ "tool": { "driver": { "name": "rollsafe" } }, "results": [] }]
+    });
+    ensure!(schema.is_valid(&good));
+    let mut no_version = good.clone();
+    no_version
+        .as_object_mut()
+        .context("object")?
+        .remove("version");
+    ensure!(!schema.is_valid(&no_version));
+    let mut bad_level = good;
+    bad_level["runs"][0]["results"] = serde_json::json!([{
+        "message": { "text": "x" },
+        "level": "critical"
+    }]);
+    ensure!(!schema.is_valid(&bad_level));
     Ok(())
 }
