@@ -924,13 +924,20 @@ fn specimens_fixture_is_seeded_whole(env: &TestEnv) -> anyhow::Result<()> {
 /// machine's rows take one of its branches; one provenance of four is
 /// set; the enumerations over casts hold listed values; the parent's
 /// key fits the `varchar(8)` column that references it, and every
-/// accession points at a vault.
+/// accession points at a vault; a rule the columns' defaults break
+/// together is met by values of rollsafe's.
 fn seedbank_fixture_is_seeded_whole(env: &TestEnv) -> anyhow::Result<()> {
     let n = 2_000;
     let (db, g) = seeded_fixture(env, "seedbank", n)?;
     let mut c = db.connect()?;
     assert_fixture_seeded_whole(&mut c, "seedbank", &g)?;
-    for table in ["vaults", "accessions", "lots", "germination_tests"] {
+    for table in [
+        "vaults",
+        "accessions",
+        "lots",
+        "germination_tests",
+        "seed_requests",
+    ] {
         ensure!(table_rows(&mut c, table)? == n, "{table}: not {n} rows");
     }
     let branches = count(

@@ -107,11 +107,14 @@ pub(super) fn choose_values(
 
 /// Step 4 of [`seed_table`]: CHECK constraints, one at a time: other combinations of the
 /// fitting families of its columns until it holds without breaking one
-/// that held; its columns are then kept.
+/// that held; its columns are then kept. A CHECK no combination meets
+/// also takes the columns it names that were left to their defaults
+/// (a `kind` defaulting to the branch a default of another column
+/// breaks), each with its default first ([`release_defaults`]).
 pub(super) fn satisfy_checks(
     c: &mut impl GenericClient,
     plan: &mut Plan,
-    fitting: &BTreeMap<usize, Vec<Family>>,
+    fitting: &mut BTreeMap<usize, Vec<Family>>,
 ) -> Result<Result<(), UnseededTable>, postgres::Error> {
     let t = plan.table;
     if !t.checks.is_empty() {
@@ -126,23 +129,20 @@ pub(super) fn satisfy_checks(
             if !failing[ck] {
                 continue;
             }
-            let vars: Vec<usize> = t.checks[ck]
+            let mut vars: Vec<usize> = t.checks[ck]
                 .cols
                 .iter()
                 .filter_map(|&n| t.column(n))
                 .filter(|k| fitting.contains_key(k) && !locked.contains(k))
                 .collect();
-            // The server judges the combinations in a few queries; where
-            // it cannot (a candidate the expression cannot take), they
-            // are walked one by one.
-            let tries = match search_check(c, plan, fitting, ck, &vars, &failing)? {
-                Searched::Found => {
-                    failing = failing_checks(c, plan)?;
-                    0
+            let mut tries = meet_check(c, plan, fitting, ck, &vars, &mut failing)?;
+            if failing[ck] {
+                let released = release_defaults(c, plan, fitting, ck)?;
+                if !released.is_empty() {
+                    vars.extend(released);
+                    tries += meet_check(c, plan, fitting, ck, &vars, &mut failing)?;
                 }
-                Searched::NotFound { tries } => tries,
-                Searched::Unjudged => walk_combinations(c, plan, fitting, ck, &vars, &mut failing)?,
-            };
+            }
             if failing[ck] {
                 let check = &t.checks[ck];
                 // The first values tried, on a row they break.
@@ -168,6 +168,83 @@ pub(super) fn satisfy_checks(
         }
     }
     Ok(Ok(()))
+}
+
+/// Values of `vars` that meet CHECK `ck`: the server judges the
+/// combinations in a few queries; where it cannot (a candidate the
+/// expression cannot take), they are walked one by one. `failing` is
+/// updated; returns how many candidates were tried.
+fn meet_check(
+    c: &mut impl GenericClient,
+    plan: &mut Plan,
+    fitting: &BTreeMap<usize, Vec<Family>>,
+    ck: usize,
+    vars: &[usize],
+    failing: &mut Vec<bool>,
+) -> Result<u64, postgres::Error> {
+    Ok(match search_check(c, plan, fitting, ck, vars, failing)? {
+        Searched::Found => {
+            *failing = failing_checks(c, plan)?;
+            0
+        }
+        Searched::NotFound { tries } => tries,
+        Searched::Unjudged => walk_combinations(c, plan, fitting, ck, vars, failing)?,
+    })
+}
+
+/// The columns CHECK `ck` names that were left to a default (not an
+/// identity, a sequence or a generated column) become values rollsafe
+/// computes: the default first, then the families of the type that fit
+/// it (NULL last where it may be). Returns them.
+fn release_defaults(
+    c: &mut impl GenericClient,
+    plan: &mut Plan,
+    fitting: &mut BTreeMap<usize, Vec<Family>>,
+    ck: usize,
+) -> Result<Vec<usize>, postgres::Error> {
+    let t = plan.table;
+    let mut released = Vec::new();
+    for &n in &t.checks[ck].cols {
+        let Some(k) = t.column(n) else { continue };
+        let col = &t.columns[k];
+        let Val::Omitted { probe: default } = &plan.vals[k] else {
+            continue;
+        };
+        if col.generated || col.identity || col.default_is_unique() || fitting.contains_key(&k) {
+            continue;
+        }
+        let mut lits = Literals::default();
+        for check in t.checks.iter().filter(|ck| ck.cols.contains(&n)) {
+            lits.scan(&check.expr);
+        }
+        let mut fams = vec![fam(default.clone())];
+        fams.extend(families(
+            &col.ty,
+            col.value_typmod(),
+            &col.name,
+            &lits,
+            plan.offset + plan.rows,
+        ));
+        if !col.not_null() {
+            fams.push(fam("NULL"));
+        }
+        let mut fits = Vec::new();
+        for f in fams {
+            if fits_column(c, plan, k, &f)?.is_ok() {
+                fits.push(f);
+            }
+        }
+        if fits.is_empty() {
+            continue;
+        }
+        plan.vals[k] = Val::Gen {
+            fams: fits.clone(),
+            chosen: 0,
+        };
+        fitting.insert(k, fits);
+        released.push(k);
+    }
+    Ok(released)
 }
 
 /// The combinations of `vars`' fitting families one by one, first

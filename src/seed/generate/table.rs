@@ -114,11 +114,11 @@ pub(super) fn seed_table(
         turns,
     };
     let readers = &seeding.app_statements;
-    let fitting = match choose_values(c, &mut plan, &decided, &carriers, width, readers)? {
+    let mut fitting = match choose_values(c, &mut plan, &decided, &carriers, width, readers)? {
         Ok(f) => f,
         Err(u) => return Ok(Err(u)),
     };
-    if let Err(u) = satisfy_checks(c, &mut plan, &fitting)? {
+    if let Err(u) = satisfy_checks(c, &mut plan, &mut fitting)? {
         return Ok(Err(u));
     }
     let note = walk_lists(&mut plan, &carriers).or(note);
