@@ -637,6 +637,9 @@ pub struct Catalog {
     /// The folder's files that are not migrations: companions its tool
     /// knows and files it ignores, named in the run's header.
     pub set_aside: Vec<layouts::SetAside>,
+    /// What the run's header says about reading the folder besides its
+    /// files (a Sqitch dependency on a project the repository lacks).
+    pub notes: Vec<String>,
 }
 
 fn refinery_name(version: i32, name: &str) -> String {
@@ -882,8 +885,17 @@ impl Catalog {
         };
         let steps = layouts::read(layout, &folder, options)?;
         let set_aside = layouts::set_aside(layout, &folder, &steps);
+        let (steps, notes) = match (&source, layout) {
+            (Source::Dir(dir), Layout::Sqitch) => {
+                layouts::sqitch::with_sibling_projects(dir, steps, |sibling| {
+                    layouts::read(Layout::Sqitch, &read_folder(sibling)?, options)
+                })?
+            }
+            _ => (steps, Vec::new()),
+        };
         Ok(Catalog {
             set_aside,
+            notes,
             ..Catalog::from_steps(source, layout, steps)?
         })
     }
@@ -917,6 +929,7 @@ impl Catalog {
             layout,
             migrations,
             set_aside: Vec::new(),
+            notes: Vec::new(),
         })
     }
 

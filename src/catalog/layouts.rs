@@ -41,7 +41,7 @@ pub use history::{AppliedRow, HistoryRules, HistoryWrite, RowWrite, Value};
 pub(crate) mod prisma;
 pub(crate) mod refinery;
 pub use atlas::sum_file as atlas_sum;
-mod sqitch;
+pub(crate) mod sqitch;
 mod sqlx;
 
 /// A migration folder as read from disk (or the embedded set): every file
@@ -261,6 +261,9 @@ pub struct Step {
     pub verify: Option<Script>,
     /// Atlas: the `-- atlas:nolint` directives of the file.
     pub nolint: Nolint,
+    /// Sqitch: the changes of other projects it requires
+    /// (`other_project:change`), deployed before it.
+    pub requires: Vec<String>,
 }
 
 /// A script that goes with a migration (Sqitch's verify script).

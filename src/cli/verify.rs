@@ -316,6 +316,11 @@ pub(crate) fn read_as(catalog: &Catalog, given: bool) -> String {
     ) + &rollsafe::catalog::layouts::describe_set_aside(&catalog.set_aside)
         .map(|s| format!("; besides them, {s}"))
         .unwrap_or_default()
+        + &catalog
+            .notes
+            .iter()
+            .map(|n| format!("; {n}"))
+            .collect::<String>()
 }
 
 /// The migrations `args` name: a folder in a layout rollsafe reads, else

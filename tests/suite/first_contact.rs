@@ -25,6 +25,7 @@ pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
             a_reworked_sqitch_change_is_deployed_from_the_tag_that_has_its_script,
             an_extension_swallowed_by_a_do_block_is_named_with_an_image_that_has_it,
             dbmate_sections_are_cut_as_the_projects_dbmate_cuts_them,
+            a_sqitch_dependency_on_a_sibling_project_deploys_it_first,
         ]
     )
 }
@@ -355,6 +356,51 @@ fn dbmate_sections_are_cut_as_the_projects_dbmate_cuts_them(env: &TestEnv) -> an
     ensure!(
         labels == ["20240301090000", "20240305101500#1", "20240305101500#2"],
         "{labels:?}"
+    );
+    Ok(())
+}
+
+/// `firings [pots kilnroles:kiln_operators]`: Sqitch requires the other
+/// project's change deployed first. The repository holds project
+/// kilnroles beside pottery, so its changes up to kiln_operators (not
+/// the later kiln_audit) are deployed just before firings, and the run
+/// passes. A dependency on a project the repository lacks is named in the
+/// header with --setup.
+fn a_sqitch_dependency_on_a_sibling_project_deploys_it_first(env: &TestEnv) -> anyhow::Result<()> {
+    let pottery = read_as("sqitch-two-projects/pottery", None)?;
+    expect_read(
+        &pottery,
+        Layout::Sqitch,
+        &[
+            ("pots", "deploy/pots.sql", false),
+            (
+                "kilnroles:kiln_schema",
+                "../kilnroles/deploy/kiln_schema.sql",
+                false,
+            ),
+            (
+                "kilnroles:kiln_operators",
+                "../kilnroles/deploy/kiln_operators.sql",
+                false,
+            ),
+            ("firings", "deploy/firings.sql", false),
+        ],
+    )?;
+    rehearse_clean(env, pottery)?;
+    let (code, out, err) = rollsafe_cli(
+        &[
+            "verify",
+            "--postgres",
+            env.sandbox.admin_url(),
+            "--rows",
+            "100",
+        ],
+        &fixture("sqitch-two-projects/glazing"),
+    )?;
+    ensure!(code == 0, "exit {code}: {out}{err}");
+    ensure!(
+        err.contains("glaze_recipes needs glazevendor:catalogue, of Sqitch project glazevendor, which this repository does not hold: put what it makes in a SQL file and pass --setup FILE"),
+        "{err}"
     );
     Ok(())
 }

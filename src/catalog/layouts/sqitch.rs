@@ -65,6 +65,9 @@ fn top_dir(folder: &Folder) -> Result<String, CatalogError> {
 struct Change {
     name: String,
     line: usize,
+    /// Its dependencies on changes of other Sqitch projects
+    /// (`[other_project:change]`), as written.
+    requires: Vec<String>,
 }
 
 /// The plan's entries in order: changes, and the tags between them.
@@ -74,7 +77,36 @@ enum Entry {
     Tag(String),
 }
 
+/// The plan's `%project=` name; empty when it has none.
+fn plan_project(text: &str) -> &str {
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("%project="))
+        .map_or("", str::trim)
+}
+
+/// A plan line's dependencies on another project's changes: the
+/// `project:change` entries of its `[…]` that are not conflicts (`!`) and
+/// name a project other than `own`.
+fn cross_project_requires(line: &str, own: &str) -> Vec<String> {
+    let Some(deps) = line
+        .split_once('[')
+        .and_then(|(_, rest)| rest.split_once(']'))
+        .map(|(deps, _)| deps)
+    else {
+        return Vec::new();
+    };
+    deps.split_whitespace()
+        .filter(|d| !d.starts_with('!'))
+        .filter(|d| {
+            d.split_once(':')
+                .is_some_and(|(p, c)| p != own && !c.is_empty())
+        })
+        .map(str::to_string)
+        .collect()
+}
+
 fn parse_plan(text: &str) -> Result<Vec<Entry>, CatalogError> {
+    let project = plan_project(text);
     let mut entries = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -102,6 +134,7 @@ fn parse_plan(text: &str) -> Result<Vec<Entry>, CatalogError> {
         entries.push(Entry::Change(Change {
             name: name.to_string(),
             line: i + 1,
+            requires: cross_project_requires(line, project),
         }));
     }
     Ok(entries)
@@ -113,10 +146,11 @@ fn parse_plan(text: &str) -> Result<Vec<Entry>, CatalogError> {
 /// exists (`exists`, given the script's path under the top dir), or of the
 /// first tag when none does: Sqitch's own lookup (`_path_segments` in
 /// `App::Sqitch::Plan::Change`, over its `rework_tags`).
+#[allow(clippy::type_complexity)]
 fn scripts(
     entries: &[Entry],
     exists: impl Fn(&str) -> bool,
-) -> Result<Vec<(String, String, String)>, CatalogError> {
+) -> Result<Vec<(String, String, String, Vec<String>)>, CatalogError> {
     let mut out = Vec::new();
     for (i, entry) in entries.iter().enumerate() {
         let Entry::Change(change) = entry else {
@@ -131,6 +165,7 @@ fn scripts(
                 change.name.clone(),
                 change.name.clone(),
                 format!("deploy/{}.sql", change.name),
+                change.requires.clone(),
             ));
             continue;
         };
@@ -156,6 +191,7 @@ fn scripts(
             label.clone(),
             change.name.clone(),
             format!("deploy/{label}.sql"),
+            change.requires.clone(),
         ));
     }
     Ok(out)
@@ -283,7 +319,7 @@ impl LayoutReader for Sqitch {
             why: "is missing: a Sqitch project orders its changes in it; pass the folder that holds sqitch.plan".into(),
         })?;
         let mut steps = Vec::new();
-        for (label, name, file) in
+        for (label, name, file, requires) in
             scripts(&parse_plan(&plan)?, |f| folder.has(&format!("{top}{f}")))?
         {
             let file = format!("{top}{file}");
@@ -309,11 +345,136 @@ impl LayoutReader for Sqitch {
                     Execution::Autocommit
                 },
                 verify,
+                requires,
                 ..Step::default()
             });
         }
         Ok(steps)
     }
+}
+
+/// The Sqitch projects beside `dir` (in the same repository) by their
+/// `%project=` name: each folder, up to two levels below `dir`'s
+/// ancestors within the repository, that holds a `sqitch.plan`.
+fn sibling_projects(dir: &std::path::Path) -> Vec<(String, std::path::PathBuf)> {
+    let mut found: Vec<(String, std::path::PathBuf)> = Vec::new();
+    let Ok(dir) = dir.canonicalize() else {
+        return found;
+    };
+    let children = |at: &std::path::Path| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(at)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.is_dir()
+                    && !p
+                        .file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+            })
+            .collect()
+    };
+    for at in dir.ancestors().skip(1) {
+        for child in children(at) {
+            for candidate in std::iter::once(child.clone()).chain(children(&child)) {
+                if candidate == dir || found.iter().any(|(_, p)| *p == candidate) {
+                    continue;
+                }
+                if let Ok(plan) = std::fs::read_to_string(candidate.join(PLAN)) {
+                    found.push((plan_project(&plan).to_string(), candidate));
+                }
+            }
+        }
+        if at.join(".git").exists() {
+            break;
+        }
+    }
+    found
+}
+
+/// `to` as a path relative to `from` (both absolute), `/`-separated.
+fn relative(from: &std::path::Path, to: &std::path::Path) -> String {
+    let from: Vec<_> = from.components().collect();
+    let to: Vec<_> = to.components().collect();
+    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    std::iter::repeat("..".to_string())
+        .take(from.len() - common)
+        .chain(
+            to[common..]
+                .iter()
+                .map(|c| c.as_os_str().to_string_lossy().to_string()),
+        )
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// `steps` of the Sqitch project in `dir` with what they need from other
+/// Sqitch projects deployed first, as Sqitch requires: where a change
+/// names `other:change` and the repository holds project `other`
+/// (`read_sibling` reads its folder), its changes up to that one (in its
+/// plan's order, each once) are deployed just before it, keyed and
+/// labelled `other:<change>`. A dependency on a project the repository
+/// does not hold is returned as a note for the run's header, naming
+/// `--setup`.
+pub fn with_sibling_projects(
+    dir: &std::path::Path,
+    steps: Vec<Step>,
+    read_sibling: impl Fn(&std::path::Path) -> Result<Vec<Step>, CatalogError>,
+) -> Result<(Vec<Step>, Vec<String>), CatalogError> {
+    if steps.iter().all(|s| s.requires.is_empty()) {
+        return Ok((steps, Vec::new()));
+    }
+    let siblings = sibling_projects(dir);
+    let here = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    // Each sibling read: its steps, and how many of them are deployed.
+    let mut read: Vec<(String, Vec<Step>, usize)> = Vec::new();
+    let mut notes = Vec::new();
+    let mut out = Vec::new();
+    for step in steps {
+        for needed in &step.requires {
+            let (project, change) = needed.split_once(':').unwrap_or((needed, ""));
+            if !read.iter().any(|(p, _, _)| p == project) {
+                let Some((_, path)) = siblings.iter().find(|(p, _)| p == project) else {
+                    notes.push(format!("{} needs {needed}, of Sqitch project {project}, which this repository does not hold: put what it makes in a SQL file and pass --setup FILE", step.label));
+                    continue;
+                };
+                let prefix = relative(&here, path);
+                let sibling = read_sibling(path)?
+                    .into_iter()
+                    .map(|s| Step {
+                        key: format!("{project}:{}", s.key),
+                        label: format!("{project}:{}", s.label),
+                        file: format!("{prefix}/{}", s.file),
+                        verify: s.verify.map(|v| super::Script {
+                            file: format!("{prefix}/{}", v.file),
+                            sql: v.sql,
+                        }),
+                        requires: Vec::new(),
+                        ..s
+                    })
+                    .collect();
+                read.push((project.to_string(), sibling, 0));
+            }
+            let Some((_, sibling, deployed)) = read.iter_mut().find(|(p, _, _)| p == project)
+            else {
+                continue;
+            };
+            let wanted = format!("{project}:{change}");
+            let Some(at) = sibling.iter().position(|s| s.label == wanted) else {
+                return Err(CatalogError::Unreadable {
+                    file: PLAN.into(),
+                    why: format!("{} needs {needed}, and Sqitch project {project} (beside it in the repository) has no change {change}", step.label),
+                });
+            };
+            if at >= *deployed {
+                out.extend(sibling[*deployed..=at].iter().cloned());
+                *deployed = at + 1;
+            }
+        }
+        out.push(step);
+    }
+    Ok((out, notes))
 }
 
 #[cfg(test)]
@@ -324,7 +485,7 @@ mod tests {
     fn plan_order_tags_and_rework() {
         let plan = "%syntax-version=1.0.0\n%project=shop\n\nschema 2024-01-01T00:00:00Z A <a@x> # schema\nusers [schema] 2024-01-02T00:00:00Z A <a@x> # users\n@v1.0 2024-01-03T00:00:00Z A <a@x> # tag\nusers [users@v1.0] 2024-02-01T00:00:00Z A <a@x> # reworked\n";
         let s = scripts(&parse_plan(plan).unwrap(), |_| false).unwrap();
-        let files: Vec<&str> = s.iter().map(|(_, _, f)| f.as_str()).collect();
+        let files: Vec<&str> = s.iter().map(|(_, _, f, _)| f.as_str()).collect();
         assert_eq!(
             files,
             [
@@ -347,6 +508,31 @@ mod tests {
         assert_eq!(found[0].2, "deploy/kilns@v2.sql");
         let none = scripts(&entries, |_| false).unwrap();
         assert_eq!(none[0].2, "deploy/kilns@v1.sql");
+    }
+
+    /// Only another project's changes are cross-project dependencies;
+    /// conflicts (`!`) and the plan's own project are not.
+    #[test]
+    fn cross_project_dependencies_are_read_from_the_brackets() {
+        let line = "firings [pots kilnroles:kiln_operators !kilnroles:old pottery:pots] 2024-02-02T00:00:00Z A <a@x> # note [not:this]";
+        assert_eq!(
+            cross_project_requires(line, "pottery"),
+            ["kilnroles:kiln_operators"]
+        );
+        assert!(
+            cross_project_requires("pots 2024-02-01T00:00:00Z A <a@x> # x", "pottery").is_empty()
+        );
+        assert_eq!(
+            plan_project("%syntax-version=1.0.0\n%project=pottery\n"),
+            "pottery"
+        );
+        assert_eq!(
+            relative(
+                std::path::Path::new("/r/db/pottery"),
+                std::path::Path::new("/r/db/kilnroles")
+            ),
+            "../kilnroles"
+        );
     }
 
     #[test]
