@@ -61,7 +61,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<Trial> {
 }
 
 /// A goose folder of our own (a ferry timetable): SQL, a Go migration,
-/// SQL.
+/// SQL on the table the Go migration creates, SQL.
 const GOOSE: &str = "tests/fixtures/gate/goose-ferries";
 const GO_FILE: &str = "00002_load_sailings.go";
 
@@ -151,7 +151,7 @@ fn go_migration_skipped_static_only(_: &TestEnv) -> anyhow::Result<()> {
         .filter(|f| f.id == "static.clean")
         .map(|f| f.migration)
         .collect();
-    ensure!(clean == [Some(1), Some(3)], "{clean:?}");
+    ensure!(clean == [Some(1), Some(3), Some(4)], "{clean:?}");
     let (_, text, _) = output(cli().current_dir(repo_root()).args([
         "verify",
         "--static-only",
@@ -180,6 +180,28 @@ fn go_migration_skipped_rehearsed(env: &TestEnv) -> anyhow::Result<()> {
         "{}",
         render(&report, Format::Text)
     );
+    ensure!(
+        report.safe_order.is_empty(),
+        "a deploy order proven past a migration that was not run: {:?}",
+        report.safe_order
+    );
+    // Past it with --since 3, the base stops at it (migration 3 alters
+    // the table it creates): migration 4, the one rehearsed, was not
+    // reached, and says so.
+    let catalog = Catalog::from_dir(&repo_root().join(GOOSE))?;
+    let report = Verify::new(catalog)?.rows(50).since(3)?.run(&env.sandbox)?;
+    let four: Vec<(&str, Severity)> = report
+        .findings
+        .iter()
+        .filter(|f| f.migration == Some(4) && f.check == "apply")
+        .map(|f| (f.id.as_str(), f.severity))
+        .collect();
+    ensure!(
+        four == [("apply.not-rehearsed", Severity::Skipped)],
+        "{four:?}\n{}",
+        render(&report, Format::Text)
+    );
+    ensure!(report.safe_order.is_empty(), "{:?}", report.safe_order);
     Ok(())
 }
 

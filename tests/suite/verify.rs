@@ -903,7 +903,7 @@ fn cli_exit_2_when_it_cannot_run(env: &TestEnv) -> anyhow::Result<()> {
     );
     let (code, _, stderr) = run_verify(env, &["--format", "xml"])?;
     ensure!(
-        code == 2 && stderr.contains("text, json, junit, github, markdown or gitlab"),
+        code == 2 && stderr.contains("text, json, junit, github, markdown, gitlab or sarif"),
         "exit {code}: {stderr}"
     );
     // A bad FORMAT=FILE, and two reports for one stdout: refused before

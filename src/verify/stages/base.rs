@@ -7,7 +7,7 @@ use crate::report::events::{Event, RunStep};
 use crate::sandbox::{Database, SandboxError};
 use crate::target::{self, TargetError};
 use crate::verify::error::VerifyError;
-use crate::verify::evidence::SecondRun;
+use crate::verify::evidence::{SecondRun, Unreached};
 use crate::verify::measure;
 
 impl Run<'_> {
@@ -108,6 +108,11 @@ impl Run<'_> {
             .push(crate::verify::checks::apply::not_runnable(
                 go.version, &go.label, &file, &why, later,
             ));
+        // Nothing after it was rehearsed: each migration the run judges
+        // says so (skipped), never a silent pass.
+        for e in self.evidence.values_mut() {
+            e.unreached = Some((go.version, Unreached::Everything));
+        }
     }
 
     /// Starts the migrator: it applies the rehearsed migrations step by
