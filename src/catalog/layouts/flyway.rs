@@ -199,6 +199,13 @@ fn flyway_only(folder: &Folder, file: &str) -> bool {
 }
 
 impl LayoutReader for Flyway {
+    /// Flyway also runs Java migrations (`V…__….java` classes on its
+    /// classpath, often in another source folder), interleaved by version
+    /// with the SQL files; rollsafe sees only the folder's SQL.
+    fn caveat(&self) -> Option<&'static str> {
+        Some("Flyway also runs the project's Java migrations (classes named V<version>__<description> on its classpath), which this folder does not hold and rollsafe does not run: a history that has them fails where their work is missing")
+    }
+
     fn companion(&self, file: &str) -> Option<&'static str> {
         if file.ends_with(".sql.conf") {
             return Some("Flyway script configuration file(s) (read)");
