@@ -43,22 +43,23 @@ pub struct Executed {
 /// statement are skipped; so are fetches from an open portal (the
 /// statement was logged when it started).
 pub fn read_jsonlog(text: &str, dbname: &str) -> Vec<Executed> {
-    read_sent(text, dbname)
-        .into_iter()
-        .map(|sent| {
-            let mut executed = match sent.simple {
-                true => normalise(&sent.text),
-                false => Executed {
-                    text: sent.text,
-                    params: sent.params,
-                    literals: None,
-                    failed: false,
-                },
-            };
-            executed.failed = sent.failed;
-            executed
-        })
-        .collect()
+    read_sent(text, dbname).into_iter().map(executed).collect()
+}
+
+/// A sent statement as an execution of the app's: a simple query's
+/// literals turned into parameters ([`normalise`]).
+pub fn executed(sent: Sent) -> Executed {
+    let mut executed = match sent.simple {
+        true => normalise(&sent.text),
+        false => Executed {
+            text: sent.text,
+            params: sent.params,
+            literals: None,
+            failed: false,
+        },
+    };
+    executed.failed = sent.failed;
+    executed
 }
 
 /// One statement as a session sent it, for a reader that needs the
@@ -67,6 +68,8 @@ pub fn read_jsonlog(text: &str, dbname: &str) -> Vec<Executed> {
 /// extended-protocol execution, and which session sent it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sent {
+    /// The database it was sent to.
+    pub database: String,
     /// The server's session id (`session_id` of the log line).
     pub session: String,
     /// The statement as the server received it.
@@ -84,6 +87,11 @@ pub struct Sent {
 /// The statements sent to database `dbname`, in log order, each
 /// simple-query string split into its statements, none normalised.
 pub fn read_sent(text: &str, dbname: &str) -> Vec<Sent> {
+    read_sent_in(text, |db| db == dbname)
+}
+
+/// [`read_sent`] for every database `wanted` says yes to.
+pub fn read_sent_in(text: &str, wanted: impl Fn(&str) -> bool) -> Vec<Sent> {
     let mut out: Vec<Sent> = Vec::new();
     let mut last_of: BTreeMap<String, usize> = BTreeMap::new();
     for line in text.lines() {
@@ -91,7 +99,8 @@ pub fn read_sent(text: &str, dbname: &str) -> Vec<Sent> {
             continue;
         };
         let field = |k: &str| entry.get(k).and_then(|v| v.as_str()).unwrap_or("");
-        if field("dbname") != dbname {
+        let database = field("dbname");
+        if !wanted(database) {
             continue;
         }
         let session = entry
@@ -112,6 +121,7 @@ pub fn read_sent(text: &str, dbname: &str) -> Vec<Sent> {
         let message = field("message");
         let mut push = |text: String, params: Vec<Option<String>>, simple: bool| {
             out.push(Sent {
+                database: database.to_string(),
                 session: session.clone(),
                 text,
                 params,

@@ -58,6 +58,15 @@ pub struct TestRun {
     pub command: Vec<String>,
     /// Where it runs; None: the current directory.
     pub dir: Option<PathBuf>,
+    /// A framework's test run (Django's `test_<name>`, a Rails test
+    /// database, a database per test from a template): the role it runs
+    /// as may create databases, and every database it creates on the
+    /// server is captured, each from after its own schema set-up (its
+    /// last write to `history_table`).
+    pub creates_databases: bool,
+    /// The table the migration tool records migrations in, when the
+    /// catalogue's layout does not say it (a framework's).
+    pub history_table: Option<String>,
 }
 
 /// A finished capture.
@@ -165,11 +174,27 @@ pub fn capture_tests(
         Some(role) => role.url(db.url(), &[]),
         None => owner.url(db.url(), &[]),
     };
+    let history = run
+        .history_table
+        .as_deref()
+        .map(|t| t.rsplit('.').next().unwrap_or(t).to_lowercase())
+        .unwrap_or_else(|| history_table(catalog));
+    let existing = match run.creates_databases {
+        true => Some(let_create_databases(
+            sandbox,
+            app_role.as_ref().unwrap_or(&owner).name(),
+        )?),
+        false => None,
+    };
+    // The server's log holds earlier runs too (a base's capture, whose
+    // test database is gone): this run's lines start at its mark.
+    let start = mark_log(&app_url, "starts")?;
     let clock = Instant::now();
     run_command(run, program, &shown, &app_url)?;
     let command_time = clock.elapsed();
 
-    let executed = read_log(sandbox, &app_url, db.name())?;
+    let created = existing.as_deref().map(|e| (e, start.as_str()));
+    let executed = read_log(sandbox, &app_url, db.name(), created, &history)?;
     let groups = log::group(&executed);
     let mut excluded = Excluded {
         failed: log::failed_only(&executed),
@@ -179,7 +204,6 @@ pub fn capture_tests(
         .connect()
         .map_err(|e| RunError::Log(e.to_string()))?;
     let mut observed = Vec::new();
-    let history = history_table(catalog);
     for g in &groups {
         if g.text.to_lowercase().contains(&history) {
             excluded.bookkeeping += 1;
@@ -320,11 +344,75 @@ fn read_log(
     sandbox: &Sandbox,
     app_url: &str,
     dbname: &str,
+    created_after: Option<(&[String], &str)>,
+    history: &str,
 ) -> Result<Vec<log::Executed>, RunError> {
     let (text, marker) = read_log_text(sandbox, app_url)?;
-    let mut executed = log::read_jsonlog(&text, dbname);
-    executed.retain(|e| !e.text.contains(&marker));
-    Ok(executed)
+    let (existing, text) = match created_after {
+        Some((existing, start)) => (
+            Some(existing),
+            text.find(start).map_or(&text[..], |at| &text[at..]),
+        ),
+        None => (None, &text[..]),
+    };
+    let created = |db: &str| existing.is_some_and(|e| !e.iter().any(|x| x == db));
+    let mut sent = log::read_sent_in(text, |db| db == dbname || created(db));
+    sent.retain(|s| !s.text.contains(&marker) && !s.text.contains("rollsafe_capture_starts_"));
+    // A database the run created is set up by the tests' framework first
+    // (its migrations, its history rows): only what follows is the app's.
+    let set_up_until: std::collections::BTreeMap<&str, usize> = sent
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.database != dbname && s.text.to_lowercase().contains(history))
+        .map(|(i, s)| (s.database.as_str(), i))
+        .collect();
+    Ok(sent
+        .iter()
+        .enumerate()
+        .filter(|(i, s)| {
+            set_up_until
+                .get(s.database.as_str())
+                .map_or(true, |end| i > end)
+        })
+        .map(|(_, s)| log::executed(s.clone()))
+        .collect())
+}
+
+/// Lets `role` create databases and logs every statement of its sessions,
+/// in whichever database (a test database is created after the capture's
+/// own, without its settings); the databases the server has now, so
+/// that the ones the run creates can be told apart.
+fn let_create_databases(sandbox: &Sandbox, role: &str) -> Result<Vec<String>, SandboxError> {
+    let mut admin = sandbox.connect_admin()?;
+    let sql_error = |e: postgres::Error| SandboxError::Sql {
+        context: "letting the test role create databases".into(),
+        detail: crate::errors::one_line(&e),
+    };
+    admin
+        .batch_execute(&format!(
+            "ALTER ROLE {0} CREATEDB; ALTER ROLE {0} SET log_statement = 'all'; ALTER ROLE {0} SET log_parameter_max_length = -1",
+            quote_ident(role)
+        ))
+        .map_err(sql_error)?;
+    Ok(admin
+        .query("SELECT datname FROM pg_database", &[])
+        .map_err(sql_error)?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
+}
+
+/// Runs a statement as `url` that the log shows (`url`'s database logs
+/// every statement), and returns the name it holds: where in the log a
+/// run starts or ends.
+pub fn mark_log(url: &str, what: &str) -> Result<String, RunError> {
+    // An alias, not a literal: literals become parameters in the log's
+    // reading, an identifier stays in the text.
+    let marker = format!("rollsafe_capture_{what}_{}", uuid::Uuid::new_v4().simple());
+    let mut app = crate::db::connect(url).map_err(|e| RunError::Log(e.to_string()))?;
+    app.batch_execute(&format!("SELECT 1 AS {marker}"))
+        .map_err(|e| RunError::Log(crate::errors::one_line(&e)))?;
+    Ok(marker)
 }
 
 /// The server's whole JSON log, once a marker statement run as `url`
@@ -333,11 +421,7 @@ fn read_log(
 pub fn read_log_text(sandbox: &Sandbox, url: &str) -> Result<(String, String), RunError> {
     // An alias, not a literal: literals become parameters in the log's
     // reading, an identifier stays in the text.
-    let marker = format!("rollsafe_capture_ends_{}", uuid::Uuid::new_v4().simple());
-    let mut app = crate::db::connect(url).map_err(|e| RunError::Log(e.to_string()))?;
-    app.batch_execute(&format!("SELECT 1 AS {marker}"))
-        .map_err(|e| RunError::Log(crate::errors::one_line(&e)))?;
-    drop(app);
+    let marker = mark_log(url, "ends")?;
     let mut admin = sandbox.connect_admin()?;
     let deadline = Instant::now() + LOG_WAIT;
     loop {

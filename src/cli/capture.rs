@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use rollsafe::catalog::{Catalog, Layout, ReadOptions};
+use rollsafe::catalog::{Layout, ReadOptions};
 use rollsafe::db;
 
 use super::args::SandboxArgs;
@@ -35,12 +35,18 @@ pub(crate) struct CaptureArgs {
 pub(crate) struct CaptureRunArgs {
     #[command(flatten)]
     pub(crate) sandbox: SandboxArgs,
-    /// The project's migrations: the test command runs on a database they built.
+    /// The project's migrations (a folder, or a framework project's migrations or root: manage.py, alembic.ini, bin/rails, …): the test command runs on a database they built.
     #[arg(long, value_name = "DIR")]
     pub(crate) migrations: Option<PathBuf>,
     /// The tool whose folder --migrations is [default: detected].
     #[arg(long, value_name = "LAYOUT")]
     pub(crate) layout: Option<Layout>,
+    /// The project's own command that applies its migrations, when they are code and rollsafe does not detect its framework: the schema the tests run on is what it sends.
+    #[arg(long, value_name = "CMD")]
+    pub(crate) migrate_command: Option<String>,
+    /// The table that command records each migration in [default: the framework's].
+    #[arg(long, value_name = "TABLE")]
+    pub(crate) history_table: Option<String>,
     /// Apply the migrations up to this one (its label, e.g. 3, V3, 20240101120000) [default: the newest]; written as `-- needs:`.
     #[arg(long, value_name = "LABEL")]
     pub(crate) at: Option<String>,
@@ -97,13 +103,24 @@ pub(crate) fn write_captured(out: &Option<PathBuf>, text: &str) -> Result<(), Ex
 /// `rollsafe capture … -- CMD`.
 pub(crate) fn capture_tests(args: &CaptureArgs) -> anyhow::Result<ExitCode> {
     let run_args = &args.test_run;
-    let catalog = Catalog::load_in(
-        run_args.migrations.as_deref(),
+    let (catalog, framework) = super::verify::load_project(
+        &super::verify::ProjectArgs {
+            migrations: run_args.migrations.as_deref(),
+            migrate_command: run_args.migrate_command.as_deref(),
+            history_table: run_args.history_table.as_deref(),
+        },
         &ReadOptions {
             layout: run_args.layout,
             placeholders: Default::default(),
         },
+        &run_args.sandbox,
     )?;
+    // A framework's data migrations are applied as sent: the schema is
+    // what its migrate built.
+    let catalog = match &framework {
+        Some(read) => read.catalog(Some(i32::MAX))?,
+        None => catalog,
+    };
     let at = match &run_args.at {
         Some(text) => Some(
             catalog
@@ -124,6 +141,8 @@ pub(crate) fn capture_tests(args: &CaptureArgs) -> anyhow::Result<ExitCode> {
         app_role,
         command: run_args.command.clone(),
         dir: None,
+        creates_databases: framework.is_some(),
+        history_table: framework.map(|r| r.project.history.clone()),
     };
     let builder = rollsafe::capture::run::log_settings(run_args.sandbox.builder()?);
     let sandbox = builder.start()?;

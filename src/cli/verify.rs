@@ -126,6 +126,7 @@ pub(crate) struct BaseRun {
 pub(crate) fn prepare_base(
     args: &mut VerifyArgs,
     catalog: &Catalog,
+    framework: Option<&rollsafe::framework::Read>,
 ) -> anyhow::Result<Option<BaseRun>> {
     use rollsafe::capture::{base, run};
     let (Some(reference), Some(dir)) = (args.base.base.clone(), args.migrations.clone()) else {
@@ -136,7 +137,23 @@ pub(crate) fn prepare_base(
         placeholders: args.placeholders.iter().cloned().collect(),
     };
     let checkout = base::checkout(&dir, &reference)?;
-    let base_catalog = checkout.catalog(&options)?;
+    // A framework's migrations at REF are what its migrate sends there;
+    // its data migrations are applied as sent where the apps are captured.
+    let (base_catalog, catalog) = match framework {
+        Some(read) => {
+            let project = rollsafe::framework::Project {
+                root: checkout.same_place(&read.project.root),
+                ..read.project.clone()
+            };
+            let at_base = read_framework(&args.sandbox, &project)?;
+            (
+                at_base.catalog(Some(i32::MAX))?,
+                read.catalog(Some(i32::MAX))?,
+            )
+        }
+        None => (checkout.catalog(&options)?, catalog.clone()),
+    };
+    let catalog = &catalog;
     let newest = checkout.check_history(&base_catalog, catalog)?;
     eprintln!(
         "rollsafe verify: --base {reference}: {} migration(s) there, {} added here",
@@ -166,6 +183,8 @@ pub(crate) fn prepare_base(
             app_role: app_role.clone(),
             command: vec!["sh".into(), "-c".into(), command.clone()],
             dir: Some(dir),
+            creates_databases: framework.is_some(),
+            history_table: framework.map(|r| r.project.history.clone()),
         };
         eprintln!("rollsafe verify: capturing the {app} app (`{command}`)");
         let captured = run::capture_tests(&sandbox, at_catalog, &test_run)?;
@@ -333,32 +352,51 @@ pub(crate) fn load_catalog(
         layout: args.layout,
         placeholders: args.placeholders.iter().cloned().collect(),
     };
-    let folder_error = match &args.migrate_command {
+    let project = ProjectArgs {
+        migrations: args.migrations.as_deref(),
+        migrate_command: args.migrate_command.as_deref(),
+        history_table: args.history_table.as_deref(),
+    };
+    load_project(&project, &options, &args.sandbox)
+}
+
+/// Where a command finds a project's migrations.
+pub(crate) struct ProjectArgs<'a> {
+    pub(crate) migrations: Option<&'a std::path::Path>,
+    pub(crate) migrate_command: Option<&'a str>,
+    pub(crate) history_table: Option<&'a str>,
+}
+
+/// A folder read in its layout, else the framework project around it
+/// (or `--migrate-command`) run on a throwaway server of `sandbox`'s kind.
+pub(crate) fn load_project(
+    project: &ProjectArgs,
+    options: &ReadOptions,
+    sandbox: &SandboxArgs,
+) -> anyhow::Result<(Catalog, Option<rollsafe::framework::Read>)> {
+    let folder_error = match project.migrate_command {
         Some(_) => None,
-        None => match Catalog::load_in(args.migrations.as_deref(), &options) {
+        None => match Catalog::load_in(project.migrations, options) {
             Err(e @ (CatalogError::Empty { .. } | CatalogError::BadName { .. }))
-                if args.layout.is_none() =>
+                if options.layout.is_none() =>
             {
                 Some(e)
             }
             other => return Ok((other?, None)),
         },
     };
-    let dir = match &args.migrations {
-        Some(dir) => dir.clone(),
+    let dir = match project.migrations {
+        Some(dir) => dir.to_path_buf(),
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
-    let project = rollsafe::framework::Project::find(
-        &dir,
-        args.migrate_command.as_deref(),
-        args.history_table.as_deref(),
-    )?;
-    let project = match (project, folder_error) {
+    let found =
+        rollsafe::framework::Project::find(&dir, project.migrate_command, project.history_table)?;
+    let found = match (found, folder_error) {
         (Some(p), _) => p,
         (None, Some(e)) => return Err(e.into()),
         (None, None) => unreachable!("a migrate command always makes a project"),
     };
-    let read = read_framework(&args.sandbox, &project)?;
+    let read = read_framework(sandbox, &found)?;
     Ok((read.catalog(None)?, Some(read)))
 }
 
@@ -391,7 +429,7 @@ pub(crate) fn rehearse(args: &mut VerifyArgs, targets: &[Target]) -> anyhow::Res
         None => read_as(&catalog, args.layout.is_some()),
     };
     // `--base` sets `since` to the base's newest migration.
-    let _base = prepare_base(args, &catalog)?;
+    let _base = prepare_base(args, &catalog, framework.as_ref())?;
     let since = match &args.since {
         Some(text) => Some(since_version(&catalog, text)?),
         None => None,

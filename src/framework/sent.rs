@@ -413,6 +413,7 @@ mod tests {
 
     fn simple(session: &str, text: &str) -> Sent {
         Sent {
+            database: "shelf".into(),
             session: session.into(),
             text: text.into(),
             params: Vec::new(),

@@ -60,6 +60,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             a_migrate_command_of_its_own_with_its_history_table,
             a_failing_migrate_command_is_exit_2_with_its_last_lines,
             a_data_migration_is_skipped_naming_it,
+            django_apps_captured_from_their_test_databases_catch_the_dropped_default,
         ]
     ));
     trials
@@ -313,5 +314,84 @@ fn a_data_migration_is_skipped_naming_it(env: &TestEnv) -> anyhow::Result<()> {
             && stdout.contains("8b2e4d6f1a3c_route_code.py) is a data migration: it read the project's rows (`SELECT sailing.id, port.name FROM sailing JOIN port"),
         "the data migration is skipped, named, with why: {stdout}"
     );
+    Ok(())
+}
+
+fn git(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
+    let (code, _, stderr) = output(
+        std::process::Command::new("git")
+            .current_dir(dir)
+            .args([
+                "-c",
+                "user.name=rollsafe",
+                "-c",
+                "user.email=rollsafe@localhost",
+            ])
+            .args(args),
+    )?;
+    ensure!(code == 0, "git {args:?}: {stderr}");
+    Ok(())
+}
+
+/// The seed library at `main` (its app and its tests), and the working
+/// tree adding `is_heirloom` to the app and the newest migration in
+/// `variant`. `verify --base main --capture "python manage.py test"`
+/// captures each version from the database Django's test runner creates
+/// (`test_<name>`, its migrations there left out): Django's plain
+/// `BooleanField(default=False)` drops the default, so the old app's
+/// inserts fail during the rollout; `db_default` keeps it and passes.
+fn django_apps_captured_from_their_test_databases_catch_the_dropped_default(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    for (variant, expected) in [
+        (
+            "hidden_default",
+            &["locks.workload-failed", "compat.statement-fails"][..],
+        ),
+        ("kept_default", &[][..]),
+    ] {
+        let dir = project("django", None)?;
+        let root = dir.path();
+        git(root, &["init", "-q", "-b", "main"])?;
+        git(root, &["add", "-A"])?;
+        git(root, &["commit", "-qm", "the seed library"])?;
+        for file in ["models.py", "tests.py"] {
+            std::fs::copy(
+                root.join("app_heirloom").join(file),
+                root.join("packets").join(file),
+            )?;
+        }
+        std::fs::copy(
+            root.join("variants").join(format!("{variant}.py")),
+            root.join("packets/migrations/0004_newest.py"),
+        )?;
+        let (code, stdout, stderr) = verify(
+            backend(env),
+            root,
+            "packets/migrations",
+            &[
+                "--base",
+                "main",
+                "--capture",
+                "python3 manage.py test packets",
+            ],
+        )?;
+        let found = errors(&stdout);
+        ensure!(
+            found == expected && code == if expected.is_empty() { 0 } else { 1 },
+            "{variant}: exit {code}, errors {found:?}, expected {expected:?}\n{stdout}\n{stderr}"
+        );
+        ensure!(
+            stderr.contains("the base app at packets.0003_fill_label: 4 statements (2 reads, 2 writes")
+                && stderr.contains("the head app at packets.0004_newest: 4 statements (2 reads, 2 writes"),
+            "{variant}: each app is what its tests ran in Django's test database, its migrations left out: {stderr}"
+        );
+        if !expected.is_empty() {
+            ensure!(
+                stdout.contains("the base app's `insert__packets_packet` fails on packets.0004_newest at EXECUTE: null value in column \"is_heirloom\""),
+                "the old app's insert is what fails: {stdout}"
+            );
+        }
+    }
     Ok(())
 }
