@@ -159,7 +159,8 @@ fn bare(name: &str) -> String {
 }
 
 /// Whether `f` is about `object`: an evidence value that names it, or a
-/// word of its message.
+/// word of its message or of its statement (squawk's findings name their
+/// table only there).
 fn about(f: &Finding, object: &str) -> bool {
     let want = bare(object);
     let named = OBJECT_KEYS.iter().any(|k| {
@@ -168,10 +169,12 @@ fn about(f: &Finding, object: &str) -> bool {
             .and_then(|v| v.as_str())
             .is_some_and(|v| v.split([',', ' ']).any(|part| bare(part) == want))
     });
+    let statement = f.location.as_ref().map_or("", |l| l.excerpt.as_str());
     named
-        || f.message
-            .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.' || c == '"'))
-            .any(|word| !word.is_empty() && bare(word.trim_end_matches('.')) == want)
+        || [f.message.as_str(), statement].iter().any(|text| {
+            text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.' || c == '"'))
+                .any(|word| !word.is_empty() && bare(word.trim_end_matches('.')) == want)
+        })
 }
 
 /// Holds every waiver against the finished `report` on `today`: marks the
@@ -312,6 +315,29 @@ mod tests {
             );
             assert_eq!(stale[0].location.as_ref().unwrap().line, 7);
         }
+    }
+
+    #[test]
+    fn an_object_is_matched_in_evidence_message_or_statement() {
+        let f = Finding::new(
+            "static",
+            "prefer-bigint-over-int",
+            Severity::Warn,
+            Some(3),
+            "32-bit",
+        )
+        .evidence("flagged", "integer")
+        .at(Some(Location {
+            file: "V3__b.sql".into(),
+            line: 1,
+            column: 20,
+            excerpt: "CREATE TABLE public.plants ( id integer".into(),
+        }));
+        assert!(about(&f, "plants") && about(&f, "\"Plants\"") && about(&f, "public.plants"));
+        assert!(!about(&f, "benches"));
+        let g = Finding::new("locks", "x", Severity::Error, Some(3), "builds an index")
+            .evidence("table", "app.jobs");
+        assert!(about(&g, "jobs") && !about(&g, "job"));
     }
 
     #[test]
