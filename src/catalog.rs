@@ -825,6 +825,7 @@ impl Catalog {
         // maragudk/migrate's alike: the project around it says whose.
         folder.project = layouts::project_tools(dir);
         folder.pinned = layouts::pinned_versions(dir);
+        folder.dir = Some(dir.to_path_buf());
         Catalog::from_folder(Source::Dir(dir.to_path_buf()), options, folder)
     }
 

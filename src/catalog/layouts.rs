@@ -58,6 +58,9 @@ pub struct Folder {
     /// [`pinned_versions`]), for the tools whose reading changed between
     /// versions (dbmate's sections).
     pub pinned: Vec<(Layout, (u32, u32))>,
+    /// Where the folder is on disk (None for the embedded set), for the
+    /// files a script reads from beside it ([`Folder::read_beside`]).
+    pub dir: Option<std::path::PathBuf>,
     /// The folder's other files (of kinds no layout reads: `README.md`,
     /// `seed.txt`), by path; hidden files (`.gitkeep`) are not listed.
     pub others: Vec<String>,
@@ -187,6 +190,24 @@ impl Folder {
             .filter_map(|p| p.strip_suffix(file)?.strip_suffix('/'))
             .filter(|d| !d.contains('/') && !d.starts_with('.'))
             .collect()
+    }
+
+    /// The text of `path` as a tool run from the project finds it: relative
+    /// to the folder or one of its parents, up to the repository's root
+    /// (the nearest with `.git`), and never outside it. None when no such
+    /// file is there.
+    pub fn read_beside(&self, path: &str) -> Option<String> {
+        let dir = self.dir.as_ref()?.canonicalize().ok()?;
+        let root = dir
+            .ancestors()
+            .find(|a| a.join(".git").exists())
+            .unwrap_or(&dir)
+            .to_path_buf();
+        dir.ancestors()
+            .take_while(|a| a.starts_with(&root))
+            .filter_map(|a| a.join(path).canonicalize().ok())
+            .find(|p| p.starts_with(&root) && p.is_file())
+            .and_then(|p| std::fs::read_to_string(p).ok())
     }
 
     /// The (major, minor) of `tool` the project pins, when it does.

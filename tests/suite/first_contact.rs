@@ -26,6 +26,7 @@ pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
             an_extension_swallowed_by_a_do_block_is_named_with_an_image_that_has_it,
             dbmate_sections_are_cut_as_the_projects_dbmate_cuts_them,
             a_sqitch_dependency_on_a_sibling_project_deploys_it_first,
+            a_sqitch_script_reading_a_file_into_a_psql_variable_is_rehearsed,
         ]
     )
 }
@@ -403,4 +404,19 @@ fn a_sqitch_dependency_on_a_sibling_project_deploys_it_first(env: &TestEnv) -> a
         "{err}"
     );
     Ok(())
+}
+
+/// `\set label `cat templates/kiln_label.txt``, a file of the project
+/// beside its `top_dir`: read as psql reads it (no command run), the
+/// variable's text inserted as a literal, the change rehearsed.
+fn a_sqitch_script_reading_a_file_into_a_psql_variable_is_rehearsed(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let catalog = read_as("sqitch-psql-file", None)?;
+    let sql = &catalog.migrations()[0].sql;
+    ensure!(
+        sql.contains("VALUES (1, 'Cone 6 — don''t open above 200°C')") && !sql.contains("\\set"),
+        "{sql}"
+    );
+    rehearse_clean(env, catalog)
 }

@@ -197,6 +197,62 @@ fn scripts(
     Ok(out)
 }
 
+/// psql's `\set name `cat path`` (a file's text in a variable, e.g. a
+/// template kept beside the scripts), the one psql command followed: the
+/// file is read, never a command run (`read` gives the text of `path` as
+/// psql's working directory, the project, holds it; None when the
+/// repository has no such file), its line blanked, and `:'name'` replaced
+/// with the text as a literal (psql's `PQescapeLiteral`: quotes doubled;
+/// with a backslash, ` E'…'` and backslashes doubled), `:"name"` as an
+/// identifier. psql drops one trailing newline of a backquoted command's
+/// output, and so does this. Any other psql command is left for
+/// [`refuse_psql_commands`].
+fn expand_psql_variables(
+    file: &str,
+    text: &str,
+    read: impl Fn(&str) -> Option<String>,
+) -> Result<String, CatalogError> {
+    let mut values: Vec<(String, String)> = Vec::new();
+    let mut out = String::with_capacity(text.len());
+    for (i, line) in text.split_inclusive('\n').enumerate() {
+        let set = line
+            .trim()
+            .strip_prefix("\\set ")
+            .and_then(|rest| rest.trim().split_once(char::is_whitespace))
+            .and_then(|(name, value)| {
+                let path = value.trim().strip_prefix("`cat ")?.strip_suffix('`')?;
+                Some((name, path.trim()))
+            });
+        let Some((name, path)) = set else {
+            out.push_str(line);
+            continue;
+        };
+        let value = read(path).ok_or_else(|| CatalogError::Unreadable {
+            file: file.to_string(),
+            why: format!(
+                "line {}: `\\set {name} `cat {path}`` reads a file the repository does not hold (looked for {path} from the project's folders up to the repository's root); add it, or put the value in the SQL itself",
+                i + 1
+            ),
+        })?;
+        let value = value.strip_suffix('\n').unwrap_or(&value).to_string();
+        values.push((name.to_string(), value));
+        if line.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    for (name, value) in &values {
+        let literal = match value.contains('\\') {
+            true => format!(" E'{}'", value.replace('\\', "\\\\").replace('\'', "''")),
+            false => format!("'{}'", value.replace('\'', "''")),
+        };
+        out = out.replace(&format!(":'{name}'"), &literal).replace(
+            &format!(":\"{name}\""),
+            &format!("\"{}\"", value.replace('"', "\"\"")),
+        );
+    }
+    Ok(out)
+}
+
 /// Sqitch runs scripts through psql, so a script may hold psql's own
 /// commands (`\set x `cat file``, `\i`, `\copy`): they read files and run
 /// shell commands, which nothing from a pull request may do in rollsafe's
@@ -274,6 +330,7 @@ fn verify_script(
     let Some(text) = folder.text(&file)? else {
         return Ok(None);
     };
+    let text = expand_psql_variables(&file, &text, |p| folder.read_beside(p))?;
     refuse_psql_commands(&file, &text)?;
     Ok(Some(super::Script {
         sql: strip_verify_transaction(&text),
@@ -327,6 +384,7 @@ impl LayoutReader for Sqitch {
                 file: file.clone(),
                 why: format!("is missing, and sqitch.plan deploys `{label}` from it; add the script or remove the change from the plan"),
             })?;
+            let text = expand_psql_variables(&file, &text, |p| folder.read_beside(p))?;
             refuse_psql_commands(&file, &text)?;
             let (sql, own_transaction) = strip_own_transaction(&text);
             let verify = verify_script(folder, &top, &label)?;
@@ -532,6 +590,35 @@ mod tests {
                 std::path::Path::new("/r/db/kilnroles")
             ),
             "../kilnroles"
+        );
+    }
+
+    /// `\set name `cat path`` reads the file (never runs a command): its
+    /// line blanked, `:'name'` the text as psql quotes it; a file the
+    /// repository lacks is refused naming it; other psql commands stay.
+    #[test]
+    fn a_psql_variable_from_a_file_is_read_as_psql_reads_it() {
+        let script = "BEGIN;\n\\set page `cat templates/page.html`\nINSERT INTO pages (body) VALUES (:'page');\nCOMMIT;\n";
+        let read = |p: &str| (p == "templates/page.html").then(|| "<p>it's</p>\n".to_string());
+        let sql = expand_psql_variables("deploy/pages.sql", script, read).unwrap();
+        assert_eq!(
+            sql,
+            "BEGIN;\n\nINSERT INTO pages (body) VALUES ('<p>it''s</p>');\nCOMMIT;\n"
+        );
+        let slash = expand_psql_variables("d.sql", "\\set v `cat a`\nSELECT :'v';", |_| {
+            Some("a\\b".into())
+        })
+        .unwrap();
+        assert_eq!(slash, "\nSELECT  E'a\\\\b';");
+        let missing = expand_psql_variables("d.sql", script, |_| None).unwrap_err();
+        assert!(
+            missing.to_string().contains("line 2: `\\set page `cat templates/page.html`` reads a file the repository does not hold"),
+            "{missing}"
+        );
+        let other = "\\i other.sql\n";
+        assert_eq!(
+            expand_psql_variables("d.sql", other, |_| None).unwrap(),
+            other
         );
     }
 
