@@ -158,6 +158,38 @@ pub fn made_value_failure(
     })
 }
 
+/// The statement `failed` names with its rollsafe-made parameter given a
+/// new value by the generator (the column's family, ignoring the value
+/// that failed: one no row holds for a UNIQUE column), to measure it again
+/// with a value that holds; None when the generator has none.
+pub fn with_a_value_that_holds(
+    c: &mut Client,
+    statement: &Statement,
+    failed: &MadeValueFailure,
+) -> Option<Statement> {
+    let shape = bindings::infer_write(&statement.sql)?;
+    let table: String = shape
+        .table
+        .split('.')
+        .map(quote_ident)
+        .collect::<Vec<_>>()
+        .join(".");
+    let columns = Columns::read(c).ok()?;
+    let value = columns
+        .value(c, &table, &failed.column, None, failed.param)
+        .ok()??;
+    let mut again = statement.clone();
+    let prefix = format!("${} ", failed.param);
+    let line = format!("${} = {}", failed.param, value.render());
+    match again.meta.iter_mut().find(|(k, v)| {
+        k == "param" && (v.starts_with(&prefix) || v.starts_with(&format!("${}=", failed.param)))
+    }) {
+        Some((_, v)) => *v = line,
+        None => again.meta.push(("param".into(), line)),
+    }
+    Some(again)
+}
+
 /// The double-quoted name that follows `lead` in a server message.
 fn quoted_after(message: &str, lead: &str) -> Option<String> {
     let rest = &message[message.find(lead)? + lead.len()..];

@@ -453,6 +453,24 @@ fn a_coded_unique_key_gets_values_its_pattern_allows_and_no_row_holds(
         blamed.param == 1 && blamed.column == "code" && blamed.constraint == "bookings_code_check",
         "{blamed:?}"
     );
+    // Measured again with a value that holds: the generator's, for the
+    // column that failed.
+    let mut broken = insert.clone();
+    for (k, v) in broken.meta.iter_mut() {
+        if k == "param" && v.starts_with("$1 ") {
+            *v = "$1 = 'bad' /* rollsafe: a value the pattern refuses */".into();
+        }
+    }
+    let again = rollsafe::capture::params::with_a_value_that_holds(&mut c, &broken, &blamed)
+        .context("a value that holds")?;
+    let again_params = rollsafe::app::replay::declared_params(again.meta_values("param"));
+    let code: String = c
+        .query_one(&format!("SELECT ({})::text", again_params[&1]), &[])?
+        .get(0);
+    c.execute(
+        "INSERT INTO bookings (code, vessel_id, passenger, seats) VALUES ($1, $2, 'Ines', 2)",
+        &[&code, &vessel],
+    )?;
     let mut own = insert.clone();
     own.meta
         .retain(|(k, v)| k != "param" || !v.starts_with("$1 "));
