@@ -146,7 +146,11 @@ impl Framework {
                     .into_iter()
                     .filter(|p| p.file_name().is_some_and(|f| f.to_string_lossy() == wanted))
                     .filter(|p| p.parent().is_some_and(|d| d.ends_with("migrations")))
-                    .max_by_key(|p| {
+                    // The app's own folder (its label is its folder's name
+                    // unless its AppConfig says otherwise): a migration of
+                    // the same name in another app (an installed package's
+                    // `0001_initial`) is not this one.
+                    .find(|p| {
                         p.parent()
                             .and_then(Path::parent)
                             .is_some_and(|d| d.ends_with(app))
@@ -269,6 +273,28 @@ pub fn detect(dir: &Path) -> Option<(PathBuf, Framework)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A Django migration is its own app's file: an installed package's
+    /// `auth.0001_initial` is not the project's `shelf/migrations/0001_initial.py`.
+    #[test]
+    fn a_django_migration_is_found_in_its_apps_folder() {
+        let root = tempfile::tempdir().unwrap();
+        let folder = root.path().join("shelf/migrations");
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join("0001_initial.py"), "").unwrap();
+        let locate = |key| Framework::Django.locate(root.path(), key);
+        assert_eq!(
+            locate("shelf.0001_initial"),
+            (
+                "0001_initial".to_string(),
+                "shelf/migrations/0001_initial.py".to_string()
+            )
+        );
+        assert_eq!(
+            locate("auth.0001_initial"),
+            ("0001_initial".to_string(), String::new())
+        );
+    }
 
     #[test]
     fn an_alembic_revision_is_found_by_its_declaration() {
