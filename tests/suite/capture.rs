@@ -26,6 +26,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             python_app_versions_captured_from_their_tests_catch_the_hidden_default,
             java_app_versions_captured_from_their_tests_catch_the_hidden_default,
             a_coded_unique_key_gets_values_its_pattern_allows_and_no_row_holds,
+            a_coded_unique_key_captured_from_java_passes_and_the_hidden_default_fails,
             a_failing_test_command_is_exit_2_and_nothing_is_written,
             the_tests_connect_as_the_app_role_with_libpq_variables,
             base_rehearses_what_the_tree_adds_and_refuses_edited_history,
@@ -485,6 +486,41 @@ fn a_coded_unique_key_gets_values_its_pattern_allows_and_no_row_holds(
             .all(|c| c.len() == 7 && c[..3].chars().all(|x| x.is_ascii_uppercase()))
             && codes[1] != codes[2],
         "{codes:?}"
+    );
+    verdicts_on_both_migrations(env, &FERRY, apps.path())
+}
+
+/// The ferry office in Java over JDBC: the booking code's captured
+/// `-- param:` is the generator's (the tests' code while free, a value of
+/// the pattern no row holds else), never a random prefix; the correct
+/// migration passes with both versions and the hiding default fails on
+/// the readers.
+fn a_coded_unique_key_captured_from_java_passes_and_the_hidden_default_fails(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let jar = "/usr/share/java/postgresql.jar";
+    ensure!(
+        Path::new(jar).exists(),
+        "{jar} is missing: apt-get install libpostgresql-jdbc-java (ci/test.sh does)"
+    );
+    let apps = tempfile::tempdir()?;
+    let [v1, _] = capture_both(env, &FERRY, apps.path(), "bookings_java", |v| {
+        vec![
+            "java".to_string(),
+            "-cp".to_string(),
+            jar.to_string(),
+            ferry()
+                .join(format!("java/v{v}/BookingsTest.java"))
+                .display()
+                .to_string(),
+        ]
+    })?;
+    let insert = entry(&v1, "insert_bookings")?;
+    ensure!(
+        insert.contains("-- param: $1 = coalesce((SELECT 'SKU1001'::text WHERE NOT EXISTS")
+            && insert.contains("(UNIQUE column code) */")
+            && !insert.contains("random()"),
+        "{insert}"
     );
     verdicts_on_both_migrations(env, &FERRY, apps.path())
 }
