@@ -275,7 +275,7 @@ fn a_migrate_command_of_its_own_with_its_history_table(env: &TestEnv) -> anyhow:
 }
 
 /// A migrate command that fails is exit 2 with its status and its last
-/// lines, and nothing is rehearsed.
+/// lines (the database's password masked), and nothing is rehearsed.
 fn a_failing_migrate_command_is_exit_2_with_its_last_lines(env: &TestEnv) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let (code, stdout, stderr) = output(cli().current_dir(dir.path()).args([
@@ -283,7 +283,7 @@ fn a_failing_migrate_command_is_exit_2_with_its_last_lines(env: &TestEnv) -> any
         "--postgres",
         backend(env),
         "--migrate-command",
-        "echo 'applying 0002_potting_mix'; echo 'relation \"soil\" does not exist' >&2; exit 3",
+        "echo 'applying 0002_potting_mix'; echo \"connecting with $PGPASSWORD\"; echo 'relation \"soil\" does not exist' >&2; exit 3",
         "--history-table",
         "greenhouse_steps",
     ]))?;
@@ -293,6 +293,10 @@ fn a_failing_migrate_command_is_exit_2_with_its_last_lines(env: &TestEnv) -> any
             && stderr.contains("relation \"soil\" does not exist")
             && stderr.contains("nothing was rehearsed"),
         "the failure says its status and its last lines: {stderr}"
+    );
+    ensure!(
+        stderr.contains("connecting with ***"),
+        "a password the command prints is never shown: {stderr}"
     );
     ensure!(!stdout.contains("PASSED"), "no verdict: {stdout}");
     Ok(())
