@@ -296,6 +296,19 @@ fn an_extension_swallowed_by_a_do_block_is_named_with_an_image_that_has_it(
         .ok_or_else(|| {
             anyhow::anyhow!("no finding names the missing type: {:#?}", report.findings)
         })?;
+    // The sandbox lacks the extension: skipped with the way out, never an
+    // error the SQL is blamed for; the later migrations are not reached.
+    ensure!(
+        failed.id == "apply.extension-not-in-sandbox"
+            && failed.severity == rollsafe::report::Severity::Skipped
+            && failed.evidence["extension"] == "vector",
+        "{failed:?}"
+    );
+    ensure!(
+        report.errors().next().is_none(),
+        "{:?}",
+        report.errors().collect::<Vec<_>>()
+    );
     let advice = &failed.advice;
     for part in [
         "type vector is extension vector's",

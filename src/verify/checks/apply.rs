@@ -18,6 +18,7 @@ use crate::verify::evidence::{
 
 use super::phrases::ms;
 use super::Check;
+use crate::migrate::way_out;
 
 /// SQLSTATE of a deadlock the server broke.
 const DEADLOCK: &str = "40P01";
@@ -291,33 +292,6 @@ fn what_it_needed(message: &str) -> &'static str {
 /// SQLSTATE 2BP01 dependent_objects_still_exist.
 const DEPENDENT_OBJECTS: &str = "2BP01";
 
-/// SQLSTATE 0A000 feature_not_supported: `extension "x" is not available`
-/// (PostgreSQL 15+).
-const FEATURE_NOT_SUPPORTED: &str = "0A000";
-/// SQLSTATE 58P01 undefined_file: `could not open extension control file
-/// ".../x.control"` (before 15).
-const UNDEFINED_FILE: &str = "58P01";
-
-/// The extension a `CREATE EXTENSION` could not find on the sandbox's
-/// server, from the server's message (either spelling).
-fn extension_not_installed<'a>(sqlstate: Option<&str>, message: &'a str) -> Option<&'a str> {
-    match sqlstate {
-        Some(FEATURE_NOT_SUPPORTED) => {
-            let rest = message.split("extension \"").nth(1)?;
-            let (name, tail) = rest.split_once('"')?;
-            tail.starts_with(" is not available").then_some(name)
-        }
-        Some(UNDEFINED_FILE) => {
-            let rest = message
-                .split("could not open extension control file \"")
-                .nth(1)?;
-            let file = rest.split('"').next()?;
-            file.rsplit('/').next()?.strip_suffix(".control")
-        }
-        _ => None,
-    }
-}
-
 /// The role a refused `DROP ROLE` names: `role "x" cannot be dropped
 /// because some objects depend on it`.
 fn role_still_depended_on(message: &str) -> Option<&str> {
@@ -390,8 +364,8 @@ fn refused(v: i32, applied: &Applied, error: &str, statement_timeout: Duration) 
         // sandbox built from a plain image lacks what production installed
         // (timescaledb, postgis). Whether production has it is not
         // something the rehearsal can show, so it is not judged.
-        _ if extension_not_installed(applied.sqlstate.as_deref(), error).is_some() => {
-            let name = extension_not_installed(applied.sqlstate.as_deref(), error).unwrap_or_default();
+        _ if way_out::missing_extension(applied.sqlstate.as_deref(), error).is_some() => {
+            let name = way_out::missing_extension(applied.sqlstate.as_deref(), error).unwrap_or_default();
             Some(
                 Finding::new(
                     CHECK,
@@ -404,8 +378,13 @@ fn refused(v: i32, applied: &Applied, error: &str, statement_timeout: Duration) 
                 )
                 .at(at)
                 .evidence("sqlstate", applied.sqlstate.clone().unwrap_or_default())
-                .evidence("extension", name)
-                .advice(format!("rehearse on a PostgreSQL that has {name}, as production does: --image <an image with {name} of production's major> (the docker backend), or --postgres <url of such a server>; if production lacks it too, this migration fails there")),
+                .evidence("extension", name.clone())
+                .advice(
+                    // A type or function of it missing (its CREATE
+                    // EXTENSION swallowed by a DO block) says why too.
+                    way_out::advice(applied.sqlstate.as_deref(), error, None)
+                        .unwrap_or_else(|| way_out::extension_way_out(&name, None)),
+                ),
             )
         }
         Some(QUERY_CANCELED) => Some(
