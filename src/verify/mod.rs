@@ -177,7 +177,28 @@ impl Verify {
         report.duration_ms = started.elapsed().as_millis() as u64;
         report.finish();
         self.hold_waivers(&mut report);
+        self.locate_in_files(&mut report);
         report
+    }
+
+    /// Points every finding at a line of the file a reviewer opens. A
+    /// framework's migration is code (`0004_x.py`, `20240308_x.rb`) whose
+    /// SQL the framework sent: the statement's line in that SQL is no line
+    /// of the file, so an annotation there would land on the wrong line.
+    /// Such findings point at the file's first line, the statement named
+    /// by its excerpt.
+    fn locate_in_files(&self, report: &mut Report) {
+        if self.catalog.layout != crate::catalog::Layout::Framework {
+            return;
+        }
+        for location in report
+            .findings
+            .iter_mut()
+            .filter_map(|f| f.location.as_mut())
+        {
+            location.line = 1;
+            location.column = 1;
+        }
     }
 
     /// Holds every reviewed waiver of the migrations this run judged (the
@@ -295,6 +316,7 @@ impl Verify {
         report.duration_ms = started.elapsed().as_millis() as u64;
         report.finish();
         self.hold_waivers(&mut report);
+        self.locate_in_files(&mut report);
         // The order is only proven when nothing failed, and only for a
         // rehearsal that reached every migration (one stopped at a
         // migration rollsafe cannot run proved nothing after it).
