@@ -61,6 +61,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             migrations_alone_are_seeded_by_the_generator_and_judged,
             a_failure_on_generated_rows_does_not_blind_the_later_migrations,
             tables_a_trigger_makes_per_row_are_not_the_migrations_doing,
+            a_write_failing_on_rollsafes_value_is_skipped_and_run_again,
             a_migration_reaching_no_table_is_not_said_to_lack_rows,
             a_table_the_apps_only_read_gets_generated_rows_and_its_rewrite_is_caught,
         ]
@@ -974,6 +975,73 @@ fn migrations_alone_are_seeded_by_the_generator_and_judged(env: &TestEnv) -> any
         !r.checks.iter().any(|c| c.check == "dao"),
         "the shipped project's dao check ran on another project"
     );
+    Ok(())
+}
+
+/// A captured write whose `-- param:` rollsafe made (marked) breaks the
+/// table's coded-key CHECK: on a correct migration that is rollsafe's
+/// value, not the migration's doing. `compat.made-value-refused`
+/// (skipped) names the value and the constraint; the statement is run
+/// again with a value the generator makes that holds and is judged on it:
+/// no `compat.statement-fails`, and the run passes. The tests' own value
+/// breaking the same CHECK stays the app's failure.
+fn a_write_failing_on_rollsafes_value_is_skipped_and_run_again(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let migrations = tempfile::tempdir()?;
+    write(
+        migrations.path(),
+        &[
+            (
+                "V1__gadgets.sql",
+                "CREATE TABLE gadgets (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, code text NOT NULL UNIQUE CHECK (code ~ '^[A-Z]{3}[0-9]{3}$'), name text NOT NULL);",
+            ),
+            ("V2__gadgets_colour.sql", "ALTER TABLE gadgets ADD COLUMN colour text;"),
+        ],
+    )?;
+    let app = |value: &str| {
+        format!(
+            "-- app: workshop_v1\n-- needs: 1\n\n-- name: add_gadget\n-- param: $1 = {value}\n-- param: $2 = 'spanner'\nINSERT INTO gadgets (code, name) VALUES ($1::text, $2::text);\n"
+        )
+    };
+    let apps = tempfile::tempdir()?;
+    write(
+        apps.path(),
+        &[(
+            "workshop_v1.sql",
+            &app("'gadget-7' /* rollsafe: a value the tests did not bind */"),
+        )],
+    )?;
+    let r = rehearse_with(env, migrations.path(), apps.path())?;
+    let errors: Vec<String> = r
+        .errors()
+        .map(|f| format!("{}: {}", f.id, f.message))
+        .collect();
+    ensure!(r.passed && errors.is_empty(), "{errors:?}");
+    let made = r
+        .findings
+        .iter()
+        .find(|f| f.id == "compat.made-value-refused")
+        .context("the made value's failure is not named")?;
+    ensure!(
+        made.severity == Severity::Skipped
+            && made.message.contains("$1")
+            && made.message.contains("gadgets_code_check")
+            && made.message.contains("run again with a value that holds"),
+        "{made:?}"
+    );
+    // The tests' own value is the app's: the failure stands.
+    write(apps.path(), &[("workshop_v1.sql", &app("'gadget-7'"))])?;
+    let r = rehearse_with(env, migrations.path(), apps.path())?;
+    ensure!(
+        r.errors().any(|f| f.id == "compat.statement-fails"),
+        "{:?}",
+        described(&r, Severity::Error)
+    );
+    ensure!(!r
+        .findings
+        .iter()
+        .any(|f| f.id == "compat.made-value-refused"));
     Ok(())
 }
 

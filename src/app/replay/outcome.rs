@@ -43,6 +43,13 @@ pub struct Outcome {
     /// expression found no value (a lookup in a table without rows), or
     /// rollsafe has no value for their type.
     pub null_params: Vec<usize>,
+    /// It first failed only on a value rollsafe made for it (a captured
+    /// `-- param:` marked as rollsafe's), not on the tests' values nor on
+    /// what the migration changed: why (the value and the constraint).
+    /// The rest of the outcome is then its run again with a value that
+    /// holds; `failure` stays None with `rows` None when none could be
+    /// made (the statement is not measured).
+    pub made_value: Option<String>,
 }
 
 impl Outcome {

@@ -496,6 +496,35 @@ fn unbound_phrase(o: &Outcome) -> Option<String> {
     ))
 }
 
+/// A statement that first failed only on a value rollsafe made for it:
+/// skipped, naming the value and the constraint, never
+/// `statement-fails` (the app never wrote that value, the migration did
+/// not refuse it). Its run with a value that holds is judged as usual.
+fn made_value(
+    v: i32,
+    app: &AppVersion,
+    schema: i32,
+    o: &Outcome,
+    why: &str,
+    labels: &Labels,
+) -> Finding {
+    let schema_label = labels.of(schema);
+    Finding::new(
+        CHECK,
+        "made-value-refused",
+        Severity::Skipped,
+        Some(v),
+        format!(
+            "the {} app's `{}` on {schema_label} failed first on a value rollsafe supplied, not on the app's: {why}; it was run again with a value that holds",
+            app.name, o.statement
+        ),
+    )
+    .evidence("app", app.name.clone())
+    .evidence("statement", o.statement.clone())
+    .evidence("schema_version", schema)
+    .advice("declare the value in the statement's `-- param:` line (a value your CHECKs and keys accept), or capture it again: rollsafe's values come from the generator and meet the constraints it can read")
+}
+
 /// Findings for one replay of `app` on schema version `schema` during the
 /// rollout of migration `v`.
 pub fn replay_findings(
@@ -508,6 +537,9 @@ pub fn replay_findings(
     let schema_label = labels.of(schema);
     let mut out = Vec::new();
     for o in outcomes {
+        if let Some(why) = &o.made_value {
+            out.push(made_value(v, app, schema, o, why, labels));
+        }
         if let (Some(denied), Some((_, msg))) = (&o.denied, &o.failure) {
             out.push(permission_denied(
                 v,

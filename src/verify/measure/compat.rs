@@ -46,10 +46,77 @@ fn replay_each(
     let mut out = Vec::new();
     for app in apps {
         let mut c = connect_app(sessions, db, app)?;
-        let outcomes = step("replaying statements", replay::replay_all(&mut c, app))?;
+        let mut outcomes = step("replaying statements", replay::replay_all(&mut c, app))?;
+        step(
+            "replaying again the statements that failed on rollsafe's values",
+            again_with_values_that_hold(&mut c, app, &mut outcomes),
+        )?;
         out.push((app.name.clone(), outcomes));
     }
     Ok(out)
+}
+
+/// Each write of `outcomes` that failed only on a value rollsafe made
+/// (`capture::params::made_value_failure`: every column of the refused
+/// constraint filled by a `-- param:` rollsafe wrote, none by the tests or
+/// the migration) runs once more, in a rolled-back transaction, with a
+/// value the generator makes that holds: that run is its outcome, and why
+/// the first failed is kept (`Outcome::made_value`), so the failure is
+/// never blamed on the migration and the statement is still measured.
+fn again_with_values_that_hold(
+    c: &mut postgres::Client,
+    app: &AppVersion,
+    outcomes: &mut [Outcome],
+) -> Result<(), postgres::Error> {
+    use crate::capture::params;
+    for o in outcomes.iter_mut() {
+        let Some((replay::Step::Execute, message)) = &o.failure else {
+            continue;
+        };
+        let Ok(statement) = app.set.get(&o.statement) else {
+            continue;
+        };
+        let Some(made) = params::made_value_failure(c, statement, message) else {
+            continue;
+        };
+        let why = made.to_string();
+        let again = params::with_a_value_that_holds(c, statement, &made);
+        let Some(again) = again else {
+            *o = Outcome {
+                statement: o.statement.clone(),
+                made_value: Some(format!(
+                    "{why}; no value that holds could be made, so it is not measured"
+                )),
+                ..Outcome::default()
+            };
+            continue;
+        };
+        c.batch_execute("BEGIN")?;
+        let run = replay::prepare_sql(
+            c,
+            &again.name,
+            &again.sql,
+            &replay::declared_params(again.meta_values("param")),
+        )
+        .and_then(|p| {
+            let args = replay::arguments(c, &p)?;
+            replay::execute_with(c, &p, &args)
+        });
+        c.batch_execute("ROLLBACK")?;
+        o.made_value = Some(why);
+        match run {
+            Ok(rows) => {
+                o.failure = None;
+                o.sqlstate = None;
+                o.rows = Some(rows);
+            }
+            Err(e) => {
+                o.failure = Some((replay::Step::Execute, crate::errors::one_line(&e)));
+                o.sqlstate = e.code().map(|s| s.code().to_string());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The schema after the migration on `db` (a copy of its own): `runnable`
