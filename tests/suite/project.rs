@@ -1004,13 +1004,18 @@ fn a_write_failing_on_rollsafes_value_is_skipped_and_run_again(
             "-- app: workshop_v1\n-- needs: 1\n\n-- name: add_gadget\n-- param: $1 = {value}\n-- param: $2 = 'spanner'\nINSERT INTO gadgets (code, name) VALUES ($1::text, $2::text);\n"
         )
     };
+    // A newer app reads what the older one writes during the rollout.
+    let reader = "-- app: workshop_v2\n-- needs: 2\n\n-- name: gadgets_by_code\n-- param: $1 = (SELECT code FROM gadgets ORDER BY id LIMIT 1)\nSELECT code, name, colour FROM gadgets WHERE code = $1::text;\n";
     let apps = tempfile::tempdir()?;
     write(
         apps.path(),
-        &[(
-            "workshop_v1.sql",
-            &app("'gadget-7' /* rollsafe: a value the tests did not bind */"),
-        )],
+        &[
+            (
+                "workshop_v1.sql",
+                &app("'gadget-7' /* rollsafe: a value the tests did not bind */"),
+            ),
+            ("workshop_v2.sql", reader),
+        ],
     )?;
     let r = rehearse_with(env, migrations.path(), apps.path())?;
     let errors: Vec<String> = r
@@ -1030,6 +1035,15 @@ fn a_write_failing_on_rollsafes_value_is_skipped_and_run_again(
             && made.message.contains("run again with a value that holds"),
         "{made:?}"
     );
+    // The older app's rollout write ran with a value that holds, and the
+    // newer app's reader compared it.
+    let not_compared: Vec<&str> = r
+        .findings
+        .iter()
+        .filter(|f| f.id == "compat.rollout-write-not-compared")
+        .map(|f| f.message.as_str())
+        .collect();
+    ensure!(not_compared.is_empty(), "{not_compared:?}");
     // The tests' own value is the app's: the failure stands.
     write(apps.path(), &[("workshop_v1.sql", &app("'gadget-7'"))])?;
     let r = rehearse_with(env, migrations.path(), apps.path())?;

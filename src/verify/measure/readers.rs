@@ -908,8 +908,28 @@ fn table_row(c: &mut Client, table: &str, identity: &[String], key: &str) -> Opt
     Some(row_of(&row.get::<_, String>(0)))
 }
 
-/// Runs `statement` of `app` with its parameter values and commits it;
-/// then reads the rows it wrote into `table` (inserted or updated: the
+/// Runs `written` with its parameter values and commits it: the
+/// transaction's id, or the server's message (rolled back).
+fn commit_write(c: &mut Client, written: &Statement) -> Result<i64, String> {
+    let mut run = || -> Result<i64, postgres::Error> {
+        c.batch_execute("BEGIN")?;
+        let xid: i64 = c.query_one("SELECT txid_current()", &[])?.get(0);
+        let declared = replay::declared_params(written.meta_values("param"));
+        let p = replay::prepare_sql(c, &written.name, &written.sql, &declared)?;
+        let args = replay::arguments(c, &p)?;
+        replay::execute_with(c, &p, &args)?;
+        c.batch_execute("COMMIT")?;
+        Ok(xid)
+    };
+    run().map_err(|e| {
+        let _ = c.batch_execute("ROLLBACK");
+        one_line(&e)
+    })
+}
+
+/// Runs `statement` of `app` with its parameter values and commits it
+/// (once more with a value that holds when it failed only on a value
+/// rollsafe made, `capture::params::made_value_failure`); then reads the rows it wrote into `table` (inserted or updated: the
 /// rows whose xmin is its transaction, a few at most) as the migrator.
 fn write_committed(
     c: &mut Client,
@@ -918,19 +938,23 @@ fn write_committed(
     statement: &str,
     table: &str,
 ) -> Result<Vec<Row>, String> {
-    let mut run = || -> Result<i64, postgres::Error> {
-        c.batch_execute("BEGIN")?;
-        let xid: i64 = c.query_one("SELECT txid_current()", &[])?.get(0);
-        let p = replay::prepare(c, app, statement)?;
-        let args = replay::arguments(c, &p)?;
-        replay::execute_with(c, &p, &args)?;
-        c.batch_execute("COMMIT")?;
-        Ok(xid)
+    let Ok(written) = app.set.get(statement) else {
+        return Err(format!("{statement} is not a statement of {}", app.name));
     };
-    let xid = run().map_err(|e| {
-        let _ = c.batch_execute("ROLLBACK");
-        one_line(&e)
-    })?;
+    let xid = match commit_write(c, written) {
+        Ok(xid) => xid,
+        Err(first) => {
+            // A value rollsafe made that the schema refuses is not the
+            // rollout's doing: the write runs again with one that holds.
+            let made = crate::capture::params::made_value_failure(c, written, &first);
+            let again =
+                made.and_then(|m| crate::capture::params::with_a_value_that_holds(c, written, &m));
+            match again {
+                Some(again) => commit_write(c, &again)?,
+                None => return Err(first),
+            }
+        }
+    };
     let sql = format!(
         "SELECT to_jsonb(t)::text FROM {} t WHERE t.xmin::text = ($1::bigint % 4294967296)::text LIMIT {ROLLOUT_ROWS}",
         quoted_table(table)
