@@ -197,11 +197,17 @@ unknown = set(given) - set(action["inputs"])
 assert not unknown, f"inputs not declared in action.yml: {unknown}"
 steps = action["runs"]["steps"]
 assert action["runs"]["using"] == "composite", "a composite action expected"
-# The verify step; the comment step after it runs on pull requests only
+# The verify step; the SARIF upload to code scanning, only when the
+# `sarif` input asks for it (off by default: it needs security-events:
+# write); the comment step, on pull requests only
 # (action/review-comment.py, tested by ci/test-comment.py).
-assert [s.get("id") for s in steps] == ["verify", "comment"], "the verify and comment steps expected"
+assert [s.get("id") for s in steps] == ["verify", "code-scanning", "comment"], "the verify, code-scanning and comment steps expected"
+upload = steps[1]
+assert upload["uses"].startswith("github/codeql-action/upload-sarif@"), upload
+assert "inputs.sarif == 'true'" in upload["if"], "the SARIF upload must be off unless asked for"
+assert action["inputs"]["sarif"].get("default") == "false", "sarif must default to off"
 for s in steps:
-    assert "${{" not in s["run"], f"step {s['id']}: the script must read inputs from its env only"
+    assert "${{" not in s.get("run", ""), f"step {s['id']}: the script must read inputs from its env only"
 step = steps[0]
 assert step["shell"] == "bash"
 def resolve(text):
