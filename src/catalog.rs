@@ -347,6 +347,9 @@ pub struct Migration {
     /// How its tool sends the file ([`Execution`]); `-- rollsafe:no-transaction`
     /// makes it [`Execution::Autocommit`].
     pub execution: Execution,
+    /// What deploys it together with its neighbours
+    /// ([`layouts::Step::deploy_group`]); see [`Catalog::deployed_with_previous`].
+    pub deploy_group: Option<String>,
     /// Whether the file, sent as its tool sends it, runs outside one
     /// transaction of rollsafe's (decided once: [`Migration::runs_outside_transaction`]).
     outside_transaction: bool,
@@ -389,6 +392,7 @@ impl Migration {
             execution,
             outside_transaction,
             not_runnable: step.not_runnable,
+            deploy_group: step.deploy_group,
         })
     }
 
@@ -932,6 +936,25 @@ impl Catalog {
             set_aside: Vec::new(),
             notes: Vec::new(),
         })
+    }
+
+    /// Whether the migration at `index` is deployed together with the one
+    /// before it (the same [`Migration::deploy_group`]): no app writes rows
+    /// between the two, so a table the earlier one created is still empty
+    /// when the later one runs.
+    pub fn deployed_with_previous(&self, index: usize) -> bool {
+        let Some(prev) = index.checked_sub(1).and_then(|i| self.migrations.get(i)) else {
+            return false;
+        };
+        match (
+            &prev.deploy_group,
+            self.migrations
+                .get(index)
+                .and_then(|m| m.deploy_group.as_ref()),
+        ) {
+            (Some(a), Some(b)) => a == b,
+            _ => false,
+        }
     }
 
     /// rollsafe's version for a migration as the user names it (`3`,

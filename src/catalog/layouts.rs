@@ -285,6 +285,16 @@ pub struct Step {
     /// Sqitch: the changes of other projects it requires
     /// (`other_project:change`), deployed before it.
     pub requires: Vec<String>,
+    /// What deploys this migration together with its neighbours: the same
+    /// value on consecutive migrations means one deploy ran them one after
+    /// the other, with no app writing rows in between (the commit that
+    /// added their files, the working tree for files not committed yet, a
+    /// tool's own group). None: deployed on its own as far as rollsafe can
+    /// tell. The seeded path gives no generated rows to a table an earlier
+    /// migration of the same group created: in production it is empty
+    /// there. Filled by [`crate::catalog`] after the layout read the
+    /// folder, or by the framework that sent it.
+    pub deploy_group: Option<String>,
 }
 
 /// A script that goes with a migration (Sqitch's verify script).
