@@ -22,6 +22,8 @@
 //! statements), so that the rows the app itself writes are in the picture
 //! too. The rows are split evenly between the live app versions.
 
+use std::collections::BTreeSet;
+
 use postgres::Client;
 
 pub mod generate;
@@ -59,18 +61,20 @@ pub struct Seeded {
 /// rows seeded for the previous migration, migrated, so only the tables
 /// still empty (new ones, emptied ones) get rows; `reach`: only the tables
 /// the migration about to be rehearsed reaches (and those they reference)
-/// do ([`reach`]). `more`: another session
-/// like `c` ([`generate::seed`]).
+/// do ([`reach`]); `left_empty`: tables that get none (an earlier
+/// migration of the same deploy created them, so production has no rows
+/// there yet). `more`: another session like `c` ([`generate::seed`]).
 pub fn generate_only(
     c: &mut Client,
     more: MoreSessions<'_>,
     rows: u64,
     carried: bool,
     reach: Reach,
+    left_empty: &BTreeSet<String>,
 ) -> anyhow::Result<Seeded> {
     let mut out = Seeded::default();
     if rows > 0 {
-        let mut counts = RowCounts::new(rows);
+        let mut counts = leaving_empty(RowCounts::new(rows), left_empty);
         if carried {
             counts = counts.only_empty();
         }
@@ -93,23 +97,34 @@ pub fn generate_only(
 /// table only read, or one the apps have stopped using) still has rows in
 /// production, and a rewrite or a lock on it must be measured at N rows,
 /// not judged on an empty table. None when every table holds rows (or
-/// `rows` is 0); the tables that held rows are left as the apps wrote them.
+/// `rows` is 0); the tables that held rows are left as the apps wrote them,
+/// and those of `left_empty` (created by an earlier migration of the same
+/// deploy) stay empty.
 pub fn fill_empty_tables(
     c: &mut Client,
     more: MoreSessions<'_>,
     rows: u64,
+    left_empty: &BTreeSet<String>,
 ) -> anyhow::Result<Option<generate::Generated>> {
     if rows == 0 || !generator_has_work(c)? {
         return Ok(None);
     }
+    let counts = leaving_empty(RowCounts::new(rows).only_empty(), left_empty);
     // (It ends with ANALYZE.)
-    let mut generated = generate::seed(c, more, &RowCounts::new(rows).only_empty(), &[])?;
+    let mut generated = generate::seed(c, more, &counts, &[])?;
     // Only the tables that were empty are this seeding's.
     generated.seeded.retain(|t| t.requested > 0);
     if generated.seeded.is_empty() && generated.unseeded.is_empty() {
         return Ok(None);
     }
     Ok(Some(generated))
+}
+
+/// `counts` with no rows for the tables of `left_empty`.
+fn leaving_empty(counts: RowCounts, left_empty: &BTreeSet<String>) -> RowCounts {
+    left_empty
+        .iter()
+        .fold(counts, |counts, table| counts.with(table, 0))
 }
 
 /// Whether [`fill_empty_tables`] has anything to do: a table without a row

@@ -268,6 +268,7 @@ impl Verify {
             report: Report::new("rollsafe verify"),
             probes: Vec::new(),
             migrator: None,
+            deploy_start: std::collections::BTreeSet::new(),
             run_evidence: evidence::RunEvidence::default(),
             evidence: self
                 .judged_migrations()

@@ -50,6 +50,14 @@ pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
     if let Some(g) = e.seeding.as_ref().and_then(|s| s.generated.as_ref()) {
         out.extend(tables_not_seeded(e.version, e.prev, g, &cx.labels));
     }
+    if let Some(s) = e.seeding.as_ref().filter(|s| !s.left_empty.is_empty()) {
+        out.push(left_empty_in_deploy(
+            e.version,
+            e.prev,
+            &s.left_empty,
+            &cx.labels,
+        ));
+    }
     if let (Some(at_zero), Some(s)) = (&e.at_zero, e.applied_on_seeded()) {
         let holds = predict::holds(at_zero, &s.applied, &e.needs, cx.sizes);
         out.extend(measured(e.version, at_zero, &s.applied, &e.needs, &holds));
@@ -131,6 +139,27 @@ pub fn tables_not_seeded(
     }));
     out
 }
+/// Tables left without generated rows before migration `v` because an
+/// earlier migration of its deploy created them: its work on them is
+/// measured on the rows production has there, none (or those the earlier
+/// migrations wrote).
+fn left_empty_in_deploy(v: i32, prev: i32, tables: &[String], labels: &Labels) -> Finding {
+    Finding::new(
+        CHECK,
+        "empty-in-deploy",
+        Severity::Info,
+        Some(v),
+        format!(
+            "{} {} created by a migration deployed together with this one (up to {}), so no app writes rows there before it runs: left without generated rows, measured as production has them",
+            excerpt_list(tables, 8),
+            if tables.len() == 1 { "was" } else { "were" },
+            labels.of(prev)
+        ),
+    )
+    .evidence("tables", tables.join(", "))
+    .advice("nothing to do; if these migrations reach production in separate deploys (apps writing rows in between), rehearse the later one on its own with --since the earlier one")
+}
+
 /// Up to `max` names joined, with how many more.
 fn excerpt_list(names: &[String], max: usize) -> String {
     match names.len() {

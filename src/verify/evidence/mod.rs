@@ -151,6 +151,10 @@ pub struct Seeding {
     /// partition per month), not by a migration. `post` leaves them out
     /// when it compares the seeded path's schema with the empty one's.
     pub made_by_rows: Vec<String>,
+    /// Tables left without generated rows because an earlier migration of
+    /// the same deploy created them ([`crate::catalog::Migration::deploy_group`]):
+    /// production has no rows there when this migration runs.
+    pub left_empty: Vec<String>,
 }
 
 /// The long-transaction probe's outcome.

@@ -32,6 +32,9 @@ pub struct Plan<'a> {
     /// migration's seeded copy).
     pub carried: bool,
     pub reach: Reach,
+    /// Tables that get no generated rows: an earlier migration of the same
+    /// deploy created them, so production has none there yet.
+    pub left_empty: &'a std::collections::BTreeSet<String>,
 }
 
 /// Seeds `db` as `plan` says: the evidence, and the rows written (None
@@ -52,7 +55,14 @@ pub fn seed(
     let mut s = if plan.generate_only {
         step(
             "seeding",
-            seed::generate_only(&mut c, more, plan.rows, plan.carried, plan.reach),
+            seed::generate_only(
+                &mut c,
+                more,
+                plan.rows,
+                plan.carried,
+                plan.reach,
+                plan.left_empty,
+            ),
         )?
     } else {
         let url = db.url();
@@ -73,13 +83,14 @@ pub fn seed(
             generated: None,
             cannot_write: Some((app.clone(), e.clone())),
             made_by_rows: Vec::new(),
+            left_empty: Vec::new(),
         };
         return Ok((seeding, None));
     }
     if !plan.generate_only {
         let filled = step(
             "seeding the tables no live app writes",
-            seed::fill_empty_tables(&mut c, more, plan.fill_rows),
+            seed::fill_empty_tables(&mut c, more, plan.fill_rows, plan.left_empty),
         )?;
         if let Some(f) = filled {
             match &mut s.generated {
@@ -104,6 +115,7 @@ pub fn seed(
         generated: s.generated,
         cannot_write: None,
         made_by_rows,
+        left_empty: plan.left_empty.iter().cloned().collect(),
     };
     Ok((seeding, Some(rows)))
 }

@@ -227,6 +227,11 @@ pub(super) struct Run<'a> {
     pub(super) evidence: BTreeMap<i32, MigrationEvidence>,
     /// What the run as a whole came to (how far it reached, the precheck).
     pub(super) run_evidence: RunEvidence,
+    /// The tables of the empty path when the deploy of the migration being
+    /// staged began (its first migration's V{prev}): those created since,
+    /// by an earlier migration of the same deploy, get no generated rows
+    /// ([`crate::catalog::Migration::deploy_group`]).
+    pub(super) deploy_start: BTreeSet<String>,
 }
 
 /// Applies `m` as `migrate` would, unmeasured: in one transaction, or

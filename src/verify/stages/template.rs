@@ -52,6 +52,9 @@ struct SeedBase<'l> {
     carried: i64,
     /// The live apps that write their rows now.
     writers: Vec<&'l AppVersion>,
+    /// Tables that get no generated rows: an earlier migration of the same
+    /// deploy created them ([`Run::born_in_deploy`]).
+    left_empty: BTreeSet<String>,
 }
 
 /// The seeded database at V{prev}, when there is one.
@@ -116,6 +119,7 @@ impl<'a> Run<'a> {
         // while the template is still at V{prev}).
         let base = self.seed_base(prev, &live, staged.last(), empty_prev, migrations)?;
         let tables = measure::user_tables(empty_prev)?;
+        let born = self.born_in_deploy(index, migrations, &tables);
         let probed = prev > 0 && !m.runs_outside_transaction();
         if prev > 0 && m.runs_outside_transaction() {
             self.evidence(v).probe = Some(Probe::NotApplicable);
@@ -124,6 +128,10 @@ impl<'a> Run<'a> {
             // before the empty path applies the migration there.
             self.start_probe(v, m, empty_prev, &tables, &[])?;
         }
+        let base = base.map(|b| SeedBase {
+            left_empty: born,
+            ..b
+        });
         let schedule = self.schedule(m, base, empty_prev, &tables)?;
         let Some(Scheduled { seeded, empty_path }) =
             self.run_schedule(schedule, m, prev, &live, empty_prev, &tables)?
@@ -162,6 +170,36 @@ impl<'a> Run<'a> {
             live_outcomes: before.live_outcomes,
             tables,
         })))
+    }
+
+    /// The tables an earlier migration of `migrations[index]`'s deploy
+    /// created (`tables`: the empty path's at V{prev}): in production they
+    /// are empty when it runs, since no app writes rows between migrations
+    /// of one deploy. A migration that starts a deploy (the first one
+    /// rehearsed, one whose group differs from the one before it, or one
+    /// without a group) records the tables it starts from instead and
+    /// leaves none empty.
+    fn born_in_deploy(
+        &mut self,
+        index: usize,
+        migrations: &[Migration],
+        tables: &[UserTable],
+    ) -> BTreeSet<String> {
+        let now: BTreeSet<String> = tables.iter().map(|t| t.name.clone()).collect();
+        let since = self.options.since;
+        let with_previous = index
+            .checked_sub(1)
+            .map(|i| &migrations[i])
+            .filter(|before| !since.is_some_and(|s| before.version <= s))
+            .is_some_and(|before| {
+                before.deploy_group.is_some()
+                    && before.deploy_group == migrations[index].deploy_group
+            });
+        if !with_previous {
+            self.deploy_start = now;
+            return BTreeSet::new();
+        }
+        now.difference(&self.deploy_start).cloned().collect()
     }
 
     /// The apps live during `m` (their rows, statements and readers are
@@ -475,12 +513,14 @@ impl<'a> Run<'a> {
                     db,
                     carried,
                     writers,
+                    left_empty: BTreeSet::new(),
                 }
             }
             None => SeedBase {
                 db: self.clone_db(empty_prev)?,
                 carried: 0,
                 writers: live.to_vec(),
+                left_empty: BTreeSet::new(),
             },
         }))
     }
@@ -502,6 +542,7 @@ impl<'a> Run<'a> {
             db: seeded,
             carried,
             writers,
+            left_empty,
         } = base;
         let rows = if carried > 0 && !generate_only {
             // Only apps that start running now add rows.
@@ -526,6 +567,7 @@ impl<'a> Run<'a> {
             generate_only,
             carried: carried > 0,
             reach,
+            left_empty: &left_empty,
         };
         let (seeding, written) = measure::seeding::seed(&self.sessions, &seeded, plan)?;
         self.evidence(v).seeding = Some(seeding);
