@@ -299,6 +299,16 @@ fn where_conjuncts(statement: &SyntaxNode) -> Vec<SyntaxNode> {
 }
 
 fn conjuncts(expr: &SyntaxNode, out: &mut Vec<SyntaxNode>) {
+    // `WHERE (a = $1 AND b)`, as Django writes every WHERE of two or more
+    // conditions: the parentheses group nothing else, so their conjuncts
+    // are the clause's (one reader of two conditions was never keyed, so
+    // never compared with the older app's reader of the same rows).
+    let mut inner = expr.children();
+    if expr.kind() == SyntaxKind::PAREN_EXPR {
+        if let (Some(only), None) = (inner.next(), inner.next()) {
+            return conjuncts(&only, out);
+        }
+    }
     if expr.kind() == SyntaxKind::BIN_EXPR && operator(expr).as_deref() == Some("and") {
         for side in operands(expr) {
             conjuncts(&side, out);
@@ -629,6 +639,25 @@ mod tests {
             ]
         );
         assert_eq!(s.filters[2].columns, ["is_deleted"]);
+    }
+
+    #[test]
+    fn a_parenthesized_where_of_several_conditions_is_keyed() {
+        let shape = infer_read(
+            r#"SELECT "p"."id" FROM "packets" "p" WHERE ("p"."grower_id" = $1 AND "p"."is_listed")"#,
+        )
+        .unwrap();
+        assert_eq!(keys(&shape), vec![(1, "grower_id")]);
+        assert!(shape.fully_keyed());
+        let nested = infer_read(
+            "SELECT id FROM packets WHERE ((grower_id = $1) AND (species = $2 AND NOT is_listed))",
+        )
+        .unwrap();
+        assert_eq!(keys(&nested), vec![(1, "grower_id"), (2, "species")]);
+        // An OR inside the parentheses is one condition, not keyed.
+        let either =
+            infer_read("SELECT id FROM packets WHERE (grower_id = $1 OR species = $2)").unwrap();
+        assert!(keys(&either).is_empty());
     }
 
     #[test]
