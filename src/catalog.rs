@@ -43,6 +43,7 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
+mod deploy_groups;
 mod directive_sql;
 pub mod layouts;
 pub use directive_sql::TableName;
@@ -890,7 +891,7 @@ impl Catalog {
         };
         let steps = layouts::read(layout, &folder, options)?;
         let set_aside = layouts::set_aside(layout, &folder, &steps);
-        let (steps, notes) = match (&source, layout) {
+        let (mut steps, mut notes) = match (&source, layout) {
             (Source::Dir(dir), Layout::Sqitch) => {
                 layouts::sqitch::with_sibling_projects(dir, steps, |sibling| {
                     layouts::read(Layout::Sqitch, &read_folder(sibling)?, options)
@@ -898,10 +899,15 @@ impl Catalog {
             }
             _ => (steps, Vec::new()),
         };
+        if let Some(dir) = &folder.dir {
+            deploy_groups::fill(dir, layout, &mut steps);
+        }
+        let catalog = Catalog::from_steps(source, layout, steps)?;
+        notes.extend(deploy_groups::note(&catalog));
         Ok(Catalog {
             set_aside,
             notes,
-            ..Catalog::from_steps(source, layout, steps)?
+            ..catalog
         })
     }
 

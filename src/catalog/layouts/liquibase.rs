@@ -97,6 +97,14 @@ fn changeset_parts(key: &str) -> Option<(&str, &str, &str)> {
     Some((path, id, author))
 }
 
+/// The author of the changeset whose key is `key` (`path::id::author`)
+/// and id `id` (its step's name).
+pub(crate) fn author_of<'a>(key: &'a str, id: &str) -> Option<&'a str> {
+    key.rsplit_once(format!("::{id}::").as_str())
+        .map(|(_, author)| author)
+        .filter(|a| !a.is_empty())
+}
+
 /// Whether two `path::id::author` keys are one changeset: the same id and
 /// author, and paths equal once `classpath:` and leading `/`/`./` are
 /// dropped, or one ending in `/` and the other.
@@ -143,9 +151,9 @@ fn word<'a>(text: &'a str, word: &str) -> Option<&'a str> {
     head.eq_ignore_ascii_case(word).then(|| &text[word.len()..])
 }
 
-/// `--changeset author:id …`: (author, id, the whole line for its
-/// attributes). `Err` for a changeset line Liquibase refuses.
-fn changeset_line(line: &str) -> Option<Result<(String, String), String>> {
+/// `--changeset author:id …`: (author, id). `Err` for a changeset line
+/// Liquibase refuses.
+pub(crate) fn changeset_line(line: &str) -> Option<Result<(String, String), String>> {
     let rest = word(annotation(line, true)?, "changeset")?;
     if !rest.starts_with(char::is_whitespace) {
         return None;
