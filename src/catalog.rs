@@ -34,6 +34,10 @@
 //! history table written by rollsafe can be compared with the files, and an
 //! edited applied migration shows up as divergent.
 //!
+//! A folder in a git work tree also says which migrations one deploy ran
+//! together ([`Migration::deploy_group`]: the commit that added their
+//! files, read by `deploy_groups`), named in the run's header.
+//!
 //! Directives are SQL comments of the form `-- rollsafe:<key> <value>` that
 //! tell the verifier what a migration promises and `migrate` how to apply
 //! it; see [`Directive`].
