@@ -60,6 +60,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             an_app_statement_failing_before_and_after_is_not_the_migrations_doing,
             migrations_alone_are_seeded_by_the_generator_and_judged,
             a_failure_on_generated_rows_does_not_blind_the_later_migrations,
+            a_table_made_earlier_in_the_same_deploy_is_not_seeded,
             tables_a_trigger_makes_per_row_are_not_the_migrations_doing,
             a_write_failing_on_rollsafes_value_is_skipped_and_run_again,
             a_migration_reaching_no_table_is_not_said_to_lack_rows,
@@ -1158,6 +1159,102 @@ fn a_failure_on_generated_rows_does_not_blind_the_later_migrations(
         .map(|f| f.message.clone())
         .collect();
     ensure!(unreached.is_empty(), "{unreached:?}");
+    Ok(())
+}
+
+/// Migrations added in one commit deploy together: no app writes rows
+/// between them, so a table the first creates is empty when the second
+/// indexes it, and the plain index is no lock hazard there
+/// (`rewrite.empty-in-deploy`). The same files added in two commits deploy
+/// apart: the table has rows by the second deploy, and the plain build
+/// under SHARE is the error it is. The commit that imported the history
+/// gives no group.
+fn a_table_made_earlier_in_the_same_deploy_is_not_seeded(env: &TestEnv) -> anyhow::Result<()> {
+    let files = [
+        (
+            "V1__trails.sql",
+            "CREATE TABLE trails (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, name text NOT NULL);",
+        ),
+        (
+            "V2__trail_signs.sql",
+            "CREATE TABLE trail_signs (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, trail_id bigint NOT NULL REFERENCES trails, wording text NOT NULL);",
+        ),
+        ("V3__trail_signs_wording.sql", "CREATE INDEX trail_signs_wording ON trail_signs (wording);"),
+    ];
+    // (together, the commits that add V2 and V3)
+    for together in [true, false] {
+        let dir = tempfile::tempdir()?;
+        git(dir.path(), &["init", "-q"])?;
+        write(dir.path(), &files[..1])?;
+        git(dir.path(), &["add", "."])?;
+        git(dir.path(), &["commit", "-q", "-m", "the trails"])?;
+        write(dir.path(), &files[1..2])?;
+        if !together {
+            git(dir.path(), &["add", "."])?;
+            git(dir.path(), &["commit", "-q", "-m", "signs"])?;
+        }
+        write(dir.path(), &files[2..])?;
+        git(dir.path(), &["add", "."])?;
+        git(dir.path(), &["commit", "-q", "-m", "signs' wording"])?;
+        let catalog = Catalog::from_dir(dir.path())?;
+        ensure!(
+            catalog.deployed_with_previous(2) == together && !catalog.deployed_with_previous(1),
+            "deploy groups read from git: {:?}",
+            catalog
+                .migrations()
+                .iter()
+                .map(|m| &m.deploy_group)
+                .collect::<Vec<_>>()
+        );
+        let r = shipped::verify(catalog)?
+            .rows(PROJECT_ROWS)
+            .run(&env.sandbox)?;
+        let ids: Vec<String> = r
+            .findings
+            .iter()
+            .filter(|f| f.migration == Some(3))
+            .map(|f| format!("{:?} {}", f.severity, f.id))
+            .collect();
+        let blocking = ids
+            .iter()
+            .any(|i| i.ends_with("locks.blocking-index-build"));
+        let empty = r
+            .findings
+            .iter()
+            .find(|f| f.id == "rewrite.empty-in-deploy" && f.migration == Some(3));
+        if together {
+            ensure!(
+                !blocking,
+                "V3 on a table V2 made in the same deploy: {ids:?}"
+            );
+            let empty = empty.context("no rewrite.empty-in-deploy on V3")?;
+            ensure!(empty.message.contains("trail_signs"), "{}", empty.message);
+            ensure!(r.errors().count() == 0, "{ids:?}");
+        } else {
+            expect_error(&r, 3, "locks.blocking-index-build")?;
+            ensure!(empty.is_none(), "{ids:?}");
+        }
+    }
+    Ok(())
+}
+
+/// `git ARGS` in `dir`, as a fixed author.
+fn git(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
+    let out = std::process::Command::new("git")
+        .current_dir(dir)
+        .args([
+            "-c",
+            "user.name=rollsafe",
+            "-c",
+            "user.email=rollsafe@localhost",
+        ])
+        .args(args)
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     Ok(())
 }
 
