@@ -170,7 +170,12 @@ struct LogCommit {
 #[derive(Debug, PartialEq, Eq)]
 enum Change {
     Added(String),
-    Renamed { from: String, to: String },
+    /// Only read where renames are not detected ([`Renames::Undetected`]).
+    Deleted(String),
+    Renamed {
+        from: String,
+        to: String,
+    },
 }
 
 /// Where following a file back through the history ends.
@@ -192,9 +197,28 @@ impl Origins {
         let mut rounds = 0;
         loop {
             rounds += 1;
-            let args = log_args(&pathspecs);
+            let args = log_args(&pathspecs, Renames::Detected);
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            let commits = parse_log(&git(dir, &args, deadline)?);
+            let Some(out) = git(dir, &args, deadline) else {
+                // Rename detection reads the blobs the commits touched; a
+                // partial clone (`--filter=blob:none`) or a copy missing
+                // large blobs has not all of them, and git fails. Adds
+                // and deletes need only trees: a file added where a file of
+                // its name was deleted in the same commit was moved, and
+                // gets no group.
+                if rounds > 1 {
+                    return None;
+                }
+                let args = log_args(&pathspecs, Renames::Undetected);
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                let commits = parse_log(&git(dir, &args, deadline)?);
+                let traces: Vec<(&str, Trace)> = files
+                    .iter()
+                    .map(|f| (*f, trace_without_renames(&commits, &format!("{prefix}{f}"))))
+                    .collect();
+                return Origins::from_traces(dir, prefix, commits, traces, deadline);
+            };
+            let commits = parse_log(&out);
             let traces: Vec<(&str, Trace)> = files
                 .iter()
                 .map(|f| (*f, trace(&commits, &format!("{prefix}{f}"))))
@@ -403,10 +427,56 @@ fn trace(commits: &[LogCommit], path: &str) -> Trace {
     }
 }
 
+/// `path` followed back through `commits` read without rename detection:
+/// the commit that added it, unless that commit deleted a file of the same
+/// name elsewhere (a move: its add is further back, under the old name).
+fn trace_without_renames(commits: &[LogCommit], path: &str) -> Trace {
+    // `…/up.sql`, `…/migration.sql`: the folder names the migration.
+    let name_of = |p: &str| -> String {
+        let mut parts = p.rsplit('/');
+        let file = parts.next().unwrap_or_default();
+        match file {
+            "up.sql" | "down.sql" | "migration.sql" => {
+                format!("{}/{file}", parts.next().unwrap_or_default())
+            }
+            _ => file.to_string(),
+        }
+    };
+    let name = name_of(path);
+    for (index, commit) in commits.iter().enumerate() {
+        if !commit.changes.contains(&Change::Added(path.to_string())) {
+            continue;
+        }
+        let moved = commit.changes.iter().find_map(|c| match c {
+            Change::Deleted(gone) if name_of(gone) == name => Some(gone.clone()),
+            _ => None,
+        });
+        return match moved {
+            Some(from) => Trace::MovedFrom(from),
+            None => Trace::Added(index),
+        };
+    }
+    Trace::Never
+}
+
+/// Whether `git log` is asked to detect renames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Renames {
+    /// `-M`: a moved file is followed back to its first add.
+    Detected,
+    /// `--no-renames`, adds and deletes only: what a clone lacking blobs
+    /// can answer.
+    Undetected,
+}
+
 /// `git log` of what each commit touching `pathspecs` added or renamed
 /// anywhere (`--full-diff`: a file moved in from outside them is a rename,
 /// not an add), NUL-separated, parents after children.
-fn log_args(pathspecs: &[String]) -> Vec<String> {
+fn log_args(pathspecs: &[String], renames: Renames) -> Vec<String> {
+    let (detect, filter) = match renames {
+        Renames::Detected => ("-M", "--diff-filter=AR"),
+        Renames::Undetected => ("--no-renames", "--diff-filter=AD"),
+    };
     let options = [
         "log",
         "-z",
@@ -415,9 +485,9 @@ fn log_args(pathspecs: &[String]) -> Vec<String> {
         "--no-ext-diff",
         "--no-textconv",
         "--no-color",
-        "-M",
+        detect,
         "--full-diff",
-        "--diff-filter=AR",
+        filter,
         "--name-status",
         "--format=%x01%H",
         "--",
@@ -449,6 +519,11 @@ fn parse_log(out: &[u8]) -> Vec<LogCommit> {
             Some('A') => {
                 if let Some(path) = fields.next() {
                     commit.changes.push(Change::Added(path.to_string()));
+                }
+            }
+            Some('D') => {
+                if let Some(path) = fields.next() {
+                    commit.changes.push(Change::Deleted(path.to_string()));
                 }
             }
             Some('R') => {
@@ -599,6 +674,46 @@ mod tests {
     use super::*;
     use crate::catalog::Source;
     use std::path::PathBuf;
+
+    /// Read without rename detection (a clone lacking blobs), a file added
+    /// where a file of its name was deleted in the same commit was moved:
+    /// no group from that commit; one added alone is that commit's.
+    #[test]
+    fn without_renames_a_move_is_an_add_beside_a_delete_of_its_name() {
+        let commit = |hash: &str, changes: Vec<Change>| LogCommit {
+            hash: hash.into(),
+            changes,
+        };
+        let commits = vec![
+            commit(
+                "c2",
+                vec![
+                    Change::Added("db/migrations/V2__spokes.sql".into()),
+                    Change::Added("db/migrations/V1__wheels.sql".into()),
+                    Change::Deleted("sql/V1__wheels.sql".into()),
+                    Change::Added("prisma/migrations/20240101_rims/migration.sql".into()),
+                    Change::Deleted("old/20240101_rims/migration.sql".into()),
+                    Change::Added("prisma/migrations/20240102_hubs/migration.sql".into()),
+                ],
+            ),
+            commit("c1", vec![Change::Added("sql/V1__wheels.sql".into())]),
+        ];
+        let trace = |p: &str| trace_without_renames(&commits, p);
+        assert_eq!(trace("db/migrations/V2__spokes.sql"), Trace::Added(0));
+        assert_eq!(
+            trace("db/migrations/V1__wheels.sql"),
+            Trace::MovedFrom("sql/V1__wheels.sql".into())
+        );
+        assert_eq!(
+            trace("prisma/migrations/20240101_rims/migration.sql"),
+            Trace::MovedFrom("old/20240101_rims/migration.sql".into())
+        );
+        assert_eq!(
+            trace("prisma/migrations/20240102_hubs/migration.sql"),
+            Trace::Added(0)
+        );
+        assert_eq!(trace("db/migrations/V3__tyres.sql"), Trace::Never);
+    }
 
     /// A bike-repair shop's repository in a temporary directory, its
     /// migrations in `db/migrations`; git without the machine's config.
