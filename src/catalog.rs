@@ -968,7 +968,8 @@ impl Catalog {
     }
 
     /// rollsafe's version for a migration as the user names it (`3`,
-    /// `V3`, `20240101120000`, `2024-10-25-112826_x`, a Sqitch change), e.g.
+    /// `V3`, `20240101120000`, `2024-10-25-112826_x`, a Sqitch change, a
+    /// Liquibase changeset's `author:id` or lone id), e.g.
     /// in an app's `-- needs:` or `--since`: for refinery the number itself,
     /// for the other layouts the ordinal of the migration with that label or
     /// tool version. None when it names no migration of a non-refinery
@@ -989,6 +990,9 @@ impl Catalog {
             .find(|m| m.label == text || m.key == text)
         {
             return Some(m.version);
+        }
+        if let Ok(Some(v)) = self.resolve_changeset(text) {
+            return Some(v);
         }
         // `000002` names golang-migrate's 2.
         let wanted: u64 = is_digits.then(|| digits.parse().ok()).flatten()?;
@@ -1022,6 +1026,94 @@ impl Catalog {
         self.migrations.iter().rfind(names).map(|m| m.version)
     }
 
+    /// A Liquibase changeset as its file writes it, `author:id` (either
+    /// quoted or not), or by its bare `id` when no other changeset has
+    /// that id. Err, one phrase for the caller to put after the flag:
+    /// the spelling names several changesets, and the spellings that name
+    /// one each.
+    fn resolve_changeset(&self, text: &str) -> Result<Option<i32>, String> {
+        if self.layout != Layout::Liquibase || text.is_empty() {
+            return Ok(None);
+        }
+        // (migration, author, id); Liquibase's one changeset for a plain
+        // SQL file (`raw`) is written nowhere.
+        let written: Vec<(&Migration, &str, &str)> = self
+            .migrations
+            .iter()
+            .filter(|m| m.key != format!("{}::raw::includeAll", m.file))
+            .filter_map(|m| {
+                Some((
+                    m,
+                    layouts::liquibase::author_of(&m.key, &m.name)?,
+                    m.name.as_str(),
+                ))
+            })
+            .collect();
+        let unquote = |s: &str| {
+            s.strip_prefix('"')
+                .and_then(|s| s.strip_suffix('"'))
+                .unwrap_or(s)
+                .to_string()
+        };
+        // `"a b":id` or `a:id`: the author ends at the first `:` outside quotes.
+        let split = match text.strip_prefix('"') {
+            Some(quoted) => quoted
+                .split_once("\":")
+                .map(|(a, id)| (a.to_string(), unquote(id))),
+            None => text
+                .split_once(':')
+                .map(|(a, id)| (a.to_string(), unquote(id))),
+        };
+        let by_author: Vec<&(&Migration, &str, &str)> = match &split {
+            Some((author, id)) => written
+                .iter()
+                .filter(|(_, a, i)| a == author && i == id)
+                .collect(),
+            None => Vec::new(),
+        };
+        match by_author.as_slice() {
+            [(m, _, _)] => return Ok(Some(m.version)),
+            [] => {}
+            several => {
+                return Err(format!(
+                    "`{text}` is written in {} files; pass the one you mean by its label: {}",
+                    several.len(),
+                    several
+                        .iter()
+                        .map(|(m, _, _)| m.label.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            }
+        }
+        let id = unquote(text);
+        let same_id: Vec<&(&Migration, &str, &str)> =
+            written.iter().filter(|(_, _, i)| *i == id).collect();
+        match same_id.as_slice() {
+            [(m, _, _)] => Ok(Some(m.version)),
+            [] => Ok(None),
+            several => {
+                let spelling = |m: &Migration, a: &str, i: &str| {
+                    let twice = several.iter().filter(|(_, a2, _)| *a2 == a).count() > 1;
+                    match twice {
+                        // One author wrote the id in two files: the label.
+                        true => m.label.clone(),
+                        false => format!("{a}:{i}"),
+                    }
+                };
+                Err(format!(
+                    "`{text}` is the id of {} changesets; pass the one you mean as {}",
+                    several.len(),
+                    several
+                        .iter()
+                        .map(|(m, a, i)| spelling(m, a, i))
+                        .collect::<Vec<_>>()
+                        .join(" or ")
+                ))
+            }
+        }
+    }
+
     /// rollsafe's version for a migration named on the command line
     /// (`--target`, `--since`): what [`Catalog::resolve_version`] resolves,
     /// or, for layouts other than refinery, the one migration whose label or
@@ -1043,6 +1135,7 @@ impl Catalog {
         if let Some(v) = self.resolve_version(text) {
             return Ok(v);
         }
+        self.resolve_changeset(text.trim())?;
         let wanted = text.trim();
         let matching: Vec<i32> = match (self.layout, wanted.is_empty()) {
             (Layout::Refinery, _) | (_, true) => Vec::new(),
@@ -1056,9 +1149,13 @@ impl Catalog {
         match matching.as_slice() {
             [v] => Ok(*v),
             [] => Err(format!(
-                "`{wanted}` names no migration of this {} folder (the files have {}); pass one of those labels (or the start of one), or a migration's file or folder name",
+                "`{wanted}` names no migration of this {} folder (the files have {}); pass one of those labels (or the start of one), or a migration's file or folder name{}",
                 self.layout,
-                all()
+                all(),
+                match self.layout {
+                    Layout::Liquibase => ", or a changeset as its file writes it (author:id)",
+                    _ => "",
+                }
             )),
             several => Err(format!(
                 "`{wanted}` is the start of {} migrations ({}); give more of the label so that it names one",
@@ -1830,6 +1927,75 @@ mod tests {
                 assert!(c.resolve_label(nothing).is_err(), "{layout}: {nothing}");
             }
         }
+    }
+
+    /// A Liquibase changeset is also named as its file writes it,
+    /// `author:id` (quoted or not), and by its bare id when no other
+    /// changeset has it; an id of several is refused naming each one's
+    /// spelling.
+    #[test]
+    fn a_liquibase_changeset_is_named_as_written_or_by_a_lone_id() {
+        let c = Catalog::from_files(
+            Source::Embedded,
+            files(&[
+                (
+                    "wheels.sql",
+                    "--liquibase formatted sql\n--changeset ana:wheels-1\nSELECT 1;\n--changeset \"bo\":truing\nSELECT 2;\n--changeset ana:release:2\nSELECT 3;\n",
+                ),
+                (
+                    "spokes.sql",
+                    "--liquibase formatted sql\n--changeset cy:truing\nSELECT 4;\n--changeset ana:gauge\nSELECT 5;\n--changeset ana:gauge-check\nSELECT 6;\n",
+                ),
+                (
+                    "tubes.sql",
+                    "--liquibase formatted sql\n--changeset ana:gauge-check\nSELECT 7;\n",
+                ),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.layout, Layout::Liquibase);
+        let version_of = |key: &str| {
+            c.migrations()
+                .iter()
+                .find(|m| m.key == key)
+                .unwrap()
+                .version
+        };
+        for (spelling, key) in [
+            ("ana:wheels-1", "wheels.sql::wheels-1::ana"),
+            ("wheels-1", "wheels.sql::wheels-1::ana"),
+            ("bo:truing", "wheels.sql::truing::bo"),
+            ("\"bo\":truing", "wheels.sql::truing::bo"),
+            ("cy:truing", "spokes.sql::truing::cy"),
+            ("ana:release:2", "wheels.sql::release:2::ana"),
+            ("release:2", "wheels.sql::release:2::ana"),
+            ("gauge", "spokes.sql::gauge::ana"),
+            ("spokes.sql::gauge::ana", "spokes.sql::gauge::ana"),
+        ] {
+            assert_eq!(c.resolve_label(spelling), Ok(version_of(key)), "{spelling}");
+            assert_eq!(
+                c.resolve_version(spelling),
+                Some(version_of(key)),
+                "{spelling}"
+            );
+        }
+        assert_eq!(
+            c.resolve_label("truing"),
+            Err("`truing` is the id of 2 changesets; pass the one you mean as cy:truing or bo:truing".into())
+        );
+        assert_eq!(c.resolve_version("truing"), None);
+        assert_eq!(
+            c.resolve_label("ana:gauge-check"),
+            Err("`ana:gauge-check` is written in 2 files; pass the one you mean by its label: spokes.sql::gauge-check::ana, tubes.sql::gauge-check::ana".into())
+        );
+        assert_eq!(
+            c.resolve_label("gauge-check"),
+            Err("`gauge-check` is the id of 2 changesets; pass the one you mean as spokes.sql::gauge-check::ana or tubes.sql::gauge-check::ana".into())
+        );
+        assert!(c
+            .resolve_label("ana:nothing")
+            .unwrap_err()
+            .ends_with("or a changeset as its file writes it (author:id)"));
     }
 
     #[test]

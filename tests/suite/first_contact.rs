@@ -202,6 +202,8 @@ fn since_takes_the_migration_as_the_folder_shows_it(_env: &TestEnv) -> anyhow::R
             None,
             &["orders_customer_index", "deploy/orders_customer_index.sql"],
         ),
+        // A Liquibase changeset as its file writes it, and its lone id.
+        ("liquibase-workshop", None, &["bo:parts-2", "parts-2"]),
     ];
     for (dir, layout, spellings) in cases {
         for since in *spellings {
