@@ -907,6 +907,7 @@ impl Catalog {
             deploy_groups::fill(dir, layout, &mut steps);
         }
         let catalog = Catalog::from_steps(source, layout, steps)?;
+        notes.extend(catalog.none_runnable());
         notes.extend(deploy_groups::note(&catalog));
         Ok(Catalog {
             set_aside,
@@ -945,6 +946,21 @@ impl Catalog {
             migrations,
             set_aside: Vec::new(),
             notes: Vec::new(),
+        })
+    }
+
+    /// For the run's header, when rollsafe can run none of the migrations
+    /// (a goose folder of Go migrations only): that nothing of them is
+    /// rehearsed or checked, and why.
+    fn none_runnable(&self) -> Option<String> {
+        let mut why = self.migrations.iter().map(|m| m.not_runnable.as_deref());
+        let first = why.next()??;
+        let each = match why.clone().all(|w| w == Some(first)) {
+            true => format!("each {first}"),
+            false => "each says why".to_string(),
+        };
+        why.all(|w| w.is_some()).then(|| {
+            format!("rollsafe can run none of these migrations ({each}), so this run rehearses and checks nothing of them")
         })
     }
 
@@ -1996,6 +2012,54 @@ mod tests {
             .resolve_label("ana:nothing")
             .unwrap_err()
             .ends_with("or a changeset as its file writes it (author:id)"));
+    }
+
+    /// A goose folder of Go migrations only is goose's: each listed in its
+    /// place, not runnable, and the header says nothing of them runs. A Go
+    /// file that registers no goose migration claims no folder.
+    #[test]
+    fn a_goose_folder_of_go_migrations_only_is_gooses() {
+        let go = |table: &str| {
+            format!("package migrations\n\nimport (\n\t\"context\"\n\t\"database/sql\"\n\n\t\"github.com/pressly/goose/v3\"\n)\n\nfunc init() {{\n\tgoose.AddMigrationContext(up, down)\n}}\n\nfunc up(ctx context.Context, tx *sql.Tx) error {{\n\t_, err := tx.ExecContext(ctx, `CREATE TABLE {table} (id bigint)`)\n\treturn err\n}}\n")
+        };
+        let (pumps, valves) = (go("pumps"), go("valves"));
+        let c = Catalog::from_files(
+            Source::Embedded,
+            files(&[
+                ("00001_create_pumps.go", &pumps),
+                ("00002_create_valves.go", &valves),
+                ("00002_create_valves_test.go", "package migrations\n"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.layout, Layout::Goose);
+        let listed: Vec<(&str, bool)> = c
+            .migrations()
+            .iter()
+            .map(|m| (m.file.as_str(), m.not_runnable.is_some()))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                ("00001_create_pumps.go", true),
+                ("00002_create_valves.go", true)
+            ]
+        );
+        assert_eq!(
+            c.none_runnable().unwrap(),
+            "rollsafe can run none of these migrations (each is a goose Go migration: its code runs inside the project's own goose binary, and rollsafe runs SQL only), so this run rehearses and checks nothing of them"
+        );
+        // Go code of another tool's folder is not goose's.
+        let c = Catalog::from_files(
+            Source::Embedded,
+            files(&[
+                ("00001_pumps.sql", "CREATE TABLE pumps (id bigint);"),
+                ("00002_embed.go", "package migrations\n\nimport \"embed\"\n"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!((c.layout, c.migrations().len()), (Layout::Sqlx, 1));
+        assert_eq!(c.none_runnable(), None);
     }
 
     #[test]

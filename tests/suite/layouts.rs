@@ -57,6 +57,7 @@ pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
             atlas_folders_in_goose_flyway_and_dbmate_format_are_those_tools,
             a_flyway_folder_starting_at_a_baseline_runs_it_first,
             a_goose_go_migration_is_listed_and_what_builds_on_it_skipped,
+            a_goose_folder_of_go_migrations_only_is_listed_and_nothing_is_called_ok,
             a_guard_on_the_tools_history_table_does_not_stop_the_rehearsal,
             a_sqitch_change_creating_a_role_is_rehearsed_on_every_path,
             maragudk_migrate_files_by_name_in_a_go_module,
@@ -1643,6 +1644,76 @@ fn a_goose_go_migration_is_listed_and_what_builds_on_it_skipped(
     ensure!(
         skipped.len() == 1 && skipped[0].contains("fails without it"),
         "{skipped:#?}"
+    );
+    Ok(())
+}
+
+/// A goose folder of Go migrations only (a bike shop's): read as goose's,
+/// not refused as holding no migration files; each listed in its place as
+/// one rollsafe cannot run, the header saying nothing of them is rehearsed
+/// or checked; and the run calls nothing in them ok.
+fn a_goose_folder_of_go_migrations_only_is_listed_and_nothing_is_called_ok(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = fixture("goose-go-only");
+    let catalog = Catalog::from_dir(&dir)?;
+    let listed: Vec<(&str, bool)> = catalog
+        .migrations()
+        .iter()
+        .map(|m| (m.file.as_str(), m.not_runnable.is_some()))
+        .collect();
+    ensure!(
+        catalog.layout == Layout::Goose
+            && listed
+                == [
+                    ("00001_create_bikes.go", true),
+                    ("00002_bikes_frame.go", true),
+                ],
+        "{:?}: {listed:?}",
+        catalog.layout
+    );
+    let report = Verify::new(catalog)?.rows(ROWS).run(&env.sandbox)?;
+    let called_ok: Vec<String> = report
+        .findings
+        .iter()
+        .filter(|f| f.migration.is_some() && f.severity == rollsafe::report::Severity::Info)
+        .map(|f| format!("{:?} {}: {}", f.migration, f.id, f.message))
+        .collect();
+    ensure!(
+        called_ok.is_empty(),
+        "ok about what never ran: {called_ok:#?}"
+    );
+    for (version, file) in [(1, "00001_create_bikes.go"), (2, "00002_bikes_frame.go")] {
+        ensure!(
+            report.findings.iter().any(|f| f.migration == Some(version)
+                && f.severity == rollsafe::report::Severity::Skipped
+                && f.message.contains(file)
+                && f.message.contains("goose Go migration")),
+            "{file} is not said to be a Go migration rollsafe cannot run: {:#?}",
+            report.findings
+        );
+    }
+    let (code, out, err) = rollsafe_cli(
+        &[
+            "verify",
+            "--postgres",
+            env.sandbox.admin_url(),
+            "--rows",
+            "200",
+        ],
+        &dir,
+    )?;
+    let header = err
+        .lines()
+        .find(|l| l.contains("read as goose's"))
+        .unwrap_or_default();
+    ensure!(
+        code != 2
+            && header.contains("2 migration(s)")
+            && header.contains(
+                "rollsafe can run none of these migrations (each is a goose Go migration"
+            ),
+        "exit {code}: {out}{err}"
     );
     Ok(())
 }

@@ -9,6 +9,10 @@
 //! environment's value; rollsafe takes the values from `--placeholder
 //! NAME=value` (a rehearsal's environment is not production's) and refuses
 //! one without a value or default by name.
+//!
+//! Go migrations (`<version>_<name>.go` calling goose's `AddMigration…`)
+//! are listed in their place, never run ([`Step::not_runnable`]); a
+//! folder holding only those is goose's as well.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -90,7 +94,14 @@ impl LayoutReader for Goose {
     }
 
     fn claims(&self, folder: &Folder) -> Vec<String> {
-        folder.numbered_sql_marked(is_goose)
+        let mut claimed = folder.numbered_sql_marked(is_goose);
+        claimed.extend(
+            go_migrations(folder)
+                .into_iter()
+                .map(|s| s.file)
+                .filter(|f| folder.files.get(f).is_some_and(|b| registers_with_goose(b))),
+        );
+        claimed
     }
 
     fn read(&self, folder: &Folder, options: &ReadOptions) -> Result<Vec<Step>, CatalogError> {
@@ -126,6 +137,17 @@ impl LayoutReader for Goose {
         sort_numeric(&mut steps);
         Ok(steps)
     }
+}
+
+/// A Go file that registers a goose migration: it imports goose and
+/// calls one of its `AddMigration…`/`AddNamedMigration…` functions (goose
+/// takes the version from the file's name). One is enough to say a folder
+/// of Go migrations only is goose's; another tool's folder holds Go code
+/// of its own (an `embed.go`), never these.
+fn registers_with_goose(bytes: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(bytes);
+    text.contains("github.com/pressly/goose")
+        && (text.contains(".AddMigration") || text.contains(".AddNamedMigration"))
 }
 
 /// goose's Go migrations (`<version>_<name>.go`, registered with
