@@ -79,19 +79,18 @@ pub(super) fn fill(dir: &Path, layout: Layout, steps: &mut [Step]) {
         origins: &origins,
         import,
     };
+    // A Liquibase file of several changesets: each one's own line.
     let changesets = match layout {
         Layout::Liquibase => liquibase_changesets(dir, steps, &groups, deadline),
         _ => HashMap::new(),
     };
-    let shared: HashSet<&str> = shared_files(steps);
-    let mut filled: Vec<Option<String>> = Vec::with_capacity(steps.len());
-    for step in steps.iter() {
-        let file = step.file.as_str();
-        filled.push(match (shared.contains(file), layout) {
-            (true, Layout::Liquibase) => changesets.get(&step.key).cloned().flatten(),
-            _ => groups.of_file(file),
-        });
-    }
+    let filled: Vec<Option<String>> = steps
+        .iter()
+        .map(|step| match changesets.get(&step.key) {
+            Some(group) => group.clone(),
+            None => groups.of_file(&step.file),
+        })
+        .collect();
     for (step, group) in steps.iter_mut().zip(filled) {
         step.deploy_group = group;
     }
