@@ -227,20 +227,28 @@ pub fn nothing_rehearsed(since: i32, labels: &Labels) -> Finding {
 /// migration `failed` before it stopped the rehearsal: skipped, saying so.
 pub fn not_rehearsed(v: i32, failed: i32, unreached: Unreached, labels: &Labels) -> Finding {
     let failed_label = labels.of(failed);
-    let message = match unreached {
-        Unreached::Everything => format!(
-            "not rehearsed: the rehearsal stopped at {failed_label}, before it (see {failed_label}'s errors)"
+    let (message, advice) = match unreached {
+        Unreached::Everything => (
+            format!(
+                "not rehearsed: the rehearsal stopped at {failed_label}, before it (see {failed_label}'s errors)"
+            ),
+            format!(
+                "fix {failed_label} and run again: a migration after a failing one cannot be reached as production would reach it"
+            ),
         ),
-    };
-    let what = match unreached {
-        Unreached::Everything => crate::report::UNREACHED,
+        Unreached::AfterNotRunnable => (
+            format!(
+                "not rehearsed: rollsafe cannot run {failed_label}, before it, and its schema builds on that one (see {failed_label}'s apply.not-runnable)"
+            ),
+            format!(
+                "rehearse from a database that already holds {failed_label}: --from-target <url of a database migrated by your tool>"
+            ),
+        ),
     };
     Finding::new(CHECK, "not-rehearsed", Severity::Skipped, Some(v), message)
         .evidence("stopped_at", failed)
-        .evidence("unreached", what)
-        .advice(format!(
-            "fix {failed_label} and run again: a migration after a failing one cannot be reached as production would reach it"
-        ))
+        .evidence("unreached", crate::report::UNREACHED)
+        .advice(advice)
 }
 
 /// The findings that say a migration did not apply on an empty database

@@ -101,6 +101,10 @@ pub enum Unreached {
     /// seeded database does not stop the later seeded paths: they are
     /// seeded afresh, `stages::seeded`.)
     Everything,
+    /// All of it: a migration before it that rollsafe cannot run (a goose
+    /// Go migration) stopped the rehearsal, since its schema builds on
+    /// that one. Nothing failed.
+    AfterNotRunnable,
 }
 
 /// The run as a whole, beside each migration's evidence: what the

@@ -111,7 +111,7 @@ impl Run<'_> {
         // Nothing after it was rehearsed: each migration the run judges
         // says so (skipped), never a silent pass.
         for e in self.evidence.values_mut() {
-            e.unreached = Some((go.version, Unreached::Everything));
+            e.unreached = Some((go.version, Unreached::AfterNotRunnable));
         }
     }
 

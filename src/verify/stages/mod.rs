@@ -108,6 +108,9 @@ impl Run<'_> {
         self.options.emit(Event::StageStarted(Stage::Seeded));
         let mut staged: Vec<Staged> = Vec::new();
         let (mut stopped, mut last, mut rehearsed) = (None, 0, 0);
+        // Why the rehearsal stopped: a migration failed, or one rollsafe
+        // cannot run came (nothing failed then).
+        let mut unreached = Unreached::Everything;
         let mut tables_met: BTreeSet<String> = BTreeSet::new();
         let mut seeded = SeededEnd::default();
         for (index, m) in migrations.iter().enumerate() {
@@ -120,6 +123,7 @@ impl Run<'_> {
                         .findings
                         .push(apply::not_runnable(m.version, &m.label, &file, why, later));
                     stopped = Some(m.version);
+                    unreached = Unreached::AfterNotRunnable;
                     break;
                 }
                 match self.template(index, m, last, &staged, &empty_prev, &migrations)? {
@@ -152,7 +156,7 @@ impl Run<'_> {
         }
         if let Some(failed) = stopped {
             for m in migrations.iter().filter(|m| m.version > failed) {
-                self.evidence(m.version).unreached = Some((failed, Unreached::Everything));
+                self.evidence(m.version).unreached = Some((failed, unreached));
             }
         }
         self.options.emit(Event::StageFinished(Stage::Seeded));
