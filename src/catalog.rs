@@ -338,6 +338,9 @@ pub struct Migration {
     /// A Flyway repeatable (`R__`): applied after every versioned
     /// migration, and again whenever its checksum changes.
     pub repeatable: bool,
+    /// A Flyway SQL callback's event ([`layouts::Step::callback`]): rehearsed
+    /// in its place like a migration, never a migration to a history.
+    pub callback: Option<String>,
     /// Sqitch's verify script for this change, run after it (its failure
     /// means the change did not do what it promised).
     pub verify: Option<Script>,
@@ -391,6 +394,7 @@ impl Migration {
             checksum,
             tool_checksum: step.checksum,
             repeatable: step.repeatable,
+            callback: step.callback,
             verify: step.verify,
             nolint: step.nolint,
             directives,

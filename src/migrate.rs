@@ -55,6 +55,12 @@
 //!   `CREATE INDEX CONCURRENTLY` is dropped and rebuilt; a backfill resumes
 //!   from its progress row ([`backfill`]). `CONCURRENTLY` in a transactional
 //!   file is refused before anything runs, naming the directive.
+//! - **Flyway callbacks** (`beforeMigrate`, `afterMigrate`, …: catalogue
+//!   steps marked [`Migration::callback`]) are never migrations to the
+//!   history: `status` and drift never list them, nothing records them.
+//!   A run executes them where Flyway's migrate does, each in a
+//!   transaction of its own under the same lock policy, `afterMigrate`
+//!   even when nothing is pending ([`Plan::callbacks`]).
 //! - **Dry run** reads the history (without creating the table) and returns
 //!   the plan; nothing is written.
 //!
@@ -236,7 +242,8 @@ impl VersionStatus {
 pub struct Status {
     /// The highest applied version, if any.
     pub current: Option<i32>,
-    /// The highest file version.
+    /// The highest version of a migration file (a Flyway callback after
+    /// it is no migration).
     pub latest: i32,
     /// Whether the history table exists at all.
     pub history_table: bool,
@@ -504,12 +511,12 @@ pub fn read_history(client: &mut Client) -> Result<(bool, Vec<HistoryRow>), Migr
 /// repeatable is never out of order and never makes another file so; one
 /// whose checksum changed is due to run again, not divergent.
 pub fn compare(catalog: &Catalog, history_table: bool, history: &[HistoryRow]) -> Status {
-    let latest = catalog.latest();
+    let latest = last_migration(catalog);
     let repeatable = |v: i32| catalog.get(v).is_some_and(|m| m.repeatable);
     let current = history
         .iter()
         .map(|h| h.version)
-        .filter(|v| !repeatable(*v))
+        .filter(|v| !repeatable(*v) && !is_callback(catalog, *v))
         .max();
     let label_of = |v: i32, recorded: &str| match catalog.get(v) {
         Some(m) => m.label.clone(),
@@ -517,7 +524,9 @@ pub fn compare(catalog: &Catalog, history_table: bool, history: &[HistoryRow]) -
         None => recorded.to_string(),
     };
     let mut versions: Vec<VersionStatus> = Vec::new();
-    for m in catalog.migrations() {
+    // A Flyway callback is no migration: its tool records none, so it is
+    // never applied, pending or missing.
+    for m in catalog.migrations().iter().filter(|m| m.callback.is_none()) {
         let applied = history.iter().find(|h| h.version == m.version);
         let state = match applied {
             Some(h)
@@ -570,6 +579,21 @@ pub fn compare(catalog: &Catalog, history_table: bool, history: &[HistoryRow]) -
         versions,
         backfills: Vec::new(),
     }
+}
+
+/// The version of the last migration of `catalog`: Flyway callbacks
+/// placed after it are not migrations.
+fn last_migration(catalog: &Catalog) -> i32 {
+    catalog
+        .migrations()
+        .iter()
+        .rfind(|m| m.callback.is_none())
+        .map_or(0, |m| m.version)
+}
+
+/// Whether `v` is a Flyway callback of `catalog`.
+fn is_callback(catalog: &Catalog, v: i32) -> bool {
+    catalog.get(v).is_some_and(|m| m.callback.is_some())
 }
 
 /// [`compare`] with the history of `tool`: where the tool keeps its own
@@ -633,8 +657,22 @@ pub struct Plan {
     pub target: i32,
     /// The migrations to apply, in order.
     pub pending: Vec<Migration>,
+    /// The Flyway callbacks the run executes around them, in order (each
+    /// runs before the pending migrations with a higher version; see
+    /// [`callbacks_run`]); never recorded.
+    pub callbacks: Vec<Migration>,
     /// The database is already past the target (nothing is ever undone).
     pub beyond_target: bool,
+}
+
+impl Plan {
+    /// What the run executes, in order: the pending migrations and the
+    /// Flyway callbacks where Flyway runs them.
+    pub fn run_order(&self) -> Vec<&Migration> {
+        let mut run: Vec<&Migration> = self.pending.iter().chain(&self.callbacks).collect();
+        run.sort_by_key(|m| m.version);
+        run
+    }
 }
 
 fn check_target(catalog: &Catalog, options: &Options) -> Result<i32, MigrateError> {
@@ -664,15 +702,51 @@ fn plan_from(status: &Status, catalog: &Catalog, target: i32) -> Result<Plan, Mi
         .filter(|v| v.version <= target)
         .filter_map(|v| catalog.get(v.version).cloned())
         .collect();
-    for m in &pending {
+    let callbacks = callbacks_run(catalog, target, &pending);
+    for m in pending.iter().chain(&callbacks) {
         refuse_unrunnable(catalog, m)?;
     }
     Ok(Plan {
         current: status.current,
         target,
         pending,
+        callbacks,
         beyond_target: status.current.is_some_and(|c| c > target),
     })
+}
+
+/// The Flyway callbacks of `catalog` a run up to `target` executes, around
+/// `pending`, as Flyway's migrate does: every time, even with nothing
+/// pending (`afterMigrate`), except `afterMigrateApplied` (only when a
+/// migration is applied) and `beforeRepeatables` (only before a
+/// repeatable). A run that reaches the last migration is a whole migrate
+/// and runs the callbacks after it; one whose target stops before the
+/// last migration runs only those placed before its target, where Flyway
+/// would run them all: the callback files are today's, written for the
+/// schema the whole history makes (an `afterMigrate` granting on a table
+/// a later migration creates fails on an earlier one).
+fn callbacks_run(catalog: &Catalog, target: i32, pending: &[Migration]) -> Vec<Migration> {
+    use crate::catalog::layouts::flyway::{runs_only_when_applying, OnlyWhen};
+    let reach = match target >= last_migration(catalog) {
+        true => catalog.latest(),
+        false => target,
+    };
+    catalog
+        .migrations()
+        .iter()
+        .filter(|m| m.version <= reach)
+        .filter(|m| {
+            let Some(event) = &m.callback else {
+                return false;
+            };
+            match runs_only_when_applying(event) {
+                None => true,
+                Some(OnlyWhen::AnyApplied) => !pending.is_empty(),
+                Some(OnlyWhen::RepeatableApplied) => pending.iter().any(|p| p.repeatable),
+            }
+        })
+        .cloned()
+        .collect()
 }
 
 /// Refuses, before anything runs, a file migrate could only half apply:
@@ -728,6 +802,9 @@ pub struct Applied {
 pub struct Outcome {
     pub plan: Plan,
     pub applied: Vec<Applied>,
+    /// The Flyway callbacks that ran, in order (not recorded, so never
+    /// counted as applied).
+    pub callbacks: Vec<Applied>,
     /// How long we waited for another migrator's lock.
     pub waited_for_lock: Duration,
 }
@@ -744,21 +821,25 @@ pub fn migrate(url: &str, catalog: &Catalog, options: &Options) -> Result<Outcom
     let (exists, history) = read_tool_history(&mut client, catalog, tool)?;
     let status = compare_tool(catalog, tool, exists, &history);
     let plan = plan_from(&status, catalog, target)?;
-    let mut applied = Vec::new();
-    if !plan.pending.is_empty() {
+    let (mut applied, mut callbacks) = (Vec::new(), Vec::new());
+    let run = plan.run_order();
+    if !run.is_empty() {
         let pid: i32 = client
             .query_one("SELECT pg_backend_pid()", &[])
             .map_err(|e| MigrateError::sql("reading our backend pid", &e))?
             .get(0);
         let watcher = BlockerWatcher::start(url, pid, options.lock.attempt_timeout);
         let mut looks = Looks::open(url, pid, &options.lock);
-        for m in &plan.pending {
+        for m in run {
+            // Flyway records no callback in its history.
+            let record = m.callback.is_none().then_some(tool);
             let result = if m.runs_outside_transaction() {
-                apply_outside_transaction(&mut client, tool, m, options, &watcher, &mut looks)
+                apply_outside_transaction(&mut client, record, m, options, &watcher, &mut looks)
             } else {
-                apply_in_transaction(&mut client, tool, m, options, &watcher, &mut looks)
+                apply_in_transaction(&mut client, record, m, options, &watcher, &mut looks)
             };
             match result {
+                Ok(a) if m.callback.is_some() => callbacks.push(a),
                 Ok(a) => applied.push(a),
                 Err(mut e) => {
                     if let MigrateError::Failed { earlier, .. } = &mut e {
@@ -783,6 +864,7 @@ pub fn migrate(url: &str, catalog: &Catalog, options: &Options) -> Result<Outcom
     Ok(Outcome {
         plan,
         applied,
+        callbacks,
         waited_for_lock,
     })
 }
@@ -908,14 +990,16 @@ impl Looks {
 /// waits without queueing.
 fn apply_in_transaction(
     client: &mut Client,
-    tool: ToolHistory,
+    tool: Option<ToolHistory>,
     m: &Migration,
     options: &Options,
     watcher: &BlockerWatcher,
     looks: &mut Looks,
 ) -> Result<Applied, MigrateError> {
-    tool.ensure(client)
-        .map_err(|e| MigrateError::sql(format!("creating {}", tool.table()), &e))?;
+    if let Some(tool) = tool {
+        tool.ensure(client)
+            .map_err(|e| MigrateError::sql(format!("creating {}", tool.table()), &e))?;
+    }
     let steps = apply::transaction_steps(&m.sql);
     let started = Instant::now();
     let mut observer = MigrateTransaction {
@@ -943,8 +1027,11 @@ fn apply_in_transaction(
         Err(apply::StepError::GaveUp { gave_up, .. }) => {
             Err(MigrateError::gave_up(m.to_string(), gave_up, watcher))
         }
-        Err(apply::StepError::Failed { index, error }) if index == steps.len() => {
-            Err(MigrateError::recording(m, tool.table(), &error))
+        Err(apply::StepError::Failed { index, error })
+            if index == steps.len() && tool.is_some() =>
+        {
+            let table = tool.map_or("", |t| t.table());
+            Err(MigrateError::recording(m, table, &error))
         }
         Err(apply::StepError::Failed { error, .. }) => Err(MigrateError::Failed {
             migration: m.to_string(),
@@ -959,7 +1046,8 @@ fn apply_in_transaction(
 /// file needs; the history row written before the commit.
 struct MigrateTransaction<'a> {
     m: &'a Migration,
-    tool: ToolHistory,
+    /// Where its row goes; None for a Flyway callback (never recorded).
+    tool: Option<ToolHistory>,
     watcher: &'a BlockerWatcher,
     looks: &'a mut Looks,
     started: Instant,
@@ -983,7 +1071,10 @@ impl apply::StepObserver for MigrateTransaction<'_> {
     }
 
     fn finishing(&mut self, client: &mut Client) -> Result<(), postgres::Error> {
-        self.tool.record(client, self.m, self.started.elapsed())
+        match self.tool {
+            Some(tool) => tool.record(client, self.m, self.started.elapsed()),
+            None => Ok(()),
+        }
     }
 }
 
@@ -1029,7 +1120,7 @@ impl apply::StepObserver for MigrateSteps<'_> {
 /// it, only once everything else succeeded.
 fn apply_outside_transaction(
     client: &mut Client,
-    tool: ToolHistory,
+    tool: Option<ToolHistory>,
     m: &Migration,
     options: &Options,
     watcher: &BlockerWatcher,
@@ -1123,8 +1214,10 @@ fn apply_outside_transaction(
             }
         }
     }
-    let recorded = record_history(client, tool, m, started.elapsed(), has_backfills);
-    recorded.map_err(|e| MigrateError::recording(m, tool.table(), &e))?;
+    if let Some(tool) = tool {
+        let recorded = record_history(client, tool, m, started.elapsed(), has_backfills);
+        recorded.map_err(|e| MigrateError::recording(m, tool.table(), &e))?;
+    }
     Ok(Applied {
         version: m.version,
         file: m.file.clone(),
@@ -1137,14 +1230,15 @@ fn apply_outside_transaction(
 /// Records `applied` in the history of `layout`'s tool as `migrate` would
 /// have (creating the table if needed), for a database whose schema was
 /// brought to them another way: verify's rehearsal base, so that `migrate`
-/// on it applies only what comes after.
+/// on it applies only what comes after. Flyway callbacks among them are
+/// not recorded (their tool records none).
 pub fn record_applied<'a>(
     client: &mut Client,
     layout: crate::catalog::Layout,
     applied: impl IntoIterator<Item = &'a Migration>,
 ) -> Result<(), postgres::Error> {
     let tool = ToolHistory::written_by_migrate(layout);
-    for m in applied {
+    for m in applied.into_iter().filter(|m| m.callback.is_none()) {
         record_history(client, tool, m, Duration::ZERO, false)?;
     }
     Ok(())
@@ -1270,6 +1364,80 @@ mod tests {
             applied_on: "2026-01-01T00:00:00Z".into(),
             checksum: checksum.to_string(),
         }
+    }
+
+    /// A Flyway folder's callbacks: never in the status (not pending, not
+    /// missing, not the latest), run by every migrate that reaches them,
+    /// `afterMigrate` even with nothing pending, `afterMigrateApplied`
+    /// only when something is applied.
+    #[test]
+    fn flyway_callbacks_are_run_never_pending() {
+        use crate::catalog::{layouts::Step, Layout, Source};
+        let step = |label: &str, callback: Option<&str>| Step {
+            key: label.trim_start_matches('V').into(),
+            label: label.into(),
+            name: label.into(),
+            file: format!("{label}.sql"),
+            sql: "SELECT 1;\n".into(),
+            callback: callback.map(str::to_string),
+            ..Step::default()
+        };
+        let c = Catalog::from_steps(
+            Source::Embedded,
+            Layout::Flyway,
+            vec![
+                step("beforeMigrate", Some("beforeMigrate")),
+                step("V1", None),
+                step("V2", None),
+                step("V3", None),
+                step("afterMigrateApplied", Some("afterMigrateApplied")),
+                step("afterMigrate__grants", Some("afterMigrate")),
+            ],
+        )
+        .unwrap();
+        let applied = |m: &Migration| row(m.version, &m.refinery_history_name(), m.checksum);
+        let history: Vec<HistoryRow> = c.migrations()[1..4].iter().map(applied).collect();
+        let st = compare(&c, true, &history);
+        let labels: Vec<(&str, State)> = st
+            .versions
+            .iter()
+            .map(|v| (v.label.as_str(), v.state))
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                ("V1", State::Applied),
+                ("V2", State::Applied),
+                ("V3", State::Applied)
+            ]
+        );
+        assert_eq!((st.current, st.latest), (Some(4), 4));
+        let run = |st: &Status, target: i32| {
+            let plan = plan_from(st, &c, target).unwrap();
+            plan.run_order()
+                .iter()
+                .map(|m| m.label.clone())
+                .collect::<Vec<_>>()
+        };
+        // Nothing pending: Flyway still runs beforeMigrate and afterMigrate.
+        assert_eq!(
+            run(&st, c.latest()),
+            ["beforeMigrate", "afterMigrate__grants"]
+        );
+        let st = compare(&c, true, &history[..2]);
+        assert_eq!(
+            run(&st, 4),
+            [
+                "beforeMigrate",
+                "V3",
+                "afterMigrateApplied",
+                "afterMigrate__grants"
+            ]
+        );
+        // A target before the last migration stops before the callbacks
+        // after it.
+        let st = compare(&c, false, &[]);
+        assert_eq!(run(&st, 2), ["beforeMigrate", "V1"]);
     }
 
     #[test]

@@ -77,11 +77,14 @@ pub struct SetAside {
     pub what: Option<&'static str>,
 }
 
-/// The files of `folder` that `steps` do not run, each with what it is to
-/// `layout`'s tool.
+/// The files of `folder` that are not migrations of `steps` (those it does
+/// not run, and the callbacks it runs around them), each with what it is
+/// to `layout`'s tool.
 pub fn set_aside(layout: Layout, folder: &Folder, steps: &[Step]) -> Vec<SetAside> {
+    // A callback runs as a step and is named with what it is to its tool.
     let used: std::collections::HashSet<&str> = steps
         .iter()
+        .filter(|s| s.callback.is_none())
         .flat_map(|s| {
             std::iter::once(s.file.as_str()).chain(s.verify.iter().map(|v| v.file.as_str()))
         })
@@ -277,6 +280,12 @@ pub struct Step {
     /// Flyway `R__`: applied after every versioned file, and again
     /// whenever its checksum changes.
     pub repeatable: bool,
+    /// A Flyway SQL callback's event (`afterMigrate` for
+    /// `afterMigrate__grants.sql`): run where Flyway runs it, in its own
+    /// transaction, and never recorded in a history table (not a
+    /// migration: `status`, `migrate` and `check` never list it). None for
+    /// a migration.
+    pub callback: Option<String>,
     /// Sqitch: the change's `verify/<change>.sql`, blanked as the deploy
     /// script is; None when there is none.
     pub verify: Option<Script>,

@@ -323,7 +323,12 @@ pub(crate) fn read_as(catalog: &Catalog, given: bool) -> String {
     let caveat = rollsafe::catalog::layouts::reader(catalog.layout).caveat();
     format!(
         "{} migration(s) from {}, read as {}'s ({}){}",
-        catalog.migrations().len(),
+        // Flyway callbacks are named with the other companions.
+        catalog
+            .migrations()
+            .iter()
+            .filter(|m| m.callback.is_none())
+            .count(),
         catalog.source,
         catalog.layout,
         if given {

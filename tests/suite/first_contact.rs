@@ -115,13 +115,15 @@ fn names_each_tool_runs_are_read_in_its_order_and_rehearsed(env: &TestEnv) -> an
         &flyway,
         Layout::Flyway,
         &[
+            ("beforeMigrate", "beforeMigrate.sql", false),
             ("V1", "V1__create_kilns.sql", false),
             ("V1.1", "V1.1.sql", false),
             ("V2.0.1", "V2.0.1.sql", false),
+            ("afterMigrate__grants", "afterMigrate__grants.sql", false),
         ],
     )?;
-    // The callback would fail if it ran as a migration (its role does
-    // not exist): rehearsed clean, it did not.
+    // The callbacks run where Flyway runs them: the grant after the
+    // last migration, on the tables it names.
     rehearse_clean(env, flyway)?;
     Ok(())
 }
@@ -228,9 +230,9 @@ fn since_takes_the_migration_as_the_folder_shows_it(_env: &TestEnv) -> anyhow::R
 }
 
 /// The header of a run says what in the folder is not a migration: the
-/// Flyway callbacks (which Flyway runs and rollsafe does not rehearse),
-/// the undo file, a file whose name Flyway skips, and the README as
-/// ignored; the run itself passes (none of them ran).
+/// Flyway callbacks (rehearsed where Flyway runs them), the undo file, a
+/// file whose name Flyway skips, and the README as ignored; the run
+/// itself passes (none of the others ran).
 fn the_header_names_callbacks_undo_files_and_ignored_files(env: &TestEnv) -> anyhow::Result<()> {
     let (code, out, err) = rollsafe_cli(
         &[
@@ -251,7 +253,7 @@ fn the_header_names_callbacks_undo_files_and_ignored_files(env: &TestEnv) -> any
         .unwrap_or_default();
     for part in [
         "3 migration(s)",
-        "2 Flyway SQL callback(s), which Flyway runs around every migrate and rollsafe does not rehearse: afterMigrate__grants.sql, beforeMigrate.sql",
+        "2 Flyway SQL callback(s), rehearsed where Flyway's migrate runs them, each in a transaction of its own and never recorded as applied (beforeMigrate before the first migration, afterVersioned after the last versioned one, beforeRepeatables before the first repeatable when there is one, afterMigrateApplied and afterMigrate after the last): afterMigrate__grants.sql, beforeMigrate.sql",
         "1 Flyway undo script(s), never run going up: U1.1.sql",
         "1 file(s) Flyway skips, their names matching none of its patterns (V<version>__<description>.sql, R__…, callbacks; its validateMigrationNaming is false by default): seed-kilns.sql",
         "1 file(s) ignored, not migrations its tool runs: README.md",

@@ -15,6 +15,17 @@
 //! `VACUUM`, `REINDEX SCHEMA|DATABASE|SYSTEM`, …; `ALTER TYPE … ADD
 //! VALUE` only before PostgreSQL 12, below what rollsafe rehearses). `${name}` placeholders are replaced with the values given
 //! by `--placeholder name=value`; one without a value is refused by name.
+//!
+//! SQL callbacks (`<event>.sql`, `<event>__<description>.sql`) are read
+//! where Flyway's migrate runs them (see [`Place`]): the ones it runs once
+//! per migrate (`beforeMigrate`, `afterVersioned`, `beforeRepeatables`,
+//! `afterMigrateApplied`, `afterMigrate`) are steps of their own, each in
+//! a transaction of its own as Flyway's `DefaultCallbackExecutor` runs
+//! them, never recorded in `flyway_schema_history`. Those Flyway runs
+//! inside every migration's transaction (`beforeEachMigrate`,
+//! `afterEachMigrate`) are named in the run's header and not run: run
+//! there, their statements would be the migration's and shift its lines
+//! in every finding.
 
 use std::collections::BTreeMap;
 
@@ -113,7 +124,71 @@ pub(crate) const CALLBACK_EVENTS: &[&str] = &[
     "afterInfoError",
     "afterInfoOperationFinish",
     "createSchema",
+    "beforeCreateSchema",
     "beforeConnect",
+    "afterConnect",
+];
+
+/// Where Flyway's migrate fires an event it fires once per run, read in
+/// `DbMigrate`: `migrate()` fires `beforeMigrate` before anything, then
+/// (`migrateAll`, `doMigrateGroup`) `afterVersioned` once the versioned
+/// migrations are done (before the first repeatable, or at the end) and
+/// `beforeRepeatables` before the first repeatable, then
+/// `afterMigrateApplied` when at least one migration was applied, then
+/// `afterMigrate` always, even when nothing was pending. Each fires on its
+/// own connection (`onMigrateOrUndoEvent`), each callback in a transaction
+/// of its own unless its script cannot run in one
+/// (`DefaultCallbackExecutor.execute`, `canHandleInTransaction`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Place {
+    First,
+    AfterVersioned,
+    BeforeRepeatables,
+    AfterApplied,
+    Last,
+}
+
+/// Where `event` runs in a migrate; None for the events a successful
+/// migrate fires inside each migration (not run) or never.
+fn place(event: &str) -> Option<Place> {
+    Some(match event {
+        "beforeMigrate" => Place::First,
+        "afterVersioned" => Place::AfterVersioned,
+        "beforeRepeatables" => Place::BeforeRepeatables,
+        "afterMigrateApplied" => Place::AfterApplied,
+        "afterMigrate" => Place::Last,
+        _ => return None,
+    })
+}
+
+/// Whether a callback of `event` runs only when the migrate applies a
+/// migration (`afterMigrateApplied`) or a repeatable
+/// (`beforeRepeatables`): `migrate` asks, the others run every time.
+pub(crate) fn runs_only_when_applying(event: &str) -> Option<OnlyWhen> {
+    match event {
+        "afterMigrateApplied" => Some(OnlyWhen::AnyApplied),
+        "beforeRepeatables" => Some(OnlyWhen::RepeatableApplied),
+        _ => None,
+    }
+}
+
+/// What a conditional callback waits for in a migrate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnlyWhen {
+    AnyApplied,
+    RepeatableApplied,
+}
+
+/// The callbacks Flyway runs inside each migration's transaction
+/// (`DbMigrate.doMigrateGroup`, `onEachMigrateOrUndoEvent` on the
+/// migration's connection).
+const EACH_MIGRATE: &[&str] = &[
+    "beforeEachMigrate",
+    "beforeEachMigrateStatement",
+    "afterEachMigrateStatement",
+    "afterEachMigrateStatementError",
+    "afterEachMigrate",
+    "afterEachMigrateError",
 ];
 
 /// The kind of a Flyway file name, parsed as Flyway's `ResourceNameParser`
@@ -211,7 +286,9 @@ impl LayoutReader for Flyway {
             return Some("Flyway script configuration file(s) (read)");
         }
         match kind(file) {
-            Some(Kind::Callback { .. }) => Some("Flyway SQL callback(s), which Flyway runs around every migrate and rollsafe does not rehearse"),
+            Some(Kind::Callback { event, .. }) if place(event).is_some() => Some("Flyway SQL callback(s), rehearsed where Flyway's migrate runs them, each in a transaction of its own and never recorded as applied (beforeMigrate before the first migration, afterVersioned after the last versioned one, beforeRepeatables before the first repeatable when there is one, afterMigrateApplied and afterMigrate after the last)"),
+            Some(Kind::Callback { event, .. }) if EACH_MIGRATE.contains(&event) => Some("Flyway SQL callback(s) that Flyway runs inside every migration's transaction, which rollsafe does not run (what they do is missing from the rehearsal)"),
+            Some(Kind::Callback { .. }) => Some("Flyway SQL callback(s) of events a successful migrate does not fire (errors, undo, clean, validate, info, baseline, repair, connect), not run"),
             Some(Kind::Undo) => Some("Flyway undo script(s), never run going up"),
             None if file.ends_with(".sql") && !file.contains('/') => Some("file(s) Flyway skips, their names matching none of its patterns (V<version>__<description>.sql, R__…, callbacks; its validateMigrationNaming is false by default)"),
             _ => None,
@@ -241,6 +318,7 @@ impl LayoutReader for Flyway {
         let mut versioned = Vec::new();
         let mut baselines = Vec::new();
         let mut repeatable = Vec::new();
+        let mut callbacks = Vec::new();
         for (file, bytes) in folder.top_level_sql() {
             // A name Flyway cannot parse it skips (its
             // `validateMigrationNaming` is false by default): named as
@@ -248,8 +326,10 @@ impl LayoutReader for Flyway {
             let Some(kind) = kind(file) else {
                 continue;
             };
-            if matches!(kind, Kind::Undo | Kind::Callback { .. }) {
-                continue;
+            match kind {
+                Kind::Undo => continue,
+                Kind::Callback { event, .. } if place(event).is_none() => continue,
+                _ => {}
             }
             let text = super::utf8(file, bytes.to_vec())?;
             let sql = replace_placeholders(file, &text, &options.placeholders)?;
@@ -271,7 +351,24 @@ impl LayoutReader for Flyway {
                 ..Step::default()
             };
             match kind {
-                Kind::Undo | Kind::Callback { .. } => unreachable!("skipped above"),
+                Kind::Undo => unreachable!("skipped above"),
+                Kind::Callback { event, description } => callbacks.push((
+                    place(event).unwrap_or(Place::Last),
+                    // Flyway's callback name: its description with `_`
+                    // read as a space, by which it orders one event's
+                    // callbacks (`DefaultCallbackExecutor`; none first).
+                    description.replace('_', " "),
+                    Step {
+                        key: stem(file).to_string(),
+                        label: stem(file).to_string(),
+                        name: stem(file).to_string(),
+                        file: file.to_string(),
+                        sql,
+                        execution,
+                        callback: Some(event.to_string()),
+                        ..Step::default()
+                    },
+                )),
                 Kind::Baseline {
                     parts,
                     written,
@@ -320,13 +417,31 @@ impl LayoutReader for Flyway {
         if let Some((at, _)) = &baseline {
             versioned.retain(|(v, _)| v > at);
         }
-        Ok(baseline
-            .into_iter()
-            .chain(versioned)
-            .map(|(_, s)| s)
+        callbacks.sort_by(|a, b| (a.0, &a.1, &a.2.file).cmp(&(b.0, &b.1, &b.2.file)));
+        // Flyway fires beforeRepeatables only before a repeatable it runs.
+        if repeatable.is_empty() {
+            callbacks.retain(|(at, _, _)| *at != Place::BeforeRepeatables);
+        }
+        let at = |place: Place| {
+            callbacks
+                .iter()
+                .filter(move |(p, _, _)| *p == place)
+                .map(|(_, _, s)| s.clone())
+        };
+        Ok(at(Place::First)
+            .chain(baseline.into_iter().chain(versioned).map(|(_, s)| s))
+            .chain(at(Place::AfterVersioned))
+            .chain(at(Place::BeforeRepeatables))
             .chain(repeatable)
+            .chain(at(Place::AfterApplied))
+            .chain(at(Place::Last))
             .collect())
     }
+}
+
+/// `afterMigrate__grants` of `afterMigrate__grants.sql`.
+fn stem(file: &str) -> &str {
+    file.strip_suffix(".sql").unwrap_or(file)
 }
 
 /// The version as rollsafe keys it: its numeric parts, trailing zeros
@@ -442,6 +557,86 @@ fn replace_placeholders(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn folder(files: &[&str]) -> Folder {
+        Folder {
+            files: files
+                .iter()
+                .map(|f| (f.to_string(), b"SELECT 1;\n".to_vec()))
+                .collect(),
+            ..Folder::default()
+        }
+    }
+
+    /// The callbacks Flyway's migrate runs once are steps where it runs
+    /// them, one event's in the order of their descriptions (`_` read as
+    /// a space, none first); the per-migration and failure ones are not,
+    /// and the header says which is which.
+    #[test]
+    fn callbacks_are_steps_where_flyway_runs_them() {
+        let f = folder(&[
+            "V1__bikes.sql",
+            "V2__tickets.sql",
+            "R__open_tickets.sql",
+            "afterMigrate.sql",
+            "afterMigrate__grants.sql",
+            "afterMigrate__b_x.sql",
+            "afterMigrate__b-x.sql",
+            "beforeMigrate.sql",
+            "afterVersioned.sql",
+            "beforeRepeatables.sql",
+            "afterMigrateApplied__refresh.sql",
+            "beforeEachMigrate.sql",
+            "afterMigrateError.sql",
+        ]);
+        let steps = Flyway.read(&f, &ReadOptions::default()).unwrap();
+        let labels: Vec<(&str, Option<&str>)> = steps
+            .iter()
+            .map(|s| (s.label.as_str(), s.callback.as_deref()))
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                ("beforeMigrate", Some("beforeMigrate")),
+                ("V1", None),
+                ("V2", None),
+                ("afterVersioned", Some("afterVersioned")),
+                ("beforeRepeatables", Some("beforeRepeatables")),
+                ("R__open_tickets", None),
+                ("afterMigrateApplied__refresh", Some("afterMigrateApplied")),
+                ("afterMigrate", Some("afterMigrate")),
+                ("afterMigrate__b_x", Some("afterMigrate")),
+                ("afterMigrate__b-x", Some("afterMigrate")),
+                ("afterMigrate__grants", Some("afterMigrate")),
+            ]
+        );
+        assert!(steps
+            .iter()
+            .filter(|s| s.callback.is_some())
+            .all(|s| s.checksum.is_none() && s.execution == Execution::Transaction));
+        let aside = super::super::set_aside(crate::catalog::Layout::Flyway, &f, &steps);
+        let what = |file: &str| {
+            aside
+                .iter()
+                .find(|a| a.file == file)
+                .and_then(|a| a.what)
+                .unwrap_or_default()
+        };
+        assert!(what("afterMigrate__grants.sql")
+            .starts_with("Flyway SQL callback(s), rehearsed where Flyway's migrate runs them"));
+        assert!(what("beforeEachMigrate.sql")
+            .contains("inside every migration's transaction, which rollsafe does not run"));
+        assert!(what("afterMigrateError.sql").contains("does not fire"));
+        // Without a repeatable, Flyway never fires beforeRepeatables.
+        let f = folder(&["V1__bikes.sql", "beforeRepeatables.sql", "afterMigrate.sql"]);
+        let labels: Vec<String> = Flyway
+            .read(&f, &ReadOptions::default())
+            .unwrap()
+            .into_iter()
+            .map(|s| s.label)
+            .collect();
+        assert_eq!(labels, ["V1", "afterMigrate"]);
+    }
 
     #[test]
     fn names_versions_and_placeholders() {
