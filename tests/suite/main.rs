@@ -10,6 +10,7 @@ mod cleanup;
 mod common;
 mod dao;
 mod first_contact;
+mod flyway_callbacks;
 mod frameworks;
 mod gate;
 mod generate;
@@ -69,6 +70,7 @@ fn main() {
     trials.extend(capture::tests(&env));
     trials.extend(gate::tests(&env));
     trials.extend(first_contact::tests(&env));
+    trials.extend(flyway_callbacks::tests(&env));
     trials.extend(frameworks::tests(&env));
     trials.retain(|t| common::in_scope(t.name()));
     let trials = common::slowest_first(trials);
