@@ -627,6 +627,35 @@ mod tests {
         assert!(what("beforeEachMigrate.sql")
             .contains("inside every migration's transaction, which rollsafe does not run"));
         assert!(what("afterMigrateError.sql").contains("does not fire"));
+        // A callback runs outside a transaction as a migration does
+        // (Flyway's `SqlScript.executeInTransaction` serves both).
+        let mut f = folder(&[
+            "V1__bikes.sql",
+            "afterMigrate__vacuum.sql",
+            "afterMigrate__z.sql",
+        ]);
+        f.files.insert(
+            "afterMigrate__vacuum.sql".into(),
+            b"VACUUM ANALYZE bikes;\n".to_vec(),
+        );
+        f.files.insert(
+            "afterMigrate__z.sql.conf".into(),
+            b"executeInTransaction=false\n".to_vec(),
+        );
+        let outside: Vec<(String, Execution)> = Flyway
+            .read(&f, &ReadOptions::default())
+            .unwrap()
+            .into_iter()
+            .map(|s| (s.label, s.execution))
+            .collect();
+        assert_eq!(
+            outside,
+            [
+                ("V1".to_string(), Execution::Transaction),
+                ("afterMigrate__vacuum".to_string(), Execution::Autocommit),
+                ("afterMigrate__z".to_string(), Execution::Autocommit),
+            ]
+        );
         // Without a repeatable, Flyway never fires beforeRepeatables.
         let f = folder(&["V1__bikes.sql", "beforeRepeatables.sql", "afterMigrate.sql"]);
         let labels: Vec<String> = Flyway
