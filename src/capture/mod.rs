@@ -21,9 +21,11 @@
 //! keep, declare or delete.
 //!
 //! From a test run, DDL and maintenance the tests ran (fixtures creating
-//! and truncating tables) and statements on tables the migrations do not
-//! create (the tests' scratch tables) are left out and counted too; each
-//! statement carries the values its calls bound (`-- bound:` for a
+//! and truncating tables), statements on tables the migrations do not
+//! create (the tests' scratch tables) and reads of only the system
+//! catalogue or of no table (drivers' and frameworks' introspection) are
+//! left out and counted too; each statement carries the values its calls
+//! bound (`-- bound:` for a
 //! parameter every call bound to one boolean, compared with it by the
 //! readers comparison; `-- example:` rows).
 //!
@@ -185,6 +187,10 @@ pub struct CapturedSet {
     /// Statements of a test run that failed in every call (a test that
     /// bad input is refused), left out.
     pub failed: usize,
+    /// Reads of a test run that only ask about the server or its
+    /// catalogue (a driver's type lookup, a framework's check that its
+    /// table exists), left out.
+    pub introspection: usize,
 }
 
 /// What a test run left out before the set is written.
@@ -193,6 +199,7 @@ pub struct Excluded {
     pub scratch: usize,
     pub bookkeeping: usize,
     pub failed: usize,
+    pub introspection: usize,
 }
 
 /// Reads `pg_stat_statements` of the database `url` names (read-only) and
@@ -409,6 +416,7 @@ pub fn write_observed(
         scratch: excluded.scratch,
         bookkeeping: excluded.bookkeeping,
         failed: excluded.failed,
+        introspection: excluded.introspection,
     };
     let mut body = String::new();
     let mut taken = BTreeSet::new();
@@ -497,8 +505,8 @@ pub fn write_observed(
         Source::TestRun => {
             let _ = writeln!(
                 out.text,
-                "--\n-- Captured by `rollsafe capture` from {}: {} reads, {} writes, {} to review; left out: {} transaction/session control, {} DDL and maintenance (test fixtures), {} on tables the migrations do not create (scratch tables), {} on the migration tool's history table, {} that failed in every call (the tests' expected errors).",
-                header.origin, out.reads, out.writes, out.to_review, out.skipped, out.definitions, out.scratch, out.bookkeeping, out.failed
+                "--\n-- Captured by `rollsafe capture` from {}: {} reads, {} writes, {} to review; left out: {} transaction/session control, {} DDL and maintenance (test fixtures), {} on tables the migrations do not create (scratch tables), {} on the migration tool's history table, {} that failed in every call (the tests' expected errors), {} reads of the server's catalogue or of no table (drivers' and frameworks' introspection).",
+                header.origin, out.reads, out.writes, out.to_review, out.skipped, out.definitions, out.scratch, out.bookkeeping, out.failed, out.introspection
             );
             out.text.push_str(
                 "-- `-- bound: $N = v`: every call bound $N to v (the readers comparison binds it so);\n\

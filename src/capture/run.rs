@@ -6,7 +6,10 @@
 //! to the version by a login role that owns the database and is not a
 //! superuser, each with its tool's history row ([`crate::migrate`]), so
 //! an app that checks or runs its migrations at start finds them
-//! applied. The command connects as the app's role (`--app-role`,
+//! applied. A framework's history rollsafe does not write: what its own
+//! migrate sent to its own tables is written after the migrations
+//! ([`FrameworkHistory`]), so Rails' `check_pending!` and a test set-up
+//! running `alembic upgrade head` find the database at its head. The command connects as the app's role (`--app-role`,
 //! created before the first migration so the migrations' GRANTs give it
 //! what it gets), else as that owner; `DATABASE_URL` and libpq's `PG*`
 //! variables say where. It is the project's own code, run with the
@@ -24,6 +27,11 @@
 //! superuser, else capture stops and says so. The collector writes
 //! asynchronously: a marker statement run after the command, found in
 //! the log, says the log is complete.
+//!
+//! Reads that only ask about the server (a driver's type lookup at
+//! connect, `select pg_catalog.version()`, a framework's check that its
+//! table exists, `SELECT 1`) are the drivers' and frameworks', not the
+//! app's: left out and counted.
 //!
 //! A statement that names a table the migrations do not create (a
 //! scratch table of the tests) is found by preparing it on a copy of the
@@ -67,6 +75,20 @@ pub struct TestRun {
     /// The table the migration tool records migrations in, when the
     /// catalogue's layout does not say it (a framework's).
     pub history_table: Option<String>,
+    /// A framework's own tables as its migrate wrote them, written on the
+    /// database after the migrations (rollsafe records none of a
+    /// framework's): tests that check for pending migrations (Rails'
+    /// `check_pending!`) or apply them first (`alembic upgrade head`) find
+    /// them applied, as on production's database.
+    pub framework_history: Option<FrameworkHistory>,
+}
+
+/// What a framework's migrate sent to its own tables (its history table,
+/// Rails' `ar_internal_metadata`: their creation and their rows, values
+/// written in), by the label of the migration it came with, in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FrameworkHistory {
+    pub by_label: Vec<(String, Vec<String>)>,
 }
 
 /// A finished capture.
@@ -97,6 +119,12 @@ pub enum RunError {
     NoLog { why: String },
     #[error("applying the migrations up to {label} failed: {detail}; fix the migration, or capture at an earlier version with --at")]
     Migrate { label: String, detail: String },
+    #[error("writing the framework's {table} as its migrate wrote it with {label} failed: {detail}; the tests would find migrations pending: please report this to rollsafe with the statement")]
+    FrameworkHistory {
+        table: String,
+        label: String,
+        detail: String,
+    },
     #[error("could not start the test command `{command}`: {detail}; check that it is installed and on PATH")]
     Spawn { command: String, detail: String },
     #[error("the test command `{command}` failed ({status}); nothing was written: fix the tests (their output is above), then capture again")]
@@ -167,6 +195,9 @@ pub fn capture_tests(
             detail: crate::db::scrub(&crate::errors::one_line(&e), db.url()),
         }
     })?;
+    if let Some(history) = &run.framework_history {
+        write_framework_history(&owner.url(db.url(), &[]), catalog, at, history, run)?;
+    }
     let pristine = sandbox.clone_database_owned_by(&db, Some(&owner))?;
     log_statements_of(sandbox, db.name())?;
 
@@ -207,6 +238,8 @@ pub fn capture_tests(
     for g in &groups {
         if g.text.to_lowercase().contains(&history) {
             excluded.bookkeeping += 1;
+        } else if crate::framework::sent::introspects(&g.text) {
+            excluded.introspection += 1;
         } else if names_a_scratch_table(&mut pristine_client, &g.text) {
             excluded.scratch += 1;
         } else {
@@ -225,6 +258,45 @@ pub fn capture_tests(
         command_time,
         total_time: started.elapsed(),
     })
+}
+
+/// Writes what the framework's migrate sent to its own tables with the
+/// migrations of `catalog` up to `at`, as the role that applied them.
+fn write_framework_history(
+    url: &str,
+    catalog: &Catalog,
+    at: i32,
+    history: &FrameworkHistory,
+    run: &TestRun,
+) -> Result<(), RunError> {
+    let failed = |label: &str, detail: String| RunError::FrameworkHistory {
+        table: run.history_table.clone().unwrap_or_default(),
+        label: label.to_string(),
+        detail: crate::db::scrub(&detail, url),
+    };
+    let first = catalog
+        .migrations()
+        .first()
+        .map_or("", |m| m.label.as_str());
+    let mut client = crate::db::connect(url).map_err(|e| failed(first, e.to_string()))?;
+    let applied = catalog.migrations().iter().filter(|m| m.version <= at);
+    for m in applied {
+        let sent = history
+            .by_label
+            .iter()
+            .filter(|(label, _)| *label == m.label)
+            .flat_map(|(_, sent)| sent);
+        for statement in sent {
+            client.batch_execute(statement).map_err(|e| {
+                let excerpt = crate::framework::sent::excerpt(statement);
+                failed(
+                    &m.label,
+                    format!("`{excerpt}`: {}", crate::errors::one_line(&e)),
+                )
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// Turns on the statement log (with every bound value whole) for the

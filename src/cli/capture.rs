@@ -142,7 +142,8 @@ pub(crate) fn capture_tests(args: &CaptureArgs) -> anyhow::Result<ExitCode> {
         command: run_args.command.clone(),
         dir: None,
         creates_databases: framework.is_some(),
-        history_table: framework.map(|r| r.project.history.clone()),
+        history_table: framework.as_ref().map(|r| r.project.history.clone()),
+        framework_history: framework.map(|r| r.history),
     };
     let builder = rollsafe::capture::run::log_settings(run_args.sandbox.builder()?);
     let sandbox = builder.start()?;
@@ -152,7 +153,7 @@ pub(crate) fn capture_tests(args: &CaptureArgs) -> anyhow::Result<ExitCode> {
     }
     let set = &captured.set;
     eprintln!(
-        "rollsafe capture: {} at {}: {} reads, {} writes, {} to review (-- review:); left out: {} transaction/session control, {} DDL and maintenance, {} on scratch tables, {} on the migration tool's history table, {} that failed in every call; the test command took {:.1}s, capture {:.1}s in all{}",
+        "rollsafe capture: {} at {}: {} reads, {} writes, {} to review (-- review:); left out: {} transaction/session control, {} DDL and maintenance, {} on scratch tables, {} on the migration tool's history table, {} that failed in every call, {} reads of the server's catalogue (introspection); the test command took {:.1}s, capture {:.1}s in all{}",
         args.app,
         captured.label,
         set.reads,
@@ -163,6 +164,7 @@ pub(crate) fn capture_tests(args: &CaptureArgs) -> anyhow::Result<ExitCode> {
         set.scratch,
         set.bookkeeping,
         set.failed,
+        set.introspection,
         captured.command_time.as_secs_f64(),
         captured.total_time.as_secs_f64(),
         args.out

@@ -139,7 +139,7 @@ pub(crate) fn prepare_base(
     let checkout = base::checkout(&dir, &reference)?;
     // A framework's migrations at REF are what its migrate sends there;
     // its data migrations are applied as sent where the apps are captured.
-    let (base_catalog, catalog) = match framework {
+    let (base_catalog, catalog, base_history) = match framework {
         Some(read) => {
             let project = rollsafe::framework::Project {
                 root: checkout.same_place(&read.project.root),
@@ -149,9 +149,10 @@ pub(crate) fn prepare_base(
             (
                 at_base.catalog(Some(i32::MAX))?,
                 read.catalog(Some(i32::MAX))?,
+                Some(at_base.history),
             )
         }
-        None => (checkout.catalog(&options)?, catalog.clone()),
+        None => (checkout.catalog(&options)?, catalog.clone(), None),
     };
     let catalog = &catalog;
     let newest = checkout.check_history(&base_catalog, catalog)?;
@@ -173,9 +174,19 @@ pub(crate) fn prepare_base(
     let sandbox = run::log_settings(args.sandbox.builder()?).start()?;
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let app_role = args.app_role.clone();
-    for (app, at_catalog, dir) in [
-        ("base", &base_catalog, checkout.same_place(&cwd)),
-        ("head", catalog, cwd.clone()),
+    for (app, at_catalog, dir, framework_history) in [
+        (
+            "base",
+            &base_catalog,
+            checkout.same_place(&cwd),
+            base_history,
+        ),
+        (
+            "head",
+            catalog,
+            cwd.clone(),
+            framework.map(|r| r.history.clone()),
+        ),
     ] {
         let test_run = run::TestRun {
             app: app.to_string(),
@@ -185,6 +196,7 @@ pub(crate) fn prepare_base(
             dir: Some(dir),
             creates_databases: framework.is_some(),
             history_table: framework.map(|r| r.project.history.clone()),
+            framework_history,
         };
         eprintln!("rollsafe verify: capturing the {app} app (`{command}`)");
         let captured = run::capture_tests(&sandbox, at_catalog, &test_run)?;

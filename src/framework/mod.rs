@@ -30,7 +30,9 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 use crate::capture::log::read_sent;
-use crate::capture::run::{check_log, database_env, log_statements_of, read_log_text, RunError};
+use crate::capture::run::{
+    check_log, database_env, log_statements_of, read_log_text, FrameworkHistory, RunError,
+};
 use crate::catalog::layouts::Step;
 use crate::catalog::{Catalog, CatalogError, Execution, Layout, Source};
 use crate::sandbox::{Sandbox, SandboxError};
@@ -141,6 +143,9 @@ pub struct Read {
     pub unattributed: Vec<String>,
     /// Statements the server refused while the command still succeeded.
     pub refused: Vec<String>,
+    /// What it sent to its own tables (its history table's creation and
+    /// rows), by migration: a capture's database is left as it left it.
+    pub history: FrameworkHistory,
 }
 
 impl Read {
@@ -273,7 +278,9 @@ fn into_read(project: Project, split: sent::Split, command_time: Duration) -> Re
     let mut steps = Vec::new();
     let mut data = Vec::new();
     let mut state_only = Vec::new();
+    let mut history = FrameworkHistory::default();
     for m in &split.migrations {
+        history.by_label.push((m.key.clone(), m.records.clone()));
         let (name, file) = match project.framework {
             Some(f) => f.locate(&project.root, &m.key),
             None => (m.key.clone(), String::new()),
@@ -307,6 +314,7 @@ fn into_read(project: Project, split: sent::Split, command_time: Duration) -> Re
         state_only,
         unattributed: split.unattributed,
         refused: split.refused,
+        history,
     }
 }
 

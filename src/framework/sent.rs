@@ -8,8 +8,11 @@
 //! catalogue (introspection) or of nothing (`SELECT 1`, advisory locks,
 //! `set_config`), and every statement on the history table or the
 //! framework's other tables of its own (Rails' `ar_internal_metadata`).
-//! Everything else between two history writes is the second one's
-//! migration, as the server received it (an extended-protocol
+//! What the framework sent to its own tables that changes them (their
+//! `CREATE TABLE`, the history row) is kept apart, per migration
+//! ([`SentMigration::records`]), so a database can be left as the
+//! framework leaves it. Everything else between two history writes is the
+//! second one's migration, as the server received it (an extended-protocol
 //! execution's values written in as literals), with the transaction it
 //! ran in. A migration that reads rows of the project's tables is a data
 //! migration: what it sends depends on the rows, so what it sent to an
@@ -79,6 +82,11 @@ pub struct SentMigration {
     /// The first statement that read rows of the project's tables: a
     /// data migration.
     pub reads_rows: Option<String>,
+    /// What it sent to the framework's own tables, values written in:
+    /// their creation before it, its history write (for the last
+    /// migration, what the framework recorded after it too: Rails'
+    /// environment row).
+    pub records: Vec<String>,
 }
 
 /// A migrate run split into migrations.
@@ -98,8 +106,13 @@ enum Role {
     Begin,
     End,
     Bookkeeping,
+    /// A statement that creates or writes one of the framework's own
+    /// tables, other than a history write.
+    OwnTables,
     HistoryWrite(Recorded),
-    Work { reads_rows: bool },
+    Work {
+        reads_rows: bool,
+    },
 }
 
 /// Splits `sent` at the writes to `history` (a table name, any schema),
@@ -123,6 +136,8 @@ pub fn split(sent: &[Sent], history: &str, own_tables: &[&str]) -> Split {
                 in_transaction.remove(s.session.as_str());
             }
             Role::Bookkeeping => {}
+            Role::OwnTables if s.failed => {}
+            Role::OwnTables => pending.records.push(inline_params(s)),
             Role::Work { .. } if s.failed => out.refused.push(excerpt(&s.text)),
             Role::Work { reads_rows } => {
                 let text = inline_params(s);
@@ -136,6 +151,9 @@ pub fn split(sent: &[Sent], history: &str, own_tables: &[&str]) -> Split {
             Role::HistoryWrite(recorded) => {
                 let mut done = std::mem::take(&mut pending);
                 done.key = recorded.key().unwrap_or_default();
+                if !s.failed {
+                    done.records.push(inline_params(s));
+                }
                 pending_transactions.push(transaction);
                 pending_transactions.dedup();
                 done.transaction = match pending_transactions.as_slice() {
@@ -148,6 +166,9 @@ pub fn split(sent: &[Sent], history: &str, own_tables: &[&str]) -> Split {
         }
     }
     out.unattributed = pending.statements.iter().map(|s| excerpt(s)).collect();
+    if let Some(last) = out.migrations.last_mut() {
+        last.records.append(&mut pending.records);
+    }
     out
 }
 
@@ -183,9 +204,11 @@ fn role_of(s: &Sent, history: &str, own_tables: &[&str]) -> Role {
     {
         return Role::Bookkeeping;
     }
+    let changes = matches!(first, "create" | "alter" | "insert" | "update" | "delete");
     if mentions(&s.text, history) {
         return match first {
             "insert" | "update" => Role::HistoryWrite(recorded(s)),
+            _ if changes => Role::OwnTables,
             _ => Role::Bookkeeping,
         };
     }
@@ -193,7 +216,10 @@ fn role_of(s: &Sent, history: &str, own_tables: &[&str]) -> Role {
         .iter()
         .any(|t| mentions(&s.text, &t.to_lowercase()))
     {
-        return Role::Bookkeeping;
+        return match changes {
+            true => Role::OwnTables,
+            false => Role::Bookkeeping,
+        };
     }
     let reads = matches!(first, "select" | "with" | "table" | "values")
         && crate::sql::classify::classify(&s.text) == crate::sql::classify::Class::Read;
@@ -204,6 +230,82 @@ fn role_of(s: &Sent, history: &str, own_tables: &[&str]) -> Role {
         };
     }
     Role::Work { reads_rows: false }
+}
+
+/// Whether a statement only asks about the server or its catalogue: a
+/// read of the system catalogue (a driver's type lookup, a framework's
+/// check that its table exists), or of no table calling only
+/// PostgreSQL's information functions (`SELECT pg_catalog.version()`,
+/// `select current_schema()`, `SELECT 1`). A read of no table calling
+/// any other function (`SELECT place_order($1)`) is the app's.
+pub fn introspects(text: &str) -> bool {
+    if crate::sql::classify::classify(text) != crate::sql::classify::Class::Read {
+        return false;
+    }
+    let relations = read_relations(text);
+    if !relations.is_empty() {
+        return relations.iter().all(|n| is_catalog(n));
+    }
+    let tokens = tokens(text);
+    tokens.iter().enumerate().all(|(i, (kind, word))| {
+        let called = *kind == TokenKind::Ident
+            && matches!(tokens.get(i + 1), Some((TokenKind::OpenParen, _)));
+        let qualified_by_catalog = i >= 2
+            && matches!(tokens[i - 1].0, TokenKind::Dot)
+            && tokens[i - 2].1.eq_ignore_ascii_case("pg_catalog");
+        let word = word.to_ascii_lowercase();
+        !called
+            || qualified_by_catalog
+            || is_information_function(&word)
+            || is_keyword_before_paren(&word)
+    })
+}
+
+/// PostgreSQL's functions that tell about the session and the server.
+fn is_information_function(name: &str) -> bool {
+    matches!(
+        name,
+        "version"
+            | "current_schema"
+            | "current_schemas"
+            | "current_database"
+            | "current_catalog"
+            | "current_user"
+            | "session_user"
+            | "current_setting"
+            | "set_config"
+            | "pg_backend_pid"
+            | "pg_is_in_recovery"
+            | "pg_postmaster_start_time"
+            | "inet_server_addr"
+            | "inet_server_port"
+            | "to_regclass"
+            | "to_regtype"
+            | "to_regproc"
+            | "format_type"
+    ) || name.starts_with("pg_get_")
+}
+
+/// The keywords a read writes before `(` (a subquery, a list, a cast):
+/// no function is called there.
+fn is_keyword_before_paren(word: &str) -> bool {
+    matches!(
+        word,
+        "select"
+            | "in"
+            | "any"
+            | "all"
+            | "exists"
+            | "cast"
+            | "coalesce"
+            | "values"
+            | "array"
+            | "row"
+            | "and"
+            | "or"
+            | "not"
+            | "as"
+    )
 }
 
 /// PostgreSQL's own relations: the system catalogue and the
@@ -497,6 +599,19 @@ mod tests {
         let split = split(&log, "alembic_version", &[]);
         let keys: Vec<&str> = split.migrations.iter().map(|m| m.key.as_str()).collect();
         assert_eq!(keys, ["3f1a", "9c0d"]);
+        // Its own table as it wrote it: created with the first revision,
+        // the row updated by the second, bound values written in.
+        assert_eq!(
+            split.migrations[0].records,
+            [
+                "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)",
+                "INSERT INTO alembic_version (version_num) VALUES ('3f1a') RETURNING alembic_version.version_num"
+            ]
+        );
+        assert_eq!(
+            split.migrations[1].records,
+            ["UPDATE alembic_version SET version_num='9c0d' WHERE alembic_version.version_num = '3f1a'"]
+        );
         assert!(split.migrations[0].transaction.is_some());
         assert_eq!(
             split.migrations[0].transaction,
@@ -523,6 +638,16 @@ mod tests {
                 &["20240301090000"],
             ),
             simple("c", "COMMIT"),
+            bound(
+                "c",
+                "SELECT \"ar_internal_metadata\".* FROM \"ar_internal_metadata\" WHERE \"ar_internal_metadata\".\"key\" = $1",
+                &["environment"],
+            ),
+            bound(
+                "c",
+                "UPDATE \"ar_internal_metadata\" SET \"value\" = $1 WHERE \"key\" = $2",
+                &["test", "environment"],
+            ),
         ];
         let rails = super::split(&log, "schema_migrations", &["ar_internal_metadata"]);
         assert_eq!(rails.migrations.len(), 1);
@@ -531,6 +656,42 @@ mod tests {
             rails.migrations[0].statements,
             ["ALTER TABLE \"tools\" ADD \"note\" text DEFAULT 'it''s'"]
         );
+        // Its metadata's writes are records too, those after the last
+        // history write with the last migration; its reads are not.
+        assert_eq!(
+            rails.migrations[0].records,
+            [
+                "INSERT INTO \"ar_internal_metadata\" (\"key\", \"value\") VALUES ('environment', 'test')",
+                "INSERT INTO \"schema_migrations\" (\"version\") VALUES ('20240301090000') RETURNING \"version\"",
+                "UPDATE \"ar_internal_metadata\" SET \"value\" = 'test' WHERE \"key\" = 'environment'"
+            ]
+        );
+        assert!(rails.unattributed.is_empty());
+    }
+
+    /// What drivers and frameworks ask at connect and before migrating
+    /// is introspection; an app's call of its own function is not.
+    #[test]
+    fn introspection_is_told_from_the_apps_reads() {
+        for asked in [
+            "select pg_catalog.version()",
+            "select current_schema()",
+            "SELECT 1",
+            "SELECT t.oid, t.typname FROM pg_type as t WHERE t.typname IN ('int2', 'int4')",
+            "SELECT pg_catalog.pg_class.relname FROM pg_catalog.pg_class JOIN pg_catalog.pg_namespace ON pg_catalog.pg_namespace.oid = pg_catalog.pg_class.relnamespace WHERE pg_catalog.pg_class.relname IN ($1::VARCHAR)",
+            "SELECT typname AS name, oid FROM pg_type t WHERE t.oid = to_regtype($1) ORDER BY t.oid",
+        ] {
+            assert!(introspects(asked), "{asked}");
+        }
+        for apps in [
+            "SELECT place_order($1, $2)",
+            "SELECT pg_advisory_lock(42)",
+            "SELECT id FROM tools WHERE shelf = $1",
+            "SELECT t.id FROM tools t JOIN pg_class c ON c.relname = t.name",
+            "INSERT INTO tools (name) VALUES ('saw')",
+        ] {
+            assert!(!introspects(apps), "{apps}");
+        }
     }
 
     #[test]

@@ -10,6 +10,13 @@
 //! type change that rewrites fails. A generic `--migrate-command` with a
 //! history table of its own, and a migrate command that fails.
 //!
+//! Each project also holds two versions of an app with the tests its
+//! framework's runner runs (Django's `manage.py test`, `python -m
+//! unittest` on SQLAlchemy, `rake test` with minitest on ActiveRecord):
+//! `verify --base main --capture <tests>` in a git repository the test
+//! makes captures the old app at `main` and the new one in the working
+//! tree, and the newest migration's boolean default decides the verdict.
+//!
 //! The frameworks run in the environment the suite is given (ci/test.sh
 //! installs Django, psycopg, SQLAlchemy, Alembic, ActiveRecord): a
 //! missing one fails its tests, never skips them. Like capture, each run
@@ -61,6 +68,8 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             a_failing_migrate_command_is_exit_2_with_its_last_lines,
             a_data_migration_is_skipped_naming_it,
             django_apps_captured_from_their_test_databases_catch_the_dropped_default,
+            alembic_apps_captured_from_their_tests_catch_the_dropped_server_default,
+            activerecord_apps_captured_from_their_test_env_catch_the_default_that_hides_rows,
         ]
     ));
     trials
@@ -337,6 +346,70 @@ fn git(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `framework`'s fixture project in a git repository the test makes:
+/// `main` holds the app before the newest migration, with its tests;
+/// the working tree adds `variant` as the newest migration (`newest`,
+/// in the framework's migrations folder) and the next app version
+/// (each of `next_app` copied from the fixture onto the app's file).
+fn pull_request(
+    framework: &str,
+    next_app: &[(&str, &str)],
+    variant: &str,
+    newest: &str,
+) -> anyhow::Result<tempfile::TempDir> {
+    let dir = project(framework, None)?;
+    let root = dir.path();
+    git(root, &["init", "-q", "-b", "main"])?;
+    git(root, &["add", "-A"])?;
+    git(
+        root,
+        &["commit", "-qm", "the app before the newest migration"],
+    )?;
+    for (from, to) in next_app {
+        std::fs::copy(root.join(from), root.join(to))?;
+    }
+    let (folder, _, ext, _) = layout_of(framework);
+    std::fs::copy(
+        root.join("variants").join(format!("{variant}.{ext}")),
+        root.join(folder).join(newest),
+    )?;
+    Ok(dir)
+}
+
+/// `verify --base main --capture <tests>` in `framework`'s
+/// [`pull_request`] `dir` (with `variant`): its error ids are `expected`
+/// (exit 1, else none and exit 0), and each app is the statements its
+/// own tests ran (`apps`: the lines verify prints for the base app and
+/// for the head app). Returns stdout.
+fn verify_pull_request(
+    env: &TestEnv,
+    (framework, variant): (&str, &str),
+    dir: &Path,
+    tests: &str,
+    expected: &[&str],
+    apps: [&str; 2],
+) -> anyhow::Result<String> {
+    let (folder, _, _, _) = layout_of(framework);
+    let (code, stdout, stderr) = verify(
+        backend(env),
+        dir,
+        folder,
+        &["--base", "main", "--capture", tests],
+    )?;
+    let found = errors(&stdout);
+    ensure!(
+        found == expected && code == if expected.is_empty() { 0 } else { 1 },
+        "{framework} {variant}: exit {code}, errors {found:?}, expected {expected:?}\n{stdout}\n{stderr}"
+    );
+    for app in apps {
+        ensure!(
+            stderr.contains(app),
+            "{framework} {variant}: each app is what its own tests ran, the framework's set-up and the drivers' introspection left out: no `{app}` in\n{stderr}"
+        );
+    }
+    Ok(stdout)
+}
+
 /// The seed library at `main` (its app and its tests), and the working
 /// tree adding `is_heirloom` to the app and the newest migration in
 /// `variant`. `verify --base main --capture "python manage.py test"`
@@ -347,6 +420,7 @@ fn git(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
 fn django_apps_captured_from_their_test_databases_catch_the_dropped_default(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
+    const FRAMEWORK: &str = "django";
     for (variant, expected) in [
         (
             "hidden_default",
@@ -354,46 +428,152 @@ fn django_apps_captured_from_their_test_databases_catch_the_dropped_default(
         ),
         ("kept_default", &[][..]),
     ] {
-        let dir = project("django", None)?;
-        let root = dir.path();
-        git(root, &["init", "-q", "-b", "main"])?;
-        git(root, &["add", "-A"])?;
-        git(root, &["commit", "-qm", "the seed library"])?;
-        for file in ["models.py", "tests.py"] {
-            std::fs::copy(
-                root.join("app_heirloom").join(file),
-                root.join("packets").join(file),
-            )?;
-        }
-        std::fs::copy(
-            root.join("variants").join(format!("{variant}.py")),
-            root.join("packets/migrations/0004_newest.py"),
-        )?;
-        let (code, stdout, stderr) = verify(
-            backend(env),
-            root,
-            "packets/migrations",
+        let dir = pull_request(
+            FRAMEWORK,
             &[
-                "--base",
-                "main",
-                "--capture",
-                "python3 manage.py test packets",
+                ("app_heirloom/models.py", "packets/models.py"),
+                ("app_heirloom/tests.py", "packets/tests.py"),
+            ],
+            variant,
+            "0004_newest.py",
+        )?;
+        let stdout = verify_pull_request(
+            env,
+            (FRAMEWORK, variant),
+            dir.path(),
+            "python3 manage.py test packets",
+            expected,
+            [
+                "the base app at packets.0003_fill_label: 3 statements (1 reads, 2 writes",
+                "the head app at packets.0004_newest: 3 statements (1 reads, 2 writes",
             ],
         )?;
-        let found = errors(&stdout);
-        ensure!(
-            found == expected && code == if expected.is_empty() { 0 } else { 1 },
-            "{variant}: exit {code}, errors {found:?}, expected {expected:?}\n{stdout}\n{stderr}"
-        );
-        ensure!(
-            stderr.contains("the base app at packets.0003_fill_label: 4 statements (2 reads, 2 writes")
-                && stderr.contains("the head app at packets.0004_newest: 4 statements (2 reads, 2 writes"),
-            "{variant}: each app is what its tests ran in Django's test database, its migrations left out: {stderr}"
-        );
         if !expected.is_empty() {
             ensure!(
                 stdout.contains("the base app's `insert__packets_packet` fails on packets.0004_newest at EXECUTE: null value in column \"is_heirloom\""),
                 "the old app's insert is what fails: {stdout}"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The ferry timetable at `main` (SQLAlchemy models, `unittest` tests
+/// that bring DATABASE_URL's database to Alembic's head first), and the
+/// working tree cancelling sailings: `is_cancelled`, a Python-side
+/// default in the new model, filtered on by the new board. Alembic sends
+/// no default for `default=`; the migration that adds the column with a
+/// `server_default` and then drops it (to match the model) leaves the old
+/// app's inserts failing during the rollout; a kept `server_default`
+/// passes. The tests' `alembic upgrade head` finds the capture's
+/// database at head (Alembic's own table as its migrate wrote it), and
+/// the drivers' introspection is left out of each app.
+fn alembic_apps_captured_from_their_tests_catch_the_dropped_server_default(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    const FRAMEWORK: &str = "alembic";
+    for (variant, expected) in [
+        (
+            "hidden_default",
+            &["locks.workload-failed", "compat.statement-fails"][..],
+        ),
+        ("kept_default", &[][..]),
+    ] {
+        let dir = pull_request(
+            FRAMEWORK,
+            &[
+                ("app_cancellations/models.py", "ferry/models.py"),
+                ("app_cancellations/timetable.py", "ferry/timetable.py"),
+                (
+                    "app_cancellations/test_timetable.py",
+                    "tests/test_timetable.py",
+                ),
+            ],
+            variant,
+            "c7d1e2f3a4b5_newest.py",
+        )?;
+        let stdout = verify_pull_request(
+            env,
+            (FRAMEWORK, variant),
+            dir.path(),
+            "python3 -m unittest -q",
+            expected,
+            [
+                "the base app at 8b2e4d6f1a3c: 4 statements (2 reads, 2 writes",
+                "the head app at c7d1e2f3a4b5: 5 statements (2 reads, 3 writes",
+            ],
+        )?;
+        if !expected.is_empty() {
+            ensure!(
+                stdout.contains("the base app's `insert_sailing` fails on c7d1e2f3a4b5 at EXECUTE: null value in column \"is_cancelled\""),
+                "the old app's insert is what fails: {stdout}"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The tool shed at `main` (ActiveRecord 6.1 models without Rails,
+/// minitest run by `rake test` in the test environment, whose helper
+/// refuses a database with pending migrations as Rails' does), and the
+/// working tree taking tools out of service: the new shelf lists only
+/// tools `in_service`. `add_column … default: false, null: false` keeps
+/// its default, and that default hides every tool the old app stocks
+/// during the rollout, and the shed's existing tools, from the new
+/// shelf; `default: true` shows them.
+///
+/// ActiveRecord reads a model with `SELECT "tools".*` as a prepared
+/// statement; after a column is added, a statement prepared before it
+/// fails once with `cached plan must not change result type` (ActiveRecord
+/// prepares again outside a transaction, raises
+/// `PreparedStatementCacheExpired` inside one). The live apps' workload
+/// keeps its statements prepared across the migration, so both variants
+/// report it as `locks.workload-failed`; what tells them apart is the
+/// readers' findings.
+fn activerecord_apps_captured_from_their_test_env_catch_the_default_that_hides_rows(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    const FRAMEWORK: &str = "activerecord";
+    for (variant, expected) in [
+        (
+            "hides_new_tools",
+            &[
+                "locks.workload-failed",
+                "backfill.new-readers-miss-rows",
+                "compat.old-writes-invisible-to-new",
+            ][..],
+        ),
+        ("shows_new_tools", &["locks.workload-failed"][..]),
+    ] {
+        let dir = pull_request(
+            FRAMEWORK,
+            &[
+                ("app_in_service/shed.rb", "app/shed.rb"),
+                ("app_in_service/shed_test.rb", "test/shed_test.rb"),
+            ],
+            variant,
+            "20240315090000_add_tool_in_service.rb",
+        )?;
+        let stdout = verify_pull_request(
+            env,
+            (FRAMEWORK, variant),
+            dir.path(),
+            "rake test",
+            expected,
+            [
+                "the base app at 20240308090000: 5 statements (2 reads, 3 writes",
+                "the head app at 20240315090000: 6 statements (2 reads, 4 writes",
+            ],
+        )?;
+        ensure!(
+            stdout.contains("first: base.select__tools__by_shelf (read): cached plan must not change result type"),
+            "the workload's failure is the prepared `SELECT \"tools\".*` outliving the new column: {stdout}"
+        );
+        if variant == "hides_new_tools" {
+            ensure!(
+                stdout.contains("a row the base app wrote during the rollout with `insert__tools`")
+                    && stdout.contains("is not returned by the head app's `select__tools__by_in_service_shelf`: its filter `\"tools\".\"in_service\" = $2` excludes it"),
+                "the old app's new tools are hidden from the new shelf: {stdout}"
             );
         }
     }
