@@ -14,9 +14,19 @@ pub mod signals;
 pub mod status;
 pub mod verify;
 
-/// An error that means "could not run" (exit 2) rather than "found problems".
+/// An error that means "could not run" (exit 2) rather than "found
+/// problems": its line, then the last lines a failing command printed,
+/// as lines (on one line they would run together).
 pub(crate) fn could_not_run(e: anyhow::Error) -> ExitCode {
-    fail(2, &rollsafe::errors::one_line(e.as_ref()))
+    let code = fail(2, &rollsafe::errors::one_line(e.as_ref()));
+    let output = e
+        .chain()
+        .find_map(|c| c.downcast_ref::<rollsafe::framework::FrameworkError>())
+        .map_or(&[][..], |f| f.output());
+    for line in output {
+        eprintln!("  | {line}");
+    }
+    code
 }
 
 /// Prints a one-line error and returns `code`.

@@ -110,16 +110,40 @@ pub enum FrameworkError {
     NoHistoryTable { command: String },
     #[error("could not start the migrate command `{command}`: {detail}; run rollsafe where the project's tools are installed (its own CI job)")]
     Spawn { command: String, detail: String },
-    #[error("the migrate command `{command}` failed ({status}); nothing was rehearsed. Its last lines:\n{tail}")]
+    /// One line (its output's last line in it, for a report); the last
+    /// lines themselves in `output`, for a terminal ([`FrameworkError::output`]).
+    #[error("the migrate command `{command}` failed ({status}); nothing was rehearsed{}", ends_with(.output))]
     CommandFailed {
         command: String,
         status: String,
-        tail: String,
+        /// Its last lines of output (stdout, then stderr), the
+        /// database's password masked, each cut to a bounded length.
+        output: Vec<String>,
     },
     #[error("the migrate command `{command}` ran, but the server saw no write to {history}, so no migration was applied; check that the command reads DATABASE_URL or PG* (rollsafe sets both), or pass --history-table with the table it records migrations in")]
     NoMigrations { command: String, history: String },
     #[error("{0}")]
     Catalog(#[from] CatalogError),
+}
+
+impl FrameworkError {
+    /// The last lines a failing command printed, to show as lines under
+    /// the error's own (empty for the other errors).
+    pub fn output(&self) -> &[String] {
+        match self {
+            FrameworkError::CommandFailed { output, .. } => output,
+            _ => &[],
+        }
+    }
+}
+
+/// `; its output ends: <its last line that is not blank>`, or nothing.
+fn ends_with(output: &[String]) -> String {
+    output
+        .iter()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map_or_else(String::new, |l| format!("; its output ends: {}", l.trim()))
 }
 
 /// What a project's migrate sent, as migrations.
@@ -341,6 +365,10 @@ fn shared_transactions(migrations: &[sent::SentMigration]) -> Vec<String> {
 /// How many of the command's last output lines a failure shows.
 const TAIL_LINES: usize = 20;
 
+/// How many characters of one output line a failure shows (a minified
+/// stack frame, a progress bar redrawn on one line).
+const LINE_CHARS: usize = 300;
+
 /// Runs the migrate command in the project's root against `url`; its
 /// output is kept, and shown (the last lines) only when it fails.
 fn run_migrate(project: &Project, url: &str) -> Result<Duration, FrameworkError> {
@@ -359,20 +387,82 @@ fn run_migrate(project: &Project, url: &str) -> Result<Duration, FrameworkError>
     if output.status.success() {
         return Ok(took);
     }
-    let all = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let lines: Vec<&str> = all.lines().collect();
-    let tail = lines[lines.len().saturating_sub(TAIL_LINES)..]
-        .iter()
-        .map(|l| format!("  {}", crate::db::scrub(l, url)))
-        .collect::<Vec<_>>()
-        .join("\n");
     Err(FrameworkError::CommandFailed {
         command: project.command.clone(),
         status: output.status.to_string(),
-        tail,
+        output: last_lines(&output.stdout, &output.stderr, url),
     })
+}
+
+/// The last [`TAIL_LINES`] lines of a command's output (stdout, then
+/// stderr; trailing blank lines dropped), `url`'s password masked, each
+/// line as a terminal left it (what follows its last carriage return, no
+/// control characters) and cut to [`LINE_CHARS`].
+fn last_lines(stdout: &[u8], stderr: &[u8], url: &str) -> Vec<String> {
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(stdout),
+        String::from_utf8_lossy(stderr),
+    );
+    let mut lines: Vec<&str> = stdout.lines().chain(stderr.lines()).collect();
+    while lines.last().is_some_and(|l| l.trim().is_empty()) {
+        lines.pop();
+    }
+    lines[lines.len().saturating_sub(TAIL_LINES)..]
+        .iter()
+        .map(|line| {
+            let shown = line.rsplit('\r').next().unwrap_or(line);
+            let shown: String = crate::db::scrub(shown, url)
+                .chars()
+                .filter(|c| *c == '\t' || !c.is_control())
+                .collect();
+            match shown.char_indices().nth(LINE_CHARS) {
+                Some((cut, _)) => {
+                    format!("{}… ({} characters)", &shown[..cut], shown.chars().count())
+                }
+                None => shown,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A failing command's output is shown as lines: the last ones,
+    /// the password masked, a redrawn line as it ended, a long one cut.
+    #[test]
+    fn a_failing_commands_last_lines_are_bounded_and_masked() {
+        let url = "postgres://migrator:S3cret-pw@127.0.0.1:5432/shed";
+        let mut stdout: String = (1..=30).map(|i| format!("applying step {i}\n")).collect();
+        stdout.push_str("connecting as postgres://migrator:S3cret-pw@127.0.0.1\n");
+        stdout.push_str("progress 10%\rprogress 100%\n");
+        let stderr = format!(
+            "{}\n\nrelation \"soil\" does not exist\n\n",
+            "x".repeat(500)
+        );
+        let lines = last_lines(stdout.as_bytes(), stderr.as_bytes(), url);
+        assert_eq!(lines.len(), TAIL_LINES);
+        assert_eq!(lines[0], "applying step 16");
+        assert_eq!(
+            lines[15..],
+            [
+                "connecting as postgres://migrator:***@127.0.0.1".to_string(),
+                "progress 100%".to_string(),
+                format!("{}… (500 characters)", "x".repeat(LINE_CHARS)),
+                String::new(),
+                "relation \"soil\" does not exist".to_string(),
+            ]
+        );
+        let failed = FrameworkError::CommandFailed {
+            command: "sh apply.sh".into(),
+            status: "exit status: 3".into(),
+            output: lines,
+        };
+        assert_eq!(
+            failed.to_string(),
+            "the migrate command `sh apply.sh` failed (exit status: 3); nothing was rehearsed; its output ends: relation \"soil\" does not exist"
+        );
+        assert_eq!(failed.output().len(), TAIL_LINES);
+    }
 }

@@ -283,8 +283,9 @@ fn a_migrate_command_of_its_own_with_its_history_table(env: &TestEnv) -> anyhow:
     Ok(())
 }
 
-/// A migrate command that fails is exit 2 with its status and its last
-/// lines (the database's password masked), and nothing is rehearsed.
+/// A migrate command that fails is exit 2 with its status on one line,
+/// then its last lines as lines (the database's password masked), and
+/// nothing is rehearsed.
 fn a_failing_migrate_command_is_exit_2_with_its_last_lines(env: &TestEnv) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let (code, stdout, stderr) = output(cli().current_dir(dir.path()).args([
@@ -306,6 +307,22 @@ fn a_failing_migrate_command_is_exit_2_with_its_last_lines(env: &TestEnv) -> any
     ensure!(
         stderr.contains("connecting with ***"),
         "a password the command prints is never shown: {stderr}"
+    );
+    let lines: Vec<&str> = stderr.lines().collect();
+    let summary = lines
+        .iter()
+        .position(|l| l.starts_with("rollsafe: error: the migrate command"))
+        .with_context(|| format!("no error line in:\n{stderr}"))?;
+    ensure!(
+        lines[summary]
+            .ends_with("nothing was rehearsed; its output ends: relation \"soil\" does not exist")
+            && lines[summary + 1..]
+                == [
+                    "  | applying 0002_potting_mix",
+                    "  | connecting with ***",
+                    "  | relation \"soil\" does not exist",
+                ],
+        "the one-line summary first, then the command's last lines as it printed them:\n{stderr}"
     );
     ensure!(!stdout.contains("PASSED"), "no verdict: {stdout}");
     Ok(())
