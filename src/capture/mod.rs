@@ -47,6 +47,7 @@ use crate::db;
 use crate::sql::classify::{classify, Class};
 
 pub mod base;
+pub mod introspect;
 pub mod log;
 pub mod params;
 pub mod run;

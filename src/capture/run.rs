@@ -238,7 +238,7 @@ pub fn capture_tests(
     for g in &groups {
         if g.text.to_lowercase().contains(&history) {
             excluded.bookkeeping += 1;
-        } else if crate::framework::sent::introspects(&g.text) {
+        } else if crate::capture::introspect::introspects(&g.text) {
             excluded.introspection += 1;
         } else if names_a_scratch_table(&mut pristine_client, &g.text) {
             excluded.scratch += 1;
@@ -288,7 +288,7 @@ fn write_framework_history(
             .flat_map(|(_, sent)| sent);
         for statement in sent {
             client.batch_execute(statement).map_err(|e| {
-                let excerpt = crate::framework::sent::excerpt(statement);
+                let excerpt = crate::capture::introspect::excerpt(statement);
                 failed(
                     &m.label,
                     format!("`{excerpt}`: {}", crate::errors::one_line(&e)),
