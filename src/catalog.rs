@@ -987,6 +987,23 @@ impl Catalog {
         }
     }
 
+    /// `v`, or the last of the callbacks right after it (Flyway's
+    /// afterVersioned, afterMigrateApplied, afterMigrate): the migrate that
+    /// applies `v` runs them before anything else reaches the database.
+    pub fn through_callbacks(&self, v: i32) -> i32 {
+        let Some(at) = self.migrations.iter().position(|m| m.version == v) else {
+            return v;
+        };
+        if self.migrations[at].callback.is_some() {
+            return v;
+        }
+        self.migrations[at + 1..]
+            .iter()
+            .take_while(|m| m.callback.is_some())
+            .last()
+            .map_or(v, |m| m.version)
+    }
+
     /// rollsafe's version for a migration as the user names it (`3`,
     /// `V3`, `20240101120000`, `2024-10-25-112826_x`, a Sqitch change, a
     /// Liquibase changeset's `author:id` or lone id), e.g.

@@ -192,10 +192,14 @@ impl AppVersion {
         // `needs` names a migration of the directory; `retired` may also be
         // a version after the last one (an app whose end is planned), which
         // the rehearsal never reaches.
+        // An app that needs a migration needs what the same migrate runs
+        // right after it too: Flyway's afterMigrate callbacks (grants,
+        // refreshed views) reach production before the app does.
         let needs = |text: &str| {
             catalog
                 .resolve_version(text)
                 .filter(|v| catalog.get(*v).is_some())
+                .map(|v| catalog.through_callbacks(v))
         };
         let retired = |text: &str| {
             if catalog.layout == crate::catalog::Layout::Refinery {
