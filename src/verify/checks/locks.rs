@@ -123,6 +123,7 @@ pub fn measured(
         &lock_list,
     ));
     out.extend(workload_failed(v, workload));
+    out.extend(workload_re_prepared(v, workload));
 
     let holds_text: Vec<String> = holds
         .iter()
@@ -319,6 +320,48 @@ fn workload_failed(v: i32, workload: Option<&WorkloadStats>) -> Option<Finding> 
     .evidence("first_error", first)
     .advice("keep every column and table a live app version uses until no running version uses it; change shapes in expand/contract steps")
     .into()
+}
+
+/// `workload-re-prepared`: statements the live apps prepared before the
+/// migration return other columns after it (`SELECT *` after `ADD
+/// COLUMN`): the server refuses their old plans once. Drivers that prepare
+/// again and retry (ActiveRecord outside a transaction, pgx) carry on; a
+/// call inside the app's own transaction fails (ActiveRecord's
+/// `PreparedStatementCacheExpired`). A warning: the workload prepared them
+/// again and measured them.
+fn workload_re_prepared(v: i32, workload: Option<&WorkloadStats>) -> Option<Finding> {
+    let w = workload.filter(|w| !w.re_prepared.is_empty())?;
+    use crate::verify::evidence::STALE_PLAN;
+    Finding::new(
+        CHECK,
+        "workload-re-prepared",
+        Severity::Warn,
+        Some(v),
+        format!(
+            "the live apps' {} {}, prepared before it, return{} other columns after it: the server refuses the old plan once (\"{STALE_PLAN}\"); a driver that prepares it again carries on, a call inside the app's own transaction fails",
+            if w.re_prepared.len() == 1 { "statement" } else { "statements" },
+            excerpt(&w.re_prepared),
+            if w.re_prepared.len() == 1 { "s" } else { "" }
+        ),
+    )
+    .evidence("statements", w.re_prepared.join(", "))
+    .advice("have the apps name their columns instead of `SELECT *`, or make sure their driver retries a statement whose cached plan expired (ActiveRecord does outside a transaction)")
+    .into()
+}
+
+/// The first few of `names`, with how many more.
+fn excerpt(names: &[String]) -> String {
+    const SHOWN: usize = 3;
+    let mut shown = names
+        .iter()
+        .take(SHOWN)
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > SHOWN {
+        shown.push_str(&format!(" and {} more", names.len() - SHOWN));
+    }
+    shown
 }
 
 /// The statements the workload left out, as evidence: they failed on the

@@ -42,7 +42,7 @@ pub use readers::{
     Visible, Writer,
 };
 pub use runs::{BatchedRun, Rerun, SecondRun, VerifyScript};
-pub use workload::{AppWait, LongTransactionProbe, ProbeEnd, WorkloadStats};
+pub use workload::{AppWait, LongTransactionProbe, ProbeEnd, WorkloadStats, STALE_PLAN};
 
 /// Everything the rehearsal measured about one migration.
 #[derive(Debug, Clone, Default)]

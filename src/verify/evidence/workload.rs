@@ -5,6 +5,10 @@
 
 use std::time::{Duration, Instant};
 
+/// What the server says when a statement prepared before a migration
+/// would now return other columns (SQLSTATE 0A000).
+pub const STALE_PLAN: &str = "cached plan must not change result type";
+
 /// What a concurrent app workload went through.
 #[derive(Debug, Clone, Default)]
 pub struct WorkloadStats {
@@ -21,6 +25,12 @@ pub struct WorkloadStats {
     /// (app.statement, message) of failed executions, first few.
     pub errors: Vec<(String, String)>,
     pub error_count: u64,
+    /// "app.statement (read|write)" of the statements the workload prepared
+    /// before the migration whose result columns it changed (a `SELECT *`
+    /// after `ADD COLUMN`): the server refused the old plan once ("cached
+    /// plan must not change result type") and the statement was prepared
+    /// again, as drivers that cache prepared statements do.
+    pub re_prepared: Vec<String>,
     /// (app.statement (read|write), message) of the statements left out
     /// because they already fail on the schema before the migration: their
     /// failures while it applies would not be its doing (compat judges

@@ -666,7 +666,7 @@ impl Workload {
     /// All connections are opened before any thread starts, so a failure
     /// leaves nothing running.
     pub fn start(url: &str, sessions: &Sessions, apps: &[LiveApp]) -> anyhow::Result<Workload> {
-        type Job = (Client, Vec<replay::Prepared>, String, &'static str);
+        type Job = (Client, Vec<replay::Prepared>, AppVersion, &'static str);
         let mut jobs: Vec<Job> = Vec::new();
         let mut labels = BTreeMap::new();
         let mut counted = false;
@@ -726,7 +726,7 @@ impl Workload {
                     labels.insert((session.clone(), st.sql.trim().to_string()), label);
                     prepared.push(p);
                 }
-                jobs.push((c, prepared, app.name.clone(), kind));
+                jobs.push((c, prepared, (*app).clone(), kind));
             }
         }
         let waits = sampler::AppWaitSampler::start(url)?;
@@ -737,7 +737,7 @@ impl Workload {
             ..WorkloadStats::default()
         }));
         let (mut threads, mut rounds) = (Vec::new(), Vec::new());
-        for (mut c, prepared, app_name, kind) in jobs {
+        for (mut c, mut prepared, app, kind) in jobs {
             let (stop, stats) = (stop.clone(), stats.clone());
             let done = Arc::new(AtomicU64::new(0));
             if !prepared.is_empty() {
@@ -749,15 +749,34 @@ impl Workload {
                         std::thread::sleep(Duration::from_millis(10));
                         continue;
                     }
-                    for p in &prepared {
-                        let result = run_rolled_back(&mut c, p);
+                    for p in prepared.iter_mut() {
+                        let mut result = run_rolled_back(&mut c, p);
+                        let label = format!("{}.{} ({kind})", app.name, p.statement);
+                        let mut again = false;
+                        if result
+                            .as_ref()
+                            .is_err_and(|e| e.contains(crate::verify::evidence::STALE_PLAN))
+                        {
+                            // The migration changed the columns a statement
+                            // prepared before it returns (`SELECT *` after
+                            // `ADD COLUMN`): drivers that cache prepared
+                            // statements prepare it again and run it once
+                            // more (ActiveRecord, pgx); so does the workload.
+                            if let Ok(fresh) = replay::prepare(&mut c, &app, &p.statement) {
+                                *p = fresh;
+                                again = true;
+                                result = run_rolled_back(&mut c, p);
+                            }
+                        }
                         let mut s = stats.lock().unwrap_or_else(|p| p.into_inner());
                         s.statements += 1;
+                        if again && !s.re_prepared.contains(&label) {
+                            s.re_prepared.push(label.clone());
+                        }
                         if let Err(e) = result {
                             s.error_count += 1;
                             if s.errors.len() < 5 {
-                                s.errors
-                                    .push((format!("{app_name}.{} ({kind})", p.statement), e));
+                                s.errors.push((label, e));
                             }
                         }
                     }
