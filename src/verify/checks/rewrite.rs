@@ -60,7 +60,10 @@ pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
     }
     if let (Some(at_zero), Some(s)) = (&e.at_zero, e.applied_on_seeded()) {
         let holds = predict::holds(at_zero, &s.applied, &e.needs, cx.sizes);
-        out.extend(measured(e.version, at_zero, &s.applied, &e.needs, &holds));
+        let left_empty = e.seeding.as_ref().map_or(&[][..], |s| &s.left_empty[..]);
+        out.extend(measured(
+            e.version, at_zero, &s.applied, &e.needs, &holds, left_empty,
+        ));
     }
     out
 }
@@ -180,6 +183,7 @@ pub fn measured(
     at_n: &Applied,
     needs: &Needs,
     holds: &[Hold],
+    left_empty: &[String],
 ) -> Vec<Finding> {
     let mut out = Vec::new();
     // A partition's rows are counted in its partitioned table already.
@@ -205,12 +209,24 @@ pub fn measured(
     }
     // Whether it locked or worked on any existing table at all: one that
     // reaches none has nothing that could grow with a table, rows or not.
-    let reached = at_n.tables.values().any(|t| {
+    // A table an earlier migration of the same deploy created is empty in
+    // production when this one runs: its emptiness here is production's.
+    let works_on = |t: &&TableWork| {
         !t.locks.is_empty()
             || t.rewritten
             || !t.new_indexes.is_empty()
             || t.work != Default::default()
-    });
+    };
+    let reached = at_n
+        .tables
+        .iter()
+        .filter(|(name, _)| !left_empty.contains(name))
+        .map(|(_, t)| t)
+        .any(|t| works_on(&t));
+    let reached_deployed_with = at_n
+        .tables
+        .iter()
+        .any(|(name, t)| left_empty.contains(name) && works_on(&t));
     if out.iter().all(|f| f.severity != Severity::Error) {
         if rows_total == 0 && reached {
             out.push(
@@ -234,6 +250,8 @@ pub fn measured(
                     Some(v),
                     if at_n.tables.is_empty() {
                         "no table existed before it: nothing to rewrite".to_string()
+                    } else if !reached && reached_deployed_with {
+                        "the tables it works on were created by migrations deployed together with it, so production holds no rows there when it runs (rewrite.empty-in-deploy): nothing grows with a table".to_string()
                     } else if !reached {
                         "it takes no lock on and does no work in any table that existed before it: nothing grows with a table".to_string()
                     } else if at_n.outside_transaction {
@@ -613,7 +631,7 @@ mod tests {
             ..Work::default()
         };
         let a = applied("AccessExclusiveLock", w, false);
-        let f = measured(4, &Applied::default(), &a, &reader_writer(), &[]);
+        let f = measured(4, &Applied::default(), &a, &reader_writer(), &[], &[]);
         assert_eq!(
             first(&f),
             ("rewrite.rows-updated-under-lock", Severity::Error)
@@ -622,7 +640,7 @@ mod tests {
         assert!(f[0].message.starts_with("line 3:"), "{}", f[0].message);
         // The same update under ROW EXCLUSIVE only (a plain UPDATE): warn.
         let a = applied("RowExclusiveLock", w, false);
-        let f = measured(4, &Applied::default(), &a, &reader_writer(), &[]);
+        let f = measured(4, &Applied::default(), &a, &reader_writer(), &[], &[]);
         assert_eq!(first(&f), ("rewrite.rows-updated", Severity::Warn));
     }
 
@@ -657,7 +675,7 @@ mod tests {
         a.statements[0]
             .locks_after
             .insert("owners".into(), vec!["ShareRowExclusiveLock".into()]);
-        let f = measured(4, &Applied::default(), &a, &reader_writer(), &[]);
+        let f = measured(4, &Applied::default(), &a, &reader_writer(), &[], &[]);
         assert_eq!(f[0].evidence["table"], "jobs", "{}", f[0].message);
         assert!(
             f[0].message
@@ -701,7 +719,7 @@ mod tests {
         };
         // A validating FOREIGN KEY: SHARE ROW EXCLUSIVE blocks writes.
         let a = applied("ShareRowExclusiveLock", scan, false);
-        let f = measured(4, &Applied::default(), &a, &reader_writer(), &[]);
+        let f = measured(4, &Applied::default(), &a, &reader_writer(), &[], &[]);
         assert_eq!(first(&f), ("rewrite.full-scan-under-lock", Severity::Error));
         // It says what was measured: one tuple read is not "all rows".
         let one = Work {
@@ -710,7 +728,7 @@ mod tests {
             ..Work::default()
         };
         let a = applied("ShareRowExclusiveLock", one, false);
-        let f = measured(4, &Applied::default(), &a, &reader_writer(), &[]);
+        let f = measured(4, &Applied::default(), &a, &reader_writer(), &[], &[]);
         assert!(
             f[0].message
                 .contains("reads 1 tuples of jobs by sequential scan (2000 rows, 1 of its 40 heap pages requested)"),
@@ -720,17 +738,17 @@ mod tests {
         assert!(!f[0].message.contains("reads all"), "{}", f[0].message);
         // VALIDATE CONSTRAINT: SHARE UPDATE EXCLUSIVE blocks neither.
         let a = applied("ShareUpdateExclusiveLock", scan, false);
-        let f = measured(4, &Applied::default(), &a, &reader_writer(), &[]);
+        let f = measured(4, &Applied::default(), &a, &reader_writer(), &[], &[]);
         assert_eq!(first(&f), ("rewrite.measured", Severity::Info));
         // A table no app touches is nobody's stall.
         let a = applied("AccessExclusiveLock", scan, true);
-        let f = measured(4, &Applied::default(), &a, &Needs::default(), &[]);
+        let f = measured(4, &Applied::default(), &a, &Needs::default(), &[], &[]);
         assert_eq!(first(&f), ("rewrite.measured", Severity::Info));
-        let f = measured(4, &Applied::default(), &a, &reader_writer(), &[]);
+        let f = measured(4, &Applied::default(), &a, &reader_writer(), &[], &[]);
         assert_eq!(first(&f), ("rewrite.table-rewritten", Severity::Error));
         // Catalog-only: no work at all.
         let a = applied("AccessExclusiveLock", Work::default(), false);
-        let f = measured(4, &Applied::default(), &a, &reader_writer(), &[]);
+        let f = measured(4, &Applied::default(), &a, &reader_writer(), &[], &[]);
         assert_eq!(first(&f), ("rewrite.measured", Severity::Info));
     }
 }

@@ -66,7 +66,10 @@ pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
         e.seeded.as_ref().map(|s| &s.applied)
     };
     match judged {
-        Some(applied) => judge(e.version, warnings, applied, &e.needs),
+        Some(applied) => {
+            let left_empty = e.seeding.as_ref().map_or(&[][..], |s| &s.left_empty[..]);
+            judge(e.version, warnings, applied, &e.needs, left_empty)
+        }
         None => unjudged(
             e.version,
             warnings,
@@ -180,14 +183,20 @@ pub fn unjudged(v: i32, warnings: &[Warning], not_reached: Option<&str>) -> Vec<
 /// The findings of migration `v`: each warning held against `applied`, the
 /// migration's measured apply (failed or not), with `needs` saying which
 /// locks block the live apps.
-pub fn judge(v: i32, warnings: &[Warning], applied: &Applied, needs: &Needs) -> Vec<Finding> {
+pub fn judge(
+    v: i32,
+    warnings: &[Warning],
+    applied: &Applied,
+    needs: &Needs,
+    left_empty: &[String],
+) -> Vec<Finding> {
     if warnings.is_empty() {
         return vec![clean(v)];
     }
     warnings
         .iter()
         .map(|w| {
-            let (verdict, evidence) = verdict(w, applied, needs);
+            let (verdict, evidence) = verdict(w, applied, needs, left_empty);
             evidence
                 .into_iter()
                 .fold(finding(v, w, verdict), |f, (k, val)| f.evidence(k, val))
@@ -226,7 +235,12 @@ fn clean(v: i32) -> Finding {
 
 type Measurements = Vec<(&'static str, serde_json::Value)>;
 
-fn verdict(w: &Warning, applied: &Applied, needs: &Needs) -> (Verdict, Measurements) {
+fn verdict(
+    w: &Warning,
+    applied: &Applied,
+    needs: &Needs,
+    left_empty: &[String],
+) -> (Verdict, Measurements) {
     let Some(kind) = measured(&w.rule) else {
         return (Verdict::Static, Vec::new());
     };
@@ -278,6 +292,14 @@ fn verdict(w: &Warning, applied: &Applied, needs: &Needs) -> (Verdict, Measureme
             vec![("table", name.clone().into())],
         );
     };
+    if t.rows_before == 0 && left_empty.contains(name) {
+        return (
+            Verdict::Refuted(format!(
+                "{name} was created by a migration deployed together with this one: it holds no rows in production when this one runs (rewrite.empty-in-deploy)"
+            )),
+            vec![("table", name.clone().into())],
+        );
+    }
     if t.rows_before == 0 {
         return untested(format!(
             "{name} held no rows in the rehearsal (neither the live apps nor the generator could write any: see rewrite.table-not-seeded), so work that grows with it could not show"
@@ -553,7 +575,7 @@ ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
 
     #[test]
     fn measured_work_under_a_blocking_lock_confirms_and_its_absence_refutes() {
-        let f = judge(4, &three(), &applied(), &Needs::unknown());
+        let f = judge(4, &three(), &applied(), &Needs::unknown(), &[]);
         let got: Vec<_> = f
             .iter()
             .map(|f| (f.id.as_str(), f.severity, f.message.as_str()))
@@ -591,7 +613,7 @@ ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
         // No live app writes customer_addresses: SHARE blocks nobody.
         let mut readers = Needs::default();
         readers.add("customer_addresses", "AccessShareLock");
-        let f = judge(4, &three(), &applied(), &readers);
+        let f = judge(4, &three(), &applied(), &readers, &[]);
         assert_eq!(f[0].severity, Severity::Info);
         assert!(
             f[0].message.ends_with(
@@ -608,7 +630,7 @@ ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
         // Created in this migration: not among the tables that existed.
         let mut a = applied();
         a.tables.remove("customer_addresses");
-        let f = judge(4, &three(), &a, &Needs::unknown());
+        let f = judge(4, &three(), &a, &Needs::unknown(), &[]);
         assert_eq!(f[0].severity, Severity::Info);
         assert_eq!(
             f[0].message,
@@ -621,7 +643,7 @@ ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
             "customer_addresses".into(),
             table("customer_addresses", 0).1,
         );
-        let f = judge(4, &three(), &a, &Needs::unknown());
+        let f = judge(4, &three(), &a, &Needs::unknown(), &[]);
         assert_eq!(f[0].severity, Severity::Warn);
         assert!(f[0]
             .message
@@ -636,7 +658,7 @@ ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
         a.statements.truncate(2);
         a.statements[1].line = 2;
         a.statements[1].excerpt = "ALTER TABLE customer_addresses".into();
-        let f = judge(4, &three(), &a, &Needs::unknown());
+        let f = judge(4, &three(), &a, &Needs::unknown(), &[]);
         assert_eq!(
             f.iter().map(|f| f.severity).collect::<Vec<_>>(),
             [Severity::Error, Severity::Warn, Severity::Warn]
@@ -653,7 +675,7 @@ ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
             true,
         );
         assert_eq!(rules(&ws), ["ban-drop-column"]);
-        let f = judge(4, &ws, &applied(), &Needs::unknown());
+        let f = judge(4, &ws, &applied(), &Needs::unknown(), &[]);
         assert_eq!(
             (f[0].severity, f[0].message.as_str()),
             (Severity::Warn, ws[0].message.as_str())
@@ -686,7 +708,7 @@ ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
             split_exact: true,
             ..Applied::default()
         };
-        let f = judge(4, &ws, &failed, &Needs::unknown());
+        let f = judge(4, &ws, &failed, &Needs::unknown(), &[]);
         assert_eq!(f[1].severity, Severity::Error);
         assert!(f[1]
             .message
@@ -700,7 +722,7 @@ ALTER TABLE public.collections ADD CONSTRAINT c CHECK (name <> '');
             true,
         );
         assert_eq!(rules(&ws), ["adding-required-field"]);
-        let f = judge(4, &ws, &applied(), &Needs::unknown());
+        let f = judge(4, &ws, &applied(), &Needs::unknown(), &[]);
         assert_eq!(
             (f[0].severity, f[0].message.as_str()),
             (
