@@ -48,7 +48,10 @@ pub const ENTRY: Check = Check {
 pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
     let mut out = Vec::new();
     if let Some(g) = e.seeding.as_ref().and_then(|s| s.generated.as_ref()) {
-        out.extend(tables_not_seeded(e.version, e.prev, g, &cx.labels));
+        let left_empty = e.seeding.as_ref().map_or(&[][..], |s| &s.left_empty[..]);
+        out.extend(tables_not_seeded(
+            e.version, e.prev, g, &cx.labels, left_empty,
+        ));
     }
     if let Some(s) = e.seeding.as_ref().filter(|s| !s.left_empty.is_empty()) {
         out.push(left_empty_in_deploy(
@@ -77,6 +80,7 @@ pub fn tables_not_seeded(
     prev: i32,
     generated: &crate::verify::evidence::Generated,
     labels: &Labels,
+    left_empty: &[String],
 ) -> Vec<Finding> {
     let prev_label = labels.of(prev);
     let mut out: Vec<Finding> = generated
@@ -118,6 +122,20 @@ pub fn tables_not_seeded(
     }));
     if let Some(r) = &generated.reach {
         let others = r.of.saturating_sub(r.tables.len());
+        // Tables a migration of the same deploy created are reached but
+        // left empty (rewrite.empty-in-deploy says so): not seeded here.
+        let seeded: Vec<String> = r
+            .tables
+            .iter()
+            .filter(|t| !left_empty.contains(t))
+            .cloned()
+            .collect();
+        let kept_empty = r.tables.len() - seeded.len();
+        let kept_empty = if kept_empty == 0 {
+            String::new()
+        } else {
+            format!(" ({kept_empty} more reached, left empty: deployed together with it)")
+        };
         out.push(
             Finding::new(
                 CHECK,
@@ -125,10 +143,10 @@ pub fn tables_not_seeded(
                 Severity::Info,
                 Some(v),
                 format!(
-                    "it changes definitions only: rows were seeded at {prev_label} in the {} of {} tables it reaches ({}: the ones it names or locked on the empty database, and the tables their keys reference); the {others} others take no part in its work and were left as they were",
-                    r.tables.len(),
+                    "it changes definitions only: rows were seeded at {prev_label} in the {} of {} tables it reaches ({}: the ones it names or locked on the empty database, and the tables their keys reference){kept_empty}; the {others} others take no part in its work and were left as they were",
+                    seeded.len(),
                     r.of,
-                    excerpt_list(&r.tables, 8)
+                    excerpt_list(&seeded, 8)
                 ),
             )
             .evidence("tables", r.tables.join(", "))
