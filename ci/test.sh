@@ -242,7 +242,20 @@ if $docker_answers; then
   for major in "${MAJORS[@]}"; do
     [ "postgres:$major" = "$IMAGE" ] || other_images+=("postgres:$major")
   done
-  prepare_images images "$IMAGE" >"$LOGDIR/images.log" 2>&1 &
+  (
+    # Chromium for the lock timelines' stage (ci/test-render.sh installs
+    # it when missing, ~30 s on a fresh machine, after the suite): here,
+    # beside the build, one apt after another in this job (mmdebstrap's
+    # own install comes next, in the images' script).
+    if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+      started=$SECONDS
+      apt-get update -qq >/dev/null &&
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-dejavu-core python3-venv >/dev/null &&
+        say "installing chromium fonts-dejavu-core python3-venv (apt, for ci/test-render.sh) took $((SECONDS - started))s" ||
+        say "installing chromium for ci/test-render.sh failed: that stage installs it again"
+    fi
+    prepare_images images "$IMAGE"
+  ) >"$LOGDIR/images.log" 2>&1 &
   images_pid=$!
   # After the suite's image (two mmdebstraps at once halve the build's
   # share of the two cores).
