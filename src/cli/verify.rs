@@ -441,7 +441,7 @@ pub(crate) fn rehearse(args: &mut VerifyArgs, targets: &[Target]) -> anyhow::Res
         }
     }
     let (catalog, framework) = load_catalog(args)?;
-    let read_as = match &framework {
+    let mut read_as = match &framework {
         Some(read) => read.describe(),
         None => read_as(&catalog, args.layout.is_some()),
     };
@@ -451,11 +451,21 @@ pub(crate) fn rehearse(args: &mut VerifyArgs, targets: &[Target]) -> anyhow::Res
         Some(text) => Some(since_version(&catalog, text)?),
         None => None,
     };
-    // A framework's data migrations up to `since` only build the base.
-    let catalog = match &framework {
-        Some(read) => read.catalog(since)?,
-        None => catalog,
+    // A framework's data migrations up to `since` only build the base, and
+    // what its installed packages sent after `since` joins it.
+    let (catalog, since) = match (&framework, since) {
+        (Some(read), Some(s)) => {
+            let (catalog, s) = read.catalog_since(s)?;
+            (catalog, Some(s))
+        }
+        (Some(read), None) => (read.catalog(None)?, None),
+        (None, since) => (catalog, since),
     };
+    if framework.is_some() {
+        // What building the run's catalogue moved (installed packages'
+        // migrations into the base).
+        read_as.extend(catalog.notes.iter().map(|n| format!("; {n}")));
+    }
     let apps = match &args.apps {
         Some(dir) => Some(rollsafe::app::load_dir(dir, &catalog)?),
         None => None,

@@ -194,6 +194,59 @@ impl Read {
         Catalog::from_steps(self.source(), Layout::Framework, steps)
     }
 
+    /// The catalogue of a run that rehearses what comes after rollsafe's
+    /// version `since`, and the version the rehearsal then starts after.
+    /// What Django sent after `since` from installed apps (its contrib
+    /// apps, a CMS's apps: migrations outside the project's files) joins
+    /// the base, right after `since`: production
+    /// runs those with the package versions it has, whatever this
+    /// project's migrations are at, and a `--since` naming the project's
+    /// `people.0002` means the project's later migrations, not every
+    /// package's the framework happens to send after it on an empty
+    /// database. The project's own later migrations follow, in the order
+    /// sent, their data migrations marked as [`Read::catalog`] marks them.
+    /// The run's header says what joined the base.
+    pub fn catalog_since(&self, since: i32) -> Result<(Catalog, i32), CatalogError> {
+        // Only Django's migrations are found in the project's files or in
+        // an installed app's; another command's steps name no file.
+        let django = self.project.framework == Some(detect::Framework::Django);
+        let files: Vec<&str> = self
+            .steps
+            .iter()
+            .map(|s| if django { s.file.as_str() } else { "own" })
+            .collect();
+        let (order, starts_after) = packages_into_base(&files, since);
+        let steps = order
+            .iter()
+            .enumerate()
+            .map(|(position, &i)| {
+                let mut step = self.steps[i].clone();
+                if position >= starts_after {
+                    step.not_runnable = self.data[i].clone();
+                }
+                step
+            })
+            .collect();
+        let mut catalog = Catalog::from_steps(self.source(), Layout::Framework, steps)?;
+        let since_at = usize::try_from(since).unwrap_or(0).min(self.steps.len());
+        let moved: Vec<&str> = order[since_at..starts_after]
+            .iter()
+            .map(|&i| self.steps[i].label.as_str())
+            .collect();
+        if let (Some(first), Some(last)) = (moved.first(), moved.last()) {
+            let named = if first == last {
+                first.to_string()
+            } else {
+                format!("{first}..{last}")
+            };
+            catalog.notes.push(format!(
+                "{} migration(s) of installed packages ({named}), sent after the --since migration, are applied with the base and not rehearsed: production runs them with the package versions it has, apart from this project's migrations",
+                moved.len()
+            ));
+        }
+        Ok((catalog, i32::try_from(starts_after).unwrap_or(i32::MAX)))
+    }
+
     fn source(&self) -> Source {
         Source::Framework {
             project: self.project.root.clone(),
@@ -425,8 +478,36 @@ fn last_lines(stdout: &[u8], stderr: &[u8], url: &str) -> Vec<String> {
         .collect()
 }
 
+/// The order of a framework's migrations (`files`: each one's file in the
+/// project, empty for an installed package's) for a run after rollsafe's
+/// version `since`, and how many of them then form the base: those up to
+/// `since`, then the packages' sent after it, then the project's own.
+fn packages_into_base(files: &[&str], since: i32) -> (Vec<usize>, usize) {
+    let at = usize::try_from(since).unwrap_or(0).min(files.len());
+    let later = at..files.len();
+    let packages = later.clone().filter(|&i| files[i].is_empty());
+    let own = later.filter(|&i| !files[i].is_empty());
+    let order: Vec<usize> = (0..at).chain(packages).chain(own).collect();
+    let base = at + files[at..].iter().filter(|f| f.is_empty()).count();
+    (order, base)
+}
+
 #[cfg(test)]
 mod tests {
+    use super::packages_into_base;
+
+    /// After `--since` (the second), the installed packages' migrations
+    /// sent later join the base; the project's own follow, in order.
+    #[test]
+    fn installed_packages_sent_after_since_join_the_base() {
+        let files = ["shop/0001.py", "", "shop/0002.py", "", "blog/0001.py", ""];
+        assert_eq!(packages_into_base(&files, 2), (vec![0, 1, 3, 5, 2, 4], 4));
+        // Nothing after it from a package: the order as sent.
+        assert_eq!(packages_into_base(&files[..3], 2), (vec![0, 1, 2], 2));
+        // Past the end: all of it is the base.
+        assert_eq!(packages_into_base(&files, 99), ((0..6).collect(), 6));
+    }
+
     use super::*;
 
     /// A failing command's output is shown as lines: the last ones,
