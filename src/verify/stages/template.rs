@@ -186,15 +186,13 @@ impl<'a> Run<'a> {
         tables: &[UserTable],
     ) -> BTreeSet<String> {
         let now: BTreeSet<String> = tables.iter().map(|t| t.name.clone()).collect();
+        // (The one before it must be rehearsed too: `--since` ends a
+        // deploy, production being at it.)
         let since = self.options.since;
         let with_previous = index
             .checked_sub(1)
-            .map(|i| &migrations[i])
-            .filter(|before| !since.is_some_and(|s| before.version <= s))
-            .is_some_and(|before| {
-                before.deploy_group.is_some()
-                    && before.deploy_group == migrations[index].deploy_group
-            });
+            .is_some_and(|i| !since.is_some_and(|s| migrations[i].version <= s))
+            && self.options.catalog.deployed_with_previous(index);
         if !with_previous {
             self.deploy_start = now;
             return BTreeSet::new();
