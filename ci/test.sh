@@ -22,7 +22,8 @@
 # 6. when a Docker engine answers: `rollsafe verify` (the embedded
 #    migrations) on each PostgreSQL major production runs, two at a time;
 # 7. the install checks (ci/test-install.sh: crate package, image, CI
-#    templates, pre-commit hook) when that script exists;
+#    templates, pre-commit hook) when that script exists, beside the suite
+#    once the majors' images are ready, waited for after stage 6;
 # 8. checks that the tests left nothing behind (containers, servers, data
 #    directories), then removes anything a crash may have left.
 #
@@ -189,6 +190,12 @@ created_by_this_run() { comm -13 <(echo "$before") <(resources | sort); }
 LOGDIR=$(mktemp -d)
 on_exit() {
   local rc=$?
+  # A run that ends early (a failing stage) lets the install checks beside
+  # it finish, so they remove their own containers and images.
+  if [ -n "${install_pid:-}" ] && kill -0 "$install_pid" 2>/dev/null; then
+    say "waiting for the install checks started beside the suite to finish"
+    wait "$install_pid" || true
+  fi
   created_by_this_run | remove_resources
   summary
   say "ci/test.sh took $((SECONDS - ci_started))s"
@@ -303,6 +310,23 @@ suite() {
   return "${PIPESTATUS[0]}"
 }
 
+# The install checks (an image built from Debian packages, containers,
+# pip: mostly waiting on the network and the disk, ~36 s of CPU in 120 s)
+# run beside the suite, from the moment the majors' images they package
+# are ready: after the suite and the majors' verify they were 120-166 s
+# of a fresh run's tail. Waited for (and timed) after the majors' verify.
+install_pid=""
+if [ -f ci/test-install.sh ]; then
+  (
+    while [ -n "$majors_pid" ] && kill -0 "$majors_pid" 2>/dev/null; do sleep 1; done
+    started=$SECONDS rc=0
+    bash ci/test-install.sh || rc=$?
+    echo "$rc $((SECONDS - started))" >"$LOGDIR/install.rc"
+  ) >"$LOGDIR/install.log" 2>&1 &
+  install_pid=$!
+  say "install checks (ci/test-install.sh) started beside the suite (once the majors' images are ready)"
+fi
+
 default_backend="${backends[0]}"
 export ROLLSAFE_RENDER_DIR="$LOGDIR/render"
 mkdir -p "$ROLLSAFE_RENDER_DIR"
@@ -322,7 +346,10 @@ done
 majors_summary=()
 verify_major() {
   local major="$1" image="postgres:$1" started=$SECONDS code=0
-  cargo run --locked --quiet -- verify --postgres docker --image "$image" \
+  # The binary the build stage made: `cargo run` would build another one
+  # (without the dev-dependencies' features it resolves some crates
+  # differently), ~70 s of compiling inside this stage on a fresh clone.
+  "${CARGO_TARGET_DIR:-target}/debug/rollsafe" verify --postgres docker --image "$image" \
     >"$LOGDIR/verify-$major.log" 2>&1 || code=$?
   echo "$code $((SECONDS - started))" >"$LOGDIR/verify-$major.rc"
 }
@@ -359,22 +386,8 @@ verify_majors() {
   done
   return "$failed"
 }
-# The install checks (images, containers, pip: mostly waiting) run beside
-# the verify on each major (mostly waiting on lock timeouts and probes):
-# one after the other they were 70 s and 74 s of a fresh run. The install
-# checks use the majors' images, so they start once those are ready.
 if $docker_answers; then
   images_ready "$majors_pid" majors "${other_images[*]}"
-fi
-install_pid=""
-if [ -f ci/test-install.sh ]; then
-  (
-    started=$SECONDS rc=0
-    bash ci/test-install.sh || rc=$?
-    echo "$rc $((SECONDS - started))" >"$LOGDIR/install.rc"
-  ) >"$LOGDIR/install.log" 2>&1 &
-  install_pid=$!
-  say "install checks (ci/test-install.sh) started beside the majors' verify"
 fi
 majors_rc=0
 if $docker_answers; then
@@ -387,7 +400,7 @@ if [ -n "$install_pid" ]; then
   cat "$LOGDIR/install.log"
   read -r install_rc install_took <"$LOGDIR/install.rc"
   say "install checks (ci/test-install.sh) took ${install_took}s (exit $install_rc)"
-  record_stage "$install_took" "install checks (ci/test-install.sh, beside the majors' verify)$([ "$install_rc" = 0 ] || echo " (exit $install_rc)")"
+  record_stage "$install_took" "install checks (ci/test-install.sh, beside the suite)$([ "$install_rc" = 0 ] || echo " (exit $install_rc)")"
   [ "$install_rc" = 0 ] || { say "the install checks failed (above): that fails the run"; exit 1; }
 fi
 [ "$majors_rc" = 0 ] || {

@@ -336,6 +336,17 @@ pub fn print_slowest(n: usize) {
     for (name, took) in all.iter().take(n) {
         eprintln!("  {:>7.1}s  {name}", took.as_secs_f64());
     }
+    // Every test's time, for finding where a run's time goes
+    // (`ROLLSAFE_TEST_DURATIONS=<file>`: seconds, a tab, the name).
+    if let Some(path) = std::env::var_os("ROLLSAFE_TEST_DURATIONS") {
+        let lines: String = all
+            .iter()
+            .map(|(name, took)| format!("{:.1}\t{name}\n", took.as_secs_f64()))
+            .collect();
+        if let Err(e) = std::fs::write(&path, lines) {
+            eprintln!("could not write ROLLSAFE_TEST_DURATIONS {}: {e}", path.to_string_lossy());
+        }
+    }
 }
 
 /// Which tests a run of the suite takes (`ROLLSAFE_SUITE`):
