@@ -344,6 +344,14 @@ pub struct Migration {
     /// Sqitch's verify script for this change, run after it (its failure
     /// means the change did not do what it promised).
     pub verify: Option<Script>,
+    /// The scripts its tool runs on the migration's connection before its
+    /// statements and after them, inside its transaction when it runs in
+    /// one (Flyway's `beforeEachMigrate`, `afterEachMigrate`:
+    /// [`layouts::Step::before_each`]). Every apply of the migration runs
+    /// them (`migrate::apply::migration_steps`); their statements are
+    /// attributed to their own files and lines, never the migration's.
+    pub before_each: Vec<Script>,
+    pub after_each: Vec<Script>,
     /// Atlas's `-- atlas:nolint` directives: the static precheck's
     /// warnings they silence ([`Nolint::silences`]).
     pub nolint: Nolint,
@@ -396,6 +404,8 @@ impl Migration {
             repeatable: step.repeatable,
             callback: step.callback,
             verify: step.verify,
+            before_each: step.before_each,
+            after_each: step.after_each,
             nolint: step.nolint,
             directives,
             execution,

@@ -289,6 +289,14 @@ pub struct Step {
     /// Sqitch: the change's `verify/<change>.sql`, blanked as the deploy
     /// script is; None when there is none.
     pub verify: Option<Script>,
+    /// Flyway: the `beforeEachMigrate` callbacks, run on the migration's
+    /// connection before its statements, inside its transaction when it
+    /// runs in one (in the order Flyway runs them); empty for every other
+    /// tool, and for a callback.
+    pub before_each: Vec<Script>,
+    /// Flyway: the `afterEachMigrate` callbacks, run after its statements
+    /// the same way.
+    pub after_each: Vec<Script>,
     /// Atlas: the `-- atlas:nolint` directives of the file.
     pub nolint: Nolint,
     /// Sqitch: the changes of other projects it requires
@@ -306,7 +314,8 @@ pub struct Step {
     pub deploy_group: Option<String>,
 }
 
-/// A script that goes with a migration (Sqitch's verify script).
+/// A script that goes with a migration (Sqitch's verify script, a Flyway
+/// callback run around it).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Script {
     /// Relative to the folder: `verify/orders.sql`.

@@ -463,8 +463,7 @@ fn migration_wal_bytes(
             // it is read. Not measured then (said); the heap size and the
             // relfilenode still show no row was rewritten.
             Err(e)
-                if e
-                    .as_db_error()
+                if e.as_db_error()
                     .is_some_and(|d| d.message().contains("has already been removed")) =>
             {
                 eprintln!("    WAL of V{version}: skipped (its first segment was recycled by another test's checkpoint: {e})");
@@ -493,9 +492,9 @@ fn v3_on_10k_legacy_rows_is_catalog_only_and_rows_are_ready(env: &TestEnv) -> an
     let mut c = db.connect()?;
     seed_legacy_rows(&mut c, 10_000)?;
     c.batch_execute("CHECKPOINT").ok(); // full-page images after a checkpoint would inflate WAL
-    // The suite's other tests share the server and their checkpoints
-    // recycle WAL segments: a temporary slot of this session keeps the
-    // migration's WAL until it is read (dropped when the session ends).
+                                        // The suite's other tests share the server and their checkpoints
+                                        // recycle WAL segments: a temporary slot of this session keeps the
+                                        // migration's WAL until it is read (dropped when the session ends).
     let slot = format!("rollsafe_wal_{}", std::process::id());
     if let Err(e) = c.query_one(
         "SELECT pg_create_physical_replication_slot($1, true, true)",

@@ -21,15 +21,38 @@
 //! per migrate (`beforeMigrate`, `afterVersioned`, `beforeRepeatables`,
 //! `afterMigrateApplied`, `afterMigrate`) are steps of their own, each in
 //! a transaction of its own as Flyway's `DefaultCallbackExecutor` runs
-//! them, never recorded in `flyway_schema_history`. Those Flyway runs
-//! inside every migration's transaction (`beforeEachMigrate`,
-//! `afterEachMigrate`) are named in the run's header and not run: run
-//! there, their statements would be the migration's and shift its lines
-//! in every finding.
+//! them, never recorded in `flyway_schema_history`.
+//!
+//! Those Flyway fires around every migration (`beforeEachMigrate`,
+//! `afterEachMigrate`) go with each versioned, baseline and repeatable
+//! migration ([`Step::before_each`], [`Step::after_each`]), one event's in
+//! the order of their names: `DbMigrate.doMigrateGroup` fires
+//! `BEFORE_EACH_MIGRATE` right before the migration's executor runs and
+//! `AFTER_EACH_MIGRATE` right after it succeeded, and
+//! `DefaultCallbackExecutor.onEachMigrateOrUndoEvent` runs each callback
+//! on the migration's own connection with no transaction of its own
+//! (unlike `onMigrateOrUndoEvent`, whose callbacks each get a
+//! `TransactionTemplate`). So for a migration in a transaction
+//! (`applyMigrations` wraps `doMigrateGroup` in its `ExecutionTemplate`)
+//! they run inside it, their `SET LOCAL` and their locks the
+//! migration's, its history row written after them; for one outside a
+//! transaction (`executeInTransaction=false`, or a statement PostgreSQL
+//! refuses in one) they run on its connection in autocommit, each
+//! statement committing on its own (a `SET LOCAL` there does nothing; a
+//! `SET ROLE` lasts for the migration). Whether a migration runs in a
+//! transaction is its own file's to say, whatever its callbacks hold.
+//! rollsafe's apply runs them the same way everywhere it applies the
+//! migration (`migrate::apply::migration_steps`); their statements keep
+//! their own file and lines in every finding. Not run: the `*Statement`
+//! events (fired between a migration's statements by
+//! `DefaultSqlScriptExecutor`, a Flyway Teams feature) and the `*Error`
+//! ones (fired after a failure: on PostgreSQL the migration's
+//! transaction is aborted by then, and the failure is the rehearsal's
+//! finding already); the run's header names them as not run.
 
 use std::collections::BTreeMap;
 
-use super::{Folder, HistoryRules, LayoutReader, ReadOptions, Step};
+use super::{Folder, HistoryRules, LayoutReader, ReadOptions, Script, Step};
 use crate::catalog::CatalogError;
 use crate::catalog::Execution;
 
@@ -179,15 +202,35 @@ pub(crate) enum OnlyWhen {
     RepeatableApplied,
 }
 
-/// The callbacks Flyway runs inside each migration's transaction
-/// (`DbMigrate.doMigrateGroup`, `onEachMigrateOrUndoEvent` on the
-/// migration's connection).
-const EACH_MIGRATE: &[&str] = &[
-    "beforeEachMigrate",
+/// Where Flyway runs a callback it fires around each migration
+/// (`DbMigrate.doMigrateGroup`, `onEachMigrateOrUndoEvent`): on the
+/// migration's connection, before its statements or after them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Around {
+    Before,
+    After,
+}
+
+/// Where `event` runs around each migration; None for the events not
+/// fired around every migration of a successful migrate, and for those
+/// rollsafe does not run ([`NOT_RUN_EACH_MIGRATE`]).
+fn around(event: &str) -> Option<Around> {
+    match event {
+        "beforeEachMigrate" => Some(Around::Before),
+        "afterEachMigrate" => Some(Around::After),
+        _ => None,
+    }
+}
+
+/// The callbacks Flyway fires inside a migration that rollsafe does not
+/// run: around each statement (a Flyway Teams feature, fired by
+/// `DefaultSqlScriptExecutor` between the statements), and after a
+/// statement or a migration failed (on PostgreSQL the transaction is
+/// aborted then, and a rehearsal's failure is its finding already).
+const NOT_RUN_EACH_MIGRATE: &[&str] = &[
     "beforeEachMigrateStatement",
     "afterEachMigrateStatement",
     "afterEachMigrateStatementError",
-    "afterEachMigrate",
     "afterEachMigrateError",
 ];
 
@@ -287,7 +330,8 @@ impl LayoutReader for Flyway {
         }
         match kind(file) {
             Some(Kind::Callback { event, .. }) if place(event).is_some() => Some("Flyway SQL callback(s), rehearsed where Flyway's migrate runs them, each in a transaction of its own and never recorded as applied (beforeMigrate before the first migration, afterVersioned after the last versioned one, beforeRepeatables before the first repeatable when there is one, afterMigrateApplied and afterMigrate after the last)"),
-            Some(Kind::Callback { event, .. }) if EACH_MIGRATE.contains(&event) => Some("Flyway SQL callback(s) that Flyway runs inside every migration's transaction, which rollsafe does not run (what they do is missing from the rehearsal)"),
+            Some(Kind::Callback { event, .. }) if around(event).is_some() => Some("Flyway SQL callback(s) run around every migration as Flyway runs them, never recorded as applied: inside its transaction (beforeEachMigrate before its statements, afterEachMigrate after them), on its connection one statement at a time when it runs outside a transaction"),
+            Some(Kind::Callback { event, .. }) if NOT_RUN_EACH_MIGRATE.contains(&event) => Some("Flyway SQL callback(s) that Flyway runs around each statement of a migration or after one failed, which rollsafe does not run (what they do is missing from the rehearsal)"),
             Some(Kind::Callback { .. }) => Some("Flyway SQL callback(s) of events a successful migrate does not fire (errors, undo, clean, validate, info, baseline, repair, connect), not run"),
             Some(Kind::Undo) => Some("Flyway undo script(s), never run going up"),
             None if file.ends_with(".sql") && !file.contains('/') => Some("file(s) Flyway skips, their names matching none of its patterns (V<version>__<description>.sql, R__…, callbacks; its validateMigrationNaming is false by default)"),
@@ -319,6 +363,7 @@ impl LayoutReader for Flyway {
         let mut baselines = Vec::new();
         let mut repeatable = Vec::new();
         let mut callbacks = Vec::new();
+        let mut each = Vec::new();
         for (file, bytes) in folder.top_level_sql() {
             // A name Flyway cannot parse it skips (its
             // `validateMigrationNaming` is false by default): named as
@@ -328,7 +373,11 @@ impl LayoutReader for Flyway {
             };
             match kind {
                 Kind::Undo => continue,
-                Kind::Callback { event, .. } if place(event).is_none() => continue,
+                Kind::Callback { event, .. }
+                    if place(event).is_none() && around(event).is_none() =>
+                {
+                    continue
+                }
                 _ => {}
             }
             let text = super::utf8(file, bytes.to_vec())?;
@@ -352,6 +401,14 @@ impl LayoutReader for Flyway {
             };
             match kind {
                 Kind::Undo => unreachable!("skipped above"),
+                Kind::Callback { event, description } if around(event).is_some() => each.push((
+                    around(event),
+                    description.replace('_', " "),
+                    Script {
+                        file: file.to_string(),
+                        sql,
+                    },
+                )),
                 Kind::Callback { event, description } => callbacks.push((
                     place(event).unwrap_or(Place::Last),
                     // Flyway's callback name: its description with `_`
@@ -422,6 +479,27 @@ impl LayoutReader for Flyway {
         if repeatable.is_empty() {
             callbacks.retain(|(at, _, _)| *at != Place::BeforeRepeatables);
         }
+        // Flyway runs one event's callbacks in the order of their names,
+        // as it does the once-per-migrate ones.
+        each.sort_by(|a, b| (&a.1, &a.2.file).cmp(&(&b.1, &b.2.file)));
+        let scripts = |at: Around| -> Vec<Script> {
+            each.iter()
+                .filter(|(a, _, _)| *a == Some(at))
+                .map(|(_, _, s)| s.clone())
+                .collect()
+        };
+        let (before_each, after_each) = (scripts(Around::Before), scripts(Around::After));
+        let around_each = |step: Step| Step {
+            before_each: before_each.clone(),
+            after_each: after_each.clone(),
+            ..step
+        };
+        let baseline = baseline.map(|(at, step)| (at, around_each(step)));
+        let versioned: Vec<_> = versioned
+            .into_iter()
+            .map(|(at, step)| (at, around_each(step)))
+            .collect();
+        let repeatable: Vec<Step> = repeatable.into_iter().map(around_each).collect();
         let at = |place: Place| {
             callbacks
                 .iter()
@@ -625,7 +703,7 @@ mod tests {
         assert!(what("afterMigrate__grants.sql")
             .starts_with("Flyway SQL callback(s), rehearsed where Flyway's migrate runs them"));
         assert!(what("beforeEachMigrate.sql")
-            .contains("inside every migration's transaction, which rollsafe does not run"));
+            .starts_with("Flyway SQL callback(s) run around every migration as Flyway runs them"));
         assert!(what("afterMigrateError.sql").contains("does not fire"));
         // A callback runs outside a transaction as a migration does
         // (Flyway's `SqlScript.executeInTransaction` serves both).
@@ -665,6 +743,99 @@ mod tests {
             .map(|s| s.label)
             .collect();
         assert_eq!(labels, ["V1", "afterMigrate"]);
+    }
+
+    /// The callbacks Flyway runs around each migration go with every
+    /// versioned, baseline and repeatable one (not with a callback step),
+    /// one event's in the order of their names, their placeholders
+    /// replaced; the statement and error events are named as not run.
+    #[test]
+    fn each_migrate_callbacks_go_with_every_migration_in_flyways_order() {
+        let mut f = folder(&[
+            "B1__start.sql",
+            "V1__bikes.sql",
+            "V2__tickets.sql",
+            "R__open_tickets.sql",
+            "afterMigrate.sql",
+            "beforeEachMigrate__b_x.sql",
+            "beforeEachMigrate__b-x.sql",
+            "beforeEachMigrate__a.sql",
+            "beforeEachMigrate.sql",
+            "afterEachMigrate__grants.sql",
+            "beforeEachMigrateStatement.sql",
+            "afterEachMigrateError.sql",
+        ]);
+        f.files.insert(
+            "afterEachMigrate__grants.sql".into(),
+            b"-- the counter reads\nGRANT SELECT ON bikes TO ${counter};\n".to_vec(),
+        );
+        let options = ReadOptions {
+            placeholders: [("counter".to_string(), "front_desk".to_string())].into(),
+            ..ReadOptions::default()
+        };
+        let steps = Flyway.read(&f, &options).unwrap();
+        let files = |scripts: &[Script]| -> Vec<String> {
+            scripts.iter().map(|s| s.file.clone()).collect()
+        };
+        let around: Vec<(&str, Vec<String>, Vec<String>)> = steps
+            .iter()
+            .map(|s| {
+                (
+                    s.label.as_str(),
+                    files(&s.before_each),
+                    files(&s.after_each),
+                )
+            })
+            .collect();
+        let before = [
+            "beforeEachMigrate.sql",
+            "beforeEachMigrate__a.sql",
+            "beforeEachMigrate__b_x.sql",
+            "beforeEachMigrate__b-x.sql",
+        ]
+        .map(String::from)
+        .to_vec();
+        let after = vec!["afterEachMigrate__grants.sql".to_string()];
+        assert_eq!(
+            around,
+            [
+                ("B1", before.clone(), after.clone()),
+                ("V2", before.clone(), after.clone()),
+                ("R__open_tickets", before.clone(), after.clone()),
+                ("afterMigrate", vec![], vec![]),
+            ]
+        );
+        assert_eq!(
+            steps[0].after_each[0].sql,
+            "-- the counter reads\nGRANT SELECT ON bikes TO front_desk;\n"
+        );
+        // Never a step of their own, never a migration's file.
+        assert!(!steps.iter().any(|s| s.file.contains("EachMigrate")));
+        let aside = super::super::set_aside(crate::catalog::Layout::Flyway, &f, &steps);
+        let what = |file: &str| {
+            aside
+                .iter()
+                .find(|a| a.file == file)
+                .and_then(|a| a.what)
+                .unwrap_or_default()
+        };
+        for run in ["beforeEachMigrate__a.sql", "afterEachMigrate__grants.sql"] {
+            assert!(
+                what(run).contains("inside its transaction (beforeEachMigrate before its statements, afterEachMigrate after them)"),
+                "{run}: {}",
+                what(run)
+            );
+        }
+        for not_run in [
+            "beforeEachMigrateStatement.sql",
+            "afterEachMigrateError.sql",
+        ] {
+            assert!(
+                what(not_run).contains("which rollsafe does not run"),
+                "{not_run}: {}",
+                what(not_run)
+            );
+        }
     }
 
     #[test]
