@@ -1000,10 +1000,16 @@ fn apply_in_transaction(
         tool.ensure(client)
             .map_err(|e| MigrateError::sql(format!("creating {}", tool.table()), &e))?;
     }
-    let steps = apply::transaction_steps(&m.sql);
+    let steps = apply::migration_steps(m);
     let started = Instant::now();
     let mut observer = MigrateTransaction {
         m,
+        needed: conflicts::of_statements(
+            &steps
+                .iter()
+                .map(|s| s.statement.clone())
+                .collect::<Vec<_>>(),
+        ),
         tool,
         watcher,
         looks,
@@ -1033,8 +1039,15 @@ fn apply_in_transaction(
             let table = tool.map_or("", |t| t.table());
             Err(MigrateError::recording(m, table, &error))
         }
-        Err(apply::StepError::Failed { error, .. }) => Err(MigrateError::Failed {
-            migration: m.to_string(),
+        Err(apply::StepError::Failed { index, error }) => Err(MigrateError::Failed {
+            migration: match steps.get(index) {
+                Some(
+                    step @ apply::Step {
+                        script: Some(_), ..
+                    },
+                ) => format!("{m} in its callback {}", step.line_phrase()),
+                _ => m.to_string(),
+            },
             detail: crate::errors::detailed(&error),
             earlier: String::new(),
         }),
@@ -1046,6 +1059,8 @@ fn apply_in_transaction(
 /// file needs; the history row written before the commit.
 struct MigrateTransaction<'a> {
     m: &'a Migration,
+    /// The locks its statements need, its tool's callbacks' with them.
+    needed: conflicts::LocksNeeded,
     /// Where its row goes; None for a Flyway callback (never recorded).
     tool: Option<ToolHistory>,
     watcher: &'a BlockerWatcher,
@@ -1055,11 +1070,11 @@ struct MigrateTransaction<'a> {
 
 impl apply::StepObserver for MigrateTransaction<'_> {
     fn gated(&mut self, _index: usize, _step: &apply::Step) -> bool {
-        self.looks.gate(&conflicts::of_sql(&self.m.sql)).is_some()
+        self.looks.gate(&self.needed).is_some()
     }
 
     fn holder(&mut self, _index: usize) -> Option<String> {
-        self.looks.gate(&conflicts::of_sql(&self.m.sql))?.holder()
+        self.looks.gate(&self.needed)?.holder()
     }
 
     fn attempt(&mut self, _index: usize, n: u32, timeout: Duration) {
@@ -1086,16 +1101,17 @@ struct MigrateSteps<'a> {
     watcher: &'a BlockerWatcher,
     looks: &'a mut Looks,
     /// The locks the current statement needs (each commits on its own:
-    /// its own locks only) and its line, for the log.
+    /// its own locks only) and where it is (`line 3`, or a callback's
+    /// file and line), for the log.
     needed: Option<conflicts::LocksNeeded>,
-    line: usize,
+    at: String,
 }
 
 impl apply::StepObserver for MigrateSteps<'_> {
     fn gated(&mut self, _index: usize, step: &apply::Step) -> bool {
         let needed = conflicts::of_statements(std::slice::from_ref(&step.statement));
         let gated = self.looks.gate(&needed).is_some();
-        (self.needed, self.line) = (Some(needed), step.statement.line);
+        (self.needed, self.at) = (Some(needed), step.line_phrase());
         gated
     }
 
@@ -1107,9 +1123,9 @@ impl apply::StepObserver for MigrateSteps<'_> {
     fn attempt(&mut self, _index: usize, n: u32, timeout: Duration) {
         self.watcher.reset();
         log::info!(
-            "{} line {}: attempt {n}, lock_timeout {timeout:?}",
+            "{} {}: attempt {n}, lock_timeout {timeout:?}",
             self.m,
-            self.line
+            self.at
         );
     }
 }
@@ -1138,17 +1154,21 @@ fn apply_outside_transaction(
         watcher,
         looks,
         needed: None,
-        line: 0,
+        at: String::new(),
     };
     let applied = apply::outside_transaction(client, &steps, Some(&options.lock), &mut observer)
         .map_err(|e| {
-            let stmt = &steps[e.index()].statement;
+            let step = &steps[e.index()];
+            let stmt = &step.statement;
             match e {
                 apply::StepError::GaveUp { gave_up, .. } => {
-                    MigrateError::gave_up(format!("{m} line {}", stmt.line), gave_up, watcher)
+                    MigrateError::gave_up(format!("{m} {}", step.line_phrase()), gave_up, watcher)
                 }
                 apply::StepError::Failed { error, .. } => MigrateError::StatementFailed {
-                    migration: m.to_string(),
+                    migration: match &step.script {
+                        Some(file) => format!("{m} in its callback {file}"),
+                        None => m.to_string(),
+                    },
                     line: stmt.line,
                     statement: stmt.excerpt(80),
                     detail: crate::errors::detailed(&error),

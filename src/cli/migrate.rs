@@ -214,8 +214,22 @@ pub(crate) fn print_dry_run(m: &rollsafe::catalog::Migration, batch_size: u32) {
     } else {
         rollsafe::migrate::conflicts::of_sql(&m.sql).describe()
     };
+    // Flyway's beforeEachMigrate / afterEachMigrate, run with it.
+    let callbacks: Vec<String> = (m
+        .before_each
+        .iter()
+        .map(|s| format!("{} before it", s.file)))
+    .chain(m.after_each.iter().map(|s| format!("{} after it", s.file)))
+    .collect();
+    let callbacks = match callbacks.is_empty() {
+        true => String::new(),
+        false => format!(
+            "\n-- with its callbacks, on its connection: {}",
+            callbacks.join(", ")
+        ),
+    };
     println!(
-        "\n-- {m}{how}\n-- locks (read from its statements): {locks}\n{}",
+        "\n-- {m}{how}{callbacks}\n-- locks (read from its statements): {locks}\n{}",
         m.sql.trim_end()
     );
 }

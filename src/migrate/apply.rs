@@ -4,7 +4,10 @@
 //! migrator run twice), so the verifier measures the code path production
 //! runs.
 //!
-//! A file runs statement by statement on the caller's connection:
+//! A file runs statement by statement on the caller's connection, with
+//! the scripts its tool runs around it on that connection (Flyway's
+//! `beforeEachMigrate` and `afterEachMigrate`: [`migration_steps`], each
+//! of their statements naming its own file and line):
 //! - [`in_transaction`]: one transaction around all of them, ended by
 //!   COMMIT, ROLLBACK, or a failure raised at the end (the forced failure
 //!   that shows what a crash before the commit would leave). Under a
@@ -35,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use postgres::Client;
 
+use crate::catalog::{Migration, Script};
 use crate::lock_policy::{is_lock_timeout, GaveUp, LockPolicy};
 use crate::sql::{self, Statement};
 
@@ -47,6 +51,23 @@ pub struct Step {
     pub concurrent_index: Option<String>,
     /// Where it stands towards the file's own transaction blocks.
     pub block: Block,
+    /// The callback script it is a statement of (Flyway's
+    /// `beforeEachMigrate__timeouts.sql`, relative to the migrations'
+    /// folder), run on the migration's connection around its statements;
+    /// None for a statement of the migration's own file. Its line is its
+    /// script's.
+    pub script: Option<String>,
+}
+
+impl Step {
+    /// `beforeEachMigrate__timeouts.sql line 2` for a callback's
+    /// statement, `line 4` for the migration's own, for messages.
+    pub fn line_phrase(&self) -> String {
+        match &self.script {
+            Some(file) => format!("{file} line {}", self.statement.line),
+            None => format!("line {}", self.statement.line),
+        }
+    }
 }
 
 /// Where a statement of a file run outside rollsafe's transaction stands
@@ -98,8 +119,59 @@ pub fn transaction_steps(sql: &str) -> Vec<Step> {
             statement,
             concurrent_index: None,
             block: Block::Outside,
+            script: None,
         })
         .collect()
+}
+
+/// Every statement migration `m`'s apply runs on its connection, in order,
+/// as its tool runs them: the scripts its tool runs before the file
+/// ([`Migration::before_each`]: Flyway's `beforeEachMigrate`), the file's
+/// own statements, the scripts after it; inside its transaction when the
+/// file runs in one ([`transaction_steps`]), else one statement at a
+/// time like the file's own ([`super::no_transaction::steps`]). The one
+/// list `migrate` and every rehearsal apply: a step's index is the same
+/// in each, and in the measured apply's statements.
+pub fn migration_steps(m: &Migration) -> Vec<Step> {
+    let own = match m.runs_outside_transaction() {
+        true => super::no_transaction::steps(&m.sql),
+        false => transaction_steps(&m.sql),
+    };
+    around(m, own)
+}
+
+/// `own` (the steps of `m`'s file, as [`migration_steps`] or `migrate`'s
+/// judged plan has them) with the scripts its tool runs around it.
+pub fn around(m: &Migration, own: Vec<Step>) -> Vec<Step> {
+    if m.before_each.is_empty() && m.after_each.is_empty() {
+        return own;
+    }
+    let split = |sql: &str| match m.runs_outside_transaction() {
+        true => super::no_transaction::steps(sql),
+        false => transaction_steps(sql),
+    };
+    let of_script = |script: &Script| -> Vec<Step> {
+        split(&script.sql)
+            .into_iter()
+            .map(|step| Step {
+                script: Some(script.file.clone()),
+                ..step
+            })
+            .collect()
+    };
+    let mut steps: Vec<Step> = m
+        .before_each
+        .iter()
+        .flat_map(of_script)
+        .chain(own)
+        .chain(m.after_each.iter().flat_map(of_script))
+        .collect();
+    if m.runs_outside_transaction() {
+        // A script's own BEGIN … COMMIT stands where it is in the whole
+        // run.
+        mark_blocks(&mut steps);
+    }
+    steps
 }
 
 /// How a transaction ends once its statements ran.

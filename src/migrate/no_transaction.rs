@@ -89,7 +89,9 @@ pub fn plan_steps(m: &Migration) -> Result<Vec<Step>, NotRerunnable> {
             why,
         })?;
     }
-    Ok(steps)
+    // Its tool's callbacks around it run again on every run, as they do
+    // on every run of the tool's own.
+    Ok(super::apply::around(m, steps))
 }
 
 /// Every statement of a no-transaction file's `sql`, unjudged (verify
@@ -103,6 +105,7 @@ pub fn steps(sql: &str) -> Vec<Step> {
             concurrent_index: None,
             statement,
             block: Block::Outside,
+            script: None,
         })
         .collect::<Vec<_>>();
     let alone = steps.len() == 1;
