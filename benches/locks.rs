@@ -107,7 +107,7 @@ fn stall_behind_long_transaction(sandbox: &Sandbox) {
         let p = rehearsal::probe_long_transaction(
             db.url(),
             &sessions,
-            &v3,
+            rollsafe::migrate::apply::transaction_steps(&v3),
             &tables,
             &live,
             policy,

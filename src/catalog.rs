@@ -1257,10 +1257,17 @@ impl Catalog {
     /// Where `m` lives as a reviewer sees it: `migrations/<file>` for the
     /// embedded set (the repository's directory), `DIR/<file>` otherwise.
     pub fn path_of(&self, m: &Migration) -> String {
+        self.path_of_file(&m.file)
+    }
+
+    /// Where `file` (relative to the folder: a migration's, or a script
+    /// run with one, [`Migration::before_each`]) lives as a reviewer sees
+    /// it, as [`Catalog::path_of`] says.
+    pub fn path_of_file(&self, file: &str) -> String {
         match &self.source {
-            Source::Embedded => format!("migrations/{}", m.file),
-            Source::Dir(d) => d.join(&m.file).display().to_string(),
-            Source::Framework { project, .. } => project.join(&m.file).display().to_string(),
+            Source::Embedded => format!("migrations/{file}"),
+            Source::Dir(d) => d.join(file).display().to_string(),
+            Source::Framework { project, .. } => project.join(file).display().to_string(),
         }
     }
 

@@ -52,8 +52,10 @@ pub struct Warning {
     /// squawk's fix, when the rule has one.
     pub help: Option<String>,
     /// Index of its statement in [`crate::sql::split`] of the file: the
-    /// same index as the rehearsal's `Applied::statements`. None when the
-    /// file could not be split exactly.
+    /// same index as the rehearsal's `Applied::statements` once verify
+    /// counts the statements of the callbacks run before the file (see
+    /// `migrate::apply::migration_steps`). None when the file could not be
+    /// split exactly.
     pub statement: Option<usize>,
     /// The table the statement alters or indexes (normalised as PostgreSQL
     /// folds names), when it names one in the `public` schema.

@@ -125,9 +125,11 @@ impl Waiver {
             && f.accepted.is_none()
             && self.object.as_deref().map_or(true, |o| about(f, o))
             && self.lines.map_or(true, |(first, last)| {
+                // (A finding at a callback run with the migration is in
+                // another file: no line of this one covers it.)
                 f.location
                     .as_ref()
-                    .is_some_and(|l| (first..=last).contains(&l.line))
+                    .is_some_and(|l| l.file == self.file && (first..=last).contains(&l.line))
             })
     }
 

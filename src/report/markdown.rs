@@ -364,7 +364,11 @@ fn statements_section(report: &Report, budget: &mut Budget) -> String {
                     cell(&s.new_locks.join(", "))
                 };
                 let row = format!(
-                    "| {} | {} | {locks} | {:.1} ms | {:.1} ms | {} |\n",
+                    "| {}{} | {} | {locks} | {:.1} ms | {:.1} ms | {} |\n",
+                    s.script
+                        .as_ref()
+                        .map(|f| format!("{} ", code(f)))
+                        .unwrap_or_default(),
                     s.line,
                     code(&shorten(&s.excerpt, EXCERPT_CHARS)),
                     s.ms_at_0_rows,

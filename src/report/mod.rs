@@ -307,6 +307,11 @@ pub struct AppWaitRow {
 pub struct StatementRow {
     pub line: usize,
     pub column: usize,
+    /// The callback its tool runs around the migration that the statement
+    /// is of (`beforeEachMigrate__timeouts.sql`, in which `line` is); None
+    /// for the migration's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script: Option<String>,
     pub excerpt: String,
     /// Locks it took that were not held before it ("ACCESS EXCLUSIVE on t").
     pub new_locks: Vec<String>,
@@ -721,6 +726,7 @@ pub(crate) fn sample_report() -> Report {
             statements: vec![StatementRow {
                 line: 4,
                 column: 1,
+                script: None,
                 excerpt: "ALTER TABLE jobs ADD COLUMN x int".into(),
                 new_locks: vec!["ACCESS EXCLUSIVE on jobs".into()],
                 ms_at_0_rows: 0.4,

@@ -59,12 +59,18 @@ fn render_statement_tables(out: &mut String, report: &Report) {
             };
             let regresses: Vec<String> = regressions
                 .iter()
-                .filter(|r| r.migration == Some(m.version) && r.line == Some(s.line))
+                .filter(|r| {
+                    r.migration == Some(m.version) && r.line == Some(s.line) && s.script.is_none()
+                })
                 .map(|r| r.statement.clone())
                 .collect();
             let _ = writeln!(
                 out,
-                "    line {:<4} {:<44} {:>8.1} ms {:>8.1} ms {:>8} rows  {}{}",
+                "    {}line {:<4} {:<44} {:>8.1} ms {:>8.1} ms {:>8} rows  {}{}",
+                s.script
+                    .as_ref()
+                    .map(|f| format!("{f} "))
+                    .unwrap_or_default(),
                 s.line,
                 excerpt,
                 s.ms_at_0_rows,

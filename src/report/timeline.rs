@@ -328,6 +328,7 @@ mod tests {
         StatementRow {
             line,
             column: 1,
+            script: None,
             excerpt: format!("statement at line {line}"),
             new_locks: Vec::new(),
             ms_at_0_rows: 0.1,

@@ -121,20 +121,37 @@ impl Verify {
             .filter(|m| !self.since.is_some_and(|s| m.version <= s))
     }
 
-    /// squawk's warnings on every migration the rehearsal judges.
+    /// squawk's warnings on every migration the rehearsal judges, and on
+    /// the scripts its tool runs around it (Flyway's `beforeEachMigrate`,
+    /// at their own files and lines): each warning's statement is its
+    /// index among the statements the apply runs
+    /// (`migrate::apply::migration_steps`), as the measured apply's.
     fn lint(&self) -> BTreeMap<i32, Vec<Warning>> {
         self.judged_migrations()
             // squawk reads SQL only: what rollsafe cannot run has none.
             .filter(|m| m.not_runnable.is_none())
             .map(|m| {
-                let warnings = lint::lint(
-                    &self.catalog.path_of(m),
-                    &m.sql,
-                    !m.runs_outside_transaction(),
-                )
-                .into_iter()
-                .filter(|w| !m.nolint.silences(w.statement, &w.rule))
-                .collect();
+                let in_transaction = !m.runs_outside_transaction();
+                let own = lint::lint(&self.catalog.path_of(m), &m.sql, in_transaction)
+                    .into_iter()
+                    .filter(|w| !m.nolint.silences(w.statement, &w.rule))
+                    .collect();
+                let script = |s: &crate::catalog::Script| {
+                    let path = self.catalog.path_of_file(&s.file);
+                    lint::lint(&path, &s.sql, in_transaction)
+                };
+                let mut warnings = Vec::new();
+                let mut before = 0;
+                let scripts = (m.before_each.iter().map(|s| (script(s), &s.sql)))
+                    .chain([(own, &m.sql)])
+                    .chain(m.after_each.iter().map(|s| (script(s), &s.sql)));
+                for (found, sql) in scripts {
+                    warnings.extend(found.into_iter().map(|w| Warning {
+                        statement: w.statement.map(|i| i + before),
+                        ..w
+                    }));
+                    before += crate::sql::split(sql).statements.len();
+                }
                 (m.version, warnings)
             })
             .collect()
@@ -278,6 +295,12 @@ impl Verify {
                         file: self.catalog.path_of(m),
                         not_runnable: m.not_runnable.clone(),
                         sql: m.sql.clone(),
+                        callbacks: (m.before_each.iter().chain(&m.after_each))
+                            .map(|s| crate::catalog::Script {
+                                file: self.catalog.path_of_file(&s.file),
+                                sql: s.sql.clone(),
+                            })
+                            .collect(),
                         ..MigrationEvidence::default()
                     };
                     (m.version, e)

@@ -30,6 +30,7 @@ pub mod r#static;
 
 use std::collections::BTreeMap;
 
+use crate::catalog::Script;
 use crate::report::{CheckRun, Finding, Severity};
 use crate::verify::evidence::{Context, MigrationEvidence, RunEvidence};
 
@@ -81,7 +82,7 @@ pub fn judge(
             }
             judged.extend((check.evaluate)(e, cx));
         }
-        one_hazard_one_error(&mut judged, &e.sql);
+        one_hazard_one_error(&mut judged, &e.sql, &e.callbacks);
         out.findings.extend(judged);
     }
     for judge_run in ALL.iter().filter_map(|c| c.evaluate_run) {
@@ -117,18 +118,34 @@ pub const ALL: &[Check] = &[
 /// names the rule (`squawk_rules`). Every report and count then sees one
 /// error for the hazard. `sql` is the migration's file, which places a
 /// static row (the line of the construct squawk flagged) in its statement
-/// (measured findings are at the statement's first line).
-pub fn one_hazard_one_error(findings: &mut [Finding], sql: &str) {
-    let spans: Vec<(usize, usize)> = crate::sql::split(sql)
-        .statements
-        .iter()
-        .map(|st| (st.line, st.line + st.text.lines().count().saturating_sub(1)))
+/// (measured findings are at the statement's first line); a finding at
+/// one of the `callbacks` run with it is placed in that file's.
+pub fn one_hazard_one_error(findings: &mut [Finding], sql: &str, callbacks: &[Script]) {
+    let spans = |sql: &str| -> Vec<(usize, usize)> {
+        crate::sql::split(sql)
+            .statements
+            .iter()
+            .map(|st| (st.line, st.line + st.text.lines().count().saturating_sub(1)))
+            .collect()
+    };
+    // (The file a span list is of: None for the migration's.)
+    type Spans<'a> = (Option<&'a str>, Vec<(usize, usize)>);
+    let files: Vec<Spans> = std::iter::once((None, spans(sql)))
+        .chain(
+            callbacks
+                .iter()
+                .map(|s| (Some(s.file.as_str()), spans(&s.sql))),
+        )
         .collect();
     let statement_of = |f: &Finding| {
-        let line = f.location.as_ref()?.line;
-        spans.iter().position(|(a, b)| (*a..=*b).contains(&line))
+        let at = f.location.as_ref()?;
+        let k = (files.iter())
+            .position(|(file, _)| *file == Some(at.file.as_str()))
+            .unwrap_or(0);
+        let i = (files[k].1.iter()).position(|(a, b)| (*a..=*b).contains(&at.line))?;
+        Some((k, i))
     };
-    let measured: Vec<(usize, usize)> = findings
+    let measured: Vec<(usize, (usize, usize))> = findings
         .iter()
         .enumerate()
         .filter(|(_, f)| f.severity == Severity::Error && f.check != r#static::CHECK)
@@ -217,7 +234,7 @@ mod tests {
         );
         // squawk flags line 3, inside the statement that starts on line 2.
         let mut f = vec![squawk(3), build.clone()];
-        one_hazard_one_error(&mut f, sql);
+        one_hazard_one_error(&mut f, sql, &[]);
         assert_eq!(f[0].severity, Severity::Info);
         assert!(
             f[0].message
@@ -230,10 +247,26 @@ mod tests {
             "static.require-concurrent-index-creation"
         );
         // On another statement, it stays an error of its own.
-        let mut f = vec![squawk(1), build];
-        one_hazard_one_error(&mut f, sql);
+        let mut f = vec![squawk(1), build.clone()];
+        one_hazard_one_error(&mut f, sql, &[]);
         assert_eq!(f[0].severity, Severity::Error);
         assert!(!f[1].evidence.contains_key("squawk_rules"));
+        // At a callback run with it, the same line is in another file:
+        // another statement, until both are in the callback's.
+        let callback = Script {
+            file: "beforeEachMigrate__x.sql".into(),
+            sql: "SET LOCAL lock_timeout = '2s';\nCREATE INDEX a_n\n  ON a (n);\n".into(),
+        };
+        let in_callback = |mut f: Finding| {
+            f.location.as_mut().unwrap().file = callback.file.clone();
+            f
+        };
+        let mut f = vec![in_callback(squawk(3)), build.clone()];
+        one_hazard_one_error(&mut f, sql, std::slice::from_ref(&callback));
+        assert_eq!(f[0].severity, Severity::Error);
+        let mut f = vec![in_callback(squawk(3)), in_callback(build)];
+        one_hazard_one_error(&mut f, sql, std::slice::from_ref(&callback));
+        assert_eq!(f[0].severity, Severity::Info);
     }
 
     /// The run-level findings and the unreached migrations come out of the

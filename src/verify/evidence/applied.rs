@@ -126,6 +126,11 @@ pub struct StatementRun {
     /// 1-based line and column of its first character in the file.
     pub line: usize,
     pub column: usize,
+    /// The file of a statement of a callback its tool runs around the
+    /// migration (Flyway's `beforeEachMigrate`), in which `line` is; None
+    /// for the migration's own file. As a reviewer sees it once
+    /// [`Applied::set_files`] ran.
+    pub file: Option<String>,
     pub excerpt: String,
     pub duration: Duration,
     /// When it started (the report's lock timeline lines it up with the
@@ -340,12 +345,21 @@ impl Applied {
         self.held.saturating_sub(before)
     }
 
+    /// Sets [`Applied::file`] to `path` of the migration's `file`, and
+    /// each callback statement's file to `path` of its own.
+    pub fn set_files(&mut self, path: impl Fn(&str) -> String, file: &str) {
+        self.file = path(file);
+        for f in self.statements.iter_mut().filter_map(|s| s.file.as_mut()) {
+            *f = path(f);
+        }
+    }
+
     /// Where statement `i` is in the file (the file's first statement when
-    /// the grammar could not split it).
+    /// the grammar could not split it), or in its callback's.
     pub fn location(&self, i: usize) -> Option<crate::report::Location> {
         let s = self.statements.get(i)?;
         Some(crate::report::Location {
-            file: self.file.clone(),
+            file: s.file.clone().unwrap_or_else(|| self.file.clone()),
             line: s.line,
             column: s.column,
             excerpt: s.excerpt.clone(),
@@ -377,6 +391,7 @@ impl Applied {
                 crate::report::StatementRow {
                     line: st.line,
                     column: st.column,
+                    script: st.file.as_deref().map(file_name),
                     excerpt: st.excerpt.clone(),
                     new_locks,
                     ms_at_0_rows: at_zero
@@ -504,10 +519,29 @@ impl Applied {
     /// "line 3: ALTER TABLE …" of statement `i`, for messages.
     pub fn where_(&self, i: usize) -> String {
         match self.statements.get(i) {
+            Some(StatementRun {
+                file: Some(file), ..
+            }) => {
+                let s = &self.statements[i];
+                format!(
+                    "its callback {} line {}: {}",
+                    file_name(file),
+                    s.line,
+                    s.excerpt
+                )
+            }
             Some(s) if self.split_exact => format!("line {}: {}", s.line, s.excerpt),
             _ => "the migration".to_string(),
         }
     }
+}
+
+/// `beforeEachMigrate__timeouts.sql` of a callback's path, for messages
+/// (its location keeps the whole path).
+fn file_name(path: &str) -> String {
+    std::path::Path::new(path)
+        .file_name()
+        .map_or(path.to_string(), |n| n.to_string_lossy().into_owned())
 }
 
 /// A duration in ms to 0.1 ms, as the report writes them.

@@ -53,6 +53,10 @@ pub struct MigrationEvidence {
     /// The migration's file as the repository has it, and its SQL.
     pub file: String,
     pub sql: String,
+    /// The scripts its tool runs around it (Flyway's `beforeEachMigrate`,
+    /// `afterEachMigrate`), each file as the repository has it: the
+    /// measured findings at their statements are at their files.
+    pub callbacks: Vec<crate::catalog::Script>,
     /// Why rollsafe cannot read or run it (a goose Go migration, a file of
     /// a kind it does not run), from the catalogue: squawk read nothing of
     /// it, so no check may call it clean. None for SQL.

@@ -17,7 +17,7 @@ use crate::schema::Snapshot;
 use crate::sessions::Sessions;
 use crate::verify::error::{step, VerifyError};
 use crate::verify::evidence::Applied;
-use crate::verify::measure::rehearsal::{self, End};
+use crate::verify::measure::rehearsal;
 
 /// What a transaction of the forced failure held at its end, read inside
 /// it before the failure is raised: the relations it locked (by oid) and
@@ -88,7 +88,7 @@ pub fn fail_before_commit(
     )?;
     let ran = apply::in_transaction(
         &mut c,
-        &apply::transaction_steps(&m.sql),
+        &apply::migration_steps(m),
         None,
         apply::Ending::Fail,
         &mut at_end,
@@ -117,7 +117,7 @@ pub fn trace_and_measure(
     let migrator_url = sessions.migrator(empty.url());
     let at_zero = step(
         "applying on an empty database",
-        rehearsal::apply_measured(empty.url(), &migrator_url, &m.sql, None, End::Commit),
+        rehearsal::apply_migration_measured(empty.url(), &migrator_url, m),
     )?;
     Ok((at_zero, trace))
 }

@@ -29,25 +29,28 @@ pub fn run(
     let own = own_roles(sessions, m, empty)?;
     let at_zero = step(
         "applying on an empty database",
-        rehearsal::apply_measured_no_transaction(
-            empty.url(),
-            &sessions.migrator(empty.url()),
-            &m.sql,
-            None,
-        ),
+        rehearsal::apply_migration_measured(empty.url(), &sessions.migrator(empty.url()), m),
     )?;
     drop(own);
     if !at_zero.ok() {
         return Ok((at_zero, None));
     }
     let clean = super::snapshot(empty)?;
-    let steps = nt::steps(&m.sql);
+    // The whole run (its tool's callbacks around the file, on its
+    // connection) is killed after one of the file's own statements.
+    let steps = apply::migration_steps(m);
+    let before = steps.iter().take_while(|s| s.script.is_some()).count();
+    let own: Vec<apply::Step> = steps
+        .iter()
+        .filter(|s| s.script.is_none())
+        .cloned()
+        .collect();
     // n is a rerun after a complete run. The killed run stops where a
     // failure would have stopped it.
-    let Some(points) = nt::kill_points(m, &steps) else {
+    let Some(points) = nt::kill_points(m, &own) else {
         return Ok((at_zero, None));
     };
-    let k = rand::random_range(points);
+    let k = before + rand::random_range(points);
     // The killed run and its rerun are one production run.
     let _own = own_roles(sessions, m, killed)?;
     let mut c = step(
@@ -63,19 +66,14 @@ pub fn run(
     drop(c);
     let rerun = step(
         "rerunning after a kill",
-        rehearsal::apply_measured_no_transaction(
-            killed.url(),
-            &sessions.migrator(killed.url()),
-            &m.sql,
-            None,
-        ),
+        rehearsal::apply_migration_measured(killed.url(), &sessions.migrator(killed.url()), m),
     )?;
     let changed = super::snapshot(killed)?.diff(&clean);
     let rerun = Rerun {
         applied: rerun,
         changed,
-        killed_after: k,
-        statements: steps.len(),
+        killed_after: k - before,
+        statements: own.len(),
         line: steps.get(k - 1).map_or(0, |st| st.statement.line),
     };
     Ok((at_zero, Some(rerun)))

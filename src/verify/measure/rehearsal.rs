@@ -289,7 +289,29 @@ pub fn apply_measured(
     lock_timeout: Option<Duration>,
     end: End,
 ) -> anyhow::Result<Applied> {
-    apply_measured_in(url, migrator_url, sql, lock_timeout, end)
+    let exact = crate::sql::split(sql).exact;
+    let steps = apply::transaction_steps(sql);
+    apply_measured_in(url, migrator_url, &steps, exact, lock_timeout, end)
+}
+
+/// Applies migration `m` to the database at `url` as its tool sends it,
+/// committed and measured: in one transaction ([`apply_measured`]) or
+/// statement by statement outside one ([`apply_measured_no_transaction`]),
+/// with the callbacks its tool runs around it on its connection
+/// ([`apply::migration_steps`]; their statements measured too, each at
+/// its own file and line: their locks and time are the migration's, as in
+/// production).
+pub fn apply_migration_measured(
+    url: &str,
+    migrator_url: &str,
+    m: &crate::catalog::Migration,
+) -> anyhow::Result<Applied> {
+    let steps = apply::migration_steps(m);
+    let exact = crate::sql::split(&m.sql).exact;
+    match m.runs_outside_transaction() {
+        true => outside_transaction::apply(url, migrator_url, &steps, exact, None),
+        false => apply_measured_in(url, migrator_url, &steps, exact, None, End::Commit),
+    }
 }
 
 /// Applies a `-- rollsafe:no-transaction` file's `sql` statement by
@@ -304,7 +326,9 @@ pub fn apply_measured_no_transaction(
     sql: &str,
     lock_timeout: Option<Duration>,
 ) -> anyhow::Result<Applied> {
-    outside_transaction::apply(url, migrator_url, sql, lock_timeout)
+    let exact = crate::sql::split(sql).exact;
+    let steps = crate::migrate::no_transaction::steps(sql);
+    outside_transaction::apply(url, migrator_url, &steps, exact, lock_timeout)
 }
 
 /// The tables that exist before the migration with their sizes and
@@ -388,21 +412,23 @@ fn existing_tables(url: &str) -> anyhow::Result<(Vec<Existing>, IndexesBefore)> 
     Ok((existing, indexes_before))
 }
 
+/// `steps` in one transaction, measured; `split_exact`: whether the
+/// grammar split the migration's file exactly.
 fn apply_measured_in(
     url: &str,
     migrator_url: &str,
-    sql: &str,
+    steps: &[apply::Step],
+    split_exact: bool,
     lock_timeout: Option<Duration>,
     end: End,
 ) -> anyhow::Result<Applied> {
     let (existing, indexes_before, mut c) = measuring_session(url, migrator_url)?;
-    let steps = apply::transaction_steps(sql);
     let mut measure = Measure {
         existing: &existing,
         indexes_before: indexes_before.clone(),
         lock_timeout,
         out: Applied {
-            split_exact: crate::sql::split(sql).exact,
+            split_exact,
             ..Applied::default()
         },
         baseline: BTreeMap::new(),
@@ -416,7 +442,7 @@ fn apply_measured_in(
         End::Commit => apply::Ending::Commit,
         End::Rollback => apply::Ending::Rollback,
     };
-    let result = apply::in_transaction(&mut c, &steps, None, ending, &mut measure);
+    let result = apply::in_transaction(&mut c, steps, None, ending, &mut measure);
     if let Some(e) = measure.error {
         return Err(e);
     }
@@ -427,7 +453,7 @@ fn apply_measured_in(
         Err(e) if e.index() < steps.len() => {
             out.duration = t0.elapsed();
             out.held = out.duration;
-            failed(&mut out, &e, &steps, &existing);
+            failed(&mut out, &e, steps, &existing);
         }
         // Measuring, or the transaction's start or end, failed: not the
         // migration's doing.
@@ -485,6 +511,7 @@ impl apply::StepObserver for Measure<'_> {
         let mut run = StatementRun {
             line: st.line,
             column: st.column,
+            file: step.script.clone(),
             excerpt: st.excerpt(60),
             duration: took,
             started: self.statement_started,
@@ -512,9 +539,11 @@ impl apply::StepObserver for Measure<'_> {
 /// statements), SQLSTATE and index, and the tables' sizes (they still say
 /// which tables the statements before it worked on, and on how many rows).
 fn failed(out: &mut Applied, e: &apply::StepError, steps: &[apply::Step], existing: &[Existing]) {
-    let st = &steps[e.index()].statement;
-    out.error = Some(if out.split_exact && steps.len() > 1 {
-        format!("line {}: {}", st.line, e.message())
+    let step = &steps[e.index()];
+    out.error = Some(if step.script.is_some() {
+        format!("its callback {}: {}", step.line_phrase(), e.message())
+    } else if out.split_exact && steps.len() > 1 {
+        format!("line {}: {}", step.statement.line, e.message())
     } else {
         e.message()
     });
@@ -897,7 +926,7 @@ const WAIT_GAP: Duration = Duration::from_millis(100);
 pub fn probe_long_transaction(
     url: &str,
     sessions: &Sessions,
-    sql: &str,
+    steps: Vec<apply::Step>,
     tables: &[UserTable],
     apps: &[LiveApp],
     policy: LockPolicy,
@@ -941,7 +970,6 @@ pub fn probe_long_transaction(
     };
     let attempt_ended = Arc::new(AtomicBool::new(false));
     let runner = {
-        let steps = apply::transaction_steps(sql);
         let policy = policy
             .first_timeout(first_timeout)
             .retry_for(hold + policy.max_timeout * 4 + Duration::from_secs(30));

@@ -242,17 +242,16 @@ pub(super) struct Run<'a> {
 /// statement by statement for a file that runs outside one (its batched
 /// updates have no rows to settle in a base without data).
 fn apply_unchecked(c: &mut postgres::Client, m: &crate::catalog::Migration) -> Result<(), String> {
-    use crate::migrate::{apply, no_transaction as nt};
+    use crate::migrate::apply;
     if let Some(why) = &m.not_runnable {
         return Err(format!("it {why}"));
     }
+    let steps = apply::migration_steps(m);
     if m.runs_outside_transaction() {
-        let steps = nt::steps(&m.sql);
         return apply::outside_transaction(c, &steps, None, &mut apply::Unobserved)
             .map(|_| ())
-            .map_err(|e| format!("line {}: {}", steps[e.index()].statement.line, e.message()));
+            .map_err(|e| format!("{}: {}", steps[e.index()].line_phrase(), e.message()));
     }
-    let steps = apply::transaction_steps(&m.sql);
     apply::in_transaction(
         c,
         &steps,
@@ -263,7 +262,23 @@ fn apply_unchecked(c: &mut postgres::Client, m: &crate::catalog::Migration) -> R
     .map(|_| ())
     .map_err(|e| {
         let sqlstate = e.error().and_then(|e| e.code()).map(|c| c.code());
-        crate::migrate::way_out::with_advice(e.message(), sqlstate, &m.sql)
+        match steps.get(e.index()) {
+            Some(
+                step @ apply::Step {
+                    script: Some(script),
+                    ..
+                },
+            ) => {
+                let message = format!("its callback {}: {}", step.line_phrase(), e.message());
+                let sql = m
+                    .before_each
+                    .iter()
+                    .chain(&m.after_each)
+                    .find(|s| s.file == *script);
+                crate::migrate::way_out::with_advice(message, sqlstate, sql.map_or("", |s| &s.sql))
+            }
+            _ => crate::migrate::way_out::with_advice(e.message(), sqlstate, &m.sql),
+        }
     })
 }
 

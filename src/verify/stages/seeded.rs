@@ -15,7 +15,7 @@ use crate::sandbox::Database;
 use crate::verify::error::VerifyError;
 use crate::verify::evidence::{Backfill, Compat, Plans, SeededApply, Visible, WorkloadStats};
 use crate::verify::measure;
-use crate::verify::measure::rehearsal::{self, End};
+use crate::verify::measure::rehearsal;
 
 /// How stage 3 of one migration ended.
 enum Seeded {
@@ -186,11 +186,7 @@ impl Run<'_> {
         workload.settle(WORKLOAD_MARGIN);
         let migrator_url = self.sessions.migrator(db.url());
         let own = self.own_roles(m, db)?;
-        let at_n = if m.runs_outside_transaction() {
-            rehearsal::apply_measured_no_transaction(db.url(), &migrator_url, &m.sql, None)
-        } else {
-            rehearsal::apply_measured(db.url(), &migrator_url, &m.sql, None, End::Commit)
-        };
+        let at_n = rehearsal::apply_migration_measured(db.url(), &migrator_url, m);
         drop(own);
         let batched = match &at_n {
             Ok(a) if a.ok() => measure::backfill::run_batched_updates(
@@ -212,7 +208,8 @@ impl Run<'_> {
         workload.settle(WORKLOAD_MARGIN);
         let workload: WorkloadStats = workload.stop();
         let mut at_n = step("applying on a seeded database", at_n)?;
-        at_n.file = self.options.catalog.path_of(m);
+        let catalog = &self.options.catalog;
+        at_n.set_files(|f| catalog.path_of_file(f), &m.file);
         if at_n.outside_transaction && workload.counted_in_table_stats {
             at_n.forget_work("the live apps run as the migrator's role, so their sessions could not be left out of the cumulative table statistics (SET track_counts needs a superuser): the rows read and written by statements outside a transaction were not measured apart from theirs (declare an app role, -- role: or --app-role, to measure them)");
         }

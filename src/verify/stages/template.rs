@@ -294,7 +294,8 @@ impl<'a> Run<'a> {
             Schedule::MeasureThenSeed(base, before, reach) => {
                 let (mut at_zero, trace) =
                     forced_failure::trace_and_measure(empty_prev, &self.sessions, m, before)?;
-                at_zero.file = self.options.catalog.path_of(m);
+                let catalog = &self.options.catalog;
+                at_zero.set_files(|f| catalog.path_of_file(f), &m.file);
                 if !at_zero.ok() {
                     self.stopped_on_empty(v, (at_zero, trace, None));
                     return Ok(None);
@@ -444,7 +445,8 @@ impl<'a> Run<'a> {
                 detail: "its thread panicked (a bug in rollsafe)".into(),
             })
         })?;
-        at_zero.file = self.options.catalog.path_of(m);
+        let catalog = &self.options.catalog;
+        at_zero.set_files(|f| catalog.path_of_file(f), &m.file);
         Ok((seeded, (at_zero, trace, None)))
     }
 
@@ -466,7 +468,8 @@ impl<'a> Run<'a> {
             let (at_zero, trace) = forced_failure::forced_failure(&self.sessions, m, empty_prev)?;
             (at_zero, trace, None)
         };
-        at_zero.file = self.options.catalog.path_of(m);
+        let catalog = &self.options.catalog;
+        at_zero.set_files(|f| catalog.path_of_file(f), &m.file);
         log::debug!("V{}: empty path in {:?}", m.version, clock.elapsed());
         Ok((at_zero, trace, rerun))
     }
@@ -589,6 +592,7 @@ impl<'a> Run<'a> {
     ) -> Result<(), VerifyError> {
         let probe_db = self.clone_db(on)?;
         let sql = m.sql.clone();
+        let steps = crate::migrate::apply::migration_steps(m);
         let sessions = self.sessions.clone();
         let (tables, policy) = (tables.to_vec(), self.options.lock_policy);
         let apps: Vec<(AppVersion, BTreeSet<String>)> = live
@@ -601,7 +605,7 @@ impl<'a> Run<'a> {
             let r = rehearsal::probe_long_transaction(
                 probe_db.url(),
                 &sessions,
-                &sql,
+                steps,
                 &tables,
                 &apps,
                 policy,

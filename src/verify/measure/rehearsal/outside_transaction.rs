@@ -41,7 +41,6 @@ use super::{
 };
 use crate::db;
 use crate::migrate::apply::{self, Block, Step, StepObserver};
-use crate::migrate::no_transaction;
 use crate::pg::lock_modes;
 use crate::sessions::sampler::{self, LockSampler};
 use crate::verify::evidence::{Applied, Observed, StatementRun, Work};
@@ -49,18 +48,19 @@ use crate::verify::evidence::{Applied, Observed, StatementRun, Work};
 /// Why work is not measured before PostgreSQL 15.
 const NO_FLUSH: &str = "this PostgreSQL (before 15) cannot flush a backend's table statistics on demand (pg_stat_force_next_flush), so the rows read and written by statements outside a transaction were not measured";
 
-/// Applies `sql` statement by statement outside a transaction on the
-/// database at `url`, measuring each while it runs. A failure leaves the
-/// statements before it applied. Batched updates are not run here
+/// Applies `steps` one by one outside a transaction on the database at
+/// `url`, measuring each while it runs (`split_exact`: whether the grammar
+/// split the migration's file exactly). A failure leaves the statements
+/// before it applied. Batched updates are not run here
 /// (`migrate::backfill`).
 pub fn apply(
     url: &str,
     migrator_url: &str,
-    sql: &str,
+    steps: &[Step],
+    split_exact: bool,
     lock_timeout: Option<Duration>,
 ) -> anyhow::Result<Applied> {
     let (existing, indexes_before, mut c) = measuring_session(url, migrator_url)?;
-    let steps = no_transaction::steps(sql);
     if let Some(t) = lock_timeout {
         c.batch_execute(&format!("SET lock_timeout = '{}ms'", t.as_millis()))?;
     }
@@ -82,12 +82,12 @@ pub fn apply(
         runs: Vec::new(),
         error: None,
     };
-    let result = apply::outside_transaction(&mut c, &steps, None, &mut watch);
+    let result = apply::outside_transaction(&mut c, steps, None, &mut watch);
     if let Some(e) = watch.error {
         return Err(e);
     }
     let mut out = Applied {
-        split_exact: crate::sql::split(sql).exact,
+        split_exact,
         outside_transaction: true,
         work_unmeasured: (!flushable).then(|| NO_FLUSH.to_string()),
         statements: watch.runs,
@@ -97,7 +97,7 @@ pub fn apply(
     };
     out.held = out.duration;
     if let Err(e) = result {
-        failed(&mut out, &e, &steps, &existing);
+        failed(&mut out, &e, steps, &existing);
         return Ok(out);
     }
     out.wal_bytes = wal_since(&mut c, &lsn0)?;
@@ -222,6 +222,7 @@ impl Watch<'_> {
         let mut run = StatementRun {
             line: st.line,
             column: st.column,
+            file: step.script.clone(),
             excerpt: st.excerpt(60),
             duration: took,
             started: self.started.take(),
