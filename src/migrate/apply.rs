@@ -12,8 +12,10 @@
 //!   COMMIT, ROLLBACK, or a failure raised at the end (the forced failure
 //!   that shows what a crash before the commit would leave). Under a
 //!   [`LockPolicy`] each attempt is a whole transaction with its own
-//!   `lock_timeout`; a lock timeout rolls it back and the next attempt
-//!   starts over;
+//!   `lock_timeout` (set again after the callbacks run before the file:
+//!   one that sets its own, as Flyway's `beforeEachMigrate` often does,
+//!   gives way to the policy for the file's statements); a lock timeout
+//!   rolls it back and the next attempt starts over;
 //! - [`outside_transaction`]: a file its tool does not wrap in a
 //!   transaction ([`crate::catalog::Execution`]), each statement committing
 //!   on its own (re-runnable, see [`super::no_transaction`]), the invalid
@@ -375,6 +377,17 @@ fn run_transaction(
     }
     observer.borrow_mut().begun(client)?;
     for (index, step) in steps.iter().enumerate() {
+        let follows_callbacks =
+            index > 0 && step.script.is_none() && steps[index - 1].script.is_some();
+        if let Some(t) = timeout.filter(|_| follows_callbacks) {
+            // The policy bounds the file's lock waits: a callback run
+            // before it (Flyway's usual `SET LOCAL lock_timeout`) gives
+            // way to it here.
+            client.batch_execute(&format!(
+                "SET LOCAL lock_timeout = '{}ms'",
+                t.as_millis().max(1)
+            ))?;
+        }
         observer.borrow_mut().before(client, index, step);
         let started = Instant::now();
         let r = client.batch_execute(&step.statement.text);
