@@ -255,6 +255,9 @@ mod tests {
         NaiveDate::parse_from_str(text, "%Y-%m-%d").unwrap()
     }
 
+    /// A waiver of V3: the file's own when it covers `lines` (a
+    /// `-- rollsafe:accept` covers the lines of its file only), else
+    /// `rollsafe.toml`'s.
     fn waiver(id: &str, object: Option<&str>, lines: Option<(usize, usize)>) -> Waiver {
         Waiver {
             migration: 3,
@@ -263,7 +266,10 @@ mod tests {
             reason: "a 200-row table".into(),
             until: None,
             lines,
-            file: "rollsafe.toml".into(),
+            file: match lines {
+                Some(_) => "migrations/V3__b.sql".into(),
+                None => "rollsafe.toml".into(),
+            },
             line: 7,
             form: "[[accept]]",
         }
@@ -284,7 +290,7 @@ mod tests {
         assert_eq!(f.severity, Severity::Error);
         let a = f.accepted.as_ref().unwrap();
         assert_eq!(a.reason, "a 200-row table");
-        assert_eq!(a.by, "[[accept]] at rollsafe.toml:7");
+        assert_eq!(a.by, "[[accept]] at migrations/V3__b.sql:7");
         assert_eq!(r.count(Severity::Error), 0);
         assert_eq!(r.accepted(), 1);
         assert!(r
@@ -299,6 +305,11 @@ mod tests {
             waiver("locks.blocking-index-build", None, None),
             waiver("rewrite.table-rewritten", Some("books"), None),
             waiver("rewrite.table-rewritten", None, Some((9, 12))),
+            // Its lines, in another file (a callback run with V3).
+            Waiver {
+                file: "migrations/afterEachMigrate__grants.sql".into(),
+                ..waiver("rewrite.table-rewritten", Some("jobs"), Some((4, 4)))
+            },
         ] {
             let mut r = crate::report::sample_report();
             apply(&mut r, std::slice::from_ref(&w), day("2026-01-01"));
@@ -311,7 +322,7 @@ mod tests {
             assert_eq!(stale.len(), 1, "{w:?}");
             assert_eq!(stale[0].severity, Severity::Warn);
             assert!(
-                stale[0].message.contains("rollsafe.toml:7"),
+                stale[0].message.contains(&format!("{}:7", w.file)),
                 "{}",
                 stale[0].message
             );

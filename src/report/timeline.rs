@@ -69,7 +69,10 @@ pub fn build(m: &RehearsedMigration) -> Result<Timeline, String> {
     for s in &m.statements {
         let g = Group::of(s, waits);
         match bars.last_mut() {
-            Some(last) if last.quiet() && g.quiet() => last.absorb(g),
+            // (A callback's statements are a bar apart from the file's.)
+            Some(last) if last.quiet() && g.quiet() && last.last_script == g.first_script => {
+                last.absorb(g)
+            }
             _ => bars.push(g),
         }
     }
@@ -127,6 +130,10 @@ pub fn build(m: &RehearsedMigration) -> Result<Timeline, String> {
 struct Group {
     first_line: usize,
     last_line: usize,
+    /// The callback the first and the last statement are of (None: the
+    /// migration's own file).
+    first_script: Option<String>,
+    last_script: Option<String>,
     count: usize,
     start: f64,
     end: f64,
@@ -143,13 +150,15 @@ impl Group {
         Group {
             first_line: s.line,
             last_line: s.line,
+            first_script: s.script.clone(),
+            last_script: s.script.clone(),
             count: 1,
             start,
             end: start + s.ms_at_n_rows,
             excerpt: s.excerpt.clone(),
             lock: s.strongest_lock.as_ref().map(|l| (rank(l), l.clone())),
             blocks_writes: s.blocks_writes,
-            critical: waits.iter().any(|w| w.behind_line == Some(s.line)),
+            critical: s.script.is_none() && waits.iter().any(|w| w.behind_line == Some(s.line)),
         }
     }
 
@@ -160,6 +169,7 @@ impl Group {
 
     fn absorb(&mut self, o: Group) {
         self.last_line = o.last_line;
+        self.last_script = o.last_script;
         self.count += o.count;
         self.end = self.end.max(o.end);
         if o.lock.as_ref().map(|l| l.0) > self.lock.as_ref().map(|l| l.0) {
@@ -176,16 +186,16 @@ impl Group {
         };
         let label = if self.count == 1 {
             format!(
-                "L{} {}, {lock}, {:.1} ms",
-                self.first_line,
+                "{} {}, {lock}, {:.1} ms",
+                at(&self.first_script, self.first_line),
                 shorten(&self.excerpt, 40),
                 self.end - self.start
             )
         } else {
             format!(
-                "L{}–L{} {} statements, {}{lock}, {:.1} ms",
-                self.first_line,
-                self.last_line,
+                "{}–{} {} statements, {}{lock}, {:.1} ms",
+                at(&self.first_script, self.first_line),
+                at(&self.last_script, self.last_line),
                 self.count,
                 if self.lock.is_some() { "up to " } else { "" },
                 self.end - self.start
@@ -199,6 +209,14 @@ impl Group {
             blocks_writes: self.blocks_writes,
             statements: self.count,
         }
+    }
+}
+
+/// `L4`, or `beforeEachMigrate__timeouts.sql L4` for a callback's line.
+fn at(script: &Option<String>, line: usize) -> String {
+    match script {
+        Some(file) => format!("{file} L{line}"),
+        None => format!("L{line}"),
     }
 }
 
