@@ -8,6 +8,14 @@
 //! "has not been populated"). Flyway records no callback in its history,
 //! so `status` and `check` never list it; rollsafe's migrate runs it
 //! after applying, as Flyway does, and again with nothing pending.
+//!
+//! The callbacks Flyway runs inside every migration's transaction run
+//! there too: a tool library's `beforeEachMigrate__lock_timeout.sql` sets
+//! the lock timeout its V2 refuses to run without, and its
+//! `afterEachMigrate__grants.sql` grants the lending desk, which needs V2,
+//! SELECT on the tables each migration just created. Each statement of
+//! theirs is measured and located at its own file and line, in `verify`
+//! as in `migrate`, which records none of them.
 
 use std::path::{Path, PathBuf};
 
@@ -25,6 +33,9 @@ pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
         [
             after_migrate_runs_after_the_last_migration_and_the_app_reads_what_it_gives,
             status_and_check_never_list_a_callback_and_migrate_runs_it_after_applying,
+            each_migrate_callbacks_run_in_every_migrations_transaction_and_the_app_reads_what_they_grant,
+            a_failing_callback_statement_is_reported_at_its_own_file_and_line,
+            migrate_runs_each_migrate_callbacks_inside_the_migration_and_records_none,
         ]
     )
 }
@@ -46,6 +57,18 @@ fn unique_role() -> String {
 /// `rollsafe verify` of the project at `dir`, the front counter's role and
 /// the callback's `${counter_role}` both `role`: (exit, stdout, stderr).
 fn verify(env: &TestEnv, dir: &Path, role: &str) -> anyhow::Result<(i32, String, String)> {
+    verify_as(env, dir, "counter_role", role, &[])
+}
+
+/// `rollsafe verify` of the project at `dir`, its app's role and the
+/// placeholder `placeholder` both `role`, with `more` arguments.
+fn verify_as(
+    env: &TestEnv,
+    dir: &Path,
+    placeholder: &str,
+    role: &str,
+    more: &[&str],
+) -> anyhow::Result<(i32, String, String)> {
     output(
         cli()
             .args([
@@ -60,7 +83,8 @@ fn verify(env: &TestEnv, dir: &Path, role: &str) -> anyhow::Result<(i32, String,
             .arg("--apps")
             .arg(dir.join("apps"))
             .args(["--app-role", role, "--placeholder"])
-            .arg(format!("counter_role={role}")),
+            .arg(format!("{placeholder}={role}"))
+            .args(more),
     )
 }
 
@@ -84,7 +108,7 @@ fn after_migrate_runs_after_the_last_migration_and_the_app_reads_what_it_gives(
     for part in [
         "3 migration(s) from",
         "1 Flyway SQL callback(s), rehearsed where Flyway's migrate runs them, each in a transaction of its own and never recorded as applied (beforeMigrate before the first migration, afterVersioned after the last versioned one, beforeRepeatables before the first repeatable when there is one, afterMigrateApplied and afterMigrate after the last): afterMigrate__grants.sql",
-        "1 Flyway SQL callback(s) that Flyway runs inside every migration's transaction, which rollsafe does not run (what they do is missing from the rehearsal): beforeEachMigrate.sql",
+        "1 Flyway SQL callback(s) run around every migration as Flyway runs them, never recorded as applied: inside its transaction (beforeEachMigrate before its statements, afterEachMigrate after them), on its connection one statement at a time when it runs outside a transaction: beforeEachMigrate.sql",
     ] {
         ensure!(header.contains(part), "{part:?} not in: {header}");
     }
@@ -272,6 +296,232 @@ fn status_and_check_never_list_a_callback_and_migrate_runs_it_after_applying(
     ensure!(
         !out.contains("afterMigrate") && !out.contains("history.pending"),
         "check lists a callback: {out}"
+    );
+    Ok(())
+}
+
+/// The tool library's project: `migrations/` and `apps/`.
+fn library() -> PathBuf {
+    repo_root().join("tests/fixtures/projects/tool-library")
+}
+
+/// A copy of the library's project without `left_out` (a file of
+/// `migrations/`), and with `appended` added to the end of the file it
+/// names: (file, text).
+fn library_copy(
+    left_out: Option<&str>,
+    appended: Option<(&str, &str)>,
+) -> anyhow::Result<tempfile::TempDir> {
+    let copy = tempfile::tempdir()?;
+    for sub in ["migrations", "apps"] {
+        std::fs::create_dir(copy.path().join(sub))?;
+        for entry in std::fs::read_dir(library().join(sub))? {
+            let entry = entry?;
+            if Some(entry.file_name().to_string_lossy().as_ref()) != left_out {
+                std::fs::copy(entry.path(), copy.path().join(sub).join(entry.file_name()))?;
+            }
+        }
+    }
+    if let Some((file, text)) = appended {
+        let path = copy.path().join("migrations").join(file);
+        let mut sql = std::fs::read_to_string(&path)?;
+        sql.push_str(text);
+        std::fs::write(path, sql)?;
+    }
+    Ok(copy)
+}
+
+/// `rollsafe verify` of the library at `dir`, the lending desk as `role`.
+fn verify_library(
+    env: &TestEnv,
+    dir: &Path,
+    role: &str,
+    more: &[&str],
+) -> anyhow::Result<(i32, String, String)> {
+    verify_as(env, dir, "lender_role", role, more)
+}
+
+/// Each migration's apply runs `beforeEachMigrate__lock_timeout.sql`
+/// before its statements and `afterEachMigrate__grants.sql` after them,
+/// in its transaction: V2, which refuses to run without a lock timeout,
+/// applies, and the lending desk reads the loans V2 creates. Their
+/// statements are measured in the migration's table at their own files
+/// and lines (the migration's keep theirs). The controls: without the
+/// grants the desk is refused; without the timeout V2 fails at its guard.
+fn each_migrate_callbacks_run_in_every_migrations_transaction_and_the_app_reads_what_they_grant(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let role = unique_role();
+    let (code, out, err) = verify_library(env, &library(), &role, &[])?;
+    ensure!(code == 0, "exit {code}: {out}{err}");
+    let header = err
+        .lines()
+        .find(|l| l.contains("read as flyway's"))
+        .unwrap_or_default();
+    ensure!(
+        header.contains("2 Flyway SQL callback(s) run around every migration as Flyway runs them, never recorded as applied: inside its transaction (beforeEachMigrate before its statements, afterEachMigrate after them), on its connection one statement at a time when it runs outside a transaction: afterEachMigrate__grants.sql, beforeEachMigrate__lock_timeout.sql"),
+        "{header}"
+    );
+    ensure!(
+        out.contains("ok    compat.statements-run                all 1 statements of the lending_desk app prepare and execute on V2"),
+        "{out}"
+    );
+    let table = out
+        .split("\n\n")
+        .find(|s| s.starts_with("per statement"))
+        .with_context(|| format!("no per-statement table: {out}"))?;
+    let v2: Vec<&str> = table
+        .lines()
+        .skip_while(|l| !l.contains("V2__loans.sql"))
+        .skip(1)
+        .map(str::trim_start)
+        .collect();
+    for line in &v2 {
+        eprintln!("    {line}");
+    }
+    let starts = [
+        "beforeEachMigrate__lock_timeout.sql line 4    SET LOCAL lock_timeout = '2s'",
+        "line 4    DO $$ BEGIN IF current_setting('lock_timeou",
+        "line 12   CREATE TABLE loans",
+        "line 19   CREATE INDEX loans_tool_id",
+        "afterEachMigrate__grants.sql line 4    GRANT SELECT ON ALL TABLES IN SCHEMA public",
+    ];
+    ensure!(
+        v2.len() == starts.len() && v2.iter().zip(starts).all(|(l, s)| l.starts_with(s)),
+        "V2's statements: {v2:#?}"
+    );
+
+    let no_grants = library_copy(Some("afterEachMigrate__grants.sql"), None)?;
+    let (code, out, err) = verify_library(env, no_grants.path(), &unique_role(), &[])?;
+    ensure!(
+        code == 1
+            && out.contains("compat.permission-denied")
+            && out.contains("permission denied for table loans"),
+        "without the grants: exit {code}: {out}{err}"
+    );
+    let no_timeout = library_copy(Some("beforeEachMigrate__lock_timeout.sql"), None)?;
+    let (code, out, err) = verify_library(env, no_timeout.path(), &unique_role(), &[])?;
+    ensure!(
+        code == 1
+            && out.contains("apply.fails-on-empty")
+            && out.contains("fails on an empty database: line 4: ")
+            && out.contains("no lock_timeout: run the library's migrations with beforeEachMigrate__lock_timeout.sql"),
+        "without the timeout: exit {code}: {out}{err}"
+    );
+    Ok(())
+}
+
+/// A statement of `beforeEachMigrate__lock_timeout.sql` that PostgreSQL
+/// refuses (its line 5): `verify` reports V1's failure at that file and
+/// line, not at a line of V1; `migrate` names the callback's file and line
+/// and rolls the whole migration back (V1's table is not there).
+fn a_failing_callback_statement_is_reported_at_its_own_file_and_line(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let broken = library_copy(
+        None,
+        Some((
+            "beforeEachMigrate__lock_timeout.sql",
+            "SET LOCAL statement_timeout = 'soon';\n",
+        )),
+    )?;
+    let role = unique_role();
+    let (code, out, err) = verify_library(env, broken.path(), &role, &["--format", "json"])?;
+    ensure!(code == 1, "exit {code}: {out}{err}");
+    let report: serde_json::Value = serde_json::from_str(&out)?;
+    let failed = report["findings"]
+        .as_array()
+        .context("findings")?
+        .iter()
+        .find(|f| f["id"] == "apply.fails-on-empty")
+        .with_context(|| format!("no apply.fails-on-empty: {out}"))?;
+    eprintln!("    {}", failed["message"]);
+    let at = &failed["location"];
+    ensure!(
+        failed["migration"] == 1
+            && at["file"]
+                .as_str()
+                .is_some_and(|f| f.ends_with("migrations/beforeEachMigrate__lock_timeout.sql"))
+            && at["line"] == 5
+            && at["excerpt"] == "SET LOCAL statement_timeout = 'soon'"
+            && failed["message"].as_str().is_some_and(|m| m.contains(
+                "its callback beforeEachMigrate__lock_timeout.sql line 5: invalid value for parameter \"statement_timeout\": \"soon\""
+            )),
+        "{failed:#}"
+    );
+
+    let options = ReadOptions {
+        placeholders: [("lender_role".to_string(), "PUBLIC".to_string())].into(),
+        ..Default::default()
+    };
+    let catalog = Catalog::from_dir_in(&broken.path().join("migrations"), &options)?;
+    let db = env.fresh_database();
+    let err = migrate::migrate(db.url(), &catalog, &migrate::Options::default())
+        .err()
+        .context("migrate applied a migration whose callback fails")?
+        .to_string();
+    eprintln!("    migrate: {err}");
+    ensure!(
+        err.starts_with("V1 (V1__tools.sql) in its callback beforeEachMigrate__lock_timeout.sql line 5 failed and was rolled back"),
+        "{err}"
+    );
+    let mut c = db.connect()?;
+    let tools: Option<String> = c
+        .query_one("SELECT to_regclass('tools')::text", &[])?
+        .get(0);
+    ensure!(tools.is_none(), "V1's table is there: {tools:?}");
+    Ok(())
+}
+
+/// `rollsafe migrate` on a real database runs the callbacks inside each
+/// migration's transaction: the grants of `afterEachMigrate__grants.sql`
+/// are there for V1's table and V2's (V2's guard finds the lock policy's
+/// timeout, which the callback's gives way to for the migration's
+/// statements); its history lists V1 and V2 and nothing of the callbacks.
+fn migrate_runs_each_migrate_callbacks_inside_the_migration_and_records_none(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let options = ReadOptions {
+        placeholders: [("lender_role".to_string(), "PUBLIC".to_string())].into(),
+        ..Default::default()
+    };
+    let catalog = Catalog::from_dir_in(&library().join("migrations"), &options)?;
+    let db = env.fresh_database();
+    let applied = migrate::migrate(db.url(), &catalog, &migrate::Options::default())?;
+    ensure!(
+        applied
+            .applied
+            .iter()
+            .map(|a| a.file.as_str())
+            .collect::<Vec<_>>()
+            == ["V1__tools.sql", "V2__loans.sql"],
+        "applied {:?}",
+        applied.applied.iter().map(|a| &a.file).collect::<Vec<_>>()
+    );
+    let mut c = db.connect()?;
+    let granted: (bool, bool) = {
+        let row = c.query_one(
+            "SELECT has_table_privilege('public', 'tools', 'SELECT'),
+                    has_table_privilege('public', 'loans', 'SELECT')",
+            &[],
+        )?;
+        (row.get(0), row.get(1))
+    };
+    ensure!(
+        granted == (true, true),
+        "(tools, loans) granted: {granted:?}"
+    );
+    let recorded: Vec<String> = c
+        .query(
+            "SELECT name FROM refinery_schema_history ORDER BY version",
+            &[],
+        )?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    ensure!(
+        recorded == ["tools", "loans"],
+        "the history records {recorded:?}"
     );
     Ok(())
 }
