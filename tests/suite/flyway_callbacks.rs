@@ -36,6 +36,7 @@ pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
             each_migrate_callbacks_run_in_every_migrations_transaction_and_the_app_reads_what_they_grant,
             a_failing_callback_statement_is_reported_at_its_own_file_and_line,
             migrate_runs_each_migrate_callbacks_inside_the_migration_and_records_none,
+            outside_a_transaction_the_callbacks_run_one_statement_at_a_time_and_the_precheck_reads_them,
         ]
     )
 }
@@ -522,6 +523,83 @@ fn migrate_runs_each_migrate_callbacks_inside_the_migration_and_records_none(
     ensure!(
         recorded == ["tools", "loans"],
         "the history records {recorded:?}"
+    );
+    Ok(())
+}
+
+/// A V3 that Flyway runs outside a transaction by itself (`CREATE INDEX
+/// CONCURRENTLY`) runs its callbacks on its connection, one statement at a
+/// time, as Flyway's `onEachMigrateOrUndoEvent` does: the rehearsal passes
+/// and measures them in V3's table at their own files and lines. And the
+/// static precheck reads a callback's statements where they are: an index
+/// built in `afterEachMigrate__grants.sql` (its line 5) is squawk's
+/// warning there, for every migration it runs in, never at a line of one.
+fn outside_a_transaction_the_callbacks_run_one_statement_at_a_time_and_the_precheck_reads_them(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let outside = library_copy(None, None)?;
+    std::fs::write(
+        outside.path().join("migrations/V3__tools_by_name.sql"),
+        "-- Members look tools up by name; built without blocking the desk.\n\
+         CREATE INDEX CONCURRENTLY IF NOT EXISTS tools_name ON tools (name);\n",
+    )?;
+    let (code, out, err) = verify_library(env, outside.path(), &unique_role(), &[])?;
+    ensure!(code == 0, "exit {code}: {out}{err}");
+    let v3: Vec<&str> = out
+        .split("\n\n")
+        .find(|s| s.starts_with("per statement"))
+        .unwrap_or_default()
+        .lines()
+        .skip_while(|l| !l.contains("V3__tools_by_name.sql"))
+        .skip(1)
+        .map(str::trim_start)
+        .take_while(|l| !l.starts_with("V"))
+        .collect();
+    let starts = [
+        "beforeEachMigrate__lock_timeout.sql line 4    SET LOCAL lock_timeout",
+        "line 2    CREATE INDEX CONCURRENTLY IF NOT EXISTS",
+        "afterEachMigrate__grants.sql line 4    GRANT SELECT",
+    ];
+    ensure!(
+        v3.len() == starts.len() && v3.iter().zip(starts).all(|(l, s)| l.starts_with(s)),
+        "V3's statements: {v3:#?}\n{out}"
+    );
+
+    let flagged = library_copy(
+        None,
+        Some((
+            "afterEachMigrate__grants.sql",
+            "CREATE INDEX IF NOT EXISTS tools_shelf ON tools (shelf);\n",
+        )),
+    )?;
+    let (code, out, err) = output(
+        cli()
+            .args(["verify", "--static-only", "--format", "json"])
+            .arg("--migrations")
+            .arg(flagged.path().join("migrations"))
+            .args(["--placeholder", "lender_role=PUBLIC"]),
+    )?;
+    ensure!(code == 0, "exit {code}: {out}{err}");
+    let report: serde_json::Value = serde_json::from_str(&out)?;
+    let at: Vec<(i64, String, i64)> = report["findings"]
+        .as_array()
+        .context("findings")?
+        .iter()
+        .filter(|f| f["id"] == "static.require-concurrent-index-creation")
+        .map(|f| {
+            let file = f["location"]["file"].as_str().unwrap_or_default();
+            let file = file.rsplit('/').next().unwrap_or_default().to_string();
+            (
+                f["migration"].as_i64().unwrap_or(0),
+                file,
+                f["location"]["line"].as_i64().unwrap_or(0),
+            )
+        })
+        .collect();
+    let callback = || "afterEachMigrate__grants.sql".to_string();
+    ensure!(
+        at == [(1, callback(), 5), (2, callback(), 5)],
+        "squawk's warnings at {at:?}"
     );
     Ok(())
 }
