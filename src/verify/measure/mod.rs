@@ -116,6 +116,8 @@ pub fn connect_seeding(sessions: &Sessions, db: &Database) -> Result<Client, Ver
 
 /// The change's own verify script (Sqitch) on `db`, as the migrator, in a
 /// transaction rolled back: it checks, and whatever it writes is not kept.
+/// (A script of its own, not the migration's apply: no callback of a
+/// tool runs around it, and Sqitch's changes have none.)
 pub fn verify_script(
     sessions: &Sessions,
     db: &Database,

@@ -281,7 +281,9 @@ fn files_and_indexes(
 /// statement, measuring each: the statements run connected with
 /// `migrator_url` (the same database as the migrator role), rollsafe's
 /// own reads before them with `url`. `lock_timeout` is set for the
-/// transaction when given.
+/// transaction when given. `sql` alone, without a migration's callbacks:
+/// a migration is applied with [`apply_migration_measured`] (this serves
+/// the benches and tests that measure bare SQL).
 pub fn apply_measured(
     url: &str,
     migrator_url: &str,
@@ -319,7 +321,8 @@ pub fn apply_migration_measured(
 /// runs it; `CREATE INDEX CONCURRENTLY` refuses a transaction block),
 /// measuring each while it runs (see [`outside_transaction`]). A failure
 /// leaves the statements before it applied. Batched updates are not run
-/// here (`migrate::backfill`).
+/// here (`migrate::backfill`). Like [`apply_measured`], bare SQL without
+/// a migration's callbacks.
 pub fn apply_measured_no_transaction(
     url: &str,
     migrator_url: &str,
