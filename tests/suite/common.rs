@@ -135,6 +135,19 @@ const SLOWEST: &[&str] = &[
     "target::from_target_copies_rows_only_from_tables_the_migrations_fill",
     "target::from_target_under_a_read_only_role_leaves_the_target_unchanged",
     "verify::sizes_from_a_real_database_drive_the_prediction",
+    // The captures of apps' test suites (a framework's migrate and test
+    // runner, a JVM, per app version): registered last, they were the
+    // run's tail, two or three of them alone on the cores for a minute.
+    "frameworks::alembic_apps_captured_from_their_tests_catch_the_dropped_server_default",
+    "frameworks::activerecord_apps_captured_from_their_test_env_catch_the_default_that_hides_rows",
+    "frameworks::django_apps_captured_from_their_test_databases_catch_the_dropped_default",
+    "capture::python_app_versions_captured_from_their_tests_catch_the_hidden_default",
+    "capture::java_app_versions_captured_from_their_tests_catch_the_hidden_default",
+    "capture::a_coded_unique_key_gets_values_its_pattern_allows_and_no_row_holds",
+    "capture::a_coded_unique_key_captured_from_java_passes_and_the_hidden_default_fails",
+    "first_contact::names_each_tool_runs_are_read_in_its_order_and_rehearsed",
+    "project::ledger_not_null_without_default_breaks_the_old_apps_insert",
+    "layouts::a_300_migration_diesel_history_reads_applies_and_rehearses_its_newest",
 ];
 
 /// `trials` with the [`SLOWEST`] first, in that order; the rest keep
