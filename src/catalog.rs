@@ -663,6 +663,12 @@ pub struct Catalog {
     /// What the run's header says about reading the folder besides its
     /// files (a Sqitch dependency on a project the repository lacks).
     pub notes: Vec<String>,
+    /// SQL that creates, before the first migration, a table the tool
+    /// itself keeps and the folder's SQL reads (a Flyway callback that
+    /// reads `flyway_schema_history`): in production the tool made it
+    /// before any of them ran. Run as the rehearsal's setup (with
+    /// `--setup`'s); None when no SQL of the folder reads one.
+    pub tool_setup: Option<String>,
 }
 
 fn refinery_name(version: i32, name: &str) -> String {
@@ -923,9 +929,14 @@ impl Catalog {
         let catalog = Catalog::from_steps(source, layout, steps)?;
         notes.extend(catalog.none_runnable());
         notes.extend(deploy_groups::note(&catalog));
+        let tool_setup = layouts::reader(layout).tool_tables(&catalog.migrations);
+        if let Some((_, note)) = &tool_setup {
+            notes.push(note.clone());
+        }
         Ok(Catalog {
             set_aside,
             notes,
+            tool_setup: tool_setup.map(|(sql, _)| sql),
             ..catalog
         })
     }
@@ -960,6 +971,7 @@ impl Catalog {
             migrations,
             set_aside: Vec::new(),
             notes: Vec::new(),
+            tool_setup: None,
         })
     }
 

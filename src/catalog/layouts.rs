@@ -362,6 +362,13 @@ pub trait LayoutReader: Sync {
     fn companion(&self, _file: &str) -> Option<&'static str> {
         None
     }
+    /// The tables the tool itself keeps that the folder's SQL reads (a
+    /// callback that reads its history table), as the SQL that creates
+    /// them as the tool does and the header's note; None when no
+    /// migration or script reads one.
+    fn tool_tables(&self, _migrations: &[crate::catalog::Migration]) -> Option<(String, String)> {
+        None
+    }
 }
 
 /// The reader of `layout`.

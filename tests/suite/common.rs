@@ -357,7 +357,10 @@ pub fn print_slowest(n: usize) {
             .map(|(name, took)| format!("{:.1}\t{name}\n", took.as_secs_f64()))
             .collect();
         if let Err(e) = std::fs::write(&path, lines) {
-            eprintln!("could not write ROLLSAFE_TEST_DURATIONS {}: {e}", path.to_string_lossy());
+            eprintln!(
+                "could not write ROLLSAFE_TEST_DURATIONS {}: {e}",
+                path.to_string_lossy()
+            );
         }
     }
 }

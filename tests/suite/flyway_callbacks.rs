@@ -37,6 +37,7 @@ pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
             a_failing_callback_statement_is_reported_at_its_own_file_and_line,
             migrate_runs_each_migrate_callbacks_inside_the_migration_and_records_none,
             outside_a_transaction_the_callbacks_run_one_statement_at_a_time_and_the_precheck_reads_them,
+            a_callback_that_reads_flyway_schema_history_finds_it_as_flyway_made_it,
         ]
     )
 }
@@ -600,6 +601,42 @@ fn outside_a_transaction_the_callbacks_run_one_statement_at_a_time_and_the_prech
     ensure!(
         at == [(1, callback(), 5), (2, callback(), 5)],
         "squawk's warnings at {at:?}"
+    );
+    Ok(())
+}
+
+/// A callback that reads Flyway's own `flyway_schema_history` (a guard on
+/// what it records, common in callbacks) runs where Flyway runs it: Flyway
+/// made the table before any migration, so the rehearsal makes it too,
+/// empty (never seeded with generated rows: the guard would see them), and
+/// the header says why. Before, every migration failed on it with
+/// `relation "flyway_schema_history" does not exist` (a false error).
+fn a_callback_that_reads_flyway_schema_history_finds_it_as_flyway_made_it(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let copy = library_copy(None, None)?;
+    std::fs::write(
+        copy.path().join("migrations/afterEachMigrate__ledger.sql"),
+        "-- The library's ledger: Flyway's own table, read after each migration.\n\
+         DO $$\n\
+         BEGIN\n\
+           IF EXISTS (SELECT 1 FROM flyway_schema_history WHERE NOT success) THEN\n\
+             RAISE EXCEPTION 'a failed migration is recorded';\n\
+           END IF;\n\
+         END $$;\n",
+    )?;
+    let (code, out, err) = verify_library(env, copy.path(), &unique_role(), &[])?;
+    ensure!(code == 0, "exit {code}: {out}{err}");
+    ensure!(!out.contains("does not exist"), "{out}");
+    ensure!(
+        err.contains("flyway_schema_history is created before the first migration, as Flyway creates it, because afterEachMigrate__ledger.sql reads it; it holds no rows (rollsafe records its rehearsal apart)"),
+        "{err}"
+    );
+    // The callback ran after both migrations (its statement is in each
+    // one's per-statement table).
+    ensure!(
+        out.matches("afterEachMigrate__ledger.sql line 2").count() == 2,
+        "{out}"
     );
     Ok(())
 }

@@ -316,7 +316,56 @@ fn flyway_only(folder: &Folder, file: &str) -> bool {
     }
 }
 
+/// `flyway_schema_history` as Flyway creates it on PostgreSQL (its
+/// `createMetaDataTable.sql`), readable and writable by every role: the
+/// rehearsal's migrator is not the superuser that runs the setup.
+const HISTORY_TABLE_DDL: &str = r#"CREATE TABLE IF NOT EXISTS "flyway_schema_history" (
+    "installed_rank" INT NOT NULL,
+    "version" VARCHAR(50),
+    "description" VARCHAR(200) NOT NULL,
+    "type" VARCHAR(20) NOT NULL,
+    "script" VARCHAR(1000) NOT NULL,
+    "checksum" INTEGER,
+    "installed_by" VARCHAR(100) NOT NULL,
+    "installed_on" TIMESTAMP NOT NULL DEFAULT now(),
+    "execution_time" INTEGER NOT NULL,
+    "success" BOOLEAN NOT NULL,
+    CONSTRAINT "flyway_schema_history_pk" PRIMARY KEY ("installed_rank")
+);
+CREATE INDEX IF NOT EXISTS "flyway_schema_history_s_idx" ON "flyway_schema_history" ("success");
+GRANT ALL ON "flyway_schema_history" TO PUBLIC;
+"#;
+
+/// The first file (a migration, or a callback run with one) whose SQL
+/// names Flyway's history table.
+fn reads_history_table(migrations: &[crate::catalog::Migration]) -> Option<String> {
+    let names = |sql: &str| sql.to_ascii_lowercase().contains("flyway_schema_history");
+    migrations.iter().find_map(|m| {
+        if names(&m.sql) {
+            return Some(m.file.clone());
+        }
+        m.before_each
+            .iter()
+            .chain(&m.after_each)
+            .find(|s| names(&s.sql))
+            .map(|s| s.file.clone())
+    })
+}
+
 impl LayoutReader for Flyway {
+    /// Flyway creates `flyway_schema_history` before it runs anything of
+    /// a migrate; rollsafe rehearses with its own history, so a callback
+    /// or migration that reads Flyway's (the version just applied, a
+    /// guard against running twice) would fail on a table production
+    /// always has. It is created, empty, before the first migration.
+    fn tool_tables(&self, migrations: &[crate::catalog::Migration]) -> Option<(String, String)> {
+        let file = reads_history_table(migrations)?;
+        Some((
+            HISTORY_TABLE_DDL.to_string(),
+            format!("flyway_schema_history is created before the first migration, as Flyway creates it, because {file} reads it; it holds no rows (rollsafe records its rehearsal apart)"),
+        ))
+    }
+
     /// Flyway also runs Java migrations (`V…__….java` classes on its
     /// classpath, often in another source folder), interleaved by version
     /// with the SQL files; rollsafe sees only the folder's SQL.

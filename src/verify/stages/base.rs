@@ -181,6 +181,11 @@ impl Run<'_> {
                 None => match sandbox.fresh_database_owned_by(sessions.owner()) {
                     Ok(db) => {
                         // As on the base; a failure shows as the migrator's.
+                        // (The tool's own tables: a failure to make them
+                        // shows as the migrator's failure on them.)
+                        if let (Some(sql), Ok(mut c)) = (&catalog.tool_setup, db.connect()) {
+                            let _ = c.batch_execute(sql);
+                        }
                         let url = sessions.migrator(db.url());
                         let _ = crate::migrate::history::prepare_rehearsal(&url, catalog.layout);
                         db

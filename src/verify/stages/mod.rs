@@ -91,6 +91,15 @@ impl Run<'_> {
             let mut c = step("connecting to run --setup", empty_prev.connect())?;
             step("running the --setup file", c.batch_execute(sql))?;
         }
+        if let Some(sql) = &self.options.catalog.tool_setup {
+            // The tool's own table its SQL reads (Flyway's history): the
+            // tool made it before any migration ran.
+            let mut c = step(
+                "connecting to create the tool's own tables",
+                empty_prev.connect(),
+            )?;
+            step("creating the tool's own tables", c.batch_execute(sql))?;
+        }
         if !self.apply_base(&empty_prev, &migrations)? {
             self.options.emit(Event::StageFinished(Stage::Base));
             return Ok(());
