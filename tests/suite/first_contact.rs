@@ -27,6 +27,7 @@ pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
             dbmate_sections_are_cut_as_the_projects_dbmate_cuts_them,
             a_sqitch_dependency_on_a_sibling_project_deploys_it_first,
             a_sqitch_script_reading_a_file_into_a_psql_variable_is_rehearsed,
+            the_migrator_starts_from_what_the_setup_made,
         ]
     )
 }
@@ -436,4 +437,53 @@ fn a_sqitch_script_reading_a_file_into_a_psql_variable_is_rehearsed(
         "{sql}"
     );
     rehearse_clean(env, catalog)
+}
+
+/// `--setup` is the way out for an extension a history assumes (its
+/// `CREATE EXTENSION` lives in an init script): what it makes in the
+/// database (the extension's types) is there for every check, the
+/// migrator's run of the history included. That run started from a bare
+/// database: `type "hstore" does not exist`, a false
+/// `apply.migrator-fails` on the first migration.
+fn the_migrator_starts_from_what_the_setup_made(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    std::fs::write(
+        dir.path().join("V1__seed_packets.sql"),
+        "CREATE TABLE seed_packets (\n  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,\n  variety text NOT NULL,\n  traits hstore NOT NULL DEFAULT ''\n);\n",
+    )?;
+    std::fs::write(
+        dir.path().join("V2__packet_traits.sql"),
+        "ALTER TABLE seed_packets ADD COLUMN sown_on date;\n",
+    )?;
+    let run = |setup: Option<&str>| -> anyhow::Result<rollsafe::report::Report> {
+        Ok(
+            rollsafe::verify::Verify::new(Catalog::from_dir(dir.path())?)?
+                .setup(setup.map(String::from))
+                .rows(100)
+                .run(&env.sandbox)?,
+        )
+    };
+    let report = run(Some("CREATE EXTENSION IF NOT EXISTS hstore;"))?;
+    let errors: Vec<String> = report
+        .errors()
+        .map(|f| format!("{}: {}", f.id, f.message))
+        .collect();
+    ensure!(errors.is_empty(), "{errors:#?}");
+    ensure!(
+        report
+            .findings
+            .iter()
+            .any(|f| f.migration == Some(1) && f.id == "apply.applies"),
+        "{:#?}",
+        report.findings
+    );
+    // The control: without the setup the history cannot apply at all.
+    let bare = run(None)?;
+    ensure!(
+        bare.errors()
+            .any(|f| f.migration == Some(1) && f.message.contains("type \"hstore\" does not exist")),
+        "{:#?}",
+        bare.findings
+    );
+    Ok(())
 }

@@ -128,6 +128,20 @@ impl Run<'_> {
         migrations: &[Migration],
     ) -> Result<(), VerifyError> {
         let migrator_db = match (&self.options.target, self.options.since) {
+            // What --setup and the tool's own tables made on the base
+            // (extensions, schemas, Flyway's history: per database) is
+            // what production has before the first migration: the
+            // migrator starts from it, not from a bare database (where an
+            // extension's type was "does not exist", a false error).
+            (None, None)
+                if self.options.setup.is_some() || self.options.catalog.tool_setup.is_some() =>
+            {
+                let db = self.clone_db(empty_prev)?;
+                let url = self.sessions.migrator(db.url());
+                let _ =
+                    crate::migrate::history::prepare_rehearsal(&url, self.options.catalog.layout);
+                Some(db)
+            }
             (None, None) => None,
             (target, Some(s)) => {
                 let db = self.clone_db(empty_prev)?;
@@ -181,11 +195,6 @@ impl Run<'_> {
                 None => match sandbox.fresh_database_owned_by(sessions.owner()) {
                     Ok(db) => {
                         // As on the base; a failure shows as the migrator's.
-                        // (The tool's own tables: a failure to make them
-                        // shows as the migrator's failure on them.)
-                        if let (Some(sql), Ok(mut c)) = (&catalog.tool_setup, db.connect()) {
-                            let _ = c.batch_execute(sql);
-                        }
                         let url = sessions.migrator(db.url());
                         let _ = crate::migrate::history::prepare_rehearsal(&url, catalog.layout);
                         db
