@@ -333,6 +333,13 @@ fn library_copy(
     Ok(copy)
 }
 
+/// A copy of the library's project with `file` added to `migrations/`.
+fn library_with(file: &str, sql: &str) -> anyhow::Result<tempfile::TempDir> {
+    let copy = library_copy(None, None)?;
+    std::fs::write(copy.path().join("migrations").join(file), sql)?;
+    Ok(copy)
+}
+
 /// `rollsafe verify` of the library at `dir`, the lending desk as `role`.
 fn verify_library(
     env: &TestEnv,
@@ -538,9 +545,8 @@ fn migrate_runs_each_migrate_callbacks_inside_the_migration_and_records_none(
 fn outside_a_transaction_the_callbacks_run_one_statement_at_a_time_and_the_precheck_reads_them(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
-    let outside = library_copy(None, None)?;
-    std::fs::write(
-        outside.path().join("migrations/V3__tools_by_name.sql"),
+    let outside = library_with(
+        "V3__tools_by_name.sql",
         "-- Members look tools up by name; built without blocking the desk.\n\
          CREATE INDEX CONCURRENTLY IF NOT EXISTS tools_name ON tools (name);\n",
     )?;
@@ -614,9 +620,8 @@ fn outside_a_transaction_the_callbacks_run_one_statement_at_a_time_and_the_prech
 fn a_callback_that_reads_flyway_schema_history_finds_it_as_flyway_made_it(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
-    let copy = library_copy(None, None)?;
-    std::fs::write(
-        copy.path().join("migrations/afterEachMigrate__ledger.sql"),
+    let copy = library_with(
+        "afterEachMigrate__ledger.sql",
         "-- The library's ledger: Flyway's own table, read after each migration.\n\
          DO $$\n\
          BEGIN\n\

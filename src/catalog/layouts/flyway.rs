@@ -685,6 +685,15 @@ fn replace_placeholders(
 mod tests {
     use super::*;
 
+    /// What the header says a set-aside file of `f` is (empty: nothing).
+    fn set_aside_as(f: &Folder, steps: &[Step], file: &str) -> &'static str {
+        super::super::set_aside(crate::catalog::Layout::Flyway, f, steps)
+            .into_iter()
+            .find(|a| a.file == file)
+            .and_then(|a| a.what)
+            .unwrap_or_default()
+    }
+
     fn folder(files: &[&str]) -> Folder {
         Folder {
             files: files
@@ -741,14 +750,7 @@ mod tests {
             .iter()
             .filter(|s| s.callback.is_some())
             .all(|s| s.checksum.is_none() && s.execution == Execution::Transaction));
-        let aside = super::super::set_aside(crate::catalog::Layout::Flyway, &f, &steps);
-        let what = |file: &str| {
-            aside
-                .iter()
-                .find(|a| a.file == file)
-                .and_then(|a| a.what)
-                .unwrap_or_default()
-        };
+        let what = |file: &str| set_aside_as(&f, &steps, file);
         assert!(what("afterMigrate__grants.sql")
             .starts_with("Flyway SQL callback(s), rehearsed where Flyway's migrate runs them"));
         assert!(what("beforeEachMigrate.sql")
@@ -860,14 +862,7 @@ mod tests {
         );
         // Never a step of their own, never a migration's file.
         assert!(!steps.iter().any(|s| s.file.contains("EachMigrate")));
-        let aside = super::super::set_aside(crate::catalog::Layout::Flyway, &f, &steps);
-        let what = |file: &str| {
-            aside
-                .iter()
-                .find(|a| a.file == file)
-                .and_then(|a| a.what)
-                .unwrap_or_default()
-        };
+        let what = |file: &str| set_aside_as(&f, &steps, file);
         for run in ["beforeEachMigrate__a.sql", "afterEachMigrate__grants.sql"] {
             assert!(
                 what(run).contains("inside its transaction (beforeEachMigrate before its statements, afterEachMigrate after them)"),
