@@ -50,6 +50,7 @@ use thiserror::Error;
 mod deploy_groups;
 mod directive_sql;
 pub mod layouts;
+pub use deploy_groups::{when_added, Added};
 pub use directive_sql::TableName;
 use layouts::{Folder, Step};
 pub use layouts::{Nolint, ReadOptions, Script};

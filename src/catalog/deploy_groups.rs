@@ -27,9 +27,12 @@
 //!   for the folder). Any failure of git (no binary, not a work tree,
 //!   dubious ownership, a timeout) means no groups: never an error.
 //!
+//! A framework's catalogue gets no groups (its order is the framework's,
+//! not its files'); [`when_added`] tells it when each file was added, for
+//! `--since`.
+//!
 //! Not here: what a group changes (the seeded path asks
-//! [`super::Catalog::deployed_with_previous`]); a framework's catalogue
-//! (the framework fills its own).
+//! [`super::Catalog::deployed_with_previous`]).
 
 use std::collections::{HashMap, HashSet};
 use std::io::Read;
@@ -68,7 +71,8 @@ pub(super) fn fill(dir: &Path, layout: Layout, steps: &mut [Step]) {
         .collect();
     files.sort_unstable();
     files.dedup();
-    let Some(origins) = Origins::read(dir, &prefix, &files, deadline) else {
+    let folder = vec![prefix.trim_end_matches('/').to_string()];
+    let Some(origins) = Origins::read(dir, &prefix, folder, &files, deadline) else {
         return;
     };
     // No migration committed: the working tree is the import.
@@ -94,6 +98,46 @@ pub(super) fn fill(dir: &Path, layout: Layout, steps: &mut [Step]) {
     for (step, group) in steps.iter_mut().zip(filled) {
         step.deploy_group = group;
     }
+}
+
+/// When git's history added a migration's file, ordered newest first: a
+/// file not committed yet, then the commits from the newest back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Added {
+    WorkingTree,
+    /// The commit at this index of the history read, newest first.
+    Commit(usize),
+}
+
+/// When git's history added each of `files` (relative to `dir`), for a
+/// catalogue whose order is not its files' (a framework's, in the order
+/// it sends: `--since` asks which of its migrations came after another).
+/// Only the history of the files' own folders is read, as [`fill`] reads
+/// it; a file whose add it does not reach is left out. None when git
+/// cannot say (no git, not a work tree, a timeout).
+pub fn when_added(dir: &Path, files: &[&str]) -> Option<HashMap<String, Added>> {
+    let deadline = Instant::now() + BUDGET;
+    let prefix = prefix_in_work_tree(dir, deadline)?;
+    let mut folders: Vec<String> = files
+        .iter()
+        .filter(|f| !f.split('/').any(|part| part == ".."))
+        .map(|f| format!("{prefix}{}", f.rsplit_once('/').map_or("", |(d, _)| d)))
+        .map(|f| f.trim_end_matches('/').to_string())
+        .collect();
+    folders.sort();
+    folders.dedup();
+    let origins = Origins::read(dir, &prefix, folders, files, deadline)?;
+    Some(
+        origins
+            .of
+            .into_iter()
+            .filter_map(|(file, origin)| match origin {
+                Origin::Commit(index) => Some((file, Added::Commit(index))),
+                Origin::WorkingTree => Some((file, Added::WorkingTree)),
+                Origin::Unknown => None,
+            })
+            .collect(),
+    )
 }
 
 /// The files that hold more than one of `steps`.
@@ -189,10 +233,16 @@ enum Trace {
 
 impl Origins {
     /// The origin of each of `files` (relative to `dir`, which is `prefix`
-    /// in its work tree): one `git log` over the folder, and again over the
+    /// in its work tree): one `git log` over `pathspecs` (the folders
+    /// holding them, from the work tree's top), and again over the
     /// folders its files were moved from, when any were.
-    fn read(dir: &Path, prefix: &str, files: &[&str], deadline: Instant) -> Option<Origins> {
-        let mut pathspecs = vec![prefix.trim_end_matches('/').to_string()];
+    fn read(
+        dir: &Path,
+        prefix: &str,
+        mut pathspecs: Vec<String>,
+        files: &[&str],
+        deadline: Instant,
+    ) -> Option<Origins> {
         let mut rounds = 0;
         loop {
             rounds += 1;

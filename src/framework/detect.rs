@@ -10,6 +10,9 @@ use std::path::{Path, PathBuf};
 pub enum Framework {
     Django,
     Alembic,
+    /// Alembic run by Flask-Migrate (`flask db upgrade`): its `env.py`
+    /// takes the database from the Flask app, so plain `alembic` fails.
+    FlaskMigrate,
     /// Rails, through `bin/rails`.
     Rails,
     /// ActiveRecord without `bin/rails`, through `rake`.
@@ -24,9 +27,10 @@ pub enum Framework {
 }
 
 impl Framework {
-    const ALL: [Framework; 11] = [
+    const ALL: [Framework; 12] = [
         Framework::Django,
         Framework::Alembic,
+        Framework::FlaskMigrate,
         Framework::Rails,
         Framework::ActiveRecord,
         Framework::Ecto,
@@ -42,6 +46,7 @@ impl Framework {
         match self {
             Framework::Django => "Django",
             Framework::Alembic => "Alembic",
+            Framework::FlaskMigrate => "Flask-Migrate",
             Framework::Rails => "Rails",
             Framework::ActiveRecord => "ActiveRecord",
             Framework::Ecto => "Ecto",
@@ -60,7 +65,8 @@ impl Framework {
         let any = |ps: &[&str]| ps.iter().any(|p| has(p));
         match self {
             Framework::Django => has("manage.py"),
-            Framework::Alembic => has("alembic.ini"),
+            Framework::Alembic => has("alembic.ini") && !is_flask_migrate_folder(dir),
+            Framework::FlaskMigrate => flask_migrate_folder(dir).is_some(),
             Framework::Rails => has("bin/rails") && has("db/migrate"),
             Framework::ActiveRecord => has("Rakefile") && has("db/migrate"),
             Framework::Ecto => has("mix.exs") && has("priv/repo/migrations"),
@@ -90,6 +96,7 @@ impl Framework {
         match self {
             Framework::Django => format!("{} manage.py migrate", python()),
             Framework::Alembic => "alembic upgrade head".into(),
+            Framework::FlaskMigrate => "flask db upgrade".into(),
             Framework::Rails => "bin/rails db:migrate".into(),
             Framework::ActiveRecord => "rake db:migrate".into(),
             Framework::Ecto => "mix ecto.migrate".into(),
@@ -102,11 +109,23 @@ impl Framework {
         }
     }
 
+    /// The command run in the project's `root`: [`Framework::command`],
+    /// and for Flask-Migrate the folder when it is not its default
+    /// `migrations`.
+    pub fn command_at(self, root: &Path) -> String {
+        match (self, flask_migrate_folder(root)) {
+            (Framework::FlaskMigrate, Some(folder)) if folder != "migrations" => {
+                format!("flask db upgrade --directory {folder}")
+            }
+            _ => self.command(),
+        }
+    }
+
     /// The table whose writes end a migration.
     pub fn history(self) -> &'static str {
         match self {
             Framework::Django => "django_migrations",
-            Framework::Alembic => "alembic_version",
+            Framework::Alembic | Framework::FlaskMigrate => "alembic_version",
             Framework::Rails | Framework::ActiveRecord | Framework::Ecto => "schema_migrations",
             Framework::Knex => "knex_migrations",
             Framework::Sequelize => "SequelizeMeta",
@@ -160,7 +179,7 @@ impl Framework {
                     found.map(|p| relative(&p)).unwrap_or_default(),
                 )
             }
-            Framework::Alembic => {
+            Framework::Alembic | Framework::FlaskMigrate => {
                 let found = files().into_iter().find(|p| {
                     p.extension().is_some_and(|x| x == "py")
                         && std::fs::read_to_string(p).is_ok_and(|t| declares_revision(&t, key))
@@ -205,6 +224,40 @@ fn python() -> &'static str {
     } else {
         "python3"
     }
+}
+
+/// Whether `dir` is a Flask-Migrate folder: Alembic's, its `env.py`
+/// taking the database from the Flask app (`from flask import
+/// current_app`, as Flask-Migrate's templates write it).
+fn is_flask_migrate_folder(dir: &Path) -> bool {
+    dir.join("alembic.ini").is_file()
+        && std::fs::read_to_string(dir.join("env.py")).is_ok_and(|t| {
+            t.lines().any(|l| {
+                let l = l.trim();
+                (l.starts_with("from flask import") && l.contains("current_app"))
+                    || l.starts_with("import flask_migrate")
+                    || l.starts_with("from flask_migrate")
+            })
+        })
+}
+
+/// The Flask-Migrate folder in the Flask project `root` (`migrations`
+/// first, else the first other folder that is one), by name.
+fn flask_migrate_folder(root: &Path) -> Option<String> {
+    if is_flask_migrate_folder(&root.join("migrations")) {
+        return Some("migrations".into());
+    }
+    let mut folders: Vec<PathBuf> = std::fs::read_dir(root)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    folders.sort();
+    folders
+        .into_iter()
+        .find(|p| is_flask_migrate_folder(p))
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().to_string()))
 }
 
 /// An Alembic revision file declaring `revision` (`revision = "…"`,

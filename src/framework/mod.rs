@@ -34,7 +34,7 @@ use crate::capture::run::{
     check_log, database_env, log_statements_of, read_log_text, FrameworkHistory, RunError,
 };
 use crate::catalog::layouts::Step;
-use crate::catalog::{Catalog, CatalogError, Execution, Layout, Source};
+use crate::catalog::{Added, Catalog, CatalogError, Execution, Layout, Source};
 use crate::sandbox::{Sandbox, SandboxError};
 
 pub mod detect;
@@ -73,7 +73,7 @@ impl Project {
         };
         let command = match (command, framework) {
             (Some(c), _) => c.to_string(),
-            (None, Some(f)) => f.command(),
+            (None, Some(f)) => f.command_at(&root),
             (None, None) => unreachable!("no framework and no command returned above"),
         };
         let history = match (history, framework) {
@@ -94,7 +94,7 @@ impl Project {
     /// `Django`, …, or `a migrate command` for a command of the user's.
     pub fn framework_name(&self) -> String {
         match self.framework {
-            Some(f) if self.command == f.command() => f.name().to_string(),
+            Some(f) if self.command == f.command_at(&self.root) => f.name().to_string(),
             _ => "a migrate command".to_string(),
         }
     }
@@ -196,26 +196,26 @@ impl Read {
 
     /// The catalogue of a run that rehearses what comes after rollsafe's
     /// version `since`, and the version the rehearsal then starts after.
-    /// What Django sent after `since` from installed apps (its contrib
-    /// apps, a CMS's apps: migrations outside the project's files) joins
-    /// the base, right after `since`: production
-    /// runs those with the package versions it has, whatever this
-    /// project's migrations are at, and a `--since` naming the project's
-    /// `people.0002` means the project's later migrations, not every
-    /// package's the framework happens to send after it on an empty
-    /// database. The project's own later migrations follow, in the order
-    /// sent, their data migrations marked as [`Read::catalog`] marks them.
-    /// The run's header says what joined the base.
+    ///
+    /// Django sends the apps' migrations by app, not by age: a `--since`
+    /// naming the project's `people.0002` is a point in the project's
+    /// history, and what production applied by then is what git's history
+    /// added before its file, whichever app it belongs to. So the base is
+    /// what Django sent up to `since`, less the project's migrations git
+    /// added after `since`'s file; then what Django sent after it from
+    /// installed apps (its contrib apps, a CMS's apps: migrations outside
+    /// the project's files, which production runs with the package
+    /// versions it has, whatever this project's migrations are at); then
+    /// the project's migrations sent after it that git added before
+    /// `since`'s file. The rest is rehearsed, in the order sent, data
+    /// migrations marked as [`Read::catalog`] marks them; files added in
+    /// the same commit as `since`'s keep the order sent. Where git cannot
+    /// say (no repository, `since` names a package's migration), the
+    /// project's migrations sent after `since` are rehearsed. The run's
+    /// header says what moved.
     pub fn catalog_since(&self, since: i32) -> Result<(Catalog, i32), CatalogError> {
-        // Only Django's migrations are found in the project's files or in
-        // an installed app's; another command's steps name no file.
-        let django = self.project.framework == Some(detect::Framework::Django);
-        let files: Vec<&str> = self
-            .steps
-            .iter()
-            .map(|s| if django { s.file.as_str() } else { "own" })
-            .collect();
-        let (order, starts_after) = packages_into_base(&files, since);
+        let origins = self.origins();
+        let (order, starts_after) = since_order(&origins, since);
         let steps = order
             .iter()
             .enumerate()
@@ -228,23 +228,93 @@ impl Read {
             })
             .collect();
         let mut catalog = Catalog::from_steps(self.source(), Layout::Framework, steps)?;
-        let since_at = usize::try_from(since).unwrap_or(0).min(self.steps.len());
-        let moved: Vec<&str> = order[since_at..starts_after]
+        catalog
+            .notes
+            .extend(self.since_notes(&origins, &order, starts_after, since));
+        Ok((catalog, i32::try_from(starts_after).unwrap_or(i32::MAX)))
+    }
+
+    /// Where each migration comes from: an installed package, or the
+    /// project's file and when git added it. Only Django's migrations are
+    /// found in the project's files or in an installed app's, and only
+    /// its order is not the history's; another command's steps are all
+    /// the project's, in the order sent.
+    fn origins(&self) -> Vec<Origin> {
+        if self.project.framework != Some(detect::Framework::Django) {
+            return vec![Origin::Own(None); self.steps.len()];
+        }
+        let files: Vec<&str> = self
+            .steps
             .iter()
-            .map(|&i| self.steps[i].label.as_str())
+            .map(|s| s.file.as_str())
+            .filter(|f| !f.is_empty())
             .collect();
-        if let (Some(first), Some(last)) = (moved.first(), moved.last()) {
-            let named = if first == last {
-                first.to_string()
-            } else {
-                format!("{first}..{last}")
-            };
-            catalog.notes.push(format!(
-                "{} migration(s) of installed packages ({named}), sent after the --since migration, are applied with the base and not rehearsed: production runs them with the package versions it has, apart from this project's migrations",
-                moved.len()
+        let added = crate::catalog::when_added(&self.project.root, &files).unwrap_or_default();
+        self.steps
+            .iter()
+            .map(|s| match s.file.as_str() {
+                "" => Origin::Package,
+                file => Origin::Own(added.get(file).copied()),
+            })
+            .collect()
+    }
+
+    /// The header's lines on what `--since` moved: packages' and older
+    /// migrations sent after it into the base, newer ones sent before it
+    /// out of it; and that git could not say, when it could not.
+    fn since_notes(
+        &self,
+        origins: &[Origin],
+        order: &[usize],
+        starts_after: usize,
+        since: i32,
+    ) -> Vec<String> {
+        let at = usize::try_from(since).unwrap_or(0).min(self.steps.len());
+        let label = |i: &usize| self.steps[*i].label.as_str();
+        let (base, rehearsed) = order.split_at(starts_after);
+        let packages: Vec<&str> = base
+            .iter()
+            .filter(|&&i| i >= at && origins[i] == Origin::Package)
+            .map(label)
+            .collect();
+        let older: Vec<&str> = base
+            .iter()
+            .filter(|&&i| i >= at && origins[i] != Origin::Package)
+            .map(label)
+            .collect();
+        let newer: Vec<&str> = rehearsed.iter().filter(|&&i| i < at).map(label).collect();
+        let mut notes = Vec::new();
+        if !packages.is_empty() {
+            notes.push(format!(
+                "{} migration(s) of installed packages ({}), sent after the --since migration, are applied with the base and not rehearsed: production runs them with the package versions it has, apart from this project's migrations",
+                packages.len(),
+                by_app(&packages)
             ));
         }
-        Ok((catalog, i32::try_from(starts_after).unwrap_or(i32::MAX)))
+        if !older.is_empty() {
+            notes.push(format!(
+                "{} of the project's migration(s) ({}) were sent after the --since migration but their files were added to git before its file: applied with the base, not rehearsed (Django sends the apps one after another, not in the order they were written)",
+                older.len(),
+                by_app(&older)
+            ));
+        }
+        if !newer.is_empty() {
+            notes.push(format!(
+                "{} of the project's migration(s) ({}) were sent before the --since migration but their files were added to git after its file: rehearsed after the base",
+                newer.len(),
+                by_app(&newer)
+            ));
+        }
+        let since_file = at.checked_sub(1).map(|i| origins[i]);
+        let unknown = matches!(since_file, Some(Origin::Own(None)))
+            && self.project.framework == Some(detect::Framework::Django);
+        if unknown && rehearsed.len() > 1 {
+            notes.push(format!(
+                "git's history does not say when {}'s file was added (no repository, or not committed): every migration of the project Django sent after it is rehearsed, other apps' too",
+                self.steps[at - 1].label
+            ));
+        }
+        notes
     }
 
     fn source(&self) -> Source {
@@ -478,37 +548,123 @@ fn last_lines(stdout: &[u8], stderr: &[u8], url: &str) -> Vec<String> {
         .collect()
 }
 
-/// The order of a framework's migrations (`files`: each one's file in the
-/// project, empty for an installed package's) for a run after rollsafe's
-/// version `since`, and how many of them then form the base: those up to
-/// `since`, then the packages' sent after it, then the project's own.
-fn packages_into_base(files: &[&str], since: i32) -> (Vec<usize>, usize) {
-    let at = usize::try_from(since).unwrap_or(0).min(files.len());
-    let later = at..files.len();
-    let packages = later.clone().filter(|&i| files[i].is_empty());
-    let own = later.filter(|&i| !files[i].is_empty());
-    let order: Vec<usize> = (0..at).chain(packages).chain(own).collect();
-    let base = at + files[at..].iter().filter(|f| f.is_empty()).count();
+/// Where a framework's migration comes from, for `--since`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// An installed package's: no file of the project's holds it.
+    Package,
+    /// The project's own; when git's history added its file, None when
+    /// it cannot say.
+    Own(Option<Added>),
+}
+
+/// The order of a framework's migrations (each one's [`Origin`], in the
+/// order sent) for a run after rollsafe's version `since`, and how many
+/// of them then form the base: those sent up to `since` but the project's
+/// git added after `since`'s file, then the packages' sent after it, then
+/// the project's sent after it that git added before `since`'s file;
+/// the rest, in the order sent, is rehearsed.
+fn since_order(origins: &[Origin], since: i32) -> (Vec<usize>, usize) {
+    let at = usize::try_from(since).unwrap_or(0).min(origins.len());
+    let since_added = match at.checked_sub(1).map(|i| origins[i]) {
+        Some(Origin::Own(Some(added))) => Some(added),
+        _ => None,
+    };
+    // `Added` orders newest first; a tie (one commit) keeps the order sent.
+    let added = |i: usize| match (origins[i], since_added) {
+        (Origin::Own(Some(a)), Some(s)) => Some(a.cmp(&s)),
+        _ => None,
+    };
+    let in_base = |i: usize| match i < at {
+        true => added(i) != Some(std::cmp::Ordering::Less),
+        false => origins[i] == Origin::Package || added(i) == Some(std::cmp::Ordering::Greater),
+    };
+    let sent_before = (0..at).filter(|&i| in_base(i));
+    let packages = (at..origins.len()).filter(|&i| origins[i] == Origin::Package);
+    let older = (at..origins.len()).filter(|&i| origins[i] != Origin::Package && in_base(i));
+    let mut order: Vec<usize> = sent_before.chain(packages).chain(older).collect();
+    let base = order.len();
+    order.extend((0..origins.len()).filter(|&i| !in_base(i)));
     (order, base)
+}
+
+/// Labels as `app.first..app.last` per app (`people.0001..people.0004 (4),
+/// shop.0002`), apps in the order first met: Django's labels.
+fn by_app(labels: &[&str]) -> String {
+    let mut apps: Vec<(&str, Vec<&str>)> = Vec::new();
+    for label in labels {
+        let app = label.split_once('.').map_or("", |(a, _)| a);
+        match apps.iter_mut().find(|(a, _)| *a == app) {
+            Some((_, of_app)) => of_app.push(label),
+            None => apps.push((app, vec![label])),
+        }
+    }
+    apps.iter()
+        .map(|(_, of_app)| match of_app.as_slice() {
+            [one] => one.to_string(),
+            [first, .., last] => format!("{first}..{last} ({})", of_app.len()),
+            [] => String::new(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]
 mod tests {
-    use super::packages_into_base;
+    use super::*;
 
-    /// After `--since` (the second), the installed packages' migrations
-    /// sent later join the base; the project's own follow, in order.
-    #[test]
-    fn installed_packages_sent_after_since_join_the_base() {
-        let files = ["shop/0001.py", "", "shop/0002.py", "", "blog/0001.py", ""];
-        assert_eq!(packages_into_base(&files, 2), (vec![0, 1, 3, 5, 2, 4], 4));
-        // Nothing after it from a package: the order as sent.
-        assert_eq!(packages_into_base(&files[..3], 2), (vec![0, 1, 2], 2));
-        // Past the end: all of it is the base.
-        assert_eq!(packages_into_base(&files, 99), ((0..6).collect(), 6));
+    const PACKAGE: Origin = Origin::Package;
+    const UNKNOWN: Origin = Origin::Own(None);
+    const fn commit(index: usize) -> Origin {
+        Origin::Own(Some(Added::Commit(index)))
     }
 
-    use super::*;
+    /// After `--since` (the second), the installed packages' migrations
+    /// sent later join the base; the project's own follow, in order,
+    /// when git cannot say when they were written.
+    #[test]
+    fn installed_packages_sent_after_since_join_the_base() {
+        let origins = [UNKNOWN, PACKAGE, UNKNOWN, PACKAGE, UNKNOWN, PACKAGE];
+        assert_eq!(since_order(&origins, 2), (vec![0, 1, 3, 5, 2, 4], 4));
+        // Nothing after it from a package: the order as sent.
+        assert_eq!(since_order(&origins[..3], 2), (vec![0, 1, 2], 2));
+        // Past the end: all of it is the base.
+        assert_eq!(since_order(&origins, 99), ((0..6).collect(), 6));
+    }
+
+    /// Django sends app by app: after `--since` (the third, commit 2),
+    /// another app's migrations added before it (commits 3, 4) join the
+    /// base, one added in its commit keeps the order sent, and one sent
+    /// before it but written later (the working tree) is rehearsed.
+    #[test]
+    fn the_projects_migrations_are_after_since_by_when_git_added_them() {
+        let working_tree = Origin::Own(Some(Added::WorkingTree));
+        // exchanges.0001, exchanges.0002, packets.0001, packets.0002,
+        // packets.0003 (new), swaps.0001, swaps.0002, contrib.
+        let origins = [
+            commit(3),
+            working_tree,
+            commit(4),
+            commit(2),
+            commit(0),
+            commit(3),
+            commit(2),
+            PACKAGE,
+        ];
+        assert_eq!(since_order(&origins, 4), (vec![0, 2, 3, 7, 5, 1, 4, 6], 5));
+        // The since migration's file unknown: the order sent decides.
+        let mut unknown = origins;
+        unknown[3] = UNKNOWN;
+        assert_eq!(since_order(&unknown, 4), (vec![0, 1, 2, 3, 7, 4, 5, 6], 5));
+    }
+
+    #[test]
+    fn labels_are_named_by_app() {
+        assert_eq!(
+            by_app(&["api.0001_a", "api.0002_b", "auth.0012_c", "api.0003_d"]),
+            "api.0001_a..api.0003_d (3), auth.0012_c"
+        );
+    }
 
     /// A failing command's output is shown as lines: the last ones,
     /// the password masked, a redrawn line as it ended, a long one cut.

@@ -67,6 +67,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             a_migrate_command_of_its_own_with_its_history_table,
             a_failing_migrate_command_is_exit_2_with_its_last_lines,
             a_data_migration_is_skipped_naming_it,
+            django_since_is_a_point_in_the_projects_git_history,
             django_apps_captured_from_their_test_databases_catch_the_dropped_default,
             alembic_apps_captured_from_their_tests_catch_the_dropped_server_default,
             activerecord_apps_captured_from_their_test_env_catch_the_default_that_hides_rows,
@@ -343,6 +344,72 @@ fn a_data_migration_is_skipped_naming_it(env: &TestEnv) -> anyhow::Result<()> {
         skipped.trim_start().starts_with("SKIP")
             && stdout.contains("8b2e4d6f1a3c_route_code.py) is a data migration: it read the project's rows (`SELECT sailing.id, port.name FROM sailing JOIN port"),
         "the data migration is skipped, named, with why: {stdout}"
+    );
+    Ok(())
+}
+
+/// The seed library with its exchange evenings and members' wishes
+/// (`seedlib.settings_apps`: apps `exchanges`, `packets`, `swaps`), in a
+/// git repository the test makes: the library (`packets` 0001–0002),
+/// then `exchanges.0001` and `swaps.0001`, then `packets.0003`; the
+/// working tree adds `exchanges.0002` and the newest `packets.0004` (a
+/// plain index). Django sends `exchanges`, then `packets`, then `swaps`.
+/// `--since 0003_fill_label.py` is that point in the history: `swaps`,
+/// sent after it but written before it, is applied with the base;
+/// `exchanges.0002`, sent before it but written after it, is rehearsed
+/// with `packets.0004`, and the header says which moved.
+fn django_since_is_a_point_in_the_projects_git_history(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = project("django", Some("plain_index"))?;
+    let root = dir.path();
+    git(root, &["init", "-q", "-b", "main"])?;
+    git(root, &["add", "-A"])?;
+    git(
+        root,
+        &[
+            "reset",
+            "-q",
+            "--",
+            "exchanges",
+            "swaps",
+            "packets/migrations/0003_fill_label.py",
+            "packets/migrations/0004_newest.py",
+        ],
+    )?;
+    git(root, &["commit", "-qm", "the seed library"])?;
+    git(root, &["add", "exchanges", "swaps"])?;
+    git(
+        root,
+        &[
+            "reset",
+            "-q",
+            "--",
+            "exchanges/migrations/0002_exchange_note.py",
+        ],
+    )?;
+    git(root, &["commit", "-qm", "exchange evenings and wishes"])?;
+    git(root, &["add", "packets/migrations/0003_fill_label.py"])?;
+    git(root, &["commit", "-qm", "packet labels"])?;
+    let (code, stdout, stderr) = output(
+        cli()
+            .current_dir(root)
+            .env("DJANGO_SETTINGS_MODULE", "seedlib.settings_apps")
+            .args(["verify", "--postgres", backend(env), "--rows", "500"])
+            .args(["--migrations", "packets/migrations"])
+            .args(["--since", "0003_fill_label.py"]),
+    )?;
+    let found = errors(&stdout);
+    ensure!(
+        code == 1 && found == ["locks.blocking-index-build"],
+        "exit {code}, errors {found:?}\n{stdout}\n{stderr}"
+    );
+    ensure!(
+        stdout.contains("rehearsed:  exchanges.0002_exchange_note, packets.0004_newest ("),
+        "what git added after --since is rehearsed, whichever app: {stdout}"
+    );
+    ensure!(
+        stderr.contains("1 of the project's migration(s) (swaps.0001_initial) were sent after the --since migration but their files were added to git before its file: applied with the base")
+            && stderr.contains("1 of the project's migration(s) (exchanges.0002_exchange_note) were sent before the --since migration but their files were added to git after its file: rehearsed"),
+        "the header says what moved: {stderr}"
     );
     Ok(())
 }
