@@ -33,7 +33,7 @@ pub(crate) struct VerifyArgs {
     /// Directory of migration files to rehearse instead of the embedded migrations (a proposed change, another project).
     #[arg(long, value_name = "DIR")]
     pub(crate) migrations: Option<PathBuf>,
-    /// The project's own command that applies its migrations (e.g. "python manage.py migrate"), run in the project (--migrations, else here) on a throwaway database with DATABASE_URL and PG* set; what the server received becomes the migrations [default: the framework's own, detected: manage.py, alembic.ini, bin/rails, a Rakefile with db/migrate, mix.exs, knexfile.*, …].
+    /// The project's own command that applies its migrations (e.g. "python manage.py migrate"), run in the project (--migrations, else here) on a throwaway database with DATABASE_URL and PG* set; what the server received becomes the migrations [default: the framework's own, detected: manage.py, alembic.ini, Flask-Migrate's migrations/ (flask db upgrade), bin/rails, a Rakefile with db/migrate, mix.exs, knexfile.*, …].
     #[arg(long, value_name = "CMD")]
     pub(crate) migrate_command: Option<String>,
     /// The table the migrate command records each migration in (its INSERT or UPDATE ends a migration) [default: the framework's: django_migrations, alembic_version, schema_migrations, …].

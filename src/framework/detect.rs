@@ -349,6 +349,62 @@ mod tests {
         );
     }
 
+    /// Flask-Migrate's `migrations` folder is Alembic's with an `env.py`
+    /// that asks the Flask app for the database: its project is the
+    /// folder's parent, run with `flask db upgrade` (the folder named
+    /// when it is not `migrations`); a plain Alembic folder stays Alembic.
+    #[test]
+    fn a_flask_migrate_folder_is_run_by_flask_from_its_parent() {
+        let root = tempfile::tempdir().unwrap();
+        let write = |path: &str, text: &str| {
+            let path = root.path().join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        };
+        let flask_env =
+            "import logging\nfrom flask import current_app\nfrom alembic import context\n";
+        write("kiln/migrations/alembic.ini", "[alembic]\n");
+        write("kiln/migrations/env.py", flask_env);
+        write(
+            "kiln/migrations/versions/1a2b_glazes.py",
+            "revision = '1a2b'\n",
+        );
+        let kiln = std::fs::canonicalize(root.path().join("kiln")).unwrap();
+        let found = detect(&root.path().join("kiln/migrations/versions")).unwrap();
+        assert_eq!(found, (kiln.clone(), Framework::FlaskMigrate));
+        assert_eq!(
+            Framework::FlaskMigrate.command_at(&kiln),
+            "flask db upgrade"
+        );
+        assert_eq!(
+            Framework::FlaskMigrate.locate(&kiln, "1a2b"),
+            (
+                "glazes".to_string(),
+                "migrations/versions/1a2b_glazes.py".to_string()
+            )
+        );
+        write("pots/db/alembic.ini", "[alembic]\n");
+        write("pots/db/env.py", flask_env);
+        let pots = std::fs::canonicalize(root.path().join("pots")).unwrap();
+        assert_eq!(
+            detect(&root.path().join("pots/db")).unwrap().1,
+            Framework::FlaskMigrate
+        );
+        assert_eq!(
+            Framework::FlaskMigrate.command_at(&pots),
+            "flask db upgrade --directory db"
+        );
+        write(
+            "plain/alembic.ini",
+            "[alembic]\nscript_location = migrations\n",
+        );
+        write("plain/migrations/env.py", "from alembic import context\n");
+        assert_eq!(
+            detect(&root.path().join("plain/migrations")).unwrap().1,
+            Framework::Alembic
+        );
+    }
+
     #[test]
     fn an_alembic_revision_is_found_by_its_declaration() {
         assert!(declares_revision(

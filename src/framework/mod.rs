@@ -91,11 +91,14 @@ impl Project {
         }))
     }
 
-    /// `Django`, …, or `a migrate command` for a command of the user's.
+    /// `Django`, …, or `a migrate command` for a command of the user's
+    /// where no framework was detected. A `--migrate-command` in a
+    /// detected project still runs its framework (its settings' variables
+    /// set, a wrapper script): the framework is named, the command shown.
     pub fn framework_name(&self) -> String {
         match self.framework {
-            Some(f) if self.command == f.command_at(&self.root) => f.name().to_string(),
-            _ => "a migrate command".to_string(),
+            Some(f) => f.name().to_string(),
+            None => "a migrate command".to_string(),
         }
     }
 }
@@ -112,10 +115,13 @@ pub enum FrameworkError {
     Spawn { command: String, detail: String },
     /// One line (its output's last line in it, for a report); the last
     /// lines themselves in `output`, for a terminal ([`FrameworkError::output`]).
-    #[error("the migrate command `{command}` failed ({status}); nothing was rehearsed{}", ends_with(.output))]
+    #[error("the migrate command `{command}` failed ({status}); nothing was rehearsed{}{}", ends_with(.output), .elsewhere.as_deref().map_or_else(String::new, |e| elsewhere_advice(e, command)))]
     CommandFailed {
         command: String,
         status: String,
+        /// Where its output says it connected instead of rollsafe's
+        /// database (`as postgres`, `to database hc`), when it says so.
+        elsewhere: Option<String>,
         /// Its last lines of output (stdout, then stderr), the
         /// database's password masked, each cut to a bounded length.
         output: Vec<String>,
@@ -135,6 +141,52 @@ impl FrameworkError {
             _ => &[],
         }
     }
+}
+
+/// What to do when the command connected elsewhere than the throwaway
+/// database: its settings read variables of their own.
+fn elsewhere_advice(elsewhere: &str, command: &str) -> String {
+    format!(
+        ". It connected {elsewhere}, not to rollsafe's throwaway database: the project's settings do not take the database from DATABASE_URL or PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE (rollsafe sets them all for the command). Pass them on under the names its settings read, e.g. --migrate-command 'DB_NAME=$PGDATABASE DB_USER=$PGUSER DB_PASSWORD=$PGPASSWORD DB_HOST=$PGHOST DB_PORT=$PGPORT {command}'"
+    )
+}
+
+/// Where a failing command's `output` says it connected instead of the
+/// database of `url`: the role, database or port a PostgreSQL client's
+/// connection error names (libpq, psycopg, asyncpg, node-postgres, JDBC
+/// word them alike), when it is not `url`'s.
+fn connected_elsewhere(output: &[String], url: &str) -> Option<String> {
+    let ours = url::Url::parse(url).ok()?;
+    let quoted_after = |line: &str, marker: &str| -> Option<String> {
+        let rest = &line[line.find(marker)? + marker.len()..];
+        let rest = rest.strip_prefix('"')?;
+        Some(rest[..rest.find('"')?].to_string())
+    };
+    let mut found = Vec::new();
+    for line in output {
+        let role = quoted_after(line, "authentication failed for user ")
+            .or_else(|| quoted_after(line, "role "))
+            .filter(|_| line.contains("does not exist") || line.contains("authentication failed"));
+        if let Some(role) = role.filter(|r| *r != ours.username()) {
+            found.push(format!("as {role}"));
+        }
+        let database = quoted_after(line, "database ").filter(|_| line.contains("does not exist"));
+        if let Some(db) = database.filter(|d| *d != ours.path().trim_start_matches('/')) {
+            found.push(format!("to database {db}"));
+        }
+        let port = line
+            .split_once(", port ")
+            .and_then(|(_, rest)| rest.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|p| p.parse::<u16>().ok())
+            .filter(|_| line.contains("failed") || line.contains("refused"));
+        if let Some(port) = port.filter(|p| Some(*p) != ours.port()) {
+            found.push(format!("to port {port}"));
+        }
+    }
+    found.dedup();
+    found.sort();
+    found.dedup();
+    (!found.is_empty()).then(|| found.join(", "))
 }
 
 /// `; its output ends: <its last line that is not blank>`, or nothing.
@@ -510,10 +562,12 @@ fn run_migrate(project: &Project, url: &str) -> Result<Duration, FrameworkError>
     if output.status.success() {
         return Ok(took);
     }
+    let lines = last_lines(&output.stdout, &output.stderr, url);
     Err(FrameworkError::CommandFailed {
         command: project.command.clone(),
         status: output.status.to_string(),
-        output: last_lines(&output.stdout, &output.stderr, url),
+        elsewhere: connected_elsewhere(&lines, url),
+        output: lines,
     })
 }
 
@@ -658,6 +712,34 @@ mod tests {
         assert_eq!(since_order(&unknown, 4), (vec![0, 1, 2, 3, 7, 4, 5, 6], 5));
     }
 
+    /// A project whose settings read variables of their own connects as
+    /// its default role, to its default database or port: named, with
+    /// the way out; rollsafe's own role, database and port are not.
+    #[test]
+    fn a_command_that_connected_elsewhere_is_told_how_to_pass_the_database_on() {
+        let url = "postgres://rs_migrator:pw@127.0.0.1:32875/rs_db_7";
+        let lines = |text: &str| text.lines().map(str::to_string).collect::<Vec<_>>();
+        let psycopg = lines("  File \"base.py\", line 279\ndjango.db.utils.OperationalError: connection failed: connection to server at \"127.0.0.1\", port 32875 failed: FATAL:  password authentication failed for user \"postgres\"");
+        assert_eq!(
+            connected_elsewhere(&psycopg, url).as_deref(),
+            Some("as postgres")
+        );
+        let libpq = lines("psql: error: connection to server at \"127.0.0.1\", port 5432 failed: Connection refused\nFATAL:  database \"hc\" does not exist");
+        assert_eq!(
+            connected_elsewhere(&libpq, url).as_deref(),
+            Some("to database hc, to port 5432")
+        );
+        let ours = lines("FATAL:  role \"rs_migrator\" does not exist\nFATAL:  database \"rs_db_7\" does not exist\nrelation \"soil\" does not exist");
+        assert_eq!(connected_elsewhere(&ours, url), None);
+        let failed = FrameworkError::CommandFailed {
+            command: "python manage.py migrate".into(),
+            status: "exit status: 1".into(),
+            elsewhere: connected_elsewhere(&psycopg, url),
+            output: psycopg,
+        };
+        assert!(failed.to_string().ends_with("It connected as postgres, not to rollsafe's throwaway database: the project's settings do not take the database from DATABASE_URL or PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE (rollsafe sets them all for the command). Pass them on under the names its settings read, e.g. --migrate-command 'DB_NAME=$PGDATABASE DB_USER=$PGUSER DB_PASSWORD=$PGPASSWORD DB_HOST=$PGHOST DB_PORT=$PGPORT python manage.py migrate'"), "{failed}");
+    }
+
     #[test]
     fn labels_are_named_by_app() {
         assert_eq!(
@@ -694,6 +776,7 @@ mod tests {
         let failed = FrameworkError::CommandFailed {
             command: "sh apply.sh".into(),
             status: "exit status: 3".into(),
+            elsewhere: None,
             output: lines,
         };
         assert_eq!(
