@@ -1268,9 +1268,17 @@ impl Catalog {
     }
 
     /// Where `m` lives as a reviewer sees it: `migrations/<file>` for the
-    /// embedded set (the repository's directory), `DIR/<file>` otherwise.
+    /// embedded set (the repository's directory), `DIR/<file>` otherwise;
+    /// a framework's migration from an installed package (Django's
+    /// `auth.0001_initial`), which has no file in the project, by its
+    /// label.
     pub fn path_of(&self, m: &Migration) -> String {
-        self.path_of_file(&m.file)
+        match &self.source {
+            Source::Framework { .. } if m.file.is_empty() => {
+                format!("{} (an installed package's)", m.label)
+            }
+            _ => self.path_of_file(&m.file),
+        }
     }
 
     /// Where `file` (relative to the folder: a migration's, or a script
@@ -1337,6 +1345,19 @@ mod tests {
         assert_eq!(
             catalog.path_of(&catalog.migrations()[0]),
             "shop/seeds/migrations/0001_initial.py"
+        );
+        let package = Catalog::from_steps(
+            source.clone(),
+            Layout::Framework,
+            vec![Step {
+                file: String::new(),
+                ..step("auth.0001_initial", "CREATE TABLE auth_user (id int);\n")
+            }],
+        )
+        .unwrap();
+        assert_eq!(
+            package.path_of(&package.migrations()[0]),
+            "auth.0001_initial (an installed package's)"
         );
         let twice = Catalog::from_steps(
             source,

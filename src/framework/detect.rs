@@ -64,7 +64,10 @@ impl Framework {
         let has = |p: &str| dir.join(p).exists();
         let any = |ps: &[&str]| ps.iter().any(|p| has(p));
         match self {
-            Framework::Django => has("manage.py"),
+            // A Flask app's `manage.py` (Flask-Script, a FlaskGroup) is
+            // not Django's.
+            Framework::Django => std::fs::read_to_string(dir.join("manage.py"))
+                .is_ok_and(|t| t.contains("django") || t.contains("DJANGO_")),
             Framework::Alembic => has("alembic.ini") && !is_flask_migrate_folder(dir),
             Framework::FlaskMigrate => flask_migrate_folder(dir).is_some(),
             Framework::Rails => has("bin/rails") && has("db/migrate"),
