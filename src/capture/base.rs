@@ -185,6 +185,33 @@ impl Base {
         base: &Catalog,
         tree: &Catalog,
     ) -> Result<Option<String>, BaseError> {
+        self.check_edits(base, tree)?;
+        let Some(newest) = base.migrations().last() else {
+            return Ok(None);
+        };
+        let newest_at = tree
+            .migrations()
+            .iter()
+            .position(|t| t.label == newest.label)
+            .unwrap_or(0);
+        if let Some(early) = tree.migrations()[..newest_at]
+            .iter()
+            .find(|t| !base.migrations().iter().any(|b| b.label == t.label))
+        {
+            return Err(BaseError::AddedBefore {
+                reference: self.reference.clone(),
+                file: tree.path_of(early),
+                newest: newest.label.clone(),
+            });
+        }
+        Ok(Some(newest.label.clone()))
+    }
+
+    /// No migration of REF's was changed, renamed or removed in the tree.
+    /// All a framework's history needs: Django sends a new migration of
+    /// one app among REF's of the others (app by app), so where it is
+    /// sent says nothing of when it was written.
+    pub fn check_edits(&self, base: &Catalog, tree: &Catalog) -> Result<(), BaseError> {
         for m in base.migrations() {
             let what = match tree.migrations().iter().find(|t| t.label == m.label) {
                 None => "removed from the working tree",
@@ -209,24 +236,6 @@ impl Base {
                 what,
             });
         }
-        let Some(newest) = base.migrations().last() else {
-            return Ok(None);
-        };
-        let newest_at = tree
-            .migrations()
-            .iter()
-            .position(|t| t.label == newest.label)
-            .unwrap_or(0);
-        if let Some(early) = tree.migrations()[..newest_at]
-            .iter()
-            .find(|t| !base.migrations().iter().any(|b| b.label == t.label))
-        {
-            return Err(BaseError::AddedBefore {
-                reference: self.reference.clone(),
-                file: tree.path_of(early),
-                newest: newest.label.clone(),
-            });
-        }
-        Ok(Some(newest.label.clone()))
+        Ok(())
     }
 }

@@ -119,6 +119,9 @@ pub(crate) struct BaseArgs {
 pub(crate) struct BaseRun {
     pub(crate) _base: rollsafe::capture::base::Base,
     pub(crate) _apps: Option<tempfile::TempDir>,
+    /// A framework's migrations at REF, by label: the rehearsal starts
+    /// after them wherever the framework sends the new ones.
+    pub(crate) applied: Option<Vec<String>>,
 }
 
 /// `--base REF`: REF's newest migration becomes `--since`; with
@@ -155,7 +158,20 @@ pub(crate) fn prepare_base(
         None => (checkout.catalog(&options)?, catalog.clone(), None),
     };
     let catalog = &catalog;
-    let newest = checkout.check_history(&base_catalog, catalog)?;
+    let newest = match framework {
+        Some(_) => {
+            checkout.check_edits(&base_catalog, catalog)?;
+            base_catalog.migrations().last().map(|m| m.label.clone())
+        }
+        None => checkout.check_history(&base_catalog, catalog)?,
+    };
+    let applied = framework.map(|_| {
+        base_catalog
+            .migrations()
+            .iter()
+            .map(|m| m.label.clone())
+            .collect::<Vec<_>>()
+    });
     eprintln!(
         "rollsafe verify: --base {reference}: {} migration(s) there, {} added here",
         base_catalog.migrations().len(),
@@ -166,6 +182,7 @@ pub(crate) fn prepare_base(
         return Ok(Some(BaseRun {
             _base: checkout,
             _apps: None,
+            applied,
         }));
     };
     let apps = tempfile::Builder::new()
@@ -215,6 +232,7 @@ pub(crate) fn prepare_base(
     Ok(Some(BaseRun {
         _base: checkout,
         _apps: Some(apps),
+        applied,
     }))
 }
 
@@ -446,20 +464,26 @@ pub(crate) fn rehearse(args: &mut VerifyArgs, targets: &[Target]) -> anyhow::Res
         None => read_as(&catalog, args.layout.is_some()),
     };
     // `--base` sets `since` to the base's newest migration.
-    let _base = prepare_base(args, &catalog, framework.as_ref())?;
+    let base = prepare_base(args, &catalog, framework.as_ref())?;
     let since = match &args.since {
         Some(text) => Some(since_version(&catalog, text)?),
         None => None,
     };
     // A framework's data migrations up to `since` only build the base, and
-    // what its installed packages sent after `since` joins it.
-    let (catalog, since) = match (&framework, since) {
-        (Some(read), Some(s)) => {
+    // what its installed packages sent after `since` joins it; after
+    // `--base`, the base is what the framework sent at REF.
+    let applied = base.as_ref().and_then(|b| b.applied.as_deref());
+    let (catalog, since) = match (&framework, since, applied) {
+        (Some(read), Some(_), Some(applied)) => {
+            let (catalog, s) = read.catalog_after(applied)?;
+            (catalog, Some(s))
+        }
+        (Some(read), Some(s), None) => {
             let (catalog, s) = read.catalog_since(s)?;
             (catalog, Some(s))
         }
-        (Some(read), None) => (read.catalog(None)?, None),
-        (None, since) => (catalog, since),
+        (Some(read), None, _) => (read.catalog(None)?, None),
+        (None, since, _) => (catalog, since),
     };
     if framework.is_some() {
         // What building the run's catalogue moved (installed packages'

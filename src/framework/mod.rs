@@ -268,6 +268,46 @@ impl Read {
     pub fn catalog_since(&self, since: i32) -> Result<(Catalog, i32), CatalogError> {
         let origins = self.origins();
         let (order, starts_after) = since_order(&origins, since);
+        let mut catalog = self.reordered(&order, starts_after)?;
+        catalog
+            .notes
+            .extend(self.since_notes(&origins, &order, starts_after, since));
+        Ok((catalog, i32::try_from(starts_after).unwrap_or(i32::MAX)))
+    }
+
+    /// The catalogue of a run after `--base REF` (`applied`: the labels
+    /// of what the framework sent at REF), and the version the rehearsal
+    /// starts after: REF's migrations first, in the order sent, then
+    /// every one REF lacks, wherever the framework sends it (Django sends
+    /// a new migration of one app before older ones of the apps after
+    /// it), its data migrations marked as [`Read::catalog`] marks them.
+    pub fn catalog_after(&self, applied: &[String]) -> Result<(Catalog, i32), CatalogError> {
+        let in_base: Vec<bool> = self
+            .steps
+            .iter()
+            .map(|s| applied.contains(&s.label))
+            .collect();
+        let (order, starts_after) = base_first(&in_base);
+        let mut catalog = self.reordered(&order, starts_after)?;
+        let last_of_base = order[..starts_after].iter().max().copied().unwrap_or(0);
+        let sent_among: Vec<&str> = order[starts_after..]
+            .iter()
+            .filter(|&&i| i < last_of_base)
+            .map(|&i| self.steps[i].label.as_str())
+            .collect();
+        if !sent_among.is_empty() {
+            catalog.notes.push(format!(
+                "{} new migration(s) ({}) were sent among the base's (Django migrates app by app): rehearsed after all of the base's",
+                sent_among.len(),
+                by_app(&sent_among)
+            ));
+        }
+        Ok((catalog, i32::try_from(starts_after).unwrap_or(i32::MAX)))
+    }
+
+    /// The steps in `order`, those from `starts_after` on rehearsed (their
+    /// data migrations marked).
+    fn reordered(&self, order: &[usize], starts_after: usize) -> Result<Catalog, CatalogError> {
         let steps = order
             .iter()
             .enumerate()
@@ -279,11 +319,7 @@ impl Read {
                 step
             })
             .collect();
-        let mut catalog = Catalog::from_steps(self.source(), Layout::Framework, steps)?;
-        catalog
-            .notes
-            .extend(self.since_notes(&origins, &order, starts_after, since));
-        Ok((catalog, i32::try_from(starts_after).unwrap_or(i32::MAX)))
+        Catalog::from_steps(self.source(), Layout::Framework, steps)
     }
 
     /// Where each migration comes from: an installed package, or the
@@ -615,9 +651,9 @@ enum Origin {
 /// The order of a framework's migrations (each one's [`Origin`], in the
 /// order sent) for a run after rollsafe's version `since`, and how many
 /// of them then form the base: those sent up to `since` but the project's
-/// git added after `since`'s file, then the packages' sent after it, then
-/// the project's sent after it that git added before `since`'s file;
-/// the rest, in the order sent, is rehearsed.
+/// git added after `since`'s file, the packages' sent after it, and the
+/// project's sent after it that git added before `since`'s file; the
+/// rest is rehearsed ([`base_first`]).
 fn since_order(origins: &[Origin], since: i32) -> (Vec<usize>, usize) {
     let at = usize::try_from(since).unwrap_or(0).min(origins.len());
     let since_added = match at.checked_sub(1).map(|i| origins[i]) {
@@ -633,13 +669,18 @@ fn since_order(origins: &[Origin], since: i32) -> (Vec<usize>, usize) {
         true => added(i) != Some(std::cmp::Ordering::Less),
         false => origins[i] == Origin::Package || added(i) == Some(std::cmp::Ordering::Greater),
     };
-    let sent_before = (0..at).filter(|&i| in_base(i));
-    let packages = (at..origins.len()).filter(|&i| origins[i] == Origin::Package);
-    let older = (at..origins.len()).filter(|&i| origins[i] != Origin::Package && in_base(i));
-    let mut order: Vec<usize> = sent_before.chain(packages).chain(older).collect();
-    let base = order.len();
-    order.extend((0..origins.len()).filter(|&i| !in_base(i)));
-    (order, base)
+    let in_base: Vec<bool> = (0..origins.len()).map(in_base).collect();
+    base_first(&in_base)
+}
+
+/// The base (each `in_base`), then the rest, each in the order sent (a
+/// framework's order respects its dependencies, and so does any part of
+/// it), and the base's length.
+fn base_first(in_base: &[bool]) -> (Vec<usize>, usize) {
+    let base: Vec<usize> = (0..in_base.len()).filter(|&i| in_base[i]).collect();
+    let starts_after = base.len();
+    let rest = (0..in_base.len()).filter(|&i| !in_base[i]);
+    (base.into_iter().chain(rest).collect(), starts_after)
 }
 
 /// Labels as `app.first..app.last` per app (`people.0001..people.0004 (4),
@@ -705,7 +746,7 @@ mod tests {
             commit(2),
             PACKAGE,
         ];
-        assert_eq!(since_order(&origins, 4), (vec![0, 2, 3, 7, 5, 1, 4, 6], 5));
+        assert_eq!(since_order(&origins, 4), (vec![0, 2, 3, 5, 7, 1, 4, 6], 5));
         // The since migration's file unknown: the order sent decides.
         let mut unknown = origins;
         unknown[3] = UNKNOWN;

@@ -68,6 +68,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             a_failing_migrate_command_is_exit_2_with_its_last_lines,
             a_data_migration_is_skipped_naming_it,
             django_since_is_a_point_in_the_projects_git_history,
+            django_base_rehearses_what_ref_lacks_wherever_django_sends_it,
             django_apps_captured_from_their_test_databases_catch_the_dropped_default,
             alembic_apps_captured_from_their_tests_catch_the_dropped_server_default,
             activerecord_apps_captured_from_their_test_env_catch_the_default_that_hides_rows,
@@ -410,6 +411,55 @@ fn django_since_is_a_point_in_the_projects_git_history(env: &TestEnv) -> anyhow:
         stderr.contains("1 of the project's migration(s) (swaps.0001_initial) were sent after the --since migration but their files were added to git before its file: applied with the base")
             && stderr.contains("1 of the project's migration(s) (exchanges.0002_exchange_note) were sent before the --since migration but their files were added to git after its file: rehearsed"),
         "the header says what moved: {stderr}"
+    );
+    Ok(())
+}
+
+/// The seed library's three apps at `main`, and a working tree adding
+/// `exchanges.0002` and the newest `packets.0004` (a plain index).
+/// Django sends both among `main`'s (`exchanges` first, `swaps` last):
+/// `--base main` is not refused as a migration added before `main`'s
+/// newest (`swaps.0001`); both are rehearsed after all of `main`'s.
+fn django_base_rehearses_what_ref_lacks_wherever_django_sends_it(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = project("django", Some("plain_index"))?;
+    let root = dir.path();
+    git(root, &["init", "-q", "-b", "main"])?;
+    git(root, &["add", "-A"])?;
+    git(
+        root,
+        &[
+            "reset",
+            "-q",
+            "--",
+            "exchanges/migrations/0002_exchange_note.py",
+            "packets/migrations/0004_newest.py",
+        ],
+    )?;
+    git(
+        root,
+        &["commit", "-qm", "the seed library and its exchanges"],
+    )?;
+    let (code, stdout, stderr) = output(
+        cli()
+            .current_dir(root)
+            .env("DJANGO_SETTINGS_MODULE", "seedlib.settings_apps")
+            .args(["verify", "--postgres", backend(env), "--rows", "500"])
+            .args(["--migrations", "packets/migrations", "--base", "main"]),
+    )?;
+    let found = errors(&stdout);
+    ensure!(
+        code == 1 && found == ["locks.blocking-index-build"],
+        "exit {code}, errors {found:?}\n{stdout}\n{stderr}"
+    );
+    ensure!(
+        stdout.contains("rehearsed:  exchanges.0002_exchange_note, packets.0004_newest ("),
+        "what main lacks is rehearsed, after all of main's: {stdout}"
+    );
+    ensure!(
+        stderr.contains("2 new migration(s) (exchanges.0002_exchange_note, packets.0004_newest) were sent among the base's"),
+        "the header says they were sent among main's: {stderr}"
     );
     Ok(())
 }
