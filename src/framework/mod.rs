@@ -126,8 +126,14 @@ pub enum FrameworkError {
         /// database's password masked, each cut to a bounded length.
         output: Vec<String>,
     },
-    #[error("the migrate command `{command}` ran, but the server saw no write to {history}, so no migration was applied; check that the command reads DATABASE_URL or PG* (rollsafe sets both), or pass --history-table with the table it records migrations in")]
-    NoMigrations { command: String, history: String },
+    #[error("the migrate command `{command}` ran, but the server saw no write to {history}, so no migration was applied; {}", no_migrations_advice(.applied_elsewhere.as_deref(), command))]
+    NoMigrations {
+        command: String,
+        history: String,
+        /// A line of its output saying it migrated a database
+        /// (`Applying shop.0001_initial... OK`): another one.
+        applied_elsewhere: Option<String>,
+    },
     #[error("{0}")]
     Catalog(#[from] CatalogError),
 }
@@ -141,6 +147,40 @@ impl FrameworkError {
             _ => &[],
         }
     }
+}
+
+/// What to check when the command applied nothing on the throwaway
+/// database: where its output says it applied migrations, it did so on a
+/// database of its settings' own choosing.
+fn no_migrations_advice(applied_elsewhere: Option<&str>, command: &str) -> String {
+    match applied_elsewhere {
+        Some(line) => format!(
+            "yet its output says it migrated a database (`{line}`): another one, the one the project's settings choose (a SQLite file, variables of their own such as DB_NAME), not rollsafe's throwaway one. Make them take DATABASE_URL or PG* (rollsafe sets both), e.g. --migrate-command 'DB_NAME=$PGDATABASE DB_USER=$PGUSER DB_PASSWORD=$PGPASSWORD DB_HOST=$PGHOST DB_PORT=$PGPORT {command}' with the names they read and the setting that selects PostgreSQL"
+        ),
+        None => "check that the command reads DATABASE_URL or PG* (rollsafe sets both), or pass --history-table with the table it records migrations in".to_string(),
+    }
+}
+
+/// A line of a migrate command's output saying it applied a migration
+/// (Django's `Applying …`, Alembic's `Running upgrade …`, Rails' and
+/// Ecto's `== … migrating`) or found them all applied (Django's `No
+/// migrations to apply.`: never so on a fresh database).
+fn applied_line(stdout: &[u8], stderr: &[u8]) -> Option<String> {
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(stdout),
+        String::from_utf8_lossy(stderr),
+    );
+    stdout
+        .lines()
+        .chain(stderr.lines())
+        .map(str::trim)
+        .find(|l| {
+            l.starts_with("Applying ")
+                || l.starts_with("No migrations to apply")
+                || l.contains("Running upgrade ")
+                || (l.starts_with("== ") && l.contains("migrating"))
+        })
+        .map(|l| l.chars().take(LINE_CHARS).collect())
 }
 
 /// What to do when the command connected elsewhere than the throwaway
@@ -492,7 +532,7 @@ pub fn read(sandbox: &Sandbox, project: &Project) -> Result<Read, FrameworkError
     let db = sandbox.fresh_database_owned_by(Some(&migrator))?;
     log_statements_of(sandbox, db.name())?;
     let url = migrator.url(db.url(), &[]);
-    let command_time = run_migrate(project, &url)?;
+    let ran = run_migrate(project, &url)?;
     let (text, marker) = read_log_text(sandbox, &url)?;
     let mut statements = read_sent(&text, db.name());
     statements.retain(|s| !s.text.contains(&marker));
@@ -502,9 +542,10 @@ pub fn read(sandbox: &Sandbox, project: &Project) -> Result<Read, FrameworkError
         return Err(FrameworkError::NoMigrations {
             command: project.command.clone(),
             history: project.history.clone(),
+            applied_elsewhere: ran.applied_line,
         });
     }
-    Ok(into_read(project.clone(), split, command_time))
+    Ok(into_read(project.clone(), split, ran.took))
 }
 
 /// The migrations of `split` as steps, labelled as the framework labels
@@ -580,9 +621,16 @@ const TAIL_LINES: usize = 20;
 /// stack frame, a progress bar redrawn on one line).
 const LINE_CHARS: usize = 300;
 
+/// A migrate command that succeeded.
+struct Ran {
+    took: Duration,
+    /// A line of its output saying it migrated a database.
+    applied_line: Option<String>,
+}
+
 /// Runs the migrate command in the project's root against `url`; its
 /// output is kept, and shown (the last lines) only when it fails.
-fn run_migrate(project: &Project, url: &str) -> Result<Duration, FrameworkError> {
+fn run_migrate(project: &Project, url: &str) -> Result<Ran, FrameworkError> {
     let mut cmd = Command::new("sh");
     cmd.arg("-c")
         .arg(&project.command)
@@ -596,7 +644,10 @@ fn run_migrate(project: &Project, url: &str) -> Result<Duration, FrameworkError>
     })?;
     let took = clock.elapsed();
     if output.status.success() {
-        return Ok(took);
+        return Ok(Ran {
+            took,
+            applied_line: applied_line(&output.stdout, &output.stderr),
+        });
     }
     let lines = last_lines(&output.stdout, &output.stderr, url);
     Err(FrameworkError::CommandFailed {
@@ -779,6 +830,34 @@ mod tests {
             output: psycopg,
         };
         assert!(failed.to_string().ends_with("It connected as postgres, not to rollsafe's throwaway database: the project's settings do not take the database from DATABASE_URL or PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE (rollsafe sets them all for the command). Pass them on under the names its settings read, e.g. --migrate-command 'DB_NAME=$PGDATABASE DB_USER=$PGUSER DB_PASSWORD=$PGPASSWORD DB_HOST=$PGHOST DB_PORT=$PGPORT python manage.py migrate'"), "{failed}");
+    }
+
+    /// A command that applied nothing on the throwaway database but says
+    /// it applied migrations did so elsewhere (a project defaulting to
+    /// SQLite): the message says so, and how to pass the database on.
+    #[test]
+    fn a_command_that_applied_migrations_elsewhere_says_so() {
+        let django = b"Operations to perform:\n  Apply all migrations: kiln\nRunning migrations:\n  Applying kiln.0001_initial... OK\n";
+        let alembic = b"INFO  [alembic.runtime.migration] Running upgrade  -> 1a2b, glazes\n";
+        assert_eq!(
+            applied_line(django, b"").as_deref(),
+            Some("Applying kiln.0001_initial... OK")
+        );
+        assert_eq!(
+            applied_line(b"", alembic).as_deref(),
+            Some("INFO  [alembic.runtime.migration] Running upgrade  -> 1a2b, glazes")
+        );
+        assert_eq!(
+            applied_line(b"Running migrations:\n  No migrations to apply.\n", b"").as_deref(),
+            Some("No migrations to apply.")
+        );
+        assert_eq!(applied_line(b"Operations to perform:\n", b""), None);
+        let nothing = FrameworkError::NoMigrations {
+            command: "python manage.py migrate".into(),
+            history: "django_migrations".into(),
+            applied_elsewhere: applied_line(django, b""),
+        };
+        assert!(nothing.to_string().contains("yet its output says it migrated a database (`Applying kiln.0001_initial... OK`): another one, the one the project's settings choose"), "{nothing}");
     }
 
     #[test]

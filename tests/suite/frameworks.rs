@@ -69,6 +69,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             a_data_migration_is_skipped_naming_it,
             django_since_is_a_point_in_the_projects_git_history,
             django_base_rehearses_what_ref_lacks_wherever_django_sends_it,
+            a_project_that_migrates_its_own_sqlite_file_is_told_so,
             django_apps_captured_from_their_test_databases_catch_the_dropped_default,
             alembic_apps_captured_from_their_tests_catch_the_dropped_server_default,
             activerecord_apps_captured_from_their_test_env_catch_the_default_that_hides_rows,
@@ -460,6 +461,28 @@ fn django_base_rehearses_what_ref_lacks_wherever_django_sends_it(
     ensure!(
         stderr.contains("2 new migration(s) (exchanges.0002_exchange_note, packets.0004_newest) were sent among the base's"),
         "the header says they were sent among main's: {stderr}"
+    );
+    Ok(())
+}
+
+/// Settings that pick a database of their own (a SQLite file, as many
+/// projects default to): the command succeeds, the throwaway server sees
+/// no migration, and the refusal says the output shows another database
+/// migrated, and how to pass rollsafe's on.
+fn a_project_that_migrates_its_own_sqlite_file_is_told_so(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = project("django", None)?;
+    let (code, stdout, stderr) = output(
+        cli()
+            .current_dir(dir.path())
+            .env("DJANGO_SETTINGS_MODULE", "seedlib.settings_sqlite")
+            .args(["verify", "--postgres", backend(env)])
+            .args(["--migrations", "packets/migrations"]),
+    )?;
+    ensure!(code == 2, "exit {code}\n{stdout}\n{stderr}");
+    ensure!(
+        stderr.contains("the server saw no write to django_migrations, so no migration was applied; yet its output says it migrated a database (`Applying packets.0001_initial... OK`): another one")
+            && stderr.contains("--migrate-command 'DB_NAME=$PGDATABASE"),
+        "the refusal says where the migrations went and the way out: {stderr}"
     );
     Ok(())
 }
