@@ -496,8 +496,16 @@ impl Read {
             say(format!("{run} were sent in one transaction (each is rehearsed in its own; in production the locks of the first are held until the last commits)"));
         }
         if !self.unattributed.is_empty() {
+            // Django's `post_migrate` signal runs after the last migration:
+            // content types, permissions, and the project's own handlers.
+            let whose = match self.project.framework {
+                Some(detect::Framework::Django) => {
+                    " (Django's post_migrate handlers: content types, permissions, the project's own), not rehearsed"
+                }
+                _ => ", attributed to none",
+            };
             say(format!(
-                "{} statement(s) sent after the last migration, attributed to none: {}",
+                "{} statement(s) sent after the last migration{whose}: {}",
                 self.unattributed.len(),
                 self.unattributed
                     .iter()
@@ -858,6 +866,43 @@ mod tests {
             applied_elsewhere: applied_line(django, b""),
         };
         assert!(nothing.to_string().contains("yet its output says it migrated a database (`Applying kiln.0001_initial... OK`): another one, the one the project's settings choose"), "{nothing}");
+    }
+
+    /// What Django sends after its last migration is its `post_migrate`
+    /// handlers' work, named as such in the header.
+    #[test]
+    fn djangos_post_migrate_statements_are_named_in_the_header() {
+        let split = sent::Split {
+            migrations: vec![sent::SentMigration {
+                key: "kiln.0001_initial".into(),
+                statements: vec!["CREATE TABLE kiln_firing (id bigint)".into()],
+                ..sent::SentMigration::default()
+            }],
+            unattributed: vec![
+                "INSERT INTO \"django_content_type\" (\"app_label\", \"model\") VALUES ('kiln', 'firing')".into(),
+            ],
+            refused: Vec::new(),
+        };
+        let project = |framework| Project {
+            root: PathBuf::from("pottery"),
+            framework,
+            command: "python manage.py migrate".into(),
+            history: "django_migrations".into(),
+        };
+        let django = into_read(
+            project(Some(Framework::Django)),
+            split.clone(),
+            Duration::ZERO,
+        );
+        assert!(django.describe().contains("1 statement(s) sent after the last migration (Django's post_migrate handlers: content types, permissions, the project's own), not rehearsed: `INSERT INTO \"django_content_type\""), "{}", django.describe());
+        let other = into_read(project(None), split, Duration::ZERO);
+        assert!(
+            other.describe().contains(
+                "1 statement(s) sent after the last migration, attributed to none: `INSERT"
+            ),
+            "{}",
+            other.describe()
+        );
     }
 
     #[test]
