@@ -208,34 +208,75 @@ impl Base {
     }
 
     /// No migration of REF's was changed, renamed or removed in the tree.
-    /// All a framework's history needs: Django sends a new migration of
-    /// one app among REF's of the others (app by app), so where it is
-    /// sent says nothing of when it was written.
     pub fn check_edits(&self, base: &Catalog, tree: &Catalog) -> Result<(), BaseError> {
+        let folder = self
+            .migrations
+            .strip_prefix(&self.root)
+            .unwrap_or(Path::new(""));
         for m in base.migrations() {
-            let what = match tree.migrations().iter().find(|t| t.label == m.label) {
+            let t = tree.migrations().iter().find(|t| t.label == m.label);
+            let what = match t {
                 None => "removed from the working tree",
                 Some(t) if t.sql != m.sql => "its SQL changed",
                 Some(t) if t.file != m.file => "renamed",
                 Some(_) => continue,
             };
-            return Err(BaseError::Edited {
-                reference: self.reference.clone(),
-                file: tree
-                    .migrations()
-                    .iter()
-                    .find(|t| t.label == m.label)
-                    .map_or_else(|| m.file.clone(), |t| tree.path_of(t)),
-                path: self
-                    .migrations
-                    .strip_prefix(&self.root)
-                    .unwrap_or(Path::new(""))
-                    .join(&m.file)
-                    .display()
-                    .to_string(),
-                what,
-            });
+            return Err(self.edited(tree, m, t, &folder.join(&m.file), what));
         }
         Ok(())
+    }
+
+    /// A framework's migrations at REF (`base`, its project at
+    /// `base_root` in REF's tree) are all in the tree (`tree`, the project
+    /// at `tree_root`), each from the same file, unchanged. Their SQL is
+    /// not compared: the framework sends it anew on each run, and some of
+    /// it differs from run to run (Django's AlterField to NOT NULL with
+    /// `default=uuid.uuid4` fills the rows with a fresh uuid literal). An
+    /// installed package's migration has no file: it is only looked for.
+    /// Django sends a new migration of one app among REF's of the others
+    /// (app by app), so where it is sent is not checked either.
+    pub fn check_framework_edits(
+        &self,
+        base: &Catalog,
+        tree: &Catalog,
+        base_root: &Path,
+        tree_root: &Path,
+    ) -> Result<(), BaseError> {
+        let project = base_root.strip_prefix(&self.root).unwrap_or(Path::new(""));
+        for m in base.migrations() {
+            let t = tree.migrations().iter().find(|t| t.label == m.label);
+            let what = match t {
+                None => "removed from the working tree",
+                Some(t) if t.file != m.file => "renamed",
+                Some(_) if m.file.is_empty() => continue,
+                Some(t)
+                    if std::fs::read(base_root.join(&m.file)).ok()
+                        != std::fs::read(tree_root.join(&t.file)).ok() =>
+                {
+                    "its file changed"
+                }
+                Some(_) => continue,
+            };
+            return Err(self.edited(tree, m, t, &project.join(&m.file), what));
+        }
+        Ok(())
+    }
+
+    /// [`BaseError::Edited`] for REF's `m` (`t`, the tree's, when it has
+    /// it; `path`: its file from the repository's top, for `git checkout`).
+    fn edited(
+        &self,
+        tree: &Catalog,
+        m: &crate::catalog::Migration,
+        t: Option<&crate::catalog::Migration>,
+        path: &Path,
+        what: &'static str,
+    ) -> BaseError {
+        BaseError::Edited {
+            reference: self.reference.clone(),
+            file: t.map_or_else(|| m.file.clone(), |t| tree.path_of(t)),
+            path: path.display().to_string(),
+            what,
+        }
     }
 }

@@ -159,8 +159,13 @@ pub(crate) fn prepare_base(
     };
     let catalog = &catalog;
     let newest = match framework {
-        Some(_) => {
-            checkout.check_edits(&base_catalog, catalog)?;
+        Some(read) => {
+            checkout.check_framework_edits(
+                &base_catalog,
+                catalog,
+                &checkout.same_place(&read.project.root),
+                &read.project.root,
+            )?;
             base_catalog.migrations().last().map(|m| m.label.clone())
         }
         None => checkout.check_history(&base_catalog, catalog)?,

@@ -420,7 +420,10 @@ fn django_since_is_a_point_in_the_projects_git_history(env: &TestEnv) -> anyhow:
 /// `exchanges.0002` and the newest `packets.0004` (a plain index).
 /// Django sends both among `main`'s (`exchanges` first, `swaps` last):
 /// `--base main` is not refused as a migration added before `main`'s
-/// newest (`swaps.0001`); both are rehearsed after all of `main`'s.
+/// newest (`swaps.0001`); both are rehearsed after all of `main`'s. Nor
+/// is `exchanges.0001`, unchanged, refused as edited history because
+/// the SQL Django sends for it differs at `main` and here (a uuid4 drawn
+/// on each run).
 fn django_base_rehearses_what_ref_lacks_wherever_django_sends_it(
     env: &TestEnv,
 ) -> anyhow::Result<()> {
@@ -461,6 +464,24 @@ fn django_base_rehearses_what_ref_lacks_wherever_django_sends_it(
     ensure!(
         stderr.contains("2 new migration(s) (exchanges.0002_exchange_note, packets.0004_newest) were sent among the base's"),
         "the header says they were sent among main's: {stderr}"
+    );
+    // An applied migration's file edited is refused, named from the
+    // repository's top.
+    let label = root.join("packets/migrations/0002_packet_label.py");
+    let edited = std::fs::read_to_string(&label)?.replace("max_length=200", "max_length=250");
+    std::fs::write(&label, edited)?;
+    let (code, stdout, stderr) = output(
+        cli()
+            .current_dir(root)
+            .env("DJANGO_SETTINGS_MODULE", "seedlib.settings_apps")
+            .args(["verify", "--postgres", backend(env), "--rows", "500"])
+            .args(["--migrations", "packets/migrations", "--base", "main"]),
+    )?;
+    ensure!(
+        code == 2
+            && stderr.contains("0002_packet_label.py differs from main's (its file changed)")
+            && stderr.contains("git checkout main -- packets/migrations/0002_packet_label.py"),
+        "an edited applied migration is refused: exit {code}\n{stdout}\n{stderr}"
     );
     Ok(())
 }
