@@ -116,10 +116,17 @@ impl Framework {
     /// and for Flask-Migrate the folder when it is not its default
     /// `migrations`.
     pub fn command_at(self, root: &Path) -> String {
-        match (self, flask_migrate_folder(root)) {
-            (Framework::FlaskMigrate, Some(folder)) if folder != "migrations" => {
-                format!("flask db upgrade --directory {folder}")
-            }
+        match self {
+            Framework::FlaskMigrate => match flask_migrate_folder(root) {
+                Some(folder) if folder != "migrations" => {
+                    format!("flask db upgrade --directory {folder}")
+                }
+                _ => self.command(),
+            },
+            Framework::Alembic => match ini_database_driver(root) {
+                Some(driver) => alembic_upgrade_on_database_url(&driver),
+                None => self.command(),
+            },
             _ => self.command(),
         }
     }
@@ -227,6 +234,45 @@ fn python() -> &'static str {
     } else {
         "python3"
     }
+}
+
+/// The driver of the PostgreSQL URL `alembic.ini` in `root` names as
+/// `sqlalchemy.url` (`postgresql+asyncpg`), when it names a database (a
+/// host, not the template's `driver://…`, no interpolation). The default
+/// `env.py` connects to that URL as written: a compose file's `db:5432`,
+/// a developer's localhost, never rollsafe's throwaway database.
+fn ini_database_driver(root: &Path) -> Option<String> {
+    let ini = std::fs::read_to_string(root.join("alembic.ini")).ok()?;
+    let url = ini.lines().find_map(|line| {
+        let (key, value) = line.split_once('=')?;
+        (key.trim() == "sqlalchemy.url").then(|| value.trim().to_string())
+    })?;
+    let (driver, rest) = url.split_once("://")?;
+    let named = driver == "postgres" || driver.starts_with("postgresql");
+    let plain = driver
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '+' || c == '_');
+    let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+    (named && plain && !url.contains("%(") && !host.starts_with('/') && !host.is_empty())
+        .then(|| driver.replace("postgres+", "postgresql+"))
+        .map(|d| {
+            if d == "postgres" {
+                "postgresql".into()
+            } else {
+                d
+            }
+        })
+}
+
+/// Alembic's `upgrade head` through its Python API, `alembic.ini`'s
+/// `sqlalchemy.url` set to `DATABASE_URL` with the project's `driver`
+/// (its `%(here)s` and everything else as the ini has them): what
+/// `alembic upgrade head` does, on rollsafe's database.
+fn alembic_upgrade_on_database_url(driver: &str) -> String {
+    format!(
+        "{} -c 'import os; from alembic import command; from alembic.config import Config; c = Config(\"alembic.ini\"); c.set_main_option(\"sqlalchemy.url\", \"{driver}://\" + os.environ[\"DATABASE_URL\"].split(\"://\", 1)[1].replace(\"%\", \"%%\")); command.upgrade(c, \"head\")'",
+        python()
+    )
 }
 
 /// Whether `dir` is a Flask-Migrate folder: Alembic's, its `env.py`
@@ -406,6 +452,40 @@ mod tests {
             detect(&root.path().join("plain/migrations")).unwrap().1,
             Framework::Alembic
         );
+    }
+
+    /// An `alembic.ini` naming a PostgreSQL database (a compose file's
+    /// `db:5432`) is run with that URL set to rollsafe's, the driver
+    /// kept; the template's placeholder, an interpolated URL or none
+    /// leave `alembic upgrade head` as it is.
+    #[test]
+    fn an_alembic_ini_naming_a_database_is_pointed_at_rollsafes() {
+        let root = tempfile::tempdir().unwrap();
+        let ini = |url: &str| {
+            std::fs::write(
+                root.path().join("alembic.ini"),
+                format!("[alembic]\nscript_location = %(here)s/migrations\n{url}\n"),
+            )
+            .unwrap();
+            Framework::Alembic.command_at(root.path())
+        };
+        let asyncpg = ini("sqlalchemy.url = postgresql+asyncpg://postgres:postgres@db:5432/foo");
+        assert!(
+            asyncpg.contains("c.set_main_option(\"sqlalchemy.url\", \"postgresql+asyncpg://\" + os.environ[\"DATABASE_URL\"].split(\"://\", 1)[1]")
+                && asyncpg.ends_with("command.upgrade(c, \"head\")'"),
+            "{asyncpg}"
+        );
+        assert!(
+            ini("sqlalchemy.url = postgres://u@localhost/ferries").contains("\"postgresql://\" + ")
+        );
+        for kept in [
+            "sqlalchemy.url = driver://user:pass@localhost/dbname",
+            "sqlalchemy.url = postgresql://%(DB_USER)s@localhost/x",
+            "sqlalchemy.url = sqlite:///ferries.db",
+            "# no url",
+        ] {
+            assert_eq!(ini(kept), "alembic upgrade head", "{kept}");
+        }
     }
 
     #[test]
