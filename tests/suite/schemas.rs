@@ -28,6 +28,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             safe_counterparts_pass_with_zero_errors,
             table_rows_naming_no_table_is_exit_2_naming_it,
             an_apps_lock_on_a_partitioned_table_counts_on_each_partition_and_typmods_show,
+            a_table_whose_name_needs_quotes_is_measured_for_squawks_warning,
         ]
     )
 }
@@ -339,6 +340,46 @@ fn an_apps_lock_on_a_partitioned_table_counts_on_each_partition_and_typmods_show
             && f[0].evidence["type_after"] == "numeric(14,2)",
         "{:?}",
         f[0].evidence
+    );
+    Ok(())
+}
+
+/// A table named by a reserved word (`"user"`, which PostgreSQL prints in
+/// quotes) is the table squawk's warning names (`user`, unquoted): the
+/// blocking index build on it is the measured error and squawk's warning
+/// is confirmed by it. It was "refuted: user is created in this
+/// migration", beside the error on the same line.
+fn a_table_whose_name_needs_quotes_is_measured_for_squawks_warning(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    std::fs::write(
+        dir.path().join("V1__members.sql"),
+        "CREATE TABLE \"user\" (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, nick text NOT NULL);\n",
+    )?;
+    std::fs::write(
+        dir.path().join("V2__member_tokens.sql"),
+        "ALTER TABLE \"user\" ADD COLUMN token text;\nCREATE UNIQUE INDEX member_token ON \"user\" (token);\n",
+    )?;
+    let report = rollsafe::verify::Verify::new(Catalog::from_dir(dir.path())?)?
+        .rows(200)
+        .run(&env.sandbox)?;
+    let on_v2 = |id: &str| -> Option<&Finding> {
+        report
+            .findings
+            .iter()
+            .find(|f| f.migration == Some(2) && f.id == id)
+    };
+    let built = on_v2("locks.blocking-index-build").context("no blocking-index-build on V2")?;
+    ensure!(built.severity == Severity::Error, "{built:?}");
+    let squawk = on_v2("static.require-concurrent-index-creation")
+        .with_context(|| format!("no squawk finding: {:#?}", report.findings))?;
+    ensure!(
+        squawk
+            .message
+            .starts_with("confirmed by locks.blocking-index-build"),
+        "{}",
+        squawk.message
     );
     Ok(())
 }

@@ -235,6 +235,15 @@ fn clean(v: i32) -> Finding {
 
 type Measurements = Vec<(&'static str, serde_json::Value)>;
 
+/// `name` with its last part (the table, after any schema) in double
+/// quotes, as `regclass` prints a name that needs them.
+fn quoted_last_part(name: &str) -> String {
+    match name.rsplit_once('.') {
+        Some((schema, table)) => format!("{schema}.\"{table}\""),
+        None => format!("\"{name}\""),
+    }
+}
+
 fn verdict(
     w: &Warning,
     applied: &Applied,
@@ -284,7 +293,13 @@ fn verdict(
     let Some(name) = &w.table else {
         return untested("its statement names no table rollsafe measures".into());
     };
-    let Some(t) = applied.tables.get(name) else {
+    // The rehearsal keys a table as the server prints it (`"user"`, a
+    // reserved word; `"Orders"`, mixed case), squawk names it unquoted.
+    let Some(t) = applied
+        .tables
+        .get(name)
+        .or_else(|| applied.tables.get(&quoted_last_part(name)))
+    else {
         return (
             Verdict::Refuted(format!(
                 "{name} is created in this migration: nothing to lock, no rows"
@@ -430,6 +445,12 @@ fn finding(v: i32, w: &Warning, verdict: Verdict) -> Finding {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
+
+    #[test]
+    fn a_name_is_quoted_as_regclass_prints_it() {
+        assert_eq!(super::quoted_last_part("user"), "\"user\"");
+        assert_eq!(super::quoted_last_part("crm.Orders"), "crm.\"Orders\"");
+    }
 
     use super::*;
     use crate::lint::lint;
