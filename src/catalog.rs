@@ -52,8 +52,8 @@ mod directive_sql;
 pub mod layouts;
 pub use deploy_groups::{when_added, Added};
 pub use directive_sql::TableName;
+pub use layouts::{ExternalApply, Nolint, ReadOptions, Script};
 use layouts::{Folder, Step};
-pub use layouts::{Nolint, ReadOptions, Script};
 
 /// The files embedded at build time (see `build.rs`).
 const EMBEDDED: &[(&str, &[u8])] = include!(concat!(env!("OUT_DIR"), "/embedded_migrations.rs"));
@@ -367,6 +367,10 @@ pub struct Migration {
     /// What deploys it together with its neighbours
     /// ([`layouts::Step::deploy_group`]); see [`Catalog::deployed_with_previous`].
     pub deploy_group: Option<String>,
+    /// Who applies it on a database with rows instead of its SQL
+    /// ([`layouts::Step::external`]: a framework's data migration); its
+    /// SQL is what it does to an empty database.
+    pub external: Option<ExternalApply>,
     /// Whether the file, sent as its tool sends it, runs outside one
     /// transaction of rollsafe's (decided once: [`Migration::runs_outside_transaction`]).
     outside_transaction: bool,
@@ -413,6 +417,7 @@ impl Migration {
             outside_transaction,
             not_runnable: step.not_runnable,
             deploy_group: step.deploy_group,
+            external: step.external,
         })
     }
 

@@ -312,6 +312,34 @@ pub struct Step {
     /// there. Filled by [`crate::catalog`] after the layout read the
     /// folder, or by the framework that sent it.
     pub deploy_group: Option<String>,
+    /// Who applies it on a database with rows, when rollsafe cannot run it
+    /// from its SQL there (a framework's data migration); None: its SQL.
+    pub external: Option<ExternalApply>,
+}
+
+/// A migration applied by a command of the project's own on a database
+/// with rows (a framework's data migration: its statements depend on the
+/// rows, so what it sent to an empty database is not what it does there).
+/// Whoever runs it needs nothing of the framework: make the database look
+/// as the framework left it before this migration (`bookkeeping`), run
+/// `command` in `dir` against it, then drop the framework's own tables
+/// again (`own_tables`), so that a schema compared with one built from
+/// SQL does not hold them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ExternalApply {
+    /// Who runs it, for messages: `Django`.
+    pub by: String,
+    /// The shell command that applies this migration alone:
+    /// `python3 manage.py migrate packets 0006_fill_weight`.
+    pub command: String,
+    /// Where it runs (the project's root).
+    pub dir: std::path::PathBuf,
+    /// What the framework wrote to its own tables with every migration
+    /// before this one (its history table's creation and rows), in order.
+    pub bookkeeping: Vec<String>,
+    /// The framework's own tables (its history table first), dropped
+    /// after the command.
+    pub own_tables: Vec<String>,
 }
 
 /// A script that goes with a migration (Sqitch's verify script, a Flyway

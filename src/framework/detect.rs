@@ -124,10 +124,42 @@ impl Framework {
                 _ => self.command(),
             },
             Framework::Alembic => match ini_database_driver(root) {
-                Some(driver) => alembic_upgrade_on_database_url(&driver),
+                Some(driver) => alembic_upgrade_on_database_url(&driver, "head"),
                 None => self.command(),
             },
             _ => self.command(),
+        }
+    }
+
+    /// The command that applies the one migration its history keys
+    /// `key` on a database where every earlier one is recorded (a data
+    /// migration rehearsed at rows), run in the project's root; None for
+    /// a framework rollsafe has not run one migration of.
+    pub fn apply_one(self, root: &Path, key: &str) -> Option<String> {
+        let quoted = shell_quote(key);
+        match self {
+            Framework::FlaskMigrate => Some(match flask_migrate_folder(root) {
+                Some(folder) if folder != "migrations" => {
+                    format!("flask db upgrade --directory {} {quoted}", shell_quote(&folder))
+                }
+                _ => format!("flask db upgrade {quoted}"),
+            }),
+            Framework::Alembic => Some(match ini_database_driver(root) {
+                Some(driver) => alembic_upgrade_on_database_url(&driver, key),
+                None => format!("alembic upgrade {quoted}"),
+            }),
+            Framework::Django => {
+                let (app, name) = key.split_once('.')?;
+                Some(format!(
+                    "{} manage.py migrate {} {}",
+                    python(),
+                    shell_quote(app),
+                    shell_quote(name)
+                ))
+            }
+            Framework::Rails => Some(format!("bin/rails db:migrate:up VERSION={quoted}")),
+            Framework::ActiveRecord => Some(format!("rake db:migrate:up VERSION={quoted}")),
+            _ => None,
         }
     }
 
@@ -268,9 +300,15 @@ fn ini_database_driver(root: &Path) -> Option<String> {
 /// `sqlalchemy.url` set to `DATABASE_URL` with the project's `driver`
 /// (its `%(here)s` and everything else as the ini has them): what
 /// `alembic upgrade head` does, on rollsafe's database.
-fn alembic_upgrade_on_database_url(driver: &str) -> String {
+fn alembic_upgrade_on_database_url(driver: &str, revision: &str) -> String {
+    // A revision is hex digits (or `head`); anything else is left to
+    // Alembic to refuse, never to the shell or Python.
+    let revision: String = revision
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
     format!(
-        "{} -c 'import os; from alembic import command; from alembic.config import Config; c = Config(\"alembic.ini\"); c.set_main_option(\"sqlalchemy.url\", \"{driver}://\" + os.environ[\"DATABASE_URL\"].split(\"://\", 1)[1].replace(\"%\", \"%%\")); command.upgrade(c, \"head\")'",
+        "{} -c 'import os; from alembic import command; from alembic.config import Config; c = Config(\"alembic.ini\"); c.set_main_option(\"sqlalchemy.url\", \"{driver}://\" + os.environ[\"DATABASE_URL\"].split(\"://\", 1)[1].replace(\"%\", \"%%\")); command.upgrade(c, \"{revision}\")'",
         python()
     )
 }
@@ -307,6 +345,20 @@ fn flask_migrate_folder(root: &Path) -> Option<String> {
         .into_iter()
         .find(|p| is_flask_migrate_folder(p))
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().to_string()))
+}
+
+/// `word` as one shell word: as it is when it holds nothing a shell
+/// reads, else in single quotes.
+fn shell_quote(word: &str) -> String {
+    if !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@+%".contains(c))
+    {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
 }
 
 /// An Alembic revision file declaring `revision` (`revision = "…"`,

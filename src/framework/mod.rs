@@ -476,10 +476,23 @@ impl Read {
             .filter(|(_, d)| d.is_some())
             .map(|(s, _)| s.label.as_str())
             .collect();
+        let by_framework: Vec<String> = self
+            .steps
+            .iter()
+            .filter_map(|s| Some((s, s.external.as_ref()?)))
+            .map(|(s, e)| format!("{} (`{}`)", s.label, e.command))
+            .collect();
         let mut say = |what: String| {
             out.push_str("; ");
             out.push_str(&what);
         };
+        if !by_framework.is_empty() {
+            say(format!(
+                "data migration(s) applied at rows by {} itself, not judged from what they sent to an empty database: {}",
+                self.project.framework_name(),
+                by_framework.join(", ")
+            ));
+        }
         if !data.is_empty() {
             say(format!(
                 "data migration(s), not judged from what they sent to an empty database: {}",
@@ -572,9 +585,14 @@ fn into_read(project: Project, split: sent::Split, command_time: Duration) -> Re
         if m.statements.is_empty() {
             state_only.push(m.key.clone());
         }
-        data.push(m.reads_rows.as_ref().map(|read| {
-            format!("is a data migration: it read the project's rows (`{read}`) and sends what it sends because of them, so what it sent to rollsafe's empty database is not what production runs")
-        }));
+        let external = m
+            .reads_rows
+            .as_ref()
+            .and_then(|_| external_apply(&project, &m.key, &history));
+        data.push(match (&m.reads_rows, &external) {
+            (Some(read), None) => Some(format!("is a data migration: it read the project's rows (`{read}`) and sends what it sends because of them, so what it sent to rollsafe's empty database is not what production runs; rollsafe applies a data migration at rows through the framework itself (Django, Alembic, Rails/ActiveRecord), which a --migrate-command of its own does not name")),
+            _ => None,
+        });
         steps.push(Step {
             key: m.key.clone(),
             label: m.key.clone(),
@@ -585,6 +603,7 @@ fn into_read(project: Project, split: sent::Split, command_time: Duration) -> Re
                 true => Execution::Autocommit,
                 false => Execution::Transaction,
             },
+            external,
             ..Step::default()
         });
     }
@@ -600,6 +619,37 @@ fn into_read(project: Project, split: sent::Split, command_time: Duration) -> Re
         refused: split.refused,
         history,
     }
+}
+
+/// How the framework applies the data migration `key` alone at rows:
+/// its one-migration command, what it wrote to its own tables with every
+/// migration before (`history`, filled up to this one), and its tables.
+/// None for a command rollsafe does not know how to aim at one migration.
+fn external_apply(
+    project: &Project,
+    key: &str,
+    history: &FrameworkHistory,
+) -> Option<crate::catalog::ExternalApply> {
+    let framework = project
+        .framework
+        .filter(|f| project.command == f.command_at(&project.root))?;
+    let command = framework.apply_one(&project.root, key)?;
+    let earlier = history
+        .by_label
+        .iter()
+        .take_while(|(label, _)| label != key);
+    let bookkeeping = earlier.flat_map(|(_, sent)| sent.iter().cloned()).collect();
+    let own_tables = std::iter::once(project.history.as_str())
+        .chain(framework.own_tables().iter().copied())
+        .map(str::to_string)
+        .collect();
+    Some(crate::catalog::ExternalApply {
+        by: framework.name().to_string(),
+        command,
+        dir: project.root.clone(),
+        bookkeeping,
+        own_tables,
+    })
 }
 
 /// Runs of two or more neighbouring migrations sent in one transaction.
