@@ -689,15 +689,30 @@ struct Ran {
 /// Runs the migrate command in the project's root against `url`; its
 /// output is kept, and shown (the last lines) only when it fails.
 fn run_migrate(project: &Project, url: &str) -> Result<Ran, FrameworkError> {
+    run_shell(&project.command, &project.root, url)
+}
+
+/// Runs the project's shell `command` in `dir` against the database at
+/// `url` (`DATABASE_URL` and libpq's `PG*` set, no input), as the migrate
+/// command runs: how long it took, or [`FrameworkError::CommandFailed`]
+/// with its last lines (the password masked) or [`FrameworkError::Spawn`].
+/// How a data migration is applied at rows
+/// ([`crate::catalog::ExternalApply`]).
+pub fn run_command(command: &str, dir: &Path, url: &str) -> Result<Duration, FrameworkError> {
+    run_shell(command, dir, url).map(|ran| ran.took)
+}
+
+/// [`run_command`], with what its output said it applied.
+fn run_shell(command: &str, dir: &Path, url: &str) -> Result<Ran, FrameworkError> {
     let mut cmd = Command::new("sh");
     cmd.arg("-c")
-        .arg(&project.command)
-        .current_dir(&project.root)
+        .arg(command)
+        .current_dir(dir)
         .stdin(Stdio::null());
     database_env(&mut cmd, url);
     let clock = Instant::now();
     let output = cmd.output().map_err(|e| FrameworkError::Spawn {
-        command: project.command.clone(),
+        command: command.to_string(),
         detail: e.to_string(),
     })?;
     let took = clock.elapsed();
@@ -709,7 +724,7 @@ fn run_migrate(project: &Project, url: &str) -> Result<Ran, FrameworkError> {
     }
     let lines = last_lines(&output.stdout, &output.stderr, url);
     Err(FrameworkError::CommandFailed {
-        command: project.command.clone(),
+        command: command.to_string(),
         status: output.status.to_string(),
         elsewhere: connected_elsewhere(&lines, url),
         output: lines,

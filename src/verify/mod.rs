@@ -178,6 +178,7 @@ impl Verify {
                     version: m.version,
                     file: self.catalog.path_of(m),
                     not_runnable: m.not_runnable.clone(),
+                    applied_by: applied_by(m),
                     lint: lint.remove(&m.version),
                     ..MigrationEvidence::default()
                 };
@@ -294,6 +295,7 @@ impl Verify {
                         version: m.version,
                         file: self.catalog.path_of(m),
                         not_runnable: m.not_runnable.clone(),
+                        applied_by: applied_by(m),
                         sql: m.sql.clone(),
                         callbacks: (m.before_each.iter().chain(&m.after_each))
                             .map(|s| crate::catalog::Script {
@@ -353,4 +355,12 @@ impl Verify {
         }
         Ok(report)
     }
+}
+
+/// `Django itself (`python3 manage.py migrate …`)` for a migration its
+/// framework applies at rows ([`crate::catalog::ExternalApply`]).
+fn applied_by(m: &crate::catalog::Migration) -> Option<String> {
+    m.external
+        .as_ref()
+        .map(|x| format!("{} itself (`{}`)", x.by, x.command))
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::report::{Finding, Severity};
 use crate::verify::evidence::{
-    Applied, Context, Labels, MigrationEvidence, RunEvidence, SecondRun, Unreached,
+    Applied, Context, ExternalRun, Labels, MigrationEvidence, RunEvidence, SecondRun, Unreached,
 };
 
 use super::phrases::ms;
@@ -100,6 +100,9 @@ pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
             ));
         }
     }
+    if let (false, Some(x)) = (e.failed_on_empty(), &e.external) {
+        out.push(applied_by_framework(v, x));
+    }
     if let (false, Some(r)) = (e.failed_on_empty(), &e.second_run) {
         out.push(evaluate_second_run(Some(v), r));
     }
@@ -108,6 +111,70 @@ pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
     }
     out.extend(unreached);
     out
+}
+
+/// How many of a failing command's last lines a finding's message
+/// quotes (all of them are its evidence).
+const QUOTED_LINES: usize = 5;
+
+/// A data migration its framework applied on the seeded database (`x`):
+/// the command, the rows it changed and its time; or, when it failed
+/// there, an error with the command's last lines.
+pub fn applied_by_framework(v: i32, x: &ExternalRun) -> Finding {
+    let Some((status, output)) = &x.failed else {
+        let changed = match (&x.changed, x.changed_phrase()) {
+            (_, Some(phrase)) => format!("it changed {phrase}"),
+            (Err(why), None) => format!("the rows it changed were not measured ({why})"),
+            (Ok(_), None) => String::new(),
+        };
+        let total: i64 = x
+            .changed
+            .iter()
+            .flatten()
+            .map(|c| c.inserted + c.updated + c.deleted)
+            .sum();
+        return Finding::new(
+            CHECK,
+            "applied-by-framework",
+            Severity::Info,
+            Some(v),
+            format!(
+                "a data migration, applied on a database with {} rows by {} itself (`{}`) in {:.0} ms: {changed}",
+                x.rows,
+                x.by,
+                x.command,
+                ms(x.took)
+            ),
+        )
+        .evidence("command", x.command.clone())
+        .evidence("rows", x.rows)
+        .evidence("command_ms", ms(x.took))
+        .evidence("rows_changed", total);
+    };
+    let shown: Vec<&str> = output
+        .iter()
+        .map(|l| l.trim())
+        .filter(|l| !l.is_empty())
+        .collect();
+    let tail = &shown[shown.len().saturating_sub(QUOTED_LINES)..];
+    let ends = match tail.is_empty() {
+        true => String::new(),
+        false => format!("; its output ends: {}", tail.join(" | ")),
+    };
+    Finding::new(
+        CHECK,
+        "fails-on-seeded",
+        Severity::Error,
+        Some(v),
+        format!(
+            "a data migration: applied on a database with {} rows by {} itself (`{}`), it failed ({status}){ends}",
+            x.rows, x.by, x.command
+        ),
+    )
+    .evidence("command", x.command.clone())
+    .evidence("rows", x.rows)
+    .evidence("output", output.clone())
+    .advice("a data migration meets every row production holds: make it handle each one (a row its query leaves out, a value it does not expect), and run it the same way against a copy of production before the deploy")
 }
 
 /// The project's verify script (Sqitch) after the change: its failure

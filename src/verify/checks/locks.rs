@@ -57,7 +57,7 @@ pub const STALL_BUDGET: Duration = Duration::from_secs(1);
 pub const ENTRY: Check = Check {
     name: CHECK,
     description: DESCRIPTION,
-    ran: |e| e.applied_on_seeded().is_some(),
+    ran: |e| e.applied_on_seeded().is_some() || applied_by_framework(e).is_some(),
     evaluate,
     evaluate_run: None,
 };
@@ -67,6 +67,9 @@ pub const ENTRY: Check = Check {
 /// the probe's outcome (nothing after a failure on an empty database
 /// speaks for it).
 pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
+    if let Some(by) = applied_by_framework(e) {
+        return vec![not_measured_by_framework(e.version, by)];
+    }
     let v = e.version;
     let mut out = Vec::new();
     if let Some(Probe::NotApplicable) = &e.probe {
@@ -580,6 +583,28 @@ pub fn probe_not_applicable(v: i32) -> Finding {
         "runs outside a transaction: the long-transaction probe (one transaction per attempt) does not apply; migrate runs each statement under the lock policy (waiting without queueing where it can see the conflicting holder)",
     )
     .advice("the seeded apply under the live apps' workload measured its stalls")
+}
+
+/// Who applied the migration at rows, when its framework did and it
+/// succeeded there (a data migration).
+fn applied_by_framework(e: &MigrationEvidence) -> Option<&str> {
+    e.external
+        .as_ref()
+        .filter(|x| x.failed.is_none())
+        .and(e.applied_by.as_deref())
+}
+
+/// A data migration its framework applied at rows (`by`): nothing of
+/// this check could be measured there. Said, never passed as ok.
+fn not_measured_by_framework(v: i32, by: &str) -> Finding {
+    Finding::new(
+        CHECK,
+        "applied-by-framework",
+        Severity::Skipped,
+        Some(v),
+        format!("a data migration, applied at rows by {by}: the locks it took, how long it held them and the live apps' waits were not measured, and the long-transaction probe did not run: its statements ran on the framework's own connections, which rollsafe neither sees one by one nor runs under its lock policy"),
+    )
+    .advice("review what it does to the rows by hand; a data migration that updates a large table belongs in batches outside the deploy's transaction")
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ pub const CHECK: &str = "rewrite";
 pub const ENTRY: Check = Check {
     name: CHECK,
     description: DESCRIPTION,
-    ran: |e| e.applied_on_seeded().is_some(),
+    ran: |e| e.applied_on_seeded().is_some() || applied_by_framework(e).is_some(),
     evaluate,
     evaluate_run: None,
 };
@@ -46,6 +46,9 @@ pub const ENTRY: Check = Check {
 /// not fill before it, then the work both applies measured, with the lock
 /// holds predicted at production's sizes.
 pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
+    if let Some(by) = applied_by_framework(e) {
+        return vec![not_measured_by_framework(e.version, by)];
+    }
     let mut out = Vec::new();
     if let Some(g) = e.seeding.as_ref().and_then(|s| s.generated.as_ref()) {
         let left_empty = e.seeding.as_ref().map_or(&[][..], |s| &s.left_empty[..]);
@@ -597,6 +600,28 @@ fn read_phrase(w: &crate::verify::evidence::Work, t: &TableWork) -> String {
             t.table, t.rows_before, w.tuples_fetched
         )
     }
+}
+
+/// Who applied the migration at rows, when its framework did and it
+/// succeeded there (a data migration).
+fn applied_by_framework(e: &MigrationEvidence) -> Option<&str> {
+    e.external
+        .as_ref()
+        .filter(|x| x.failed.is_none())
+        .and(e.applied_by.as_deref())
+}
+
+/// A data migration its framework applied at rows (`by`): nothing of
+/// this check could be measured there. Said, never passed as ok.
+fn not_measured_by_framework(v: i32, by: &str) -> Finding {
+    Finding::new(
+        CHECK,
+        "applied-by-framework",
+        Severity::Skipped,
+        Some(v),
+        format!("a data migration, applied at rows by {by}: its table rewrites, WAL and per-statement work were not measured: its statements ran on the framework's own connections, which rollsafe does not see one by one (the rows it changed are apply.applied-by-framework's)"),
+    )
+    .advice("review what it does to the rows by hand; a data migration that updates a large table belongs in batches outside the deploy's transaction")
 }
 
 #[cfg(test)]

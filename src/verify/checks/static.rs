@@ -57,6 +57,9 @@ pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
     if let Some(why) = &e.not_runnable {
         return vec![not_read(e, why, cx)];
     }
+    if let Some(by) = &e.applied_by {
+        return vec![applied_by_framework(e, by, cx)];
+    }
     let Some(warnings) = &e.lint else {
         return Vec::new();
     };
@@ -221,6 +224,25 @@ fn not_read(e: &MigrationEvidence, why: &str, cx: &Context) -> Finding {
     )
     .evidence("file", e.file.clone())
     .advice("review it by hand; rehearse what it does from a database your tool migrated (--from-target <url>)")
+}
+
+/// A data migration its framework applies at rows (`by`): the SQL
+/// squawk could read is what it sent to an empty database, not what it
+/// runs on rows, so no verdict comes from it.
+fn applied_by_framework(e: &MigrationEvidence, by: &str, cx: &Context) -> Finding {
+    Finding::new(
+        CHECK,
+        "applied-by-framework",
+        Severity::Skipped,
+        Some(e.version),
+        format!(
+            "{} ({}) is a data migration applied at rows by {by}: what it sent to an empty database is not what it runs on rows, so squawk's reading of it is no verdict",
+            cx.labels.of(e.version),
+            e.file
+        ),
+    )
+    .evidence("file", e.file.clone())
+    .advice("review its code by hand; apply.applied-by-framework says what it did to the seeded rows")
 }
 
 fn clean(v: i32) -> Finding {

@@ -15,6 +15,7 @@
 // sizes), so importing the root from it would be a circle.
 pub mod applied;
 mod cross_version;
+mod external;
 pub mod plan;
 pub mod predict;
 mod readers;
@@ -37,6 +38,7 @@ use crate::lint::Warning;
 pub use crate::seed::generated::Generated;
 pub use applied::{Applied, Observed, StatementRun, TableWork, Work};
 pub use cross_version::CrossVersion;
+pub use external::{ExternalRun, RowsChanged};
 pub use readers::{
     BoundBy, BoundRows, DirectiveCount, NotCompared, RolloutWrite, Row, RowRead, StatementReader,
     Visible, Writer,
@@ -61,6 +63,11 @@ pub struct MigrationEvidence {
     /// a kind it does not run), from the catalogue: squawk read nothing of
     /// it, so no check may call it clean. None for SQL.
     pub not_runnable: Option<String>,
+    /// Who applies it at rows instead of its SQL, from the catalogue
+    /// (`Django itself (`python3 manage.py migrate …`)`): a framework's
+    /// data migration, whose SQL is only what it sent to an empty
+    /// database. None for the others.
+    pub applied_by: Option<String>,
     /// squawk's warnings on its text (None: the precheck did not finish).
     pub lint: Option<Vec<Warning>>,
     /// What blocks the live apps: the lock modes their statements take.
@@ -84,6 +91,9 @@ pub struct MigrationEvidence {
     /// The seeded path: its measured apply, under the live apps' workload
     /// when one ran, and the file's batched updates.
     pub seeded: Option<SeededApply>,
+    /// The seeded path of a migration applied by its command
+    /// ([`MigrationEvidence::applied_by`]) instead of `seeded`.
+    pub external: Option<ExternalRun>,
     /// Reached only when the seeded apply succeeded.
     pub backfill: Option<Backfill>,
     pub compat: Option<Compat>,

@@ -7,6 +7,8 @@
 //!   [`rehearsal::outside_transaction`] for a file that runs outside one);
 //! - [`forced_failure`]: the empty path's forced failure and measured apply;
 //! - [`kill_and_rerun`]: a file outside a transaction killed and rerun;
+//! - [`external`]: a migration applied at rows by a command of the
+//!   project's own (a framework's data migration), measured from outside;
 //! - [`planning`]: the live apps' statements planned before and after;
 //! - [`readers`]: what the apps' read statements return around a
 //!   migration, and the rows the older apps write during the rollout;
@@ -25,6 +27,7 @@
 pub mod backfill;
 pub mod compat;
 pub mod cross_version;
+pub mod external;
 pub mod forced_failure;
 pub mod kill_and_rerun;
 pub mod planning;

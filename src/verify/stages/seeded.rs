@@ -1,6 +1,9 @@
 //! Stage 3, per migration that applied on the empty path: the measured
 //! apply on the seeded database with the live apps' workload running
-//! (and the file's batched updates, as migrate runs them), then apply,
+//! (and the file's batched updates, as migrate runs them), or, for a
+//! framework's data migration, its framework applying it there
+//! ([`measure::external`]: no workload, nothing measured per statement),
+//! then apply,
 //! rewrite and locks judged on both applies, the backfill checked on the
 //! rows that existed before, and beside it, on a copy of the database
 //! right after the migration, the compat replays and cross-version
@@ -101,20 +104,43 @@ impl Run<'_> {
             });
             side
         });
-        let applied = match (seeded, &applied_db) {
-            (true, Some(db)) => {
-                self.apply_under_workload(m, db, seeded_rows, &live, &live_outcomes)?
+        let ok = match (seeded, &applied_db, &m.external) {
+            // A data migration: its framework applies it at rows.
+            (true, Some(db), Some(x)) => {
+                self.options.say(
+                    v,
+                    MigrationStep::ApplyingOnSeeded {
+                        rows: seeded_rows,
+                        workload: false,
+                    },
+                );
+                let run = measure::external::apply(&self.sessions, db, x, seeded_rows)?;
+                let ok = run.failed.is_none();
+                self.evidence(v).external = Some(run);
+                ok
             }
-            // Without seeded rows the empty path's apply is the seeded one.
-            _ => SeededApply {
-                applied: self.evidence(v).at_zero.clone().unwrap_or_default(),
-                rows: seeded_rows,
-                workload: None,
-                batched: Vec::new(),
-            },
+            (true, Some(db), None) => {
+                let applied =
+                    self.apply_under_workload(m, db, seeded_rows, &live, &live_outcomes)?;
+                let ok = applied.applied.ok();
+                self.evidence(v).seeded = Some(applied);
+                ok
+            }
+            // Without seeded rows the empty path's apply is the seeded one
+            // (a data migration's too: what it sent to an empty database
+            // is what it does there).
+            _ => {
+                let applied = SeededApply {
+                    applied: self.evidence(v).at_zero.clone().unwrap_or_default(),
+                    rows: seeded_rows,
+                    workload: None,
+                    batched: Vec::new(),
+                };
+                let ok = applied.applied.ok();
+                self.evidence(v).seeded = Some(applied);
+                ok
+            }
         };
-        let ok = applied.applied.ok();
-        self.evidence(v).seeded = Some(applied);
         if !ok {
             return Ok(Seeded::Failed);
         }

@@ -120,8 +120,11 @@ impl<'a> Run<'a> {
         let base = self.seed_base(prev, &live, staged.last(), empty_prev, migrations)?;
         let tables = measure::user_tables(empty_prev)?;
         let born = self.born_in_deploy(index, migrations, &tables);
-        let probed = prev > 0 && !m.runs_outside_transaction();
-        if prev > 0 && m.runs_outside_transaction() {
+        // A data migration applied by its framework at rows sends its
+        // statements on the framework's connections: the probe's retry
+        // loop cannot run them (locks says so).
+        let probed = prev > 0 && !m.runs_outside_transaction() && m.external.is_none();
+        if prev > 0 && m.runs_outside_transaction() && m.external.is_none() {
             self.evidence(v).probe = Some(Probe::NotApplicable);
         } else if probed && base.is_none() {
             // No seeded path: the probe's copy is of the template, taken
@@ -666,10 +669,19 @@ impl<'a> Run<'a> {
             return Ok(None);
         }
         let db = self.clone_db(base)?;
-        let mut c = measure::connect_migrator(&self.sessions, &db)?;
-        let own = self.own_roles(m, &db)?;
-        let applied = apply_unchecked(&mut c, m);
-        drop(own);
+        let applied = match &m.external {
+            // A data migration: its framework applies it to the rows.
+            Some(x) => measure::external::apply(&self.sessions, &db, x, last.seeded_rows)?
+                .failed
+                .map_or(Ok(()), |(status, _)| Err(status)),
+            None => {
+                let mut c = measure::connect_migrator(&self.sessions, &db)?;
+                let own = self.own_roles(m, &db)?;
+                let applied = apply_unchecked(&mut c, m);
+                drop(own);
+                applied
+            }
+        };
         if applied.is_err() {
             return Ok(None);
         }
@@ -680,7 +692,6 @@ impl<'a> Run<'a> {
             .filter(|a| a.live_during(m.version))
             .map(|a| a.name.clone())
             .collect();
-        drop(c);
         Ok(Some((db, last.seeded_rows, apps)))
     }
 }
