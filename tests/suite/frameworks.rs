@@ -66,10 +66,13 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             a_state_only_migration_is_listed_as_sending_no_sql,
             a_migrate_command_of_its_own_with_its_history_table,
             a_failing_migrate_command_is_exit_2_with_its_last_lines,
-            a_data_migration_is_skipped_naming_it,
             django_since_is_a_point_in_the_projects_git_history,
             django_base_rehearses_what_ref_lacks_wherever_django_sends_it,
             a_project_that_migrates_its_own_sqlite_file_is_told_so,
+            an_alembic_data_migration_is_applied_at_rows_by_alembic,
+            an_activerecord_data_migration_is_applied_at_rows_by_rake,
+            a_django_data_migration_fills_the_rows_the_not_null_migration_after_it_needs,
+            a_django_data_migration_that_misses_rows_fails_the_not_null_migration_after_it,
             django_apps_captured_from_their_test_databases_catch_the_dropped_default,
             alembic_apps_captured_from_their_tests_catch_the_dropped_server_default,
             activerecord_apps_captured_from_their_test_env_catch_the_default_that_hides_rows,
@@ -331,21 +334,183 @@ fn a_failing_migrate_command_is_exit_2_with_its_last_lines(env: &TestEnv) -> any
     Ok(())
 }
 
-/// Without `--since`, the data migration is where the rehearsal stops:
-/// skipped, naming it and why, never judged from what it sent to an
-/// empty database.
-fn a_data_migration_is_skipped_naming_it(env: &TestEnv) -> anyhow::Result<()> {
+/// The findings of `label`'s section of a text report (its heading
+/// line up to the next heading), each line trimmed.
+fn section<'a>(stdout: &'a str, label: &str) -> Vec<&'a str> {
+    stdout
+        .lines()
+        .skip_while(|l| !l.starts_with(&format!("{label} ")))
+        .skip(1)
+        .take_while(|l| l.starts_with(' '))
+        .map(str::trim)
+        .collect()
+}
+
+/// The first line of `lines` that starts with `severity` and names `id`.
+fn finding<'a>(lines: &[&'a str], severity: &str, id: &str) -> Option<&'a str> {
+    lines
+        .iter()
+        .find(|l| l.starts_with(severity) && l.split_whitespace().nth(1) == Some(id))
+        .copied()
+}
+
+/// A data migration's framework applies it at rows (`data`, by
+/// `command`): it is never marked not runnable, its apply names the
+/// command and the rows it changed (`changed`), and rewrite, locks and
+/// static say they could not measure it, skipped, never ok.
+fn applied_at_rows(
+    stdout: &str,
+    stderr: &str,
+    data: &str,
+    command: &str,
+    changed: &str,
+) -> anyhow::Result<()> {
+    ensure!(
+        !stdout.contains("apply.not-runnable") && !stdout.contains("apply.not-rehearsed"),
+        "nothing is left unrehearsed: {stdout}"
+    );
+    let lines = section(stdout, data);
+    let applied = finding(&lines, "ok", "apply.applied-by-framework")
+        .with_context(|| format!("no apply.applied-by-framework at {data}:\n{stdout}"))?;
+    ensure!(
+        applied.contains(command) && applied.contains(changed),
+        "the apply names the command and the rows it changed ({changed}): {applied}"
+    );
+    for id in [
+        "rewrite.applied-by-framework",
+        "locks.applied-by-framework",
+        "static.applied-by-framework",
+    ] {
+        ensure!(
+            finding(&lines, "SKIP", id).is_some_and(|l| l.contains(command)),
+            "{id} is skipped naming the command:\n{}",
+            lines.join("\n")
+        );
+    }
+    ensure!(
+        !lines.iter().any(|l| l.starts_with("ok    rewrite.")
+            || l.starts_with("ok    locks.")
+            || l.starts_with("ok    static.")),
+        "no ok for what was not measured:\n{}",
+        lines.join("\n")
+    );
+    ensure!(
+        stderr
+            .lines()
+            .any(|l| l.contains("data migration(s) applied at rows by")
+                && l.contains(&format!("{data} (`"))
+                && l.contains(&format!("{command}`)"))),
+        "the header names the data migration and its command: {stderr}"
+    );
+    Ok(())
+}
+
+/// Without `--since`, Alembic's data migration (reading sailings through
+/// `op.get_bind()`) is applied at rows by `alembic upgrade <its
+/// revision>` on the seeded database, with its history before it.
+fn an_alembic_data_migration_is_applied_at_rows_by_alembic(env: &TestEnv) -> anyhow::Result<()> {
     let dir = project("alembic", None)?;
     let (code, stdout, stderr) = verify(backend(env), dir.path(), "migrations/versions", &[])?;
     ensure!(code == 0, "exit {code}\n{stdout}\n{stderr}");
-    let skipped = stdout
-        .lines()
-        .find(|l| l.contains("apply.not-runnable"))
-        .with_context(|| format!("no skip in:\n{stdout}"))?;
+    applied_at_rows(
+        &stdout,
+        &stderr,
+        "8b2e4d6f1a3c",
+        "alembic upgrade 8b2e4d6f1a3c",
+        "sailing: 500 updated",
+    )
+}
+
+/// ActiveRecord's data migration (Ruby in `up` filling `shelf` from the
+/// rows) is applied at rows by `rake db:migrate:up VERSION=…`.
+fn an_activerecord_data_migration_is_applied_at_rows_by_rake(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = project("activerecord", None)?;
+    let (code, stdout, stderr) = verify(backend(env), dir.path(), "db/migrate", &[])?;
+    ensure!(code == 0, "exit {code}\n{stdout}\n{stderr}");
+    applied_at_rows(
+        &stdout,
+        &stderr,
+        "20240308090000",
+        "rake db:migrate:up VERSION=20240308090000",
+        "tools: 500 updated",
+    )
+}
+
+/// A bee yard (`tests/fixtures/frameworks/apiary`): 0002 adds
+/// `honey_kg` nullable, 0003 (`RunPython`) fills it from each hive's
+/// frames, 0004 sets it NOT NULL. Sent to an empty database, 0003 sends
+/// nothing at rows, so 0004 would fail there; applied by Django at rows,
+/// every hive has its value and 0004 is judged on rows like any
+/// migration: it applies, and its one error is a true one (SET NOT NULL
+/// scans the table under ACCESS EXCLUSIVE).
+fn a_django_data_migration_fills_the_rows_the_not_null_migration_after_it_needs(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    copy_tree(
+        &repo_root().join("tests/fixtures/frameworks/apiary"),
+        dir.path(),
+    )?;
+    let (code, stdout, stderr) = verify(backend(env), dir.path(), "hives/migrations", &[])?;
+    let found = errors(&stdout);
     ensure!(
-        skipped.trim_start().starts_with("SKIP")
-            && stdout.contains("8b2e4d6f1a3c_route_code.py) is a data migration: it read the project's rows (`SELECT sailing.id, port.name FROM sailing JOIN port"),
-        "the data migration is skipped, named, with why: {stdout}"
+        code == 1 && found == ["rewrite.full-scan-under-lock"],
+        "exit {code}, errors {found:?}\n{stdout}\n{stderr}"
+    );
+    applied_at_rows(
+        &stdout,
+        &stderr,
+        "hives.0003_fill_honey_kg",
+        "manage.py migrate hives 0003_fill_honey_kg",
+        "hives_hive: 500 updated",
+    )?;
+    let later = section(&stdout, "hives.0004_honey_kg_not_null");
+    ensure!(
+        finding(&later, "ok", "apply.applies").is_some_and(|l| l.contains("rows"))
+            && finding(&later, "ERROR", "rewrite.full-scan-under-lock").is_some()
+            && finding(&later, "ok", "locks.measured").is_some(),
+        "the NOT NULL migration is judged on rows:\n{}",
+        later.join("\n")
+    );
+    Ok(())
+}
+
+/// The bee yard's data migration filling only the hives of even id: at
+/// rows the NOT NULL migration after it fails, a true error at that
+/// migration, and the data migration's apply says how many rows it
+/// changed.
+fn a_django_data_migration_that_misses_rows_fails_the_not_null_migration_after_it(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let src = repo_root().join("tests/fixtures/frameworks/apiary");
+    copy_tree(&src, dir.path())?;
+    std::fs::copy(
+        src.join("variants/fills_some.py"),
+        dir.path().join("hives/migrations/0003_fill_honey_kg.py"),
+    )?;
+    let (code, stdout, stderr) = verify(backend(env), dir.path(), "hives/migrations", &[])?;
+    let found = errors(&stdout);
+    ensure!(
+        code == 1 && found == ["apply.fails-on-seeded"],
+        "exit {code}, errors {found:?}\n{stdout}\n{stderr}"
+    );
+    let later = section(&stdout, "hives.0004_honey_kg_not_null");
+    ensure!(
+        finding(&later, "ERROR", "apply.fails-on-seeded")
+            .is_some_and(|l| l
+                .contains("column \"honey_kg\" of relation \"hives_hive\" contains null values")),
+        "the NOT NULL migration fails at rows:\n{}",
+        later.join("\n")
+    );
+    let data = section(&stdout, "hives.0003_fill_honey_kg");
+    ensure!(
+        finding(&data, "ok", "apply.applied-by-framework")
+            .is_some_and(|l| l.contains("manage.py migrate hives 0003_fill_honey_kg")
+                && l.contains("hives_hive: ")
+                && !l.contains("hives_hive: 500 updated")),
+        "the data migration applied, changing some of the rows:\n{}",
+        data.join("\n")
     );
     Ok(())
 }
