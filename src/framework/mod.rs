@@ -16,9 +16,14 @@
 //!
 //! A migration that reads the project's rows (Django `RunPython`, Ruby in
 //! `up`, Alembic through `op.get_bind()`) sent what it sent because the
-//! database was empty: it is marked not runnable where it would be
-//! judged, naming the migration and why, and kept as sent where it only
-//! builds the schema under `--since` ([`Read::catalog`]).
+//! database was empty: it carries how its framework applies it alone on
+//! a database with rows ([`crate::catalog::ExternalApply`]: the
+//! one-migration command, the history rows before it, the framework's
+//! tables), which a rehearsal runs on its seeded path; its SQL as sent is
+//! what it does to an empty database. A command rollsafe cannot aim at
+//! one migration (a `--migrate-command` of the user's) leaves it marked
+//! not runnable where it would be judged, naming it and why, and kept as
+//! sent where it only builds the schema under `--since` ([`Read::catalog`]).
 //!
 //! Not here: detection of the framework ([`detect`]), reading the log
 //! lines ([`crate::capture::log`]), the rehearsal (`verify`).
@@ -243,10 +248,12 @@ fn ends_with(output: &[String]) -> String {
 pub struct Read {
     pub project: Project,
     /// Each migration as a step, data migrations runnable (their
-    /// schema as sent); [`Read::catalog`] marks them.
+    /// schema as sent, and how their framework applies them at rows
+    /// where it can); [`Read::catalog`] marks the others.
     steps: Vec<Step>,
     /// Per step: why it cannot be judged from what it sent (a data
-    /// migration), None for the others.
+    /// migration its framework cannot be asked to apply alone), None for
+    /// the others.
     data: Vec<Option<String>>,
     /// How long the migrate command ran.
     pub command_time: Duration,

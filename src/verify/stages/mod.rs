@@ -18,6 +18,13 @@
 //!    write rows), the compat replays and cross-version scenarios on the
 //!    schema after.
 //!
+//! A framework's data migration ([`crate::catalog::ExternalApply`]) is
+//! applied as it was sent on the empty path (the forced failure, the
+//! measured apply, the migrator's runs: what it does to an empty
+//! database), and by its framework's command wherever rows are (stage
+//! 3's apply, the copy carried to the next migration): no
+//! long-transaction probe for it, since its statements are the command's.
+//!
 //! Stages 2 and 3 overlap: stage 3 of a migration runs once stage 2 of
 //! the next one has cloned its seeded database, so at most two seeded
 //! databases exist at a time.
@@ -249,7 +256,10 @@ pub(super) struct Run<'a> {
 
 /// Applies `m` as `migrate` would, unmeasured: in one transaction, or
 /// statement by statement for a file that runs outside one (its batched
-/// updates have no rows to settle in a base without data).
+/// updates have no rows to settle in a base without data). A data
+/// migration's SQL as sent: its caller applies it where there are no rows
+/// (the `--since` base), or runs its framework's command instead
+/// ([`measure::external`](super::measure::external)) where there are.
 fn apply_unchecked(c: &mut postgres::Client, m: &crate::catalog::Migration) -> Result<(), String> {
     use crate::migrate::apply;
     if let Some(why) = &m.not_runnable {
