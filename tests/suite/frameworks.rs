@@ -10,6 +10,12 @@
 //! type change that rewrites fails. A generic `--migrate-command` with a
 //! history table of its own, and a migrate command that fails.
 //!
+//! The data migrations are applied at rows by the framework itself (its
+//! one-migration command), and the migrations after them judged on the
+//! rows they left: a bee yard's Django history (`apiary`) fills a
+//! nullable column before making it NOT NULL, once for every row and once
+//! missing some.
+//!
 //! Each project also holds two versions of an app with the tests its
 //! framework's runner runs (Django's `manage.py test`, `python -m
 //! unittest` on SQLAlchemy, `rake test` with minitest on ActiveRecord):

@@ -893,6 +893,54 @@ mod tests {
         );
     }
 
+    /// A data migration its framework applied at rows: info naming the
+    /// command, the rows and the rows it changed; when the command failed,
+    /// an error quoting its last lines (all of them in the evidence).
+    #[test]
+    fn a_data_migration_applied_by_its_framework_names_its_command_and_rows() {
+        use crate::verify::evidence::RowsChanged;
+        let ran = ExternalRun {
+            by: "Django".into(),
+            command: "python3 manage.py migrate hives 0003_fill".into(),
+            rows: 1000,
+            took: Duration::from_millis(420),
+            changed: Ok(vec![RowsChanged {
+                table: "hives_hive".into(),
+                updated: 500,
+                ..RowsChanged::default()
+            }]),
+            failed: None,
+        };
+        let f = applied_by_framework(3, &ran);
+        assert_eq!(
+            (f.id.as_str(), f.severity),
+            ("apply.applied-by-framework", Severity::Info)
+        );
+        assert_eq!(
+            f.message,
+            "a data migration, applied on a database with 1000 rows by Django itself (`python3 manage.py migrate hives 0003_fill`) in 420 ms: it changed hives_hive: 500 updated"
+        );
+        assert_eq!(f.evidence["rows_changed"], 500);
+
+        let output: Vec<String> = (1..=7).map(|i| format!("line {i}")).collect();
+        let failed = ExternalRun {
+            changed: Err("it failed".into()),
+            failed: Some(("exit status: 1".into(), output)),
+            ..ran
+        };
+        let f = applied_by_framework(3, &failed);
+        assert_eq!(
+            (f.id.as_str(), f.severity),
+            ("apply.fails-on-seeded", Severity::Error)
+        );
+        assert!(
+            f.message.ends_with("it failed (exit status: 1); its output ends: line 3 | line 4 | line 5 | line 6 | line 7"),
+            "{}",
+            f.message
+        );
+        assert_eq!(f.evidence["output"].as_array().map(Vec::len), Some(7));
+    }
+
     #[test]
     fn a_second_run_that_applies_is_an_error() {
         let noop = SecondRun {

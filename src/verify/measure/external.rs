@@ -196,7 +196,7 @@ mod tests {
         );
         assert_eq!(
             qualified("drizzle.__drizzle_migrations"),
-            "drizzle.__drizzle_migrations"
+            "\"drizzle\".\"__drizzle_migrations\""
         );
     }
 }
