@@ -79,6 +79,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             an_activerecord_data_migration_is_applied_at_rows_by_rake,
             a_django_data_migration_fills_the_rows_the_not_null_migration_after_it_needs,
             a_django_data_migration_that_misses_rows_fails_the_not_null_migration_after_it,
+            a_data_migration_under_a_migrate_command_of_its_own_is_skipped_naming_it,
             django_apps_captured_from_their_test_databases_catch_the_dropped_default,
             alembic_apps_captured_from_their_tests_catch_the_dropped_server_default,
             activerecord_apps_captured_from_their_test_env_catch_the_default_that_hides_rows,
@@ -675,6 +676,40 @@ fn a_project_that_migrates_its_own_sqlite_file_is_told_so(env: &TestEnv) -> anyh
         stderr.contains("the server saw no write to django_migrations, so no migration was applied; yet its output says it migrated a database (`Applying packets.0001_initial... OK`): another one")
             && stderr.contains("--migrate-command 'DB_NAME=$PGDATABASE"),
         "the refusal says where the migrations went and the way out: {stderr}"
+    );
+    Ok(())
+}
+
+/// A `--migrate-command` of the user's cannot be aimed at one migration:
+/// its data migration is where the rehearsal stops, skipped, naming it
+/// and why, never judged from what it sent to an empty database.
+fn a_data_migration_under_a_migrate_command_of_its_own_is_skipped_naming_it(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = project("django", None)?;
+    let (code, stdout, stderr) = verify(
+        backend(env),
+        dir.path(),
+        "packets/migrations",
+        &[
+            "--migrate-command",
+            "python3 -W ignore manage.py migrate",
+            "--history-table",
+            "django_migrations",
+        ],
+    )?;
+    ensure!(code == 0, "exit {code}\n{stdout}\n{stderr}");
+    let skipped = stdout
+        .lines()
+        .find(|l| l.contains("apply.not-runnable"))
+        .with_context(|| format!("no skip in:\n{stdout}"))?;
+    ensure!(
+        skipped.trim_start().starts_with("SKIP")
+            && stdout
+                .contains("0003_fill_label.py) is a data migration: it read the project's rows")
+            && stdout.contains("which a --migrate-command of its own does not name")
+            && !stdout.contains("applied-by-framework"),
+        "the data migration is skipped, named, with why: {stdout}"
     );
     Ok(())
 }
