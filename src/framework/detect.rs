@@ -140,7 +140,10 @@ impl Framework {
         match self {
             Framework::FlaskMigrate => Some(match flask_migrate_folder(root) {
                 Some(folder) if folder != "migrations" => {
-                    format!("flask db upgrade --directory {} {quoted}", shell_quote(&folder))
+                    format!(
+                        "flask db upgrade --directory {} {quoted}",
+                        shell_quote(&folder)
+                    )
                 }
                 _ => format!("flask db upgrade {quoted}"),
             }),
@@ -159,6 +162,52 @@ impl Framework {
             }
             Framework::Rails => Some(format!("bin/rails db:migrate:up VERSION={quoted}")),
             Framework::ActiveRecord => Some(format!("rake db:migrate:up VERSION={quoted}")),
+            _ => None,
+        }
+    }
+
+    /// `command` (the project's migrate command: the framework's own, or a
+    /// `--migrate-command` that ends as the framework's does, after the
+    /// environment a project's settings need) aimed at the one migration
+    /// `key`: [`Framework::apply_one`] for the framework's own command;
+    /// `… manage.py migrate` + ` APP NAME`, `… upgrade head` with the
+    /// revision for `head`, `… db upgrade` + ` REV`, `… db:migrate` as
+    /// `db:migrate:up VERSION=…`. None when `command` ends otherwise.
+    pub fn aim(self, command: &str, root: &Path, key: &str) -> Option<String> {
+        if command == self.command_at(root) {
+            return self.apply_one(root, key);
+        }
+        let command = command.trim_end();
+        let quoted = shell_quote(key);
+        match self {
+            // Options may follow (`migrate --noinput`): Django takes the
+            // app and the name after them.
+            Framework::Django
+                if command
+                    .split_once("manage.py migrate")
+                    .is_some_and(|(_, rest)| {
+                        rest.split_whitespace().all(|w| w.starts_with('-'))
+                    }) =>
+            {
+                let (app, name) = key.split_once('.')?;
+                Some(format!(
+                    "{command} {} {}",
+                    shell_quote(app),
+                    shell_quote(name)
+                ))
+            }
+            Framework::Alembic | Framework::FlaskMigrate if command.ends_with("upgrade head") => {
+                Some(format!(
+                    "{} {quoted}",
+                    command.strip_suffix("head")?.trim_end()
+                ))
+            }
+            Framework::FlaskMigrate if command.ends_with("db upgrade") => {
+                Some(format!("{command} {quoted}"))
+            }
+            Framework::Rails | Framework::ActiveRecord if command.ends_with("db:migrate") => {
+                Some(format!("{}:up VERSION={quoted}", command))
+            }
             _ => None,
         }
     }
@@ -427,6 +476,48 @@ pub fn detect(dir: &Path) -> Option<(PathBuf, Framework)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_migrate_command_of_the_users_is_aimed_at_one_migration_when_it_ends_as_the_frameworks() {
+        let root = Path::new("/nonexistent");
+        let env = "DB_NAME=$PGDATABASE python manage.py migrate";
+        assert_eq!(
+            Framework::Django
+                .aim(env, root, "accounts.0018_fill_names")
+                .as_deref(),
+            Some("DB_NAME=$PGDATABASE python manage.py migrate accounts 0018_fill_names")
+        );
+        assert_eq!(
+            Framework::Alembic
+                .aim("env X=1 alembic upgrade head", root, "8b2e4d6f1a3c")
+                .as_deref(),
+            Some("env X=1 alembic upgrade 8b2e4d6f1a3c")
+        );
+        assert_eq!(
+            Framework::ActiveRecord
+                .aim(
+                    "RAILS_ENV=ci bundle exec rake db:migrate",
+                    root,
+                    "20240308090000"
+                )
+                .as_deref(),
+            Some("RAILS_ENV=ci bundle exec rake db:migrate:up VERSION=20240308090000")
+        );
+        assert_eq!(
+            Framework::Django
+                .aim("python manage.py migrate --noinput", root, "a.0001_x")
+                .as_deref(),
+            Some("python manage.py migrate --noinput a 0001_x")
+        );
+        assert_eq!(
+            Framework::Django.aim("make migrate", root, "a.0001_x"),
+            None
+        );
+        assert_eq!(
+            Framework::Django.aim("sh -c 'python manage.py migrate'", root, "a.0001_x"),
+            None
+        );
+    }
 
     /// A Django migration is its own app's file: an installed package's
     /// `auth.0001_initial` is not the project's `shelf/migrations/0001_initial.py`.

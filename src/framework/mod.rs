@@ -597,7 +597,7 @@ fn into_read(project: Project, split: sent::Split, command_time: Duration) -> Re
             .as_ref()
             .and_then(|_| external_apply(&project, &m.key, &history));
         data.push(match (&m.reads_rows, &external) {
-            (Some(read), None) => Some(format!("is a data migration: it read the project's rows (`{read}`) and sends what it sends because of them, so what it sent to rollsafe's empty database is not what production runs; rollsafe applies a data migration at rows through the framework itself (Django, Alembic, Rails/ActiveRecord), which a --migrate-command of its own does not name")),
+            (Some(read), None) => Some(format!("is a data migration: it read the project's rows (`{read}`) and sends what it sends because of them, so what it sent to rollsafe's empty database is not what production runs; rollsafe applies a data migration at rows through the framework itself (Django, Alembic, Rails/ActiveRecord), and this migrate command does not end as the framework's does (`manage.py migrate`, `upgrade head`, `db upgrade`, `db:migrate`), so it cannot be aimed at this one migration")),
             _ => None,
         });
         steps.push(Step {
@@ -637,10 +637,8 @@ fn external_apply(
     key: &str,
     history: &FrameworkHistory,
 ) -> Option<crate::catalog::ExternalApply> {
-    let framework = project
-        .framework
-        .filter(|f| project.command == f.command_at(&project.root))?;
-    let command = framework.apply_one(&project.root, key)?;
+    let framework = project.framework?;
+    let command = framework.aim(&project.command, &project.root, key)?;
     let earlier = history
         .by_label
         .iter()
