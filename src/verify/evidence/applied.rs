@@ -281,6 +281,13 @@ pub struct Applied {
     /// The migration's file as a reviewer sees it (set by the caller), for
     /// locations.
     pub file: String,
+    /// How long the same statements ran in the forced failure's
+    /// transaction just before this apply, on the same database (from
+    /// its start to its last statement's end): a second measurement of
+    /// work that does not grow with a table, so a busy machine's stall in
+    /// one of them is not taken for the migration's cost. None when the
+    /// forced failure did not reach its end (or did not run).
+    pub forced_failure_took: Option<Duration>,
 }
 
 impl Applied {

@@ -28,10 +28,15 @@ pub struct AtEnd {
     reached: bool,
     pub locked: BTreeSet<u32>,
     pub functions: BTreeSet<String>,
+    /// When the transaction started, and how long it ran to its last
+    /// statement's end ([`Applied::forced_failure_took`]).
+    started: Option<std::time::Instant>,
+    pub took: std::time::Duration,
 }
 
 impl crate::migrate::apply::StepObserver for AtEnd {
     fn finishing(&mut self, c: &mut postgres::Client) -> Result<(), postgres::Error> {
+        self.took = self.started.map(|s| s.elapsed()).unwrap_or_default();
         // The catalogs themselves, whatever the migration did to the
         // search path (a table of its own named pg_locks must not hide
         // its locks, nor a temporary one); the transaction is rolled back
@@ -62,8 +67,8 @@ pub fn forced_failure(
     m: &Migration,
     empty: &Database,
 ) -> Result<(Applied, Vec<String>), VerifyError> {
-    let (before, _) = fail_before_commit(sessions, m, empty)?;
-    trace_and_measure(empty, sessions, m, before)
+    let (before, at_end) = fail_before_commit(sessions, m, empty)?;
+    trace_and_measure(empty, sessions, m, before, at_end.map(|a| a.took))
 }
 
 /// The forced failure's first half on `empty`: the schema before, then
@@ -86,6 +91,7 @@ pub fn fail_before_commit(
         "setting aside the roles the migration creates",
         sessions.own_roles(m.version, &m.sql, empty.name()),
     )?;
+    at_end.started = Some(std::time::Instant::now());
     let ran = apply::in_transaction(
         &mut c,
         &apply::migration_steps(m),
@@ -108,6 +114,7 @@ pub fn trace_and_measure(
     sessions: &Sessions,
     m: &Migration,
     before: Snapshot,
+    forced_took: Option<std::time::Duration>,
 ) -> Result<(Applied, Vec<String>), VerifyError> {
     let trace = super::snapshot(empty)?.diff(&before);
     let _own = step(
@@ -115,9 +122,10 @@ pub fn trace_and_measure(
         sessions.own_roles(m.version, &m.sql, empty.name()),
     )?;
     let migrator_url = sessions.migrator(empty.url());
-    let at_zero = step(
+    let mut at_zero = step(
         "applying on an empty database",
         rehearsal::apply_migration_measured(empty.url(), &migrator_url, m),
     )?;
+    at_zero.forced_failure_took = forced_took;
     Ok((at_zero, trace))
 }

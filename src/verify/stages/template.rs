@@ -82,7 +82,7 @@ enum Schedule<'l> {
     /// Inside one, reaching its end: the seeding (one INSERT … SELECT on
     /// one core) beside the rest of the empty path on the template
     /// (another database).
-    SeedBeside(SeedBase<'l>, Snapshot, Reach),
+    SeedBeside(SeedBase<'l>, Snapshot, Reach, std::time::Duration),
 }
 
 /// What the schedule left for the rest of stage 2: the seeded database
@@ -268,7 +268,7 @@ impl<'a> Run<'a> {
         log::debug!("V{v}: reach {reach:?}");
         Ok(match at_end {
             None => Schedule::MeasureThenSeed(base, before, reach),
-            Some(_) => Schedule::SeedBeside(base, before, reach),
+            Some(end) => Schedule::SeedBeside(base, before, reach, end.took),
         })
     }
 
@@ -296,7 +296,7 @@ impl<'a> Run<'a> {
             Schedule::EmptyOnly => (None, None),
             Schedule::MeasureThenSeed(base, before, reach) => {
                 let (mut at_zero, trace) =
-                    forced_failure::trace_and_measure(empty_prev, &self.sessions, m, before)?;
+                    forced_failure::trace_and_measure(empty_prev, &self.sessions, m, before, None)?;
                 let catalog = &self.options.catalog;
                 at_zero.set_files(|f| catalog.path_of_file(f), &m.file);
                 if !at_zero.ok() {
@@ -306,12 +306,18 @@ impl<'a> Run<'a> {
                 let seeded = self.seed_on(v, prev, live, base, reach)?;
                 (Some(seeded), Some((at_zero, trace, None)))
             }
-            Schedule::SeedBeside(base, before, reach) => {
+            Schedule::SeedBeside(base, before, reach, forced_took) => {
                 // Cheap to clone; the seeding beside borrows the run.
                 let sessions = self.sessions.clone();
                 let seeding = |run: &mut Self| run.seed_on(v, prev, live, base, reach);
                 let (seeded, done) = self.seed_beside(m, seeding, || {
-                    forced_failure::trace_and_measure(empty_prev, &sessions, m, before)
+                    forced_failure::trace_and_measure(
+                        empty_prev,
+                        &sessions,
+                        m,
+                        before,
+                        Some(forced_took),
+                    )
                 })?;
                 (Some(seeded?), Some(done))
             }
