@@ -685,6 +685,7 @@ const TAIL_LINES: usize = 20;
 const LINE_CHARS: usize = 300;
 
 /// A migrate command that succeeded.
+#[derive(Debug)]
 struct Ran {
     took: Duration,
     /// A line of its output saying it migrated a database.
@@ -707,30 +708,103 @@ pub fn run_command(command: &str, dir: &Path, url: &str) -> Result<Duration, Fra
     run_shell(command, dir, url).map(|ran| ran.took)
 }
 
+/// The longest a project's command (its migrate, a data migration applied
+/// at rows) may run before it is stopped: a command that waits for input,
+/// a lock or a host that never answers would otherwise hold a CI job until
+/// the job's own limit. A migrate on an empty database takes seconds to
+/// minutes; a data migration at rollsafe's rows, minutes.
+pub const COMMAND_LIMIT: Duration = Duration::from_secs(15 * 60);
+
 /// [`run_command`], with what its output said it applied.
 fn run_shell(command: &str, dir: &Path, url: &str) -> Result<Ran, FrameworkError> {
+    run_shell_within(command, dir, url, COMMAND_LIMIT)
+}
+
+/// [`run_shell`] stopped after `limit`: the command runs in a process
+/// group of its own, killed whole (the shell and what it started) when
+/// the limit passes, and reported as failed with its last lines.
+fn run_shell_within(
+    command: &str,
+    dir: &Path,
+    url: &str,
+    limit: Duration,
+) -> Result<Ran, FrameworkError> {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
     let mut cmd = Command::new("sh");
     cmd.arg("-c")
         .arg(command)
         .current_dir(dir)
-        .stdin(Stdio::null());
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
     database_env(&mut cmd, url);
     let clock = Instant::now();
-    let output = cmd.output().map_err(|e| FrameworkError::Spawn {
+    let spawn_failed = |e: std::io::Error| FrameworkError::Spawn {
         command: command.to_string(),
         detail: e.to_string(),
-    })?;
+    };
+    let mut child = cmd.spawn().map_err(spawn_failed)?;
+    let read_all = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut out = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut out);
+            }
+            out
+        })
+    };
+    let stdout = read_all(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = read_all(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let mut stopped = false;
+    let status = loop {
+        match child.try_wait().map_err(spawn_failed)? {
+            Some(status) => break status,
+            None if clock.elapsed() >= limit => {
+                // The whole group: `sh -c` and the interpreter it started.
+                let group = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap_or(0));
+                let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+                stopped = true;
+                break child.wait().map_err(spawn_failed)?;
+            }
+            None => std::thread::sleep(Duration::from_millis(50)),
+        }
+    };
     let took = clock.elapsed();
-    if output.status.success() {
+    let (stdout, stderr) = (
+        stdout.join().unwrap_or_default(),
+        stderr.join().unwrap_or_default(),
+    );
+    if status.success() && !stopped {
         return Ok(Ran {
             took,
-            applied_line: applied_line(&output.stdout, &output.stderr),
+            applied_line: applied_line(&stdout, &stderr),
         });
     }
-    let lines = last_lines(&output.stdout, &output.stderr, url);
+    let lines = last_lines(&stdout, &stderr, url);
     Err(FrameworkError::CommandFailed {
         command: command.to_string(),
-        status: output.status.to_string(),
+        status: match stopped {
+            true => format!(
+                "it had not finished after {} and was stopped: it may wait for input, a lock or a host that does not answer",
+                match limit.as_secs() {
+                    s if s >= 60 => format!("{} minutes", s / 60),
+                    _ => format!("{:.1} s", limit.as_secs_f64()),
+                }
+            ),
+            false => status.to_string(),
+        },
         elsewhere: connected_elsewhere(&lines, url),
         output: lines,
     })
@@ -836,6 +910,41 @@ fn by_app(labels: &[&str]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A command that never finishes (here a sleep started by the shell)
+    /// is stopped with everything it started, and reported as failed with
+    /// its last lines; one that finishes in time is not touched.
+    #[test]
+    fn a_command_past_its_limit_is_stopped_with_what_it_started() {
+        let dir = std::env::temp_dir();
+        let clock = Instant::now();
+        let err = run_shell_within(
+            "echo applying 0001_initial; sleep 30; echo never",
+            &dir,
+            "postgres://u:secret@localhost/db",
+            Duration::from_millis(300),
+        )
+        .unwrap_err();
+        assert!(
+            clock.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            clock.elapsed()
+        );
+        let shown = err.to_string();
+        assert!(
+            shown.contains("it had not finished after 0.3 s and was stopped")
+                && shown.contains("its output ends: applying 0001_initial"),
+            "{shown}"
+        );
+        let ran = run_shell_within(
+            "echo done",
+            &dir,
+            "postgres://u@localhost/db",
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        assert!(ran.took < Duration::from_secs(10));
+    }
 
     const PACKAGE: Origin = Origin::Package;
     const UNKNOWN: Origin = Origin::Own(None);

@@ -57,7 +57,7 @@ pub const STALL_BUDGET: Duration = Duration::from_secs(1);
 pub const ENTRY: Check = Check {
     name: CHECK,
     description: DESCRIPTION,
-    ran: |e| e.applied_on_seeded().is_some() || applied_by_framework(e).is_some(),
+    ran: |e| e.applied_on_seeded().is_some() || e.applied_by_framework().is_some(),
     evaluate,
     evaluate_run: None,
 };
@@ -67,7 +67,7 @@ pub const ENTRY: Check = Check {
 /// the probe's outcome (nothing after a failure on an empty database
 /// speaks for it).
 pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
-    if let Some(by) = applied_by_framework(e) {
+    if let Some(by) = e.applied_by_framework() {
         return vec![not_measured_by_framework(e.version, by)];
     }
     let v = e.version;
@@ -583,15 +583,6 @@ pub fn probe_not_applicable(v: i32) -> Finding {
         "runs outside a transaction: the long-transaction probe (one transaction per attempt) does not apply; migrate runs each statement under the lock policy (waiting without queueing where it can see the conflicting holder)",
     )
     .advice("the seeded apply under the live apps' workload measured its stalls")
-}
-
-/// Who applied the migration at rows, when its framework did and it
-/// succeeded there (a data migration).
-fn applied_by_framework(e: &MigrationEvidence) -> Option<&str> {
-    e.external
-        .as_ref()
-        .filter(|x| x.failed.is_none())
-        .and(e.applied_by.as_deref())
 }
 
 /// A data migration its framework applied at rows (`by`): nothing of

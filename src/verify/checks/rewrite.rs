@@ -37,7 +37,7 @@ pub const CHECK: &str = "rewrite";
 pub const ENTRY: Check = Check {
     name: CHECK,
     description: DESCRIPTION,
-    ran: |e| e.applied_on_seeded().is_some() || applied_by_framework(e).is_some(),
+    ran: |e| e.applied_on_seeded().is_some() || e.applied_by_framework().is_some(),
     evaluate,
     evaluate_run: None,
 };
@@ -46,7 +46,7 @@ pub const ENTRY: Check = Check {
 /// not fill before it, then the work both applies measured, with the lock
 /// holds predicted at production's sizes.
 pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
-    if let Some(by) = applied_by_framework(e) {
+    if let Some(by) = e.applied_by_framework() {
         return vec![not_measured_by_framework(e.version, by)];
     }
     let mut out = Vec::new();
@@ -600,15 +600,6 @@ fn read_phrase(w: &crate::verify::evidence::Work, t: &TableWork) -> String {
             t.table, t.rows_before, w.tuples_fetched
         )
     }
-}
-
-/// Who applied the migration at rows, when its framework did and it
-/// succeeded there (a data migration).
-fn applied_by_framework(e: &MigrationEvidence) -> Option<&str> {
-    e.external
-        .as_ref()
-        .filter(|x| x.failed.is_none())
-        .and(e.applied_by.as_deref())
 }
 
 /// A data migration its framework applied at rows (`by`): nothing of

@@ -143,6 +143,16 @@ pub struct RunEvidence {
 }
 
 impl MigrationEvidence {
+    /// Who applied it at rows, when its framework did and succeeded there
+    /// (a data migration): the checks that measure statements say they
+    /// could not.
+    pub fn applied_by_framework(&self) -> Option<&str> {
+        self.external
+            .as_ref()
+            .filter(|x| x.failed.is_none())
+            .and(self.applied_by.as_deref())
+    }
+
     /// Whether it failed to apply even on an empty database: nothing
     /// measured after that speaks for it.
     pub fn failed_on_empty(&self) -> bool {
