@@ -340,6 +340,12 @@ pub struct ExternalApply {
     /// The framework's own tables (its history table first), dropped
     /// after the command.
     pub own_tables: Vec<String>,
+    /// A query of one row and one column that says what the history table
+    /// records beyond the migrations up to this one, after the command
+    /// (NULL when nothing): a command that applied more (a project whose
+    /// code migrates to its newest version whenever it starts) left rows
+    /// that are not this migration's. None when it cannot be asked.
+    pub applied_beyond: Option<String>,
 }
 
 /// A script that goes with a migration (Sqitch's verify script, a Flyway

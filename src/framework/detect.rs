@@ -212,6 +212,18 @@ impl Framework {
         }
     }
 
+    /// How a row of its history table names a migration, as SQL over
+    /// that row (the key rollsafe labels it with); None where rollsafe
+    /// does not apply one migration alone.
+    pub fn history_key(self) -> Option<&'static str> {
+        match self {
+            Framework::Django => Some("app || '.' || name"),
+            Framework::Alembic | Framework::FlaskMigrate => Some("version_num::text"),
+            Framework::Rails | Framework::ActiveRecord => Some("version::text"),
+            _ => None,
+        }
+    }
+
     /// The table whose writes end a migration.
     pub fn history(self) -> &'static str {
         match self {

@@ -648,12 +648,30 @@ fn external_apply(
         .chain(framework.own_tables().iter().copied())
         .map(str::to_string)
         .collect();
+    // The keys the history may hold after the command: every migration
+    // up to this one, as the framework keys them.
+    let up_to: Vec<String> = history
+        .by_label
+        .iter()
+        .map(|(label, _)| label)
+        .take_while(|label| *label != key)
+        .chain(std::iter::once(&key.to_string()))
+        .map(|label| format!("'{}'", label.replace('\'', "''")))
+        .collect();
+    let applied_beyond = framework.history_key().map(|expr| {
+        format!(
+            "SELECT string_agg(k, ', ' ORDER BY k) FROM (SELECT {expr} AS k FROM {}) keys WHERE k <> ALL (ARRAY[{}]::text[])",
+            crate::pg::quote_ident(&project.history),
+            up_to.join(", ")
+        )
+    });
     Some(crate::catalog::ExternalApply {
         by: framework.name().to_string(),
         command,
         dir: project.root.clone(),
         bookkeeping,
         own_tables,
+        applied_beyond,
     })
 }
 

@@ -79,6 +79,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             an_activerecord_data_migration_is_applied_at_rows_by_rake,
             a_django_data_migration_fills_the_rows_the_not_null_migration_after_it_needs,
             a_django_data_migration_that_misses_rows_fails_the_not_null_migration_after_it,
+            a_project_that_migrates_itself_when_it_starts_is_not_judged_as_its_data_migration,
             a_data_migration_under_a_migrate_command_of_its_own_is_skipped_naming_it,
             django_apps_captured_from_their_test_databases_catch_the_dropped_default,
             alembic_apps_captured_from_their_tests_catch_the_dropped_server_default,
@@ -477,6 +478,54 @@ fn a_django_data_migration_fills_the_rows_the_not_null_migration_after_it_needs(
             && finding(&later, "ERROR", "rewrite.full-scan-under-lock").is_some()
             && finding(&later, "ok", "locks.measured").is_some(),
         "the NOT NULL migration is judged on rows:\n{}",
+        later.join("\n")
+    );
+    Ok(())
+}
+
+/// A project whose start-up brings the database to its newest version
+/// (its manage.py migrates to the end after any command, as apps that
+/// upgrade in their factory do): the one-migration command applies more
+/// than the data migration. Its history then records the NOT NULL
+/// migration too: that is said and skipped, never judged as the data
+/// migration's doing, and the NOT NULL migration is still rehearsed, on
+/// rows seeded anew.
+fn a_project_that_migrates_itself_when_it_starts_is_not_judged_as_its_data_migration(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    copy_tree(
+        &repo_root().join("tests/fixtures/frameworks/apiary"),
+        dir.path(),
+    )?;
+    let manage = dir.path().join("manage.py");
+    let text = std::fs::read_to_string(&manage)?.replace(
+        "    execute_from_command_line(sys.argv)\n",
+        "    execute_from_command_line(sys.argv)\n    # The yard's start-up: the database at its newest version.\n    from django.core.management import call_command\n\n    call_command(\"migrate\", verbosity=0)\n",
+    );
+    ensure!(
+        text.contains("call_command(\"migrate\""),
+        "manage.py not changed: {text}"
+    );
+    std::fs::write(&manage, text)?;
+    let (code, stdout, stderr) = verify(backend(env), dir.path(), "hives/migrations", &[])?;
+    let data = section(&stdout, "hives.0003_fill_honey_kg");
+    ensure!(
+        finding(&data, "SKIP", "apply.applied-by-framework")
+            .is_some_and(|l| l.contains("applied more than it on the database with")
+                && l.contains("its history then records hives.0004_honey_kg_not_null too")),
+        "the overshoot is said and skipped (exit {code}):\n{}\n{stderr}",
+        data.join("\n")
+    );
+    ensure!(
+        finding(&data, "ERROR", "apply.fails-on-seeded").is_none(),
+        "{}",
+        data.join("\n")
+    );
+    let later = section(&stdout, "hives.0004_honey_kg_not_null");
+    ensure!(
+        finding(&later, "ok", "apply.applies").is_some_and(|l| l.contains("rows")),
+        "the NOT NULL migration is still rehearsed on rows:\n{}",
         later.join("\n")
     );
     Ok(())

@@ -121,6 +121,29 @@ const QUOTED_LINES: usize = 5;
 /// the command, the rows it changed and its time; or, when it failed
 /// there, an error with the command's last lines.
 pub fn applied_by_framework(v: i32, x: &ExternalRun) -> Finding {
+    if let Some(beyond) = &x.applied_beyond {
+        let failed = match &x.failed {
+            Some((status, _)) => format!(", then failed ({status})"),
+            None => String::new(),
+        };
+        // Not this migration's doing past its own: the rows after it are
+        // not judged as its (the next migration starts from rows seeded
+        // anew).
+        return Finding::new(
+            CHECK,
+            "applied-by-framework",
+            Severity::Skipped,
+            Some(v),
+            format!(
+                "a data migration: {} itself (`{}`) applied more than it on the database with {} rows{failed}: its history then records {beyond} too (a project whose code migrates to its newest version whenever it starts does this), so what it did at rows is not this migration's alone and is not judged; the next migration is rehearsed on rows seeded anew",
+                x.by, x.command, x.rows
+            ),
+        )
+        .evidence("command", x.command.clone())
+        .evidence("rows", x.rows)
+        .evidence("applied_beyond", beyond.clone())
+        .advice("review the data migration by hand; to rehearse it at rows, make the project's start-up leave migrating to the migrate command (a setting that turns its own upgrade off), and pass that with --migrate-command");
+    }
     let Some((status, output)) = &x.failed else {
         let changed = match (&x.changed, x.changed_phrase()) {
             (_, Some(phrase)) => format!("it changed {phrase}"),
@@ -910,6 +933,7 @@ mod tests {
                 ..RowsChanged::default()
             }]),
             failed: None,
+            applied_beyond: None,
         };
         let f = applied_by_framework(3, &ran);
         assert_eq!(
@@ -921,6 +945,23 @@ mod tests {
             "a data migration, applied on a database with 1000 rows by Django itself (`python3 manage.py migrate hives 0003_fill`) in 420 ms: it changed hives_hive: 500 updated"
         );
         assert_eq!(f.evidence["rows_changed"], 500);
+
+        // A command that applied more (the project migrates itself when
+        // it starts): skipped, naming what it applied beyond.
+        let beyond = ExternalRun {
+            applied_beyond: Some("hives.0004_not_null".into()),
+            ..ran.clone()
+        };
+        let f = applied_by_framework(3, &beyond);
+        assert_eq!(
+            (f.id.as_str(), f.severity),
+            ("apply.applied-by-framework", Severity::Skipped)
+        );
+        assert!(
+            f.message.contains("applied more than it on the database with 1000 rows: its history then records hives.0004_not_null too"),
+            "{}",
+            f.message
+        );
 
         let output: Vec<String> = (1..=7).map(|i| format!("line {i}")).collect();
         let failed = ExternalRun {

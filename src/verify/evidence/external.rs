@@ -23,6 +23,11 @@ pub struct ExternalRun {
     /// How it failed: what failed (its exit status) and its last lines
     /// of output, the password masked. None: it succeeded.
     pub failed: Option<(String, Vec<String>)>,
+    /// What the history recorded beyond this migration after the command
+    /// (keys of later migrations): the command applied more than it (a
+    /// project whose code migrates itself when it starts), so the rows
+    /// after it are not this migration's doing. None: exactly this one.
+    pub applied_beyond: Option<String>,
 }
 
 /// Rows one table gained, had updated and lost.

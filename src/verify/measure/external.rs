@@ -41,6 +41,7 @@ pub fn apply(
         took: Duration::ZERO,
         changed: Err("it failed".into()),
         failed: None,
+        applied_beyond: None,
     };
     for statement in &x.bookkeeping {
         if let Err(e) = migrator.batch_execute(statement) {
@@ -64,6 +65,18 @@ pub fn apply(
             run.failed = Some((status, output));
         }
         Err(e) => run.failed = Some(("it could not start".into(), vec![e.to_string()])),
+    }
+    if let Some(query) = &x.applied_beyond {
+        // What the history records beyond this migration: a command that
+        // applied more left rows that are not this migration's doing (and
+        // a failure after that, in a later migration, is not its either).
+        run.applied_beyond = match admin.query_one(query.as_str(), &[]) {
+            Ok(row) => row.get::<_, Option<String>>(0),
+            Err(e) => Some(format!(
+                "(its history could not be read: {})",
+                crate::errors::one_line(&e)
+            )),
+        };
     }
     if run.failed.is_none() {
         run.changed = match (before, sessions_ended(&mut admin)) {

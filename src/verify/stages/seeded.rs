@@ -115,7 +115,10 @@ impl Run<'_> {
                     },
                 );
                 let run = measure::external::apply(&self.sessions, db, x, seeded_rows)?;
-                let ok = run.failed.is_none();
+                // A command that applied more than this migration left
+                // rows that are not its doing: as a failure there, the
+                // next migration is seeded anew.
+                let ok = run.failed.is_none() && run.applied_beyond.is_none();
                 self.evidence(v).external = Some(run);
                 ok
             }

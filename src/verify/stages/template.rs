@@ -677,9 +677,15 @@ impl<'a> Run<'a> {
         let db = self.clone_db(base)?;
         let applied = match &m.external {
             // A data migration: its framework applies it to the rows.
-            Some(x) => measure::external::apply(&self.sessions, &db, x, last.seeded_rows)?
-                .failed
-                .map_or(Ok(()), |(status, _)| Err(status)),
+            Some(x) => {
+                let run = measure::external::apply(&self.sessions, &db, x, last.seeded_rows)?;
+                match (run.failed, run.applied_beyond) {
+                    (Some((status, _)), _) => Err(status),
+                    // More than this migration: these rows are not its.
+                    (None, Some(beyond)) => Err(format!("it applied {beyond} too")),
+                    (None, None) => Ok(()),
+                }
+            }
             None => {
                 let mut c = measure::connect_migrator(&self.sessions, &db)?;
                 let own = self.own_roles(m, &db)?;
