@@ -337,6 +337,12 @@ pub struct ExternalApply {
     /// What the framework wrote to its own tables with every migration
     /// before this one (its history table's creation and rows), in order.
     pub bookkeeping: Vec<String>,
+    /// What the framework writes to its own tables with this migration
+    /// (its history row): after a failure, the command is run again with
+    /// this migration recorded, and must then do nothing, or the failure
+    /// was not this migration's (a project that migrates further when it
+    /// starts).
+    pub recorded: Vec<String>,
     /// The framework's own tables (its history table first), dropped
     /// after the command.
     pub own_tables: Vec<String>,

@@ -644,6 +644,12 @@ fn external_apply(
         .iter()
         .take_while(|(label, _)| label != key);
     let bookkeeping = earlier.flat_map(|(_, sent)| sent.iter().cloned()).collect();
+    let recorded = history
+        .by_label
+        .iter()
+        .find(|(label, _)| label == key)
+        .map(|(_, sent)| sent.clone())
+        .unwrap_or_default();
     let own_tables = std::iter::once(project.history.as_str())
         .chain(framework.own_tables().iter().copied())
         .map(str::to_string)
@@ -670,6 +676,7 @@ fn external_apply(
         command,
         dir: project.root.clone(),
         bookkeeping,
+        recorded,
         own_tables,
         applied_beyond,
     })

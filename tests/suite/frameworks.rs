@@ -511,9 +511,9 @@ fn a_project_that_migrates_itself_when_it_starts_is_not_judged_as_its_data_migra
     let (code, stdout, stderr) = verify(backend(env), dir.path(), "hives/migrations", &[])?;
     let data = section(&stdout, "hives.0003_fill_honey_kg");
     ensure!(
-        finding(&data, "SKIP", "apply.applied-by-framework")
-            .is_some_and(|l| l.contains("applied more than it on the database with")
-                && l.contains("its history then records hives.0004_honey_kg_not_null too")),
+        finding(&data, "SKIP", "apply.applied-by-framework").is_some_and(|l| l
+            .contains("did more than apply it on the database with")
+            && l.contains("its history then records hives.0004_honey_kg_not_null too")),
         "the overshoot is said and skipped (exit {code}):\n{}\n{stderr}",
         data.join("\n")
     );

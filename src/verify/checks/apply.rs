@@ -135,7 +135,7 @@ pub fn applied_by_framework(v: i32, x: &ExternalRun) -> Finding {
             Severity::Skipped,
             Some(v),
             format!(
-                "a data migration: {} itself (`{}`) applied more than it on the database with {} rows{failed}: its history then records {beyond} too (a project whose code migrates to its newest version whenever it starts does this), so what it did at rows is not this migration's alone and is not judged; the next migration is rehearsed on rows seeded anew",
+                "a data migration: {} itself (`{}`) did more than apply it on the database with {} rows{failed}: {beyond} (a project whose code migrates to its newest version whenever it starts does this), so what it did at rows is not this migration's alone and is not judged; the next migration is rehearsed on rows seeded anew",
                 x.by, x.command, x.rows
             ),
         )
@@ -949,7 +949,7 @@ mod tests {
         // A command that applied more (the project migrates itself when
         // it starts): skipped, naming what it applied beyond.
         let beyond = ExternalRun {
-            applied_beyond: Some("hives.0004_not_null".into()),
+            applied_beyond: Some("its history then records hives.0004_not_null too".into()),
             ..ran.clone()
         };
         let f = applied_by_framework(3, &beyond);
@@ -958,7 +958,7 @@ mod tests {
             ("apply.applied-by-framework", Severity::Skipped)
         );
         assert!(
-            f.message.contains("applied more than it on the database with 1000 rows: its history then records hives.0004_not_null too"),
+            f.message.contains("did more than apply it on the database with 1000 rows: its history then records hives.0004_not_null too"),
             "{}",
             f.message
         );

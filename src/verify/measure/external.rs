@@ -70,13 +70,14 @@ pub fn apply(
         // What the history records beyond this migration: a command that
         // applied more left rows that are not this migration's doing (and
         // a failure after that, in a later migration, is not its either).
-        run.applied_beyond = match admin.query_one(query.as_str(), &[]) {
-            Ok(row) => row.get::<_, Option<String>>(0),
-            Err(e) => Some(format!(
-                "(its history could not be read: {})",
-                crate::errors::one_line(&e)
-            )),
-        };
+        run.applied_beyond = beyond(&mut admin, query);
+        if let (Some(_), None) = (&run.failed, &run.applied_beyond) {
+            // Failed, its history rolled back with it: was the failure
+            // this migration's? With it recorded as applied, the command
+            // must do nothing; one that still fails, or records more,
+            // runs more than this migration whenever it starts.
+            run.applied_beyond = again_with_it_recorded(&url, x, query, &mut admin);
+        }
     }
     if run.failed.is_none() {
         run.changed = match (before, sessions_ended(&mut admin)) {
@@ -93,6 +94,54 @@ pub fn apply(
         admin.batch_execute(&format!("DROP TABLE IF EXISTS {} CASCADE", own.join(", "))),
     )?;
     Ok(run)
+}
+
+/// What the history records beyond the migration (`query`, its
+/// [`ExternalApply::applied_beyond`]), None when nothing.
+fn beyond(admin: &mut Client, query: &str) -> Option<String> {
+    match admin.query_one(query, &[]) {
+        Ok(row) => row
+            .get::<_, Option<String>>(0)
+            .map(|keys| format!("its history then records {keys} too")),
+        Err(e) => Some(format!(
+            "its history could not be read after it ({})",
+            crate::errors::one_line(&e)
+        )),
+    }
+}
+
+/// After the command failed: the migration recorded as applied, the
+/// command run again. Something when it fails again, or the history then
+/// records more; None when it does nothing (the failure was this
+/// migration's), or when the migration cannot be recorded.
+fn again_with_it_recorded(
+    url: &str,
+    x: &ExternalApply,
+    query: &str,
+    admin: &mut Client,
+) -> Option<String> {
+    if x.recorded.is_empty() {
+        return None;
+    }
+    let mut migrator = crate::db::connect(url).ok()?;
+    for statement in &x.recorded {
+        migrator.batch_execute(statement).ok()?;
+    }
+    drop(migrator);
+    match crate::framework::run_command(&x.command, &x.dir, url) {
+        Ok(_) => beyond(admin, query),
+        Err(e) => Some(format!(
+            "with this migration recorded as applied it fails again{}",
+            match &e {
+                FrameworkError::CommandFailed { output, .. } => output
+                    .iter()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .map_or_else(String::new, |l| format!("; its output ends: {}", l.trim())),
+                other => format!("; {other}"),
+            }
+        )),
+    }
 }
 
 /// Waits until no other client session is connected to the database

@@ -682,7 +682,7 @@ impl<'a> Run<'a> {
                 match (run.failed, run.applied_beyond) {
                     (Some((status, _)), _) => Err(status),
                     // More than this migration: these rows are not its.
-                    (None, Some(beyond)) => Err(format!("it applied {beyond} too")),
+                    (None, Some(beyond)) => Err(beyond),
                     (None, None) => Ok(()),
                 }
             }
