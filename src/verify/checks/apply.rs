@@ -101,7 +101,7 @@ pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
         }
     }
     if let (false, Some(x)) = (e.failed_on_empty(), &e.external) {
-        out.push(applied_by_framework(v, x));
+        out.push(applied_by_framework(v, x, RowsBy::of(e)));
     }
     if let (false, Some(r)) = (e.failed_on_empty(), &e.second_run) {
         out.push(evaluate_second_run(Some(v), r));
@@ -120,7 +120,7 @@ const QUOTED_LINES: usize = 5;
 /// A data migration its framework applied on the seeded database (`x`):
 /// the command, the rows it changed and its time; or, when it failed
 /// there, an error with the command's last lines.
-pub fn applied_by_framework(v: i32, x: &ExternalRun) -> Finding {
+pub fn applied_by_framework(v: i32, x: &ExternalRun, rows_by: RowsBy) -> Finding {
     if let Some(beyond) = &x.applied_beyond {
         let failed = match &x.failed {
             Some((status, _)) => format!(", then failed ({status})"),
@@ -190,14 +190,22 @@ pub fn applied_by_framework(v: i32, x: &ExternalRun) -> Finding {
         Severity::Error,
         Some(v),
         format!(
-            "a data migration: applied on a database with {} rows by {} itself (`{}`), it failed ({status}){ends}",
-            x.rows, x.by, x.command
+            "a data migration: applied by {} itself (`{}`) on a database with {} rows {}, it failed ({status}){ends}",
+            x.by,
+            x.command,
+            x.rows,
+            rows_by.phrase()
         ),
     )
     .evidence("command", x.command.clone())
     .evidence("rows", x.rows)
     .evidence("output", output.clone())
-    .advice("a data migration meets every row production holds: make it handle each one (a row its query leaves out, a value it does not expect), and run it the same way against a copy of production before the deploy")
+    .advice(match rows_by {
+        // Values the schema allows that an app's own rules keep out of
+        // production (a validator, not a CHECK) can fail it here.
+        RowsBy::Generator | RowsBy::AppsAndGenerator => "the rows hold values the schema allows, not production's: production's rows can hold them too unless something the schema does not state keeps them out (an app's validator). Make the data migration handle every value its columns allow, or state the rule in the schema (a CHECK constraint: the generator honours it); and run it the same way against a copy of production before the deploy",
+        RowsBy::Apps => "a data migration meets every row production holds: make it handle each one (a row its query leaves out, a value it does not expect), and run it the same way against a copy of production before the deploy",
+    })
 }
 
 /// The project's verify script (Sqitch) after the change: its failure
@@ -935,7 +943,7 @@ mod tests {
             failed: None,
             applied_beyond: None,
         };
-        let f = applied_by_framework(3, &ran);
+        let f = applied_by_framework(3, &ran, RowsBy::Apps);
         assert_eq!(
             (f.id.as_str(), f.severity),
             ("apply.applied-by-framework", Severity::Info)
@@ -952,7 +960,7 @@ mod tests {
             applied_beyond: Some("its history then records hives.0004_not_null too".into()),
             ..ran.clone()
         };
-        let f = applied_by_framework(3, &beyond);
+        let f = applied_by_framework(3, &beyond, RowsBy::Apps);
         assert_eq!(
             (f.id.as_str(), f.severity),
             ("apply.applied-by-framework", Severity::Skipped)
@@ -969,7 +977,7 @@ mod tests {
             failed: Some(("exit status: 1".into(), output)),
             ..ran
         };
-        let f = applied_by_framework(3, &failed);
+        let f = applied_by_framework(3, &failed, RowsBy::Generator);
         assert_eq!(
             (f.id.as_str(), f.severity),
             ("apply.fails-on-seeded", Severity::Error)
