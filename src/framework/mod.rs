@@ -754,7 +754,6 @@ fn run_shell_within(
     url: &str,
     limit: Duration,
 ) -> Result<Ran, FrameworkError> {
-    use std::io::Read;
     use std::os::unix::process::CommandExt;
     let mut cmd = Command::new("sh");
     cmd.arg("-c")
@@ -771,27 +770,8 @@ fn run_shell_within(
         detail: e.to_string(),
     };
     let mut child = cmd.spawn().map_err(spawn_failed)?;
-    let read_all = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut out = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_end(&mut out);
-            }
-            out
-        })
-    };
-    let stdout = read_all(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let stderr = read_all(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
+    let stdout = read_in_thread(child.stdout.take());
+    let stderr = read_in_thread(child.stderr.take());
     let mut stopped = false;
     let status = loop {
         match child.try_wait().map_err(spawn_failed)? {
@@ -832,6 +812,20 @@ fn run_shell_within(
         },
         elsewhere: connected_elsewhere(&lines, url),
         output: lines,
+    })
+}
+
+/// All of `pipe`, read on a thread of its own (a command's stdout and
+/// stderr at once, so neither fills while the other is waited on).
+fn read_in_thread<R: std::io::Read + Send + 'static>(
+    pipe: Option<R>,
+) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut out = Vec::new();
+        if let Some(mut pipe) = pipe {
+            let _ = pipe.read_to_end(&mut out);
+        }
+        out
     })
 }
 

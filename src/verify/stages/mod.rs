@@ -93,19 +93,21 @@ impl Run<'_> {
             .sandbox
             .fresh_database_owned_by(self.sessions.owner())?;
         self.options.emit(Event::StageStarted(Stage::Base));
-        if let Some(sql) = &self.options.setup {
-            // As the superuser, before anything of the history's own.
-            let mut c = step("connecting to run --setup", empty_prev.connect())?;
-            step("running the --setup file", c.batch_execute(sql))?;
-        }
-        if let Some(sql) = &self.options.catalog.tool_setup {
-            // The tool's own table its SQL reads (Flyway's history): the
-            // tool made it before any migration ran.
-            let mut c = step(
-                "connecting to create the tool's own tables",
-                empty_prev.connect(),
-            )?;
-            step("creating the tool's own tables", c.batch_execute(sql))?;
+        // As the superuser, before anything of the history's own: the
+        // --setup file, then the tool's own tables its SQL reads (Flyway's
+        // history: the tool made it before any migration ran).
+        let setups = [
+            (self.options.setup.as_deref(), "the --setup file"),
+            (
+                self.options.catalog.tool_setup.as_deref(),
+                "the tool's own tables",
+            ),
+        ];
+        for (sql, what) in setups {
+            if let Some(sql) = sql {
+                let mut c = step(&format!("connecting to run {what}"), empty_prev.connect())?;
+                step(&format!("running {what}"), c.batch_execute(sql))?;
+            }
         }
         if !self.apply_base(&empty_prev, &migrations)? {
             self.options.emit(Event::StageFinished(Stage::Base));
