@@ -367,6 +367,10 @@ pub struct Migration {
     /// What deploys it together with its neighbours
     /// ([`layouts::Step::deploy_group`]); see [`Catalog::deployed_with_previous`].
     pub deploy_group: Option<String>,
+    /// How its tool sends it in the transaction of the migration before
+    /// it when both are pending ([`layouts::Step::shared_transaction`]);
+    /// see [`Catalog::transaction_shared_with_previous`].
+    pub shared_transaction: Option<String>,
     /// Who applies it on a database with rows instead of its SQL
     /// ([`layouts::Step::external`]: a framework's data migration); its
     /// SQL is what it does to an empty database.
@@ -417,6 +421,7 @@ impl Migration {
             outside_transaction,
             not_runnable: step.not_runnable,
             deploy_group: step.deploy_group,
+            shared_transaction: step.shared_transaction,
             external: step.external,
         })
     }
@@ -1013,6 +1018,28 @@ impl Catalog {
             (Some(a), Some(b)) => a == b,
             _ => false,
         }
+    }
+
+    /// How the migration at `index` reaches production in the transaction
+    /// of the one before it, when it does: its tool sends every pending
+    /// migration in one transaction ([`Migration::shared_transaction`]),
+    /// both run in one transaction here (neither outside one), and the
+    /// two are pending together: the same deploy ran them
+    /// ([`Catalog::deployed_with_previous`]), or `both_pending` (the caller
+    /// knows production stands before both: `--since`, `--base`). The
+    /// earlier one's locks are then held until the later one commits.
+    pub fn transaction_shared_with_previous(
+        &self,
+        index: usize,
+        both_pending: bool,
+    ) -> Option<&str> {
+        let prev = self.migrations.get(index.checked_sub(1)?)?;
+        let m = self.migrations.get(index)?;
+        let in_transactions = !prev.runs_outside_transaction() && !m.runs_outside_transaction();
+        let pending = both_pending || self.deployed_with_previous(index);
+        (in_transactions && pending && prev.callback.is_none() && m.callback.is_none())
+            .then_some(m.shared_transaction.as_deref())
+            .flatten()
     }
 
     /// `v`, or the last of the callbacks right after it (Flyway's

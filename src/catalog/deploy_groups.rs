@@ -990,6 +990,46 @@ mod tests {
         none(&shop.migrations());
     }
 
+    /// A migration its tool sends in the transaction of the one before
+    /// shares it when the two are pending together: one deploy ran them,
+    /// or the caller knows production stands before both; never with a
+    /// file that runs outside a transaction.
+    #[test]
+    fn a_shared_transaction_needs_both_pending_and_both_in_one() {
+        let step = |n: u32, group: Option<&str>, sql: &str| Step {
+            key: n.to_string(),
+            label: n.to_string(),
+            name: format!("m{n}"),
+            file: format!("{n}_m{n}.sql"),
+            sql: sql.into(),
+            deploy_group: group.map(str::to_string),
+            shared_transaction: (n > 1).then(|| "one transaction".to_string()),
+            ..Step::default()
+        };
+        let steps = vec![
+            step(1, None, "SELECT 1;"),
+            step(2, Some("commit a"), "SELECT 2;"),
+            step(3, Some("commit a"), "SELECT 3;"),
+            step(
+                4,
+                Some("commit a"),
+                "-- rollsafe:no-transaction\nCREATE INDEX CONCURRENTLY i ON t (x);\n",
+            ),
+        ];
+        let catalog = Catalog::from_steps(Source::Embedded, Layout::Sqlx, steps).unwrap();
+        let shared = |pending: bool| -> Vec<bool> {
+            (0..4)
+                .map(|i| {
+                    catalog
+                        .transaction_shared_with_previous(i, pending)
+                        .is_some()
+                })
+                .collect()
+        };
+        assert_eq!(shared(false), [false, false, true, false]);
+        assert_eq!(shared(true), [false, true, true, false]);
+    }
+
     /// The header names the first groups and counts the others.
     #[test]
     fn the_note_names_the_first_groups_then_counts_the_rest() {

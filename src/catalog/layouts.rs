@@ -312,6 +312,13 @@ pub struct Step {
     /// there. Filled by [`crate::catalog`] after the layout read the
     /// folder, or by the framework that sent it.
     pub deploy_group: Option<String>,
+    /// How its tool sends it in the transaction of the migration before it
+    /// when both are pending (Alembic's default `env.py`, Drizzle's
+    /// migrate: every pending migration in one transaction), for messages;
+    /// None: in a transaction of its own, or none. The locks of every
+    /// migration of such a run are held until the last one commits: see
+    /// [`crate::catalog::Catalog::transaction_shared_with_previous`].
+    pub shared_transaction: Option<String>,
     /// Who applies it on a database with rows, when rollsafe cannot run it
     /// from its SQL there (a framework's data migration); None: its SQL.
     pub external: Option<ExternalApply>,

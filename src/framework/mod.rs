@@ -44,6 +44,7 @@ use crate::sandbox::{Sandbox, SandboxError};
 
 pub mod detect;
 pub mod sent;
+mod settings_names;
 
 pub use detect::{detect, Framework};
 
@@ -120,7 +121,7 @@ pub enum FrameworkError {
     Spawn { command: String, detail: String },
     /// One line (its output's last line in it, for a report); the last
     /// lines themselves in `output`, for a terminal ([`FrameworkError::output`]).
-    #[error("the migrate command `{command}` failed ({status}); nothing was rehearsed{}{}", ends_with(.output), .elsewhere.as_deref().map_or_else(String::new, |e| elsewhere_advice(e, command)))]
+    #[error("the migrate command `{command}` failed ({status}); nothing was rehearsed{}{}", ends_with(.output), .elsewhere.as_deref().map_or_else(String::new, |e| elsewhere_advice(e, command, pass_on)))]
     CommandFailed {
         command: String,
         status: String,
@@ -130,14 +131,20 @@ pub enum FrameworkError {
         /// Its last lines of output (stdout, then stderr), the
         /// database's password masked, each cut to a bounded length.
         output: Vec<String>,
+        /// How to pass rollsafe's database on under the names the
+        /// project's settings read, for the advice.
+        pass_on: Box<settings_names::PassOn>,
     },
-    #[error("the migrate command `{command}` ran, but the server saw no write to {history}, so no migration was applied; {}", no_migrations_advice(.applied_elsewhere.as_deref(), command))]
+    #[error("the migrate command `{command}` ran, but the server saw no write to {history}, so no migration was applied; {}", no_migrations_advice(.applied_elsewhere.as_deref(), command, pass_on))]
     NoMigrations {
         command: String,
         history: String,
         /// A line of its output saying it migrated a database
         /// (`Applying shop.0001_initial... OK`): another one.
         applied_elsewhere: Option<String>,
+        /// How to pass rollsafe's database on under the names the
+        /// project's settings read, for the advice.
+        pass_on: Box<settings_names::PassOn>,
     },
     #[error("{0}")]
     Catalog(#[from] CatalogError),
@@ -157,10 +164,19 @@ impl FrameworkError {
 /// What to check when the command applied nothing on the throwaway
 /// database: where its output says it applied migrations, it did so on a
 /// database of its settings' own choosing.
-fn no_migrations_advice(applied_elsewhere: Option<&str>, command: &str) -> String {
+fn no_migrations_advice(
+    applied_elsewhere: Option<&str>,
+    command: &str,
+    pass_on: &settings_names::PassOn,
+) -> String {
     match applied_elsewhere {
         Some(line) => format!(
-            "yet its output says it migrated a database (`{line}`): another one, the one the project's settings choose (a SQLite file, variables of their own such as DB_NAME), not rollsafe's throwaway one. Make them take DATABASE_URL or PG* (rollsafe sets both), e.g. --migrate-command 'DB_NAME=$PGDATABASE DB_USER=$PGUSER DB_PASSWORD=$PGPASSWORD DB_HOST=$PGHOST DB_PORT=$PGPORT {command}' with the names they read and the setting that selects PostgreSQL"
+            "yet its output says it migrated a database (`{line}`): another one, the one the project's settings choose (a SQLite file, variables of their own such as DB_NAME), not rollsafe's throwaway one. Make them take DATABASE_URL or PG* (rollsafe sets both), e.g. --migrate-command '{} {command}' {} and the setting that selects PostgreSQL",
+            pass_on.assignments,
+            match pass_on.from {
+                Some(_) => pass_on.whose(),
+                None => "with the names they read".into(),
+            }
         ),
         None => "check that the command reads DATABASE_URL or PG* (rollsafe sets both), or pass --history-table with the table it records migrations in".to_string(),
     }
@@ -190,9 +206,11 @@ fn applied_line(stdout: &[u8], stderr: &[u8]) -> Option<String> {
 
 /// What to do when the command connected elsewhere than the throwaway
 /// database: its settings read variables of their own.
-fn elsewhere_advice(elsewhere: &str, command: &str) -> String {
+fn elsewhere_advice(elsewhere: &str, command: &str, pass_on: &settings_names::PassOn) -> String {
     format!(
-        ". It connected {elsewhere}, not to rollsafe's throwaway database: the project's settings do not take the database from DATABASE_URL or PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE (rollsafe sets them all for the command). Pass them on under the names its settings read, e.g. --migrate-command 'DB_NAME=$PGDATABASE DB_USER=$PGUSER DB_PASSWORD=$PGPASSWORD DB_HOST=$PGHOST DB_PORT=$PGPORT {command}'"
+        ". It connected {elsewhere}, not to rollsafe's throwaway database: the project's settings do not take the database from DATABASE_URL or PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE (rollsafe sets them all for the command). Pass them on {}, e.g. --migrate-command '{} {command}'",
+        pass_on.whose(),
+        pass_on.assignments
     )
 }
 
@@ -513,7 +531,7 @@ impl Read {
             ));
         }
         for run in &self.shared_transactions {
-            say(format!("{run} were sent in one transaction (each is rehearsed in its own; in production the locks of the first are held until the last commits)"));
+            say(format!("{run} were sent in one transaction: each is rehearsed in its own, and where production runs several of them in one deploy (after --since or --base, or added by one commit) the locks of each are judged held until the last commits"));
         }
         if !self.unattributed.is_empty() {
             // Django's `post_migrate` signal runs after the last migration:
@@ -571,6 +589,7 @@ pub fn read(sandbox: &Sandbox, project: &Project) -> Result<Read, FrameworkError
             command: project.command.clone(),
             history: project.history.clone(),
             applied_elsewhere: ran.applied_line,
+            pass_on: Box::new(settings_names::pass_on(&project.root)),
         });
     }
     Ok(into_read(project.clone(), split, ran.took))
@@ -583,8 +602,14 @@ fn into_read(project: Project, split: sent::Split, command_time: Duration) -> Re
     let mut data = Vec::new();
     let mut state_only = Vec::new();
     let mut history = FrameworkHistory::default();
+    let mut previous_transaction = None;
     for m in &split.migrations {
         history.by_label.push((m.key.clone(), m.records.clone()));
+        // Sent in the transaction of the migration before it (Alembic's
+        // default): pending together in production, the two commit as one.
+        let shared_transaction = (m.transaction.is_some() && m.transaction == previous_transaction)
+            .then(|| shared_transaction_phrase(&project));
+        previous_transaction = m.transaction;
         let (name, file) = match project.framework {
             Some(f) => f.locate(&project.root, &m.key),
             None => (m.key.clone(), String::new()),
@@ -611,6 +636,7 @@ fn into_read(project: Project, split: sent::Split, command_time: Duration) -> Re
                 false => Execution::Transaction,
             },
             external,
+            shared_transaction,
             ..Step::default()
         });
     }
@@ -680,6 +706,16 @@ fn external_apply(
         own_tables,
         applied_beyond,
     })
+}
+
+/// How `project`'s migrate sends a migration in the transaction of the
+/// one before it, for messages ([`Step::shared_transaction`]).
+fn shared_transaction_phrase(project: &Project) -> String {
+    match project.framework {
+        Some(detect::Framework::Alembic | detect::Framework::FlaskMigrate) => "Alembic sends every pending revision in one transaction (env.py's `context.begin_transaction()`; `transaction_per_migration=True` in `context.configure` sends each in its own)".to_string(),
+        Some(f) => format!("{} sent it in the transaction of the migration before it", f.name()),
+        None => format!("`{}` sent it in the transaction of the migration before it", project.command),
+    }
 }
 
 /// Runs of two or more neighbouring migrations sent in one transaction.
@@ -812,6 +848,7 @@ fn run_shell_within(
         },
         elsewhere: connected_elsewhere(&lines, url),
         output: lines,
+        pass_on: Box::new(settings_names::pass_on(dir)),
     })
 }
 
@@ -1034,6 +1071,7 @@ mod tests {
             status: "exit status: 1".into(),
             elsewhere: connected_elsewhere(&psycopg, url),
             output: psycopg,
+            pass_on: Box::new(settings_names::pass_on(Path::new("/nonexistent"))),
         };
         assert!(failed.to_string().ends_with("It connected as postgres, not to rollsafe's throwaway database: the project's settings do not take the database from DATABASE_URL or PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE (rollsafe sets them all for the command). Pass them on under the names its settings read, e.g. --migrate-command 'DB_NAME=$PGDATABASE DB_USER=$PGUSER DB_PASSWORD=$PGPASSWORD DB_HOST=$PGHOST DB_PORT=$PGPORT python manage.py migrate'"), "{failed}");
     }
@@ -1062,6 +1100,7 @@ mod tests {
             command: "python manage.py migrate".into(),
             history: "django_migrations".into(),
             applied_elsewhere: applied_line(django, b""),
+            pass_on: Box::new(settings_names::pass_on(Path::new("/nonexistent"))),
         };
         assert!(nothing.to_string().contains("yet its output says it migrated a database (`Applying kiln.0001_initial... OK`): another one, the one the project's settings choose"), "{nothing}");
     }
@@ -1141,6 +1180,7 @@ mod tests {
             status: "exit status: 3".into(),
             elsewhere: None,
             output: lines,
+            pass_on: Box::new(settings_names::pass_on(Path::new("/nonexistent"))),
         };
         assert_eq!(
             failed.to_string(),

@@ -121,6 +121,28 @@ impl Verify {
             .filter(|m| !self.since.is_some_and(|s| m.version <= s))
     }
 
+    /// How production sends `m` in the transaction of the migration
+    /// judged before it, when it does: its tool sends every pending
+    /// migration in one transaction, and the two are pending together
+    /// (both after `--since`/`--base`, where production stands, or one
+    /// deploy ran them).
+    fn shares_transaction(&self, m: &crate::catalog::Migration) -> Option<String> {
+        let index = self
+            .catalog
+            .migrations()
+            .iter()
+            .position(|x| x.version == m.version)?;
+        let prev = self.catalog.migrations().get(index.checked_sub(1)?)?;
+        // The one before is not judged here: production already ran it.
+        if self.since.is_some_and(|s| prev.version <= s) {
+            return None;
+        }
+        let both_pending = self.since.is_some();
+        self.catalog
+            .transaction_shared_with_previous(index, both_pending)
+            .map(str::to_string)
+    }
+
     /// squawk's warnings on every migration the rehearsal judges, and on
     /// the scripts its tool runs around it (Flyway's `beforeEachMigrate`,
     /// at their own files and lines): each warning's statement is its
@@ -296,6 +318,7 @@ impl Verify {
                         file: self.catalog.path_of(m),
                         not_runnable: m.not_runnable.clone(),
                         applied_by: applied_by(m),
+                        shares_transaction: self.shares_transaction(m),
                         sql: m.sql.clone(),
                         callbacks: (m.before_each.iter().chain(&m.after_each))
                             .map(|s| crate::catalog::Script {

@@ -7,7 +7,10 @@
 //! wrong reading falls into (a file the journal does not list that drops a
 //! table, a piece without its `;`, rollback lines that would undo the
 //! change, a changeset for another database), and one plain `CREATE
-//! INDEX` on a table with rows that verify must call a locks error.
+//! INDEX` on a table with rows that verify must call a locks error. A
+//! pottery studio's kilns (`drizzle-shared-transaction`) hold the one
+//! transaction drizzle sends every pending file in: a brief lock held
+//! through the slow file after it.
 
 use anyhow::{ensure, Context};
 use libtest_mimic::Trial;
@@ -29,6 +32,7 @@ pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
             drizzle_journal_order_and_breakpoints,
             drizzle_plain_index_on_rows_is_a_locks_error,
             drizzle_migrate_writes_its_table_and_status_reads_every_spelling,
+            drizzle_pending_files_hold_their_locks_to_the_last_commit,
             liquibase_changesets_in_path_order_with_their_modes,
             liquibase_plain_index_on_rows_is_a_locks_error,
             liquibase_status_reads_its_changelog_table_and_since_every_spelling,
@@ -123,6 +127,85 @@ fn drizzle_plain_index_on_rows_is_a_locks_error(env: &TestEnv) -> anyhow::Result
         .context("migration 2 not in the report")?
         .label;
     ensure!(label == "0001_jobs_by_status", "labelled {label}");
+    Ok(())
+}
+
+/// drizzle sends every pending file in one transaction: with production
+/// at the first file (`--since`), 0001's brief ACCESS EXCLUSIVE on kilns
+/// is held until 0002's pass over every firing commits. At 200M firings
+/// that is an error on 0001 (each file alone is within the budget); at
+/// the seeded size the same run is said and within it.
+fn drizzle_pending_files_hold_their_locks_to_the_last_commit(env: &TestEnv) -> anyhow::Result<()> {
+    use rollsafe::verify::evidence::predict::Sizes;
+    let catalog = Catalog::from_dir(&fixture("drizzle-shared-transaction"))?;
+    let large = Sizes::from_pairs(["firings=200M"]).map_err(anyhow::Error::msg)?;
+    let report = Verify::new(catalog.clone())?
+        .rows(ROWS)
+        .since(1)?
+        .sizes(large)
+        .run(&env.sandbox)?;
+    let errors: Vec<(Option<i32>, String)> = report
+        .errors()
+        .map(|f| (f.migration, f.id.clone()))
+        .collect();
+    let shared = findings_with(
+        &report,
+        &["locks.held-to-shared-commit", "locks.shared-transaction"],
+    );
+    ensure!(
+        errors == [(Some(2), "locks.held-to-shared-commit".to_string())],
+        "errors: {errors:?}\n{shared:#?}"
+    );
+    let f = report
+        .findings
+        .iter()
+        .find(|f| f.id == "locks.held-to-shared-commit")
+        .context("no held-to-shared-commit")?;
+    ensure!(
+        f.message.contains("ACCESS EXCLUSIVE on kilns")
+            && f.message.contains("0002_firing_notes_trimmed (~")
+            && f.message
+                .contains("drizzle's migrate sends every pending file in one transaction")
+            && f.message.contains("rows of firings"),
+        "{}",
+        f.message
+    );
+    let own = f.evidence["own_predicted_hold_ms"]
+        .as_f64()
+        .unwrap_or(f64::MAX);
+    let held = f.evidence["predicted_hold_ms"].as_f64().unwrap_or(0.0);
+    ensure!(
+        own < 1000.0 && held > 1000.0,
+        "own {own} ms, to the last commit {held} ms"
+    );
+    // Neither file alone holds a blocking lock past the budget.
+    ensure!(
+        !report
+            .findings
+            .iter()
+            .any(|f| f.id == "locks.long-blocking-lock"),
+        "{:#?}",
+        findings_with(&report, &["locks.long-blocking-lock"])
+    );
+
+    // At the seeded size the run holds the lock for milliseconds: said,
+    // no error.
+    let report = Verify::new(catalog)?
+        .rows(ROWS)
+        .since(1)?
+        .run(&env.sandbox)?;
+    ensure!(
+        report.errors().next().is_none()
+            && report
+                .findings
+                .iter()
+                .any(|f| f.id == "locks.shared-transaction" && f.migration == Some(2)),
+        "{:#?}",
+        findings_with(
+            &report,
+            &["locks.held-to-shared-commit", "locks.shared-transaction"]
+        )
+    );
     Ok(())
 }
 

@@ -17,9 +17,14 @@
 //!   pieces stay the statements drizzle sends.
 //! - **drizzle sends every pending file in one transaction**
 //!   (`session.transaction(…)` around the loop in the pg dialect's
-//!   `migrate`): a failure in any file rolls back all of them. rollsafe
+//!   `migrate`): a failure in any file rolls back all of them, and the
+//!   locks each file takes are held until the last one commits. rollsafe
 //!   rehearses, reports and applies each file in a transaction of its own
-//!   ([`CAVEAT`]).
+//!   ([`CAVEAT`]); each file after the first is marked as sharing the
+//!   transaction of the one before ([`Step::shared_transaction`]), and
+//!   verify's `locks` judges the holds of the files pending together
+//!   (after `--since`/`--base`, or added by one commit) to the last
+//!   one's commit.
 //! - History: `drizzle.__drizzle_migrations(id serial, hash text,
 //!   created_at bigint)`, a row per file: the SHA-256 of the file (hex)
 //!   and the journal's `when`. drizzle reads only the newest `created_at`
@@ -46,7 +51,11 @@ pub const JOURNAL: &str = "meta/_journal.json";
 const BREAKPOINT: &str = "--> statement-breakpoint";
 
 /// Said wherever a folder is read as Drizzle's.
-pub const CAVEAT: &str = "drizzle sends every pending file in one transaction (a failure in any rolls back all of them); rollsafe rehearses and applies each file in a transaction of its own";
+pub const CAVEAT: &str = "drizzle sends every pending file in one transaction (a failure in any rolls back all of them); rollsafe rehearses and applies each file in a transaction of its own, and judges the locks of files pending together as held until the last one commits";
+
+/// How drizzle sends a file in the transaction of the one before it
+/// ([`Step::shared_transaction`]).
+const SHARED: &str = "drizzle's migrate sends every pending file in one transaction";
 
 /// `drizzle.__drizzle_migrations`, written as drizzle-orm's pg dialect
 /// writes it; every entry at or below the newest `created_at` is applied.
@@ -201,7 +210,7 @@ impl LayoutReader for Drizzle {
                 why: "is missing, and drizzle reads no migration without it; pass drizzle-kit's out folder (the one holding meta/)".into(),
             });
         };
-        let mut steps = Vec::new();
+        let mut steps: Vec<Step> = Vec::new();
         for entry in journal.entries {
             let file = format!("{}.sql", entry.tag);
             let Some(text) = folder.text(&file)? else {
@@ -220,6 +229,7 @@ impl LayoutReader for Drizzle {
                 file,
                 // One transaction for every pending file ([`CAVEAT`]).
                 execution: Execution::Transaction,
+                shared_transaction: (!steps.is_empty()).then(|| SHARED.to_string()),
                 ..Step::default()
             });
         }
@@ -273,6 +283,13 @@ mod tests {
             Some(checksum("CREATE TABLE a (x int);").as_str())
         );
         assert!(!steps.iter().any(|s| s.file == "0003_unlisted.sql"));
+        // One transaction for every pending file: each after the first
+        // shares the one before's.
+        let shared: Vec<bool> = steps
+            .iter()
+            .map(|s| s.shared_transaction.is_some())
+            .collect();
+        assert_eq!(shared, [false, true, true]);
     }
 
     #[test]

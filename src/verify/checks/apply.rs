@@ -36,7 +36,11 @@ pub const ENTRY: Check = Check {
 };
 
 /// apply's judgement of the run: `--since` that left nothing to rehearse.
-pub fn evaluate_run(run: &RunEvidence, cx: &Context) -> Vec<Finding> {
+pub fn evaluate_run(
+    run: &RunEvidence,
+    _: &std::collections::BTreeMap<i32, MigrationEvidence>,
+    cx: &Context,
+) -> Vec<Finding> {
     match (cx.rehearsed, run.reached, run.stopped_at, run.since) {
         (true, 0, None, Some(since)) => vec![nothing_rehearsed(since, &cx.labels)],
         _ => Vec::new(),

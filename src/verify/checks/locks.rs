@@ -31,6 +31,7 @@
 //! while it applies. A slow migration that waits on no lock is none of
 //! these (its lock hold is judged on its own).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::lock_policy::LockPolicy;
@@ -38,7 +39,8 @@ use crate::pg::lock_modes::{self, Needs};
 use crate::report::{Finding, Severity};
 use crate::verify::evidence::predict::{self, Hold};
 use crate::verify::evidence::{
-    Applied, Context, LongTransactionProbe, MigrationEvidence, Probe, ProbeEnd, WorkloadStats,
+    Applied, Context, LongTransactionProbe, MigrationEvidence, Probe, ProbeEnd, RunEvidence,
+    WorkloadStats,
 };
 
 use super::phrases::ms;
@@ -59,7 +61,7 @@ pub const ENTRY: Check = Check {
     description: DESCRIPTION,
     ran: |e| e.applied_on_seeded().is_some() || e.applied_by_framework().is_some(),
     evaluate,
-    evaluate_run: None,
+    evaluate_run: Some(evaluate_run),
 };
 
 /// locks' judgement of one migration: whether the long-transaction probe
@@ -94,6 +96,207 @@ pub fn evaluate(e: &MigrationEvidence, cx: &Context) -> Vec<Finding> {
         });
     }
     out
+}
+
+/// locks' judgement of the run: the migrations production sends in one
+/// transaction ([`MigrationEvidence::shares_transaction`]: Alembic's
+/// default, Drizzle) are each rehearsed in a transaction of their own, so
+/// each one's measured holds end at its own commit. In production every
+/// lock of the run is held until the last of them commits: a lock an
+/// earlier one takes waits on all the work after it. Each earlier
+/// migration's longest blocking hold is judged with the time every later
+/// one of the run took (measured at the seeded size, predicted at
+/// production's).
+pub fn evaluate_run(
+    _: &RunEvidence,
+    evidence: &BTreeMap<i32, MigrationEvidence>,
+    cx: &Context,
+) -> Vec<Finding> {
+    let list: Vec<&MigrationEvidence> = evidence.values().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < list.len() {
+        let mut j = i;
+        while list
+            .get(j + 1)
+            .is_some_and(|e| e.shares_transaction.is_some())
+        {
+            j += 1;
+        }
+        for k in i..j {
+            out.extend(held_to_shared_commit(list[k], &list[k + 1..=j], cx));
+        }
+        i = j + 1;
+    }
+    out
+}
+
+/// What a later migration of a shared transaction adds to the holds
+/// before it: its time, or why it was not measured.
+enum Later {
+    Took {
+        measured: Duration,
+        predicted: Duration,
+        drivers: Vec<predict::Driver>,
+    },
+    NotMeasured(String),
+}
+
+fn later_time(e: &MigrationEvidence, cx: &Context) -> Later {
+    if let Some(by) = e.applied_by_framework() {
+        return Later::NotMeasured(format!(
+            "applied at rows by {by}, whose time is the command's, not the transaction's"
+        ));
+    }
+    match (&e.at_zero, e.applied_on_seeded()) {
+        (Some(at_zero), Some(s)) => {
+            let (measured, predicted, drivers) = predict::took(at_zero, &s.applied, cx.sizes);
+            Later::Took {
+                measured,
+                predicted,
+                drivers,
+            }
+        }
+        _ if e.seeded.is_some() => Later::NotMeasured("failed at rows".into()),
+        _ => Later::NotMeasured("not applied at rows".into()),
+    }
+}
+
+/// `held-to-shared-commit`: `e`'s longest blocking hold, within the stall
+/// budget in its own transaction, held past it until every migration of
+/// `later` has run, because production sends them in one transaction.
+/// Info when the whole stays within the budget; skipped when a later one
+/// was not measured and what was measured stays within it.
+fn held_to_shared_commit(
+    e: &MigrationEvidence,
+    later: &[&MigrationEvidence],
+    cx: &Context,
+) -> Option<Finding> {
+    if e.applied_by_framework().is_some() {
+        return None;
+    }
+    let (at_zero, s) = (e.at_zero.as_ref()?, e.applied_on_seeded()?);
+    let holds = predict::holds(at_zero, &s.applied, &e.needs, cx.sizes);
+    let h = holds.iter().max_by_key(|h| h.predicted)?;
+    // Over the budget in its own transaction: long-blocking-lock says so
+    // already (one hazard, one error).
+    if h.predicted > cx.stall_budget {
+        return None;
+    }
+    let v = e.version;
+    let how = later
+        .first()?
+        .shares_transaction
+        .clone()
+        .unwrap_or_default();
+    let mut measured = h.measured;
+    let mut predicted = h.predicted;
+    let mut drivers = h.drivers.clone();
+    let mut took = Vec::new();
+    let mut unmeasured = Vec::new();
+    for l in later {
+        let name = cx.labels.of(l.version);
+        match later_time(l, cx) {
+            Later::Took {
+                measured: m,
+                predicted: p,
+                drivers: d,
+            } => {
+                measured += m;
+                predicted += p;
+                for x in d {
+                    if !drivers.iter().any(|y| y.0 == x.0) {
+                        drivers.push(x);
+                    }
+                }
+                took.push(format!("{name} (~{})", human(p)));
+            }
+            Later::NotMeasured(why) => unmeasured.push(format!("{name} ({why})")),
+        }
+    }
+    let from_sizes = drivers.iter().any(|d| cx.sizes.rows.contains_key(&d.0));
+    let combined = predict::Hold {
+        measured,
+        predicted,
+        drivers,
+        from_sizes,
+        ..h.clone()
+    };
+    let lock = format!(
+        "takes {} on {}, held ~{} in its own transaction",
+        lock_modes::sql_name(&h.mode),
+        h.table,
+        human(h.predicted)
+    );
+    let pending = later
+        .iter()
+        .map(|l| cx.labels.of(l.version))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let base = |f: Finding| {
+        f.at(s.applied.location(h.statement))
+            .evidence("table", h.table.clone())
+            .evidence("lock", lock_modes::sql_name(&h.mode))
+            .evidence("own_hold_ms", ms(h.measured))
+            .evidence("own_predicted_hold_ms", ms(h.predicted))
+            .evidence("held_ms", ms(combined.measured))
+            .evidence("predicted_hold_ms", ms(combined.predicted))
+            .evidence("stall_budget_ms", ms(cx.stall_budget))
+            .evidence("shared_with", pending.clone())
+            .evidence("later_migrations", took.join(", "))
+            .evidence("not_measured", unmeasured.join("; "))
+    };
+    let finding = if combined.predicted > cx.stall_budget {
+        Finding::new(
+            CHECK,
+            "held-to-shared-commit",
+            Severity::Error,
+            Some(v),
+            format!(
+                "{}: {lock}; {how}, and {} {} pending with it, so production holds the lock until the last commits: ~{} {} (stall budget {}), blocking its {}",
+                s.applied.where_(h.statement),
+                took.iter().chain(&unmeasured).cloned().collect::<Vec<_>>().join(", "),
+                if later.len() == 1 { "is" } else { "are" },
+                human(combined.predicted),
+                combined.size_phrase(),
+                human(cx.stall_budget),
+                e.needs.describe(&h.table, &h.mode),
+            ),
+        )
+        .advice("let the locking migration commit before the slow work starts: deploy it on its own, have the tool commit each migration (Alembic: `transaction_per_migration=True` in env.py's `context.configure`), or move the slow work out of the migrations")
+    } else if !unmeasured.is_empty() {
+        Finding::new(
+            CHECK,
+            "shared-transaction-not-measured",
+            Severity::Skipped,
+            Some(v),
+            format!(
+                "{}: {lock}; {how}, and {pending} {} pending with it, so production holds the lock until the last commits; the time of {} was not measured: that hold is at least ~{}, not judged",
+                s.applied.where_(h.statement),
+                if later.len() == 1 { "is" } else { "are" },
+                unmeasured.join(", "),
+                human(combined.predicted),
+            ),
+        )
+        .advice("rehearse the later migrations on their own (--since) to measure them, or have the tool commit each migration on its own")
+    } else {
+        Finding::new(
+            CHECK,
+            "shared-transaction",
+            Severity::Info,
+            Some(v),
+            format!(
+                "{}: {lock}; {how}, and {} {} pending with it, so production holds the lock until the last commits: ~{} {}, within the stall budget ({})",
+                s.applied.where_(h.statement),
+                took.join(", "),
+                if later.len() == 1 { "is" } else { "are" },
+                human(combined.predicted),
+                combined.size_phrase(),
+                human(cx.stall_budget),
+            ),
+        )
+    };
+    Some(base(finding))
 }
 
 /// Judges the measured apply (with the workload running).
@@ -647,6 +850,91 @@ mod tests {
         let a = applied("AccessExclusiveLock", false, Duration::from_millis(3));
         let f = measured(4, &a, &a, None, &Needs::unknown(), &holds(&a), STALL_BUDGET);
         assert_eq!(ids(&f), ["locks.measured"]);
+    }
+
+    /// Migrations production sends in one transaction: the first one's
+    /// brief ACCESS EXCLUSIVE is held through the slow one after it.
+    #[test]
+    fn a_lock_is_judged_held_to_the_commit_of_the_transaction_it_shares() {
+        use crate::verify::evidence::{predict::Sizes, SeededApply};
+        let evidence = |v: i32, a: Applied, shares: bool| MigrationEvidence {
+            version: v,
+            file: format!("m{v}.sql"),
+            needs: Needs::unknown(),
+            at_zero: Some(a.clone()),
+            seeded: Some(SeededApply {
+                applied: a,
+                ..SeededApply::default()
+            }),
+            shares_transaction: shares
+                .then(|| "the tool sends every pending file in one transaction".into()),
+            ..MigrationEvidence::default()
+        };
+        let quick = applied("AccessExclusiveLock", false, Duration::from_millis(4));
+        let slow = Applied {
+            held: Duration::from_millis(1500),
+            duration: Duration::from_millis(1500),
+            statements: vec![StatementRun {
+                duration: Duration::from_millis(1500),
+                ..StatementRun::default()
+            }],
+            ..Applied::default()
+        };
+        let sizes = Sizes::default();
+        let cx = Context {
+            stall_budget: STALL_BUDGET,
+            ..Context::bare(&sizes)
+        };
+        let run = |list: Vec<MigrationEvidence>| {
+            let map: BTreeMap<i32, MigrationEvidence> =
+                list.into_iter().map(|e| (e.version, e)).collect();
+            evaluate_run(&RunEvidence::default(), &map, &cx)
+        };
+        let f = run(vec![
+            evidence(4, quick.clone(), false),
+            evidence(5, slow.clone(), true),
+        ]);
+        assert_eq!(ids(&f), ["locks.held-to-shared-commit"]);
+        assert_eq!(f[0].migration, Some(4));
+        assert!(
+            f[0].message.contains("ACCESS EXCLUSIVE on jobs"),
+            "{}",
+            f[0].message
+        );
+        assert!(f[0].message.contains("and V5 (~"), "{}", f[0].message);
+        assert_eq!(
+            f[0].evidence["predicted_hold_ms"]
+                .as_f64()
+                .map(|x| x >= 1500.0),
+            Some(true)
+        );
+        // Each in its own transaction: nothing to judge beyond each one's.
+        assert!(run(vec![
+            evidence(4, quick.clone(), false),
+            evidence(5, slow.clone(), false)
+        ])
+        .is_empty());
+        // The slow one first: its own transaction holds nothing blocking
+        // for long; the quick one after it is the last to commit.
+        assert!(run(vec![
+            evidence(4, slow.clone(), false),
+            evidence(5, quick.clone(), true)
+        ])
+        .is_empty());
+        // Quick after quick: said, within the budget.
+        let f = run(vec![
+            evidence(4, quick.clone(), false),
+            evidence(5, quick.clone(), true),
+        ]);
+        assert_eq!(ids(&f), ["locks.shared-transaction"]);
+        // A later one that failed at rows: not measured, so not judged.
+        let mut failed = evidence(5, quick.clone(), true);
+        failed.seeded.as_mut().unwrap().applied.error = Some("boom".into());
+        let f = run(vec![evidence(4, quick.clone(), false), failed]);
+        assert_eq!(ids(&f), ["locks.shared-transaction-not-measured"]);
+        // Over the budget on its own: long-blocking-lock's, not this.
+        let long = applied("AccessExclusiveLock", false, Duration::from_secs(2));
+        assert!(run(vec![evidence(4, long, false), evidence(5, slow, true)]).is_empty());
     }
 
     fn probe(end: ProbeEnd, worst: Duration) -> LongTransactionProbe {

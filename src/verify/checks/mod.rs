@@ -44,9 +44,16 @@ pub struct Check {
     pub ran: fn(&MigrationEvidence) -> bool,
     pub evaluate: fn(&MigrationEvidence, &Context) -> Vec<Finding>,
     /// Its judgement of the run as a whole (a `--since` that left nothing
-    /// to rehearse, a precheck that died), when it has one.
-    pub evaluate_run: Option<fn(&RunEvidence, &Context) -> Vec<Finding>>,
+    /// to rehearse, a precheck that died, migrations production sends in
+    /// one transaction), when it has one: it reads the run's evidence and
+    /// every migration's, in order.
+    pub evaluate_run: Option<RunJudgement>,
 }
+
+/// A check's judgement of the run as a whole, beside every migration's
+/// evidence (by version, in order).
+pub type RunJudgement =
+    fn(&RunEvidence, &BTreeMap<i32, MigrationEvidence>, &Context) -> Vec<Finding>;
 
 /// What the registry made of a run: the checks that had evidence to
 /// judge (per migration), and every finding.
@@ -86,7 +93,7 @@ pub fn judge(
         out.findings.extend(judged);
     }
     for judge_run in ALL.iter().filter_map(|c| c.evaluate_run) {
-        out.findings.extend(judge_run(run, cx));
+        out.findings.extend(judge_run(run, evidence, cx));
     }
     // The project's own checks judged themselves (plug-ins outside the
     // registry): reported as they ran, after the registry's.

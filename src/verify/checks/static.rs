@@ -16,6 +16,8 @@
 //! What it is not: a replacement for the measured checks. A migration
 //! squawk is silent about is still rehearsed in full.
 
+use std::collections::BTreeMap;
+
 use crate::pg::lock_modes::{self, Needs};
 use crate::report::{Finding, Severity};
 use crate::verify::evidence::{
@@ -41,7 +43,11 @@ pub const ENTRY: Check = Check {
 
 /// static's judgement of the run: a precheck that died is said, never
 /// dropped silently.
-pub fn evaluate_run(run: &RunEvidence, _: &Context) -> Vec<Finding> {
+pub fn evaluate_run(
+    run: &RunEvidence,
+    _: &BTreeMap<i32, MigrationEvidence>,
+    _: &Context,
+) -> Vec<Finding> {
     if run.lint_died {
         vec![not_run()]
     } else {

@@ -68,6 +68,13 @@ pub struct MigrationEvidence {
     /// data migration, whose SQL is only what it sent to an empty
     /// database. None for the others.
     pub applied_by: Option<String>,
+    /// How production sends it in the transaction of the migration judged
+    /// before it, when it does (Alembic's default, Drizzle: every pending
+    /// migration in one transaction, and these two pending together), from
+    /// the catalogue ([`crate::catalog::Catalog::transaction_shared_with_previous`]):
+    /// each is rehearsed in its own, and `locks` judges the earlier one's
+    /// holds to the later one's commit.
+    pub shares_transaction: Option<String>,
     /// squawk's warnings on its text (None: the precheck did not finish).
     pub lint: Option<Vec<Warning>>,
     /// What blocks the live apps: the lock modes their statements take.

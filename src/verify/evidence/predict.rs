@@ -129,33 +129,7 @@ impl Hold {
 pub fn holds(at_zero: &Applied, at_n: &Applied, needs: &Needs, sizes: &Sizes) -> Vec<Hold> {
     let commit = at_n.held.saturating_sub(at_n.duration);
     let n = at_n.statements.len();
-    // Per statement: predicted duration and the tables that drove it.
-    let mut per_statement: Vec<(Duration, Vec<Driver>)> = Vec::with_capacity(n);
-    let mut any_sized = false;
-    for (i, st) in at_n.statements.iter().enumerate() {
-        let zero = at_zero
-            .statements
-            .get(i)
-            .filter(|_| at_zero.statements.len() == n)
-            .map(|s| s.duration)
-            .unwrap_or_default()
-            .min(st.duration);
-        let mut drivers = Vec::new();
-        let mut scale: f64 = 1.0;
-        for t in at_n.tables.values().filter(|t| st.grows_on(t)) {
-            let target = sizes.rows.get(&t.table).copied();
-            any_sized |= target.is_some();
-            let target = target.unwrap_or(t.rows_before as f64);
-            scale = scale.max(target / t.rows_before.max(1) as f64);
-            drivers.push((t.table.clone(), t.rows_before, target));
-        }
-        let predicted = if drivers.is_empty() {
-            st.duration
-        } else {
-            zero + (st.duration - zero).mul_f64(scale)
-        };
-        per_statement.push((predicted, drivers));
-    }
+    let (per_statement, any_sized) = per_statement(at_zero, at_n, sizes);
     let mut out = Vec::new();
     if at_n.outside_transaction {
         // Each statement committed on its own: a lock is held while its
@@ -233,6 +207,75 @@ pub fn holds(at_zero: &Applied, at_n: &Applied, needs: &Needs, sizes: &Sizes) ->
         }
     }
     out
+}
+
+/// Per statement of `at_n`: its predicted duration at production size
+/// (what it took at 0 rows, plus what it took more at the seeded size
+/// scaled by the largest table it did row-proportional work on) and the
+/// tables that drove it; and whether any size came from production's.
+fn per_statement(
+    at_zero: &Applied,
+    at_n: &Applied,
+    sizes: &Sizes,
+) -> (Vec<(Duration, Vec<Driver>)>, bool) {
+    let n = at_n.statements.len();
+    let mut per_statement: Vec<(Duration, Vec<Driver>)> = Vec::with_capacity(n);
+    let mut any_sized = false;
+    for (i, st) in at_n.statements.iter().enumerate() {
+        let zero = at_zero
+            .statements
+            .get(i)
+            .filter(|_| at_zero.statements.len() == n)
+            .map(|s| s.duration)
+            .unwrap_or_default()
+            .min(st.duration);
+        let mut drivers = Vec::new();
+        let mut scale: f64 = 1.0;
+        for t in at_n.tables.values().filter(|t| st.grows_on(t)) {
+            let target = sizes.rows.get(&t.table).copied();
+            any_sized |= target.is_some();
+            let target = target.unwrap_or(t.rows_before as f64);
+            scale = scale.max(target / t.rows_before.max(1) as f64);
+            drivers.push((t.table.clone(), t.rows_before, target));
+        }
+        let predicted = if drivers.is_empty() {
+            st.duration
+        } else {
+            zero + (st.duration - zero).mul_f64(scale)
+        };
+        per_statement.push((predicted, drivers));
+    }
+    (per_statement, any_sized)
+}
+
+/// How long the whole migration runs, measured at the seeded size
+/// (first statement to commit) and predicted at production size, with
+/// the tables that drive the prediction: what a lock taken before it in
+/// the same transaction waits on (a run of migrations sent in one
+/// transaction holds every lock to the last commit).
+pub fn took(at_zero: &Applied, at_n: &Applied, sizes: &Sizes) -> (Duration, Duration, Vec<Driver>) {
+    let commit = at_n.held.saturating_sub(at_n.duration);
+    let (per_statement, _) = per_statement(at_zero, at_n, sizes);
+    let mut drivers: Vec<Driver> = Vec::new();
+    for (_, ds) in &per_statement {
+        for d in ds {
+            if !drivers.iter().any(|x| x.0 == d.0) {
+                drivers.push(d.clone());
+            }
+        }
+    }
+    let predicted = if drivers.is_empty() {
+        // Nothing grows with a table: the shortest of the measurements,
+        // as for a hold (a busy machine only ever adds time).
+        let mut shortest = at_n.held;
+        if at_zero.statements.len() == at_n.statements.len() && at_zero.held > Duration::ZERO {
+            shortest = shortest.min(at_zero.held);
+        }
+        shortest
+    } else {
+        per_statement.iter().map(|(d, _)| *d).sum::<Duration>() + commit
+    };
+    (at_n.held, predicted, drivers)
 }
 
 #[cfg(test)]
