@@ -10,7 +10,8 @@
 //! INDEX` on a table with rows that verify must call a locks error. A
 //! pottery studio's kilns (`drizzle-shared-transaction`) hold the one
 //! transaction drizzle sends every pending file in: a brief lock held
-//! through the slow file after it.
+//! through the slow file after it, and a fuel added to an enum that the
+//! next file uses before the two commit.
 
 use anyhow::{ensure, Context};
 use libtest_mimic::Trial;
@@ -33,6 +34,7 @@ pub fn tests(env: &std::sync::Arc<TestEnv>) -> Vec<Trial> {
             drizzle_plain_index_on_rows_is_a_locks_error,
             drizzle_migrate_writes_its_table_and_status_reads_every_spelling,
             drizzle_pending_files_hold_their_locks_to_the_last_commit,
+            drizzle_pending_files_that_fail_only_as_one_transaction,
             liquibase_changesets_in_path_order_with_their_modes,
             liquibase_plain_index_on_rows_is_a_locks_error,
             liquibase_status_reads_its_changelog_table_and_since_every_spelling,
@@ -205,6 +207,52 @@ fn drizzle_pending_files_hold_their_locks_to_the_last_commit(env: &TestEnv) -> a
             &report,
             &["locks.held-to-shared-commit", "locks.shared-transaction"]
         )
+    );
+    Ok(())
+}
+
+/// drizzle sends every pending file in one transaction: a value 0001
+/// adds to an enum cannot be used by 0002 before that transaction
+/// commits, though each file applies in a transaction of its own. With
+/// production at 0000 (`--since`), 0002 is `apply.fails-in-shared-transaction`
+/// at its statement, naming the server's error; rehearsed from 0001 on
+/// (0001 already deployed), 0002 is pending alone and passes.
+fn drizzle_pending_files_that_fail_only_as_one_transaction(env: &TestEnv) -> anyhow::Result<()> {
+    let catalog = Catalog::from_dir(&fixture("drizzle-enum-value-in-one-transaction"))?;
+    let report = Verify::new(catalog.clone())?
+        .rows(ROWS)
+        .since(1)?
+        .run(&env.sandbox)?;
+    let errors: Vec<(Option<i32>, String)> = report
+        .errors()
+        .map(|f| (f.migration, f.id.clone()))
+        .collect();
+    ensure!(
+        errors == [(Some(3), "apply.fails-in-shared-transaction".to_string())],
+        "errors: {errors:?}\n{:#?}",
+        findings_with(
+            &report,
+            &["apply.fails-in-shared-transaction", "apply.applies"]
+        )
+    );
+    let f = report.errors().next().context("no error")?;
+    let at = f.location.as_ref().context("no location")?;
+    ensure!(
+        f.message.contains("unsafe use of new value")
+            && f.message.contains("after 0001_electric")
+            && at.file.ends_with("0002_electric_default.sql")
+            && at.line == 1,
+        "{} at {at:?}",
+        f.message
+    );
+    let report = Verify::new(catalog)?
+        .rows(ROWS)
+        .since(2)?
+        .run(&env.sandbox)?;
+    ensure!(
+        report.errors().next().is_none(),
+        "{:#?}",
+        findings_with(&report, &["apply.fails-in-shared-transaction"])
     );
     Ok(())
 }

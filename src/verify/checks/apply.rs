@@ -38,13 +38,75 @@ pub const ENTRY: Check = Check {
 /// apply's judgement of the run: `--since` that left nothing to rehearse.
 pub fn evaluate_run(
     run: &RunEvidence,
-    _: &std::collections::BTreeMap<i32, MigrationEvidence>,
+    evidence: &std::collections::BTreeMap<i32, MigrationEvidence>,
     cx: &Context,
 ) -> Vec<Finding> {
-    match (cx.rehearsed, run.reached, run.stopped_at, run.since) {
+    let mut out = match (cx.rehearsed, run.reached, run.stopped_at, run.since) {
         (true, 0, None, Some(since)) => vec![nothing_rehearsed(since, &cx.labels)],
         _ => Vec::new(),
+    };
+    for (versions, failed) in &run.shared_runs {
+        out.extend(
+            failed
+                .as_ref()
+                .and_then(|f| fails_in_shared_transaction(versions, f, evidence, cx)),
+        );
     }
+    out
+}
+
+/// `fails-in-shared-transaction`: a run of migrations production sends in
+/// one transaction failed as one, at a migration that applied in a
+/// transaction of its own on the empty path (one that fails alone is
+/// `fails-on-empty`'s). Only what an earlier migration of the same
+/// transaction left uncommitted explains it.
+fn fails_in_shared_transaction(
+    versions: &[i32],
+    f: &crate::verify::evidence::SharedRunFailure,
+    evidence: &std::collections::BTreeMap<i32, MigrationEvidence>,
+    cx: &Context,
+) -> Option<Finding> {
+    let e = evidence.get(&f.version)?;
+    if e.failed_on_empty() || e.at_zero.is_none() {
+        return None;
+    }
+    let earlier: Vec<String> = versions
+        .iter()
+        .take_while(|v| **v != f.version)
+        .map(|v| cx.labels.of(*v))
+        .collect();
+    if earlier.is_empty() {
+        return None;
+    }
+    let how = versions
+        .iter()
+        .filter_map(|v| evidence.get(v)?.shares_transaction.clone())
+        .next()
+        .unwrap_or_default();
+    Some(
+        Finding::new(
+            CHECK,
+            "fails-in-shared-transaction",
+            Severity::Error,
+            Some(f.version),
+            format!(
+                "line {}: {}: fails when sent in one transaction after {} ({how}): {}; in a transaction of its own it applies, so it is what the earlier migration left uncommitted that fails it",
+                f.line,
+                f.statement,
+                earlier.join(", "),
+                f.message
+            ),
+        )
+        .at(Some(crate::report::Location {
+            file: f.file.clone(),
+            line: f.line,
+            column: f.column,
+            excerpt: f.statement.clone(),
+        }))
+        .evidence("sent_with", earlier.join(", "))
+        .evidence("error", f.message.clone())
+        .advice("let the earlier migration commit first: deploy it on its own, have the tool commit each migration (Alembic: `transaction_per_migration=True` in env.py's `context.configure`), or fold what the later one needs into a later deploy (an enum value added in a transaction cannot be used before it commits)"),
+    )
 }
 
 /// apply's judgement of one migration: the kill-and-rerun of a file

@@ -147,6 +147,27 @@ pub struct RunEvidence {
     /// shipped `dao`: `crate::app::ProjectRule`), which judge themselves:
     /// each one that ran, with its findings, reported as they are.
     pub project_checks: Vec<(CheckRun, Vec<Finding>)>,
+    /// The runs of migrations production sends in one transaction
+    /// ([`MigrationEvidence::shares_transaction`]), each applied so on an
+    /// empty database at the version before it: their versions, in order,
+    /// and where the one transaction failed. Empty when there is none (or
+    /// the rehearsal stopped before them).
+    pub shared_runs: Vec<(Vec<i32>, Option<SharedRunFailure>)>,
+}
+
+/// Where a run of migrations sent in one transaction failed as one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedRunFailure {
+    /// The migration whose statement failed.
+    pub version: i32,
+    /// Its file (or its callback's) as the repository has it, and the
+    /// statement's place and beginning there.
+    pub file: String,
+    pub line: usize,
+    pub column: usize,
+    pub statement: String,
+    /// The server's error.
+    pub message: String,
 }
 
 impl MigrationEvidence {

@@ -18,7 +18,9 @@
 //!   by side, and the rows the older apps write during the rollout;
 //! - [`cross_version`]: two app versions side by side through drivers;
 //! - [`seeding`]: the seeded path's rows, the apps' and the generator's;
-//! - [`sizes`]: production's table sizes (`--sizes-from`).
+//! - [`sizes`]: production's table sizes (`--sizes-from`);
+//! - [`shared_transaction`]: the migrations production sends in one
+//!   transaction, applied in one on an empty database.
 //!
 //! Outside verify, because more than a rehearsal uses them: who connects
 //! as whom and the lock sampler ([`crate::sessions`]), and what a real
@@ -34,6 +36,7 @@ pub mod planning;
 pub mod readers;
 pub mod rehearsal;
 pub mod seeding;
+pub mod shared_transaction;
 pub mod sizes;
 
 use postgres::Client;

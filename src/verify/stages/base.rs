@@ -11,6 +11,66 @@ use crate::verify::evidence::{SecondRun, Unreached};
 use crate::verify::measure;
 
 impl Run<'_> {
+    /// The runs of migrations production sends in one transaction
+    /// ([`crate::verify::evidence::MigrationEvidence::shares_transaction`]),
+    /// applied so on a copy of the base: every judged migration in order,
+    /// a run as one transaction, the others each in its own (unmeasured,
+    /// as `migrate` applies them). Stops at the first that fails: what
+    /// comes after it is not reached here, and the rehearsal judges a
+    /// migration failing on its own. Nothing to do without such a run.
+    pub(super) fn apply_shared_runs(
+        &mut self,
+        empty_prev: &Database,
+        migrations: &[Migration],
+    ) -> Result<(), VerifyError> {
+        let judged: Vec<&Migration> = migrations
+            .iter()
+            .filter(|m| !self.options.since.is_some_and(|s| m.version <= s))
+            .collect();
+        // Consecutive judged migrations, a run continuing while the next
+        // one shares the transaction of the one before.
+        let mut groups: Vec<Vec<&Migration>> = Vec::new();
+        for m in judged {
+            let shares = self
+                .evidence
+                .get(&m.version)
+                .is_some_and(|e| e.shares_transaction.is_some());
+            match groups.last_mut() {
+                Some(g) if shares => g.push(m),
+                _ => groups.push(vec![m]),
+            }
+        }
+        if groups.iter().all(|g| g.len() < 2) {
+            return Ok(());
+        }
+        let db = self.clone_db(empty_prev)?;
+        let mut c = measure::connect_migrator(&self.sessions, &db)?;
+        let catalog = &self.options.catalog;
+        let path_of = |m: &Migration| catalog.path_of(m);
+        for group in groups {
+            // Nothing of it can be applied past a migration rollsafe
+            // cannot run (the rehearsal stops there too).
+            if group.iter().any(|m| m.not_runnable.is_some()) {
+                break;
+            }
+            if group.len() == 1 {
+                if super::apply_unchecked(&mut c, group[0]).is_err() {
+                    break;
+                }
+                continue;
+            }
+            let failed = measure::shared_transaction::apply_as_one(&mut c, &group, &path_of);
+            let stop = failed.is_some();
+            self.run_evidence
+                .shared_runs
+                .push((group.iter().map(|m| m.version).collect(), failed));
+            if stop {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// The base the rehearsed migrations start from, on `empty_prev`: the
     /// target's schema (`--from-target`), or the files up to `--since`
     /// applied once, unchecked. Nothing without either.

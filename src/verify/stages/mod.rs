@@ -114,6 +114,7 @@ impl Run<'_> {
             return Ok(());
         }
         self.start_migrator(&empty_prev, &migrations)?;
+        self.apply_shared_runs(&empty_prev, &migrations)?;
         self.options.emit(Event::StageFinished(Stage::Base));
 
         // Stages 2 and 3 overlap: stage 3 of a migration runs as soon as
