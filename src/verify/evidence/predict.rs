@@ -248,13 +248,14 @@ fn per_statement(
     (per_statement, any_sized)
 }
 
-/// How long the whole migration runs, measured at the seeded size
-/// (first statement to commit) and predicted at production size, with
-/// the tables that drive the prediction: what a lock taken before it in
-/// the same transaction waits on (a run of migrations sent in one
-/// transaction holds every lock to the last commit).
+/// How long the migration's statements run, measured at the seeded size
+/// and predicted at production size, with the tables that drive the
+/// prediction: what a lock taken before it in the same transaction waits
+/// on (a run of migrations sent in one transaction holds every lock to
+/// the last commit). The statements' own time only: the reads rollsafe
+/// takes between them (in `held`) are not production's, and summed over
+/// many migrations they would add up to a hold no deploy has.
 pub fn took(at_zero: &Applied, at_n: &Applied, sizes: &Sizes) -> (Duration, Duration, Vec<Driver>) {
-    let commit = at_n.held.saturating_sub(at_n.duration);
     let (per_statement, _) = per_statement(at_zero, at_n, sizes);
     let mut drivers: Vec<Driver> = Vec::new();
     for (_, ds) in &per_statement {
@@ -264,18 +265,20 @@ pub fn took(at_zero: &Applied, at_n: &Applied, sizes: &Sizes) -> (Duration, Dura
             }
         }
     }
+    let measured: Duration = at_n.statements.iter().map(|s| s.duration).sum();
     let predicted = if drivers.is_empty() {
-        // Nothing grows with a table: the shortest of the measurements,
+        // Nothing grows with a table: the shorter of the two measurements,
         // as for a hold (a busy machine only ever adds time).
-        let mut shortest = at_n.held;
-        if at_zero.statements.len() == at_n.statements.len() && at_zero.held > Duration::ZERO {
-            shortest = shortest.min(at_zero.held);
+        let at_zero_took: Duration = at_zero.statements.iter().map(|s| s.duration).sum();
+        if at_zero.statements.len() == at_n.statements.len() && at_zero.ok() {
+            measured.min(at_zero_took)
+        } else {
+            measured
         }
-        shortest
     } else {
-        per_statement.iter().map(|(d, _)| *d).sum::<Duration>() + commit
+        per_statement.iter().map(|(d, _)| *d).sum::<Duration>()
     };
-    (at_n.held, predicted, drivers)
+    (measured, predicted, drivers)
 }
 
 #[cfg(test)]
