@@ -387,7 +387,11 @@ fn run_command(run: &TestRun, program: &str, shown: &str, url: &str) -> Result<(
 
 /// Points `cmd` at database `url` the ways projects read it:
 /// `DATABASE_URL` (without rollsafe's query settings) and libpq's `PG*`
-/// variables.
+/// variables. `DATABASE_URL`'s scheme is `postgresql://`, the one every
+/// client takes: SQLAlchemy 1.4 and later refuse `postgres://` ("Can't
+/// load plugin: sqlalchemy.dialects:postgres"), and libpq, psycopg,
+/// dj-database-url, ActiveRecord, node-postgres, pgx, Ecto and Prisma
+/// read both.
 pub fn database_env(cmd: &mut Command, url: &str) {
     if let Ok(u) = url::Url::parse(url) {
         let decode = |s: &str| {
@@ -402,6 +406,8 @@ pub fn database_env(cmd: &mut Command, url: &str) {
             .env("PGDATABASE", u.path().trim_start_matches('/'));
         let mut plain = u.clone();
         plain.set_query(None);
+        // (Refused only between special and other schemes: never here.)
+        let _ = plain.set_scheme("postgresql");
         cmd.env("DATABASE_URL", plain.as_str());
     }
 }
@@ -534,5 +540,34 @@ fn names_a_scratch_table(c: &mut postgres::Client, sql: &str) -> bool {
     match c.prepare(sql) {
         Ok(_) => false,
         Err(e) => matches!(e.code().map(|c| c.code()), Some("42P01") | Some("3F000")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A project's command gets the database as `DATABASE_URL` with the
+    /// scheme every client reads (SQLAlchemy refuses `postgres://`), and
+    /// as libpq's variables, the password decoded, rollsafe's query
+    /// settings left out.
+    #[test]
+    fn the_command_gets_a_postgresql_url_and_libpq_variables() {
+        let mut cmd = Command::new("true");
+        database_env(
+            &mut cmd,
+            "postgres://rs_migrator:p%40ss@127.0.0.1:5433/rs_db_1?options=-c%20lock_timeout%3D1s",
+        );
+        let env: std::collections::BTreeMap<String, String> = cmd
+            .get_envs()
+            .filter_map(|(k, v)| Some((k.to_str()?.to_string(), v?.to_str()?.to_string())))
+            .collect();
+        assert_eq!(
+            env["DATABASE_URL"],
+            "postgresql://rs_migrator:p%40ss@127.0.0.1:5433/rs_db_1"
+        );
+        assert_eq!(env["PGPASSWORD"], "p@ss");
+        assert_eq!(env["PGPORT"], "5433");
+        assert_eq!(env["PGDATABASE"], "rs_db_1");
     }
 }
