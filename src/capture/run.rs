@@ -38,7 +38,7 @@
 //! database taken before the command ran: PostgreSQL's own name
 //! resolution says `undefined_table`, so no table list is guessed.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -387,11 +387,15 @@ fn run_command(run: &TestRun, program: &str, shown: &str, url: &str) -> Result<(
 
 /// Points `cmd` at database `url` the ways projects read it:
 /// `DATABASE_URL` (without rollsafe's query settings) and libpq's `PG*`
-/// variables. `DATABASE_URL`'s scheme is `postgresql://`, the one every
-/// client takes: SQLAlchemy 1.4 and later refuse `postgres://` ("Can't
-/// load plugin: sqlalchemy.dialects:postgres"), and libpq, psycopg,
-/// dj-database-url, ActiveRecord, node-postgres, pgx, Ecto and Prisma
-/// read both.
+/// variables. `DATABASE_URL`'s scheme is the one the project's clients
+/// take: `postgresql://` in a SQLAlchemy project (an `alembic.ini` in the
+/// command's folder or its `migrations/`, Flask-Migrate's), since
+/// SQLAlchemy 1.4 and later refuse `postgres://` ("Can't load plugin:
+/// sqlalchemy.dialects:postgres"); `postgres://` everywhere else, the
+/// Heroku convention some settings test for (a Django settings file that
+/// adds `django.contrib.postgres` only when the URL starts with
+/// `postgres://`). libpq, psycopg, dj-database-url, ActiveRecord,
+/// node-postgres, pgx, Ecto and Prisma read both.
 pub fn database_env(cmd: &mut Command, url: &str) {
     if let Ok(u) = url::Url::parse(url) {
         let decode = |s: &str| {
@@ -406,10 +410,24 @@ pub fn database_env(cmd: &mut Command, url: &str) {
             .env("PGDATABASE", u.path().trim_start_matches('/'));
         let mut plain = u.clone();
         plain.set_query(None);
+        let dir = cmd
+            .get_current_dir()
+            .map(Path::to_path_buf)
+            .or_else(|| std::env::current_dir().ok());
+        let scheme = match dir.as_deref().is_some_and(sqlalchemy_project) {
+            true => "postgresql",
+            false => "postgres",
+        };
         // (Refused only between special and other schemes: never here.)
-        let _ = plain.set_scheme("postgresql");
+        let _ = plain.set_scheme(scheme);
         cmd.env("DATABASE_URL", plain.as_str());
     }
+}
+
+/// Whether `dir` is the root of a SQLAlchemy project whose migrations
+/// Alembic runs (`alembic.ini`, or Flask-Migrate's `migrations/alembic.ini`).
+fn sqlalchemy_project(dir: &Path) -> bool {
+    dir.join("alembic.ini").is_file() || dir.join("migrations/alembic.ini").is_file()
 }
 
 /// How long the log may take to show the marker: the collector writes
@@ -547,27 +565,36 @@ fn names_a_scratch_table(c: &mut postgres::Client, sql: &str) -> bool {
 mod tests {
     use super::*;
 
-    /// A project's command gets the database as `DATABASE_URL` with the
-    /// scheme every client reads (SQLAlchemy refuses `postgres://`), and
-    /// as libpq's variables, the password decoded, rollsafe's query
-    /// settings left out.
+    /// A project's command gets the database as `DATABASE_URL` (the
+    /// scheme its clients take: `postgresql://` for SQLAlchemy, which
+    /// refuses `postgres://`; `postgres://` for the others) and as libpq's
+    /// variables, the password decoded, rollsafe's query settings left out.
     #[test]
-    fn the_command_gets_a_postgresql_url_and_libpq_variables() {
-        let mut cmd = Command::new("true");
-        database_env(
-            &mut cmd,
-            "postgres://rs_migrator:p%40ss@127.0.0.1:5433/rs_db_1?options=-c%20lock_timeout%3D1s",
-        );
-        let env: std::collections::BTreeMap<String, String> = cmd
-            .get_envs()
-            .filter_map(|(k, v)| Some((k.to_str()?.to_string(), v?.to_str()?.to_string())))
-            .collect();
+    fn the_command_gets_its_url_and_libpq_variables() {
+        let url =
+            "postgres://rs_migrator:p%40ss@127.0.0.1:5433/rs_db_1?options=-c%20lock_timeout%3D1s";
+        let env_in = |dir: &Path| {
+            let mut cmd = Command::new("true");
+            cmd.current_dir(dir);
+            database_env(&mut cmd, url);
+            cmd.get_envs()
+                .filter_map(|(k, v)| Some((k.to_str()?.to_string(), v?.to_str()?.to_string())))
+                .collect::<std::collections::BTreeMap<String, String>>()
+        };
+        let project = tempfile::tempdir().unwrap();
+        let env = env_in(project.path());
         assert_eq!(
             env["DATABASE_URL"],
-            "postgresql://rs_migrator:p%40ss@127.0.0.1:5433/rs_db_1"
+            "postgres://rs_migrator:p%40ss@127.0.0.1:5433/rs_db_1"
         );
         assert_eq!(env["PGPASSWORD"], "p@ss");
         assert_eq!(env["PGPORT"], "5433");
         assert_eq!(env["PGDATABASE"], "rs_db_1");
+        std::fs::create_dir(project.path().join("migrations")).unwrap();
+        std::fs::write(project.path().join("migrations/alembic.ini"), "[alembic]\n").unwrap();
+        assert_eq!(
+            env_in(project.path())["DATABASE_URL"],
+            "postgresql://rs_migrator:p%40ss@127.0.0.1:5433/rs_db_1"
+        );
     }
 }

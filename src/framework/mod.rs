@@ -603,7 +603,7 @@ fn into_read(project: Project, split: sent::Split, command_time: Duration) -> Re
     let mut state_only = Vec::new();
     let mut history = FrameworkHistory::default();
     let mut previous_transaction = None;
-    for m in &split.migrations {
+    for (i, m) in split.migrations.iter().enumerate() {
         history.by_label.push((m.key.clone(), m.records.clone()));
         // Sent in the transaction of the migration before it (Alembic's
         // default): pending together in production, the two commit as one.
@@ -620,7 +620,7 @@ fn into_read(project: Project, split: sent::Split, command_time: Duration) -> Re
         let external = m
             .reads_rows
             .as_ref()
-            .and_then(|_| external_apply(&project, &m.key, &history));
+            .and_then(|_| external_apply(&project, &m.key, &history, &split.migrations[i + 1..]));
         data.push(match (&m.reads_rows, &external) {
             (Some(read), None) => Some(format!("is a data migration: it read the project's rows (`{read}`) and sends what it sends because of them, so what it sent to rollsafe's empty database is not what production runs; rollsafe applies a data migration at rows through the framework itself (Django, Alembic, Rails/ActiveRecord), and this migrate command does not end as the framework's does (`manage.py migrate`, `upgrade head`, `db upgrade`, `db:migrate`), so it cannot be aimed at this one migration")),
             _ => None,
@@ -662,9 +662,31 @@ fn external_apply(
     project: &Project,
     key: &str,
     history: &FrameworkHistory,
+    later: &[sent::SentMigration],
 ) -> Option<crate::catalog::ExternalApply> {
     let framework = project.framework?;
-    let command = framework.aim(&project.command, &project.root, key)?;
+    // Django records a squashed migration as every migration it replaces,
+    // one row after the other with nothing sent between them, the squash's
+    // statements all before the first row; `migrate APP <first>` on a
+    // database with none of them applies the replaced first one alone,
+    // not the squash. Aimed at the last of those rows, Django applies
+    // every replaced migration up to it: the squash's schema. (A
+    // migration that only changes Django's state after it is applied with
+    // it too, which changes nothing.)
+    let with: Vec<&sent::SentMigration> = match framework {
+        detect::Framework::Django => {
+            let app = key.split_once('.').map(|(app, _)| app);
+            later
+                .iter()
+                .take_while(|l| {
+                    l.statements.is_empty() && l.key.split_once('.').map(|(app, _)| app) == app
+                })
+                .collect()
+        }
+        _ => Vec::new(),
+    };
+    let aimed = with.last().map_or(key, |l| l.key.as_str());
+    let command = framework.aim(&project.command, &project.root, aimed)?;
     let earlier = history
         .by_label
         .iter()
@@ -675,7 +697,10 @@ fn external_apply(
         .iter()
         .find(|(label, _)| label == key)
         .map(|(_, sent)| sent.clone())
-        .unwrap_or_default();
+        .unwrap_or_default()
+        .into_iter()
+        .chain(with.iter().flat_map(|l| l.records.iter().cloned()))
+        .collect();
     let own_tables = std::iter::once(project.history.as_str())
         .chain(framework.own_tables().iter().copied())
         .map(str::to_string)
@@ -685,9 +710,10 @@ fn external_apply(
     let up_to: Vec<String> = history
         .by_label
         .iter()
-        .map(|(label, _)| label)
+        .map(|(label, _)| label.as_str())
         .take_while(|label| *label != key)
-        .chain(std::iter::once(&key.to_string()))
+        .chain(std::iter::once(key))
+        .chain(with.iter().map(|l| l.key.as_str()))
         .map(|label| format!("'{}'", label.replace('\'', "''")))
         .collect();
     let applied_beyond = framework.history_key().map(|expr| {
@@ -1103,6 +1129,67 @@ mod tests {
             pass_on: Box::new(settings_names::pass_on(Path::new("/nonexistent"))),
         };
         assert!(nothing.to_string().contains("yet its output says it migrated a database (`Applying kiln.0001_initial... OK`): another one, the one the project's settings choose"), "{nothing}");
+    }
+
+    /// Django records a squashed migration as each migration it replaces,
+    /// back to back after the squash's statements: a data migration among
+    /// them is applied at rows aimed at the last of those rows (aimed at
+    /// the first, Django applies the replaced first one alone and the
+    /// squash's later columns never reach the seeded database), and the
+    /// history it then holds is not more than this migration.
+    #[test]
+    fn a_squashed_django_data_migration_is_aimed_at_the_last_migration_it_replaces() {
+        let sent = |key: &str, statements: &[&str]| sent::SentMigration {
+            key: key.into(),
+            statements: statements.iter().map(|s| s.to_string()).collect(),
+            reads_rows: statements
+                .iter()
+                .find(|s| s.starts_with("SELECT"))
+                .map(|s| s.to_string()),
+            records: vec![format!("INSERT INTO django_migrations VALUES ('{key}')")],
+            ..sent::SentMigration::default()
+        };
+        let split = sent::Split {
+            migrations: vec![
+                sent(
+                    "kiln.0001_initial",
+                    &[
+                        "CREATE TABLE kiln_firing (id bigint)",
+                        "SELECT id FROM kiln_firing",
+                    ],
+                ),
+                sent("kiln.0002_cone", &[]),
+                sent("kiln.0003_glaze", &[]),
+                sent("pots.0001_initial", &[]),
+                sent(
+                    "kiln.0004_notes",
+                    &["ALTER TABLE kiln_firing ADD notes text"],
+                ),
+            ],
+            ..sent::Split::default()
+        };
+        let read = into_read(
+            Project {
+                root: PathBuf::from("pottery"),
+                framework: Some(Framework::Django),
+                command: "python manage.py migrate".into(),
+                history: "django_migrations".into(),
+            },
+            split,
+            Duration::ZERO,
+        );
+        let x = read.steps[0].external.as_ref().expect("a data migration");
+        assert!(
+            x.command.ends_with("migrate kiln 0003_glaze"),
+            "{}",
+            x.command
+        );
+        assert_eq!(x.recorded.len(), 3, "{:?}", x.recorded);
+        let beyond = x.applied_beyond.as_deref().unwrap_or_default();
+        assert!(
+            beyond.contains("'kiln.0003_glaze'") && !beyond.contains("'pots.0001_initial'"),
+            "{beyond}"
+        );
     }
 
     /// What Django sends after its last migration is its `post_migrate`

@@ -82,6 +82,8 @@ pub fn fail_before_commit(
 ) -> Result<(Snapshot, Option<AtEnd>), VerifyError> {
     use crate::migrate::apply;
     let before = super::snapshot(empty)?;
+    let mut admin = step("connecting", empty.connect())?;
+    let positions = step("reading the sequences", sequence_positions(&mut admin))?;
     let mut c = step(
         "connecting as the migrator",
         crate::db::connect(&sessions.migrator(empty.url())),
@@ -102,7 +104,56 @@ pub fn fail_before_commit(
     // (The failure raised at the end is an error too: what matters is
     // whether the end was reached.)
     let _ = ran;
+    drop(c);
+    step(
+        "putting the sequences back",
+        restore_sequences(&mut admin, &positions),
+    )?;
     Ok((before, at_end.reached.then_some(at_end)))
+}
+
+/// Every sequence's position: (name, last value given, start value).
+type Positions = Vec<(String, Option<i64>, i64)>;
+
+/// Where every sequence stands. A rollback does not undo `nextval`, so
+/// the forced failure moves the sequences its inserts drew from; the
+/// measured apply after it must start where a clean one would. A
+/// framework's migration replayed as sent carries the ids its sequences
+/// gave in the framework's own run (a data migration's row that points
+/// at a row it inserted just before, by id): drawn from a moved sequence,
+/// the row gets another id and the reference breaks, a false
+/// `apply.fails-on-empty`.
+fn sequence_positions(c: &mut postgres::Client) -> Result<Positions, postgres::Error> {
+    Ok(c.query(
+        "SELECT format('%I.%I', schemaname, sequencename), last_value, start_value
+               FROM pg_catalog.pg_sequences",
+        &[],
+    )?
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2)))
+    .collect())
+}
+
+/// Puts back every sequence of `before` that moved since.
+fn restore_sequences(c: &mut postgres::Client, before: &Positions) -> Result<(), postgres::Error> {
+    let now = sequence_positions(c)?;
+    for (name, last, start) in before {
+        let moved = now.iter().any(|(n, l, _)| n == name && l != last);
+        if !moved {
+            continue;
+        }
+        match last {
+            Some(v) => c.execute(
+                "SELECT pg_catalog.setval($1::text::regclass, $2, true)",
+                &[name, v],
+            )?,
+            None => c.execute(
+                "SELECT pg_catalog.setval($1::text::regclass, $2, false)",
+                &[name, start],
+            )?,
+        };
+    }
+    Ok(())
 }
 
 /// The forced failure's second half: what it left (the trace: what
