@@ -51,6 +51,15 @@ mod deploy_groups;
 mod directive_sql;
 pub mod layouts;
 pub use deploy_groups::{when_added, Added};
+
+/// Gives each of `steps` (a framework's migrations, their files relative
+/// to the project's root `dir`) the commit that added its file: the
+/// migrations one commit added reach production in one deploy, as a
+/// folder's do ([`Migration::deploy_group`]). A migration without a file
+/// of the project's (an installed package's) gets none.
+pub fn fill_deploy_groups(dir: &std::path::Path, steps: &mut [layouts::Step]) {
+    deploy_groups::fill(dir, Layout::Framework, steps);
+}
 pub use directive_sql::TableName;
 pub use layouts::{ExternalApply, Nolint, ReadOptions, Script};
 use layouts::{Folder, Step};
@@ -1018,6 +1027,12 @@ impl Catalog {
             (Some(a), Some(b)) => a == b,
             _ => false,
         }
+    }
+
+    /// The header's line naming the migrations deployed together
+    /// ([`Migration::deploy_group`]), when some are.
+    pub fn deploy_groups_note(&self) -> Option<String> {
+        deploy_groups::note(self)
     }
 
     /// How the migration at `index` reaches production in the transaction

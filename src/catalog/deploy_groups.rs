@@ -27,9 +27,12 @@
 //!   for the folder). Any failure of git (no binary, not a work tree,
 //!   dubious ownership, a timeout) means no groups: never an error.
 //!
-//! A framework's catalogue gets no groups (its order is the framework's,
-//! not its files'); [`when_added`] tells it when each file was added, for
-//! `--since`.
+//! A framework's catalogue gets the same groups from its migrations'
+//! files ([`super::fill_deploy_groups`], the project's whole history
+//! read): its order is the framework's (Django's by app), so only the
+//! neighbours it sends one after the other count as deployed together;
+//! an installed package's migrations have no file and no group.
+//! [`when_added`] tells it when each file was added, for `--since`.
 //!
 //! Not here: what a group changes (the seeded path asks
 //! [`super::Catalog::deployed_with_previous`]).
@@ -67,7 +70,7 @@ pub(super) fn fill(dir: &Path, layout: Layout, steps: &mut [Step]) {
     let mut files: Vec<&str> = steps
         .iter()
         .map(|s| s.file.as_str())
-        .filter(|f| !f.split('/').any(|part| part == ".."))
+        .filter(|f| !f.is_empty() && !f.split('/').any(|part| part == ".."))
         .collect();
     files.sort_unstable();
     files.dedup();
@@ -92,6 +95,9 @@ pub(super) fn fill(dir: &Path, layout: Layout, steps: &mut [Step]) {
         .iter()
         .map(|step| match changesets.get(&step.key) {
             Some(group) => group.clone(),
+            // No file of the project's (a framework's installed package's
+            // migration): no group.
+            None if step.file.is_empty() => None,
             None => groups.of_file(&step.file),
         })
         .collect();

@@ -308,7 +308,11 @@ impl Read {
                 step
             })
             .collect();
-        Catalog::from_steps(self.source(), Layout::Framework, steps)
+        with_deploy_groups(Catalog::from_steps(
+            self.source(),
+            Layout::Framework,
+            steps,
+        )?)
     }
 
     /// The catalogue of a run that rehearses what comes after rollsafe's
@@ -384,7 +388,11 @@ impl Read {
                 step
             })
             .collect();
-        Catalog::from_steps(self.source(), Layout::Framework, steps)
+        with_deploy_groups(Catalog::from_steps(
+            self.source(),
+            Layout::Framework,
+            steps,
+        )?)
     }
 
     /// Where each migration comes from: an installed package, or the
@@ -641,6 +649,8 @@ fn into_read(project: Project, split: sent::Split, command_time: Duration) -> Re
         });
     }
     let shared_transactions = shared_transactions(&split.migrations);
+    // The migrations one commit added reach production in one deploy.
+    crate::catalog::fill_deploy_groups(&project.root, &mut steps);
     Read {
         project,
         steps,
@@ -732,6 +742,12 @@ fn external_apply(
         own_tables,
         applied_beyond,
     })
+}
+
+/// `catalog` with its header's line on the migrations deployed together.
+fn with_deploy_groups(mut catalog: Catalog) -> Result<Catalog, CatalogError> {
+    catalog.notes.extend(catalog.deploy_groups_note());
+    Ok(catalog)
 }
 
 /// How `project`'s migrate sends a migration in the transaction of the

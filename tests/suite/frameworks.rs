@@ -73,6 +73,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             a_migrate_command_of_its_own_with_its_history_table,
             a_failing_migrate_command_is_exit_2_with_its_last_lines,
             django_since_is_a_point_in_the_projects_git_history,
+            django_migrations_one_commit_added_are_deployed_together,
             django_base_rehearses_what_ref_lacks_wherever_django_sends_it,
             a_project_that_migrates_its_own_sqlite_file_is_told_so,
             an_alembic_data_migration_is_applied_at_rows_by_alembic,
@@ -691,6 +692,64 @@ fn django_since_is_a_point_in_the_projects_git_history(env: &TestEnv) -> anyhow:
             && stderr.contains("1 of the project's migration(s) (exchanges.0002_exchange_note) were sent before the --since migration but their files were added to git after its file: rehearsed"),
         "the header says what moved: {stderr}"
     );
+    Ok(())
+}
+
+/// The wishes app's table and an index on it, added by one commit: one
+/// deploy runs both, so the table is empty when the index is built (no
+/// generated rows there) and the plain index passes; added by two
+/// commits, the index is built on the rows the apps wrote in between, a
+/// locks error.
+fn django_migrations_one_commit_added_are_deployed_together(env: &TestEnv) -> anyhow::Result<()> {
+    const INDEX: &str = "from django.db import migrations, models\n\n\nclass Migration(migrations.Migration):\n    dependencies = [(\"swaps\", \"0001_initial\")]\n\n    operations = [\n        migrations.AddIndex(\n            model_name=\"wish\",\n            index=models.Index(fields=[\"species\"], name=\"wish_species_idx\"),\n        ),\n    ]\n";
+    for one_commit in [true, false] {
+        let dir = project("django", None)?;
+        let root = dir.path();
+        std::fs::write(
+            root.join("swaps/migrations/0002_wish_species_idx.py"),
+            INDEX,
+        )?;
+        git(root, &["init", "-q", "-b", "main"])?;
+        git(root, &["add", "-A"])?;
+        git(root, &["reset", "-q", "--", "swaps/migrations"])?;
+        git(root, &["commit", "-qm", "packets and exchanges"])?;
+        if one_commit {
+            git(root, &["add", "swaps/migrations"])?;
+        } else {
+            git(
+                root,
+                &[
+                    "add",
+                    "swaps/migrations/0001_initial.py",
+                    "swaps/migrations/__init__.py",
+                ],
+            )?;
+            git(root, &["commit", "-qm", "wishes"])?;
+            git(root, &["add", "swaps/migrations"])?;
+        }
+        git(root, &["commit", "-qm", "wishes by species"])?;
+        let (code, stdout, stderr) = output(
+            cli()
+                .current_dir(root)
+                .env("DJANGO_SETTINGS_MODULE", "seedlib.settings_apps")
+                .args(["verify", "--postgres", backend(env), "--rows", "500"])
+                .args(["--migrations", "swaps/migrations"])
+                .args(["--since", "0003_fill_label.py"]),
+        )?;
+        let found = errors(&stdout);
+        let together = stderr.contains("deployed together")
+            && stderr.contains("swaps.0001_initial..swaps.0002_wish_species_idx (commit ");
+        match one_commit {
+            true => ensure!(
+                code == 0 && found.is_empty() && together,
+                "one commit: exit {code}, errors {found:?}\n{stdout}\n{stderr}"
+            ),
+            false => ensure!(
+                code == 1 && found == ["locks.blocking-index-build"] && !together,
+                "two commits: exit {code}, errors {found:?}\n{stdout}\n{stderr}"
+            ),
+        }
+    }
     Ok(())
 }
 
