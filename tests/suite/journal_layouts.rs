@@ -134,17 +134,15 @@ fn drizzle_plain_index_on_rows_is_a_locks_error(env: &TestEnv) -> anyhow::Result
 
 /// drizzle sends every pending file in one transaction: with production
 /// at the first file (`--since`), 0001's brief ACCESS EXCLUSIVE on kilns
-/// is held until 0002's pass over every firing commits. At 200M firings
-/// that is an error on 0001 (each file alone is within the budget); at
-/// the seeded size the same run is said and within it.
+/// is held until 0002's slow pass over every firing commits (2 ms a row,
+/// standing for work that is slow at production's size): an error on
+/// 0001, though each file alone is within the budget. With production at
+/// 0001 (`--since 2`), 0002 is pending alone: nothing held past it.
 fn drizzle_pending_files_hold_their_locks_to_the_last_commit(env: &TestEnv) -> anyhow::Result<()> {
-    use rollsafe::verify::evidence::predict::Sizes;
     let catalog = Catalog::from_dir(&fixture("drizzle-shared-transaction"))?;
-    let large = Sizes::from_pairs(["firings=200M"]).map_err(anyhow::Error::msg)?;
     let report = Verify::new(catalog.clone())?
         .rows(ROWS)
         .since(1)?
-        .sizes(large)
         .run(&env.sandbox)?;
     let errors: Vec<(Option<i32>, String)> = report
         .errors()
@@ -167,8 +165,7 @@ fn drizzle_pending_files_hold_their_locks_to_the_last_commit(env: &TestEnv) -> a
         f.message.contains("ACCESS EXCLUSIVE on kilns")
             && f.message.contains("0002_firing_notes_trimmed (~")
             && f.message
-                .contains("drizzle's migrate sends every pending file in one transaction")
-            && f.message.contains("rows of firings"),
+                .contains("drizzle's migrate sends every pending file in one transaction"),
         "{}",
         f.message
     );
@@ -190,18 +187,16 @@ fn drizzle_pending_files_hold_their_locks_to_the_last_commit(env: &TestEnv) -> a
         findings_with(&report, &["locks.long-blocking-lock"])
     );
 
-    // At the seeded size the run holds the lock for milliseconds: said,
-    // no error.
     let report = Verify::new(catalog)?
         .rows(ROWS)
-        .since(1)?
+        .since(2)?
         .run(&env.sandbox)?;
     ensure!(
         report.errors().next().is_none()
-            && report
+            && !report
                 .findings
                 .iter()
-                .any(|f| f.id == "locks.shared-transaction" && f.migration == Some(2)),
+                .any(|f| f.id.starts_with("locks.shared-transaction")),
         "{:#?}",
         findings_with(
             &report,

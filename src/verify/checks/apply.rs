@@ -348,6 +348,21 @@ pub fn base_history_refused(table: &str, why: &str) -> Finding {
     .advice("nothing to fix for the rehearsal: the history table is bookkeeping; a guard that lets only your runner write it also keeps `rollsafe migrate` out, so apply with your runner")
 }
 
+/// A framework's project: `rollsafe migrate`'s runs (a second run is a
+/// no-op, the migrator's own refusals) were not rehearsed, since the
+/// project deploys with its framework's migrate. Info, not skipped: the
+/// check does not apply to such a project, nothing was left unmeasured.
+pub fn migrator_not_rehearsed() -> Finding {
+    Finding::new(
+        CHECK,
+        "migrator-not-rehearsed",
+        Severity::Info,
+        None,
+        "`rollsafe migrate` was not rehearsed: the project deploys with its framework's migrate, which keeps its own history and applies each migration once; `rollsafe migrate` reads SQL folders, not a framework's project",
+    )
+    .advice("nothing to fix: deploy with the framework's migrate; every other check ran on the migrations as it sends them")
+}
+
 /// With a migration rollsafe cannot run left out of the `--since` base
 /// (`not-runnable-in-base`), a later migration failing on the empty
 /// database may fail on what that one creates: the failure is `skipped`,

@@ -187,6 +187,17 @@ impl Run<'_> {
         empty_prev: &Database,
         migrations: &[Migration],
     ) -> Result<(), VerifyError> {
+        // A framework's project deploys with its framework's migrate,
+        // which keeps its own history: `rollsafe migrate` reads SQL
+        // folders and cannot apply it, so its runs would judge a tool the
+        // project does not use (its refusal of a statement outside a
+        // transaction was an error of a Django migration).
+        if self.options.catalog.layout == crate::catalog::Layout::Framework {
+            self.report
+                .findings
+                .push(crate::verify::checks::apply::migrator_not_rehearsed());
+            return Ok(());
+        }
         let migrator_db = match (&self.options.target, self.options.since) {
             // What --setup and the tool's own tables made on the base
             // (extensions, schemas, Flyway's history: per database) is
