@@ -1,5 +1,6 @@
-//! Stage 1: the base the rehearsed migrations start from, and the
-//! migrator that applies each of them twice in the background.
+//! Stage 1: the base the rehearsed migrations start from, the migrator
+//! that applies each of them twice in the background, and the runs of
+//! migrations production sends in one transaction applied as one.
 
 use super::{apply_unchecked, step, Run};
 use crate::catalog::Migration;
@@ -54,7 +55,7 @@ impl Run<'_> {
                 break;
             }
             if group.len() == 1 {
-                if super::apply_unchecked(&mut c, group[0]).is_err() {
+                if apply_unchecked(&mut c, group[0]).is_err() {
                     break;
                 }
                 continue;

@@ -2,8 +2,11 @@
 //! contents.
 //!
 //! 1. [`base`]: the schema the rehearsed migrations start from (the
-//!    target's, or the files up to `--since`), and the migrator that
-//!    applies every migration twice, in the background.
+//!    target's, or the files up to `--since`), the migrator that applies
+//!    every migration twice, in the background (not for a framework's
+//!    project, which deploys with its framework's migrate), and the runs
+//!    of migrations production sends in one transaction (Alembic,
+//!    Drizzle), applied as one on a copy of the base.
 //! 2. [`template`], per migration in order: the seeded database at
 //!    V{k−1} (beside it, on the template, the empty path: its scenario, a
 //!    forced failure or kill-and-rerun outside a transaction, and its
