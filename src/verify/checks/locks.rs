@@ -204,11 +204,7 @@ fn held_to_shared_commit(
             } => {
                 measured += m;
                 predicted += p;
-                for x in d {
-                    if !drivers.iter().any(|y| y.0 == x.0) {
-                        drivers.push(x);
-                    }
-                }
+                predict::merge_drivers(&mut drivers, d);
                 took.push(format!("{name} (~{})", human(p)));
             }
             Later::NotMeasured(why) => unmeasured.push(format!("{name} ({why})")),

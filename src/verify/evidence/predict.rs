@@ -85,6 +85,16 @@ fn parse_count(s: &str) -> Option<f64> {
 /// prediction.
 pub type Driver = (String, i64, f64);
 
+/// Adds to `drivers` each of `more` whose table it does not name yet
+/// (the first driver of a table stands for it).
+pub fn merge_drivers(drivers: &mut Vec<Driver>, more: impl IntoIterator<Item = Driver>) {
+    for d in more {
+        if !drivers.iter().any(|x| x.0 == d.0) {
+            drivers.push(d);
+        }
+    }
+}
+
 /// One lock that blocks the app, measured and predicted.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Hold {
@@ -168,11 +178,7 @@ pub fn holds(at_zero: &Applied, at_n: &Applied, needs: &Needs, sizes: &Sizes) ->
             };
             let mut drivers: Vec<Driver> = Vec::new();
             for (_, ds) in &per_statement[s..] {
-                for d in ds {
-                    if !drivers.iter().any(|x| x.0 == d.0) {
-                        drivers.push(d.clone());
-                    }
-                }
+                merge_drivers(&mut drivers, ds.iter().cloned());
             }
             // Nothing under it grows with a table: its hold is what was
             // measured, at any size. The empty database's apply measured
@@ -259,11 +265,7 @@ pub fn took(at_zero: &Applied, at_n: &Applied, sizes: &Sizes) -> (Duration, Dura
     let (per_statement, _) = per_statement(at_zero, at_n, sizes);
     let mut drivers: Vec<Driver> = Vec::new();
     for (_, ds) in &per_statement {
-        for d in ds {
-            if !drivers.iter().any(|x| x.0 == d.0) {
-                drivers.push(d.clone());
-            }
-        }
+        merge_drivers(&mut drivers, ds.iter().cloned());
     }
     let measured: Duration = at_n.statements.iter().map(|s| s.duration).sum();
     let predicted = if drivers.is_empty() {
