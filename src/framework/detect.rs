@@ -434,6 +434,109 @@ fn declares_revision(text: &str, revision: &str) -> bool {
     })
 }
 
+/// The Django settings modules of the project at `root`, as dotted
+/// names from it: every `settings.py` and `settings_*.py`, and every
+/// module of a `settings/` package (`shop.settings.ci`), sorted.
+pub fn django_settings_modules(root: &Path) -> Vec<String> {
+    let mut out: Vec<String> = source_files(root)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|x| x == "py"))
+        .filter_map(|p| {
+            let relative = p.strip_prefix(root).ok()?.with_extension("");
+            let parts: Vec<String> = relative
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().to_string())
+                .collect();
+            let module = match parts.as_slice() {
+                [.., last] if last == "settings" || last.starts_with("settings_") => {
+                    parts.join(".")
+                }
+                [.., package, last] if package == "settings" && last != "__init__" => {
+                    parts.join(".")
+                }
+                _ => return None,
+            };
+            // A dotted name Python can import.
+            let importable = parts.iter().all(|part| {
+                part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                    && !part.starts_with(|c: char| c.is_ascii_digit())
+            });
+            importable.then_some(module)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// A Django squashed migration, as its file declares it: its key
+/// (`app.name`) and the keys of the migrations it `replaces`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Squash {
+    pub key: String,
+    pub replaces: Vec<String>,
+}
+
+/// The squashed migrations of the Django project at `root`: every
+/// `migrations/*.py` that declares `replaces = [(app, name), …]`. The
+/// squash's app is the one its replaced migrations name (an app's label
+/// need not be its folder's name).
+pub fn django_squashes(root: &Path) -> Vec<Squash> {
+    source_files(root)
+        .into_iter()
+        .filter(|p| p.parent().is_some_and(|d| d.ends_with("migrations")))
+        .filter_map(|p| {
+            let text = std::fs::read_to_string(&p).ok()?;
+            let replaces = declared_replaces(&text);
+            let app = replaces.first()?.split_once('.')?.0.to_string();
+            let name = p.file_stem()?.to_string_lossy().to_string();
+            Some(Squash {
+                key: format!("{app}.{name}"),
+                replaces,
+            })
+        })
+        .collect()
+}
+
+/// The keys a migration's `replaces = [("app", "name"), …]` lists, in
+/// order; empty without one. Read, never run: the quoted strings of the
+/// list, taken two by two.
+fn declared_replaces(text: &str) -> Vec<String> {
+    let Some(at) = text.lines().find_map(|line| {
+        let trimmed = line.trim_start();
+        let rest = trimmed.strip_prefix("replaces")?.trim_start();
+        rest.starts_with('=').then_some(())?;
+        let offset = line.as_ptr() as usize - text.as_ptr() as usize;
+        Some(offset + line.find('[')?)
+    }) else {
+        return Vec::new();
+    };
+    let mut depth = 0;
+    let mut quoted: Vec<String> = Vec::new();
+    let mut open: Option<(char, String)> = None;
+    for c in text[at..].chars() {
+        match (&mut open, c) {
+            (Some((q, s)), c) if c == *q => {
+                quoted.push(std::mem::take(s));
+                open = None;
+            }
+            (Some((_, s)), c) => s.push(c),
+            (None, '\'' | '"') => open = Some((c, String::new())),
+            (None, '[') => depth += 1,
+            (None, ']') => {
+                depth -= 1;
+                if depth == 0 {
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    quoted
+        .chunks_exact(2)
+        .map(|pair| format!("{}.{}", pair[0], pair[1]))
+        .collect()
+}
+
 /// The project's source files a migration may live in, a few levels
 /// deep, without dependencies, virtual environments and build output.
 fn source_files(root: &Path) -> Vec<PathBuf> {
@@ -488,6 +591,53 @@ pub fn detect(dir: &Path) -> Option<(PathBuf, Framework)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The settings modules a Django project keeps, as Python imports
+    /// them: a `settings.py`, each module of a `settings/` package; not
+    /// its `__init__`, not a file Python cannot import by name.
+    #[test]
+    fn a_django_projects_settings_modules_are_found() {
+        let root = tempfile::tempdir().unwrap();
+        let package = root.path().join("aviary").join("settings");
+        std::fs::create_dir_all(&package).unwrap();
+        for file in [
+            "__init__.py",
+            "base.py",
+            "ci.py",
+            "staging-eu.py",
+            "prod.example.py",
+        ] {
+            std::fs::write(package.join(file), "").unwrap();
+        }
+        std::fs::create_dir_all(root.path().join("legacy")).unwrap();
+        std::fs::write(root.path().join("legacy").join("settings.py"), "").unwrap();
+        assert_eq!(
+            django_settings_modules(root.path()),
+            [
+                "aviary.settings.base",
+                "aviary.settings.ci",
+                "legacy.settings"
+            ]
+        );
+    }
+
+    /// A squash's `replaces` is read as its file writes it, tuples or
+    /// lists, either quote, over several lines; a migration without one
+    /// replaces nothing.
+    #[test]
+    fn a_squashed_migration_names_the_migrations_it_replaces() {
+        let squash = "class Migration(migrations.Migration):\n    replaces = [\n        ('orchard', '0001_initial'),\n        (\"orchard\", \"0002_tree_height\"),\n        ['orchard', '0003_fill_height'],\n    ]\n    dependencies = [('auth', '0012_x')]\n";
+        assert_eq!(
+            declared_replaces(squash),
+            [
+                "orchard.0001_initial",
+                "orchard.0002_tree_height",
+                "orchard.0003_fill_height"
+            ]
+        );
+        let plain = "class Migration(migrations.Migration):\n    dependencies = [('orchard', '0003_fill_height')]\n    # replaces = [('x', 'y')] is not read in a comment's place\n";
+        assert_eq!(declared_replaces(plain), Vec::<String>::new());
+    }
 
     #[test]
     fn a_migrate_command_of_the_users_is_aimed_at_one_migration_when_it_ends_as_the_frameworks() {

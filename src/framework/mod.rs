@@ -121,10 +121,13 @@ pub enum FrameworkError {
     Spawn { command: String, detail: String },
     /// One line (its output's last line in it, for a report); the last
     /// lines themselves in `output`, for a terminal ([`FrameworkError::output`]).
-    #[error("the migrate command `{command}` failed ({status}); nothing was rehearsed{}{}", ends_with(.output), .elsewhere.as_deref().map_or_else(String::new, |e| elsewhere_advice(e, command, pass_on)))]
+    #[error("the migrate command `{command}` failed ({status}); nothing was rehearsed{}{}{}", ends_with(.output), .elsewhere.as_deref().map_or_else(String::new, |e| elsewhere_advice(e, command, pass_on)), .advice.as_deref().unwrap_or_default())]
     CommandFailed {
         command: String,
         status: String,
+        /// What to do, when the output says what the project lacks (a
+        /// Django project not told its settings module): `. …`.
+        advice: Option<String>,
         /// Where its output says it connected instead of rollsafe's
         /// database (`as postgres`, `to database hc`), when it says so.
         elsewhere: Option<String>,
@@ -204,9 +207,64 @@ fn applied_line(stdout: &[u8], stderr: &[u8]) -> Option<String> {
         .map(|l| l.chars().take(LINE_CHARS).collect())
 }
 
+/// A Django project whose `manage.py` does not choose a settings module
+/// (it expects `DJANGO_SETTINGS_MODULE` from its environment, as its
+/// docs say) fails before it connects: named, with the project's own
+/// settings modules and the two ways to pass one.
+fn settings_module_advice(dir: &Path, output: &[String], command: &str) -> Option<String> {
+    let unset = output
+        .iter()
+        .any(|l| l.contains("DJANGO_SETTINGS_MODULE") && l.contains("settings are not configured"));
+    if !unset {
+        return None;
+    }
+    let modules = detect::django_settings_modules(dir);
+    // The one a CI job most likely means, for the example.
+    let example = ["ci", "development", "dev", "local", "base", "settings"]
+        .iter()
+        .find_map(|want| {
+            modules.iter().find(|m| {
+                let last = m.rsplit('.').next().unwrap_or_default();
+                last == *want || last.strip_prefix("settings_") == Some(want)
+            })
+        })
+        .or(modules.first())?;
+    Some(format!(
+        ". Django was not told which settings module to use, and this project's manage.py does not choose one: set DJANGO_SETTINGS_MODULE for rollsafe (e.g. DJANGO_SETTINGS_MODULE={example} rollsafe verify …; the project has {}) or name it in --migrate-command '{command} --settings={example}'",
+        listed(modules.iter().cloned())
+    ))
+}
+
+/// How to pass rollsafe's database on, for a command that connected
+/// `elsewhere` (`to database netbox, as app`): the project's dotenv
+/// names, or else where its settings write that database or role.
+fn pass_on_where_connected(dir: &Path, elsewhere: Option<&str>) -> settings_names::PassOn {
+    let mut pass_on = settings_names::pass_on(dir);
+    if pass_on.from.is_none() {
+        let values: Vec<String> = elsewhere
+            .unwrap_or_default()
+            .split(", ")
+            .filter_map(|part| {
+                part.strip_prefix("to database ")
+                    .or_else(|| part.strip_prefix("as "))
+            })
+            .map(str::to_string)
+            .collect();
+        pass_on.written_at = settings_names::written_at(dir, &values);
+    }
+    pass_on
+}
+
 /// What to do when the command connected elsewhere than the throwaway
-/// database: its settings read variables of their own.
+/// database: its settings read variables of their own, or write the
+/// database in a file.
 fn elsewhere_advice(elsewhere: &str, command: &str, pass_on: &settings_names::PassOn) -> String {
+    if let Some(written) = &pass_on.written_at {
+        return format!(
+            ". It connected {elsewhere}, not to rollsafe's throwaway database: the project's settings write it ({written}) instead of reading DATABASE_URL or PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE (rollsafe sets them all for the command). Make that setting read them (in Python, e.g. os.environ.get(\"PGDATABASE\", …) for the name and the same for the others), or read variables of the project's own and pass them on, e.g. --migrate-command '{} {command}'",
+            pass_on.assignments
+        );
+    }
     format!(
         ". It connected {elsewhere}, not to rollsafe's throwaway database: the project's settings do not take the database from DATABASE_URL or PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE (rollsafe sets them all for the command). Pass them on {}, e.g. --migrate-command '{} {command}'",
         pass_on.whose(),
@@ -258,7 +316,10 @@ fn ends_with(output: &[String]) -> String {
         .iter()
         .rev()
         .find(|l| !l.trim().is_empty())
-        .map_or_else(String::new, |l| format!("; its output ends: {}", l.trim()))
+        // Its full stop left to the advice that may follow (`. Django …`).
+        .map_or_else(String::new, |l| {
+            format!("; its output ends: {}", l.trim().trim_end_matches('.'))
+        })
 }
 
 /// What a project's migrate sent, as migrations.
@@ -280,6 +341,9 @@ pub struct Read {
     pub shared_transactions: Vec<String>,
     /// Labels of the migrations that sent no SQL (state-only).
     pub state_only: Vec<String>,
+    /// Django's squashed migrations, each applied in place of the
+    /// migrations it replaces (their number), labelled as its file is.
+    pub squashed: Vec<(String, usize)>,
     /// Statements sent after the last migration, on the project's tables.
     pub unattributed: Vec<String>,
     /// Statements the server refused while the command still succeeded.
@@ -532,10 +596,20 @@ impl Read {
                 data.join(", ")
             ));
         }
+        if !self.squashed.is_empty() {
+            say(format!(
+                "squashed migration(s) applied in place of those they replace, as Django does on a fresh database: {}",
+                listed(
+                    self.squashed
+                        .iter()
+                        .map(|(squash, n)| format!("{squash} ({n} replaced)"))
+                )
+            ));
+        }
         if !self.state_only.is_empty() {
             say(format!(
                 "sent no SQL (state only): {}",
-                self.state_only.join(", ")
+                listed(self.state_only.iter().cloned())
             ));
         }
         for run in &self.shared_transactions {
@@ -577,6 +651,23 @@ impl Read {
     }
 }
 
+/// A header's list: the first dozen names, then how many more (a long
+/// history's state-only migrations run to hundreds).
+fn listed(names: impl Iterator<Item = String>) -> String {
+    const SHOWN: usize = 12;
+    let names: Vec<String> = names.collect();
+    let mut out = names
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > SHOWN {
+        out.push_str(&format!(" and {} more", names.len() - SHOWN));
+    }
+    out
+}
+
 /// Runs `project`'s migrate command on a fresh database of `sandbox`
 /// (started with [`crate::capture::run::log_settings`]) and reads back
 /// its migrations.
@@ -591,7 +682,14 @@ pub fn read(sandbox: &Sandbox, project: &Project) -> Result<Read, FrameworkError
     let mut statements = read_sent(&text, db.name());
     statements.retain(|s| !s.text.contains(&marker));
     let own = project.framework.map_or(&[][..], Framework::own_tables);
-    let split = sent::split(&statements, &project.history, own);
+    let mut split = sent::split(&statements, &project.history, own);
+    let squashed = match project.framework {
+        Some(Framework::Django) => fold_squashes(
+            &mut split.migrations,
+            &detect::django_squashes(&project.root),
+        ),
+        _ => Vec::new(),
+    };
     if split.migrations.is_empty() {
         return Err(FrameworkError::NoMigrations {
             command: project.command.clone(),
@@ -600,7 +698,53 @@ pub fn read(sandbox: &Sandbox, project: &Project) -> Result<Read, FrameworkError
             pass_on: Box::new(settings_names::pass_on(&project.root)),
         });
     }
-    Ok(into_read(project.clone(), split, ran.took))
+    let mut read = into_read(project.clone(), split, ran.took);
+    read.squashed = squashed;
+    Ok(read)
+}
+
+/// Django applies a squashed migration in place of those it replaces on
+/// a fresh database, and records it as each of them, one history row
+/// after the other with nothing sent between (Django 6 then records the
+/// squash itself; earlier versions record it after the last migration of
+/// the run). Split at those rows, the squash's statements would be
+/// labelled with the first migration it replaces, whose file is gone,
+/// and the others listed as sending nothing. Each such run becomes the
+/// squash, labelled as its file is named, its history rows all its own.
+/// Returns each squash folded, with how many migrations it replaced.
+fn fold_squashes(
+    migrations: &mut Vec<sent::SentMigration>,
+    squashes: &[detect::Squash],
+) -> Vec<(String, usize)> {
+    let mut folded: Vec<(String, usize)> = Vec::new();
+    let mut out: Vec<sent::SentMigration> = Vec::new();
+    let mut rest = std::mem::take(migrations).into_iter().peekable();
+    while let Some(mut m) = rest.next() {
+        // A squash recorded again after the run (before Django 6): its
+        // row joins the squash's.
+        if m.statements.is_empty() {
+            if let Some(squash) = out.iter_mut().find(|o| o.key == m.key) {
+                squash.records.append(&mut m.records);
+                continue;
+            }
+        }
+        let Some(squash) = squashes.iter().find(|s| s.replaces.first() == Some(&m.key)) else {
+            out.push(m);
+            continue;
+        };
+        let mut replaced = 1;
+        while let Some(next) = rest.next_if(|n| {
+            n.statements.is_empty() && (squash.replaces.contains(&n.key) || n.key == squash.key)
+        }) {
+            replaced += usize::from(next.key != squash.key);
+            m.records.extend(next.records);
+        }
+        m.key = squash.key.clone();
+        folded.push((squash.key.clone(), replaced));
+        out.push(m);
+    }
+    *migrations = out;
+    folded
 }
 
 /// The migrations of `split` as steps, labelled as the framework labels
@@ -658,6 +802,7 @@ fn into_read(project: Project, split: sent::Split, command_time: Duration) -> Re
         command_time,
         shared_transactions,
         state_only,
+        squashed: Vec::new(),
         unattributed: split.unattributed,
         refused: split.refused,
         history,
@@ -888,9 +1033,10 @@ fn run_shell_within(
             ),
             false => status.to_string(),
         },
+        pass_on: Box::new(pass_on_where_connected(dir, connected_elsewhere(&lines, url).as_deref())),
+        advice: settings_module_advice(dir, &lines, command),
         elsewhere: connected_elsewhere(&lines, url),
         output: lines,
-        pass_on: Box::new(settings_names::pass_on(dir)),
     })
 }
 
@@ -1114,6 +1260,7 @@ mod tests {
             elsewhere: connected_elsewhere(&psycopg, url),
             output: psycopg,
             pass_on: Box::new(settings_names::pass_on(Path::new("/nonexistent"))),
+            advice: None,
         };
         assert!(failed.to_string().ends_with("It connected as postgres, not to rollsafe's throwaway database: the project's settings do not take the database from DATABASE_URL or PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE (rollsafe sets them all for the command). Pass them on under the names its settings read, e.g. --migrate-command 'DB_NAME=$PGDATABASE DB_USER=$PGUSER DB_PASSWORD=$PGPASSWORD DB_HOST=$PGHOST DB_PORT=$PGPORT python manage.py migrate'"), "{failed}");
     }
@@ -1145,6 +1292,76 @@ mod tests {
             pass_on: Box::new(settings_names::pass_on(Path::new("/nonexistent"))),
         };
         assert!(nothing.to_string().contains("yet its output says it migrated a database (`Applying kiln.0001_initial... OK`): another one, the one the project's settings choose"), "{nothing}");
+    }
+
+    /// A squash's statements are labelled as its file is named, not as
+    /// the first migration it replaces (whose file is gone), with every
+    /// history row of its run its own: the rows of what it replaces, its
+    /// own row after them (Django 6) or after the last migration (Django
+    /// 5); the migrations after it keep theirs, and a migration that
+    /// only looks like a replaced one is not folded.
+    #[test]
+    fn a_squashed_django_migration_is_labelled_as_its_file_is_named() {
+        let sent = |key: &str, statements: &[&str]| sent::SentMigration {
+            key: key.into(),
+            statements: statements.iter().map(|s| s.to_string()).collect(),
+            records: vec![format!("INSERT INTO django_migrations VALUES ('{key}')")],
+            ..sent::SentMigration::default()
+        };
+        let squash = detect::Squash {
+            key: "kiln.0001_squashed_0003".into(),
+            replaces: vec![
+                "kiln.0001_initial".into(),
+                "kiln.0002_cone".into(),
+                "kiln.0003_glaze".into(),
+            ],
+        };
+        let keys =
+            |ms: &[sent::SentMigration]| ms.iter().map(|m| m.key.clone()).collect::<Vec<_>>();
+        // Django 6: the squash's own row closes the run.
+        let mut six = vec![
+            sent(
+                "kiln.0001_initial",
+                &["CREATE TABLE kiln_firing (id bigint)"],
+            ),
+            sent("kiln.0002_cone", &[]),
+            sent("kiln.0003_glaze", &[]),
+            sent("kiln.0001_squashed_0003", &[]),
+            sent("pots.0001_initial", &["CREATE TABLE pots_pot (id bigint)"]),
+        ];
+        let folded = fold_squashes(&mut six, std::slice::from_ref(&squash));
+        assert_eq!(folded, [("kiln.0001_squashed_0003".to_string(), 3)]);
+        assert_eq!(keys(&six), ["kiln.0001_squashed_0003", "pots.0001_initial"]);
+        assert_eq!(six[0].statements, ["CREATE TABLE kiln_firing (id bigint)"]);
+        assert_eq!(six[0].records.len(), 4, "{:?}", six[0].records);
+        // Django 5: the squash's row comes after the last migration.
+        let mut five = vec![
+            sent(
+                "kiln.0001_initial",
+                &["CREATE TABLE kiln_firing (id bigint)"],
+            ),
+            sent("kiln.0002_cone", &[]),
+            sent("kiln.0003_glaze", &[]),
+            sent(
+                "kiln.0004_notes",
+                &["ALTER TABLE kiln_firing ADD notes text"],
+            ),
+            sent("kiln.0001_squashed_0003", &[]),
+        ];
+        fold_squashes(&mut five, std::slice::from_ref(&squash));
+        assert_eq!(keys(&five), ["kiln.0001_squashed_0003", "kiln.0004_notes"]);
+        assert_eq!(five[0].records.len(), 4, "{:?}", five[0].records);
+        assert_eq!(five[1].records.len(), 1, "{:?}", five[1].records);
+        // Without the squash's file, nothing is folded.
+        let mut unknown = vec![
+            sent(
+                "kiln.0001_initial",
+                &["CREATE TABLE kiln_firing (id bigint)"],
+            ),
+            sent("kiln.0002_cone", &[]),
+        ];
+        assert!(fold_squashes(&mut unknown, &[]).is_empty());
+        assert_eq!(keys(&unknown), ["kiln.0001_initial", "kiln.0002_cone"]);
     }
 
     /// Django records a squashed migration as each migration it replaces,
@@ -1284,6 +1501,7 @@ mod tests {
             elsewhere: None,
             output: lines,
             pass_on: Box::new(settings_names::pass_on(Path::new("/nonexistent"))),
+            advice: None,
         };
         assert_eq!(
             failed.to_string(),

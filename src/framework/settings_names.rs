@@ -28,6 +28,11 @@ pub struct PassOn {
     /// The file the names were read in (relative to the command's
     /// folder: `../.env`); None for the generic example.
     pub from: Option<String>,
+    /// Where the project's settings write the database or role the
+    /// command connected with as a literal (`netbox/configuration.py
+    /// line 19 writes netbox`), when no dotenv file names a database:
+    /// the setting to change.
+    pub written_at: Option<String>,
 }
 
 impl PassOn {
@@ -36,6 +41,7 @@ impl PassOn {
         PassOn {
             assignments: "DB_NAME=$PGDATABASE DB_USER=$PGUSER DB_PASSWORD=$PGPASSWORD DB_HOST=$PGHOST DB_PORT=$PGPORT".into(),
             from: None,
+            written_at: None,
         }
     }
 
@@ -86,6 +92,7 @@ pub fn pass_on(dir: &Path) -> PassOn {
                 return PassOn {
                     assignments,
                     from: Some(format!("{up}{file}")),
+                    written_at: None,
                 };
             }
         }
@@ -96,6 +103,85 @@ pub fn pass_on(dir: &Path) -> PassOn {
         up.push_str("../");
     }
     PassOn::generic()
+}
+
+/// The folders a settings file is not looked for in: dependencies,
+/// virtual environments, build output.
+const NOT_SETTINGS: [&str; 9] = [
+    ".git",
+    "node_modules",
+    "venv",
+    ".venv",
+    "env",
+    "site-packages",
+    "__pycache__",
+    "target",
+    "static",
+];
+
+/// How deep below the command's folder a settings file is looked for.
+const SETTINGS_DEPTH: usize = 4;
+
+/// Where a settings file below `dir` writes one of `values` (the
+/// database or role a command connected with instead of rollsafe's) as
+/// a quoted literal on a line that speaks of a database, first found:
+/// `netbox/configuration.py line 19 writes netbox`. A settings file is a
+/// `*.py` whose name speaks of settings or configuration, an `*.ini`, a
+/// `database.yml`. Only the file, line and value (already in the
+/// message) are told, never the line: it may hold a password.
+pub fn written_at(dir: &Path, values: &[String]) -> Option<String> {
+    let is_settings = |name: &str| {
+        (name.ends_with(".py") && ["settings", "config"].iter().any(|w| name.contains(w)))
+            || name.ends_with(".ini")
+            || name == "database.yml"
+    };
+    let speaks_of_a_database = |line: &str| {
+        let lower = line.to_lowercase();
+        ["name", "database", "db", "user", "role"]
+            .iter()
+            .any(|w| lower.contains(w))
+    };
+    let mut files = Vec::new();
+    let mut pending = vec![(dir.to_path_buf(), 0)];
+    while let Some((folder, depth)) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().to_string();
+            if path.is_dir() {
+                if depth < SETTINGS_DEPTH && !NOT_SETTINGS.contains(&name.as_str()) {
+                    pending.push((path, depth + 1));
+                }
+            } else if is_settings(&name) {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files.into_iter().find_map(|path| {
+        let small = std::fs::metadata(&path).is_ok_and(|m| m.len() <= MAX_BYTES);
+        let text = small
+            .then(|| std::fs::read_to_string(&path).ok())
+            .flatten()?;
+        text.lines().enumerate().find_map(|(i, line)| {
+            let code = line.split('#').next().unwrap_or_default();
+            // Quoted, or the path of a URL (`…@db:5432/netbox`).
+            let value = values.iter().find(|v| {
+                !v.is_empty()
+                    && (["'", "\"", "/"].iter().any(|open| {
+                        ["'", "\"", "?"]
+                            .iter()
+                            .any(|close| code.contains(&format!("{open}{v}{close}")))
+                    }) || code.trim_end().ends_with(&format!("/{v}")))
+            })?;
+            speaks_of_a_database(code).then(|| {
+                let shown = path.strip_prefix(dir).unwrap_or(&path).display();
+                format!("{shown} line {} writes {value}", i + 1)
+            })
+        })
+    })
 }
 
 /// The libpq variable a setting's name stands for, by how it ends.
@@ -198,5 +284,41 @@ mod tests {
         assert_eq!(found.assignments, "APP_DB_HOST=$PGHOST APP_DB_USER=$PGUSER");
         assert_eq!(found.from.as_deref(), Some("../.env.example"));
         assert_eq!(found.whose(), "under the names ../.env.example sets");
+    }
+
+    /// A settings file that writes the database the command connected
+    /// to is named with its line, never the line itself (it may hold a
+    /// password); a comment, a file that is not settings, and a word
+    /// that only contains the name are not it.
+    #[test]
+    fn the_settings_line_that_writes_the_database_is_named() {
+        let project = tempfile::tempdir().unwrap();
+        let conf = project.path().join("greenhouse");
+        std::fs::create_dir_all(&conf).unwrap();
+        std::fs::write(
+            conf.join("views.py"),
+            "DATABASES = {'default': {'NAME': 'seedbank'}}\n",
+        )
+        .unwrap();
+        std::fs::write(
+            conf.join("configuration.py"),
+            "# 'NAME': 'seedbank' is the default\nMEDIA = 'seedbanks'\nDATABASES = {\n    'default': {\n        'NAME': 'seedbank',\n        'PASSWORD': 'hunter2',\n    }\n}\n",
+        )
+        .unwrap();
+        let values = ["seedbank".to_string()];
+        assert_eq!(
+            written_at(project.path(), &values).as_deref(),
+            Some("greenhouse/configuration.py line 5 writes seedbank")
+        );
+        std::fs::write(
+            project.path().join("alembic.ini"),
+            "[alembic]\nsqlalchemy.url = postgresql://grower:pw@db:5432/seedbank\n",
+        )
+        .unwrap();
+        assert_eq!(
+            written_at(project.path(), &values).as_deref(),
+            Some("alembic.ini line 2 writes seedbank")
+        );
+        assert_eq!(written_at(project.path(), &["compost".to_string()]), None);
     }
 }

@@ -70,6 +70,8 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
         env,
         [
             a_state_only_migration_is_listed_as_sending_no_sql,
+            a_squashed_django_migration_is_labelled_as_its_file_is_named,
+            a_django_project_without_a_settings_module_is_told_its_own,
             a_migrate_command_of_its_own_with_its_history_table,
             a_failing_migrate_command_is_exit_2_with_its_last_lines,
             django_since_is_a_point_in_the_projects_git_history,
@@ -268,6 +270,94 @@ fn a_state_only_migration_is_listed_as_sending_no_sql(env: &TestEnv) -> anyhow::
     ensure!(
         stderr.contains("sent no SQL (state only): packets.0004_newest"),
         "the state-only migration is named: {stderr}"
+    );
+    Ok(())
+}
+
+/// A squashed migration is applied in place of the migrations it
+/// replaces and recorded as each of them: its statements are labelled
+/// as its file is named, not as the first migration it replaces, and
+/// the others are not listed as sending nothing.
+fn a_squashed_django_migration_is_labelled_as_its_file_is_named(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = project("django", None)?;
+    std::fs::copy(
+        repo_root().join("tests/fixtures/frameworks/django/squashed/0001_squashed_0002.py"),
+        dir.path().join("packets/migrations/0001_squashed_0002.py"),
+    )?;
+    let (code, stdout, stderr) = verify(backend(env), dir.path(), "packets/migrations", &[])?;
+    ensure!(code != 2, "exit {code}\n{stdout}\n{stderr}");
+    ensure!(
+        stderr.contains("squashed migration(s) applied in place of those they replace, as Django does on a fresh database: packets.0001_squashed_0002 (2 replaced)"),
+        "the squash is named in the header: {stderr}"
+    );
+    ensure!(
+        stdout.lines().any(|l| l
+            .starts_with("packets.0001_squashed_0002 packets/migrations/0001_squashed_0002.py")),
+        "its findings are under its own name and file:\n{stdout}"
+    );
+    ensure!(
+        !stdout
+            .lines()
+            .any(|l| l.starts_with("packets.0001_initial")
+                || l.starts_with("packets.0002_packet_label")),
+        "the migrations it replaced are not rehearsed apart:\n{stdout}"
+    );
+    ensure!(
+        !stderr.contains("packets.0002_packet_label, ")
+            && !stderr.contains("state only): packets.0002"),
+        "a replaced migration is not listed as sending nothing: {stderr}"
+    );
+    Ok(())
+}
+
+/// A Django project whose manage.py leaves the settings module to the
+/// environment (as many document) fails before it connects: exit 2,
+/// naming the project's settings modules and the two ways to pass one,
+/// and the way it names works.
+fn a_django_project_without_a_settings_module_is_told_its_own(env: &TestEnv) -> anyhow::Result<()> {
+    let dir = project("django", None)?;
+    let manage = dir.path().join("manage.py");
+    let text = std::fs::read_to_string(&manage)?;
+    std::fs::write(
+        &manage,
+        text.replace(
+            "os.environ.setdefault(\"DJANGO_SETTINGS_MODULE\", \"seedlib.settings\")",
+            "pass",
+        ),
+    )?;
+    let unset = || {
+        let mut command = cli();
+        command.env_remove("DJANGO_SETTINGS_MODULE");
+        command
+    };
+    let (code, stdout, stderr) = output(unset().current_dir(dir.path()).args([
+        "verify",
+        "--postgres",
+        backend(env),
+        "--migrations",
+        "packets/migrations",
+    ]))?;
+    ensure!(code == 2, "exit {code}\n{stdout}\n{stderr}");
+    ensure!(
+        stderr.contains("Django was not told which settings module to use, and this project's manage.py does not choose one: set DJANGO_SETTINGS_MODULE for rollsafe (e.g. DJANGO_SETTINGS_MODULE=seedlib.settings rollsafe verify …; the project has seedlib.settings, seedlib.settings_apps, seedlib.settings_sqlite) or name it in --migrate-command 'python manage.py migrate --settings=seedlib.settings'"),
+        "the advice names the project's settings module: {stderr}"
+    );
+    let (code, stdout, stderr) = output(unset().current_dir(dir.path()).args([
+        "verify",
+        "--postgres",
+        backend(env),
+        "--migrations",
+        "packets/migrations",
+        "--since",
+        "packets.0003_fill_label",
+        "--migrate-command",
+        "python manage.py migrate --settings=seedlib.settings",
+    ]))?;
+    ensure!(
+        code == 0,
+        "the advice works: exit {code}\n{stdout}\n{stderr}"
     );
     Ok(())
 }
