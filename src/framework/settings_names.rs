@@ -5,9 +5,11 @@
 //! worth following if the names are the project's own.
 //!
 //! Read from the dotenv files a project keeps beside its code (`.env`,
-//! `.env.example`, `.env.sample`, `.env.template`, `.env.dist`) in the
-//! command's folder and the folders above it up to the repository's top
-//! (a `backend/` of a monorepo reads `../.env`): each `NAME=value` line
+//! `.env.example`, `.env.sample`, `.env.template`, `.env.dist`), then its
+//! Compose files (`docker-compose.yml`, `compose.yml`, in the folder or
+//! its `docker/`), in the command's folder and the folders above it up
+//! to the repository's top (a `backend/` of a monorepo reads `../.env`):
+//! each `NAME=value` or `NAME: value` line
 //! whose name speaks of a database (`POSTGRES_`, `DB_`, `DATABASE_`,
 //! `PG_`…) and ends as a part of a connection does (`_HOST`/`_SERVER`,
 //! `_PORT`, `_USER`, `_PASSWORD`, `_DB`/`_NAME`/`_DATABASE`, or `_URL`/
@@ -55,13 +57,25 @@ impl PassOn {
     }
 }
 
-/// The dotenv files read, in the order they are preferred.
-const FILES: [&str; 5] = [
+/// The files read, in the order they are preferred: dotenv files, then
+/// Compose files (the `environment:` of the app's service, `NAME: value`
+/// or `- NAME=value`), in a folder or its `docker/`.
+const FILES: [&str; 15] = [
     ".env",
     ".env.example",
     ".env.sample",
     ".env.template",
     ".env.dist",
+    "docker-compose.yml",
+    "docker-compose.yaml",
+    "compose.yml",
+    "compose.yaml",
+    "docker/docker-compose.yml",
+    "docker/docker-compose.yaml",
+    "docker/compose.yml",
+    "docker/compose.yaml",
+    "docker-compose.dev.yml",
+    "docker/docker-compose.dev.yml",
 ];
 
 /// How many folders above the command's are read at most (a repository's
@@ -224,10 +238,14 @@ fn assignments(text: &str) -> Option<String> {
     let mut out = Vec::new();
     for line in text.lines() {
         let line = line.trim();
+        let line = line.strip_prefix("- ").unwrap_or(line).trim_start();
         let line = line.strip_prefix("export ").unwrap_or(line).trim_start();
-        let Some((name, _)) = line.split_once('=') else {
+        // `NAME=value` (dotenv, a Compose list) or `NAME: value` (a
+        // Compose map): whichever comes first ends the name.
+        let Some(end) = line.find(['=', ':']) else {
             continue;
         };
+        let name = &line[..end];
         let name = name.trim();
         let is_name = !name.is_empty()
             && name
@@ -284,6 +302,40 @@ mod tests {
         assert_eq!(found.assignments, "APP_DB_HOST=$PGHOST APP_DB_USER=$PGUSER");
         assert_eq!(found.from.as_deref(), Some("../.env.example"));
         assert_eq!(found.whose(), "under the names ../.env.example sets");
+    }
+
+    /// A Compose file's `environment:`, as a map or a list, in the
+    /// project's `docker/`: its names, never its values; a dotenv file is
+    /// preferred to it, and a Compose file that names no host is passed
+    /// over for one that does.
+    #[test]
+    fn a_compose_files_environment_names_become_the_prefix() {
+        let project = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(project.path().join(".git")).unwrap();
+        std::fs::create_dir_all(project.path().join("docker")).unwrap();
+        std::fs::write(
+            project.path().join("docker").join("docker-compose.yml"),
+            "services:\n  pantry:\n    image: pantry\n    environment:\n      STORE_ENGINE: sqlite # or postgres\n      PANTRY_PG_USER: pantry\n      PANTRY_PG_PASSWORD: s3cret\n      PANTRY_PG_SERVER: db\n      PANTRY_PG_PORT: 5432\n      PANTRY_PG_DB: pantry\n",
+        )
+        .unwrap();
+        std::fs::write(
+            project.path().join("docker-compose.dev.yml"),
+            "services:\n  db:\n    environment:\n      - POSTGRES_PASSWORD=dev\n",
+        )
+        .unwrap();
+        let found = pass_on(project.path());
+        assert_eq!(
+            found.assignments,
+            "PANTRY_PG_USER=$PGUSER PANTRY_PG_PASSWORD=$PGPASSWORD PANTRY_PG_SERVER=$PGHOST PANTRY_PG_PORT=$PGPORT PANTRY_PG_DB=$PGDATABASE"
+        );
+        assert_eq!(found.from.as_deref(), Some("docker/docker-compose.yml"));
+        assert!(!found.assignments.contains("s3cret"));
+        std::fs::write(
+            project.path().join(".env.example"),
+            "- APP_DB_HOST=localhost\n",
+        )
+        .unwrap();
+        assert_eq!(pass_on(project.path()).assignments, "APP_DB_HOST=$PGHOST");
     }
 
     /// A settings file that writes the database the command connected

@@ -344,6 +344,19 @@ fn texts(typmod: i32, name: &str, lits: &Literals, width: u64) -> Vec<Family> {
         .iter()
         .filter_map(|p| super::pattern::matching(p, width, max_len))
         .collect();
+    // A column its name says holds a time zone: the app reads it as one
+    // (Python's zoneinfo, Ruby's TZInfo) and fails on any other text
+    // (`Invalid timezone 'time_zone_1'`), which production never holds.
+    if names_a_time_zone(name) {
+        let zones: Vec<String> = TIME_ZONES
+            .iter()
+            .filter(|z| max_len.map_or(true, |n| z.len() <= n))
+            .map(|z| quote_literal(z))
+            .collect();
+        if !zones.is_empty() {
+            v.push(each_of(&zones));
+        }
+    }
     if room >= 2 {
         v.push(inj(format!(
             "{} || {i}",
@@ -389,6 +402,26 @@ fn texts(typmod: i32, name: &str, lits: &Literals, width: u64) -> Vec<Family> {
         fam("''"),
     ]);
     v
+}
+
+/// IANA time zones of several offsets, the first short enough for any
+/// column that holds one.
+const TIME_ZONES: [&str; 8] = [
+    "UTC",
+    "Asia/Tokyo",
+    "Europe/Berlin",
+    "Europe/London",
+    "America/Chicago",
+    "Australia/Sydney",
+    "America/New_York",
+    "America/Sao_Paulo",
+];
+
+/// `time_zone`, `timezone`, `tz`, `site_tz`, `TimeZone`: a column its
+/// name says holds a time zone.
+fn names_a_time_zone(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    name == "tz" || name.ends_with("_tz") || name.contains("timezone") || name.contains("time_zone")
 }
 
 /// Byte strings: a digest of the index (16 bytes, 32 for the usual
@@ -514,5 +547,30 @@ mod tests {
             10,
         );
         assert!(ints.iter().any(|f| at(&f.sql, "g") == "100 + (g)"));
+    }
+
+    /// A column named for a time zone is offered IANA names first (an
+    /// app that reads it as a zone fails on other text), short enough
+    /// for its varchar; a unique one still has injective values after
+    /// them, and other columns are not offered zones.
+    #[test]
+    fn a_time_zone_column_holds_time_zones() {
+        let text = TypeInfo {
+            kind: TypeKind::Text,
+            sql: "character varying".into(),
+        };
+        let none = Literals::default();
+        let zone = families(&text, 4 + 63, "time_zone", &none, 1000);
+        assert_eq!(zone[0].cycle, Some(8), "{:?}", zone[0]);
+        assert_eq!(at(&zone[0].sql, "0").matches('/').count(), 7);
+        assert!(zone[1..].iter().any(|f| f.injective));
+        let short = families(&text, 4 + 12, "site_tz", &none, 1000);
+        assert!(
+            short[0].sql.contains("'Asia/Tokyo'") && !short[0].sql.contains("'Europe/Berlin'"),
+            "{:?}",
+            short[0]
+        );
+        let other = families(&text, -1, "zone_label", &none, 1000);
+        assert!(other.iter().all(|f| !f.sql.contains("UTC")), "{other:?}");
     }
 }
