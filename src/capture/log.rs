@@ -79,6 +79,9 @@ pub struct Sent {
     pub params: Vec<Option<String>>,
     /// Whether the server answered it with an error.
     pub failed: bool,
+    /// The error the server answered it with (`relation "x" does not
+    /// exist`), when it failed.
+    pub error: Option<String>,
     /// Sent as a simple query (literals in its text), not an
     /// extended-protocol execution.
     pub simple: bool,
@@ -112,6 +115,7 @@ pub fn read_sent_in(text: &str, wanted: impl Fn(&str) -> bool) -> Vec<Sent> {
             "ERROR" => {
                 if let Some(e) = last_of.remove(&session).and_then(|i| out.get_mut(i)) {
                     e.failed = true;
+                    e.error = Some(field("message").to_string());
                 }
                 continue;
             }
@@ -126,6 +130,7 @@ pub fn read_sent_in(text: &str, wanted: impl Fn(&str) -> bool) -> Vec<Sent> {
                 text,
                 params,
                 failed: false,
+                error: None,
                 simple,
             });
             last_of.insert(session.clone(), out.len() - 1);

@@ -119,9 +119,9 @@ impl Framework {
         match self {
             Framework::FlaskMigrate => match flask_migrate_folder(root) {
                 Some(folder) if folder != "migrations" => {
-                    format!("flask db upgrade --directory {folder}")
+                    format!("{} db upgrade --directory {folder}", flask_cli(root))
                 }
-                _ => self.command(),
+                _ => format!("{} db upgrade", flask_cli(root)),
             },
             Framework::Alembic => match ini_database_driver(root) {
                 Some(driver) => alembic_upgrade_on_database_url(&driver, "head"),
@@ -141,11 +141,12 @@ impl Framework {
             Framework::FlaskMigrate => Some(match flask_migrate_folder(root) {
                 Some(folder) if folder != "migrations" => {
                     format!(
-                        "flask db upgrade --directory {} {quoted}",
+                        "{} db upgrade --directory {} {quoted}",
+                        flask_cli(root),
                         shell_quote(&folder)
                     )
                 }
-                _ => format!("flask db upgrade {quoted}"),
+                _ => format!("{} db upgrade {quoted}", flask_cli(root)),
             }),
             Framework::Alembic => Some(match ini_database_driver(root) {
                 Some(driver) => alembic_upgrade_on_database_url(&driver, key),
@@ -387,6 +388,28 @@ fn is_flask_migrate_folder(dir: &Path) -> bool {
                     || l.starts_with("from flask_migrate")
             })
         })
+}
+
+/// How the Flask project at `root` runs its commands: `flask` where it
+/// finds the app (`FLASK_APP`, a `wsgi.py` or `app.py`, as Flask looks);
+/// else the project's own `manage.py` when it keeps one that is not
+/// Django's (a Flask CLI group that builds the app itself, where `flask`
+/// alone says `Could not locate a Flask application`).
+fn flask_cli(root: &Path) -> String {
+    let finds_the_app = std::env::var_os("FLASK_APP").is_some()
+        || ["wsgi.py", "app.py"].iter().any(|f| root.join(f).is_file());
+    if finds_the_app {
+        return "flask".into();
+    }
+    let manage = root.join("manage.py");
+    let own = std::fs::metadata(&manage).is_ok_and(|m| m.is_file() && m.len() <= 64 * 1024)
+        && std::fs::read_to_string(&manage).is_ok_and(|text| {
+            !text.contains("django") && (text.contains("flask") || text.contains("manager"))
+        });
+    match own {
+        true => format!("{} manage.py", python()),
+        false => "flask".into(),
+    }
 }
 
 /// The Flask-Migrate folder in the Flask project `root` (`migrations`
@@ -706,7 +729,9 @@ mod tests {
     /// Flask-Migrate's `migrations` folder is Alembic's with an `env.py`
     /// that asks the Flask app for the database: its project is the
     /// folder's parent, run with `flask db upgrade` (the folder named
-    /// when it is not `migrations`); a plain Alembic folder stays Alembic.
+    /// when it is not `migrations`), or through the project's own
+    /// manage.py where Flask cannot find the app; a plain Alembic folder
+    /// stays Alembic.
     #[test]
     fn a_flask_migrate_folder_is_run_by_flask_from_its_parent() {
         let root = tempfile::tempdir().unwrap();
@@ -747,6 +772,37 @@ mod tests {
         assert_eq!(
             Framework::FlaskMigrate.command_at(&pots),
             "flask db upgrade --directory db"
+        );
+        // A project whose own manage.py builds the app (a Flask CLI
+        // group) runs through it, for every migration and for one; a
+        // Django manage.py beside Flask-Migrate's folder is not it.
+        write(
+            "kiln/manage.py",
+            "from kiln.cli import manager
+
+if __name__ == \"__main__\":\n    manager()\n",
+        );
+        let own = Framework::FlaskMigrate.command_at(&kiln);
+        assert!(own.ends_with(" manage.py db upgrade"), "{own}");
+        let one = Framework::FlaskMigrate.apply_one(&kiln, "1a2b").unwrap();
+        assert!(one.ends_with(" manage.py db upgrade 1a2b"), "{one}");
+        // Where Flask finds the app itself (a wsgi.py), `flask` it is.
+        write(
+            "kiln/wsgi.py",
+            "from kiln import create_app\napp = create_app()\n",
+        );
+        assert_eq!(
+            Framework::FlaskMigrate.command_at(&kiln),
+            "flask db upgrade"
+        );
+        std::fs::remove_file(root.path().join("kiln/wsgi.py")).unwrap();
+        write(
+            "kiln/manage.py",
+            "import os\nos.environ.setdefault('DJANGO_SETTINGS_MODULE', 'kiln.settings')\n",
+        );
+        assert_eq!(
+            Framework::FlaskMigrate.command_at(&kiln),
+            "flask db upgrade"
         );
         write(
             "plain/alembic.ini",

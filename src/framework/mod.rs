@@ -121,10 +121,15 @@ pub enum FrameworkError {
     Spawn { command: String, detail: String },
     /// One line (its output's last line in it, for a report); the last
     /// lines themselves in `output`, for a terminal ([`FrameworkError::output`]).
-    #[error("the migrate command `{command}` failed ({status}); nothing was rehearsed{}{}{}", ends_with(.output), .elsewhere.as_deref().map_or_else(String::new, |e| elsewhere_advice(e, command, pass_on)), .advice.as_deref().unwrap_or_default())]
+    #[error("the migrate command `{command}` failed ({status}); nothing was rehearsed{}{}{}{}", ends_with(.output), .refused.as_deref().map_or_else(String::new, |r| format!("; the first statement the server refused: {r}")), .elsewhere.as_deref().map_or_else(String::new, |e| elsewhere_advice(e, command, pass_on)), .advice.as_deref().unwrap_or_default())]
     CommandFailed {
         command: String,
         status: String,
+        /// The first statement the throwaway server refused while the
+        /// command ran, with the server's error (`ALTER TABLE dashboards
+        /// …: relation "dashboards" does not exist`): the cause a
+        /// traceback's last line may not show.
+        refused: Option<String>,
         /// What to do, when the output says what the project lacks (a
         /// Django project not told its settings module): `. …`.
         advice: Option<String>,
@@ -677,7 +682,29 @@ pub fn read(sandbox: &Sandbox, project: &Project) -> Result<Read, FrameworkError
     let db = sandbox.fresh_database_owned_by(Some(&migrator))?;
     log_statements_of(sandbox, db.name())?;
     let url = migrator.url(db.url(), &[]);
-    let ran = run_migrate(project, &url)?;
+    let ran = match run_migrate(project, &url) {
+        Ok(ran) => ran,
+        Err(FrameworkError::CommandFailed {
+            command,
+            status,
+            elsewhere,
+            output,
+            pass_on,
+            advice,
+            ..
+        }) => {
+            return Err(FrameworkError::CommandFailed {
+                refused: first_refused(sandbox, &url, db.name()),
+                command,
+                status,
+                elsewhere,
+                output,
+                pass_on,
+                advice,
+            })
+        }
+        Err(other) => return Err(other),
+    };
     let (text, marker) = read_log_text(sandbox, &url)?;
     let mut statements = read_sent(&text, db.name());
     statements.retain(|s| !s.text.contains(&marker));
@@ -701,6 +728,34 @@ pub fn read(sandbox: &Sandbox, project: &Project) -> Result<Read, FrameworkError
     let mut read = into_read(project.clone(), split, ran.took);
     read.squashed = squashed;
     Ok(read)
+}
+
+/// The first statement the server refused on database `dbname` while a
+/// migrate command ran, with its error, the password of `url` masked:
+/// `` `ALTER TABLE …` (relation "x" does not exist) ``. A statement
+/// refused only because an earlier one aborted its transaction is not
+/// the cause and is passed over. None when the log cannot be read or
+/// nothing was refused.
+fn first_refused(sandbox: &Sandbox, url: &str, dbname: &str) -> Option<String> {
+    let (text, marker) = read_log_text(sandbox, url).ok()?;
+    read_sent(&text, dbname)
+        .into_iter()
+        .filter(|s| s.failed && !s.text.contains(&marker))
+        .find(|s| {
+            !s.error
+                .as_deref()
+                .is_some_and(|e| e.starts_with("current transaction is aborted"))
+        })
+        .map(|s| {
+            let error = s.error.as_deref().unwrap_or("an error");
+            crate::db::scrub(
+                &format!(
+                    "`{}` ({error})",
+                    crate::capture::introspect::excerpt(&s.text)
+                ),
+                url,
+            )
+        })
 }
 
 /// Django applies a squashed migration in place of those it replaces on
@@ -993,6 +1048,14 @@ fn run_shell_within(
         detail: e.to_string(),
     };
     let mut child = cmd.spawn().map_err(spawn_failed)?;
+    // Killed with the sandboxes when the run is stopped (SIGTERM, Ctrl-C);
+    // forgotten once it has ended.
+    let _running = i32::try_from(child.id())
+        .ok()
+        .filter(|pgid| *pgid > 0)
+        .map(|pgid| {
+            crate::sandbox::cleanup::register(crate::sandbox::cleanup::Held::CommandGroup { pgid })
+        });
     let stdout = read_in_thread(child.stdout.take());
     let stderr = read_in_thread(child.stderr.take());
     let mut stopped = false;
@@ -1033,6 +1096,7 @@ fn run_shell_within(
             ),
             false => status.to_string(),
         },
+        refused: None,
         pass_on: Box::new(pass_on_where_connected(dir, connected_elsewhere(&lines, url).as_deref())),
         advice: settings_module_advice(dir, &lines, command),
         elsewhere: connected_elsewhere(&lines, url),
@@ -1261,6 +1325,7 @@ mod tests {
             output: psycopg,
             pass_on: Box::new(settings_names::pass_on(Path::new("/nonexistent"))),
             advice: None,
+            refused: None,
         };
         assert!(failed.to_string().ends_with("It connected as postgres, not to rollsafe's throwaway database: the project's settings do not take the database from DATABASE_URL or PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE (rollsafe sets them all for the command). Pass them on under the names its settings read, e.g. --migrate-command 'DB_NAME=$PGDATABASE DB_USER=$PGUSER DB_PASSWORD=$PGPASSWORD DB_HOST=$PGHOST DB_PORT=$PGPORT python manage.py migrate'"), "{failed}");
     }
@@ -1502,6 +1567,7 @@ mod tests {
             output: lines,
             pass_on: Box::new(settings_names::pass_on(Path::new("/nonexistent"))),
             advice: None,
+            refused: None,
         };
         assert_eq!(
             failed.to_string(),

@@ -366,6 +366,7 @@ mod tests {
             text: text.into(),
             params: Vec::new(),
             failed: false,
+            error: None,
             simple: true,
         }
     }

@@ -97,6 +97,10 @@ pub(crate) enum Held {
     LocalServer { dir: PathBuf, pid: Option<i32> },
     /// A database on a server rollsafe does not own (dropped with FORCE).
     Database { admin_url: String, name: String },
+    /// A project's command (its migrate, a data migration at rows) running
+    /// in a process group of its own: the group is killed, so a stopped
+    /// run leaves no interpreter working on behind it.
+    CommandGroup { pgid: i32 },
 }
 
 static LIVE: Mutex<BTreeMap<u64, Held>> = Mutex::new(BTreeMap::new());
@@ -146,12 +150,14 @@ pub struct Dropped {
     pub containers: usize,
     pub local_servers: usize,
     pub databases: usize,
+    /// Project commands' process groups killed.
+    pub commands: usize,
     pub took: Duration,
 }
 
 impl Dropped {
     pub fn total(&self) -> usize {
-        self.containers + self.local_servers + self.databases
+        self.containers + self.local_servers + self.databases + self.commands
     }
 }
 
@@ -164,6 +170,12 @@ pub fn drop_all() -> Dropped {
     STOPPING.store(true, Ordering::SeqCst);
     let held: Vec<Held> = std::mem::take(&mut *live()).into_values().collect();
     let mut dropped = Dropped::default();
+    for h in &held {
+        if let Held::CommandGroup { pgid } = h {
+            let _ = nix::sys::signal::killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
+            dropped.commands += 1;
+        }
+    }
     for h in &held {
         if let Held::Database { admin_url, name } = h {
             drop_database(admin_url, name);

@@ -30,6 +30,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<Trial> {
             a_killed_runs_local_directory_is_removed_by_the_next_run,
             a_killed_runs_container_is_removed_by_the_next_run,
             the_local_server_lives_where_rollsafe_local_dir_says,
+            sigterm_during_a_migrate_command_kills_the_command,
         ]
     ));
     // Shown as ignored (never silently passed) where the backend is absent.
@@ -332,5 +333,64 @@ fn the_local_server_lives_where_rollsafe_local_dir_says(_env: &TestEnv) -> anyho
     );
     let left = left(&held, pid)?;
     ensure!(left.is_empty(), "left after SIGTERM: {left:?}");
+    Ok(())
+}
+
+/// A run stopped while a project's migrate command runs kills the
+/// command's whole process group with its sandbox: an interpreter left
+/// working on (a data migration at rows can take gigabytes) would outlive
+/// the cancelled CI job.
+fn sigterm_during_a_migrate_command_kills_the_command(_env: &TestEnv) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let pidfile = dir.path().join("worker.pid");
+    let stderr = tempfile::NamedTempFile::new()?;
+    let mut child = cli()
+        .current_dir(dir.path())
+        .args([
+            "verify",
+            "--postgres",
+            "local",
+            "--migrate-command",
+            "sleep 300 & echo $! > worker.pid; wait",
+            "--history-table",
+            "orchard_steps",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(stderr.reopen()?))
+        .spawn()?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let worker: i32 = loop {
+        if let Some(pid) = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            break pid;
+        }
+        if Instant::now() > deadline || child.try_wait()?.is_some() {
+            let _ = child.kill();
+            bail!(
+                "the migrate command never started: {}",
+                std::fs::read_to_string(stderr.path())?
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    ensure!(alive(worker), "the command's worker runs before the signal");
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM)?;
+    let status = child.wait()?;
+    let log = std::fs::read_to_string(stderr.path())?;
+    ensure!(status.code() == Some(143), "exit {status:?}: {log}");
+    // A killed process is gone once its parent (the shell, killed with it)
+    // is reaped by init: a moment, not seconds.
+    let gone_by = Instant::now() + Duration::from_secs(5);
+    while alive(worker) && Instant::now() < gone_by {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let zombie = std::fs::read_to_string(format!("/proc/{worker}/stat"))
+        .is_ok_and(|stat| stat.split_whitespace().nth(2) == Some("Z"));
+    ensure!(
+        !alive(worker) || zombie,
+        "the migrate command's worker {worker} outlived the stopped run: {log}"
+    );
     Ok(())
 }

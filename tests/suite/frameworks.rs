@@ -72,6 +72,7 @@ pub fn tests(env: &Arc<TestEnv>) -> Vec<libtest_mimic::Trial> {
             a_state_only_migration_is_listed_as_sending_no_sql,
             a_squashed_django_migration_is_labelled_as_its_file_is_named,
             a_django_project_without_a_settings_module_is_told_its_own,
+            a_failed_migrate_names_the_first_statement_the_server_refused,
             a_migrate_command_of_its_own_with_its_history_table,
             a_failing_migrate_command_is_exit_2_with_its_last_lines,
             django_since_is_a_point_in_the_projects_git_history,
@@ -438,6 +439,39 @@ fn a_failing_migrate_command_is_exit_2_with_its_last_lines(env: &TestEnv) -> any
         "the one-line summary first, then the command's last lines as it printed them:\n{stderr}"
     );
     ensure!(!stdout.contains("PASSED"), "no verdict: {stdout}");
+    Ok(())
+}
+
+/// A history that does not build from an empty database (its first
+/// step alters a table another tool creates) fails wherever its command
+/// prints its traceback: the error names the first statement the server
+/// refused and why, read from the server, not the command's last line.
+fn a_failed_migrate_names_the_first_statement_the_server_refused(
+    env: &TestEnv,
+) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    copy_tree(
+        &repo_root().join("tests/fixtures/frameworks/runner"),
+        dir.path(),
+    )?;
+    std::fs::write(
+        dir.path().join("steps/000_benches.sql"),
+        "ALTER TABLE potting_benches ADD COLUMN shaded boolean;\n",
+    )?;
+    let (code, stdout, stderr) = output(cli().current_dir(dir.path()).args([
+        "verify",
+        "--postgres",
+        backend(env),
+        "--migrate-command",
+        "sh apply.sh; echo '(see the log for details)' >&2; exit 1",
+        "--history-table",
+        "greenhouse_steps",
+    ]))?;
+    ensure!(code == 2, "exit {code}\n{stdout}\n{stderr}");
+    ensure!(
+        stderr.contains("its output ends: (see the log for details); the first statement the server refused: `ALTER TABLE potting_benches ADD COLUMN shaded boolean` (relation \"potting_benches\" does not exist)"),
+        "the refused statement and the server's error are named: {stderr}"
+    );
     Ok(())
 }
 
