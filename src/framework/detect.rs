@@ -563,6 +563,19 @@ fn declared_replaces(text: &str) -> Vec<String> {
 /// The project's source files a migration may live in, a few levels
 /// deep, without dependencies, virtual environments and build output.
 fn source_files(root: &Path) -> Vec<PathBuf> {
+    project_files(root, 6, |name| {
+        [".py", ".rb", ".exs"].iter().any(|x| name.ends_with(x))
+    })
+}
+
+/// The files below `root` whose name `keep` takes, at most `depth`
+/// folders down, never in dependencies, virtual environments or build
+/// output; sorted.
+pub(super) fn project_files(
+    root: &Path,
+    depth: usize,
+    keep: impl Fn(&str) -> bool,
+) -> Vec<PathBuf> {
     const SKIP: &[&str] = &[
         ".git",
         "node_modules",
@@ -578,7 +591,7 @@ fn source_files(root: &Path) -> Vec<PathBuf> {
     ];
     let mut out = Vec::new();
     let mut pending = vec![(root.to_path_buf(), 0)];
-    while let Some((dir, depth)) = pending.pop() {
+    while let Some((dir, below)) = pending.pop() {
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
         };
@@ -586,10 +599,10 @@ fn source_files(root: &Path) -> Vec<PathBuf> {
             let path = entry.path();
             let name = entry.file_name().to_string_lossy().to_string();
             if path.is_dir() {
-                if depth < 6 && !SKIP.contains(&name.as_str()) {
-                    pending.push((path, depth + 1));
+                if below < depth && !SKIP.contains(&name.as_str()) {
+                    pending.push((path, below + 1));
                 }
-            } else if [".py", ".rb", ".exs"].iter().any(|x| name.ends_with(x)) {
+            } else if keep(&name) {
                 out.push(path);
             }
         }

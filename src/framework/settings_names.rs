@@ -119,20 +119,6 @@ pub fn pass_on(dir: &Path) -> PassOn {
     PassOn::generic()
 }
 
-/// The folders a settings file is not looked for in: dependencies,
-/// virtual environments, build output.
-const NOT_SETTINGS: [&str; 9] = [
-    ".git",
-    "node_modules",
-    "venv",
-    ".venv",
-    "env",
-    "site-packages",
-    "__pycache__",
-    "target",
-    "static",
-];
-
 /// How deep below the command's folder a settings file is looked for.
 const SETTINGS_DEPTH: usize = 4;
 
@@ -155,25 +141,7 @@ pub fn written_at(dir: &Path, values: &[String]) -> Option<String> {
             .iter()
             .any(|w| lower.contains(w))
     };
-    let mut files = Vec::new();
-    let mut pending = vec![(dir.to_path_buf(), 0)];
-    while let Some((folder, depth)) = pending.pop() {
-        let Ok(entries) = std::fs::read_dir(&folder) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let name = entry.file_name().to_string_lossy().to_string();
-            if path.is_dir() {
-                if depth < SETTINGS_DEPTH && !NOT_SETTINGS.contains(&name.as_str()) {
-                    pending.push((path, depth + 1));
-                }
-            } else if is_settings(&name) {
-                files.push(path);
-            }
-        }
-    }
-    files.sort();
+    let files = super::detect::project_files(dir, SETTINGS_DEPTH, is_settings);
     files.into_iter().find_map(|path| {
         let small = std::fs::metadata(&path).is_ok_and(|m| m.len() <= MAX_BYTES);
         let text = small
