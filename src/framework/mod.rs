@@ -748,14 +748,51 @@ fn first_refused(sandbox: &Sandbox, url: &str, dbname: &str) -> Option<String> {
         })
         .map(|s| {
             let error = s.error.as_deref().unwrap_or("an error");
+            let statement = masked_password_literals(&s.text);
             crate::db::scrub(
                 &format!(
                     "`{}` ({error})",
-                    crate::capture::introspect::excerpt(&s.text)
+                    crate::capture::introspect::excerpt(&statement)
                 ),
                 url,
             )
         })
+}
+
+/// `text` with the literal after every `PASSWORD` masked (`CREATE ROLE
+/// app LOGIN PASSWORD '***'`): a project's statement shown in a message
+/// never shows a password it sets.
+fn masked_password_literals(text: &str) -> String {
+    let lower = text.to_ascii_lowercase();
+    let mut out = String::new();
+    let mut rest = 0;
+    while let Some(found) = lower[rest..].find("password") {
+        let after = rest + found + "password".len();
+        let gap = text[after..].len() - text[after..].trim_start().len();
+        let open = after + gap;
+        out.push_str(&text[rest..open]);
+        rest = open;
+        if !text[open..].starts_with('\'') {
+            continue;
+        }
+        // The literal ends at the first quote that is not doubled.
+        let mut end = text.len();
+        let mut chars = text[open + 1..].char_indices().peekable();
+        while let Some((i, c)) = chars.next() {
+            if c == '\'' {
+                if chars.peek().map(|(_, c)| *c) == Some('\'') {
+                    chars.next();
+                    continue;
+                }
+                end = open + 1 + i + 1;
+                break;
+            }
+        }
+        out.push_str("'***'");
+        rest = end;
+    }
+    out.push_str(&text[rest..]);
+    out
 }
 
 /// Django applies a squashed migration in place of those it replaces on
@@ -1357,6 +1394,29 @@ mod tests {
             pass_on: Box::new(settings_names::pass_on(Path::new("/nonexistent"))),
         };
         assert!(nothing.to_string().contains("yet its output says it migrated a database (`Applying kiln.0001_initial... OK`): another one, the one the project's settings choose"), "{nothing}");
+    }
+
+    /// A refused statement shown in a message never shows a password it
+    /// sets: every `PASSWORD '…'` literal is masked, doubled quotes and
+    /// all; the rest of the statement is kept.
+    #[test]
+    fn a_password_literal_in_a_shown_statement_is_masked() {
+        assert_eq!(
+            masked_password_literals(
+                "CREATE ROLE orchard LOGIN PASSWORD 'it''s s3cret' VALID UNTIL 'infinity'"
+            ),
+            "CREATE ROLE orchard LOGIN PASSWORD '***' VALID UNTIL 'infinity'"
+        );
+        assert_eq!(
+            masked_password_literals(
+                "alter role picker password  'x'; ALTER TABLE t ADD password_hash text"
+            ),
+            "alter role picker password  '***'; ALTER TABLE t ADD password_hash text"
+        );
+        assert_eq!(
+            masked_password_literals("ALTER ROLE picker PASSWORD 'unterminated"),
+            "ALTER ROLE picker PASSWORD '***'"
+        );
     }
 
     /// A squash's statements are labelled as its file is named, not as
