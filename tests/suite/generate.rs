@@ -96,6 +96,8 @@ CREATE TABLE orders (
     weight      double precision,
     fingerprint bytea,
     client_ip   inet,
+    device_mac  macaddr UNIQUE,
+    device_mac8 macaddr8,
     note        text,
     total       numeric GENERATED ALWAYS AS (price * quantity) STORED
 );
@@ -187,6 +189,12 @@ fn serial_ids_enums_jsonb_arrays_self_reference_and_checks(env: &TestEnv) -> any
         "SELECT count(*) FROM orders o JOIN customers c ON c.id = o.customer_id",
     )?;
     ensure!(joined as u64 == orders);
+    // MAC addresses, a unique one distinct per row.
+    let macs = count(
+        &mut c,
+        "SELECT count(DISTINCT device_mac) + count(device_mac8) FROM orders",
+    )?;
+    ensure!(macs as u64 == 2 * orders, "{macs} MAC addresses");
     let distinct = count(&mut c, "SELECT count(DISTINCT customer_id) FROM orders")?;
     ensure!(
         distinct as u64 == customers.min(orders),

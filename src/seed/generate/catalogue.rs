@@ -159,6 +159,8 @@ pub(super) enum TypeKind {
     Json,
     Bytea,
     Inet,
+    /// macaddr, macaddr8.
+    MacAddr,
     Money,
     Enum(Vec<String>),
     Domain {
@@ -267,6 +269,7 @@ pub(super) fn base_kind(typname: &str) -> TypeKind {
         "json" | "jsonb" => TypeKind::Json,
         "bytea" => TypeKind::Bytea,
         "inet" | "cidr" => TypeKind::Inet,
+        "macaddr" | "macaddr8" => TypeKind::MacAddr,
         "money" => TypeKind::Money,
         _ => TypeKind::Other,
     }

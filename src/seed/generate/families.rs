@@ -219,6 +219,15 @@ const FIXED: &[(TypeKind, &[Template])] = &[
             ("'127.0.0.1'::inet", false),
         ],
     ),
+    (
+        // Twelve hex digits, the index's (macaddr8 takes a 6-byte
+        // address too): no text shape of the unknown types' fits it.
+        TypeKind::MacAddr,
+        &[
+            ("lpad(to_hex({i}), 12, '0')::macaddr", true),
+            ("'02:00:00:00:00:01'::macaddr", false),
+        ],
+    ),
 ];
 
 /// A type rollsafe does not know: text shapes its input function may
